@@ -1,0 +1,57 @@
+/**
+ * CNI errors as values. Every failure that can reach a runtime is one of these:
+ * a spec error code, a message a human can act on, and details for machines and logs.
+ */
+
+/** Error codes from the CNI spec (SPEC.md, "Error" section). */
+export const CniCode = {
+  IncompatibleVersion: 1,
+  UnsupportedField: 2,
+  UnknownContainer: 3,
+  InvalidEnvironment: 4,
+  IoFailure: 5,
+  DecodeFailure: 6,
+  InvalidNetworkConfig: 7,
+  TryAgainLater: 11,
+  PluginNotAvailable: 50,
+  PluginNotAvailableLimited: 51,
+  /** Codes >= 100 are plugin-specific; Plexus uses 100 for internal and kernel failures. */
+  Internal: 100,
+} as const;
+export type CniCode = (typeof CniCode)[keyof typeof CniCode];
+
+export class CniError extends Error {
+  readonly code: number;
+  readonly details: string;
+
+  constructor(code: number, msg: string, details = '') {
+    super(msg);
+    this.name = 'CniError';
+    this.code = code;
+    this.details = details;
+  }
+
+  /** The wire shape the CNI spec defines for errors (cniVersion is added by the caller). */
+  toJSON(): { code: number; msg: string; details?: string } {
+    return this.details ? { code: this.code, msg: this.message, details: this.details } : { code: this.code, msg: this.message };
+  }
+
+  /** A new error with the same code whose message is prefixed with context, e.g. the attachment it concerns. */
+  withContext(context: string): CniError {
+    return new CniError(this.code, `${context}: ${this.message}`, this.details);
+  }
+}
+
+export type Result<T, E = CniError> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: E };
+
+export const ok = <T>(value: T): Result<T, never> => ({ ok: true, value });
+export const err = <E = CniError>(error: E): Result<never, E> => ({ ok: false, error });
+
+/** Turns anything thrown into a CniError, keeping CNI errors as they are. */
+export function toCniError(thrown: unknown, code: number = CniCode.Internal, context?: string): CniError {
+  const base =
+    thrown instanceof CniError
+      ? thrown
+      : new CniError(code, thrown instanceof Error ? thrown.message : String(thrown), thrown instanceof Error && thrown.stack ? thrown.stack.split('\n').slice(0, 3).join(' | ') : '');
+  return context ? base.withContext(context) : base;
+}

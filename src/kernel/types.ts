@@ -1,0 +1,104 @@
+/** What the kernel layer can be asked to do, and what it answers. Plain data: it crosses the worker boundary. */
+
+export type MacvlanMode = 'private' | 'vepa' | 'bridge' | 'passthru' | 'source';
+export type IpvlanMode = 'l2' | 'l3' | 'l3s';
+
+export type LinkKind =
+  | { readonly kind: 'bridge'; readonly vlanFiltering?: boolean }
+  /** A veth pair; `peer` may be created directly inside another netns with its final name. The kernel cannot bring
+   *  the peer up during creation (veth_open sees no peer yet: ENOTCONN), so set it up in a later op. */
+  | { readonly kind: 'veth'; readonly peer: { readonly name: string; readonly netns?: string; readonly mtu?: number; readonly mac?: string } }
+  | { readonly kind: 'macvlan'; readonly master: string; readonly mode: MacvlanMode }
+  | { readonly kind: 'ipvlan'; readonly master: string; readonly mode: IpvlanMode }
+  | { readonly kind: 'vxlan'; readonly vni: number; readonly port?: number; readonly local?: string; readonly multicastGroup?: string; readonly underlay?: string; readonly learning?: boolean; readonly ttl?: number }
+  | { readonly kind: 'dummy' };
+
+export type LinkSpec = LinkKind & {
+  readonly name: string;
+  /** Create the link in this netns (path) rather than in the netns the batch runs in. */
+  readonly netns?: string;
+  readonly mtu?: number;
+  readonly mac?: string;
+  readonly up?: boolean;
+  /** Bridge to enslave the new link to (in the batch's netns). */
+  readonly bridge?: string;
+  readonly group?: number;
+};
+
+export interface LinkInfo {
+  readonly index: number;
+  readonly name: string;
+  readonly kind?: string;
+  readonly mtu: number;
+  readonly mac?: string;
+  readonly up: boolean;
+  readonly promisc: boolean;
+  readonly masterIndex?: number;
+  readonly linkIndex?: number;
+  readonly group: number;
+}
+
+export interface AddrInfo {
+  readonly index: number;
+  readonly family: 4 | 6;
+  readonly address: string; // CIDR
+}
+
+export interface RouteInfo {
+  readonly family: 4 | 6;
+  readonly dst: string; // CIDR, 0.0.0.0/0 for default
+  readonly gw?: string;
+  readonly oifIndex?: number;
+  readonly table: number;
+  readonly scope: number;
+  readonly protocol: number;
+}
+
+export interface RouteSpec {
+  readonly dst: string; // CIDR
+  readonly gw?: string;
+  readonly dev?: string;
+  readonly metric?: number;
+}
+
+export interface TapSpec {
+  readonly name: string;
+  readonly owner?: number;
+  readonly group?: number;
+  readonly multiQueue?: boolean;
+  readonly vnetHdr?: boolean;
+  readonly mtu?: number;
+  readonly mac?: string;
+  readonly up?: boolean;
+}
+
+export type KernelOp =
+  | { readonly op: 'linkAdd'; readonly link: LinkSpec }
+  | { readonly op: 'linkDel'; readonly name: string }
+  | { readonly op: 'linkDelGroup'; readonly group: number }
+  | { readonly op: 'linkSet'; readonly name: string; readonly up?: boolean; readonly mtu?: number; readonly mac?: string; readonly bridge?: string | null; readonly promisc?: boolean; readonly hairpin?: boolean; readonly netns?: string; readonly newName?: string; readonly group?: number }
+  | { readonly op: 'linkGet'; readonly name: string }
+  | { readonly op: 'linkList' }
+  | { readonly op: 'addrAdd'; readonly name: string; readonly address: string; readonly noDad?: boolean }
+  | { readonly op: 'addrDel'; readonly name: string; readonly address: string }
+  | { readonly op: 'addrList'; readonly name?: string }
+  | { readonly op: 'routeAdd'; readonly route: RouteSpec }
+  | { readonly op: 'routeDel'; readonly route: RouteSpec }
+  | { readonly op: 'routeList'; readonly family?: 4 | 6 }
+  | { readonly op: 'fdbAppend'; readonly dev: string; readonly mac: string; readonly dst: string }
+  | { readonly op: 'tapAdd'; readonly tap: TapSpec }
+  | { readonly op: 'sysctlWrite'; readonly key: string; readonly value: string };
+
+/** Per-op tolerance: errno names that count as success (the op then answers null), e.g. EEXIST on create, ENODEV on delete. */
+export type Tolerated = { readonly ignore?: readonly string[] };
+export type BatchOp = KernelOp & Tolerated;
+
+/** A failure reported by the kernel, with the errno name and the extended-ack text when the kernel gave one. */
+export interface KernelFailure {
+  readonly op: string;
+  readonly target: string;
+  readonly errno: number;
+  readonly errnoName: string;
+  readonly message: string; // strerror-like text
+  readonly extack?: string;
+}

@@ -1,0 +1,121 @@
+/**
+ * The kernel worker thread: every blocking kernel call runs here, in order, off the daemon's event loop.
+ * One message = one batch of operations in one netns, so a pod's plumbing costs one thread hop.
+ */
+import { writeFileSync } from 'node:fs';
+import { parentPort } from 'node:worker_threads';
+import { inNetns, openNetns, rememberHomeNetns } from './netns';
+import { KernelError, RtnlSocket } from './rtnetlink';
+import { sys } from './syscalls';
+import { createTap } from './tun';
+import type { BatchOp, KernelFailure } from './types';
+
+export interface BatchRequest {
+  readonly id: number;
+  readonly netns?: string;
+  readonly ops: readonly BatchOp[];
+}
+export type BatchReply =
+  | { readonly id: number; readonly ok: true; readonly results: unknown[] }
+  | { readonly id: number; readonly ok: false; readonly index: number; readonly failure: KernelFailure };
+
+rememberHomeNetns();
+const hostSocket = RtnlSocket.open();
+
+function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknown {
+  switch (op.op) {
+    case 'linkAdd':
+      sock.addLink(op.link, openNetns);
+      return null;
+    case 'linkDel':
+      sock.deleteLink(op.name);
+      return null;
+    case 'linkDelGroup':
+      sock.deleteGroup(op.group);
+      return null;
+    case 'linkSet': {
+      const fd = op.netns ? openNetns(op.netns) : undefined;
+      try {
+        sock.setLink(op.name, { ...op, ...(fd !== undefined ? { netnsFd: fd } : {}) });
+      } finally {
+        if (fd !== undefined) sys.close(fd);
+      }
+      return null;
+    }
+    case 'linkGet':
+      return sock.getLink(op.name) ?? null;
+    case 'linkList':
+      return sock.listLinks();
+    case 'addrAdd':
+      sock.addAddress(op.name, op.address, op.noDad);
+      return null;
+    case 'addrDel':
+      sock.deleteAddress(op.name, op.address);
+      return null;
+    case 'addrList':
+      return sock.listAddresses(op.name);
+    case 'routeAdd':
+      sock.addRoute(op.route);
+      return null;
+    case 'routeDel':
+      sock.deleteRoute(op.route);
+      return null;
+    case 'routeList':
+      return sock.listRoutes(op.family);
+    case 'fdbAppend':
+      sock.appendFdb(op.dev, op.mac, op.dst);
+      return null;
+    case 'tapAdd': {
+      const create = (): void => createTap(op.tap);
+      if (netns) inNetns(netns, create);
+      else create();
+      sock.setLink(op.tap.name, { ...(op.tap.mtu ? { mtu: op.tap.mtu } : {}), ...(op.tap.mac ? { mac: op.tap.mac } : {}), ...(op.tap.up ? { up: true } : {}) });
+      return null;
+    }
+    case 'sysctlWrite': {
+      if (!/^[a-z0-9_.\-/]+$/i.test(op.key) || op.key.includes('..')) throw new Error(`invalid sysctl key ${op.key}`);
+      const write = (): void => writeFileSync(`/proc/sys/${op.key.replace(/\./g, '/')}`, op.value);
+      if (netns) inNetns(netns, write);
+      else write();
+      return null;
+    }
+  }
+}
+
+function toFailure(e: unknown, op: BatchOp): KernelFailure {
+  if (e instanceof KernelError) return e.failure;
+  const code = (e as NodeJS.ErrnoException).code;
+  return { op: op.op, target: '', errno: 22, errnoName: code ?? 'EINVAL', message: e instanceof Error ? e.message : String(e) };
+}
+
+function runBatch(req: BatchRequest): BatchReply {
+  let sock = hostSocket;
+  try {
+    if (req.netns) sock = inNetns(req.netns, () => RtnlSocket.open());
+  } catch (e) {
+    return { id: req.id, ok: false, index: -1, failure: e instanceof KernelError ? e.failure : toFailure(e, { op: 'linkList' }) };
+  }
+  const results: unknown[] = [];
+  try {
+    for (const [index, op] of req.ops.entries()) {
+      try {
+        results.push(runOp(sock, req.netns, op));
+      } catch (e) {
+        if (e instanceof Error && e.message.startsWith('FATAL')) throw e;
+        const failure = toFailure(e, op);
+        if (op.ignore?.includes(failure.errnoName)) {
+          results.push(null);
+          continue;
+        }
+        return { id: req.id, ok: false, index, failure };
+      }
+    }
+    return { id: req.id, ok: true, results };
+  } finally {
+    if (sock !== hostSocket) sock.close();
+  }
+}
+
+parentPort?.on('message', (req: BatchRequest) => {
+  parentPort?.postMessage(runBatch(req));
+});

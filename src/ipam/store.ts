@@ -1,0 +1,280 @@
+/**
+ * The embedded lease store: one file per reserved address, as host-local keeps them,
+ * `<dir>/<network>/<ip>` holding `<containerId>\n<ifname>\n<address/prefix>\n<gateway>`.
+ *
+ * The files are the truth; an in-memory index loaded at open() makes lookups free.
+ * A lease file is written to a temporary name, fsync'd, then hard-linked to its final name:
+ * link() fails with EEXIST if the address is taken (so two writers, even in two processes,
+ * never get the same address) and a crash can never leave a half-written lease under an
+ * address's name. The directory is fsync'd after every change.
+ */
+import { constants as fsConstants, promises as fs } from 'node:fs';
+import { join } from 'node:path';
+import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from './ip';
+
+export interface Lease {
+  readonly network: string;
+  /** The leased address with the prefix of its subnet, e.g. 10.1.0.7/24. */
+  readonly address: string;
+  readonly gateway?: string;
+  /** Empty for a lease file with no valid owner (empty or corrupt): it blocks its address until released. */
+  readonly containerId: string;
+  readonly ifname: string;
+}
+
+export interface StoredLease {
+  readonly lease: Lease;
+  readonly ip: Ip;
+}
+
+const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
+
+/** Network names become directory names. */
+export const isSafeNetworkName = (name: string): boolean => NETWORK_NAME.test(name) && name !== '.' && name !== '..';
+
+const HINT_PREFIX = 'last_reserved_ip.';
+const TEMP_PREFIX = '.lease-';
+
+const ipKey = (ip: Ip): bigint => (ip.family === 4 ? ip.value : ip.value | (1n << 128n));
+const ownerKey = (containerId: string, ifname: string): string => `${containerId}\n${ifname}`;
+const isErrno = (thrown: unknown, code: string): boolean => (thrown as NodeJS.ErrnoException | null)?.code === code;
+
+class NetworkLeases {
+  readonly byIp = new Map<bigint, StoredLease>();
+  readonly byOwner = new Map<string, Set<bigint>>();
+  readonly hints = new Map<number, Ip>();
+  dirReady = false;
+
+  add(stored: StoredLease): void {
+    const key = ipKey(stored.ip);
+    this.delete(key);
+    this.byIp.set(key, stored);
+    const owner = ownerKey(stored.lease.containerId, stored.lease.ifname);
+    const keys = this.byOwner.get(owner) ?? new Set<bigint>();
+    keys.add(key);
+    this.byOwner.set(owner, keys);
+  }
+
+  delete(key: bigint): void {
+    const stored = this.byIp.get(key);
+    if (stored === undefined) return;
+    this.byIp.delete(key);
+    const owner = ownerKey(stored.lease.containerId, stored.lease.ifname);
+    const keys = this.byOwner.get(owner);
+    keys?.delete(key);
+    if (keys?.size === 0) this.byOwner.delete(owner);
+  }
+}
+
+function leaseFileContent(lease: Lease): string {
+  return `${lease.containerId}\n${lease.ifname}\n${lease.address}\n${lease.gateway ?? ''}\n`;
+}
+
+/** Reads a lease file; the first two lines are host-local's format, the last two are Plexus's additions. */
+function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
+  const [containerId = '', ifname = '', addressText = '', gatewayText = ''] = content.split(/\r?\n/).map((line) => line.trim());
+  const recorded = parseCidr(addressText);
+  const address =
+    recorded !== undefined && recorded.family === ip.family && recorded.value === ip.value
+      ? formatCidr(ip.family, ip.value, recorded.prefix)
+      : formatCidr(ip.family, ip.value, bitsOf(ip.family));
+  const gateway = parseIp(gatewayText);
+  const owned = containerId !== '' && ifname !== '';
+  return {
+    network,
+    address,
+    ...(gateway !== undefined && gateway.family === ip.family ? { gateway: formatIp(gateway.family, gateway.value) } : {}),
+    containerId: owned ? containerId : '',
+    ifname: owned ? ifname : '',
+  };
+}
+
+async function fsyncDir(path: string): Promise<void> {
+  const handle = await fs.open(path, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function processIsAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (thrown) {
+    return !isErrno(thrown, 'ESRCH');
+  }
+}
+
+async function inChunks<T>(items: readonly T[], size: number, task: (item: T) => Promise<void>): Promise<void> {
+  for (let i = 0; i < items.length; i += size) await Promise.all(items.slice(i, i + size).map(task));
+}
+
+let tempCounter = 0;
+
+export class LeaseStore {
+  private readonly networks = new Map<string, NetworkLeases>();
+
+  private constructor(readonly dir: string) {}
+
+  /** Opens (creating it with mode 0700 if missing) the store directory and loads every lease. */
+  static async open(dir: string): Promise<LeaseStore> {
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    const store = new LeaseStore(dir);
+    for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+      if (entry.isDirectory() && isSafeNetworkName(entry.name)) await store.load(entry.name);
+    }
+    return store;
+  }
+
+  private async load(network: string): Promise<void> {
+    const leases = this.of(network);
+    leases.dirReady = true;
+    const path = join(this.dir, network);
+    const names = await fs.readdir(path);
+    await inChunks(names, 64, async (name) => {
+      if (name.startsWith(TEMP_PREFIX)) {
+        // A temporary file left by a writer that died before linking or unlinking it.
+        const pid = Number(name.slice(TEMP_PREFIX.length).split('-')[0]);
+        if (!Number.isInteger(pid) || !processIsAlive(pid)) await fs.rm(join(path, name), { force: true });
+        return;
+      }
+      if (name.startsWith(HINT_PREFIX)) {
+        const set = Number(name.slice(HINT_PREFIX.length));
+        const hint = parseIp((await fs.readFile(join(path, name), 'utf8').catch(() => '')).trim());
+        if (Number.isInteger(set) && hint !== undefined) leases.hints.set(set, hint);
+        return;
+      }
+      const ip = parseIp(name);
+      if (ip === undefined || formatIp(ip.family, ip.value) !== name) return; // not a lease file (e.g. host-local's lock)
+      const content = await fs.readFile(join(path, name), 'utf8').catch((thrown: unknown) => {
+        if (isErrno(thrown, 'ENOENT')) return undefined; // released concurrently by another process
+        throw thrown;
+      });
+      if (content !== undefined) leases.add({ ip, lease: parseLeaseFile(network, ip, content) });
+    });
+  }
+
+  private of(network: string): NetworkLeases {
+    let leases = this.networks.get(network);
+    if (leases === undefined) {
+      leases = new NetworkLeases();
+      this.networks.set(network, leases);
+    }
+    return leases;
+  }
+
+  networkNames(): readonly string[] {
+    return [...this.networks.keys()];
+  }
+
+  holder(network: string, ip: Ip): StoredLease | undefined {
+    return this.networks.get(network)?.byIp.get(ipKey(ip));
+  }
+
+  owned(network: string, containerId: string, ifname: string): readonly StoredLease[] {
+    const leases = this.networks.get(network);
+    const keys = leases?.byOwner.get(ownerKey(containerId, ifname));
+    if (leases === undefined || keys === undefined) return [];
+    return [...keys].flatMap((key) => leases.byIp.get(key) ?? []);
+  }
+
+  all(network?: string): readonly StoredLease[] {
+    const names = network === undefined ? this.networkNames() : [network];
+    return names.flatMap((name) => [...(this.networks.get(name)?.byIp.values() ?? [])]);
+  }
+
+  hint(network: string, set: number): Ip | undefined {
+    return this.networks.get(network)?.hints.get(set);
+  }
+
+  /** Remembers the last address reserved in a range set, for round-robin allocation. A hint only: not fsync'd. */
+  async setHint(network: string, set: number, ip: Ip): Promise<void> {
+    this.of(network).hints.set(set, ip);
+    await fs.writeFile(join(this.dir, network, `${HINT_PREFIX}${set}`), formatIp(ip.family, ip.value), { mode: 0o600 });
+  }
+
+  /**
+   * Durably reserves `ip` for `lease`. Returns undefined when reserved, or the lease that
+   * already holds the address (learned from disk if another process took it). Throws on I/O failure.
+   */
+  async reserve(ip: Ip, lease: Lease): Promise<StoredLease | undefined> {
+    const leases = this.of(lease.network);
+    const path = join(this.dir, lease.network);
+    if (!leases.dirReady) {
+      await fs.mkdir(path, { mode: 0o700 }).catch((thrown: unknown) => {
+        if (!isErrno(thrown, 'EEXIST')) throw thrown;
+      });
+      await fsyncDir(this.dir);
+      leases.dirReady = true;
+    }
+    const name = formatIp(ip.family, ip.value);
+    const temp = join(path, `${TEMP_PREFIX}${process.pid}-${tempCounter++}`);
+    try {
+      const handle = await fs.open(temp, 'wx', 0o600);
+      try {
+        await handle.writeFile(leaseFileContent(lease));
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      try {
+        await fs.link(temp, join(path, name));
+      } catch (thrown) {
+        if (!isErrno(thrown, 'EEXIST')) throw thrown;
+        const existing = { ip, lease: parseLeaseFile(lease.network, ip, await fs.readFile(join(path, name), 'utf8').catch(() => '')) };
+        leases.add(existing);
+        return existing;
+      }
+      await fs.unlink(temp);
+      await fsyncDir(path);
+    } catch (thrown) {
+      await fs.rm(temp, { force: true }).catch(() => undefined);
+      throw thrown;
+    }
+    leases.add({ ip, lease });
+    return undefined;
+  }
+
+  /**
+   * Removes leases, continuing past individual failures. A file that now names another owner
+   * (re-leased by another process) is kept and the index corrected.
+   */
+  async remove(network: string, stored: readonly StoredLease[]): Promise<{ readonly removed: readonly Lease[]; readonly failures: readonly Error[] }> {
+    const leases = this.networks.get(network);
+    if (leases === undefined || stored.length === 0) return { removed: [], failures: [] };
+    const path = join(this.dir, network);
+    const removed: Lease[] = [];
+    const failures: Error[] = [];
+    for (const { ip, lease } of stored) {
+      const file = join(path, formatIp(ip.family, ip.value));
+      try {
+        const content = await fs.readFile(file, 'utf8').catch((thrown: unknown) => {
+          if (isErrno(thrown, 'ENOENT')) return undefined;
+          throw thrown;
+        });
+        if (content !== undefined) {
+          const onDisk = parseLeaseFile(network, ip, content);
+          if (onDisk.containerId !== lease.containerId || onDisk.ifname !== lease.ifname) {
+            leases.add({ ip, lease: onDisk });
+            continue;
+          }
+          await fs.rm(file, { force: true });
+        }
+        leases.delete(ipKey(ip));
+        removed.push(lease);
+      } catch (thrown) {
+        failures.push(thrown instanceof Error ? thrown : new Error(String(thrown)));
+      }
+    }
+    if (removed.length > 0) {
+      try {
+        await fsyncDir(path);
+      } catch (thrown) {
+        failures.push(thrown instanceof Error ? thrown : new Error(String(thrown)));
+      }
+    }
+    return { removed, failures };
+  }
+}

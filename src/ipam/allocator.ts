@@ -7,7 +7,7 @@ import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/erro
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
 import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from './ip';
-import { KeyedMutex } from './mutex';
+import { KeyedMutex } from '../common/keyed-mutex';
 import { type Lease, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
 
 export interface IpamRequest {

@@ -1,8 +1,7 @@
 /**
- * One async lock per key. The allocator reads its in-memory index, picks a free address and
- * awaits the disk; without a lock two allocations for the same network interleave at that
- * await, pick the same address, and the loser pays a wasted EEXIST round trip (or, for a
- * requested IP, a spurious "in use"). Locking per network keeps unrelated networks parallel.
+ * One async lock per key: tasks with the same key run one after another, other keys stay parallel.
+ * Used per network by IPAM (pick-then-write must not interleave), per container by the daemon
+ * (CNI calls for one container are serialized) and per bridge by the bridge driver.
  */
 export class KeyedMutex {
   private readonly tails = new Map<string, Promise<void>>();

@@ -1,0 +1,142 @@
+/**
+ * The edge of the daemon: a forwarded CNI call (environment + stdin) validated once into a typed request.
+ * Anything malformed ends here as a CNI error with the spec's code and a message that says what to fix.
+ */
+import { z } from 'zod';
+import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
+import { CniCode, CniError, Result, err, ok } from './errors';
+import { AttachmentKey, CniCommand, CNI_COMMANDS } from './types';
+import { compareVersions, CniVersion, LATEST_VERSION, requireVersion } from './version';
+
+/** What plexus-cni sends: the CNI environment and the stdin bytes. */
+export const ForwardedCallSchema = z.object({
+  env: z.record(z.string(), z.string()),
+  stdin: z.string(),
+});
+export type ForwardedCall = z.infer<typeof ForwardedCallSchema>;
+
+/** The top level of a plugin configuration; plugin-specific keys stay in `raw`. */
+const PluginConfigSchema = z
+  .object({
+    cniVersion: z.string().optional(),
+    name: z.string().optional(),
+    type: z.string().optional(),
+    runtimeConfig: z.record(z.string(), z.unknown()).optional(),
+    capabilities: z.record(z.string(), z.boolean()).optional(),
+    args: z.record(z.string(), z.unknown()).optional(),
+    prevResult: z.record(z.string(), z.unknown()).optional(),
+  })
+  .passthrough();
+
+export interface CniRequestBase {
+  readonly version: CniVersion;
+  /** The network configuration exactly as received. */
+  readonly rawConfig: string;
+  readonly config: Readonly<Record<string, unknown>>;
+  readonly networkName: string;
+  readonly runtimeConfig: RuntimeConfig;
+}
+
+export type CniRequest =
+  | (CniRequestBase & { readonly command: 'ADD' | 'CHECK'; readonly containerId: string; readonly netns: string; readonly ifname: string; readonly args: CniArgs })
+  | (CniRequestBase & { readonly command: 'DEL'; readonly containerId: string; readonly netns: string; readonly ifname: string; readonly args: CniArgs })
+  | (CniRequestBase & { readonly command: 'GC'; readonly validAttachments: readonly AttachmentKey[] })
+  | (CniRequestBase & { readonly command: 'STATUS' })
+  | (CniRequestBase & { readonly command: 'VERSION' });
+
+const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+
+/** Validates an interface name as the kernel and the CNI spec require. */
+export function validateIfname(name: string, what = 'CNI_IFNAME'): Result<string> {
+  if (name === '') return err(new CniError(CniCode.InvalidEnvironment, `${what} is empty`));
+  if (Buffer.byteLength(name) > 15) return err(new CniError(CniCode.InvalidEnvironment, `${what} "${name}" is longer than 15 bytes`));
+  if (name === '.' || name === '..' || /[/:\s]/.test(name)) return err(new CniError(CniCode.InvalidEnvironment, `${what} "${name}" may not be "." or ".." nor contain "/", ":" or whitespace`));
+  return ok(name);
+}
+
+const needEnv = (env: Record<string, string>, key: string, command: string): Result<string> => {
+  const v = env[key];
+  if (v === undefined || v === '') return err(new CniError(CniCode.InvalidEnvironment, `${key} is required for ${command} but is not set`));
+  return ok(v);
+};
+
+/** The version to answer errors in when the request may be too broken to know it. */
+export function bestEffortVersion(stdin: string): string {
+  try {
+    const v = (JSON.parse(stdin) as { cniVersion?: unknown }).cniVersion;
+    return typeof v === 'string' && v ? v : LATEST_VERSION;
+  } catch {
+    return LATEST_VERSION;
+  }
+}
+
+export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
+  const { env, stdin } = call;
+  const command = env.CNI_COMMAND;
+  if (command === undefined || command === '') return err(new CniError(CniCode.InvalidEnvironment, 'CNI_COMMAND is not set'));
+  if (!(CNI_COMMANDS as readonly string[]).includes(command)) {
+    return err(new CniError(CniCode.InvalidEnvironment, `CNI_COMMAND "${command}" is not one of ${CNI_COMMANDS.join(', ')}`));
+  }
+  const cmd = command as CniCommand;
+
+  let json: unknown;
+  try {
+    json = JSON.parse(stdin);
+  } catch (e) {
+    if (cmd === 'VERSION' && stdin.trim() === '') json = {};
+    else return err(new CniError(CniCode.DecodeFailure, 'network configuration on stdin is not valid JSON', (e as Error).message));
+  }
+  const parsed = PluginConfigSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    return err(new CniError(CniCode.InvalidNetworkConfig, `network configuration: ${issue ? `${issue.path.join('.') || '(top level)'}: ${issue.message}` : 'invalid'}`));
+  }
+  const config = parsed.data;
+
+  if (cmd === 'VERSION') {
+    const v = config.cniVersion && requireVersion(config.cniVersion).ok ? (config.cniVersion as CniVersion) : LATEST_VERSION;
+    return ok({ command: 'VERSION', version: v, rawConfig: stdin, config, networkName: config.name ?? '', runtimeConfig: new RuntimeConfig({}) });
+  }
+
+  const version = requireVersion(config.cniVersion);
+  if (!version.ok) return version;
+  if (!config.name) return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no "name"'));
+  if (!config.type) return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no "type"'));
+  const minimum: Partial<Record<CniCommand, string>> = { CHECK: '0.4.0', STATUS: '1.1.0', GC: '1.1.0' };
+  const min = minimum[cmd];
+  if (min && compareVersions(version.value, min) < 0) {
+    return err(new CniError(CniCode.IncompatibleVersion, `${cmd} needs CNI version ${min} or later, the configuration says ${version.value}`));
+  }
+  const base: CniRequestBase = {
+    version: version.value,
+    rawConfig: stdin,
+    config,
+    networkName: config.name,
+    runtimeConfig: new RuntimeConfig(config.runtimeConfig ?? {}),
+  };
+
+  if (cmd === 'STATUS') return ok({ ...base, command: 'STATUS' });
+  if (cmd === 'GC') {
+    const list = config['cni.dev/valid-attachments'] ?? config['cni.dev/attachments'] ?? [];
+    const attachments = z.array(z.object({ containerID: z.string(), ifname: z.string() }).passthrough()).safeParse(list);
+    if (!attachments.success) return err(new CniError(CniCode.InvalidNetworkConfig, 'GC: cni.dev/valid-attachments must be a list of {containerID, ifname}'));
+    return ok({ ...base, command: 'GC', validAttachments: attachments.data.map((a) => ({ containerId: a.containerID, ifname: a.ifname })) });
+  }
+
+  const containerId = needEnv(env, 'CNI_CONTAINERID', cmd);
+  if (!containerId.ok) return containerId;
+  if (!CONTAINER_ID_RE.test(containerId.value)) {
+    return err(new CniError(CniCode.InvalidEnvironment, `CNI_CONTAINERID "${containerId.value}" has invalid characters (allowed: letters, digits, "_", ".", "-", starting with a letter or digit)`));
+  }
+  const ifnameRaw = needEnv(env, 'CNI_IFNAME', cmd);
+  if (!ifnameRaw.ok) return ifnameRaw;
+  const ifname = validateIfname(ifnameRaw.value);
+  if (!ifname.ok) return ifname;
+  const args = parseCniArgs(env.CNI_ARGS);
+  if (!args.ok) return args;
+  if (cmd === 'DEL') return ok({ ...base, command: 'DEL', containerId: containerId.value, netns: env.CNI_NETNS ?? '', ifname: ifname.value, args: args.value });
+  const netns = needEnv(env, 'CNI_NETNS', cmd);
+  if (!netns.ok) return netns;
+  if (!netns.value.startsWith('/')) return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS "${netns.value}" is not an absolute path`));
+  return ok({ ...base, command: cmd, containerId: containerId.value, netns: netns.value, ifname: ifname.value, args: args.value });
+}

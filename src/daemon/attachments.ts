@@ -1,0 +1,262 @@
+/**
+ * The attachment engine: ADD, DEL, CHECK and GC as journaled transactions. Calls for one container are
+ * serialized; every change is recorded (as the step that undoes it) before it is made, so a failed ADD,
+ * a DEL, GC and crash recovery all undo from the journal alone.
+ */
+import { stat } from 'node:fs/promises';
+import { performance } from 'node:perf_hooks';
+import type { Logger } from 'pino';
+import { KeyedMutex } from '../common/keyed-mutex';
+import type { CniRequest } from '../cni/request';
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import type { CniResult } from '../cni/types';
+import type { PodIdentity } from '../drivers/driver';
+import type { DriverRegistry } from '../drivers/registry';
+import { describeUndo, runUndo } from '../drivers/undo';
+import type { Ipam } from '../ipam';
+import type { Kernel } from '../kernel/kernel';
+import type { NetworkDirectory } from '../networks/directory';
+import { AttachmentRecord, Journal } from './journal';
+
+type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
+type GcRequest = Extract<CniRequest, { command: 'GC' }>;
+
+export interface NetworkRef {
+  readonly namespace: string;
+  readonly name: string;
+}
+
+export function parseNetworkRef(text: string, defaultNamespace = 'default'): Result<NetworkRef> {
+  const parts = text.split('/');
+  const [a, b] = parts;
+  if (parts.length > 2 || !a || (parts.length === 2 && !b)) return err(new CniError(CniCode.InvalidNetworkConfig, `"${text}" is not a network reference ([namespace/]name)`));
+  return ok(b ? { namespace: a, name: b } : { namespace: defaultNamespace, name: a });
+}
+
+export interface EngineOptions {
+  readonly defaultNetwork?: string;
+  readonly hostLinkGroup?: number;
+}
+
+export class AttachmentEngine {
+  private readonly containerLocks = new KeyedMutex();
+
+  constructor(
+    private readonly kernel: Kernel,
+    private readonly ipam: Ipam,
+    readonly journal: Journal,
+    private readonly networks: NetworkDirectory,
+    private readonly drivers: DriverRegistry,
+    private readonly options: EngineOptions,
+    private readonly log: Logger,
+  ) {}
+
+  add(req: AttachRequest): Promise<Result<CniResult>> {
+    return this.containerLocks.run(req.containerId, () => this.addLocked(req));
+  }
+
+  private async addLocked(req: AttachRequest): Promise<Result<CniResult>> {
+    const existing = await this.journal.load(req.containerId, req.ifname);
+    if (existing?.result && !existing.deleting) {
+      // A retried ADD (e.g. after a lost reply) gets the same answer; a clash with another netns is an error.
+      if (existing.meta.netns === req.netns) return ok(existing.result);
+      return err(new CniError(CniCode.InvalidEnvironment, `container ${req.containerId} already has ${req.ifname} attached in ${existing.meta.netns}`, 'DEL it before adding it again'));
+    }
+    if (existing) {
+      const cleaned = await this.undoRecord(existing);
+      if (!cleaned.ok) return err(new CniError(CniCode.TryAgainLater, `leftovers of an earlier ADD of ${req.containerId}/${req.ifname} could not be removed`, cleaned.error.message));
+    }
+
+    // Validate everything before touching anything: a bad request leaves nothing behind.
+    const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : this.options.defaultNetwork;
+    if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
+    const ref = parseNetworkRef(refText);
+    if (!ref.ok) return ref;
+    const network = this.networks.get(ref.value.namespace, ref.value.name);
+    if (!network.ok) return network;
+    const [plugin, ...chained] = network.value.plugins;
+    if (!plugin) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} has no plugins`));
+    if (chained.length) {
+      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} chains ${network.value.plugins.length} plugins (${network.value.plugins.map((p) => p.type).join(', ')}); chaining needs delegation, which is not available yet`));
+    }
+    const driver = this.drivers.get(plugin.type);
+    if (!driver) {
+      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} uses plugin type "${plugin.type}", which Plexus does not run natively`, `native types: ${this.drivers.types().join(', ')}`));
+    }
+    const valid = driver.validate(plugin);
+    if (!valid.ok) return valid;
+    const ips = requestedIps(req);
+    if (!ips.ok) return ips;
+    const mac = requestedMac(req);
+    if (!mac.ok) return mac;
+    try {
+      await stat(req.netns);
+    } catch (e) {
+      return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${req.netns} does not exist`, (e as Error).message));
+    }
+
+    const pod: PodIdentity = {
+      ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
+      ...(req.args.podName ? { name: req.args.podName } : {}),
+      ...(req.args.podUid ? { uid: req.args.podUid } : {}),
+    };
+    const entry = await this.journal.begin({
+      containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod, cniNetwork: req.networkName,
+      networks: [network.value.key], startedAt: new Date().toISOString(),
+    });
+    let closed = false;
+    const close = async (): Promise<void> => {
+      if (!closed) await entry.close();
+      closed = true;
+    };
+    try {
+      const started = performance.now();
+      const attached = await driver.attach(
+        { containerId: req.containerId, netns: req.netns, ifname: req.ifname, pod, network: network.value, plugin, ips: ips.value, ...(mac.value ? { mac: mac.value } : {}), runtimeConfig: req.runtimeConfig },
+        { kernel: this.kernel, ipam: this.ipam, record: (step) => entry.record(step), ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}) },
+      );
+      if (!attached.ok) {
+        await entry.event(`attach ${network.value.key} as ${req.ifname} failed: ${attached.error.message}`, performance.now() - started);
+        await close();
+        return err(await this.rollback(req, attached.error.withContext(`attaching network ${network.value.key} as ${req.ifname}`)));
+      }
+      await entry.event(`attach ${network.value.key} as ${req.ifname} (${driver.type})`, performance.now() - started);
+      await entry.commit(attached.value, req.version);
+      await close();
+      return ok(attached.value);
+    } catch (e) {
+      await close().catch(() => undefined);
+      const cause = e instanceof CniError ? e : new CniError(CniCode.Internal, `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`, (e as Error).stack ?? '');
+      return err(await this.rollback(req, cause));
+    }
+  }
+
+  /** Undoes a failed ADD; the error says what failed and, if anything could not be undone, what remains. */
+  private async rollback(req: AttachRequest, cause: CniError): Promise<CniError> {
+    const record = await this.journal.load(req.containerId, req.ifname);
+    if (!record) return cause;
+    const undone = await this.undoRecord(record);
+    if (undone.ok) return cause;
+    this.log.error({ containerId: req.containerId, ifname: req.ifname, err: undone.error.message }, 'rollback incomplete; recovery will retry');
+    return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}rollback incomplete (will be retried): ${undone.error.message}`);
+  }
+
+  /** Undoes every recorded step in reverse order, continuing past failures; removes the record when all succeeded. */
+  async undoRecord(record: AttachmentRecord): Promise<Result<void>> {
+    const { containerId, ifname } = record.meta;
+    if (!record.deleting) {
+      const entry = await this.journal.reopen(containerId, ifname);
+      try {
+        await entry.markDeleting();
+      } finally {
+        await entry.close();
+      }
+    }
+    const failures: string[] = [];
+    for (const step of [...record.undo].reverse()) {
+      const r = await runUndo(step, this.kernel, this.ipam);
+      if (!r.ok) failures.push(`${describeUndo(step)}: ${r.error.message}`);
+    }
+    if (failures.length) return err(new CniError(CniCode.Internal, `could not undo ${failures.length} step(s) of ${containerId}/${ifname}: ${failures.join('; ')}`));
+    await this.journal.remove(containerId, ifname);
+    return ok(undefined);
+  }
+
+  del(req: AttachRequest): Promise<Result<void>> {
+    return this.containerLocks.run(req.containerId, async () => {
+      const record = await this.journal.load(req.containerId, req.ifname);
+      if (!record) {
+        if (req.args.podNamespace && req.args.podName) {
+          const current = (await this.journal.list()).find((r) => r.meta.pod.namespace === req.args.podNamespace && r.meta.pod.name === req.args.podName && r.meta.ifname === req.ifname);
+          if (current) this.log.info({ staleContainerId: req.containerId, currentContainerId: current.meta.containerId, pod: `${req.args.podNamespace}/${req.args.podName}` }, 'stale DEL ignored: the pod is attached under another container ID');
+        }
+        return ok(undefined); // DEL of what does not exist succeeds (CNI spec)
+      }
+      return this.undoRecord(record);
+    });
+  }
+
+  check(req: AttachRequest): Promise<Result<void>> {
+    return this.containerLocks.run(req.containerId, async () => {
+      const record = await this.journal.load(req.containerId, req.ifname);
+      if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${req.ifname} is known for container ${req.containerId}`));
+      return this.verify(record.result, req.netns);
+    });
+  }
+
+  /** CHECK: every recorded interface, address and route is still there. */
+  private async verify(result: CniResult, netns: string): Promise<Result<void>> {
+    const problems: string[] = [];
+    const sandboxes = [...new Set(result.interfaces.flatMap((i) => (i.sandbox ? [i.sandbox] : [])))];
+    const hostNames = result.interfaces.filter((i) => !i.sandbox).map((i) => i.name);
+    const inspect = async (ns: string | undefined): Promise<{ links: { name: string; index: number; mac?: string }[]; addrs: { index: number; address: string }[]; routes: { dst: string; gw?: string }[] } | string> => {
+      const r = await this.kernel.batch(ns, [{ op: 'linkList' }, { op: 'addrList' }, { op: 'routeList' }]);
+      if (!r.ok) return r.error.message;
+      return { links: r.value[0] as never, addrs: r.value[1] as never, routes: r.value[2] as never };
+    };
+    if (sandboxes.some((s) => s !== netns)) problems.push(`the attachment was made in ${sandboxes.join(', ')}, CHECK asks about ${netns}`);
+    const pod = await inspect(netns);
+    if (typeof pod === 'string') return err(new CniError(CniCode.Internal, `CHECK: cannot inspect ${netns}: ${pod}`));
+    for (const [i, iface] of result.interfaces.entries()) {
+      if (!iface.sandbox) continue;
+      const link = pod.links.find((l) => l.name === iface.name);
+      if (!link) {
+        problems.push(`interface ${iface.name} is missing in ${netns}`);
+        continue;
+      }
+      if (iface.mac && link.mac !== iface.mac) problems.push(`interface ${iface.name} has MAC ${link.mac}, expected ${iface.mac}`);
+      for (const ip of result.ips.filter((x) => x.interface === i)) {
+        if (!pod.addrs.some((a) => a.index === link.index && a.address === ip.address)) problems.push(`address ${ip.address} is missing on ${iface.name}`);
+      }
+    }
+    for (const route of result.routes) {
+      if (!pod.routes.some((r) => r.dst === route.dst && (route.gw === undefined || r.gw === route.gw))) problems.push(`route ${route.dst}${route.gw ? ` via ${route.gw}` : ''} is missing in ${netns}`);
+    }
+    if (hostNames.length) {
+      const host = await inspect(undefined);
+      if (typeof host === 'string') return err(new CniError(CniCode.Internal, `CHECK: cannot inspect the host: ${host}`));
+      for (const name of hostNames) if (!host.links.some((l) => l.name === name)) problems.push(`host interface ${name} is missing`);
+    }
+    return problems.length ? err(new CniError(CniCode.Internal, `CHECK failed: ${problems.join('; ')}`, problems.join('\n'))) : ok(undefined);
+  }
+
+  /** GC: removes every attachment of this runtime network that the runtime no longer lists, then orphaned leases. */
+  async gc(req: GcRequest): Promise<Result<void>> {
+    const valid = new Set(req.validAttachments.map((a) => `${a.containerId}\u0000${a.ifname}`));
+    const failures: string[] = [];
+    for (const record of await this.journal.list()) {
+      if (record.meta.cniNetwork !== req.networkName || valid.has(`${record.meta.containerId}\u0000${record.meta.ifname}`)) continue;
+      const r = await this.containerLocks.run(record.meta.containerId, async () => {
+        const fresh = await this.journal.load(record.meta.containerId, record.meta.ifname);
+        return fresh ? this.undoRecord(fresh) : ok(undefined);
+      });
+      if (r.ok) this.log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname }, 'GC removed a stale attachment');
+      else failures.push(r.error.message);
+    }
+    const released = await this.releaseOrphanedLeases();
+    if (released) this.log.info({ released }, 'GC released leases without an attachment');
+    return failures.length ? err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; '))) : ok(undefined);
+  }
+
+  /** A lease exists only after its attachment's record was begun, so a lease without a record is garbage. */
+  async releaseOrphanedLeases(): Promise<number> {
+    return (await this.ipam.releaseUnless((lease) => lease.containerId !== '' && this.journal.has(lease.containerId, lease.ifname))).length;
+  }
+}
+
+function requestedIps(req: AttachRequest): Result<string[]> {
+  const fromRuntime = req.runtimeConfig.get('ips');
+  if (fromRuntime !== undefined && (!Array.isArray(fromRuntime) || !fromRuntime.every((x) => typeof x === 'string'))) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, 'runtimeConfig.ips must be a list of IP addresses'));
+  }
+  return ok([...req.args.ips, ...((fromRuntime as string[] | undefined) ?? [])]);
+}
+
+function requestedMac(req: AttachRequest): Result<string | undefined> {
+  const fromRuntime = req.runtimeConfig.get('mac');
+  if (fromRuntime !== undefined && (typeof fromRuntime !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(fromRuntime))) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac "${String(fromRuntime)}" is not a MAC address`));
+  }
+  const mac = req.args.mac ?? (fromRuntime as string | undefined);
+  return ok(mac?.toLowerCase());
+}

@@ -1,0 +1,58 @@
+/** Turns one forwarded CNI call into what plexus-cni prints (stdout bytes) and its exit code. */
+import type { Logger } from 'pino';
+import { CniCode, CniError } from '../cni/errors';
+import { bestEffortVersion, ForwardedCall, parseCniRequest } from '../cni/request';
+import { convertResult, SUPPORTED_VERSIONS } from '../cni/version';
+import type { AttachmentEngine } from './attachments';
+
+export interface CniReply {
+  readonly exitCode: number;
+  readonly stdout: string;
+}
+
+export const errorReply = (cniVersion: string, e: CniError): CniReply => ({
+  exitCode: 1,
+  stdout: `${JSON.stringify({ cniVersion, ...e.toJSON() })}\n`,
+});
+
+export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngine, log: Logger): Promise<CniReply> {
+  const parsed = parseCniRequest(call);
+  if (!parsed.ok) {
+    log.warn({ command: call.env.CNI_COMMAND, containerId: call.env.CNI_CONTAINERID, code: parsed.error.code, msg: parsed.error.message }, 'rejected CNI call');
+    return errorReply(bestEffortVersion(call.stdin), parsed.error);
+  }
+  const req = parsed.value;
+  const fail = (e: CniError): CniReply => {
+    log.warn({ command: req.command, ...('containerId' in req ? { containerId: req.containerId, ifname: req.ifname } : {}), code: e.code, msg: e.message, details: e.details }, 'CNI call failed');
+    return errorReply(req.version, e);
+  };
+  switch (req.command) {
+    case 'VERSION':
+      return { exitCode: 0, stdout: `${JSON.stringify({ cniVersion: req.version, supportedVersions: SUPPORTED_VERSIONS })}\n` };
+    case 'STATUS':
+      return { exitCode: 0, stdout: '' };
+    case 'ADD': {
+      const r = await engine.add(req);
+      if (!r.ok) return fail(r.error);
+      log.info({ containerId: req.containerId, ifname: req.ifname, ips: r.value.ips.map((i) => i.address) }, 'ADD');
+      return { exitCode: 0, stdout: `${JSON.stringify(convertResult(r.value, req.version))}\n` };
+    }
+    case 'DEL': {
+      const r = await engine.del(req);
+      if (!r.ok) return fail(r.error);
+      log.info({ containerId: req.containerId, ifname: req.ifname }, 'DEL');
+      return { exitCode: 0, stdout: '' };
+    }
+    case 'CHECK': {
+      const r = await engine.check(req);
+      return r.ok ? { exitCode: 0, stdout: '' } : fail(r.error);
+    }
+    case 'GC': {
+      const r = await engine.gc(req);
+      return r.ok ? { exitCode: 0, stdout: '' } : fail(r.error);
+    }
+  }
+}
+
+export const internalErrorReply = (stdin: string, e: unknown): CniReply =>
+  errorReply(bestEffortVersion(stdin), e instanceof CniError ? e : new CniError(CniCode.Internal, `plexusd failed: ${(e as Error)?.message ?? String(e)}`));

@@ -1,0 +1,91 @@
+/**
+ * plexusd configuration: command-line flags, optionally a config file (YAML or JSON, same keys in camelCase).
+ * Flags win over the file. Everything is validated here once; the rest of the daemon trusts the types.
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+export const DaemonConfigSchema = z
+  .object({
+    socket: z.string().startsWith('/', 'must be an absolute path').default('/run/plexus/plexus.sock'),
+    stateDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/plexus'),
+    networksDir: z.string().startsWith('/', 'must be an absolute path').default('/etc/plexus/networks.d'),
+    defaultNetwork: z.string().min(1).optional(),
+    cniBinDir: z.string().startsWith('/', 'must be an absolute path').default('/opt/cni/bin'),
+    maxConcurrent: int(1, 1024).default(16),
+    maxQueued: int(0, 100000).default(1024),
+    journalSync: bool.default(true),
+    hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
+    spoolScanSeconds: z.coerce.number().min(0.1).max(3600).default(5),
+    logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
+  })
+  .strict();
+export type DaemonConfig = z.infer<typeof DaemonConfigSchema>;
+
+const FLAGS: Record<string, keyof DaemonConfig> = {
+  '--socket': 'socket',
+  '--state-dir': 'stateDir',
+  '--networks-dir': 'networksDir',
+  '--default-network': 'defaultNetwork',
+  '--cni-bin-dir': 'cniBinDir',
+  '--max-concurrent': 'maxConcurrent',
+  '--max-queued': 'maxQueued',
+  '--journal-sync': 'journalSync',
+  '--host-link-group': 'hostLinkGroup',
+  '--spool-scan-seconds': 'spoolScanSeconds',
+  '--log-level': 'logLevel',
+};
+
+export const USAGE = `usage: plexusd [--config FILE] [flags]
+  --socket PATH             unix socket plexus-cni talks to (default /run/plexus/plexus.sock)
+  --state-dir DIR           journal and IPAM leases (default /var/lib/plexus)
+  --networks-dir DIR        NetworkAttachmentDefinition files, YAML or JSON (default /etc/plexus/networks.d)
+  --default-network REF     [namespace/]name of the network every pod gets as eth0 (namespace defaults to "default")
+  --cni-bin-dir DIR         where delegated CNI plugins live (default /opt/cni/bin)
+  --max-concurrent N        CNI calls handled at once (default 16)
+  --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
+  --journal-sync BOOL       fsync each journal step (default true)
+  --host-link-group N       put host-side links in this link group
+  --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
+  --log-level LEVEL         silent, error, warn, info, debug (default info)
+  --config FILE             read the same settings (camelCase keys) from a YAML/JSON file
+  --help                    this text`;
+
+export type ConfigOutcome = { kind: 'config'; config: DaemonConfig } | { kind: 'help' } | { kind: 'error'; message: string };
+
+export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
+  const fromFlags: Record<string, string> = {};
+  let file: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] ?? '';
+    if (arg === '--help' || arg === '-h') return { kind: 'help' };
+    const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    const value = inline ?? argv[++i];
+    if (value === undefined) return { kind: 'error', message: `${flag} needs a value` };
+    if (flag === '--config') file = value;
+    else if (flag in FLAGS) fromFlags[FLAGS[flag]!] = value;
+    else return { kind: 'error', message: `unknown flag ${flag}` };
+  }
+  let fromFile: Record<string, unknown> = {};
+  if (file) {
+    try {
+      const parsed = parseYaml(readFileSync(file, 'utf8')) as unknown;
+      if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) return { kind: 'error', message: `${file}: must be a mapping of settings` };
+      fromFile = (parsed ?? {}) as Record<string, unknown>;
+    } catch (e) {
+      return { kind: 'error', message: `cannot read config file ${file}: ${(e as Error).message}` };
+    }
+  }
+  const r = DaemonConfigSchema.safeParse({ ...fromFile, ...fromFlags });
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    const key = issue?.path.join('.') ?? '';
+    const flag = Object.entries(FLAGS).find(([, k]) => k === key)?.[0];
+    return { kind: 'error', message: `invalid setting ${flag ?? key}${flag ? ` (${key})` : ''}: ${issue?.message ?? 'invalid'}` };
+  }
+  return { kind: 'config', config: r.data };
+}

@@ -1,0 +1,181 @@
+/**
+ * The attachment journal: one append-only file per attachment (container ID + interface name). Each undo step
+ * is appended and synced before the driver makes the change it undoes, so after any crash the daemon knows
+ * exactly what may exist. A record is committed with the result, marked when deletion starts, and removed
+ * when everything it recorded has been undone.
+ */
+import { mkdir, open, readdir, readFile, rm, FileHandle } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { CniResult } from '../cni/types';
+import type { PodIdentity, UndoStep } from '../drivers/driver';
+
+export interface AttachmentMeta {
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly netns: string;
+  readonly pod: PodIdentity;
+  /** The CNI network name the runtime used (GC is per runtime network). */
+  readonly cniNetwork: string;
+  /** The network definitions attached, by key ("namespace/name"). */
+  readonly networks: readonly string[];
+  readonly startedAt: string;
+}
+
+export interface TimedEvent {
+  readonly at: string;
+  readonly what: string;
+  readonly ms?: number;
+}
+
+export interface AttachmentRecord {
+  readonly meta: AttachmentMeta;
+  readonly undo: readonly UndoStep[];
+  readonly events: readonly TimedEvent[];
+  readonly result?: CniResult;
+  readonly cniVersion?: string;
+  readonly deleting: boolean;
+}
+
+type Line =
+  | { t: 'begin'; meta: AttachmentMeta }
+  | { t: 'undo'; step: UndoStep; at: string }
+  | { t: 'event'; what: string; ms?: number; at: string }
+  | { t: 'committed'; result: CniResult; cniVersion: string; at: string }
+  | { t: 'deleting'; at: string };
+
+const fileName = (containerId: string, ifname: string): string => `${containerId}__${encodeURIComponent(ifname)}.jsonl`;
+
+/** Replays a record's lines; a torn last line (crash mid-write) is ignored. */
+export function parseRecord(text: string): AttachmentRecord | undefined {
+  let meta: AttachmentMeta | undefined;
+  const undo: UndoStep[] = [];
+  const events: TimedEvent[] = [];
+  let result: CniResult | undefined;
+  let cniVersion: string | undefined;
+  let deleting = false;
+  for (const raw of text.split('\n')) {
+    if (!raw) continue;
+    let line: Line;
+    try {
+      line = JSON.parse(raw) as Line;
+    } catch {
+      continue;
+    }
+    switch (line.t) {
+      case 'begin':
+        meta = line.meta;
+        events.push({ at: line.meta.startedAt, what: 'begin' });
+        break;
+      case 'undo':
+        undo.push(line.step);
+        break;
+      case 'event':
+        events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
+        break;
+      case 'committed':
+        result = line.result;
+        cniVersion = line.cniVersion;
+        events.push({ at: line.at, what: 'committed' });
+        break;
+      case 'deleting':
+        deleting = true;
+        events.push({ at: line.at, what: 'deleting' });
+        break;
+    }
+  }
+  return meta ? { meta, undo, events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), deleting } : undefined;
+}
+
+/** An open record being written by one transaction. */
+export class JournalEntry {
+  constructor(
+    private readonly handle: FileHandle,
+    private readonly sync: boolean,
+  ) {}
+
+  private async append(line: Line, durable = true): Promise<void> {
+    await this.handle.write(`${JSON.stringify(line)}\n`);
+    if (durable && this.sync) await this.handle.datasync();
+  }
+
+  record(step: UndoStep): Promise<void> {
+    return this.append({ t: 'undo', step, at: new Date().toISOString() });
+  }
+
+  event(what: string, ms?: number): Promise<void> {
+    // Timings are informational: the next durable line syncs them along.
+    return this.append({ t: 'event', what, ...(ms !== undefined ? { ms: Math.round(ms * 1000) / 1000 } : {}), at: new Date().toISOString() }, false);
+  }
+
+  commit(result: CniResult, cniVersion: string): Promise<void> {
+    return this.append({ t: 'committed', result, cniVersion, at: new Date().toISOString() });
+  }
+
+  markDeleting(): Promise<void> {
+    return this.append({ t: 'deleting', at: new Date().toISOString() });
+  }
+
+  close(): Promise<void> {
+    return this.handle.close();
+  }
+}
+
+export class Journal {
+  private constructor(
+    readonly dir: string,
+    private readonly sync: boolean,
+  ) {}
+
+  static async open(dir: string, sync: boolean): Promise<Journal> {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    return new Journal(dir, sync);
+  }
+
+  /** Starts a new record; fails if one exists for the same attachment (callers check first). */
+  async begin(meta: AttachmentMeta): Promise<JournalEntry> {
+    const handle = await open(join(this.dir, fileName(meta.containerId, meta.ifname)), 'wx', 0o600);
+    const entry = new JournalEntry(handle, this.sync);
+    await handle.write(`${JSON.stringify({ t: 'begin', meta } satisfies Line)}\n`);
+    if (this.sync) await handle.datasync();
+    return entry;
+  }
+
+  /** Reopens an existing record to append to it (deletion, recovery). */
+  async reopen(containerId: string, ifname: string): Promise<JournalEntry> {
+    return new JournalEntry(await open(join(this.dir, fileName(containerId, ifname)), 'a', 0o600), this.sync);
+  }
+
+  async load(containerId: string, ifname: string): Promise<AttachmentRecord | undefined> {
+    try {
+      return parseRecord(await readFile(join(this.dir, fileName(containerId, ifname)), 'utf8'));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw e;
+    }
+  }
+
+  async list(): Promise<AttachmentRecord[]> {
+    const out: AttachmentRecord[] = [];
+    for (const name of (await readdir(this.dir)).filter((n) => n.endsWith('.jsonl')).sort()) {
+      try {
+        const rec = parseRecord(await readFile(join(this.dir, name), 'utf8'));
+        if (rec) out.push(rec);
+        // A file without even a begin line was created by a crash between open and the first write: drop it.
+        else await rm(join(this.dir, name), { force: true });
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      }
+    }
+    return out;
+  }
+
+  /** Whether a record exists right now (synchronous, for IPAM's keep-callback during GC). */
+  has(containerId: string, ifname: string): boolean {
+    return existsSync(join(this.dir, fileName(containerId, ifname)));
+  }
+
+  async remove(containerId: string, ifname: string): Promise<void> {
+    await rm(join(this.dir, fileName(containerId, ifname)), { force: true });
+  }
+}

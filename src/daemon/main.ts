@@ -1,0 +1,78 @@
+/** plexusd: the Plexus node daemon. */
+import { join, dirname } from 'node:path';
+import pino from 'pino';
+import { DriverRegistry } from '../drivers/registry';
+import { Ipam } from '../ipam';
+import { Kernel } from '../kernel/kernel';
+import { NetworkDirectory } from '../networks/directory';
+import { AttachmentEngine } from './attachments';
+import { loadDaemonConfig, USAGE } from './config';
+import { Journal } from './journal';
+import { recover, replaySpooledDels } from './recovery';
+import { DaemonServer } from './server';
+
+async function main(): Promise<number> {
+  const outcome = loadDaemonConfig(process.argv.slice(2));
+  if (outcome.kind === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (outcome.kind === 'error') {
+    process.stderr.write(`plexusd: ${outcome.message}\n${USAGE}\n`);
+    return 2;
+  }
+  const config = outcome.config;
+  const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
+
+  const kernel = new Kernel();
+  const ipam = await Ipam.open(join(config.stateDir, 'ipam'));
+  const journal = await Journal.open(join(config.stateDir, 'journal'), config.journalSync);
+  const networks = new NetworkDirectory(config.networksDir);
+  const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
+    ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
+    ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+  }, log);
+  const state = { ready: false };
+  const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued }, engine, state, log);
+
+  // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
+  await server.listen();
+  const spoolDir = join(dirname(config.socket), 'pending-del');
+  const report = await recover(spoolDir, engine, log);
+  state.ready = true;
+  log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
+
+  // DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart.
+  let scanning = false;
+  const spoolTimer = setInterval(() => {
+    if (scanning) return;
+    scanning = true;
+    replaySpooledDels(spoolDir, engine, log)
+      .catch((e: unknown) => log.error({ err: e }, 'spool scan failed'))
+      .finally(() => {
+        scanning = false;
+      });
+  }, config.spoolScanSeconds * 1000);
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => {
+      log.info({ signal }, 'stopping');
+      resolve();
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  clearInterval(spoolTimer);
+  state.ready = false;
+  await server.close();
+  await kernel.close();
+  return 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    process.stderr.write(`plexusd: fatal: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  },
+);

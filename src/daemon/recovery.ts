@@ -1,0 +1,81 @@
+/**
+ * Start-up reconciliation, before the daemon serves: replay DELs that plexus-cni spooled while the daemon was
+ * away, undo every ADD or DEL a crash left half done, and release leases that no attachment owns.
+ */
+import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
+import type { AttachmentEngine } from './attachments';
+
+export interface RecoveryReport {
+  readonly spooledDels: number;
+  readonly undone: number;
+  readonly undoFailures: number;
+  readonly leasesReleased: number;
+}
+
+/** Replays spooled DELs; a file that cannot be understood is kept aside as `.bad` for an operator. */
+export async function replaySpooledDels(spoolDir: string, engine: AttachmentEngine, log: Logger): Promise<number> {
+  let names: string[];
+  try {
+    names = (await readdir(spoolDir)).filter((n) => n.endsWith('.json'));
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw e;
+  }
+  let replayed = 0;
+  for (const name of names) {
+    const path = join(spoolDir, name);
+    let text: string;
+    try {
+      text = await readFile(path, 'utf8');
+    } catch {
+      continue; // raced with another scan
+    }
+    const call = ForwardedCallSchema.safeParse(safeJson(text));
+    const req = call.success ? parseCniRequest(call.data) : undefined;
+    if (!req?.ok || req.value.command !== 'DEL') {
+      log.error({ file: path, why: req && !req.ok ? req.error.message : 'not a DEL request' }, 'spooled DEL is unusable; kept as .bad');
+      await rename(path, `${path}.bad`).catch(() => undefined);
+      continue;
+    }
+    const r = await engine.del(req.value);
+    if (r.ok) {
+      await rm(path, { force: true });
+      replayed++;
+      log.info({ containerId: req.value.containerId, ifname: req.value.ifname }, 'replayed spooled DEL');
+    } else {
+      log.error({ file: path, err: r.error.message }, 'spooled DEL failed; will retry');
+    }
+  }
+  return replayed;
+}
+
+const safeJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+};
+
+export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger): Promise<RecoveryReport> {
+  await mkdir(spoolDir, { recursive: true, mode: 0o700 });
+  const spooledDels = await replaySpooledDels(spoolDir, engine, log);
+  let undone = 0;
+  let undoFailures = 0;
+  for (const record of await engine.journal.list()) {
+    if (record.result && !record.deleting) continue;
+    const r = await engine.undoRecord(record);
+    if (r.ok) {
+      undone++;
+      log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
+    } else {
+      undoFailures++;
+      log.error({ containerId: record.meta.containerId, err: r.error.message }, 'recovery could not undo a transaction');
+    }
+  }
+  const leasesReleased = await engine.releaseOrphanedLeases();
+  return { spooledDels, undone, undoFailures, leasesReleased };
+}

@@ -1,0 +1,145 @@
+/**
+ * The daemon's API: HTTP/JSON on a unix socket (mode 0600). plexus-cni posts CNI calls to /v1/cni;
+ * /healthz and /readyz are for probes; /v1/attachments is for plexusctl.
+ */
+import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { connect } from 'node:net';
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import { CniCode, CniError } from '../cni/errors';
+import { ForwardedCallSchema } from '../cni/request';
+import { Semaphore } from '../common/semaphore';
+import type { AttachmentEngine } from './attachments';
+import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
+
+const MAX_BODY = 4 * 1024 * 1024;
+
+export interface ServerState {
+  ready: boolean;
+}
+
+function readBody(req: IncomingMessage): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY) {
+        resolve(undefined);
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+const send = (res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void => {
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+};
+const sendCni = (res: ServerResponse, reply: CniReply): void => send(res, 200, reply.stdout, { 'X-CNI-Exit-Code': String(reply.exitCode) });
+
+export interface ServerOptions {
+  readonly socketPath: string;
+  readonly maxConcurrent: number;
+  readonly maxQueued: number;
+}
+
+export class DaemonServer {
+  private readonly server: Server;
+  private readonly limiter: Semaphore;
+
+  constructor(
+    private readonly options: ServerOptions,
+    private readonly engine: AttachmentEngine,
+    readonly state: ServerState,
+    private readonly log: Logger,
+  ) {
+    this.limiter = new Semaphore(options.maxConcurrent, options.maxQueued);
+    this.server = createServer((req, res) => {
+      this.route(req, res).catch((e: unknown) => {
+        this.log.error({ err: e }, 'request failed');
+        if (!res.headersSent) send(res, 500, JSON.stringify({ error: String(e) }));
+      });
+    });
+    this.server.keepAliveTimeout = 1000;
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://plexusd');
+    if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
+    if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
+    if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify(await this.engine.journal.list()));
+    if (req.method === 'POST' && url.pathname === '/v1/cni') return this.cni(req, res);
+    send(res, 404, JSON.stringify({ error: `no route ${req.method} ${url.pathname}` }));
+  }
+
+  private async cni(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Until recovery has reconciled the journal, 503 tells plexus-cni to wait and retry.
+    if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
+    const body = await readBody(req);
+    if (body === undefined) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidNetworkConfig, `CNI request larger than ${MAX_BODY} bytes`)));
+    let call;
+    try {
+      call = ForwardedCallSchema.parse(JSON.parse(body));
+    } catch (e) {
+      return sendCni(res, errorReply('1.1.0', new CniError(CniCode.DecodeFailure, 'malformed request from plexus-cni', (e as Error).message)));
+    }
+    const ran = await this.limiter.run(async () => {
+      try {
+        return await handleCniCall(call, this.engine, this.log);
+      } catch (e) {
+        this.log.error({ err: e }, 'CNI call crashed');
+        return internalErrorReply(call.stdin, e);
+      }
+    });
+    if (!ran) {
+      return sendCni(res, errorReply('1.1.0', new CniError(CniCode.TryAgainLater, `plexusd is busy (${this.limiter.inFlight} calls running, ${this.limiter.queued} queued)`, 'retry later')));
+    }
+    sendCni(res, ran.value);
+  }
+
+  async listen(): Promise<void> {
+    const path = this.options.socketPath;
+    mkdirSync(dirname(path), { recursive: true, mode: 0o755 });
+    if (existsSync(path)) {
+      if (await socketAnswers(path)) throw new Error(`another plexusd is already listening on ${path}`);
+      unlinkSync(path);
+    }
+    const oldMask = process.umask(0o177); // the socket is born 0600: no window where others can connect
+    try {
+      await new Promise<void>((resolve, reject) => {
+        this.server.once('error', reject);
+        this.server.listen(path, () => resolve());
+      });
+    } finally {
+      process.umask(oldMask);
+    }
+    chmodSync(path, 0o600);
+  }
+
+  async close(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeAllConnections();
+    try {
+      unlinkSync(this.options.socketPath);
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
+function socketAnswers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(path);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+}

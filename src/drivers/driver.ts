@@ -1,0 +1,61 @@
+/**
+ * The one interface every kind of network implements. The engine knows drivers only through this file:
+ * a driver plumbs one attachment (attach), can verify it (check), and describes itself (type, capabilities).
+ *
+ * Detaching is data, not code: before each change a driver makes, it records the step that undoes it.
+ * The journal keeps those steps, so rollback, DEL, recovery and GC work from the journal alone, even when
+ * the network definition or the driver's config are gone.
+ */
+import type { RuntimeConfig } from '../cni/args';
+import type { Result } from '../cni/errors';
+import type { CniResult } from '../cni/types';
+import type { Ipam } from '../ipam';
+import type { Kernel } from '../kernel/kernel';
+import type { RouteSpec } from '../kernel/types';
+import type { NetworkDefinition, PluginConfig } from '../networks/nad';
+
+/** Capabilities a network's plugins may declare (CNI conventions' capability names). */
+export type Capability = 'ips' | 'mac' | 'bandwidth' | 'portMappings' | 'deviceID' | 'infinibandGUID' | 'dns';
+
+/** One step that undoes one change. Undo steps are idempotent: undoing what is already gone succeeds. */
+export type UndoStep =
+  | { readonly kind: 'deleteLink'; readonly netns?: string; readonly name: string }
+  | { readonly kind: 'releaseIpam'; readonly network: string; readonly containerId: string; readonly ifname: string }
+  | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec };
+
+export interface PodIdentity {
+  readonly namespace?: string;
+  readonly name?: string;
+  readonly uid?: string;
+}
+
+export interface AttachRequest {
+  readonly containerId: string;
+  readonly netns: string;
+  readonly ifname: string;
+  readonly pod: PodIdentity;
+  readonly network: NetworkDefinition;
+  readonly plugin: PluginConfig;
+  /** Static IPs requested for this attachment (CNI_ARGS IP=, runtimeConfig ips). */
+  readonly ips: readonly string[];
+  readonly mac?: string;
+  readonly runtimeConfig: RuntimeConfig;
+}
+
+export interface DriverEnv {
+  readonly kernel: Kernel;
+  readonly ipam: Ipam;
+  /** Durably records how to undo the change the driver is about to make. Must be awaited before the change. */
+  record(step: UndoStep): Promise<void>;
+  /** Optional link group for host-side links, so operators can find or delete them together. */
+  readonly hostLinkGroup?: number;
+}
+
+export interface Driver {
+  /** The CNI plugin type this driver runs natively (e.g. "bridge"). */
+  readonly type: string;
+  readonly capabilities: readonly Capability[];
+  /** Validates the plugin config up front, without touching anything. */
+  validate(plugin: PluginConfig): Result<unknown>;
+  attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>>;
+}

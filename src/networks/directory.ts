@@ -1,0 +1,84 @@
+/**
+ * The embedded network source: NetworkAttachmentDefinitions kept as YAML or JSON files in a directory
+ * (several documents per file allowed). Files are re-read only when they change.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { NetworkDefinition, parseNad } from './nad';
+
+interface CachedFile {
+  readonly stamp: string;
+  readonly networks: readonly NetworkDefinition[];
+  readonly errors: readonly CniError[];
+}
+
+export class NetworkDirectory {
+  private readonly cache = new Map<string, CachedFile>();
+
+  constructor(readonly dir: string) {}
+
+  private load(): { networks: Map<string, NetworkDefinition>; errors: CniError[] } {
+    const networks = new Map<string, NetworkDefinition>();
+    const errors: CniError[] = [];
+    let names: string[] = [];
+    try {
+      names = readdirSync(this.dir).filter((n) => /\.(ya?ml|json)$/.test(n)).sort();
+    } catch (e) {
+      errors.push(new CniError(CniCode.IoFailure, `cannot read networks directory ${this.dir}`, (e as Error).message));
+    }
+    for (const name of names) {
+      const path = join(this.dir, name);
+      let entry: CachedFile;
+      try {
+        const st = statSync(path);
+        const stamp = `${st.mtimeMs}:${st.size}`;
+        const cached = this.cache.get(path);
+        entry = cached && cached.stamp === stamp ? cached : { stamp, ...parseFile(path) };
+      } catch (e) {
+        entry = { stamp: '', networks: [], errors: [new CniError(CniCode.IoFailure, `cannot read ${path}`, (e as Error).message)] };
+      }
+      this.cache.set(path, entry);
+      errors.push(...entry.errors);
+      for (const n of entry.networks) networks.set(n.key, n);
+    }
+    return { networks, errors };
+  }
+
+  /** Looks up a network by namespace and name. */
+  get(namespace: string, name: string): Result<NetworkDefinition> {
+    const { networks, errors } = this.load();
+    const found = networks.get(`${namespace}/${name}`);
+    if (found) return ok(found);
+    const broken = errors.length ? ` (${errors.length} definition file(s) in ${this.dir} are invalid: ${errors.map((e) => e.message).join('; ')})` : '';
+    return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined in ${this.dir}${broken}`));
+  }
+
+  list(): { networks: NetworkDefinition[]; errors: CniError[] } {
+    const { networks, errors } = this.load();
+    return { networks: [...networks.values()], errors };
+  }
+}
+
+function parseFile(path: string): { networks: NetworkDefinition[]; errors: CniError[] } {
+  const networks: NetworkDefinition[] = [];
+  const errors: CniError[] = [];
+  const docs = parseAllDocuments(readFileSync(path, 'utf8'));
+  for (const [i, doc] of (Array.isArray(docs) ? docs : [docs]).entries()) {
+    const where = `${path}${i > 0 ? ` (document ${i + 1})` : ''}`;
+    if (doc.errors.length) {
+      errors.push(new CniError(CniCode.DecodeFailure, `${where}: not valid YAML/JSON`, doc.errors[0]?.message ?? ''));
+      continue;
+    }
+    const obj = doc.toJS() as unknown;
+    if (obj === null || obj === undefined) continue;
+    const items = (obj as { kind?: string; items?: unknown[] }).kind === 'List' ? ((obj as { items?: unknown[] }).items ?? []) : [obj];
+    for (const item of items) {
+      const r = parseNad(item, where);
+      if (r.ok) networks.push(r.value);
+      else errors.push(r.error);
+    }
+  }
+  return { networks, errors };
+}

@@ -1,0 +1,97 @@
+/** The CNI executable exec'd like a runtime, for every verb and every spec version, against a real plexusd. */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { hostVethName } from '../../src/drivers/bridge';
+import { DaemonFixture, podArgs } from '../support/daemon';
+import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+
+const prefix = uniquePrefix('pv');
+const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
+const fx = new NetnsFixture(prefix);
+const daemon = new DaemonFixture('podnet');
+
+before(async () => {
+  fx.trackHostLink(`${prefix}br`);
+  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet });
+  await daemon.start();
+});
+after(async () => {
+  await daemon.stop();
+  fx.cleanup();
+});
+
+for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
+  describe(`CNI ${version}`, () => {
+    const cid = `${prefix}-${version.replace(/\./g, '')}`;
+    let netns = '';
+    const config = (): Record<string, unknown> => daemon.runtimeConfig({}, version);
+
+    it('ADD returns a result in the caller version with the pod interface, address and default route', async () => {
+      netns = fx.create(version.replace(/\./g, '')).path;
+      fx.trackHostLink(hostVethName(cid, 'eth0'));
+      const out = await daemon.cni({ command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+      assert.equal(out.code, 0, out.stdout);
+      const result = out.json as { cniVersion: string; interfaces: { name: string; mac?: string; sandbox?: string; mtu?: number }[]; ips: Record<string, unknown>[]; routes: { dst: string }[] };
+      assert.equal(result.cniVersion, version);
+      const podIf = result.interfaces.findIndex((i) => i.sandbox === netns);
+      assert.equal(result.interfaces[podIf]?.name, 'eth0');
+      assert.match(result.interfaces[podIf]?.mac ?? '', /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/, 'podman rejects results without a MAC');
+      assert.equal(result.interfaces[podIf]?.mtu !== undefined, version === '1.1.0', 'mtu appears only from 1.1.0');
+      const ipEntry = result.ips[0]!;
+      assert.equal(ipEntry.interface, podIf);
+      assert.equal('version' in ipEntry, version.startsWith('0.'), '0.x results carry ips[].version');
+      if (version.startsWith('0.')) assert.equal(ipEntry.version, '4');
+      assert.ok(result.routes.some((r) => r.dst === '0.0.0.0/0'));
+      assert.ok(ip('-n', fx.prefix + '-' + version.replace(/\./g, ''), 'addr', 'show', 'eth0').includes(String(ipEntry.address)));
+    });
+
+    if (version !== '0.3.0' && version !== '0.3.1') {
+      it('CHECK succeeds on an intact attachment', async () => {
+        const out = await daemon.cni({ command: 'CHECK', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+        assert.equal(out.code, 0, out.stdout);
+        assert.equal(out.stdout, '');
+      });
+    } else {
+      it('CHECK is refused as incompatible before 0.4.0', async () => {
+        const out = await daemon.cni({ command: 'CHECK', containerId: cid, netns, ifname: 'eth0', config: config() });
+        assert.equal(out.code, 1);
+        assert.equal(out.json?.code, 1);
+        assert.equal(out.json?.cniVersion, version);
+      });
+    }
+
+    it('VERSION lists every supported version', async () => {
+      const out = await daemon.cni({ command: 'VERSION', config: config() });
+      assert.equal(out.code, 0);
+      assert.deepEqual(out.json?.supportedVersions, ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']);
+      assert.equal(out.json?.cniVersion, version);
+    });
+
+    it('DEL removes the attachment and succeeds again when repeated', async () => {
+      const first = await daemon.cni({ command: 'DEL', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+      assert.equal(first.code, 0, first.stdout);
+      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0')), []);
+      const second = await daemon.cni({ command: 'DEL', containerId: cid, netns: '', ifname: 'eth0', config: config() });
+      assert.equal(second.code, 0, second.stdout);
+    });
+  });
+}
+
+describe('CNI 1.1 only verbs', () => {
+  it('STATUS succeeds while the daemon is ready', async () => {
+    const out = await daemon.cni({ command: 'STATUS', config: daemon.runtimeConfig() });
+    assert.equal(out.code, 0, out.stdout);
+  });
+
+  it('STATUS and GC are refused as incompatible for 1.0.0 configs', async () => {
+    for (const command of ['STATUS', 'GC']) {
+      const out = await daemon.cni({ command, config: daemon.runtimeConfig({}, '1.0.0') });
+      assert.equal(out.json?.code, 1, `${command}: ${out.stdout}`);
+    }
+  });
+
+  it('leaves no lease, journal record or pod link behind after all the DELs', () => {
+    assert.deepEqual(daemon.leases('podnet'), []);
+    assert.deepEqual(daemon.journalFiles(), []);
+  });
+});

@@ -1,0 +1,182 @@
+/**
+ * End-to-end fixtures: a real plexusd process on a private socket and state dir, NAD files, and plexus-cni
+ * exec'd exactly as a container runtime execs it. Everything is removed in `stop()`, even after failures.
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+export const ROOT = resolve(__dirname, '../../..');
+export const SHIM = join(ROOT, 'bin/plexus-cni');
+export const PLEXUSD = join(ROOT, 'bin/plexusd');
+
+export interface ShimCall {
+  readonly command: string;
+  readonly containerId?: string;
+  readonly netns?: string;
+  readonly ifname?: string;
+  readonly args?: string;
+  readonly config?: Record<string, unknown> | string;
+  /** Env entries to set (undefined removes the variable entirely). */
+  readonly env?: Record<string, string | undefined>;
+}
+
+export interface ShimOutput {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly json: Record<string, unknown> | undefined;
+}
+
+export function getJson(socketPath: string, path: string): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolvePromise, reject) => {
+    const req = request({ socketPath, path, method: 'GET' }, (res) => {
+      let data = '';
+      res.on('data', (c: Buffer) => (data += c.toString()));
+      res.on('end', () => {
+        try {
+          resolvePromise({ status: res.statusCode ?? 0, body: data ? JSON.parse(data) : undefined });
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export interface BridgeNetworkOptions {
+  readonly name: string;
+  readonly namespace?: string;
+  readonly bridge: string;
+  readonly subnet: string;
+  readonly cniVersion?: string;
+  readonly extra?: Record<string, unknown>;
+  readonly ipamExtra?: Record<string, unknown>;
+}
+
+export class DaemonFixture {
+  readonly dir: string;
+  readonly socket: string;
+  readonly stateDir: string;
+  readonly networksDir: string;
+  private proc: ChildProcess | undefined;
+  stderr = '';
+
+  constructor(readonly defaultNetwork = 'podnet', readonly extraFlags: readonly string[] = []) {
+    this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
+    this.socket = join(this.dir, 'run', 'plexus.sock');
+    this.stateDir = join(this.dir, 'state');
+    this.networksDir = join(this.dir, 'networks');
+    mkdirSync(this.networksDir, { recursive: true });
+  }
+
+  get pid(): number | undefined {
+    return this.proc?.pid;
+  }
+
+  writeNad(file: string, content: string): void {
+    writeFileSync(join(this.networksDir, file), content);
+  }
+
+  writeBridgeNetwork(o: BridgeNetworkOptions): void {
+    const config = {
+      cniVersion: o.cniVersion ?? '1.1.0', name: o.name, type: 'bridge', bridge: o.bridge, isGateway: true, isDefaultGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: o.subnet }]], ...o.ipamExtra }, ...o.extra,
+    };
+    const nad = { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: o.name, namespace: o.namespace ?? 'default' }, spec: { config: JSON.stringify(config) } };
+    this.writeNad(`${o.name}.json`, JSON.stringify(nad));
+  }
+
+  async start(): Promise<void> {
+    this.proc = spawn(process.execPath, [PLEXUSD, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
+    const deadline = Date.now() + 15000;
+    for (;;) {
+      if (this.proc.exitCode !== null) throw new Error(`plexusd exited with ${this.proc.exitCode}: ${this.stderr}`);
+      try {
+        if ((await getJson(this.socket, '/readyz')).status === 200) return;
+      } catch {
+        /* not listening yet */
+      }
+      if (Date.now() > deadline) throw new Error(`plexusd not ready after 15 s: ${this.stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Stops the daemon: SIGTERM (clean) or SIGKILL (crash). */
+  async kill(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill(signal);
+    await exited;
+    this.proc = undefined;
+  }
+
+  /** The plexus entry of a runtime's CNI config for this daemon. */
+  runtimeConfig(extra: Record<string, unknown> = {}, cniVersion = '1.1.0'): Record<string, unknown> {
+    return { cniVersion, name: 'plexus', type: 'plexus-cni', socketPath: this.socket, ...extra };
+  }
+
+  /** Execs bin/plexus-cni the way containerd does. */
+  cni(call: ShimCall): Promise<ShimOutput> {
+    const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: call.command, CNI_PATH: '/usr/lib/cni' };
+    if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
+    if (call.netns !== undefined) env.CNI_NETNS = call.netns;
+    if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
+    if (call.args !== undefined) env.CNI_ARGS = call.args;
+    for (const [k, v] of Object.entries(call.env ?? {})) {
+      if (v === undefined) delete env[k];
+      else env[k] = v;
+    }
+    const stdin = typeof call.config === 'string' ? call.config : JSON.stringify(call.config ?? this.runtimeConfig());
+    return new Promise((resolvePromise, reject) => {
+      const child = spawn(SHIM, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      child.on('error', reject);
+      child.on('close', (code) => {
+        let json: Record<string, unknown> | undefined;
+        try {
+          json = stdout.trim() ? (JSON.parse(stdout) as Record<string, unknown>) : undefined;
+        } catch {
+          json = undefined;
+        }
+        resolvePromise({ code, stdout, stderr, json });
+      });
+      child.stdin.end(stdin);
+    });
+  }
+
+  journalFiles(): string[] {
+    try {
+      return readdirSync(join(this.stateDir, 'journal')).filter((n) => n.endsWith('.jsonl'));
+    } catch {
+      return [];
+    }
+  }
+
+  /** Lease files of a network (round-robin hint files excluded). */
+  leases(network: string): string[] {
+    try {
+      return readdirSync(join(this.stateDir, 'ipam', network)).filter((n) => !n.startsWith('last_reserved') && !n.startsWith('.'));
+    } catch {
+      return [];
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.kill('SIGTERM');
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** containerd's CNI_ARGS for a pod. */
+export const podArgs = (name: string, containerId: string, namespace = 'default'): string =>
+  `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${containerId};K8S_POD_UID=uid-${containerId}`;

@@ -1,0 +1,94 @@
+/** Malformed configs, environments and network definitions: the right CNI error, and nothing left behind. */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { hostVethName } from '../../src/drivers/bridge';
+import { DaemonFixture, podArgs, ShimCall } from '../support/daemon';
+import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netns';
+
+const prefix = uniquePrefix('pm');
+const fx = new NetnsFixture(prefix);
+const daemon = new DaemonFixture('podnet');
+let netns = '';
+const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
+
+before(async () => {
+  fx.trackHostLink(`${prefix}br`);
+  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet });
+  daemon.writeBridgeNetwork({ name: 'masq', bridge: `${prefix}br`, subnet, extra: { ipMasq: true } });
+  daemon.writeBridgeNetwork({ name: 'badipam', bridge: `${prefix}br`, subnet: '10.1.2.0/33' });
+  daemon.writeBridgeNetwork({ name: 'notbridge', bridge: 'lo', subnet });
+  daemon.writeNad('broken.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: broken}\nspec:\n  config: \'{"cniVersion": "1.1.0", "type": \'\n');
+  daemon.writeNad('chained.yaml', `apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: chained}\nspec:\n  config: '{"cniVersion":"1.1.0","name":"chained","plugins":[{"type":"bridge","bridge":"${prefix}br"},{"type":"portmap"}]}'\n`);
+  daemon.writeNad('exotic.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: exotic}\nspec:\n  config: \'{"cniVersion":"1.1.0","name":"exotic","type":"ptp"}\'\n');
+  await daemon.start();
+  netns = fx.create('pod').path;
+});
+after(async () => {
+  await daemon.stop();
+  fx.cleanup();
+});
+
+const cid = `${prefix}c`;
+const base = (): ShimCall => ({ command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs('pod', cid) });
+
+interface Case {
+  readonly title: string;
+  readonly call: () => ShimCall;
+  readonly code: number;
+  readonly msg: RegExp;
+}
+
+const cases: Case[] = [
+  // Without parseable JSON the shim cannot read socketPath; operators point it at the daemon with PLEXUS_SOCKET.
+  { title: 'stdin that is not JSON', call: () => ({ ...base(), config: '{"cniVersion": "1.1.0", ', env: { PLEXUS_SOCKET: daemon.socket } }), code: 6, msg: /not valid JSON/ },
+  { title: 'a config without cniVersion', call: () => ({ ...base(), config: { name: 'plexus', type: 'plexus-cni', socketPath: daemon.socket } }), code: 7, msg: /no cniVersion/ },
+  { title: 'an unsupported cniVersion', call: () => ({ ...base(), config: daemon.runtimeConfig({}, '0.2.0') }), code: 1, msg: /incompatible CNI version "0\.2\.0"/ },
+  { title: 'a config without name', call: () => ({ ...base(), config: { cniVersion: '1.1.0', type: 'plexus-cni', socketPath: daemon.socket } }), code: 7, msg: /no "name"/ },
+  { title: 'runtimeConfig that is not an object', call: () => ({ ...base(), config: daemon.runtimeConfig({ runtimeConfig: [1] }) }), code: 7, msg: /runtimeConfig/ },
+  { title: 'runtimeConfig ips that are not strings', call: () => ({ ...base(), config: daemon.runtimeConfig({ runtimeConfig: { ips: [42] } }) }), code: 7, msg: /ips must be a list/ },
+  { title: 'an unset CNI_COMMAND', call: () => ({ ...base(), env: { CNI_COMMAND: undefined } }), code: 4, msg: /CNI_COMMAND/ },
+  { title: 'an unknown CNI_COMMAND', call: () => ({ ...base(), command: 'ATTACH' }), code: 4, msg: /CNI_COMMAND "ATTACH"/ },
+  { title: 'a missing CNI_NETNS on ADD', call: () => ({ ...base(), env: { CNI_NETNS: undefined } }), code: 4, msg: /CNI_NETNS is required/ },
+  { title: 'a CNI_NETNS that does not exist', call: () => ({ ...base(), netns: `/var/run/netns/${prefix}-nope` }), code: 4, msg: /does not exist/ },
+  { title: 'a missing CNI_CONTAINERID', call: () => ({ ...base(), env: { CNI_CONTAINERID: undefined } }), code: 4, msg: /CNI_CONTAINERID is required/ },
+  { title: 'a container ID with invalid characters', call: () => ({ ...base(), containerId: 'abc/../x' }), code: 4, msg: /invalid characters/ },
+  { title: 'an interface name longer than 15 bytes', call: () => ({ ...base(), ifname: 'eth0123456789012' }), code: 4, msg: /longer than 15/ },
+  { title: 'an interface name with a slash', call: () => ({ ...base(), ifname: 'et/h0' }), code: 4, msg: /may not/ },
+  { title: 'CNI_ARGS with an unknown key and no IgnoreUnknown', call: () => ({ ...base(), args: 'FOO=bar' }), code: 4, msg: /unknown argument "FOO"/ },
+  { title: 'CNI_ARGS with a pair without "="', call: () => ({ ...base(), args: 'IgnoreUnknown=1;garbage' }), code: 4, msg: /not a KEY=VALUE pair/ },
+  { title: 'CNI_ARGS with an invalid IP', call: () => ({ ...base(), args: 'IP=10.0.0.999' }), code: 4, msg: /IP "10\.0\.0\.999"/ },
+  { title: 'CNI_ARGS with an invalid MAC', call: () => ({ ...base(), args: 'MAC=zz:11:22:33:44:55' }), code: 4, msg: /MAC/ },
+  { title: 'a requested IP outside the network', call: () => ({ ...base(), args: 'IP=192.0.2.9' }), code: 7, msg: /192\.0\.2\.9/ },
+  { title: 'a default network that is not defined', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'nosuchnet' }) }), code: 7, msg: /default\/nosuchnet is not defined/ },
+  { title: 'a malformed default network reference', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'a/b/c' }) }), code: 7, msg: /not a network reference/ },
+  { title: 'a NetworkAttachmentDefinition whose spec.config is broken', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'broken' }) }), code: 7, msg: /broken.*(invalid|not valid)/ },
+  { title: 'a network using ipMasq, which the native bridge does not do yet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'masq' }) }), code: 2, msg: /ipMasq/ },
+  { title: 'a network with an invalid IPAM subnet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'badipam' }) }), code: 7, msg: /10\.1\.2\.0\/33/ },
+  { title: 'a network whose bridge name is a non-bridge link', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'notbridge' }) }), code: 7, msg: /lo exists on the host but is not a bridge/ },
+  { title: 'a chained network (needs delegation)', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 7, msg: /chains 2 plugins/ },
+  { title: 'a network of a plugin type not run natively', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 7, msg: /"ptp"/ },
+];
+
+describe('malformed input', () => {
+  for (const c of cases) {
+    it(`${c.title} → code ${c.code}, and nothing is left behind`, async () => {
+      const out = await daemon.cni(c.call());
+      assert.equal(out.code, 1, `exit code; stdout: ${out.stdout}`);
+      assert.ok(out.json, `a CNI error JSON on stdout, got: ${out.stdout}`);
+      assert.equal(out.json.code, c.code, String(out.json.msg));
+      assert.match(String(out.json.msg), c.msg);
+      assert.equal(typeof out.json.cniVersion, 'string');
+      assert.deepEqual(daemon.journalFiles(), []);
+      assert.deepEqual(daemon.leases('podnet'), []);
+      assert.deepEqual(daemon.leases('masq'), []);
+      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0')), []);
+    });
+  }
+
+  it('leaves the daemon serving after all of them', async () => {
+    const out = await daemon.cni(base());
+    assert.equal(out.code, 0, out.stdout);
+    assert.equal((await daemon.cni({ ...base(), command: 'DEL' })).code, 0);
+    assert.deepEqual(daemon.leases('podnet'), []);
+  });
+});

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything Plexus needs on a fresh Debian machine (run as root): the Debian packages the daemon,
+# the shim build and the tests use, then the npm packages from the lockfile, then builds. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  iproute2                     # ip netns for tests and the demo (product code talks rtnetlink itself)
+  iputils-ping                 # the demo and tests ping between pods
+  containernetworking-plugins  # reference CNI plugins in /usr/lib/cni: benchmark reference and delegates
+  musl-tools                   # musl-gcc: builds plexus-cni as a small static binary
+  gcc make libc6-dev           # fallback compiler and the ASan build of plexus-cni
+  valgrind                     # the shim's memory tests
+  time                         # /usr/bin/time: the benchmark reads the shim's peak RSS
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm packages from package-lock.json"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+npm run --silent build
+echo "setup: done (bin/plexus-cni, bin/plexusd, bin/plexusctl are built)"

@@ -45,7 +45,7 @@ export class AttachmentEngine {
     private readonly kernel: Kernel,
     private readonly ipam: Ipam,
     readonly journal: Journal,
-    private readonly networks: NetworkDirectory,
+    readonly networks: NetworkDirectory,
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,

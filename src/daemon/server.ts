@@ -74,6 +74,10 @@ export class DaemonServer {
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
     if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
     if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify(await this.engine.journal.list()));
+    if (req.method === 'GET' && url.pathname === '/v1/networks') {
+      const { networks, errors } = this.engine.networks.list();
+      return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));
+    }
     if (req.method === 'POST' && url.pathname === '/v1/cni') return this.cni(req, res);
     send(res, 404, JSON.stringify({ error: `no route ${req.method} ${url.pathname}` }));
   }

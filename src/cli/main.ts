@@ -1,0 +1,101 @@
+/** plexusctl: inspect what plexusd has attached. Human-readable by default, `-o json` for scripts. */
+import { request } from 'node:http';
+import type { AttachmentRecord } from '../daemon/journal';
+import type { NetworkDefinition } from '../networks/nad';
+
+const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
+  attachments                 list attachments (container, interface, pod, IPs, state)
+  show CONTAINER [IFNAME]     one attachment: interfaces, IPs, routes and its transaction record
+  networks                    list the networks plexusd knows, and invalid definitions
+  --socket PATH               plexusd's socket (default /run/plexus/plexus.sock, or $PLEXUS_SOCKET)`;
+
+function get(socketPath: string, path: string): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path, method: 'GET' }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => {
+        if ((res.statusCode ?? 500) >= 400) reject(new Error(`plexusd answered ${res.statusCode}: ${body}`));
+        else resolve(JSON.parse(body));
+      });
+    });
+    req.on('error', (e) => reject(new Error(`cannot reach plexusd at ${socketPath}: ${e.message}`)));
+    req.end();
+  });
+}
+
+const state = (r: AttachmentRecord): string => (r.deleting ? 'deleting' : r.result ? 'attached' : 'adding');
+const podOf = (r: AttachmentRecord): string => (r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-');
+const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
+  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()).join('\n');
+}
+
+export async function run(argv: string[], out: (s: string) => void): Promise<number> {
+  let socket = process.env.PLEXUS_SOCKET ?? '/run/plexus/plexus.sock';
+  let json = false;
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--socket') socket = argv[++i] ?? socket;
+    else if (a === '-o' || a === '--output') json = argv[++i] === 'json';
+    else if (a === '-h' || a === '--help') {
+      out(USAGE);
+      return 0;
+    } else rest.push(a);
+  }
+  const [command, ...args] = rest;
+  switch (command) {
+    case 'attachments': {
+      const records = (await get(socket, '/v1/attachments')) as AttachmentRecord[];
+      if (json) out(JSON.stringify(records, null, 2));
+      else out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), state(r)])]));
+      return 0;
+    }
+    case 'show': {
+      const [cid, ifname] = args;
+      if (!cid) break;
+      const records = ((await get(socket, '/v1/attachments')) as AttachmentRecord[]).filter((r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname));
+      if (records.length === 0) {
+        out(`no attachment for container ${cid}${ifname ? ` and interface ${ifname}` : ''}`);
+        return 1;
+      }
+      if (json) out(JSON.stringify(records, null, 2));
+      else {
+        for (const r of records) {
+          out(`${r.meta.containerId} ${r.meta.ifname}  pod ${podOf(r)}  netns ${r.meta.netns}  ${state(r)}`);
+          for (const [i, iface] of (r.result?.interfaces ?? []).entries()) out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${iface.sandbox ? ` (in ${iface.sandbox})` : ' (host)'}`);
+          for (const ip of r.result?.ips ?? []) out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
+          for (const rt of r.result?.routes ?? []) out(`  route ${rt.dst}${rt.gw ? ` via ${rt.gw}` : ''}`);
+          out('  transaction:');
+          for (const e of r.events) out(`    ${e.at}  ${e.what}${e.ms !== undefined ? ` (${e.ms} ms)` : ''}`);
+          out(`  undo steps recorded: ${r.undo.length}`);
+        }
+      }
+      return 0;
+    }
+    case 'networks': {
+      const { networks, errors } = (await get(socket, '/v1/networks')) as { networks: NetworkDefinition[]; errors: { msg: string }[] };
+      if (json) out(JSON.stringify({ networks, errors }, null, 2));
+      else {
+        out(table([['NETWORK', 'CNI NAME', 'VERSION', 'PLUGINS', 'SOURCE'], ...networks.map((n) => [n.key, n.cniName, n.cniVersion, n.plugins.map((p) => p.type).join(','), n.source])]));
+        for (const e of errors) out(`invalid: ${e.msg}`);
+      }
+      return 0;
+    }
+  }
+  out(USAGE);
+  return 2;
+}
+
+if (require.main === module) {
+  run(process.argv.slice(2), (s) => process.stdout.write(`${s}\n`)).then(
+    (code) => process.exit(code),
+    (e: unknown) => {
+      process.stderr.write(`plexusctl: ${(e as Error).message}\n`);
+      process.exit(1);
+    },
+  );
+}

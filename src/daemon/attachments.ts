@@ -36,6 +36,7 @@ export function parseNetworkRef(text: string, defaultNamespace = 'default'): Res
 export interface EngineOptions {
   readonly defaultNetwork?: string;
   readonly hostLinkGroup?: number;
+  readonly cniBinDir: string;
 }
 
 export class AttachmentEngine {
@@ -113,7 +114,7 @@ export class AttachmentEngine {
       const started = performance.now();
       const attached = await driver.attach(
         { containerId: req.containerId, netns: req.netns, ifname: req.ifname, pod, network: network.value, plugin, ips: ips.value, ...(mac.value ? { mac: mac.value } : {}), runtimeConfig: req.runtimeConfig },
-        { kernel: this.kernel, ipam: this.ipam, record: (step) => entry.record(step), ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}) },
+        { kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir, record: (step) => entry.record(step), ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}) },
       );
       if (!attached.ok) {
         await entry.event(`attach ${network.value.key} as ${req.ifname} failed: ${attached.error.message}`, performance.now() - started);

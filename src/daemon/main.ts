@@ -29,6 +29,7 @@ async function main(): Promise<number> {
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.journalSync);
   const networks = new NetworkDirectory(config.networksDir);
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
+    cniBinDir: config.cniBinDir,
     ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
   }, log);

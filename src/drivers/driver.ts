@@ -17,11 +17,24 @@ import type { NetworkDefinition, PluginConfig } from '../networks/nad';
 /** Capabilities a network's plugins may declare (CNI conventions' capability names). */
 export type Capability = 'ips' | 'mac' | 'bandwidth' | 'portMappings' | 'deviceID' | 'infinibandGUID' | 'dns';
 
+/** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
+export interface DelegateEnv {
+  readonly containerId: string;
+  readonly netns: string;
+  readonly ifname: string;
+  readonly args: string; // CNI_ARGS
+  readonly path: string; // CNI_PATH
+}
+
 /** One step that undoes one change. Undo steps are idempotent: undoing what is already gone succeeds. */
 export type UndoStep =
   | { readonly kind: 'deleteLink'; readonly netns?: string; readonly name: string }
   | { readonly kind: 'releaseIpam'; readonly network: string; readonly containerId: string; readonly ifname: string }
-  | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec };
+  | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec }
+  /** Moves a host device (e.g. an SR-IOV VF) from the pod back to the host under its original name. */
+  | { readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string }
+  /** Execs a delegated plugin's DEL with the very config bytes used at ADD. */
+  | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv };
 
 export interface PodIdentity {
   readonly namespace?: string;
@@ -36,10 +49,23 @@ export interface AttachRequest {
   readonly pod: PodIdentity;
   readonly network: NetworkDefinition;
   readonly plugin: PluginConfig;
-  /** Static IPs requested for this attachment (CNI_ARGS IP=, runtimeConfig ips). */
+  /** Static IPs requested for this attachment (CNI_ARGS IP=, runtimeConfig ips, the selection's `ips`). */
   readonly ips: readonly string[];
   readonly mac?: string;
   readonly runtimeConfig: RuntimeConfig;
+  /** Per-attachment options from the selection annotation or the runtime, passed to delegates as runtimeConfig. */
+  readonly options?: AttachmentOptions;
+  /** The runtime's CNI_ARGS for this attachment (with the selection's cni-args merged in by the engine). */
+  readonly cniArgs?: string;
+}
+
+export interface AttachmentOptions {
+  readonly infinibandGUID?: string;
+  readonly deviceID?: string;
+  readonly bandwidth?: Readonly<Record<string, unknown>>;
+  readonly portMappings?: readonly Readonly<Record<string, unknown>>[];
+  /** Extra `args` for the plugin config ("cni-args" in the selection annotation). */
+  readonly cniArgs?: Readonly<Record<string, unknown>>;
 }
 
 export interface DriverEnv {
@@ -49,6 +75,8 @@ export interface DriverEnv {
   record(step: UndoStep): Promise<void>;
   /** Optional link group for host-side links, so operators can find or delete them together. */
   readonly hostLinkGroup?: number;
+  /** Where delegated CNI plugins are found (the daemon's --cni-bin-dir). */
+  readonly cniBinDir: string;
 }
 
 export interface Driver {

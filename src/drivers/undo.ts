@@ -21,7 +21,24 @@ export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promi
       if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return r;
       return ok(undefined);
     }
+    case 'returnLink':
+    case 'delegateDel':
+      return undoHooks[step.kind](step as never, kernel);
   }
+}
+
+/**
+ * Undo steps whose logic lives with their driver (host-device, delegate) register here, so this module stays
+ * free of driver internals. Until a driver registers, its steps fail loudly rather than being skipped.
+ */
+type HookFor<K extends UndoStep['kind']> = (step: Extract<UndoStep, { kind: K }>, kernel: Kernel) => Promise<Result<void, CniError>>;
+const notRegistered = (kind: string) => async (): Promise<Result<void, CniError>> => ({ ok: false, error: new CniError(100, `no handler registered for undo step ${kind}`) });
+const undoHooks: { returnLink: HookFor<'returnLink'>; delegateDel: HookFor<'delegateDel'> } = {
+  returnLink: notRegistered('returnLink'),
+  delegateDel: notRegistered('delegateDel'),
+};
+export function registerUndoHook<K extends 'returnLink' | 'delegateDel'>(kind: K, hook: HookFor<K>): void {
+  (undoHooks as Record<string, unknown>)[kind] = hook;
 }
 
 export const describeUndo = (step: UndoStep): string => {
@@ -32,5 +49,9 @@ export const describeUndo = (step: UndoStep): string => {
       return `release IPs of ${step.containerId}/${step.ifname} in network ${step.network}`;
     case 'deleteRoute':
       return `delete route ${step.route.dst}${step.route.gw ? ` via ${step.route.gw}` : ''}`;
+    case 'returnLink':
+      return `return ${step.name} from ${step.netns} to the host as ${step.hostName}`;
+    case 'delegateDel':
+      return `DEL via ${step.plugin} for ${step.env.containerId}/${step.env.ifname}`;
   }
 };

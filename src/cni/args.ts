@@ -37,8 +37,10 @@ export function parseCniArgs(text: string | undefined): Result<CniArgs> {
   }
   const ips: string[] = [];
   for (const ip of (get('IP') ?? '').split(',').map((s) => s.trim()).filter(Boolean)) {
-    const addr = ip.split('/')[0] ?? '';
-    if (!isIP(addr)) return invalid(`CNI_ARGS: IP "${ip}" is not an IP address`, `CNI_ARGS=${text}`);
+    const [addr = '', prefix, ...extra] = ip.split('/');
+    const family = isIP(addr);
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32));
+    if (!family || !prefixOk || extra.length) return invalid(`CNI_ARGS: IP "${ip}" is not an IP address or CIDR`, `CNI_ARGS=${text}`);
     ips.push(ip);
   }
   const mac = get('MAC');

@@ -7,7 +7,8 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
-const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+// An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
+const int = (min: number, max: number) => z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
 
 export const DaemonConfigSchema = z
   .object({
@@ -20,7 +21,7 @@ export const DaemonConfigSchema = z
     maxQueued: int(0, 100000).default(1024),
     journalSync: bool.default(true),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
-    spoolScanSeconds: z.coerce.number().min(0.1).max(3600).default(5),
+    spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -51,7 +52,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --journal-sync BOOL       fsync each journal step (default true)
   --host-link-group N       put host-side links in this link group
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
-  --log-level LEVEL         silent, error, warn, info, debug (default info)
+  --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file
   --help                    this text`;
 
@@ -64,14 +65,16 @@ export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
     const arg = argv[i] ?? '';
     if (arg === '--help' || arg === '-h') return { kind: 'help' };
     const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (flag !== '--config' && !Object.hasOwn(FLAGS, flag)) return { kind: 'error', message: `unknown flag ${flag}` };
     const value = inline ?? argv[++i];
-    if (value === undefined) return { kind: 'error', message: `${flag} needs a value` };
-    if (flag === '--config') file = value;
-    else if (flag in FLAGS) fromFlags[FLAGS[flag]!] = value;
-    else return { kind: 'error', message: `unknown flag ${flag}` };
+    if (value === undefined || (inline === undefined && value.startsWith('--'))) return { kind: 'error', message: `${flag} needs a value` };
+    if (flag === '--config') {
+      if (value === '') return { kind: 'error', message: '--config needs a file path' };
+      file = value;
+    } else fromFlags[FLAGS[flag]!] = value;
   }
   let fromFile: Record<string, unknown> = {};
-  if (file) {
+  if (file !== undefined) {
     try {
       const parsed = parseYaml(readFileSync(file, 'utf8')) as unknown;
       if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) return { kind: 'error', message: `${file}: must be a mapping of settings` };
@@ -83,6 +86,8 @@ export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
   const r = DaemonConfigSchema.safeParse({ ...fromFile, ...fromFlags });
   if (!r.success) {
     const issue = r.error.issues[0];
+    const unknownKey = issue?.code === 'unrecognized_keys' ? issue.keys.join(', ') : undefined;
+    if (unknownKey) return { kind: 'error', message: `unknown setting ${unknownKey} in ${file ?? 'the configuration'}` };
     const key = issue?.path.join('.') ?? '';
     const flag = Object.entries(FLAGS).find(([, k]) => k === key)?.[0];
     return { kind: 'error', message: `invalid setting ${flag ?? key}${flag ? ` (${key})` : ''}: ${issue?.message ?? 'invalid'}` };

@@ -44,7 +44,8 @@ type Line =
   | { t: 'committed'; result: CniResult; cniVersion: string; at: string }
   | { t: 'deleting'; at: string };
 
-const fileName = (containerId: string, ifname: string): string => `${containerId}__${encodeURIComponent(ifname)}.jsonl`;
+// "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
+const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
 
 /** Replays a record's lines; a torn last line (crash mid-write) is ignored. */
 export function parseRecord(text: string): AttachmentRecord | undefined {

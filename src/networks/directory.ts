@@ -51,7 +51,7 @@ export class NetworkDirectory {
     const { networks, errors } = this.load();
     const found = networks.get(`${namespace}/${name}`);
     if (found) return ok(found);
-    const broken = errors.length ? ` (${errors.length} definition file(s) in ${this.dir} are invalid: ${errors.map((e) => e.message).join('; ')})` : '';
+    const broken = errors.length ? ` (problems reading definitions: ${errors.map((e) => e.message).join('; ')})` : '';
     return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined in ${this.dir}${broken}`));
   }
 
@@ -73,7 +73,13 @@ function parseFile(path: string): { networks: NetworkDefinition[]; errors: CniEr
     }
     const obj = doc.toJS() as unknown;
     if (obj === null || obj === undefined) continue;
-    const items = (obj as { kind?: string; items?: unknown[] }).kind === 'List' ? ((obj as { items?: unknown[] }).items ?? []) : [obj];
+    const isList = (obj as { kind?: unknown }).kind === 'List';
+    const listItems = (obj as { items?: unknown }).items;
+    if (isList && listItems !== undefined && !Array.isArray(listItems)) {
+      errors.push(new CniError(CniCode.InvalidNetworkConfig, `${where}: "items" of a List must be a list`));
+      continue;
+    }
+    const items = isList ? ((listItems as unknown[] | undefined) ?? []) : [obj];
     for (const item of items) {
       const r = parseNad(item, where);
       if (r.ok) networks.push(r.value);

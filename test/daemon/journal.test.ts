@@ -1,0 +1,214 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { appendFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { CniResult } from '../../src/cni/types';
+import { Journal, parseRecord, type AttachmentMeta } from '../../src/daemon/journal';
+import type { UndoStep } from '../../src/drivers/driver';
+
+/** A fresh journal directory, removed even when the test fails. */
+async function withJournal(body: (journal: Journal, dir: string) => Promise<void>, sync = true): Promise<void> {
+  const root = await mkdtemp(join(tmpdir(), 'plexus-journal-'));
+  try {
+    const dir = join(root, 'journal');
+    await body(await Journal.open(dir, sync), dir);
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
+const meta = (containerId = 'c0ffee01', ifname = 'eth0'): AttachmentMeta => ({
+  containerId,
+  ifname,
+  netns: '/var/run/netns/pod1',
+  pod: { namespace: 'team-a', name: 'web-0', uid: '6f1c2b9e' },
+  cniNetwork: 'plexus',
+  networks: ['team-a/blue'],
+  startedAt: '2024-05-01T10:00:00.000Z',
+});
+
+const steps: UndoStep[] = [
+  { kind: 'releaseIpam', network: 'blue', containerId: 'c0ffee01', ifname: 'eth0' },
+  { kind: 'deleteLink', name: 'veth1234' },
+  { kind: 'deleteRoute', netns: '/var/run/netns/pod1', route: { dst: '0.0.0.0/0', gw: '10.1.0.1' } },
+];
+
+const result: CniResult = {
+  interfaces: [{ name: 'eth0', mac: '0a:58:0a:01:00:07', sandbox: '/var/run/netns/pod1' }],
+  ips: [{ address: '10.1.0.7/24', gateway: '10.1.0.1', interface: 0 }],
+  routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }],
+};
+
+/** Writes a full record: begin, every undo step, one timed event, commit. */
+async function writeCommitted(journal: Journal, m = meta()): Promise<void> {
+  const entry = await journal.begin(m);
+  try {
+    for (const step of steps) await entry.record(step);
+    await entry.event('attach team-a/blue as eth0 (bridge)', 12.34567);
+    await entry.commit(result, '1.0.0');
+  } finally {
+    await entry.close();
+  }
+}
+
+for (const sync of [true, false]) {
+  test(`begin, record, event and commit round-trip through load (journalSync ${sync})`, async () => {
+    await withJournal(async (journal) => {
+      await writeCommitted(journal);
+      const record = await journal.load('c0ffee01', 'eth0');
+      assert.ok(record);
+      assert.deepEqual(record.meta, meta());
+      assert.deepEqual(record.undo, steps);
+      assert.deepEqual(record.result, result);
+      assert.equal(record.cniVersion, '1.0.0');
+      assert.equal(record.deleting, false);
+      assert.deepEqual(record.events.map((e) => e.what), ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed']);
+      assert.equal(record.events[0]?.at, '2024-05-01T10:00:00.000Z');
+      assert.equal(record.events[1]?.ms, 12.346);
+    }, sync);
+  });
+}
+
+test('markDeleting on a reopened record is seen by load', async () => {
+  await withJournal(async (journal) => {
+    await writeCommitted(journal);
+    const entry = await journal.reopen('c0ffee01', 'eth0');
+    await entry.markDeleting();
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.deleting, true);
+    assert.deepEqual(record?.result, result);
+    assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed', 'deleting']);
+  });
+});
+
+test('a record begun but not committed has its undo steps and no result', async () => {
+  await withJournal(async (journal) => {
+    const entry = await journal.begin(meta());
+    await entry.record(steps[0]!);
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.deepEqual(record?.undo, [steps[0]]);
+    assert.equal(record?.result, undefined);
+    assert.equal(record?.cniVersion, undefined);
+    assert.equal(record && 'result' in record, false);
+  });
+});
+
+test('remove deletes the record', async () => {
+  await withJournal(async (journal) => {
+    await writeCommitted(journal);
+    await journal.remove('c0ffee01', 'eth0');
+    assert.equal(await journal.load('c0ffee01', 'eth0'), undefined);
+    assert.deepEqual(await journal.list(), []);
+    await journal.remove('c0ffee01', 'eth0'); // removing what is gone succeeds
+  });
+});
+
+test('load of an unknown attachment is undefined', async () => {
+  await withJournal(async (journal) => {
+    assert.equal(await journal.load('nope', 'eth0'), undefined);
+  });
+});
+
+test('list returns every record', async () => {
+  await withJournal(async (journal) => {
+    await writeCommitted(journal, meta('c1', 'eth0'));
+    await writeCommitted(journal, meta('c1', 'net1'));
+    await writeCommitted(journal, meta('c2', 'eth0'));
+    assert.deepEqual((await journal.list()).map((r) => `${r.meta.containerId}/${r.meta.ifname}`).sort(), ['c1/eth0', 'c1/net1', 'c2/eth0']);
+  });
+});
+
+test('begin fails when a record for the same attachment exists', async () => {
+  await withJournal(async (journal) => {
+    await writeCommitted(journal);
+    await assert.rejects(journal.begin(meta()), { code: 'EEXIST' });
+    assert.deepEqual((await journal.load('c0ffee01', 'eth0'))?.result, result);
+  });
+});
+
+test('has tells whether a record exists', async () => {
+  await withJournal(async (journal) => {
+    assert.equal(journal.has('c0ffee01', 'eth0'), false);
+    await writeCommitted(journal);
+    assert.equal(journal.has('c0ffee01', 'eth0'), true);
+    assert.equal(journal.has('c0ffee01', 'net1'), false);
+    await journal.remove('c0ffee01', 'eth0');
+    assert.equal(journal.has('c0ffee01', 'eth0'), false);
+  });
+});
+
+test('an interface name with odd characters round-trips and is one file', async () => {
+  await withJournal(async (journal, dir) => {
+    const odd = ['net%1', 'ä-net', 'n?e#t*1', "it's"];
+    for (const ifname of odd) await writeCommitted(journal, meta('c1', ifname));
+    for (const ifname of odd) {
+      assert.equal(journal.has('c1', ifname), true, ifname);
+      assert.equal((await journal.load('c1', ifname))?.meta.ifname, ifname);
+    }
+    assert.equal((await readdir(dir)).length, odd.length);
+    assert.deepEqual((await journal.list()).map((r) => r.meta.ifname).sort(), [...odd].sort());
+  });
+});
+
+test('records of distinct attachments never share a file', async () => {
+  await withJournal(async (journal) => {
+    await writeCommitted(journal, meta('a_', 'b'));
+    await writeCommitted(journal, meta('a', '_b'));
+    assert.equal((await journal.load('a', '_b'))?.meta.containerId, 'a');
+    assert.equal((await journal.load('a_', 'b'))?.meta.containerId, 'a_');
+  });
+});
+
+test('the journal directory is created with mode 0700 and records with mode 0600', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeCommitted(journal);
+    assert.equal((await stat(dir)).mode & 0o777, 0o700);
+    const [name] = await readdir(dir);
+    assert.equal((await stat(join(dir, name!))).mode & 0o777, 0o600);
+  });
+});
+
+test('a torn last line is ignored', async () => {
+  await withJournal(async (journal, dir) => {
+    const entry = await journal.begin(meta());
+    await entry.record(steps[0]!);
+    await entry.close();
+    const [name] = await readdir(dir);
+    await appendFile(join(dir, name!), '{"t":"committed","result":{"interfaces":[');
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.deepEqual(record?.undo, [steps[0]]);
+    assert.equal(record?.result, undefined);
+  });
+});
+
+test('parseRecord ignores a torn last line', () => {
+  const text = `${JSON.stringify({ t: 'begin', meta: meta() })}\n${JSON.stringify({ t: 'undo', step: steps[1], at: 'x' })}\n{"t":"undo","step":{"kind":"dele`;
+  assert.deepEqual(parseRecord(text)?.undo, [steps[1]]);
+});
+
+test('parseRecord without a begin line is undefined', () => {
+  assert.equal(parseRecord(''), undefined);
+  assert.equal(parseRecord(`${JSON.stringify({ t: 'undo', step: steps[1], at: 'x' })}\n`), undefined);
+  assert.equal(parseRecord('{"t":"begin","meta":{"contai'), undefined);
+});
+
+test('list drops a file that has no begin line', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeCommitted(journal);
+    await writeFile(join(dir, 'deadbeef@eth0.jsonl'), '');
+    await writeFile(join(dir, 'deadbeef@net1.jsonl'), '{"t":"begin","me');
+    assert.deepEqual((await journal.list()).map((r) => r.meta.containerId), ['c0ffee01']);
+    assert.deepEqual((await readdir(dir)).sort(), ['c0ffee01@eth0.jsonl']);
+  });
+});
+
+test('list ignores files that are not .jsonl', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'notes.txt'), 'keep me');
+    assert.deepEqual(await journal.list(), []);
+    assert.equal(await readFile(join(dir, 'notes.txt'), 'utf8'), 'keep me');
+  });
+});

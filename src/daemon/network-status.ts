@@ -1,0 +1,62 @@
+/**
+ * The NPWG network-status document (k8s.v1.cni.cncf.io/network-status) for one pod, computed from the
+ * results of its attachments. Exactly one entry is `default: true`: the cluster default network.
+ */
+import type { CniResult } from '../cni/types';
+
+export interface NetworkStatusEntry {
+  readonly name: string;
+  readonly interface: string;
+  readonly ips: readonly string[];
+  readonly mac?: string;
+  readonly mtu?: number;
+  readonly default: boolean;
+  readonly dns: Readonly<Record<string, unknown>>;
+  readonly 'device-info'?: Readonly<Record<string, unknown>>;
+}
+
+export interface AttachmentOutcome {
+  /** "namespace/name" of the network. */
+  readonly network: string;
+  readonly ifname: string;
+  readonly isDefault: boolean;
+  readonly result: CniResult;
+}
+
+export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
+  return outcomes.map((o) => {
+    const index = o.result.interfaces.findIndex((i) => i.sandbox !== undefined && i.name === o.ifname);
+    const iface = index >= 0 ? o.result.interfaces[index] : undefined;
+    const ips = o.result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address.split('/')[0] ?? ip.address);
+    const deviceInfo = iface?.pciID
+      ? { type: 'pci', version: '1.1.0', pci: { 'pci-address': iface.pciID } }
+      : iface?.socketPath
+        ? { type: 'memif', version: '1.1.0', memif: { path: iface.socketPath } }
+        : undefined;
+    return {
+      name: o.network,
+      interface: o.ifname,
+      ips,
+      ...(iface?.mac ? { mac: iface.mac } : {}),
+      ...(iface?.mtu ? { mtu: iface.mtu } : {}),
+      default: o.isDefault,
+      dns: { ...(o.result.dns ?? {}) },
+      ...(deviceInfo ? { 'device-info': deviceInfo } : {}),
+    };
+  });
+}
+
+/** One CNI result for the whole pod: interfaces concatenated, IP interface indices shifted to match. */
+export function mergeResults(results: readonly CniResult[]): CniResult {
+  const interfaces: CniResult['interfaces'][number][] = [];
+  const ips: CniResult['ips'][number][] = [];
+  const routes: CniResult['routes'][number][] = [];
+  for (const r of results) {
+    const offset = interfaces.length;
+    interfaces.push(...r.interfaces);
+    ips.push(...r.ips.map((ip) => (ip.interface === undefined ? ip : { ...ip, interface: ip.interface + offset })));
+    routes.push(...r.routes);
+  }
+  const dns = results[0]?.dns;
+  return { interfaces, ips, routes, ...(dns ? { dns } : {}) };
+}

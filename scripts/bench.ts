@@ -1,0 +1,563 @@
+/**
+ * `npm run bench`: Plexus against the reference bridge plugin, through the real executables, in one
+ * interleaved run so the ratios are honest. See docs/performance.md for what is measured and why.
+ *
+ *   node dist/scripts/bench.js [--iterations N] [--burst N] [--concurrency 1,4,16] [--json FILE]
+ *        [--markdown FILE] [--subject name=/path/to/plugin:/path/to/config.json]... [--no-plexus]
+ *        [--no-reference] [--journal-sync true|false]
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type AddResult, CallsAborted, type Outcome, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
+import { createNetns, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, linkExists, linksOfBridge, listNetns, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
+import { Plexusd, httpOverSocket, repoRoot, shimBinary, writeNetworkDefinition } from './lib/plexusd';
+import { type Summary, fmt, mapLimit, markdownTable, round, summarize, table } from './lib/stats';
+import { type Subject, describeSubject, parseSubjectSpec } from './lib/subject';
+import { Teardown } from './lib/teardown';
+
+const REFERENCE_DIR = '/usr/lib/cni';
+const WARMUP = 3;
+
+interface Options {
+  readonly iterations: number;
+  readonly burst: number;
+  readonly concurrency: readonly number[];
+  readonly shimCalls: number;
+  readonly json?: string;
+  readonly markdown?: string;
+  readonly extra: readonly string[];
+  readonly plexus: boolean;
+  readonly reference: boolean;
+  readonly journalSync?: boolean;
+}
+
+const USAGE = `usage: node dist/scripts/bench.js [options]
+  --iterations N         ADD/DEL latency samples per subject (default 50)
+  --burst N              pods per burst (default 110)
+  --concurrency LIST     burst concurrency levels (default 1,4,16)
+  --shim-calls N         VERSION calls for the shim overhead figures (default 50)
+  --json FILE            also write every figure as JSON
+  --markdown FILE        also write the result tables as Markdown
+  --subject N=BIN:CONF   add a CNI plugin with its single-plugin config (repeatable)
+  --no-plexus            leave Plexus out (e.g. before plexusd exists)
+  --no-reference         leave the reference bridge plugin out
+  --journal-sync BOOL    pass --journal-sync to plexusd (default: the daemon's default)`;
+
+function parseOptions(argv: readonly string[]): Options {
+  const extra: string[] = [];
+  const o: { -readonly [K in keyof Options]: Options[K] } = { iterations: 50, burst: 110, concurrency: [1, 4, 16], shimCalls: 50, extra, plexus: true, reference: true };
+  const positive = (flag: string, v: string | undefined): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`${flag} needs a positive integer, got ${String(v)}`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i] ?? '';
+    const value = (): string => {
+      const v = argv[++i];
+      if (v === undefined) throw new Error(`${flag} needs a value`);
+      return v;
+    };
+    switch (flag) {
+      case '--iterations': o.iterations = positive(flag, value()); break;
+      case '--burst': o.burst = positive(flag, value()); break;
+      case '--shim-calls': o.shimCalls = positive(flag, value()); break;
+      case '--concurrency': o.concurrency = value().split(',').map((c) => positive(flag, c)); break;
+      case '--json': o.json = value(); break;
+      case '--markdown': o.markdown = value(); break;
+      case '--subject': extra.push(value()); break;
+      case '--no-plexus': o.plexus = false; break;
+      case '--no-reference': o.reference = false; break;
+      case '--journal-sync': {
+        const v = value();
+        if (v !== 'true' && v !== 'false') throw new Error('--journal-sync needs true or false');
+        o.journalSync = v === 'true';
+        break;
+      }
+      case '--help': case '-h': console.log(USAGE); process.exit(0); break;
+      default: throw new Error(`unknown option ${flag}\n${USAGE}`);
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What one pod's life through a subject looks like
+
+interface PodRun {
+  readonly pod: Pod;
+  readonly add: Outcome;
+  readonly result?: AddResult;
+  readonly addError?: string;
+  readonly del?: Outcome;
+  readonly delError?: string;
+}
+
+/** Host links each subject's pods created, so teardown can remove any a failed DEL left. */
+const hostLinksCreated = new Map<string, Set<string>>();
+
+async function addPod(subject: Subject, pod: Pod): Promise<Pick<PodRun, 'pod' | 'add' | 'result' | 'addError'>> {
+  const add = await invoke(subject.plugin, 'ADD', pod);
+  const parsed = parseAdd(add);
+  if (!parsed.ok) return { pod, add, addError: parsed.why };
+  const links = hostLinksCreated.get(subject.name) ?? new Set<string>();
+  for (const l of hostSideLinksOf(parsed.result, subject.bridge)) links.add(l);
+  hostLinksCreated.set(subject.name, links);
+  return { pod, add, result: parsed.result };
+}
+
+/** The first DEL, as containerd's StopPodSandbox sends it: the pod's netns, prevResult from the cache. */
+async function delPod(subject: Subject, added: Pick<PodRun, 'pod' | 'result'>): Promise<{ del: Outcome; delError?: string }> {
+  const del = await invoke(subject.plugin, 'DEL', added.pod, added.result !== undefined ? { prevResult: added.result } : {});
+  return del.exitCode === 0 ? { del } : { del, delError: describeFailure(del) };
+}
+
+/** What a subject left on the host and in its IPAM after all its pods were deleted (netns still present). */
+async function leaksOf(subject: Subject, runs: readonly PodRun[], before: ReadonlySet<string>): Promise<string[]> {
+  const present = hostLinks();
+  const links = new Set<string>();
+  for (const r of runs) for (const l of r.result !== undefined ? hostSideLinksOf(r.result, subject.bridge) : []) if (present.has(l)) links.add(l);
+  if (subject.bridge !== undefined) for (const l of linksOfBridge(subject.bridge)) links.add(l);
+  const state = (await subject.leftovers()).filter((l) => !before.has(l));
+  return [...[...links].map((l) => `link ${l}`), ...state];
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. ADD/DEL latency, one pod at a time, subjects interleaved
+
+interface LatencyFigures {
+  readonly add: Summary;
+  readonly del: Summary;
+  readonly failures: readonly string[];
+  readonly leaks: readonly string[];
+}
+
+async function measureLatency(teardown: Teardown, prefix: string, subjects: readonly Subject[], iterations: number): Promise<Map<string, LatencyFigures>> {
+  const total = WARMUP + iterations;
+  const netnsNames = subjects.flatMap((s) => Array.from({ length: total }, (_, i) => `${prefix}-${s.tag}-l${i}`));
+  createNetns(teardown, netnsNames);
+  const before = new Map<string, Set<string>>();
+  for (const s of subjects) before.set(s.name, new Set(await s.leftovers()));
+  const samples = new Map(subjects.map((s) => [s.name, { add: [] as number[], del: [] as number[], failures: [] as string[], runs: [] as PodRun[] }]));
+  for (let i = 0; i < total; i++) {
+    // Rotate who goes first so neither subject always runs on a cache the other just warmed.
+    const order = subjects.map((_, k) => subjects[(i + k) % subjects.length] as Subject);
+    for (const subject of order) {
+      const acc = samples.get(subject.name);
+      if (acc === undefined) continue;
+      const pod = newPod('default', `bench-${subject.tag}-l${i}`, `/var/run/netns/${prefix}-${subject.tag}-l${i}`);
+      const added = await addPod(subject, pod);
+      const { del, delError } = await delPod(subject, added);
+      acc.runs.push({ ...added, del, ...(delError !== undefined ? { delError } : {}) });
+      if (added.addError !== undefined) acc.failures.push(`ADD ${pod.name}: ${added.addError}`);
+      if (delError !== undefined) acc.failures.push(`DEL ${pod.name}: ${delError}`);
+      if (i < WARMUP) continue;
+      if (added.addError === undefined) acc.add.push(added.add.ms);
+      if (added.addError === undefined && delError === undefined) acc.del.push(del.ms);
+    }
+    if (process.stdout.isTTY) process.stdout.write(`\r  ${i + 1}/${total} iterations (${WARMUP} warm-up)`);
+  }
+  if (process.stdout.isTTY) process.stdout.write('\n');
+  const figures = new Map<string, LatencyFigures>();
+  for (const subject of subjects) {
+    const acc = samples.get(subject.name);
+    if (acc === undefined) continue;
+    figures.set(subject.name, { add: summarize(acc.add), del: summarize(acc.del), failures: acc.failures, leaks: await leaksOf(subject, acc.runs, before.get(subject.name) ?? new Set()) });
+  }
+  deleteNetns(netnsNames);
+  return figures;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Bursts: N pods at concurrency c, then all deleted
+
+interface BurstFigures {
+  readonly subject: string;
+  readonly concurrency: number;
+  readonly pods: number;
+  readonly addWallMs: number;
+  readonly addPodsPerSecond: number;
+  readonly delWallMs: number;
+  readonly add: Summary;
+  readonly addFailures: number;
+  readonly delFailures: number;
+  readonly duplicateIps: readonly string[];
+  readonly leaks: readonly string[];
+  readonly errors: readonly string[];
+}
+
+async function measureBurst(teardown: Teardown, prefix: string, subject: Subject, pods: number, concurrency: number): Promise<BurstFigures> {
+  const names = Array.from({ length: pods }, (_, i) => `${prefix}-${subject.tag}-c${concurrency}-${i}`);
+  createNetns(teardown, names);
+  try {
+    const before = new Set(await subject.leftovers());
+    const podList = names.map((n, i) => newPod('default', `bench-${subject.tag}-c${concurrency}-${i}`, `/var/run/netns/${n}`));
+    let t0 = process.hrtime.bigint();
+    const added = await mapLimit(podList, concurrency, (pod) => addPod(subject, pod));
+    const addWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
+    t0 = process.hrtime.bigint();
+    const deleted = await mapLimit(added, concurrency, (a) => delPod(subject, a));
+    const delWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
+    const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }) as PodRun);
+    const owners = new Map<string, number>();
+    for (const r of runs) for (const a of r.result !== undefined ? addressesOf(r.result) : []) owners.set(a, (owners.get(a) ?? 0) + 1);
+    const ok = runs.filter((r) => r.addError === undefined);
+    return {
+      subject: subject.name,
+      concurrency,
+      pods,
+      addWallMs: round(addWallMs),
+      addPodsPerSecond: round((ok.length * 1000) / addWallMs, 1),
+      delWallMs: round(delWallMs),
+      add: summarize(ok.map((r) => r.add.ms)),
+      addFailures: runs.length - ok.length,
+      delFailures: runs.filter((r) => r.delError !== undefined).length,
+      duplicateIps: [...owners].filter(([, n]) => n > 1).map(([a, n]) => `${a} x${n}`),
+      leaks: await leaksOf(subject, runs, before),
+      errors: [
+        ...new Set(runs.flatMap((r) => [...(r.addError !== undefined ? [`ADD: ${r.addError}`] : []), ...(r.delError !== undefined ? [`DEL: ${r.delError}`] : [])])),
+      ].slice(0, 5),
+    };
+  } finally {
+    deleteNetns(names);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. What the executable itself costs: VERSION through the shim vs the same request in-process
+
+interface ShimFigures {
+  readonly versionViaShim: Summary;
+  readonly versionInProcess: Summary;
+  readonly execFloor: Summary;
+  readonly overheadMedianMs: number;
+  readonly shimPeakRssKiB: { readonly version?: number; readonly add?: number; readonly del?: number };
+  readonly shimBinaryBytes: number;
+  readonly reference?: { readonly version?: number; readonly add?: number; readonly del?: number };
+}
+
+async function execTrue(): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  await new Promise<void>((resolve, reject) => spawn('/bin/true', [], { stdio: 'ignore' }).on('error', reject).on('close', () => resolve()));
+  return Number(process.hrtime.bigint() - t0) / 1e6;
+}
+
+/** Max of a few /usr/bin/time -f %M readings for VERSION, ADD and DEL of one plugin. */
+async function peakRss(teardown: Teardown, prefix: string, subject: Subject, samples: number): Promise<{ version?: number; add?: number; del?: number }> {
+  if (!existsSync(TIME_BINARY)) return {};
+  const names = Array.from({ length: samples }, (_, i) => `${prefix}-${subject.tag}-m${i}`);
+  createNetns(teardown, names);
+  const max = (xs: (number | undefined)[]): number | undefined => (xs.some((x) => x !== undefined) ? Math.max(...xs.filter((x): x is number => x !== undefined)) : undefined);
+  const version: (number | undefined)[] = [];
+  const add: (number | undefined)[] = [];
+  const del: (number | undefined)[] = [];
+  try {
+    for (const [i, name] of names.entries()) {
+      version.push((await invoke(subject.plugin, 'VERSION', undefined, { measureRss: true })).maxRssKiB);
+      const pod = newPod('default', `bench-${subject.tag}-m${i}`, `/var/run/netns/${name}`);
+      const a = await invoke(subject.plugin, 'ADD', pod, { measureRss: true });
+      const parsed = parseAdd(a);
+      if (parsed.ok) {
+        add.push(a.maxRssKiB);
+        for (const l of hostSideLinksOf(parsed.result, subject.bridge)) hostLinksCreated.get(subject.name)?.add(l);
+      }
+      const d = await invoke(subject.plugin, 'DEL', pod, { measureRss: true, ...(parsed.ok ? { prevResult: parsed.result } : {}) });
+      if (d.exitCode === 0) del.push(d.maxRssKiB);
+    }
+  } finally {
+    deleteNetns(names);
+  }
+  const out: { version?: number; add?: number; del?: number } = {};
+  const v = max(version), a = max(add), d = max(del);
+  if (v !== undefined) out.version = v;
+  if (a !== undefined) out.add = a;
+  if (d !== undefined) out.del = d;
+  return out;
+}
+
+async function measureShim(teardown: Teardown, prefix: string, plexus: Subject, daemon: Plexusd, reference: Subject | undefined, calls: number): Promise<ShimFigures> {
+  const config = JSON.stringify(plexus.plugin.config);
+  const body = JSON.stringify({ env: { CNI_COMMAND: 'VERSION', CNI_PATH: plexus.plugin.env['CNI_PATH'] ?? '' }, stdin: config });
+  const check = await httpOverSocket(daemon.socket, 'POST', '/v1/cni', body);
+  if (check.status !== 200 || check.headers['x-cni-exit-code'] !== '0') throw new Error(`in-process VERSION: HTTP ${check.status}: ${check.body}`);
+  const viaShim: number[] = [];
+  const inProcess: number[] = [];
+  const floor: number[] = [];
+  for (let i = 0; i < WARMUP + calls; i++) {
+    const shim = await invoke(plexus.plugin, 'VERSION', undefined);
+    if (shim.exitCode !== 0) throw new Error(`VERSION through the shim: ${describeFailure(shim)}`);
+    const t0 = process.hrtime.bigint();
+    const reply = await httpOverSocket(daemon.socket, 'POST', '/v1/cni', body);
+    const http = Number(process.hrtime.bigint() - t0) / 1e6;
+    if (reply.status !== 200) throw new Error(`in-process VERSION: HTTP ${reply.status}`);
+    const t = await execTrue();
+    if (i < WARMUP) continue;
+    viaShim.push(shim.ms);
+    inProcess.push(http);
+    floor.push(t);
+  }
+  const versionViaShim = summarize(viaShim);
+  const versionInProcess = summarize(inProcess);
+  return {
+    versionViaShim,
+    versionInProcess,
+    execFloor: summarize(floor),
+    overheadMedianMs: round(versionViaShim.median - versionInProcess.median),
+    shimPeakRssKiB: await peakRss(teardown, prefix, plexus, 3),
+    shimBinaryBytes: statSync(shimBinary()).size,
+    ...(reference !== undefined ? { reference: await peakRss(teardown, prefix, reference, 3) } : {}),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface Report {
+  readonly machine: ReturnType<typeof machine>;
+  readonly command: string;
+  readonly startedAt: string;
+  readonly durationSeconds: number;
+  readonly settings: { readonly iterations: number; readonly warmup: number; readonly burst: number; readonly concurrency: readonly number[]; readonly shimCalls: number };
+  readonly subjects: { readonly name: string; readonly binary: string; readonly config: unknown }[];
+  readonly latency: Record<string, LatencyFigures>;
+  readonly ratios: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
+  readonly shim?: ShimFigures;
+  readonly bursts: BurstFigures[];
+  readonly daemon?: { readonly peakRssKiB?: number; readonly exitCode?: number | null };
+  readonly problems: string[];
+}
+
+const kib = (x: number | undefined): string => (x === undefined ? 'n/a' : `${(x / 1024).toFixed(1)} MiB`);
+
+function render(report: Report, markdown: boolean): string {
+  const t = markdown ? markdownTable : table;
+  const out: string[] = [];
+  const head = (s: string): void => void out.push('', markdown ? `### ${s}` : `== ${s}`, '');
+  head(`ADD / DEL latency, 1 interface, ${report.settings.iterations} iterations (ms)`);
+  out.push(
+    t(
+      ['subject', 'ADD median', 'ADD p90', 'ADD min', 'ADD max', 'DEL median', 'DEL p90', 'DEL min', 'DEL max', 'failures'],
+      Object.entries(report.latency).map(([name, f]) => [
+        name, fmt(f.add.median), fmt(f.add.p90), fmt(f.add.min), fmt(f.add.max), fmt(f.del.median), fmt(f.del.p90), fmt(f.del.min), fmt(f.del.max), String(f.failures.length),
+      ]),
+    ),
+  );
+  const ratios = Object.entries(report.ratios);
+  if (ratios.length > 0) {
+    out.push('');
+    for (const [name, r] of ratios) out.push(`${markdown ? '- ' : ''}${name}: ADD median ${fmt(r.addMedian, 2)}x, DEL median ${fmt(r.delMedian, 2)}x`);
+  }
+  if (report.shim !== undefined) {
+    const s = report.shim;
+    head(`plexus-cni executable overhead (${report.settings.shimCalls} VERSION calls, ms)`);
+    out.push(
+      t(
+        ['path', 'median', 'p90', 'min', 'max'],
+        [
+          ['VERSION via bin/plexus-cni -> plexusd', fmt(s.versionViaShim.median, 2), fmt(s.versionViaShim.p90, 2), fmt(s.versionViaShim.min, 2), fmt(s.versionViaShim.max, 2)],
+          ['VERSION as in-process HTTP request', fmt(s.versionInProcess.median, 2), fmt(s.versionInProcess.p90, 2), fmt(s.versionInProcess.min, 2), fmt(s.versionInProcess.max, 2)],
+          ['spawn /bin/true (exec floor)', fmt(s.execFloor.median, 2), fmt(s.execFloor.p90, 2), fmt(s.execFloor.min, 2), fmt(s.execFloor.max, 2)],
+        ],
+      ),
+    );
+    out.push('');
+    out.push(`${markdown ? '- ' : ''}shim overhead (median via shim - median in-process): ${fmt(s.overheadMedianMs, 2)} ms`);
+    out.push(
+      `${markdown ? '- ' : ''}peak RSS (${existsSync(TIME_BINARY) ? '/usr/bin/time %M' : 'n/a (install time)'}): plexus-cni VERSION ${kib(s.shimPeakRssKiB.version)}, ADD ${kib(s.shimPeakRssKiB.add)}, DEL ${kib(s.shimPeakRssKiB.del)}` +
+        (s.reference !== undefined ? `; reference bridge VERSION ${kib(s.reference.version)}, ADD ${kib(s.reference.add)}, DEL ${kib(s.reference.del)}` : ''),
+    );
+    out.push(`${markdown ? '- ' : ''}bin/plexus-cni size: ${(s.shimBinaryBytes / 1024).toFixed(0)} KiB (static)`);
+  }
+  if (report.bursts.length > 0) {
+    head(`Bursts of ${report.settings.burst} pods (ADD all, then DEL all)`);
+    out.push(
+      t(
+        ['subject', 'conc.', 'ADD wall s', 'pods/s', 'ADD p50 ms', 'ADD p90 ms', 'DEL wall s', 'ADD fail', 'DEL fail', 'dup IPs', 'leaks'],
+        report.bursts.map((b) => [
+          b.subject, String(b.concurrency), fmt(b.addWallMs / 1000, 2), fmt(b.addPodsPerSecond), fmt(b.add.median), fmt(b.add.p90), fmt(b.delWallMs / 1000, 2),
+          String(b.addFailures), String(b.delFailures), String(b.duplicateIps.length), String(b.leaks.length),
+        ]),
+      ),
+    );
+  }
+  if (report.daemon !== undefined) {
+    out.push('');
+    out.push(`${markdown ? '- ' : ''}plexusd peak RSS (VmHWM at the end): ${kib(report.daemon.peakRssKiB)}`);
+  }
+  return out.join('\n');
+}
+
+async function main(): Promise<number> {
+  const options = parseOptions(process.argv.slice(2));
+  const started = Date.now();
+  const teardown = new Teardown();
+  teardown.onSignal(abortCalls);
+  const prefix = uniquePrefix('pxb');
+  const root = await mkdtemp(join(tmpdir(), `${prefix}-`));
+  teardown.add(`remove ${root}`, () => rm(root, { recursive: true, force: true }));
+  restoreForwardingOnTeardown(teardown);
+  const problems: string[] = [];
+  let exitCode = 0;
+  try {
+    const m = machine();
+    console.log(`Plexus bench ${prefix}: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
+    const subjects: Subject[] = [];
+    let daemon: Plexusd | undefined;
+    let plexus: Subject | undefined;
+    let reference: Subject | undefined;
+    const taken: number[] = [];
+    if (options.plexus) {
+      const second = freeTenNet(150, 199, taken);
+      taken.push(second);
+      const networksDir = join(root, 'networks');
+      await mkdir(networksDir);
+      const bridge = `${prefix}pb`;
+      teardown.add(`delete bridge ${bridge}`, () => deleteLinkIfPresent(bridge));
+      await writeNetworkDefinition(networksDir, 'default', 'podnet', {
+        cniVersion: '1.1.0', name: 'podnet', type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, ipMasq: false,
+        ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]] },
+      });
+      daemon = await Plexusd.start(teardown, {
+        root: join(root, 'plexusd'), networksDir, defaultNetwork: 'default/podnet', cniBinDir: REFERENCE_DIR, logLevel: 'error',
+        ...(options.journalSync !== undefined ? { journalSync: options.journalSync } : {}),
+      });
+      const d = daemon;
+      plexus = {
+        name: 'plexus',
+        tag: 'px',
+        plugin: {
+          binary: shimBinary(),
+          config: { cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath: d.socket },
+          env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${REFERENCE_DIR}` },
+        },
+        bridge,
+        leftovers: () => d.leftovers(),
+      };
+      subjects.push(plexus);
+      console.log(`  plexus:    bin/plexus-cni -> plexusd pid ${d.pid}, bridge ${bridge}, 10.${second}.0.0/16`);
+    }
+    if (options.reference) {
+      const second = freeTenNet(150, 199, taken);
+      taken.push(second);
+      const bridge = `${prefix}rb`;
+      teardown.add(`delete bridge ${bridge}`, () => deleteLinkIfPresent(bridge));
+      const dataDir = join(root, 'host-local');
+      reference = describeSubject('reference', 'rf', {
+        binary: join(REFERENCE_DIR, 'bridge'),
+        // The Debian plugins (1.1.1) speak CNI up to 1.0.0.
+        config: {
+          cniVersion: '1.0.0', name: `${prefix}-ref`, type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, ipMasq: false,
+          ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]], dataDir },
+        },
+        env: { CNI_PATH: REFERENCE_DIR },
+      });
+      subjects.push(reference);
+      console.log(`  reference: ${REFERENCE_DIR}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
+    }
+    for (const [i, spec] of options.extra.entries()) {
+      const s = parseSubjectSpec(spec, `x${i}`);
+      if (subjects.some((other) => other.name === s.name)) throw new Error(`--subject ${s.name}: a subject with that name already exists`);
+      subjects.push(s);
+      // A bridge that did not exist before the run was made by the run: remove it afterwards.
+      const b = s.bridge;
+      if (b !== undefined && !linkExists(b)) teardown.add(`delete bridge ${b}`, () => deleteLinkIfPresent(b));
+      console.log(`  ${s.name}: ${s.plugin.binary}${s.bridge !== undefined ? `, bridge ${s.bridge}` : ''}`);
+    }
+    if (subjects.length === 0) throw new Error('no subject to measure');
+    teardown.add('delete host links the pods left', () => {
+      const present = hostLinks();
+      for (const links of hostLinksCreated.values()) for (const l of links) if (present.has(l)) deleteLinkIfPresent(l);
+    });
+
+    console.log('\n1. ADD/DEL latency');
+    const latency = await measureLatency(teardown, prefix, subjects, options.iterations);
+
+    let shim: ShimFigures | undefined;
+    if (plexus !== undefined && daemon !== undefined) {
+      console.log('2. plexus-cni overhead');
+      shim = await measureShim(teardown, prefix, plexus, daemon, reference, options.shimCalls);
+    }
+
+    console.log('3. bursts');
+    const bursts: BurstFigures[] = [];
+    for (const [level, c] of options.concurrency.entries()) {
+      for (const [k] of subjects.entries()) {
+        const subject = subjects[(k + level) % subjects.length] as Subject;
+        const b = await measureBurst(teardown, prefix, subject, options.burst, c);
+        bursts.push(b);
+        console.log(`  ${subject.name} c=${c}: ${fmt(b.addPodsPerSecond)} pods/s, ${b.addFailures + b.delFailures} failures, ${b.duplicateIps.length} duplicate IPs, ${b.leaks.length} leaks`);
+      }
+    }
+    bursts.sort((a, b) => subjects.findIndex((s) => s.name === a.subject) - subjects.findIndex((s) => s.name === b.subject) || a.concurrency - b.concurrency);
+
+    const daemonPeak = daemon?.peakRssKiB();
+    const daemonExit = daemon !== undefined ? await daemon.stop() : undefined;
+
+    for (const [name, f] of latency) {
+      for (const e of f.failures.slice(0, 5)) problems.push(`${name} latency: ${e}`);
+      for (const l of f.leaks) problems.push(`${name} latency leak: ${l}`);
+    }
+    for (const b of bursts) {
+      for (const e of b.errors) problems.push(`${b.subject} c=${b.concurrency}: ${e}`);
+      for (const d of b.duplicateIps) problems.push(`${b.subject} c=${b.concurrency}: duplicate IP ${d}`);
+      for (const l of b.leaks) problems.push(`${b.subject} c=${b.concurrency} leak: ${l}`);
+    }
+    if (daemonExit !== undefined && daemonExit !== 0) problems.push(`plexusd exited with ${String(daemonExit)} on SIGTERM`);
+
+    const ratios: Report['ratios'] = {};
+    const ref = latency.get('reference');
+    if (ref !== undefined) {
+      for (const [name, f] of latency) {
+        if (name !== 'reference') ratios[`${name}/reference`] = { addMedian: round(f.add.median / ref.add.median), delMedian: round(f.del.median / ref.del.median) };
+      }
+    }
+    const report: Report = {
+      machine: m,
+      command: `node dist/scripts/bench.js ${process.argv.slice(2).join(' ')}`.trim(),
+      startedAt: new Date(started).toISOString(),
+      durationSeconds: round((Date.now() - started) / 1000, 1),
+      settings: { iterations: options.iterations, warmup: WARMUP, burst: options.burst, concurrency: options.concurrency, shimCalls: options.shimCalls },
+      subjects: subjects.map((s) => ({ name: s.name, binary: s.plugin.binary, config: s.plugin.config })),
+      latency: Object.fromEntries(latency),
+      ratios,
+      ...(shim !== undefined ? { shim } : {}),
+      bursts,
+      ...(daemon !== undefined ? { daemon: { ...(daemonPeak !== undefined ? { peakRssKiB: daemonPeak } : {}), exitCode: daemonExit ?? null } } : {}),
+      problems,
+    };
+    console.log(render(report, false));
+    if (options.json !== undefined) await writeFile(options.json, `${JSON.stringify(report, null, 2)}\n`);
+    if (options.markdown !== undefined) await writeFile(options.markdown, `${render(report, true).trim()}\n`);
+    if (problems.length > 0) {
+      exitCode = 1;
+      console.log(`\nProblems (${problems.length}):`);
+      for (const p of problems.slice(0, 30)) console.log(`  - ${p}`);
+    }
+  } catch (thrown) {
+    exitCode = 1;
+    if (thrown instanceof CallsAborted) console.error('\nbench interrupted');
+    else console.error(`\nbench failed: ${thrown instanceof Error ? (thrown.stack ?? thrown.message) : String(thrown)}`);
+  } finally {
+    const cleanup = await teardown.run();
+    for (const c of cleanup) console.error(`cleanup: ${c}`);
+    const leftNetns = listNetns(prefix);
+    const leftLinks = [...hostLinks()].filter((l) => l.startsWith(prefix));
+    if (cleanup.length > 0 || leftNetns.length > 0 || leftLinks.length > 0) {
+      exitCode = 1;
+      console.error(`cleanup incomplete: netns ${leftNetns.join(' ') || 'none'}; links ${leftLinks.join(' ') || 'none'}`);
+    } else {
+      console.log(`\nCleaned up: no netns or links named ${prefix}* left, temp dir removed.`);
+    }
+  }
+  return exitCode;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (thrown: unknown) => {
+    console.error(thrown instanceof Error ? thrown.message : thrown);
+    process.exit(2);
+  },
+);

@@ -4,7 +4,7 @@
  *
  *   node dist/scripts/bench.js [--iterations N] [--burst N] [--concurrency 1,4,16] [--json FILE]
  *        [--markdown FILE] [--subject name=/path/to/plugin:/path/to/config.json]... [--no-plexus]
- *        [--no-reference] [--journal-sync true|false]
+ *        [--no-reference] [--state-sync true|false]
  */
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
@@ -31,7 +31,7 @@ interface Options {
   readonly extra: readonly string[];
   readonly plexus: boolean;
   readonly reference: boolean;
-  readonly journalSync?: boolean;
+  readonly stateSync?: boolean;
 }
 
 const USAGE = `usage: node dist/scripts/bench.js [options]
@@ -44,7 +44,7 @@ const USAGE = `usage: node dist/scripts/bench.js [options]
   --subject N=BIN:CONF   add a CNI plugin with its single-plugin config (repeatable)
   --no-plexus            leave Plexus out (e.g. before plexusd exists)
   --no-reference         leave the reference bridge plugin out
-  --journal-sync BOOL    pass --journal-sync to plexusd (default: the daemon's default)`;
+  --state-sync BOOL    pass --state-sync to plexusd (default: the daemon's default)`;
 
 function parseOptions(argv: readonly string[]): Options {
   const extra: string[] = [];
@@ -71,10 +71,10 @@ function parseOptions(argv: readonly string[]): Options {
       case '--subject': extra.push(value()); break;
       case '--no-plexus': o.plexus = false; break;
       case '--no-reference': o.reference = false; break;
-      case '--journal-sync': {
+      case '--state-sync': {
         const v = value();
-        if (v !== 'true' && v !== 'false') throw new Error('--journal-sync needs true or false');
-        o.journalSync = v === 'true';
+        if (v !== 'true' && v !== 'false') throw new Error('--state-sync needs true or false');
+        o.stateSync = v === 'true';
         break;
       }
       case '--help': case '-h': console.log(USAGE); process.exit(0); break;
@@ -421,7 +421,7 @@ async function main(): Promise<number> {
       });
       daemon = await Plexusd.start(teardown, {
         root: join(root, 'plexusd'), networksDir, defaultNetwork: 'default/podnet', cniBinDir: REFERENCE_DIR, logLevel: 'error',
-        ...(options.journalSync !== undefined ? { journalSync: options.journalSync } : {}),
+        ...(options.stateSync !== undefined ? { stateSync: options.stateSync } : {}),
       });
       const d = daemon;
       plexus = {

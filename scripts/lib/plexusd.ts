@@ -45,7 +45,7 @@ export interface DaemonOptions {
   readonly defaultNetwork: string;
   readonly cniBinDir: string;
   readonly logLevel?: 'silent' | 'error' | 'info' | 'debug';
-  readonly journalSync?: boolean;
+  readonly stateSync?: boolean;
 }
 
 export interface HttpReply {
@@ -111,10 +111,12 @@ export class Plexusd {
       '--default-network', options.defaultNetwork,
       '--cni-bin-dir', options.cniBinDir,
       '--log-level', options.logLevel ?? 'error',
-      ...(options.journalSync !== undefined ? ['--journal-sync', String(options.journalSync)] : []),
+      ...(options.stateSync !== undefined ? ['--state-sync', String(options.stateSync)] : []),
     ];
     const log = createWriteStream(join(options.root, 'plexusd.log'));
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    // Exec bin/plexusd itself, so its interpreter flags (see its first line) apply as in production.
+    const [entry = '', ...rest] = args;
+    const child = spawn(entry, rest, { stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout?.pipe(log);
     child.stderr?.pipe(log);
     const daemon = new Plexusd(child, options);

@@ -19,7 +19,7 @@ export const DaemonConfigSchema = z
     cniBinDir: z.string().startsWith('/', 'must be an absolute path').default('/opt/cni/bin'),
     maxConcurrent: int(1, 1024).default(16),
     maxQueued: int(0, 100000).default(1024),
-    journalSync: bool.default(true),
+    stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
@@ -35,7 +35,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--cni-bin-dir': 'cniBinDir',
   '--max-concurrent': 'maxConcurrent',
   '--max-queued': 'maxQueued',
-  '--journal-sync': 'journalSync',
+  '--state-sync': 'stateSync',
   '--host-link-group': 'hostLinkGroup',
   '--spool-scan-seconds': 'spoolScanSeconds',
   '--log-level': 'logLevel',
@@ -49,7 +49,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --cni-bin-dir DIR         where delegated CNI plugins live (default /opt/cni/bin)
   --max-concurrent N        CNI calls handled at once (default 16)
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
-  --journal-sync BOOL       fsync each journal step (default true)
+  --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)

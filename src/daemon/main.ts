@@ -25,8 +25,8 @@ async function main(): Promise<number> {
   const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
 
   const kernel = new Kernel();
-  const ipam = await Ipam.open(join(config.stateDir, 'ipam'));
-  const journal = await Journal.open(join(config.stateDir, 'journal'), config.journalSync);
+  const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
+  const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   const networks = new NetworkDirectory(config.networksDir);
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,

@@ -62,9 +62,9 @@ export class Ipam {
 
   private constructor(private readonly store: LeaseStore) {}
 
-  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing. */
-  static async open(dir: string): Promise<Ipam> {
-    return new Ipam(await LeaseStore.open(dir));
+  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing. `sync`: fsync each change (default true). */
+  static async open(dir: string, options: { readonly sync?: boolean } = {}): Promise<Ipam> {
+    return new Ipam(await LeaseStore.open(dir, options));
   }
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {

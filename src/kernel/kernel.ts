@@ -24,10 +24,10 @@ export class KernelCallError extends CniError {
   }
 }
 
-export class Kernel {
-  private worker: Worker;
-  private nextId = 1;
-  private readonly pending = new Map<number, (reply: BatchReply) => void>();
+/** One kernel worker thread and the replies it still owes. */
+class KernelWorker {
+  worker: Worker;
+  readonly pending = new Map<number, (reply: BatchReply) => void>();
   private closing = false;
 
   constructor() {
@@ -35,7 +35,8 @@ export class Kernel {
   }
 
   private spawn(): Worker {
-    const worker = new Worker(join(__dirname, 'worker.js'));
+    // The worker only shuttles small messages: a tiny young generation keeps its memory low.
+    const worker = new Worker(join(__dirname, 'worker.js'), { resourceLimits: { maxYoungGenerationSizeMb: 2 } });
     worker.on('message', (reply: BatchReply) => {
       const resolve = this.pending.get(reply.id);
       this.pending.delete(reply.id);
@@ -58,20 +59,43 @@ export class Kernel {
     return worker;
   }
 
+  post(req: BatchRequest, resolve: (reply: BatchReply) => void): void {
+    this.pending.set(req.id, resolve);
+    // Keep the process alive only while the kernel owes an answer.
+    this.worker.ref();
+    this.worker.postMessage(req);
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     await this.worker.terminate();
+  }
+}
+
+export class Kernel {
+  private readonly workers: KernelWorker[];
+  private nextId = 1;
+
+  /**
+   * `threads` workers run batches in parallel: the kernel makes some calls wait (deleting a veth waits for RCU
+   * grace periods, ~15 ms), and several threads let those waits of different pods overlap.
+   */
+  constructor(threads = 2) {
+    this.workers = Array.from({ length: Math.max(1, threads) }, () => new KernelWorker());
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.close()));
   }
 
   /** Runs operations in order; the first failure that is not tolerated stops the batch. */
   batch(netns: string | undefined, ops: readonly BatchOp[]): Promise<KernelResult<unknown[]>> {
     const id = this.nextId++;
     const req: BatchRequest = { id, ...(netns ? { netns } : {}), ops };
+    // The least busy worker takes the batch; a batch always runs whole on one thread.
+    const worker = this.workers.reduce((best, w) => (w.pending.size < best.pending.size ? w : best));
     return new Promise((resolve) => {
-      this.pending.set(id, (reply) => resolve(reply.ok ? ok(reply.results) : err(new KernelCallError(reply.failure, reply.index))));
-      // Keep the process alive only while the kernel owes an answer.
-      this.worker.ref();
-      this.worker.postMessage(req);
+      worker.post(req, (reply) => resolve(reply.ok ? ok(reply.results) : err(new KernelCallError(reply.failure, reply.index))));
     });
   }
 

@@ -89,9 +89,13 @@ export type KernelOp =
   | { readonly op: 'tapAdd'; readonly tap: TapSpec }
   | { readonly op: 'sysctlWrite'; readonly key: string; readonly value: string };
 
-/** Per-op tolerance: errno names that count as success (the op then answers null), e.g. EEXIST on create, ENODEV on delete. */
-export type Tolerated = { readonly ignore?: readonly string[] };
-export type BatchOp = KernelOp & Tolerated;
+/**
+ * Per-op options: `ignore` lists errno names that count as success (the op then answers null), e.g. EEXIST on
+ * create, ENODEV on delete; `at` runs this one op in another netns than the batch's, so a whole attachment
+ * (host side and pod side) costs one trip to the kernel worker.
+ */
+export type OpOptions = { readonly ignore?: readonly string[]; readonly at?: string };
+export type BatchOp = KernelOp & OpOptions;
 
 /** A failure reported by the kernel, with the errno name and the extended-ack text when the kernel gave one. */
 export interface KernelFailure {

@@ -89,20 +89,28 @@ function toFailure(e: unknown, op: BatchOp): KernelFailure {
 }
 
 function runBatch(req: BatchRequest): BatchReply {
-  let sock = hostSocket;
-  try {
-    if (req.netns) sock = inNetns(req.netns, () => RtnlSocket.open());
-  } catch (e) {
-    return { id: req.id, ok: false, index: -1, failure: e instanceof KernelError ? e.failure : toFailure(e, { op: 'linkList' }) };
-  }
+  // One socket per netns the batch touches, opened on first use and closed at the end.
+  const sockets = new Map<string, RtnlSocket>();
+  const socketFor = (netns: string | undefined): RtnlSocket => {
+    if (!netns) return hostSocket;
+    let sock = sockets.get(netns);
+    if (!sock) {
+      sock = inNetns(netns, () => RtnlSocket.open());
+      sockets.set(netns, sock);
+    }
+    return sock;
+  };
   const results: unknown[] = [];
   try {
     for (const [index, op] of req.ops.entries()) {
+      const netns = op.at ?? req.netns;
       try {
-        results.push(runOp(sock, req.netns, op));
+        results.push(runOp(socketFor(netns), netns, op));
       } catch (e) {
         if (e instanceof Error && e.message.startsWith('FATAL')) throw e;
         const failure = toFailure(e, op);
+        // A netns that cannot be entered fails the batch even for ops that tolerate the errno of the op itself.
+        if (failure.op === 'open netns' || failure.op === 'setns') return { id: req.id, ok: false, index, failure };
         if (op.ignore?.includes(failure.errnoName)) {
           results.push(null);
           continue;
@@ -112,7 +120,7 @@ function runBatch(req: BatchRequest): BatchReply {
     }
     return { id: req.id, ok: true, results };
   } finally {
-    if (sock !== hostSocket) sock.close();
+    for (const sock of sockets.values()) sock.close();
   }
 }
 

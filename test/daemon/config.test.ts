@@ -12,7 +12,7 @@ const DEFAULTS: DaemonConfig = {
   cniBinDir: '/opt/cni/bin',
   maxConcurrent: 16,
   maxQueued: 1024,
-  journalSync: true,
+  stateSync: false,
   spoolScanSeconds: 5,
   logLevel: 'info',
 };
@@ -54,7 +54,7 @@ const FLAGS: readonly [string, string, keyof DaemonConfig, unknown][] = [
   ['--cni-bin-dir', '/usr/libexec/cni', 'cniBinDir', '/usr/libexec/cni'],
   ['--max-concurrent', '4', 'maxConcurrent', 4],
   ['--max-queued', '0', 'maxQueued', 0],
-  ['--journal-sync', 'false', 'journalSync', false],
+  ['--state-sync', 'true', 'stateSync', true],
   ['--host-link-group', '77', 'hostLinkGroup', 77],
   ['--spool-scan-seconds', '0.5', 'spoolScanSeconds', 0.5],
   ['--log-level', 'debug', 'logLevel', 'debug'],
@@ -76,8 +76,8 @@ test('a later flag wins over an earlier one', () => {
 });
 
 test('--config reads camelCase keys from a YAML file', () => {
-  withFile('plexusd.yaml', 'socket: /tmp/p/plexus.sock\nmaxConcurrent: 8\njournalSync: false\ndefaultNetwork: team-a/blue\nhostLinkGroup: 9\n', (path) => {
-    assert.deepEqual(configOf(['--config', path]), { ...DEFAULTS, socket: '/tmp/p/plexus.sock', maxConcurrent: 8, journalSync: false, defaultNetwork: 'team-a/blue', hostLinkGroup: 9 });
+  withFile('plexusd.yaml', 'socket: /tmp/p/plexus.sock\nmaxConcurrent: 8\nstateSync: true\ndefaultNetwork: team-a/blue\nhostLinkGroup: 9\n', (path) => {
+    assert.deepEqual(configOf(['--config', path]), { ...DEFAULTS, socket: '/tmp/p/plexus.sock', maxConcurrent: 8, stateSync: true, defaultNetwork: 'team-a/blue', hostLinkGroup: 9 });
   });
 });
 
@@ -136,7 +136,7 @@ const invalid: readonly [string[], string][] = [
   [['--max-concurrent', '1025'], 'invalid setting --max-concurrent (maxConcurrent): '],
   [['--max-concurrent', '2.5'], 'invalid setting --max-concurrent (maxConcurrent): '],
   [['--max-queued', '-1'], 'invalid setting --max-queued (maxQueued): '],
-  [['--journal-sync', 'maybe'], 'invalid setting --journal-sync (journalSync): '],
+  [['--state-sync', 'maybe'], 'invalid setting --state-sync (stateSync): '],
   [['--host-link-group', '0'], 'invalid setting --host-link-group (hostLinkGroup): '],
   [['--spool-scan-seconds', 'soon'], 'invalid setting --spool-scan-seconds (spoolScanSeconds): '],
   [['--log-level', 'loud'], 'invalid setting --log-level (logLevel): '],

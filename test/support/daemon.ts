@@ -92,7 +92,7 @@ export class DaemonFixture {
   }
 
   async start(): Promise<void> {
-    this.proc = spawn(process.execPath, [PLEXUSD, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc = spawn(PLEXUSD, ['--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + 15000;
     for (;;) {

@@ -16,6 +16,8 @@ export const hostVethName = (containerId: string, ifname: string): string =>
   `veth${createHash('sha256').update(`${containerId}/${ifname}`).digest('hex').slice(0, 11)}`;
 
 const bridgeLocks = new KeyedMutex();
+/** Bridges this daemon has ensured, with the gateway addresses it put on them (so later ADDs skip the kernel). */
+const knownBridges = new Map<string, { mac?: string; gateways: Set<string> }>();
 
 export const bridgeDriver: Driver = {
   type: 'bridge',
@@ -37,33 +39,10 @@ export const bridgeDriver: Driver = {
       return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so static IPs ${req.ips.join(', ')} cannot be assigned`));
     }
 
-    const bridge = await ensureBridge(conf, ipam, env);
-    if (!bridge.ok) return bridge;
-
     const host = hostVethName(req.containerId, req.ifname);
     await env.record({ kind: 'deleteLink', name: host });
-    const created = await env.kernel.batch(undefined, [
-      {
-        op: 'linkAdd',
-        link: {
-          kind: 'veth', name: host, up: true, bridge: conf.bridge,
-          ...(conf.mtu ? { mtu: conf.mtu } : {}),
-          ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
-          peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
-        },
-      },
-      ...(conf.hairpinMode ? [{ op: 'linkSet' as const, name: host, hairpin: true }] : []),
-      { op: 'linkGet', name: host },
-    ]);
-    if (!created.ok) {
-      if (created.error.is('EEXIST')) return err(new CniError(CniCode.Internal, `interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, created.error.details));
-      return err(created.error.withContext(`network ${req.network.key}: creating veth ${host} <-> ${req.ifname}`));
-    }
-    const hostLink = created.value[created.value.length - 1] as { mac?: string } | null;
 
     const routes: CniRoute[] = [];
-    const podOps: BatchOp[] = [{ op: 'linkSet', name: req.ifname, up: true }];
-    for (const ip of ipam?.ips ?? []) podOps.push({ op: 'addrAdd', name: req.ifname, address: ip.address, noDad: true });
     const gateways = new Map<4 | 6, string>();
     for (const ip of ipam?.ips ?? []) if (ip.gateway && !gateways.has(family(ip.address))) gateways.set(family(ip.address), ip.gateway);
     if (conf.isDefaultGateway) {
@@ -74,11 +53,42 @@ export const bridgeDriver: Driver = {
       if (conf.isDefaultGateway && /^(0\.0\.0\.0|::)\/0$/.test(r.dst)) continue; // already added via the gateway
       routes.push({ dst: r.dst, ...(gw ? { gw } : {}) });
     }
-    for (const r of routes) podOps.push({ op: 'routeAdd', route: { dst: r.dst, ...(r.gw ? { gw: r.gw } : { dev: req.ifname }) }, ignore: ['EEXIST'] });
-    podOps.push({ op: 'linkGet', name: req.ifname });
-    const configured = await env.kernel.batch(req.netns, podOps);
-    if (!configured.ok) return err(configured.error.withContext(`network ${req.network.key}: configuring ${req.ifname} in ${req.netns}`));
-    const podLink = configured.value[configured.value.length - 1] as { mac?: string; mtu?: number } | null;
+    // Host side and pod side in one trip to the kernel worker; the veth's peer is born in the pod netns.
+    const pod = req.netns;
+    const ops: BatchOp[] = [
+      {
+        op: 'linkAdd',
+        link: {
+          kind: 'veth', name: host, up: true, bridge: conf.bridge,
+          ...(conf.mtu ? { mtu: conf.mtu } : {}),
+          ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
+          peer: { name: req.ifname, netns: pod, ...(req.mac ? { mac: req.mac } : {}) },
+        },
+      },
+      ...(conf.hairpinMode ? [{ op: 'linkSet' as const, name: host, hairpin: true }] : []),
+      { op: 'linkGet', name: host },
+      { op: 'linkSet', name: req.ifname, up: true, at: pod },
+      ...(ipam?.ips ?? []).map((ip): BatchOp => ({ op: 'addrAdd', name: req.ifname, address: ip.address, noDad: true, at: pod })),
+      ...routes.map((r): BatchOp => ({ op: 'routeAdd', route: { dst: r.dst, ...(r.gw ? { gw: r.gw } : { dev: req.ifname }) }, ignore: ['EEXIST'], at: pod })),
+      { op: 'linkGet', name: req.ifname, at: pod },
+    ];
+    let bridge = await ensureBridge(conf, ipam, env);
+    if (!bridge.ok) return bridge;
+    let plumbed = await env.kernel.batch(undefined, ops);
+    if (!plumbed.ok && plumbed.error.index === 0 && plumbed.error.failure.op === 'lookup' && plumbed.error.failure.target === conf.bridge) {
+      // The bridge vanished since it was last ensured (deleted by hand): make it again, once.
+      knownBridges.delete(conf.bridge);
+      bridge = await ensureBridge(conf, ipam, env);
+      if (!bridge.ok) return bridge;
+      plumbed = await env.kernel.batch(undefined, ops);
+    }
+    if (!plumbed.ok) {
+      if (plumbed.error.index === 0 && plumbed.error.is('EEXIST')) return err(new CniError(CniCode.Internal, `interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, plumbed.error.details));
+      const where = plumbed.error.index === 0 ? `creating veth ${host} <-> ${req.ifname}` : `configuring ${req.ifname} in ${req.netns}`;
+      return err(plumbed.error.withContext(`network ${req.network.key}: ${where}`));
+    }
+    const hostLink = plumbed.value[conf.hairpinMode ? 2 : 1] as { mac?: string } | null;
+    const podLink = plumbed.value[plumbed.value.length - 1] as { mac?: string; mtu?: number } | null;
 
     const interfaces: CniInterface[] = [
       { name: conf.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) },
@@ -94,6 +104,9 @@ const family = (addr: string): 4 | 6 => (addr.includes(':') ? 6 : 4);
 
 /** Creates the bridge once (it is shared by every pod of the network and never deleted), and its gateway addresses. */
 async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, env: DriverEnv): Promise<Result<{ mac?: string }>> {
+  const wanted = conf.isGateway ? (ipam?.ips ?? []).flatMap((ip) => (ip.gateway ? [`${ip.gateway}/${ip.address.split('/')[1]}`] : [])) : [];
+  const known = knownBridges.get(conf.bridge);
+  if (known && wanted.every((g) => known.gateways.has(g))) return ok(known.mac ? { mac: known.mac } : {});
   return bridgeLocks.run(conf.bridge, async () => {
     const ops: BatchOp[] = [
       { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true, ...(conf.mtu ? { mtu: conf.mtu } : {}) }, ignore: ['EEXIST'] },
@@ -108,17 +121,14 @@ async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, en
     const fixes: BatchOp[] = [];
     if (!link.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (conf.promiscMode && !link.promisc) fixes.push({ op: 'linkSet', name: conf.bridge, promisc: true });
-    if (conf.isGateway) {
-      for (const ip of ipam?.ips ?? []) {
-        if (!ip.gateway) continue;
-        const prefix = ip.address.split('/')[1];
-        fixes.push({ op: 'addrAdd', name: conf.bridge, address: `${ip.gateway}/${prefix}`, noDad: true, ignore: ['EEXIST'] });
-      }
-    }
+    for (const gateway of wanted) fixes.push({ op: 'addrAdd', name: conf.bridge, address: gateway, noDad: true, ignore: ['EEXIST'] });
     if (fixes.length) {
       const f = await env.kernel.batch(undefined, fixes);
       if (!f.ok) return err(f.error.withContext(`configuring bridge ${conf.bridge}`));
     }
+    const entry = knownBridges.get(conf.bridge) ?? { ...(link.mac ? { mac: link.mac } : {}), gateways: new Set<string>() };
+    for (const g of wanted) entry.gateways.add(g);
+    knownBridges.set(conf.bridge, entry);
     return ok(link.mac ? { mac: link.mac } : {});
   });
 }

@@ -3,7 +3,7 @@
  * serialized; every change is recorded (as the step that undoes it) before it is made, so a failed ADD,
  * a DEL, GC and crash recovery all undo from the journal alone.
  */
-import { stat } from 'node:fs/promises';
+import { statSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { KeyedMutex } from '../common/keyed-mutex';
@@ -91,7 +91,7 @@ export class AttachmentEngine {
     const mac = requestedMac(req);
     if (!mac.ok) return mac;
     try {
-      await stat(req.netns);
+      statSync(req.netns);
     } catch (e) {
       return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${req.netns} does not exist`, (e as Error).message));
     }

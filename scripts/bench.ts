@@ -32,10 +32,12 @@ interface Options {
   readonly plexus: boolean;
   readonly reference: boolean;
   readonly stateSync?: boolean;
+  readonly stateParent?: string;
 }
 
 const USAGE = `usage: node dist/scripts/bench.js [options]
   --iterations N         ADD/DEL latency samples per subject (default 50)
+  --state-parent DIR     where both subjects keep their state (default /var/lib, as on nodes)
   --burst N              pods per burst (default 110)
   --concurrency LIST     burst concurrency levels (default 1,4,16)
   --shim-calls N         VERSION calls for the shim overhead figures (default 50)
@@ -63,6 +65,7 @@ function parseOptions(argv: readonly string[]): Options {
     };
     switch (flag) {
       case '--iterations': o.iterations = positive(flag, value()); break;
+      case '--state-parent': o.stateParent = value(); break;
       case '--burst': o.burst = positive(flag, value()); break;
       case '--shim-calls': o.shimCalls = positive(flag, value()); break;
       case '--concurrency': o.concurrency = value().split(',').map((c) => positive(flag, c)); break;
@@ -395,7 +398,11 @@ async function main(): Promise<number> {
   const teardown = new Teardown();
   teardown.onSignal(abortCalls);
   const prefix = uniquePrefix('pxb');
-  const root = await mkdtemp(join(tmpdir(), `${prefix}-`));
+  // State lives where nodes keep it (/var/lib: plexusd's --state-dir default, host-local's /var/lib/cni), for
+  // both subjects alike: on some disks creating files in /tmp costs several times more than in /var/lib.
+  const stateParent = options.stateParent ?? '/var/lib';
+  await mkdir(stateParent, { recursive: true });
+  const root = await mkdtemp(join(stateParent, `${prefix}-`));
   teardown.add(`remove ${root}`, () => rm(root, { recursive: true, force: true }));
   restoreForwardingOnTeardown(teardown);
   const problems: string[] = [];

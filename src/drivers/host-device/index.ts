@@ -1,0 +1,55 @@
+/**
+ * The native `host-device` driver: the reference host-device plugin's behaviour, run in-process. An existing
+ * host netdev (a NIC, an SR-IOV VF, ...) is moved into the pod netns and renamed to the pod's interface name in
+ * one netlink request; undo (returnLinkToHost) moves it back under its original name.
+ */
+import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import type { CniResult } from '../../cni/types';
+import type { LinkInfo } from '../../kernel/types';
+import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { allocatePodIps, plumbPodInterface, podResult } from '../common';
+import { parseHostDeviceConfig, selectorFor } from './config';
+import { describeSelector, findHostDevice } from './find';
+
+export { returnLinkToHost, daemonNetnsPath } from './return-link';
+export { findHostDevice } from './find';
+
+export const hostDeviceDriver: Driver = {
+  type: 'host-device',
+  capabilities: ['ips', 'deviceID'],
+  validate: parseHostDeviceConfig,
+
+  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
+    const parsed = parseHostDeviceConfig(req.plugin);
+    if (!parsed.ok) return parsed;
+    const conf = parsed.value;
+    const what = `network ${req.network.key}`;
+    const fromRuntime = req.runtimeConfig.get('deviceID');
+    const selector = selectorFor(req.plugin, conf, req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined));
+    if (!selector.ok) return selector;
+
+    const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
+    if (!state.ok) return err(state.error.withContext(`${what}: listing host links`));
+    const device = await findHostDevice(selector.value, state.value[0] as LinkInfo[]);
+    if (!device.ok) return err(device.error.withContext(what));
+    const hostName = device.value.name;
+
+    // Checked before anything is recorded: undoing a move onto an existing pod interface would take that one instead.
+    const existing = await env.kernel.getLink(req.netns, req.ifname);
+    if (!existing.ok) return err(existing.error.withContext(`${what}: looking up ${req.ifname} in ${req.netns}`));
+    if (existing.value) return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
+
+    const ipam = await allocatePodIps(req, env, conf.ipam);
+    if (!ipam.ok) return ipam;
+
+    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName });
+    const plumbed = await plumbPodInterface(req, env, {
+      create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
+      createFailed: (e) => e.withContext(`${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
+      ipam: ipam.value,
+    });
+    if (!plumbed.ok) return plumbed;
+    const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
+    return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes, ...(pciID ? { pciID } : {}) }));
+  },
+};

@@ -1,0 +1,32 @@
+/**
+ * Undoing a host-device attachment: the device goes back from the pod netns to the daemon's netns, under its
+ * original name. Idempotent: when the pod netns or the device in it is gone, there is nothing to return.
+ *
+ * When a pod netns is destroyed, the kernel itself moves physical devices (NICs, SR-IOV VFs) back to the *initial*
+ * netns under their pod-side name (or devN on a clash), while virtual ones such as a veth are destroyed with it.
+ * So after the netns is gone a VF may be on the host under the pod-side name; this step cannot tell that device
+ * from an unrelated one of the same name, so it leaves it alone.
+ */
+import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import type { Kernel } from '../../kernel/kernel';
+import type { UndoStep } from '../driver';
+
+/**
+ * The daemon's netns as a path the kernel worker can open. The worker runs in the daemon's netns, but
+ * /proc/thread-self in the worker would be the worker's own; /proc/<pid>/ns/net is the main thread's.
+ */
+export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
+
+export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: Kernel): Promise<Result<void>> {
+  const r = await kernel.batch(step.netns, [{ op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName }]);
+  if (r.ok) return ok(undefined);
+  const f = r.error.failure;
+  // The pod netns is gone (or its bind mount was removed): the kernel already took the device back or destroyed it.
+  if ((f.op === 'open netns' || f.op === 'setns') && f.target === step.netns) return ok(undefined);
+  // The device is no longer in the pod netns under that name: already returned, or destroyed.
+  if (f.op === 'lookup' && f.errnoName === 'ENODEV') return ok(undefined);
+  if (f.errnoName === 'EEXIST') {
+    return err(new CniError(CniCode.Internal, `cannot return ${step.name} from ${step.netns} to the host as ${step.hostName}: a link of that name already exists on the host`, r.error.details));
+  }
+  return err(r.error.withContext(`returning ${step.name} from ${step.netns} to the host as ${step.hostName}`));
+}

@@ -1,0 +1,51 @@
+/** The reference `tap` plugin's config schema, validated up front. */
+import { z } from 'zod';
+import { Result, ok } from '../../cni/errors';
+import type { IpamConfig } from '../../ipam';
+import type { PluginConfig } from '../../networks/nad';
+import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
+
+const id = z.number().int().min(0).max(0xfffffffe);
+const TapSchema = z.looseObject({
+  mac: macField.optional(),
+  mtu: mtuField,
+  multiQueue: z.boolean().default(false),
+  owner: id.optional(),
+  group: id.optional(),
+  /** Accepted and ignored: the reference plugin runs `ip tuntap` under this SELinux context; Plexus creates taps over ioctls. */
+  selinuxContext: z.string().optional(),
+  bridge: z.string().optional(),
+  ipam: ipamField,
+});
+
+export interface TapConfig {
+  readonly mac?: string;
+  readonly mtu?: number;
+  readonly multiQueue: boolean;
+  readonly owner?: number;
+  readonly group?: number;
+  /** A bridge inside the pod netns (e.g. made by an earlier plugin of the chain) to enslave the tap to. */
+  readonly bridge?: string;
+  readonly ipam?: IpamConfig;
+}
+
+export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
+  const parsed = parsePluginConfig(TapSchema, plugin);
+  if (!parsed.ok) return parsed;
+  const c = parsed.value;
+  if (c.bridge !== undefined) {
+    const name = checkLinkName(plugin, 'bridge', c.bridge);
+    if (!name.ok) return name;
+  }
+  const ipam = parseOptionalIpam(plugin, c.ipam);
+  if (!ipam.ok) return ipam;
+  return ok({
+    ...(c.mac ? { mac: c.mac.toLowerCase() } : {}),
+    ...(c.mtu ? { mtu: c.mtu } : {}),
+    multiQueue: c.multiQueue,
+    ...(c.owner !== undefined ? { owner: c.owner } : {}),
+    ...(c.group !== undefined ? { group: c.group } : {}),
+    ...(c.bridge ? { bridge: c.bridge } : {}),
+    ...(ipam.value ? { ipam: ipam.value } : {}),
+  });
+}

@@ -1,0 +1,55 @@
+/**
+ * The native `tap` driver: the reference tap plugin's behaviour, run in-process. A persistent tap device is
+ * created inside the pod netns with its final name (for a VM runtime such as KubeVirt to open later), owned by
+ * `owner`/`group` when given, and optionally enslaved to a bridge that already exists in the pod netns.
+ */
+import { CniCode, CniError, Result, ok } from '../../cni/errors';
+import type { CniResult } from '../../cni/types';
+import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
+import { parseTapConfig } from './config';
+
+export const tapDriver: Driver = {
+  type: 'tap',
+  capabilities: ['ips', 'mac'],
+  validate: parseTapConfig,
+
+  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
+    const parsed = parseTapConfig(req.plugin);
+    if (!parsed.ok) return parsed;
+    const conf = parsed.value;
+    const what = `network ${req.network.key}`;
+
+    const ipam = await allocatePodIps(req, env, conf.ipam);
+    if (!ipam.ok) return ipam;
+
+    const mac = req.mac ?? conf.mac;
+    await env.record({ kind: 'deleteLink', netns: req.netns, name: req.ifname });
+    const plumbed = await plumbPodInterface(req, env, {
+      node: req.netns, // a tap is created by whichever netns opens /dev/net/tun: the pod's
+      create: [
+        {
+          op: 'tapAdd',
+          tap: {
+            name: req.ifname, multiQueue: conf.multiQueue,
+            ...(conf.owner !== undefined ? { owner: conf.owner } : {}),
+            ...(conf.group !== undefined ? { group: conf.group } : {}),
+            ...(conf.mtu ? { mtu: conf.mtu } : {}),
+            ...(mac ? { mac } : {}),
+          },
+        },
+        ...(conf.bridge ? [{ op: 'linkSet' as const, name: req.ifname, bridge: conf.bridge }] : []),
+      ],
+      createFailed: (e) => {
+        if (conf.bridge && isMissingLink(e, conf.bridge)) {
+          return new CniError(CniCode.InvalidNetworkConfig, `${what}: bridge ${conf.bridge} not found in the pod netns ${req.netns}`, 'the tap plugin enslaves to a bridge inside the pod: create it earlier in the chain, or drop "bridge"');
+        }
+        if (e.is('EEXIST') || e.is('EBUSY')) return new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`, e.details);
+        return e.withContext(`${what}: creating tap ${req.ifname} in ${req.netns}`);
+      },
+      ipam: ipam.value,
+    });
+    if (!plumbed.ok) return plumbed;
+    return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes }));
+  },
+};

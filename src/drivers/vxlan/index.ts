@@ -1,0 +1,148 @@
+/**
+ * The native `vxlan` driver: an L2 overlay across nodes. The node's share (a bridge and a VTEP enslaved to it,
+ * with flood entries to every remote VTEP) is created once per network, under a lock, and never undone per pod,
+ * like the bridge driver's bridge. Each pod gets a veth whose peer is born in the pod netns, on that bridge.
+ */
+import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import type { CniResult } from '../../cni/types';
+import { KeyedMutex } from '../../common/keyed-mutex';
+import type { Kernel } from '../../kernel/kernel';
+import type { BatchOp, LinkInfo } from '../../kernel/types';
+import { hostVethName } from '../bridge';
+import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
+import { VxlanConfig, parseVxlanConfig } from './config';
+
+const overlayLocks = new KeyedMutex();
+/** Overlays this daemon has ensured, by node and config, so later attaches skip the kernel round trips. */
+const knownOverlays = new Map<string, { bridge: LinkInfo; vtep: LinkInfo }>();
+
+interface Overlay {
+  readonly bridge: LinkInfo;
+  readonly vtep: LinkInfo;
+  /** Answered from memory: the links may have been deleted since. */
+  readonly cached: boolean;
+}
+const ALL_ZERO_MAC = '00:00:00:00:00:00';
+
+export const vxlanDriver: Driver = {
+  type: 'vxlan',
+  capabilities: ['ips', 'mac'],
+  validate: parseVxlanConfig,
+  attach: (req, env) => attachVxlan(req, env),
+};
+
+/**
+ * Attaches a pod, with the node's share of the overlay in `node` (a netns path; the daemon's own when undefined,
+ * which is all production uses: tests pass a netns to stand in for a second node).
+ */
+export async function attachVxlan(req: AttachRequest, env: DriverEnv, node?: string): Promise<Result<CniResult>> {
+  const parsed = parseVxlanConfig(req.plugin);
+  if (!parsed.ok) return parsed;
+  const conf = parsed.value;
+  const what = `network ${req.network.key}`;
+
+  const ipam = await allocatePodIps(req, env, conf.ipam);
+  if (!ipam.ok) return ipam;
+
+  let overlay = await ensureOverlay(conf, env.kernel, node);
+  if (!overlay.ok) return err(overlay.error.withContext(what));
+  const mtu = conf.mtu ?? overlay.value.vtep.mtu;
+
+  const host = hostVethName(req.containerId, req.ifname);
+  await env.record({ kind: 'deleteLink', ...(node ? { netns: node } : {}), name: host });
+  let bridgeMissing = false;
+  const plumb = () => plumbPodInterface(req, env, {
+    ...(node ? { node } : {}),
+    create: [
+      {
+        op: 'linkAdd',
+        link: {
+          kind: 'veth', name: host, up: true, bridge: conf.bridge, mtu,
+          ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
+          peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
+        },
+      },
+      { op: 'linkGet', name: host },
+    ],
+    createFailed: (e) => {
+      bridgeMissing = isMissingLink(e, conf.bridge);
+      return e.is('EEXIST')
+        ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, e.details)
+        : e.withContext(`${what}: creating veth ${host} <-> ${req.ifname}`);
+    },
+    ipam: ipam.value,
+  });
+  let plumbed = await plumb();
+  if (!plumbed.ok && overlay.value.cached && bridgeMissing) {
+    // The bridge vanished since this daemon last ensured it (deleted by hand): make the overlay again, once.
+    overlay = await ensureOverlay(conf, env.kernel, node, { force: true });
+    if (!overlay.ok) return err(overlay.error.withContext(what));
+    plumbed = await plumb();
+  }
+  if (!plumbed.ok) return plumbed;
+  const hostLink = plumbed.value.created[1] as LinkInfo | null;
+  const hostInterfaces = [
+    { name: conf.bridge, ...(overlay.value.bridge.mac ? { mac: overlay.value.bridge.mac } : {}) },
+    { name: host, ...(hostLink?.mac ? { mac: hostLink.mac } : {}) },
+  ];
+  return ok(podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes }));
+}
+
+/**
+ * Makes sure the node has the network's bridge and VTEP, the VTEP is a port of the bridge and up, and every remote
+ * VTEP has a flood entry. Idempotent. Done once per node and config while the daemon runs (later attaches are
+ * answered from memory), and again when an attach finds the bridge gone; remotes removed from the config keep their
+ * entries until the VTEP is deleted.
+ */
+export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: string, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
+  const key = JSON.stringify([node ?? '', conf.bridge, conf.device, conf.port, conf.local ?? '', conf.underlayInterface ?? '', conf.mtu ?? 0, conf.learning, conf.remotes]);
+  const known = knownOverlays.get(key);
+  if (known && !opts.force) return ok({ ...known, cached: true });
+  return overlayLocks.run(`${node ?? ''}|${conf.bridge}`, async () => {
+    const r = await kernel.batch(node, [
+      { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true }, ignore: ['EEXIST'] },
+      { op: 'linkGet', name: conf.bridge },
+      {
+        op: 'linkAdd',
+        link: {
+          kind: 'vxlan', name: conf.device, vni: conf.vni, port: conf.port, learning: conf.learning, up: true, bridge: conf.bridge,
+          ...(conf.local ? { local: conf.local } : {}),
+          ...(conf.underlayInterface ? { underlay: conf.underlayInterface } : {}),
+          ...(conf.mtu ? { mtu: conf.mtu } : {}),
+        },
+        ignore: ['EEXIST'],
+      },
+      { op: 'linkGet', name: conf.device },
+    ]);
+    if (!r.ok) {
+      if (r.error.index === 2 && r.error.failure.op === 'lookup' && r.error.failure.target === conf.underlayInterface) {
+        return err(new CniError(CniCode.InvalidNetworkConfig, `underlayInterface ${conf.underlayInterface} not found on the host`, 'fix "underlayInterface"'));
+      }
+      return err(r.error.withContext(`creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`));
+    }
+    const bridge = r.value[1] as LinkInfo | null;
+    const vtep = r.value[3] as LinkInfo | null;
+    if (!bridge || bridge.kind !== 'bridge') {
+      return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.bridge} exists on the host but is not a bridge (it is ${bridge?.kind ?? 'unknown'})`, 'choose another "bridge" name'));
+    }
+    if (!vtep) {
+      // EEXIST without a link of that name: another VXLAN device already owns this VNI and port.
+      return err(new CniError(CniCode.InvalidNetworkConfig, `another VXLAN device on the host already uses VNI ${conf.vni} on port ${conf.port}`, 'choose another "vni" or "port"'));
+    }
+    if (vtep.kind !== 'vxlan') {
+      return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.device} exists on the host but is not a VXLAN device (it is ${vtep.kind ?? 'unknown'})`));
+    }
+    const fixes: BatchOp[] = [];
+    if (!bridge.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
+    if (vtep.masterIndex !== bridge.index) fixes.push({ op: 'linkSet', name: conf.device, bridge: conf.bridge });
+    if (!vtep.up) fixes.push({ op: 'linkSet', name: conf.device, up: true });
+    for (const remote of conf.remotes) fixes.push({ op: 'fdbAppend', dev: conf.device, mac: ALL_ZERO_MAC, dst: remote, ignore: ['EEXIST'] });
+    if (fixes.length) {
+      const f = await kernel.batch(node, fixes);
+      if (!f.ok) return err(f.error.withContext(`configuring VXLAN device ${conf.device} on bridge ${conf.bridge}`));
+    }
+    knownOverlays.set(key, { bridge, vtep });
+    return ok({ bridge, vtep, cached: false });
+  });
+}

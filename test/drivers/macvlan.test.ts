@@ -1,0 +1,133 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { defaultRouteLink, resolveMaster } from '../../src/drivers/common';
+import { macvlanDriver } from '../../src/drivers/macvlan';
+import type { Ipam } from '../../src/ipam';
+import { Kernel } from '../../src/kernel/kernel';
+import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+
+const prefix = uniquePrefix('pmv');
+const fx = new NetnsFixture(prefix);
+const master = `${prefix}m0`;
+let kernel: Kernel;
+let ipam: Ipam;
+let removeIpam: () => Promise<void>;
+
+const ipamConfig = (third: number) => ({ type: 'host-local', subnet: `10.231.${third}.0/24`, routes: [{ dst: '10.232.0.0/16' }] });
+
+before(async () => {
+  kernel = new Kernel();
+  ({ ipam, remove: removeIpam } = await tempIpam());
+  // The "host NIC": a veth on the host whose other end is in a test netns, so everything sent stays in our namespaces.
+  const lan = fx.create('lan');
+  fx.trackHostLink(master);
+  ip('link', 'add', master, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', lan.name);
+  ip('link', 'set', master, 'up');
+  ip('-n', lan.name, 'link', 'set', 'lan0', 'up');
+});
+after(async () => {
+  fx.cleanup();
+  await kernel.close();
+  await removeIpam();
+});
+
+describe('macvlan driver', () => {
+  it('answers one interface in the sandbox with the requested MAC, its IPs and routes', async () => {
+    const pod = fx.create('shape');
+    const rec = new RecordingEnv(kernel, ipam);
+    const req = attachRequest({ network: `${prefix}-a`, config: { type: 'macvlan', master, ipam: ipamConfig(1) }, netns: pod.path, mac: '02:42:ac:11:00:07' });
+    const result = must(await macvlanDriver.attach(req, rec.env));
+    assert.equal(result.interfaces.length, 1);
+    const [iface] = result.interfaces;
+    assert.deepEqual({ name: iface?.name, sandbox: iface?.sandbox, mac: iface?.mac }, { name: 'net1', sandbox: pod.path, mac: '02:42:ac:11:00:07' });
+    assert.equal(result.ips.length, 1);
+    assert.match(result.ips[0]?.address ?? '', /^10\.231\.1\.\d+\/24$/);
+    assert.equal(result.ips[0]?.gateway, '10.231.1.1');
+    assert.equal(result.ips[0]?.interface, 0);
+    assert.deepEqual(result.routes, [{ dst: '10.232.0.0/16', gw: '10.231.1.1' }]);
+    await rec.undo();
+  });
+
+  it('creates the macvlan inside the pod netns with the configured mode and MTU, addresses and routes', async () => {
+    const pod = fx.create('kind');
+    const rec = new RecordingEnv(kernel, ipam);
+    const req = attachRequest({ network: `${prefix}-b`, config: { type: 'macvlan', master, mode: 'private', mtu: 1400, ipam: ipamConfig(2) }, netns: pod.path, ifname: 'eth9' });
+    const result = must(await macvlanDriver.attach(req, rec.env));
+    const details = ip('-n', pod.name, '-d', 'link', 'show', 'eth9');
+    assert.match(details, /macvlan mode private/);
+    assert.match(details, /mtu 1400/);
+    assert.match(details, /state UP|,UP/);
+    assert.match(ip('-n', pod.name, 'addr', 'show', 'eth9'), new RegExp(result.ips[0]?.address.replace(/\./g, '\\.') ?? 'missing'));
+    assert.match(ip('-n', pod.name, 'route', 'show'), /10\.232\.0\.0\/16 via 10\.231\.2\.1 dev eth9/);
+    assert.deepEqual(hostLinksWithPrefix('eth9'), [], 'nothing named eth9 appeared on the host');
+    await rec.undo();
+  });
+
+  it('lets two pods on one master in bridge mode reach each other', async () => {
+    const a = fx.create('pa');
+    const b = fx.create('pb');
+    const rec = new RecordingEnv(kernel, ipam);
+    const network = `${prefix}-c`;
+    const ra = must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }), rec.env));
+    must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }), rec.env));
+    const target = ra.ips[0]?.address.split('/')[0] ?? '';
+    const ping = b.exec('ping', '-c', '1', '-W', '1', target);
+    assert.equal(ping.status, 0, ping.out);
+    await rec.undo();
+  });
+
+  it('undo removes the pod interface and releases the leases', async () => {
+    const pod = fx.create('undo');
+    const rec = new RecordingEnv(kernel, ipam);
+    const network = `${prefix}-d`;
+    must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }), rec.env));
+    assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'deleteLink'], 'the lease release is recorded before the link');
+    assert.equal((await ipam.leases(network)).length, 1);
+    await rec.undo();
+    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
+    assert.deepEqual(await ipam.leases(network), []);
+    assert.match(ip('-d', 'link', 'show', master), /veth/, 'the master is untouched');
+  });
+
+  it('fails on a missing master with code 7 and leaves nothing behind', async () => {
+    const pod = fx.create('nomaster');
+    const rec = new RecordingEnv(kernel, ipam);
+    const network = `${prefix}-e`;
+    const e = failure(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) }, netns: pod.path }), rec.env));
+    assert.equal(e.code, 7);
+    assert.match(e.message, new RegExp(`master device ${prefix}zz not found on the host`));
+    await rec.undo();
+    assert.deepEqual(await ipam.leases(network), []);
+  });
+
+  it('rejects invalid config with code 7 naming the field, and linkInContainer with code 2', () => {
+    const cases: [Record<string, unknown>, number, RegExp][] = [
+      [{ type: 'macvlan', master, mode: 'bogus' }, 7, /macvlan config of network n: mode: /],
+      [{ type: 'macvlan', master, mtu: 'big' }, 7, /mtu: /],
+      [{ type: 'macvlan', master: 'a/b' }, 7, /master "a\/b"/],
+      [{ type: 'macvlan', master, ipam: { type: 'host-local', subnet: 'nope' } }, 7, /ipam/],
+      [{ type: 'macvlan', master, linkInContainer: true }, 2, /linkInContainer/],
+    ];
+    for (const [config, code, message] of cases) {
+      const e = failure(macvlanDriver.validate(plugin('n', config)));
+      assert.equal(e.code, code, JSON.stringify(config));
+      assert.match(e.message, message);
+    }
+    assert.equal(macvlanDriver.validate(plugin('n', { type: 'macvlan', ipam: {} })).ok, true, 'no master and empty ipam are valid');
+  });
+
+  it('defaults the master to the link of the default route, and fails with code 7 without one', async () => {
+    const node = fx.create('node');
+    node.exec('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
+    node.exec('ip', 'link', 'set', 'up0', 'up');
+    node.exec('ip', 'addr', 'add', '10.233.0.2/24', 'dev', 'up0');
+    const none = failure(await resolveMaster(kernel, undefined, 'network x', node.path));
+    assert.equal(none.code, 7);
+    assert.match(none.message, /no "master" given and the host has no default route/);
+    const add = node.exec('ip', 'route', 'add', 'default', 'via', '10.233.0.1', 'dev', 'up0');
+    assert.equal(add.status, 0, add.out);
+    assert.equal(must(await defaultRouteLink(kernel, node.path))?.name, 'up0');
+    assert.equal(must(await resolveMaster(kernel, undefined, 'network x', node.path)).name, 'up0');
+  });
+});

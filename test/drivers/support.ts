@@ -1,0 +1,77 @@
+/**
+ * Test support for driver tests: attach requests built from a plugin config, and a DriverEnv whose journal is an
+ * array, so a test can run the recorded undo steps in reverse exactly as the engine would.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RuntimeConfig } from '../../src/cni/args';
+import type { CniError, Result } from '../../src/cni/errors';
+import type { AttachmentOptions, AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
+import { returnLinkToHost } from '../../src/drivers/host-device/return-link';
+import { runUndo } from '../../src/drivers/undo';
+import { Ipam } from '../../src/ipam';
+import type { Kernel } from '../../src/kernel/kernel';
+import type { PluginConfig } from '../../src/networks/nad';
+
+export const must = <T>(r: Result<T, Error>): T => {
+  if (!r.ok) throw r.error;
+  return r.value;
+};
+
+/** The error of a result that must have failed. */
+export const failure = <T>(r: Result<T, CniError>): CniError => {
+  if (r.ok) throw new Error(`expected a failure, got ${JSON.stringify(r.value)}`);
+  return r.error;
+};
+
+export const plugin = (network: string, config: Record<string, unknown>): PluginConfig => ({ cniVersion: '1.1.0', name: network, ...config }) as PluginConfig;
+
+export function attachRequest(opts: {
+  readonly network: string;
+  readonly config: Record<string, unknown>;
+  readonly netns: string;
+  readonly ifname?: string;
+  readonly containerId?: string;
+  readonly ips?: readonly string[];
+  readonly mac?: string;
+  readonly options?: AttachmentOptions;
+  readonly runtimeConfig?: Record<string, unknown>;
+}): AttachRequest {
+  const p = plugin(opts.network, opts.config);
+  return {
+    containerId: opts.containerId ?? `c-${Math.random().toString(16).slice(2, 12)}`,
+    netns: opts.netns,
+    ifname: opts.ifname ?? 'net1',
+    pod: { namespace: 'default', name: 'test-pod' },
+    network: { namespace: 'default', name: opts.network, key: `default/${opts.network}`, annotations: {}, cniVersion: '1.1.0', cniName: opts.network, plugins: [p], source: 'test' },
+    plugin: p,
+    ips: opts.ips ?? [],
+    ...(opts.mac ? { mac: opts.mac } : {}),
+    runtimeConfig: new RuntimeConfig(opts.runtimeConfig ?? {}),
+    ...(opts.options ? { options: opts.options } : {}),
+  };
+}
+
+/** A DriverEnv whose journal is `steps`; `undo()` runs them in reverse like the engine's rollback. */
+export class RecordingEnv {
+  readonly steps: UndoStep[] = [];
+  readonly env: DriverEnv;
+
+  constructor(readonly kernel: Kernel, readonly ipam: Ipam) {
+    this.env = { kernel, ipam, cniBinDir: '/nonexistent', record: async (step) => void this.steps.push(step) };
+  }
+
+  async undo(): Promise<void> {
+    for (const step of this.steps.splice(0).reverse()) {
+      const r = step.kind === 'returnLink' ? await returnLinkToHost(step, this.kernel) : await runUndo(step, this.kernel, this.ipam);
+      if (!r.ok) throw r.error;
+    }
+  }
+}
+
+/** A throwaway IPAM store. */
+export async function tempIpam(): Promise<{ ipam: Ipam; remove: () => Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'plexus-driver-ipam-'));
+  return { ipam: await Ipam.open(dir), remove: () => rm(dir, { recursive: true, force: true }) };
+}

@@ -1,0 +1,290 @@
+/**
+ * Exec'ing delegated CNI plugin binaries, per the CNI spec's execution protocol: CNI_* variables in the
+ * environment, the config on stdin, a result or an error object on stdout.
+ *
+ * Besides the low-level `execPlugin`, this module holds every verb Plexus forwards to delegates:
+ *
+ *   runDelegateDel(step, opts?)                         DEL from a journaled undo step, with the exact ADD bytes.
+ *                                                       Register it with `registerDelegateUndo()`.
+ *   delegateCheck(invocations, prevResult, opts?)       CHECK every plugin of an attachment, in ADD order.
+ *                                                       `invocations` are the attachment's journaled delegateDel
+ *                                                       steps (plugin, config, env), in the order recorded; each
+ *                                                       config gets `prevResult` replaced by the attachment's
+ *                                                       stored final result (as libcni does). Plugins whose
+ *                                                       cniVersion is below 0.4.0 have no CHECK and are skipped.
+ *   delegateStatus(network, cniBinDir, opts?)           STATUS every plugin of a network, in order; stops at the
+ *                                                       first failure. Networks below 1.1.0 have no STATUS: ok.
+ *                                                       A missing binary is code 50 (cannot service ADD).
+ *   delegateGc(network, validAttachments, cniBinDir, opts?)
+ *                                                       GC every plugin of a network with
+ *                                                       cni.dev/valid-attachments (and the older cni.dev/attachments);
+ *                                                       runs every plugin even after a failure, returns the first.
+ *                                                       Networks below 1.1.0 have no GC: ok.
+ *
+ * Every exec is bounded: a timeout (default 60 s) kills the child by PID and returns code 11 (try again later);
+ * output beyond 4 MiB kills it too; at most 32 plugins run at once, so a node reboot cannot fork-bomb the host.
+ */
+import { spawn } from 'node:child_process';
+import { constants, existsSync } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
+import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
+import { Semaphore } from '../../common/semaphore';
+import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
+import type { DelegateEnv, UndoStep } from '../driver';
+import { registerUndoHook } from '../undo';
+import { parsePluginError } from './result';
+
+export const DEFAULT_TIMEOUT_MS = 60_000;
+const MAX_OUTPUT_BYTES = 4 << 20;
+/** After the child exits, how long to wait for its stdout to close (a daemonised grandchild may hold it open). */
+const CLOSE_GRACE_MS = 2_000;
+
+export interface ExecOptions {
+  /** Kill the plugin and fail with code 11 after this long (default 60 s). */
+  readonly timeoutMs?: number;
+}
+
+export type DelegateDelStep = Extract<UndoStep, { kind: 'delegateDel' }>;
+/** One journaled plugin invocation: which plugin, the exact config bytes, and the environment used at ADD. */
+export type DelegateInvocation = Pick<DelegateDelStep, 'plugin' | 'config' | 'env'>;
+
+const execSlots = new Semaphore(32, 100_000);
+
+/** Plugin types are file names inside the bin dir, never paths. */
+export function validatePluginType(type: string): Result<string> {
+  if (type === '' || type === '.' || type.includes('/') || type.includes('..') || type.includes('\0')) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `plugin type "${type}" is not a plugin name`, 'a plugin type must be a file name in the CNI bin dir, without "/" or ".."'));
+  }
+  return ok(type);
+}
+
+/** Finds the first directory of a CNI_PATH-style list holding an executable regular file named exactly `type`. */
+export async function findPlugin(type: string, cniPath: string): Promise<Result<string>> {
+  const valid = validatePluginType(type);
+  if (!valid.ok) return valid;
+  const dirs = cniPath.split(':').filter(Boolean);
+  for (const dir of dirs) {
+    const path = join(dir, type);
+    try {
+      if (!(await stat(path)).isFile()) continue;
+      await access(path, constants.X_OK);
+      return ok(path);
+    } catch {
+      // not here (or not executable): try the next directory
+    }
+  }
+  return err(new CniError(CniCode.Internal, `plugin ${type} not found in ${dirs.join(':') || '(empty CNI path)'}`, 'install the plugin binary on this node or fix the network\'s "type"'));
+}
+
+export interface PluginCall {
+  readonly command: CniCommand;
+  /** The plugin type, for messages. */
+  readonly type: string;
+  readonly path: string;
+  /** The exact bytes to write to stdin. */
+  readonly stdin: string;
+  readonly containerId?: string;
+  readonly netns?: string;
+  readonly ifname?: string;
+  readonly args?: string;
+  readonly cniPath: string;
+}
+
+export interface PluginOutput {
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs one plugin. Exit 0 gives its stdout; a non-zero exit gives the plugin's own error (its code, its message
+ * prefixed with `plugin <type>: `), or code 100 with an excerpt of its output when that is not an error object.
+ */
+export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Promise<Result<PluginOutput>> {
+  const slot = await execSlots.run(() => execOnce(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+  return slot ? slot.value : err(new CniError(CniCode.TryAgainLater, `plugin ${call.type}: too many plugin executions queued`));
+}
+
+function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
+  const env: NodeJS.ProcessEnv = {};
+  // The plugin inherits the daemon's environment (PATH for iptables and friends), minus any stray CNI_* variables.
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CNI_')) env[k] = v;
+  env.CNI_COMMAND = call.command;
+  env.CNI_PATH = call.cniPath;
+  if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
+  if (call.netns !== undefined) env.CNI_NETNS = call.netns;
+  if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
+  if (call.args !== undefined) env.CNI_ARGS = call.args;
+  const what = `plugin ${call.type}`;
+
+  return new Promise((resolve) => {
+    let settled = false;
+    const stdout: Buffer[] = [];
+    const stderr: Buffer[] = [];
+    let size = 0;
+    let overflow = false;
+    let timer: NodeJS.Timeout | undefined;
+    let graceTimer: NodeJS.Timeout | undefined;
+    let exitCode: number | null = null;
+    let exitSignal: NodeJS.Signals | null = null;
+
+    const child = spawn(call.path, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const finish = (r: Result<PluginOutput>): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      resolve(r);
+    };
+    const text = (bufs: Buffer[]): string => Buffer.concat(bufs).toString('utf8');
+    const kill = (): void => {
+      if (child.pid !== undefined && exitCode === null && exitSignal === null) {
+        try {
+          process.kill(child.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    };
+    const collect = (into: Buffer[]) => (chunk: Buffer): void => {
+      size += chunk.length;
+      if (size > MAX_OUTPUT_BYTES) {
+        overflow = true;
+        kill();
+        return;
+      }
+      into.push(chunk);
+    };
+    child.stdout.on('data', collect(stdout));
+    child.stderr.on('data', collect(stderr));
+
+    let timedOut = false;
+    const finishTimedOut = (): void =>
+      finish(err(new CniError(CniCode.TryAgainLater, `${what} timed out after ${timeoutMs} ms during ${call.command} and was killed`, excerpt(text(stderr), text(stdout)))));
+    timer = setTimeout(() => {
+      if (exitCode !== null || exitSignal !== null) return done(); // exited in time; only its output is late
+      timedOut = true;
+      kill();
+      // Answer once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
+      graceTimer = setTimeout(finishTimedOut, CLOSE_GRACE_MS);
+    }, timeoutMs);
+
+    child.on('error', (e: NodeJS.ErrnoException) => {
+      finish(err(new CniError(CniCode.Internal, `${what}: cannot exec ${call.path}: ${e.message}`, e.code ?? '')));
+    });
+    // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(call.stdin);
+
+    const done = (): void => {
+      if (timedOut) return finishTimedOut();
+      const out = text(stdout);
+      const errText = text(stderr);
+      if (overflow) return finish(err(new CniError(CniCode.Internal, `${what} printed more than ${MAX_OUTPUT_BYTES} bytes during ${call.command} and was killed`, excerpt(errText, out))));
+      if (exitCode === 0) return finish(ok({ stdout: out, stderr: errText }));
+      const pluginError = parsePluginError(out) ?? parsePluginError(errText);
+      if (pluginError) {
+        return finish(err(new CniError(pluginError.code > 0 ? pluginError.code : CniCode.Internal, `${what}: ${pluginError.msg}`, pluginError.details)));
+      }
+      const how = exitSignal ? `was killed by ${exitSignal}` : `exited with status ${exitCode}`;
+      finish(err(new CniError(CniCode.Internal, `${what} ${how} during ${call.command} without a CNI error object`, excerpt(errText, out))));
+    };
+    child.on('exit', (code, signal) => {
+      exitCode = code;
+      exitSignal = signal;
+      if (timedOut) return finishTimedOut();
+      clearTimeout(graceTimer);
+      graceTimer = setTimeout(done, CLOSE_GRACE_MS);
+    });
+    child.on('close', () => {
+      if (exitCode === null && exitSignal === null) return; // 'exit' always comes first; be safe anyway
+      done();
+    });
+  });
+}
+
+const excerpt = (stderr: string, stdout: string): string => {
+  const cut = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}…` : s);
+  return [stderr.trim() && `stderr: ${cut(stderr.trim())}`, stdout.trim() && `stdout: ${cut(stdout.trim())}`].filter(Boolean).join('; ');
+};
+
+/**
+ * DEL from a journaled step: the recorded environment and the very bytes used at ADD. The recorded netns is
+ * passed only while it still exists, else "" (as containerd's last DEL does), so the plugin still releases what
+ * lives outside the pod (IP leases, host links). A missing binary is an error: the engine keeps the record to retry.
+ */
+export async function runDelegateDel(step: DelegateDelStep, opts: ExecOptions = {}): Promise<Result<void>> {
+  const path = await findPlugin(step.plugin, step.env.path);
+  if (!path.ok) return err(path.error.withContext(`DEL ${step.env.containerId}/${step.env.ifname}`));
+  const netns = step.env.netns !== '' && existsSync(step.env.netns) ? step.env.netns : '';
+  const r = await execPlugin(
+    { command: 'DEL', type: step.plugin, path: path.value, stdin: step.config, containerId: step.env.containerId, netns, ifname: step.env.ifname, args: step.env.args, cniPath: step.env.path },
+    opts,
+  );
+  return r.ok ? ok(undefined) : r;
+}
+
+/** Makes the engine's undo (undo.ts) run delegateDel steps with runDelegateDel. Call once at daemon start. */
+export function registerDelegateUndo(opts: ExecOptions = {}): void {
+  registerUndoHook('delegateDel', (step) => runDelegateDel(step, opts));
+}
+
+/** CHECK each journaled invocation in ADD order, with prevResult = the attachment's stored final result. */
+export async function delegateCheck(invocations: readonly DelegateInvocation[], prevResult: CniResult, opts: ExecOptions = {}): Promise<Result<void>> {
+  for (const [i, inv] of invocations.entries()) {
+    const context = `CHECK ${inv.env.containerId}/${inv.env.ifname}, plugin ${i + 1}/${invocations.length} (${inv.plugin})`;
+    let config: Record<string, unknown>;
+    try {
+      config = JSON.parse(inv.config) as Record<string, unknown>;
+    } catch (e) {
+      return err(new CniError(CniCode.Internal, `${context}: the journaled config is not JSON`, (e as Error).message));
+    }
+    const version = config.cniVersion;
+    if (!isSupportedVersion(version)) return err(new CniError(CniCode.IncompatibleVersion, `${context}: journaled config has unsupported cniVersion "${String(version)}"`));
+    if (compareVersions(version, '0.4.0') < 0) continue;
+    const path = await findPlugin(inv.plugin, inv.env.path);
+    if (!path.ok) return err(path.error.withContext(context));
+    const stdin = JSON.stringify({ ...config, prevResult: convertResult(prevResult, version) });
+    const r = await execPlugin(
+      { command: 'CHECK', type: inv.plugin, path: path.value, stdin, containerId: inv.env.containerId, netns: inv.env.netns, ifname: inv.env.ifname, args: inv.env.args, cniPath: inv.env.path },
+      opts,
+    );
+    if (!r.ok) return err(r.error.withContext(context));
+  }
+  return ok(undefined);
+}
+
+/** STATUS each plugin of the network in order; the first failure, with context, is the network's status. */
+export async function delegateStatus(network: NetworkDefinition, cniBinDir: string, opts: ExecOptions = {}): Promise<Result<void>> {
+  if (compareVersions(network.cniVersion, '1.1.0') < 0) return ok(undefined);
+  for (const [i, plugin] of network.plugins.entries()) {
+    const context = `STATUS of network ${network.key}, plugin ${i + 1}/${network.plugins.length} (${plugin.type})`;
+    const path = await findPlugin(plugin.type, cniBinDir);
+    if (!path.ok) {
+      const code = path.error.code === CniCode.InvalidNetworkConfig ? path.error.code : CniCode.PluginNotAvailable;
+      return err(new CniError(code, `${context}: ${path.error.message}`, path.error.details));
+    }
+    const r = await execPlugin({ command: 'STATUS', type: plugin.type, path: path.value, stdin: JSON.stringify(plugin), cniPath: cniBinDir }, opts);
+    if (!r.ok) return err(r.error.withContext(context));
+  }
+  return ok(undefined);
+}
+
+/** GC each plugin of the network, telling it which attachments are still valid; continues past failures. */
+export async function delegateGc(network: NetworkDefinition, validAttachments: readonly AttachmentKey[], cniBinDir: string, opts: ExecOptions = {}): Promise<Result<void>> {
+  if (compareVersions(network.cniVersion, '1.1.0') < 0) return ok(undefined);
+  const attachments = validAttachments.map((a) => ({ containerID: a.containerId, ifname: a.ifname }));
+  let first: CniError | undefined;
+  for (const [i, plugin] of network.plugins.entries()) {
+    const context = `GC of network ${network.key}, plugin ${i + 1}/${network.plugins.length} (${plugin.type})`;
+    const config: PluginConfig = { ...plugin, 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
+    const path = await findPlugin(plugin.type, cniBinDir);
+    const r = path.ok ? await execPlugin({ command: 'GC', type: plugin.type, path: path.value, stdin: JSON.stringify(config), cniPath: cniBinDir }, opts) : path;
+    if (!r.ok) first ??= r.error.withContext(context);
+  }
+  return first ? err(first) : ok(undefined);
+}

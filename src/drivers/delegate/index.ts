@@ -1,0 +1,74 @@
+/**
+ * The `delegate` driver: runs a network's whole plugin list (a conf is a list of one, a conflist a chain) by
+ * exec'ing each plugin binary from the CNI bin dir, exactly as libcni would. The engine picks it for networks
+ * whose plugin types Plexus does not run natively, or when a NetworkAttachmentDefinition forces delegation.
+ *
+ * Journal-first: before plugin i's ADD runs, a `delegateDel` step with the exact config bytes that ADD receives
+ * is recorded, so a crash mid-ADD still DELs it, and DEL (steps undone in reverse) runs the chain backwards
+ * with byte-identical configs.
+ */
+import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import type { CniResult } from '../../cni/types';
+import { isSupportedVersion } from '../../cni/version';
+import type { PluginConfig } from '../../networks/nad';
+import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
+import { buildPluginConfig } from './config';
+import { ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
+import { parseCniResult } from './result';
+
+export { buildPluginConfig, declaredCapabilities } from './config';
+export {
+  DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, registerDelegateUndo, runDelegateDel,
+  type DelegateDelStep, type DelegateInvocation, type ExecOptions,
+} from './exec';
+export { parseCniResult, parsePluginError } from './result';
+
+export function createDelegateDriver(opts: ExecOptions = {}): Driver {
+  return {
+    type: 'delegate',
+    // What reaches a delegate depends on the capabilities each plugin declares (see declaredCapabilities).
+    capabilities: ['ips', 'mac', 'bandwidth', 'portMappings', 'deviceID', 'infinibandGUID', 'dns'],
+    validate: (plugin: PluginConfig): Result<unknown> => validatePluginType(plugin.type),
+    attach: (req, env) => attachChain(req, env, opts),
+  };
+}
+
+export const delegateDriver: Driver = createDelegateDriver();
+
+async function attachChain(req: AttachRequest, env: DriverEnv, opts: ExecOptions): Promise<Result<CniResult>> {
+  const plugins = req.network.plugins;
+  if (plugins.length === 0) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no plugins`));
+  for (const plugin of plugins) {
+    const valid = validatePluginType(plugin.type);
+    if (!valid.ok) return err(valid.error.withContext(`network ${req.network.key}`));
+  }
+  const delegateEnv: DelegateEnv = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: req.cniArgs ?? '', path: env.cniBinDir };
+
+  let result: CniResult | undefined;
+  for (const [i, plugin] of plugins.entries()) {
+    const context = `network ${req.network.key}, plugin ${i + 1}/${plugins.length} (${plugin.type})`;
+    if (!isSupportedVersion(plugin.cniVersion)) return err(new CniError(CniCode.IncompatibleVersion, `${context}: unsupported cniVersion "${plugin.cniVersion}"`));
+    // Found before anything is recorded: a missing binary then leaves no step that DEL could never run.
+    const path = await findPlugin(plugin.type, env.cniBinDir);
+    if (!path.ok) return err(path.error.withContext(context));
+    // Serialized once: these bytes are what ADD reads and what the journal keeps for DEL.
+    const config = JSON.stringify(buildPluginConfig(plugin, req, result));
+    await env.record({ kind: 'delegateDel', plugin: plugin.type, config, env: delegateEnv });
+    const added = await execPlugin(
+      { command: 'ADD', type: plugin.type, path: path.value, stdin: config, containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: delegateEnv.args, cniPath: env.cniBinDir },
+      opts,
+    );
+    if (!added.ok) return err(added.error.withContext(context));
+    let json: unknown;
+    try {
+      json = JSON.parse(added.value.stdout);
+    } catch (e) {
+      return err(new CniError(CniCode.Internal, `${context}: plugin ${plugin.type} printed no JSON result`, `${(e as Error).message}; stdout: ${added.value.stdout.slice(0, 500)}`));
+    }
+    const parsed = parseCniResult(json, plugin.cniVersion);
+    if (!parsed.ok) return err(new CniError(parsed.error.code, `${context}: plugin ${plugin.type} returned an invalid result: ${parsed.error.message}`, added.value.stdout.slice(0, 500)));
+    result = parsed.value;
+  }
+  // The chain's last result is the attachment's result (it may have no sandbox interface, e.g. IPAM-only chains).
+  return ok(result ?? { interfaces: [], ips: [], routes: [] });
+}

@@ -1,23 +1,40 @@
 /**
  * The embedded network source: NetworkAttachmentDefinitions kept as YAML or JSON files in a directory
- * (several documents per file allowed). Files are re-read only when they change.
+ * (several documents per file allowed). Files are re-read only when they change, or, for files whose NADs take
+ * their config from the CNI config dir (empty spec.config, config ids), when that directory changes.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
-import { NetworkDefinition, parseNad } from './nad';
+import { CniConfDir, DEFAULT_CNI_CONF_DIR } from './conf-dir';
+import { NadConfigSource, NetworkDefinition, parseNad } from './nad';
 
 interface CachedFile {
   readonly stamp: string;
+  /** The CNI config dir's stamp when the file was parsed, if any of its NADs looked there. */
+  readonly confDirStamp?: string;
   readonly networks: readonly NetworkDefinition[];
   readonly errors: readonly CniError[];
 }
 
+export interface NetworkDirectoryOptions {
+  /** Where NADs with an empty spec.config or a config id find their CNI config (default /etc/cni/net.d). */
+  readonly cniConfDir?: string;
+}
+
 export class NetworkDirectory {
   private readonly cache = new Map<string, CachedFile>();
+  readonly cniConfDir: string;
+  private readonly confDir: CniConfDir;
 
-  constructor(readonly dir: string) {}
+  constructor(
+    readonly dir: string,
+    options: NetworkDirectoryOptions = {},
+  ) {
+    this.cniConfDir = options.cniConfDir ?? DEFAULT_CNI_CONF_DIR;
+    this.confDir = new CniConfDir(this.cniConfDir);
+  }
 
   private load(): { networks: Map<string, NetworkDefinition>; errors: CniError[] } {
     const networks = new Map<string, NetworkDefinition>();
@@ -28,6 +45,8 @@ export class NetworkDirectory {
     } catch (e) {
       errors.push(new CniError(CniCode.IoFailure, `cannot read networks directory ${this.dir}`, (e as Error).message));
     }
+    let confStamp: string | undefined;
+    const confDirStamp = (): string => (confStamp ??= this.confDir.stamp());
     for (const name of names) {
       const path = join(this.dir, name);
       let entry: CachedFile;
@@ -35,7 +54,20 @@ export class NetworkDirectory {
         const st = statSync(path);
         const stamp = `${st.mtimeMs}:${st.size}`;
         const cached = this.cache.get(path);
-        entry = cached && cached.stamp === stamp ? cached : { stamp, ...parseFile(path) };
+        if (cached && cached.stamp === stamp && (cached.confDirStamp === undefined || cached.confDirStamp === confDirStamp())) {
+          entry = cached;
+        } else {
+          // Stamp the conf dir before reading it, so a change made while parsing is seen on the next load.
+          const before = confDirStamp();
+          let used = false;
+          const tracked: NadConfigSource = {
+            dir: this.confDir.dir,
+            byName: (n) => ((used = true), this.confDir.byName(n)),
+            byId: (id) => ((used = true), this.confDir.byId(id)),
+          };
+          const parsed = parseFile(path, tracked);
+          entry = { stamp, ...(used ? { confDirStamp: before } : {}), ...parsed };
+        }
       } catch (e) {
         entry = { stamp: '', networks: [], errors: [new CniError(CniCode.IoFailure, `cannot read ${path}`, (e as Error).message)] };
       }
@@ -61,7 +93,7 @@ export class NetworkDirectory {
   }
 }
 
-function parseFile(path: string): { networks: NetworkDefinition[]; errors: CniError[] } {
+function parseFile(path: string, configs: NadConfigSource): { networks: NetworkDefinition[]; errors: CniError[] } {
   const networks: NetworkDefinition[] = [];
   const errors: CniError[] = [];
   const docs = parseAllDocuments(readFileSync(path, 'utf8'));
@@ -81,7 +113,7 @@ function parseFile(path: string): { networks: NetworkDefinition[]; errors: CniEr
     }
     const items = isList ? ((listItems as unknown[] | undefined) ?? []) : [obj];
     for (const item of items) {
-      const r = parseNad(item, where);
+      const r = parseNad(item, where, configs);
       if (r.ok) networks.push(r.value);
       else errors.push(r.error);
     }

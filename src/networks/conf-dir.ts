@@ -1,0 +1,113 @@
+/**
+ * CNI config files for NetworkAttachmentDefinitions that do not carry their config: the CNI config dir
+ * (`/etc/cni/net.d` by default). Found by name (NPWG spec 3.4.1: an empty spec.config means the conflist, else
+ * the conf, whose "name" is the NAD's name) or by id (DANM-style static configs: `<dir>/<id>.conf`).
+ * Files are read on every lookup; NetworkDirectory uses stamp() to know when its cached NADs are stale.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import type { ConfigFile, NadConfigSource } from './nad';
+
+export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
+
+const CONFLIST = /\.conflist$/;
+const CONF = /\.(conf|json)$/;
+
+const errno = (e: unknown): string | undefined => (e as NodeJS.ErrnoException).code;
+
+export class CniConfDir implements NadConfigSource {
+  constructor(readonly dir: string = DEFAULT_CNI_CONF_DIR) {}
+
+  /** Regular files (or links to them) with a CNI config extension, in name order. */
+  private files(): Result<string[]> {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch (e) {
+      if (errno(e) === 'ENOENT' || errno(e) === 'ENOTDIR') return err(new CniError(CniCode.InvalidNetworkConfig, `the CNI config directory ${this.dir} does not exist`));
+      return err(new CniError(CniCode.IoFailure, `cannot read the CNI config directory ${this.dir}`, (e as Error).message));
+    }
+    return ok(
+      names
+        .filter((n) => CONFLIST.test(n) || CONF.test(n))
+        .filter((n) => {
+          try {
+            return statSync(join(this.dir, n)).isFile();
+          } catch {
+            return false;
+          }
+        })
+        .sort(),
+    );
+  }
+
+  /**
+   * The config whose top-level "name" is `name`: conflists first, then confs (`.conf`, `.json`), each in name
+   * order, as the NPWG spec orders them. Files that cannot be read or parsed are skipped and listed if nothing
+   * matches (a broken file's name cannot be known).
+   */
+  byName(name: string): Result<ConfigFile> {
+    const files = this.files();
+    if (!files.ok) return files;
+    const ordered = [...files.value.filter((n) => CONFLIST.test(n)), ...files.value.filter((n) => !CONFLIST.test(n))];
+    const skipped: string[] = [];
+    for (const file of ordered) {
+      const path = join(this.dir, file);
+      let text: string;
+      let parsed: unknown;
+      try {
+        text = readFileSync(path, 'utf8');
+        parsed = JSON.parse(text);
+      } catch (e) {
+        skipped.push(`${path}: ${(e as Error).message}`);
+        continue;
+      }
+      if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === name) return ok({ path, text });
+    }
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `no CNI config file in ${this.dir} has "name": "${name}"${skipped.length ? ` (${skipped.length} file(s) could not be read or parsed)` : ''}`,
+        skipped.length ? `skipped: ${skipped.join('; ')}` : `looked at: ${ordered.join(', ') || 'no *.conflist, *.conf or *.json files'}`,
+      ),
+    );
+  }
+
+  /** `<dir>/<id>.conf`. An id that could name a file elsewhere (with "/", "..", NUL) is refused, not cleaned. */
+  byId(id: string): Result<ConfigFile> {
+    const refuse = (why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `config id "${id}" ${why}`));
+    if (id === '') return refuse('is empty');
+    if (id.includes('/')) return refuse('may not contain "/"');
+    if (id.includes('..')) return refuse('may not contain ".."');
+    if (id.includes('\0')) return refuse('may not contain NUL');
+    const path = resolve(this.dir, `${id}.conf`);
+    if (dirname(path) !== resolve(this.dir)) return refuse(`resolves outside ${this.dir}`);
+    try {
+      return ok({ path, text: readFileSync(path, 'utf8') });
+    } catch (e) {
+      if (errno(e) === 'ENOENT') return err(new CniError(CniCode.InvalidNetworkConfig, `${path} does not exist`));
+      return err(new CniError(CniCode.IoFailure, `cannot read ${path}`, (e as Error).message));
+    }
+  }
+
+  /** Changes whenever a config file is added, removed or rewritten (names, mtimes and sizes). */
+  stamp(): string {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir).filter((n) => CONFLIST.test(n) || CONF.test(n)).sort();
+    } catch (e) {
+      return `unreadable:${errno(e) ?? ''}`;
+    }
+    return names
+      .map((n) => {
+        try {
+          const st = statSync(join(this.dir, n));
+          return `${n}:${st.mtimeMs}:${st.size}`;
+        } catch {
+          return `${n}:gone`;
+        }
+      })
+      .join('|');
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * Planning: which networks a pod gets, in which order, under which interface names, with which requests.
+ * Pure: the engine supplies the resolved default network, the parsed selections, a lookup and the capabilities
+ * each network declares, and gets back the ordered attachments, or the one error that makes the plan invalid.
+ *
+ * Order (NPWG spec 6.2): the cluster default network first, as CNI_IFNAME; then the configured defaultNetworks;
+ * then the selection annotation's networks, in annotation order.
+ * Names: an explicit interface wins; otherwise the NAD's `plexus.io/interface-prefix` plus the next free index for
+ * that prefix, else net1, net2, ... ("multus") or eth1, eth2, ... ("eth"). Explicit names are reserved before
+ * any name is generated, so generated names never collide with them.
+ */
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import type { NetworkDefinition } from './nad';
+import { describeSelection, interfaceNameProblem, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
+
+/** The prefix for generated interface names of one network (DANM's container_prefix). */
+export const INTERFACE_PREFIX_ANNOTATION = 'plexus.io/interface-prefix';
+/** "true": run this network's plugins as delegates even where a native driver exists. */
+export const DELEGATE_ANNOTATION = 'plexus.io/delegate';
+
+export type NamingScheme = 'multus' | 'eth';
+
+export interface PlanOptions {
+  readonly naming: NamingScheme;
+  /** CNI_IFNAME: the default network's interface, normally eth0. */
+  readonly defaultIfname: string;
+  readonly sources: {
+    /** Read the pod's k8s.v1.cni.cncf.io/networks annotation. */
+    readonly selectionAnnotation: boolean;
+    /** `[namespace/]name[@interface]` references attached to every pod after the default network; namespace "default". */
+    readonly defaultNetworks: readonly string[];
+  };
+}
+
+export interface PlannedAttachment {
+  readonly ifname: string;
+  readonly network: NetworkDefinition;
+  /** The annotation element this attachment comes from; absent for the default network and defaultNetworks. */
+  readonly selection?: NetworkSelection;
+  /** The cluster default network (network-status `default: true`). */
+  readonly isDefault: boolean;
+  /** From the NAD annotation plexus.io/delegate: "true". */
+  readonly forceDelegate: boolean;
+  /**
+   * The attachment that owns the pod's default route: the element with "default-route" (its gateways are in
+   * selection.defaultRoute), else the default network. Exactly one attachment of a plan has it.
+   */
+  readonly defaultRoute: boolean;
+}
+
+export interface PlanInput {
+  readonly defaultNetwork: NetworkDefinition;
+  readonly selections: readonly NetworkSelection[];
+  readonly resolve: (namespace: string, name: string) => Result<NetworkDefinition>;
+  readonly declaredCapabilities: (network: NetworkDefinition) => ReadonlySet<string>;
+  readonly options: PlanOptions;
+}
+
+/** Selection fields that a plugin must declare as a capability to honour (CNI conventions' names). */
+const CAPABILITY_FIELDS = [
+  { field: 'ips', capability: 'ips', present: (s: NetworkSelection) => s.ips !== undefined },
+  { field: 'mac', capability: 'mac', present: (s: NetworkSelection) => s.mac !== undefined },
+  { field: 'bandwidth', capability: 'bandwidth', present: (s: NetworkSelection) => s.bandwidth !== undefined },
+  { field: 'portMappings', capability: 'portMappings', present: (s: NetworkSelection) => s.portMappings !== undefined },
+  { field: 'infiniband-guid', capability: 'infinibandGUID', present: (s: NetworkSelection) => s.infinibandGUID !== undefined },
+] as const;
+
+/** One attachment while planning, before it has a name. */
+interface Pending {
+  /** Where the attachment comes from, for messages: "the default network (...)", "element 2 (...)". */
+  readonly who: string;
+  /** `who` with the source it is part of, to start a message with. */
+  readonly label: string;
+  readonly network: NetworkDefinition;
+  readonly explicit?: string;
+  readonly selection?: NetworkSelection;
+  readonly isDefault: boolean;
+  readonly forceDelegate: boolean;
+}
+
+const invalid = (msg: string, details = ''): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, msg, details));
+
+function forceDelegate(network: NetworkDefinition, label: string): Result<boolean> {
+  const value = network.annotations[DELEGATE_ANNOTATION];
+  if (value === undefined || value === 'false') return ok(false);
+  if (value === 'true') return ok(true);
+  return invalid(`${label}: network ${network.key} has ${DELEGATE_ANNOTATION}: "${value}"; use "true" or "false"`);
+}
+
+export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
+  const { defaultNetwork, options } = input;
+  const pending: Pending[] = [];
+
+  const defaultLabel = `the default network (${defaultNetwork.key})`;
+  const defaultDelegate = forceDelegate(defaultNetwork, defaultLabel);
+  if (!defaultDelegate.ok) return defaultDelegate;
+  pending.push({ who: defaultLabel, label: defaultLabel, network: defaultNetwork, explicit: options.defaultIfname, isDefault: true, forceDelegate: defaultDelegate.value });
+
+  for (const [i, text] of options.sources.defaultNetworks.entries()) {
+    const ref = parseNetworkReference(text, 'default', i);
+    if (!ref.ok) return invalid(`defaultNetworks[${i}] (${JSON.stringify(text)}): ${ref.error}`);
+    const label = `defaultNetworks[${i}] (${ref.value.namespace}/${ref.value.name})`;
+    const network = input.resolve(ref.value.namespace, ref.value.name);
+    if (!network.ok) return err(network.error.withContext(label));
+    const delegate = forceDelegate(network.value, label);
+    if (!delegate.ok) return delegate;
+    pending.push({ who: label, label, network: network.value, ...(ref.value.interface !== undefined ? { explicit: ref.value.interface } : {}), isDefault: false, forceDelegate: delegate.value });
+  }
+
+  if (options.sources.selectionAnnotation) {
+    for (const sel of input.selections) {
+      const who = describeSelection(sel);
+      const label = `${SELECTION_ANNOTATION}: ${who}`;
+      const network = input.resolve(sel.namespace, sel.name);
+      if (!network.ok) return err(network.error.withContext(label));
+      const declared = input.declaredCapabilities(network.value);
+      for (const { field, capability, present } of CAPABILITY_FIELDS) {
+        if (present(sel) && !declared.has(capability)) {
+          return invalid(
+            `${label}: "${field}" needs a plugin with the "${capability}" capability, and network ${network.value.key} (${network.value.plugins.map((p) => p.type).join(', ')}) does not declare it`,
+            `declared capabilities: ${[...declared].sort().join(', ') || 'none'}`,
+          );
+        }
+      }
+      const delegate = forceDelegate(network.value, label);
+      if (!delegate.ok) return delegate;
+      pending.push({ who, label, network: network.value, ...(sel.interface !== undefined ? { explicit: sel.interface } : {}), selection: sel, isDefault: false, forceDelegate: delegate.value });
+    }
+  }
+
+  // Reserve every explicit name first; a name asked for twice fails naming both requests.
+  const owners = new Map<string, Pending>();
+  for (const p of pending) {
+    if (p.explicit === undefined) continue;
+    const earlier = owners.get(p.explicit);
+    if (earlier) return invalid(`${p.label}: interface "${p.explicit}" is already taken by ${earlier.who}`);
+    owners.set(p.explicit, p);
+  }
+
+  const taken = new Set(owners.keys());
+  const nextIndex = new Map<string, number>();
+  const planned: PlannedAttachment[] = [];
+  const routed = pending.find((p) => p.selection?.defaultRoute !== undefined) ?? pending[0];
+  for (const p of pending) {
+    let ifname = p.explicit;
+    if (ifname === undefined) {
+      const annotated = p.network.annotations[INTERFACE_PREFIX_ANNOTATION];
+      if (annotated === '') return invalid(`${p.label}: network ${p.network.key} has an empty ${INTERFACE_PREFIX_ANNOTATION}`);
+      const prefix = annotated ?? (options.naming === 'eth' ? 'eth' : 'net');
+      let n = nextIndex.get(prefix) ?? 1;
+      while (taken.has(`${prefix}${n}`)) n++;
+      ifname = `${prefix}${n}`;
+      nextIndex.set(prefix, n + 1);
+      const problem = interfaceNameProblem(ifname);
+      if (problem) {
+        return invalid(`${p.label}: the generated interface name "${ifname}" ${problem}`, annotated !== undefined ? `network ${p.network.key} has ${INTERFACE_PREFIX_ANNOTATION}: "${annotated}"` : '');
+      }
+      taken.add(ifname);
+    }
+    planned.push({
+      ifname,
+      network: p.network,
+      ...(p.selection ? { selection: p.selection } : {}),
+      isDefault: p.isDefault,
+      forceDelegate: p.forceDelegate,
+      defaultRoute: p === routed,
+    });
+  }
+  return ok(planned);
+}

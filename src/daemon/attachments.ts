@@ -10,31 +10,22 @@ import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniResult } from '../cni/types';
-import type { PodIdentity } from '../drivers/driver';
+import { delegateCheck, delegateDriver } from '../drivers/delegate';
+import type { Driver, DriverEnv, UndoStep } from '../drivers/driver';
+import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, runUndo } from '../drivers/undo';
 import type { Ipam } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
-import { AttachmentRecord, Journal } from './journal';
+import { AttachmentRecord, Journal, NetworkAttachment } from './journal';
+import { mergeResults, networkStatus } from './network-status';
+import { AttachmentStep, planPod, PlanSettings } from './pod-plan';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 type GcRequest = Extract<CniRequest, { command: 'GC' }>;
 
-export interface NetworkRef {
-  readonly namespace: string;
-  readonly name: string;
-}
-
-export function parseNetworkRef(text: string, defaultNamespace = 'default'): Result<NetworkRef> {
-  const parts = text.split('/');
-  const [a, b] = parts;
-  if (parts.length > 2 || !a || (parts.length === 2 && !b)) return err(new CniError(CniCode.InvalidNetworkConfig, `"${text}" is not a network reference ([namespace/]name)`));
-  return ok(b ? { namespace: a, name: b } : { namespace: defaultNamespace, name: a });
-}
-
-export interface EngineOptions {
-  readonly defaultNetwork?: string;
+export interface EngineOptions extends PlanSettings {
   readonly hostLinkGroup?: number;
   readonly cniBinDir: string;
 }
@@ -50,6 +41,7 @@ export class AttachmentEngine {
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,
+    private readonly delegate: Driver = delegateDriver,
   ) {}
 
   add(req: AttachRequest): Promise<Result<CniResult>> {
@@ -68,42 +60,19 @@ export class AttachmentEngine {
       if (!cleaned.ok) return err(new CniError(CniCode.TryAgainLater, `leftovers of an earlier ADD of ${req.containerId}/${req.ifname} could not be removed`, cleaned.error.message));
     }
 
-    // Validate everything before touching anything: a bad request leaves nothing behind.
-    const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : this.options.defaultNetwork;
-    if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
-    const ref = parseNetworkRef(refText);
-    if (!ref.ok) return ref;
-    const network = this.networks.get(ref.value.namespace, ref.value.name);
-    if (!network.ok) return network;
-    const [plugin, ...chained] = network.value.plugins;
-    if (!plugin) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} has no plugins`));
-    if (chained.length) {
-      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} chains ${network.value.plugins.length} plugins (${network.value.plugins.map((p) => p.type).join(', ')}); chaining needs delegation, which is not available yet`));
-    }
-    const driver = this.drivers.get(plugin.type);
-    if (!driver) {
-      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network.value.key} uses plugin type "${plugin.type}", which Plexus does not run natively`, `native types: ${this.drivers.types().join(', ')}`));
-    }
-    const valid = driver.validate(plugin);
-    if (!valid.ok) return valid;
-    const ips = requestedIps(req);
-    if (!ips.ok) return ips;
-    const mac = requestedMac(req);
-    if (!mac.ok) return mac;
+    // Plan and validate everything before touching anything: a bad request leaves nothing behind.
+    const planned = planPod(req, this.options, this.networks, this.drivers, this.delegate);
+    if (!planned.ok) return planned;
+    const steps = planned.value;
     try {
       statSync(req.netns);
     } catch (e) {
       return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${req.netns} does not exist`, (e as Error).message));
     }
 
-    const pod: PodIdentity = {
-      ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
-      ...(req.args.podName ? { name: req.args.podName } : {}),
-      ...(req.args.podUid ? { uid: req.args.podUid } : {}),
-    };
     const entry = await this.journal.begin({
-      containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod, cniNetwork: req.networkName,
-      networks: [network.value.key], startedAt: new Date().toISOString(),
+      containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod: steps[0]!.request.pod, cniNetwork: req.networkName,
+      networks: steps.map((s) => s.planned.network.key), startedAt: new Date().toISOString(),
     });
     let closed = false;
     const close = async (): Promise<void> => {
@@ -111,25 +80,74 @@ export class AttachmentEngine {
       closed = true;
     };
     try {
-      const started = performance.now();
-      const attached = await driver.attach(
-        { containerId: req.containerId, netns: req.netns, ifname: req.ifname, pod, network: network.value, plugin, ips: ips.value, ...(mac.value ? { mac: mac.value } : {}), runtimeConfig: req.runtimeConfig },
-        { kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir, record: (step) => entry.record(step), ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}) },
-      );
-      if (!attached.ok) {
-        await entry.event(`attach ${network.value.key} as ${req.ifname} failed: ${attached.error.message}`, performance.now() - started);
-        await close();
-        return err(await this.rollback(req, attached.error.withContext(`attaching network ${network.value.key} as ${req.ifname}`)));
+      // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
+      const attachments: NetworkAttachment[] = [];
+      for (const step of steps) {
+        const label = `${step.planned.network.key} as ${step.planned.ifname}`;
+        const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
+        const env: DriverEnv = {
+          kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir,
+          record: (undo) => {
+            if (undo.kind === 'delegateDel') delegated.push(undo);
+            return entry.record(undo);
+          },
+          ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}),
+        };
+        const started = performance.now();
+        const attached = await step.driver.attach(step.request, env);
+        if (!attached.ok) {
+          await entry.event(`attach ${label} failed: ${attached.error.message}`, performance.now() - started);
+          await close();
+          return err(await this.rollback(req, attached.error.withContext(`attaching network ${label}`)));
+        }
+        await entry.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
+        attachments.push({
+          network: step.planned.network.key, ifname: step.planned.ifname, driver: step.driver.type, isDefault: step.planned.isDefault, result: attached.value,
+          ...(delegated.length ? { delegated } : {}),
+        });
       }
-      await entry.event(`attach ${network.value.key} as ${req.ifname} (${driver.type})`, performance.now() - started);
-      await entry.commit(attached.value, req.version);
+      const routed = await this.applyDefaultRoute(req.netns, steps, attachments);
+      if (!routed.ok) {
+        await close();
+        return err(await this.rollback(req, routed.error));
+      }
+      const final = routed.value;
+      const result = mergeResults(final.map((a) => a.result));
+      await entry.commit(result, req.version, { attachments: final, networkStatus: networkStatus(final) });
       await close();
-      return ok(attached.value);
+      return ok(result);
     } catch (e) {
       await close().catch(() => undefined);
       const cause = e instanceof CniError ? e : new CniError(CniCode.Internal, `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`, (e as Error).stack ?? '');
       return err(await this.rollback(req, cause));
     }
+  }
+
+  /**
+   * "default-route" on a selected network moves the pod's default route(s) there: removed from the other
+   * attachments, added via the requested gateways on the chosen interface. The results are rewritten to match.
+   */
+  private async applyDefaultRoute(netns: string, steps: readonly AttachmentStep[], attachments: NetworkAttachment[]): Promise<Result<NetworkAttachment[]>> {
+    const index = steps.findIndex((s) => s.planned.defaultRoute && !s.planned.isDefault);
+    const chosen = steps[index];
+    const gateways = chosen?.planned.selection?.defaultRoute ?? [];
+    if (!chosen || gateways.length === 0) return ok(attachments);
+    const families = new Set(gateways.map((g) => (g.includes(':') ? 6 : 4)));
+    const isDefaultDst = (dst: string, fam: 4 | 6): boolean => (fam === 4 ? dst === '0.0.0.0/0' : dst === '::/0');
+    const ops: BatchOp[] = [];
+    const rewritten = attachments.map((a, i) => {
+      if (i === index) return a;
+      const dropped = a.result.routes.filter((r) => [...families].some((f) => isDefaultDst(r.dst, f)));
+      for (const r of dropped) ops.push({ op: 'routeDel', route: { dst: r.dst, ...(r.gw ? { gw: r.gw } : {}), dev: a.ifname }, ignore: ['ESRCH', 'ENOENT'] });
+      return dropped.length ? { ...a, result: { ...a.result, routes: a.result.routes.filter((r) => !dropped.includes(r)) } } : a;
+    });
+    const added = gateways.map((gw) => ({ dst: gw.includes(':') ? '::/0' : '0.0.0.0/0', gw }));
+    for (const r of added) ops.push({ op: 'routeAdd', route: { ...r, dev: chosen.planned.ifname } });
+    const r = await this.kernel.batch(netns, ops);
+    if (!r.ok) return err(r.error.withContext(`moving the default route to ${chosen.planned.ifname} (network ${chosen.planned.network.key})`));
+    const target = rewritten[index]!;
+    rewritten[index] = { ...target, result: { ...target.result, routes: [...target.result.routes.filter((x) => !added.some((a) => a.dst === x.dst)), ...added] } };
+    return ok(rewritten);
   }
 
   /** Undoes a failed ADD; the error says what failed and, if anything could not be undone, what remains. */
@@ -181,7 +199,15 @@ export class AttachmentEngine {
     return this.containerLocks.run(req.containerId, async () => {
       const record = await this.journal.load(req.containerId, req.ifname);
       if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${req.ifname} is known for container ${req.containerId}`));
-      return this.verify(record.result, req.netns);
+      const verified = await this.verify(record.result, req.netns);
+      if (!verified.ok) return verified;
+      // Delegated networks are also asked themselves, with their own result as prevResult (libcni's CHECK).
+      for (const a of record.details?.attachments ?? []) {
+        if (!a.delegated?.length) continue;
+        const r = await delegateCheck(a.delegated, a.result);
+        if (!r.ok) return err(r.error.withContext(`CHECK of network ${a.network} (${a.ifname})`));
+      }
+      return ok(undefined);
     });
   }
 
@@ -243,21 +269,4 @@ export class AttachmentEngine {
   async releaseOrphanedLeases(): Promise<number> {
     return (await this.ipam.releaseUnless((lease) => lease.containerId !== '' && this.journal.has(lease.containerId, lease.ifname))).length;
   }
-}
-
-function requestedIps(req: AttachRequest): Result<string[]> {
-  const fromRuntime = req.runtimeConfig.get('ips');
-  if (fromRuntime !== undefined && (!Array.isArray(fromRuntime) || !fromRuntime.every((x) => typeof x === 'string'))) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, 'runtimeConfig.ips must be a list of IP addresses'));
-  }
-  return ok([...req.args.ips, ...((fromRuntime as string[] | undefined) ?? [])]);
-}
-
-function requestedMac(req: AttachRequest): Result<string | undefined> {
-  const fromRuntime = req.runtimeConfig.get('mac');
-  if (fromRuntime !== undefined && (typeof fromRuntime !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(fromRuntime))) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac "${String(fromRuntime)}" is not a MAC address`));
-  }
-  const mac = req.args.mac ?? (fromRuntime as string | undefined);
-  return ok(mac?.toLowerCase());
 }

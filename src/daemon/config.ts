@@ -17,6 +17,12 @@ export const DaemonConfigSchema = z
     networksDir: z.string().startsWith('/', 'must be an absolute path').default('/etc/plexus/networks.d'),
     defaultNetwork: z.string().min(1).optional(),
     cniBinDir: z.string().startsWith('/', 'must be an absolute path').default('/opt/cni/bin'),
+    cniConfDir: z.string().startsWith('/', 'must be an absolute path').default('/etc/cni/net.d'),
+    naming: z.enum(['multus', 'eth']).default('multus'),
+    selectionAnnotation: bool.default(true),
+    defaultNetworks: z
+      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .default([]),
     maxConcurrent: int(1, 1024).default(16),
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
@@ -33,6 +39,10 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--networks-dir': 'networksDir',
   '--default-network': 'defaultNetwork',
   '--cni-bin-dir': 'cniBinDir',
+  '--cni-conf-dir': 'cniConfDir',
+  '--naming': 'naming',
+  '--selection-annotation': 'selectionAnnotation',
+  '--default-networks': 'defaultNetworks',
   '--max-concurrent': 'maxConcurrent',
   '--max-queued': 'maxQueued',
   '--state-sync': 'stateSync',
@@ -47,6 +57,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --networks-dir DIR        NetworkAttachmentDefinition files, YAML or JSON (default /etc/plexus/networks.d)
   --default-network REF     [namespace/]name of the network every pod gets as eth0 (namespace defaults to "default")
   --cni-bin-dir DIR         where delegated CNI plugins live (default /opt/cni/bin)
+  --cni-conf-dir DIR        CNI config files for NADs with an empty spec.config or a config id (default /etc/cni/net.d)
+  --naming SCHEME           names of additional interfaces: multus (net1, net2, ...) or eth (eth1, eth2, ...)
+  --selection-annotation B  read the pod's k8s.v1.cni.cncf.io/networks annotation (default true)
+  --default-networks LIST   comma-separated [namespace/]name[@ifname] networks every pod also gets
   --max-concurrent N        CNI calls handled at once (default 16)
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)

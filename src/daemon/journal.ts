@@ -10,6 +10,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CniResult } from '../cni/types';
 import type { PodIdentity, UndoStep } from '../drivers/driver';
+import type { NetworkStatusEntry } from './network-status';
 
 export interface AttachmentMeta {
   readonly containerId: string;
@@ -29,12 +30,30 @@ export interface TimedEvent {
   readonly ms?: number;
 }
 
+/** What one network of a pod became: kept with the committed record for CHECK, status and plexusctl. */
+export interface NetworkAttachment {
+  readonly network: string;
+  readonly ifname: string;
+  readonly driver: string;
+  readonly isDefault: boolean;
+  readonly result: CniResult;
+  /** For delegated networks: the plugin invocations (exact bytes), for CHECK. */
+  readonly delegated?: readonly Extract<UndoStep, { kind: 'delegateDel' }>[];
+}
+
+/** Everything a committed transaction produced besides the CNI result. */
+export interface CommitDetails {
+  readonly attachments: readonly NetworkAttachment[];
+  readonly networkStatus: readonly NetworkStatusEntry[];
+}
+
 export interface AttachmentRecord {
   readonly meta: AttachmentMeta;
   readonly undo: readonly UndoStep[];
   readonly events: readonly TimedEvent[];
   readonly result?: CniResult;
   readonly cniVersion?: string;
+  readonly details?: CommitDetails;
   readonly deleting: boolean;
 }
 
@@ -42,7 +61,7 @@ type Line =
   | { t: 'begin'; meta: AttachmentMeta }
   | { t: 'undo'; step: UndoStep; at: string }
   | { t: 'event'; what: string; ms?: number; at: string }
-  | { t: 'committed'; result: CniResult; cniVersion: string; at: string }
+  | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
   | { t: 'deleting'; at: string };
 
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
@@ -55,6 +74,7 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
   const events: TimedEvent[] = [];
   let result: CniResult | undefined;
   let cniVersion: string | undefined;
+  let details: CommitDetails | undefined;
   let deleting = false;
   for (const raw of text.split('\n')) {
     if (!raw) continue;
@@ -78,6 +98,7 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
       case 'committed':
         result = line.result;
         cniVersion = line.cniVersion;
+        details = line.details;
         events.push({ at: line.at, what: 'committed' });
         break;
       case 'deleting':
@@ -86,7 +107,7 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
         break;
     }
   }
-  return meta ? { meta, undo, events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), deleting } : undefined;
+  return meta ? { meta, undo, events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting } : undefined;
 }
 
 /**
@@ -123,8 +144,8 @@ export class JournalEntry {
     return this.append({ t: 'event', what, ...(ms !== undefined ? { ms: Math.round(ms * 1000) / 1000 } : {}), at: new Date().toISOString() }, false);
   }
 
-  commit(result: CniResult, cniVersion: string): Promise<void> {
-    return this.append({ t: 'committed', result, cniVersion, at: new Date().toISOString() });
+  commit(result: CniResult, cniVersion: string, details?: CommitDetails): Promise<void> {
+    return this.append({ t: 'committed', result, cniVersion, ...(details ? { details } : {}), at: new Date().toISOString() });
   }
 
   markDeleting(): Promise<void> {

@@ -27,9 +27,12 @@ async function main(): Promise<number> {
   const kernel = new Kernel();
   const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
-  const networks = new NetworkDirectory(config.networksDir);
+  const networks = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,
+    naming: config.naming,
+    selectionAnnotation: config.selectionAnnotation,
+    defaultNetworks: config.defaultNetworks,
     ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
   }, log);

@@ -1,8 +1,13 @@
 /** The drivers the daemon runs natively, chosen by the plugin `type` of a network's config. */
 import { bridgeDriver } from './bridge';
 import type { Driver } from './driver';
+import { hostDeviceDriver } from './host-device';
+import { ipvlanDriver } from './ipvlan';
+import { macvlanDriver } from './macvlan';
+import { tapDriver } from './tap';
+import { vxlanDriver } from './vxlan';
 
-const builtIn: readonly Driver[] = [bridgeDriver];
+const builtIn: readonly Driver[] = [bridgeDriver, macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, vxlanDriver];
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();

@@ -2,7 +2,9 @@
 import { CniError, Result, ok } from '../cni/errors';
 import type { Ipam } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
+import { runDelegateDel } from './delegate/exec';
 import type { UndoStep } from './driver';
+import { returnLinkToHost } from './host-device/return-link';
 
 export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promise<Result<void, CniError>> {
   switch (step.kind) {
@@ -22,23 +24,10 @@ export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promi
       return ok(undefined);
     }
     case 'returnLink':
+      return returnLinkToHost(step, kernel);
     case 'delegateDel':
-      return undoHooks[step.kind](step as never, kernel);
+      return runDelegateDel(step);
   }
-}
-
-/**
- * Undo steps whose logic lives with their driver (host-device, delegate) register here, so this module stays
- * free of driver internals. Until a driver registers, its steps fail loudly rather than being skipped.
- */
-type HookFor<K extends UndoStep['kind']> = (step: Extract<UndoStep, { kind: K }>, kernel: Kernel) => Promise<Result<void, CniError>>;
-const notRegistered = (kind: string) => async (): Promise<Result<void, CniError>> => ({ ok: false, error: new CniError(100, `no handler registered for undo step ${kind}`) });
-const undoHooks: { returnLink: HookFor<'returnLink'>; delegateDel: HookFor<'delegateDel'> } = {
-  returnLink: notRegistered('returnLink'),
-  delegateDel: notRegistered('delegateDel'),
-};
-export function registerUndoHook<K extends 'returnLink' | 'delegateDel'>(kind: K, hook: HookFor<K>): void {
-  (undoHooks as Record<string, unknown>)[kind] = hook;
 }
 
 export const describeUndo = (step: UndoStep): string => {

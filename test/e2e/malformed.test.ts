@@ -7,7 +7,7 @@ import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netn
 
 const prefix = uniquePrefix('pm');
 const fx = new NetnsFixture(prefix);
-const daemon = new DaemonFixture('podnet');
+const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', '/nonexistent/cni/bin']);
 let netns = '';
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
 
@@ -65,8 +65,9 @@ const cases: Case[] = [
   { title: 'a network using ipMasq, which the native bridge does not do yet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'masq' }) }), code: 2, msg: /ipMasq/ },
   { title: 'a network with an invalid IPAM subnet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'badipam' }) }), code: 7, msg: /10\.1\.2\.0\/33/ },
   { title: 'a network whose bridge name is a non-bridge link', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'notbridge' }) }), code: 7, msg: /lo exists on the host but is not a bridge/ },
-  { title: 'a chained network (needs delegation)', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 7, msg: /chains 2 plugins/ },
-  { title: 'a network of a plugin type not run natively', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 7, msg: /"ptp"/ },
+  // This daemon's --cni-bin-dir is empty: delegated networks fail cleanly, naming the missing plugin.
+  { title: 'a chained network whose plugins are not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 100, msg: /bridge.*not found|not found.*bridge/ },
+  { title: 'a network of a non-native plugin type that is not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 100, msg: /ptp/ },
 ];
 
 describe('malformed input', () => {

@@ -5,7 +5,7 @@
  * Besides the low-level `execPlugin`, this module holds every verb Plexus forwards to delegates:
  *
  *   runDelegateDel(step, opts?)                         DEL from a journaled undo step, with the exact ADD bytes.
- *                                                       Register it with `registerDelegateUndo()`.
+ *                                                       undo.ts runs it for delegateDel steps.
  *   delegateCheck(invocations, prevResult, opts?)       CHECK every plugin of an attachment, in ADD order.
  *                                                       `invocations` are the attachment's journaled delegateDel
  *                                                       steps (plugin, config, env), in the order recorded; each
@@ -34,7 +34,6 @@ import { compareVersions, convertResult, isSupportedVersion } from '../../cni/ve
 import { Semaphore } from '../../common/semaphore';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
 import type { DelegateEnv, UndoStep } from '../driver';
-import { registerUndoHook } from '../undo';
 import { parsePluginError } from './result';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -226,11 +225,6 @@ export async function runDelegateDel(step: DelegateDelStep, opts: ExecOptions = 
     opts,
   );
   return r.ok ? ok(undefined) : r;
-}
-
-/** Makes the engine's undo (undo.ts) run delegateDel steps with runDelegateDel. Call once at daemon start. */
-export function registerDelegateUndo(opts: ExecOptions = {}): void {
-  registerUndoHook('delegateDel', (step) => runDelegateDel(step, opts));
 }
 
 /** CHECK each journaled invocation in ADD order, with prevResult = the attachment's stored final result. */

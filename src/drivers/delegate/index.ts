@@ -18,7 +18,7 @@ import { parseCniResult } from './result';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
 export {
-  DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, registerDelegateUndo, runDelegateDel,
+  DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, runDelegateDel,
   type DelegateDelStep, type DelegateInvocation, type ExecOptions,
 } from './exec';
 export { parseCniResult, parsePluginError } from './result';

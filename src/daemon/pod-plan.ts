@@ -1,0 +1,139 @@
+/**
+ * From one CNI ADD to the list of attachments a pod gets: its annotations (from the runtime's
+ * io.kubernetes.cri.pod-annotations capability), the selection annotation, the plan, and for each attachment
+ * the driver that runs it and the request that driver receives. Nothing here touches the kernel.
+ */
+import { RuntimeConfig } from '../cni/args';
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import type { CniRequest } from '../cni/request';
+import { declaredCapabilities } from '../drivers/delegate';
+import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../drivers/driver';
+import type { DriverRegistry } from '../drivers/registry';
+import type { NetworkDirectory } from '../networks/directory';
+import type { NetworkDefinition } from '../networks/nad';
+import { NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
+import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
+import { parseNetworkRef } from './network-ref';
+
+type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
+
+export interface PlanSettings {
+  readonly defaultNetwork?: string;
+  readonly naming: NamingScheme;
+  readonly selectionAnnotation: boolean;
+  readonly defaultNetworks: readonly string[];
+}
+
+export interface AttachmentStep {
+  readonly planned: PlannedAttachment;
+  readonly driver: Driver;
+  readonly request: AttachRequest;
+}
+
+/** runtimeConfig keys that belong to the pod's default network only (portMappings per the NPWG spec). */
+const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
+
+/** The driver for a network: its native driver when it has exactly one plugin of a native type, else delegation. */
+export function driverFor(network: NetworkDefinition, forceDelegate: boolean, drivers: DriverRegistry, delegate: Driver): Driver {
+  const [only, ...more] = network.plugins;
+  const native = only && more.length === 0 && !forceDelegate ? drivers.get(only.type) : undefined;
+  return native ?? delegate;
+}
+
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkDirectory, drivers: DriverRegistry, delegate: Driver): Result<AttachmentStep[]> {
+  const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
+  if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
+  const ref = parseNetworkRef(refText);
+  if (!ref.ok) return ref;
+  const defaultNetwork = networks.get(ref.value.namespace, ref.value.name);
+  if (!defaultNetwork.ok) return defaultNetwork;
+
+  let annotations: Record<string, string> = {};
+  const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);
+  if (rawAnnotations !== undefined) {
+    const parsed = parsePodAnnotations(rawAnnotations);
+    if (!parsed.ok) return parsed;
+    annotations = parsed.value;
+  }
+  const podNamespace = req.args.podNamespace ?? 'default';
+  const selections = settings.selectionAnnotation ? parseSelection(annotations[SELECTION_ANNOTATION], podNamespace) : ok([]);
+  if (!selections.ok) return selections;
+
+  const capabilitiesOf = (network: NetworkDefinition, forceDelegate: boolean): ReadonlySet<string> => {
+    const driver = driverFor(network, forceDelegate, drivers, delegate);
+    return driver === delegate ? new Set(network.plugins.flatMap((p) => declaredCapabilities(p))) : new Set(driver.capabilities);
+  };
+  const plan = planAttachments({
+    defaultNetwork: defaultNetwork.value,
+    selections: selections.value,
+    resolve: (ns, name) => networks.get(ns, name),
+    declaredCapabilities: (n) => capabilitiesOf(n, n.annotations['plexus.io/delegate'] === 'true'),
+    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation, defaultNetworks: settings.defaultNetworks } },
+  });
+  if (!plan.ok) return plan;
+
+  const pod: PodIdentity = {
+    ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
+    ...(req.args.podName ? { name: req.args.podName } : {}),
+    ...(req.args.podUid ? { uid: req.args.podUid } : {}),
+  };
+  const secondaryRuntimeConfig = new RuntimeConfig(Object.fromEntries(Object.entries(req.runtimeConfig.raw).filter(([k]) => !DEFAULT_NETWORK_ONLY.includes(k.toLowerCase()))));
+  const steps: AttachmentStep[] = [];
+  for (const planned of plan.value) {
+    const driver = driverFor(planned.network, planned.forceDelegate, drivers, delegate);
+    const where = `${planned.isDefault ? 'default network' : 'network'} ${planned.network.key} (${planned.ifname})`;
+    for (const plugin of driver === delegate ? planned.network.plugins : planned.network.plugins.slice(0, 1)) {
+      const valid = driver.validate(plugin);
+      if (!valid.ok) return err(valid.error.withContext(where));
+    }
+    const request = planned.isDefault ? defaultRequest(req, planned, pod) : secondaryRequest(req, planned, pod, secondaryRuntimeConfig);
+    if (!request.ok) return err(request.error.withContext(where));
+    steps.push({ planned, driver, request: request.value });
+  }
+  return ok(steps);
+}
+
+function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity): Result<AttachRequest> {
+  const fromRuntime = req.runtimeConfig.get('ips');
+  if (fromRuntime !== undefined && (!Array.isArray(fromRuntime) || !fromRuntime.every((x) => typeof x === 'string'))) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, 'runtimeConfig.ips must be a list of IP addresses'));
+  }
+  const runtimeMac = req.runtimeConfig.get('mac');
+  if (runtimeMac !== undefined && (typeof runtimeMac !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(runtimeMac))) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac "${String(runtimeMac)}" is not a MAC address`));
+  }
+  const mac = (req.args.mac ?? (runtimeMac as string | undefined))?.toLowerCase();
+  const options: AttachmentOptions = {
+    ...objectOption(req.runtimeConfig.get('bandwidth'), 'bandwidth'),
+    ...listOption(req.runtimeConfig.get('portMappings'), 'portMappings'),
+    ...stringOption(req.runtimeConfig.get('deviceID'), 'deviceID'),
+    ...stringOption(req.runtimeConfig.get('infinibandGUID'), 'infinibandGUID'),
+  };
+  return ok({
+    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
+    ips: [...req.args.ips, ...((fromRuntime as string[] | undefined) ?? [])], ...(mac ? { mac } : {}),
+    runtimeConfig: req.runtimeConfig, options, cniArgs: rawArgs(req),
+  });
+}
+
+function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity, runtimeConfig: RuntimeConfig): Result<AttachRequest> {
+  const sel = planned.selection;
+  const options: AttachmentOptions = {
+    ...(sel?.bandwidth ? { bandwidth: sel.bandwidth } : {}),
+    ...(sel?.portMappings ? { portMappings: sel.portMappings } : {}),
+    ...(sel?.cniArgs ? { cniArgs: sel.cniArgs } : {}),
+    ...(sel?.infinibandGUID ? { infinibandGUID: sel.infinibandGUID } : {}),
+  };
+  return ok({
+    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
+    ips: sel?.ips ?? [], ...(sel?.mac ? { mac: sel.mac } : {}), runtimeConfig, options, cniArgs: rawArgs(req),
+  });
+}
+
+const rawArgs = (req: AddRequest): string => req.args.raw.map(([k, v]) => `${k}=${v}`).join(';');
+
+const objectOption = (v: unknown, key: 'bandwidth'): Partial<AttachmentOptions> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v) ? { [key]: v as Record<string, unknown> } : {};
+const listOption = (v: unknown, key: 'portMappings'): Partial<AttachmentOptions> =>
+  Array.isArray(v) ? { [key]: v.filter((x): x is Record<string, unknown> => x !== null && typeof x === 'object') } : {};
+const stringOption = (v: unknown, key: 'deviceID' | 'infinibandGUID'): Partial<AttachmentOptions> => (typeof v === 'string' && v ? { [key]: v } : {});

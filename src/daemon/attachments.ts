@@ -10,7 +10,7 @@ import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniResult } from '../cni/types';
-import { delegateCheck, delegateDriver } from '../drivers/delegate';
+import { delegateCheck, delegateDriver, delegateGc, delegateStatus } from '../drivers/delegate';
 import type { Driver, DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
@@ -20,7 +20,8 @@ import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
 import { AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from './network-status';
-import { AttachmentStep, planPod, PlanSettings } from './pod-plan';
+import { AttachmentStep, driverFor, planPod, PlanSettings } from './pod-plan';
+import { parseNetworkRef } from './network-ref';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 type GcRequest = Extract<CniRequest, { command: 'GC' }>;
@@ -262,7 +263,38 @@ export class AttachmentEngine {
     }
     const released = await this.releaseOrphanedLeases();
     if (released) this.log.info({ released }, 'GC released leases without an attachment');
+    failures.push(...(await this.gcDelegatedNetworks()));
     return failures.length ? err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; '))) : ok(undefined);
+  }
+
+  /**
+   * Delegated plugins keep state of their own (host-local leases, for one): each delegated network gets a GC
+   * listing the attachments Plexus still has on it, so the plugins can drop the rest.
+   */
+  private async gcDelegatedNetworks(): Promise<string[]> {
+    const records = await this.journal.list();
+    const failures: string[] = [];
+    for (const network of this.networks.list().networks) {
+      const forced = network.annotations['plexus.io/delegate'] === 'true';
+      if (driverFor(network, forced, this.drivers, this.delegate) !== this.delegate) continue;
+      const valid = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === this.delegate.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
+      const r = await delegateGc(network, valid, this.options.cniBinDir);
+      if (!r.ok) failures.push(r.error.message);
+    }
+    return failures;
+  }
+
+  /** STATUS: ready when the daemon is, and when the default network's delegated plugins (if any) say so. */
+  async status(req: Extract<CniRequest, { command: 'STATUS' }>): Promise<Result<void>> {
+    const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : this.options.defaultNetwork;
+    if (!refText) return ok(undefined);
+    const ref = parseNetworkRef(refText);
+    if (!ref.ok) return ref;
+    const network = this.networks.get(ref.value.namespace, ref.value.name);
+    if (!network.ok) return err(new CniError(CniCode.PluginNotAvailable, `the default network is not usable: ${network.error.message}`));
+    const forced = network.value.annotations['plexus.io/delegate'] === 'true';
+    if (driverFor(network.value, forced, this.drivers, this.delegate) !== this.delegate) return ok(undefined);
+    return delegateStatus(network.value, this.options.cniBinDir);
   }
 
   /** A lease exists only after its attachment's record was begun, so a lease without a record is garbage. */

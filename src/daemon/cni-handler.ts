@@ -29,8 +29,10 @@ export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngin
   switch (req.command) {
     case 'VERSION':
       return { exitCode: 0, stdout: `${JSON.stringify({ cniVersion: req.version, supportedVersions: SUPPORTED_VERSIONS })}\n` };
-    case 'STATUS':
-      return { exitCode: 0, stdout: '' };
+    case 'STATUS': {
+      const r = await engine.status(req);
+      return r.ok ? { exitCode: 0, stdout: '' } : fail(r.error);
+    }
     case 'ADD': {
       const r = await engine.add(req);
       if (!r.ok) return fail(r.error);

@@ -83,6 +83,13 @@ describe('CNI 1.1 only verbs', () => {
     assert.equal(out.code, 0, out.stdout);
   });
 
+  it('STATUS answers 50 (plugin not available) when the default network cannot be used', async () => {
+    const out = await daemon.cni({ command: 'STATUS', config: daemon.runtimeConfig({ defaultNetwork: 'nosuchnet' }) });
+    assert.equal(out.code, 1, out.stdout);
+    assert.equal(out.json?.code, 50);
+    assert.match(String(out.json?.msg), /default\/nosuchnet/);
+  });
+
   it('STATUS and GC are refused as incompatible for 1.0.0 configs', async () => {
     for (const command of ['STATUS', 'GC']) {
       const out = await daemon.cni({ command, config: daemon.runtimeConfig({}, '1.0.0') });

@@ -2,16 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CniCode, type Result } from '../../src/cni/errors';
 import { bestEffortVersion, parseCniRequest, validateIfname, type CniRequest } from '../../src/cni/request';
-
-function unwrap<T>(result: Result<T>): T {
-  if (!result.ok) assert.fail(`expected ok, got error ${result.error.code}: ${result.error.message}`);
-  return result.value;
-}
-
-function errorOf<T>(result: Result<T>): { code: number; message: string } {
-  if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);
-  return { code: result.error.code, message: result.error.message };
-}
+import { unwrap, errorOf } from '../support/result';
 
 const NETNS = '/var/run/netns/cni-1234';
 const CONTAINER = '3f2a9c0d1e';

@@ -3,11 +3,7 @@ import assert from 'node:assert/strict';
 import { CniCode, type Result } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { compareVersions, convertResult, requireVersion, SUPPORTED_VERSIONS, type CniVersion } from '../../src/cni/version';
-
-function errorOf<T>(result: Result<T>): { code: number; message: string; details: string } {
-  if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);
-  return { code: result.error.code, message: result.error.message, details: result.error.details };
-}
+import { errorOf } from '../support/result';
 
 /** A result that uses every field the 1.1.0 shape has. */
 const rich: CniResult = {

@@ -5,16 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CniCode, type Result } from '../../src/cni/errors';
 import { NetworkDirectory } from '../../src/networks/directory';
-
-function unwrap<T>(result: Result<T>): T {
-  if (!result.ok) assert.fail(`expected ok, got error ${result.error.code}: ${result.error.message}`);
-  return result.value;
-}
-
-function errorOf<T>(result: Result<T>): { code: number; message: string } {
-  if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);
-  return { code: result.error.code, message: result.error.message };
-}
+import { unwrap, errorOf } from '../support/result';
 
 /** A fresh networks directory, removed even when the test fails. */
 function withDir(body: (dir: string) => void): void {

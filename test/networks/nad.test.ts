@@ -2,16 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CniCode, type Result } from '../../src/cni/errors';
 import { parseNad, type NetworkDefinition } from '../../src/networks/nad';
-
-function unwrap<T>(result: Result<T>): T {
-  if (!result.ok) assert.fail(`expected ok, got error ${result.error.code}: ${result.error.message}`);
-  return result.value;
-}
-
-function errorOf<T>(result: Result<T>): { code: number; message: string } {
-  if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);
-  return { code: result.error.code, message: result.error.message };
-}
+import { unwrap, errorOf } from '../support/result';
 
 const SOURCE = '/etc/plexus/networks.d/blue.yaml';
 

@@ -4,16 +4,7 @@ import { CniCode, CniError, err, ok, type Result } from '../../src/cni/errors';
 import type { NetworkDefinition } from '../../src/networks/nad';
 import { planAttachments, type PlanInput, type PlanOptions, type PlannedAttachment } from '../../src/networks/planner';
 import { parseSelection, type NetworkSelection } from '../../src/networks/selection';
-
-function unwrap<T>(result: Result<T>): T {
-  if (!result.ok) assert.fail(`expected ok, got error ${result.error.code}: ${result.error.message}`);
-  return result.value;
-}
-
-function errorOf<T>(result: Result<T>): { code: number; message: string } {
-  if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);
-  return { code: result.error.code, message: result.error.message };
-}
+import { unwrap, errorOf } from '../support/result';
 
 const network = (namespace: string, name: string, annotations: Record<string, string> = {}, type = 'bridge'): NetworkDefinition => ({
   namespace,

@@ -1,39 +1,9 @@
 /** The reference `ipvlan` plugin's config schema, validated up front. */
-import { z } from 'zod';
-import { Result, err, ok } from '../../cni/errors';
-import type { IpamConfig } from '../../ipam';
+import type { Result } from '../../cni/errors';
 import type { IpvlanMode } from '../../kernel/types';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, unsupportedField } from '../common';
+import { MasterLinkConfig, parseMasterLinkConfig } from '../common/master-link';
 
-const IpvlanSchema = z.looseObject({
-  master: z.string().optional(),
-  mode: z.enum(['l2', 'l3', 'l3s']).default('l2'),
-  mtu: mtuField,
-  linkInContainer: z.boolean().default(false),
-  ipam: ipamField,
-});
+export type IpvlanConfig = MasterLinkConfig<IpvlanMode>;
 
-export interface IpvlanConfig {
-  /** Undefined: the interface of the host's default route, as in the reference plugin. */
-  readonly master?: string;
-  readonly mode: IpvlanMode;
-  readonly mtu?: number;
-  readonly ipam?: IpamConfig;
-}
-
-export function parseIpvlanConfig(plugin: PluginConfig): Result<IpvlanConfig> {
-  const parsed = parsePluginConfig(IpvlanSchema, plugin);
-  if (!parsed.ok) return parsed;
-  const c = parsed.value;
-  if (c.linkInContainer) {
-    return err(unsupportedField(plugin, 'linkInContainer: a master inside the pod netns is not supported natively', 'set "linkInContainer": false, or run the reference plugin through the delegate driver'));
-  }
-  if (c.master !== undefined) {
-    const name = checkLinkName(plugin, 'master', c.master);
-    if (!name.ok) return name;
-  }
-  const ipam = parseOptionalIpam(plugin, c.ipam);
-  if (!ipam.ok) return ipam;
-  return ok({ ...(c.master ? { master: c.master } : {}), mode: c.mode, ...(c.mtu ? { mtu: c.mtu } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
-}
+export const parseIpvlanConfig = (plugin: PluginConfig): Result<IpvlanConfig> => parseMasterLinkConfig<IpvlanMode>(['l2', 'l3', 'l3s'], plugin);

@@ -8,9 +8,9 @@ import type { CniResult } from '../../cni/types';
 import { KeyedMutex } from '../../common/keyed-mutex';
 import type { Kernel } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
-import { hostVethName } from '../bridge';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
-import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
+import { allocatePodIps } from '../common';
+import { attachBridgePort } from '../common/bridge-port';
 import { VxlanConfig, parseVxlanConfig } from './config';
 
 const overlayLocks = new KeyedMutex();
@@ -45,48 +45,21 @@ export async function attachVxlan(req: AttachRequest, env: DriverEnv, node?: str
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
 
-  let overlay = await ensureOverlay(conf, env.kernel, node);
+  const overlay = await ensureOverlay(conf, env.kernel, node);
   if (!overlay.ok) return err(overlay.error.withContext(what));
   const mtu = conf.mtu ?? overlay.value.vtep.mtu;
-
-  const host = hostVethName(req.containerId, req.ifname);
-  await env.record({ kind: 'deleteLink', ...(node ? { netns: node } : {}), name: host });
-  let bridgeMissing = false;
-  const plumb = () => plumbPodInterface(req, env, {
+  return attachBridgePort(req, env, {
+    bridge: conf.bridge,
+    ...(mtu ? { mtu } : {}),
     ...(node ? { node } : {}),
-    create: [
-      {
-        op: 'linkAdd',
-        link: {
-          kind: 'veth', name: host, up: true, bridge: conf.bridge, mtu,
-          ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
-          peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
-        },
-      },
-      { op: 'linkGet', name: host },
-    ],
-    createFailed: (e) => {
-      bridgeMissing = isMissingLink(e, conf.bridge);
-      return e.is('EEXIST')
-        ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, e.details)
-        : e.withContext(`${what}: creating veth ${host} <-> ${req.ifname}`);
-    },
     ipam: ipam.value,
+    // Cached after the call above; `again` (the bridge was deleted by hand) rebuilds the whole overlay.
+    ensureBridge: async (again) => {
+      const o = await ensureOverlay(conf, env.kernel, node, { force: again });
+      if (!o.ok) return err(o.error.withContext(what));
+      return ok(o.value.bridge.mac ? { mac: o.value.bridge.mac } : {});
+    },
   });
-  let plumbed = await plumb();
-  if (!plumbed.ok && overlay.value.cached && bridgeMissing) {
-    // The bridge vanished since this daemon last ensured it (deleted by hand): make the overlay again, once.
-    overlay = await ensureOverlay(conf, env.kernel, node, { force: true });
-    if (!overlay.ok) return err(overlay.error.withContext(what));
-    plumbed = await plumb();
-  }
-  if (!plumbed.ok) return plumbed;
-  const hostLink = plumbed.value.created[1] as LinkInfo | null;
-  const hostInterfaces = [
-    { name: conf.bridge, ...(overlay.value.bridge.mac ? { mac: overlay.value.bridge.mac } : {}) },
-    { name: host, ...(hostLink?.mac ? { mac: hostLink.mac } : {}) },
-  ];
-  return ok(podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes }));
 }
 
 /**

@@ -126,11 +126,16 @@ function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodI
   };
   return ok({
     containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
-    ips: sel?.ips ?? [], ...(sel?.mac ? { mac: sel.mac } : {}), runtimeConfig, options, cniArgs: rawArgs(req),
+    ips: sel?.ips ?? [], ...(sel?.mac ? { mac: sel.mac } : {}), runtimeConfig, options, cniArgs: rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS),
   });
 }
 
-const rawArgs = (req: AddRequest): string => req.args.raw.map(([k, v]) => `${k}=${v}`).join(';');
+/** CNI_ARGS keys that request something of the default network (podman's static IP and MAC). */
+const DEFAULT_NETWORK_ONLY_ARGS = ['IP', 'MAC'];
+
+/** The runtime's CNI_ARGS as delegated plugins receive them, less the keys meant for another attachment. */
+const rawArgs = (req: AddRequest, without: readonly string[] = []): string =>
+  req.args.raw.filter(([k]) => !without.includes(k)).map(([k, v]) => `${k}=${v}`).join(';');
 
 const objectOption = (v: unknown, key: 'bandwidth'): Partial<AttachmentOptions> =>
   v !== null && typeof v === 'object' && !Array.isArray(v) ? { [key]: v as Record<string, unknown> } : {};

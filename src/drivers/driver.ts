@@ -55,7 +55,10 @@ export interface AttachRequest {
   readonly runtimeConfig: RuntimeConfig;
   /** Per-attachment options from the selection annotation or the runtime, passed to delegates as runtimeConfig. */
   readonly options?: AttachmentOptions;
-  /** The runtime's CNI_ARGS for this attachment (with the selection's cni-args merged in by the engine). */
+  /**
+   * CNI_ARGS for delegated plugins: the runtime's, less IP= and MAC= on secondary networks (they request the
+   * default network's address). The selection's cni-args go into the plugin config's `args`, not here.
+   */
   readonly cniArgs?: string;
 }
 

@@ -188,6 +188,17 @@ describe('selection options', () => {
     assert.equal((await del(pod)).code, 0);
   });
 
+  it('IP= and MAC= in CNI_ARGS (podman) apply to the default network only, not to delegated secondary networks', async () => {
+    const pod = newPod();
+    const wanted = `10.${o}.${t}.233`;
+    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;IP=${wanted};MAC=02:01:02:03:04:05`, config: withNetworks('ptpnet') });
+    assert.equal(out.code, 0, out.stdout);
+    assert.equal(podAddress(pod, 'eth0'), `${wanted}/24`);
+    assert.match(podAddress(pod, 'net1'), new RegExp(`^10\\.${o}\\.${t + 3}\\.`));
+    assert.doesNotMatch(ip('-n', pod.ns, 'link', 'show', 'net1'), /02:01:02:03:04:05/);
+    assert.equal((await del(pod)).code, 0);
+  });
+
   it('a NAD annotation forces delegation of a natively supported type', async () => {
     const pod = newPod();
     const out = await add(pod, 'forced');

@@ -4,16 +4,20 @@
  *
  *   node dist/scripts/bench.js [--iterations N] [--burst N] [--concurrency 1,4,16] [--json FILE]
  *        [--markdown FILE] [--subject name=/path/to/plugin:/path/to/config.json]... [--no-plexus]
- *        [--no-reference] [--state-sync true|false]
+ *        [--no-reference] [--no-multi] [--multi-concurrency N] [--state-sync true|false]
  */
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AddResult, CallsAborted, type Outcome, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
-import { createNetns, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, linkExists, linksOfBridge, listNetns, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
-import { Plexusd, httpOverSocket, repoRoot, shimBinary, writeNetworkDefinition } from './lib/plexusd';
+import { type AddResult, CallsAborted, type Outcome, type Plugin, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
+import {
+  createNetns, createUplink, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, linkExists, linksOfBridge, listNetns, machine, netnsPath, podLinks,
+  restoreForwardingOnTeardown, uniquePrefix,
+} from './lib/host';
+import { type MultiAdd, type MultiRuntime, addressesOfAdd, hostLinksOfAdd, plexusRuntime, referenceRuntime } from './lib/multinet';
+import { Plexusd, hostLocalLeftovers, httpOverSocket, repoRoot, shimBinary, writeNetworkDefinition } from './lib/plexusd';
 import { type Summary, fmt, mapLimit, markdownTable, round, summarize, table } from './lib/stats';
 import { type Subject, describeSubject, parseSubjectSpec } from './lib/subject';
 import { Teardown } from './lib/teardown';
@@ -33,6 +37,8 @@ interface Options {
   readonly reference: boolean;
   readonly stateSync?: boolean;
   readonly stateParent?: string;
+  readonly multi: boolean;
+  readonly multiConcurrency: number;
 }
 
 const USAGE = `usage: node dist/scripts/bench.js [options]
@@ -45,12 +51,14 @@ const USAGE = `usage: node dist/scripts/bench.js [options]
   --markdown FILE        also write the result tables as Markdown
   --subject N=BIN:CONF   add a CNI plugin with its single-plugin config (repeatable)
   --no-plexus            leave Plexus out (e.g. before plexusd exists)
-  --no-reference         leave the reference bridge plugin out
-  --state-sync BOOL    pass --state-sync to plexusd (default: the daemon's default)`;
+  --no-reference         leave the reference bridge plugin (and the reference runtime) out
+  --no-multi             skip the multi-interface sections (4 and 5)
+  --multi-concurrency N  concurrency of the multi-interface burst (default 16)
+  --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)`;
 
 function parseOptions(argv: readonly string[]): Options {
   const extra: string[] = [];
-  const o: { -readonly [K in keyof Options]: Options[K] } = { iterations: 50, burst: 110, concurrency: [1, 4, 16], shimCalls: 50, extra, plexus: true, reference: true };
+  const o: { -readonly [K in keyof Options]: Options[K] } = { iterations: 50, burst: 110, concurrency: [1, 4, 16], shimCalls: 50, extra, plexus: true, reference: true, multi: true, multiConcurrency: 16 };
   const positive = (flag: string, v: string | undefined): number => {
     const n = Number(v);
     if (!Number.isInteger(n) || n < 1) throw new Error(`${flag} needs a positive integer, got ${String(v)}`);
@@ -74,6 +82,8 @@ function parseOptions(argv: readonly string[]): Options {
       case '--subject': extra.push(value()); break;
       case '--no-plexus': o.plexus = false; break;
       case '--no-reference': o.reference = false; break;
+      case '--no-multi': o.multi = false; break;
+      case '--multi-concurrency': o.multiConcurrency = positive(flag, value()); break;
       case '--state-sync': {
         const v = value();
         if (v !== 'true' && v !== 'false') throw new Error('--state-sync needs true or false');
@@ -316,6 +326,165 @@ async function measureShim(teardown: Teardown, prefix: string, plexus: Subject, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4. ADD/DEL latency of pods with 1, 2 and 4 interfaces: Plexus vs the reference runtime, interleaved
+
+interface MultiVariant {
+  /** `1`, `2`, `4`, `4n`: interfaces per pod (`n`: all native). */
+  readonly key: string;
+  readonly networks: string;
+  readonly runtimes: readonly MultiRuntime[];
+}
+
+interface MultiLatency {
+  /** variant key -> runtime name -> figures; leaks here are links in the results and links left in the pods. */
+  readonly figures: Record<string, Record<string, LatencyFigures>>;
+  /** runtime name -> ports left on its bridges and new leases/records, after every variant's pods were deleted. */
+  readonly sharedLeaks: Record<string, string[]>;
+}
+
+/** Links a runtime's pods left: host links their results named, and anything but lo in their (still existing) netns. */
+function multiLinkLeaks(runtime: MultiRuntime, adds: readonly MultiAdd[], netnsNames: readonly string[]): string[] {
+  const present = hostLinks();
+  const links = new Set<string>();
+  for (const a of adds) for (const l of hostLinksOfAdd(a, runtime.bridges)) if (present.has(l)) links.add(`link ${l}`);
+  for (const n of netnsNames) for (const l of podLinks(n)) links.add(`pod link ${n}:${l}`);
+  return [...links];
+}
+
+function bridgePorts(bridges: readonly string[]): string[] {
+  return bridges.flatMap((b) => linksOfBridge(b).map((l) => `port ${b}:${l}`));
+}
+
+function trackHostLinks(runtime: MultiRuntime, added: MultiAdd): void {
+  const links = hostLinksCreated.get(runtime.name) ?? new Set<string>();
+  for (const l of hostLinksOfAdd(added, runtime.bridges)) links.add(l);
+  hostLinksCreated.set(runtime.name, links);
+}
+
+async function measureMultiLatency(teardown: Teardown, prefix: string, variants: readonly MultiVariant[], iterations: number): Promise<MultiLatency> {
+  const total = WARMUP + iterations;
+  const netnsOf = (v: MultiVariant, r: MultiRuntime, i: number): string => `${prefix}-${r.tag}${v.key}-${i}`;
+  const names = variants.flatMap((v) => v.runtimes.flatMap((r) => Array.from({ length: total }, (_, i) => netnsOf(v, r, i))));
+  createNetns(teardown, names);
+  try {
+    const families = new Map<string, MultiRuntime[]>();
+    for (const v of variants) for (const r of v.runtimes) families.set(r.name, [...(families.get(r.name) ?? []), r]);
+    const before = new Map<string, Set<string>>();
+    for (const [name, rs] of families) before.set(name, new Set(await (rs[0] as MultiRuntime).leftovers()));
+    type Acc = { add: number[]; del: number[]; failures: string[]; adds: MultiAdd[] };
+    const acc = new Map<MultiRuntime, Acc>();
+    for (const v of variants) for (const r of v.runtimes) acc.set(r, { add: [], del: [], failures: [], adds: [] });
+    for (let i = 0; i < total; i++) {
+      // Rotate the variants and, within each, who goes first, so no one always runs right after the same neighbour.
+      for (let k = 0; k < variants.length; k++) {
+        const v = variants[(i + k) % variants.length] as MultiVariant;
+        for (let j = 0; j < v.runtimes.length; j++) {
+          const r = v.runtimes[(i + j) % v.runtimes.length] as MultiRuntime;
+          const a = acc.get(r) as Acc;
+          const pod = newPod('default', `bench-${r.tag}${v.key}-${i}`, netnsPath(netnsOf(v, r, i)));
+          const added = await r.add(pod);
+          trackHostLinks(r, added);
+          const del = await r.del(pod, added);
+          a.adds.push(added);
+          if (added.error !== undefined) a.failures.push(`ADD ${pod.name}: ${added.error}`);
+          if (del.error !== undefined) a.failures.push(`DEL ${pod.name}: ${del.error}`);
+          if (i < WARMUP) continue;
+          if (added.error === undefined) a.add.push(added.ms);
+          if (added.error === undefined && del.error === undefined) a.del.push(del.ms);
+        }
+      }
+      if (process.stdout.isTTY) process.stdout.write(`\r  ${i + 1}/${total} iterations (${WARMUP} warm-up)`);
+    }
+    if (process.stdout.isTTY) process.stdout.write('\n');
+    const figures: Record<string, Record<string, LatencyFigures>> = {};
+    for (const v of variants) {
+      const row: Record<string, LatencyFigures> = {};
+      for (const r of v.runtimes) {
+        const a = acc.get(r) as Acc;
+        const netns = Array.from({ length: total }, (_, i) => netnsOf(v, r, i));
+        row[r.name] = { add: summarize(a.add), del: summarize(a.del), failures: a.failures, leaks: multiLinkLeaks(r, a.adds, netns) };
+      }
+      figures[v.key] = row;
+    }
+    const sharedLeaks: Record<string, string[]> = {};
+    for (const [name, rs] of families) {
+      const was = before.get(name) ?? new Set<string>();
+      const bridges = [...new Set(rs.flatMap((r) => r.bridges))];
+      sharedLeaks[name] = [...bridgePorts(bridges), ...(await (rs[0] as MultiRuntime).leftovers()).filter((l) => !was.has(l))];
+    }
+    return { figures, sharedLeaks };
+  } finally {
+    deleteNetns(names);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A burst of pods with 3 networks each
+
+interface MultiBurstFigures extends BurstFigures {
+  readonly interfaces: number;
+  /** plexusd's peak RSS during this burst (VmHWM reset just before it), for the plexus runtime. */
+  readonly daemonPeakRssKiB?: number;
+}
+
+async function measureMultiBurst(teardown: Teardown, prefix: string, runtime: MultiRuntime, pods: number, concurrency: number, daemon: Plexusd | undefined): Promise<MultiBurstFigures> {
+  const names = Array.from({ length: pods }, (_, i) => `${prefix}-${runtime.tag}m-${i}`);
+  createNetns(teardown, names);
+  try {
+    const before = new Set(await runtime.leftovers());
+    const podList = names.map((n, i) => newPod('default', `bench-${runtime.tag}m-${i}`, netnsPath(n)));
+    const resetOk = daemon?.resetPeakRss() ?? false;
+    let t0 = process.hrtime.bigint();
+    const added = await mapLimit(podList, concurrency, async (pod) => {
+      const a = await runtime.add(pod);
+      trackHostLinks(runtime, a);
+      return a;
+    });
+    const addWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
+    t0 = process.hrtime.bigint();
+    const deleted = await mapLimit(added, concurrency, (a, i) => runtime.del(podList[i] as Pod, a));
+    const delWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
+    const peak = resetOk ? daemon?.peakRssKiB() : undefined;
+    const owners = new Map<string, number>();
+    for (const a of added) for (const address of addressesOfAdd(a)) owners.set(address, (owners.get(address) ?? 0) + 1);
+    const ok = added.filter((a) => a.error === undefined);
+    const leaks = [
+      ...multiLinkLeaks(runtime, added, names),
+      ...bridgePorts(runtime.bridges),
+      ...(await runtime.leftovers()).filter((l) => !before.has(l)),
+    ];
+    return {
+      subject: runtime.name,
+      interfaces: runtime.interfaces,
+      concurrency,
+      pods,
+      addWallMs: round(addWallMs),
+      addPodsPerSecond: round((ok.length * 1000) / addWallMs, 1),
+      delWallMs: round(delWallMs),
+      add: summarize(ok.map((a) => a.ms)),
+      addFailures: added.length - ok.length,
+      delFailures: deleted.filter((d) => d.error !== undefined).length,
+      duplicateIps: [...owners].filter(([, n]) => n > 1).map(([a, n]) => `${a} x${n}`),
+      leaks,
+      errors: [...new Set([...added.flatMap((a) => (a.error !== undefined ? [`ADD: ${a.error}`] : [])), ...deleted.flatMap((d) => (d.error !== undefined ? [`DEL: ${d.error}`] : []))])].slice(0, 5),
+      ...(peak !== undefined ? { daemonPeakRssKiB: peak } : {}),
+    };
+  } finally {
+    deleteNetns(names);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface MultiReport {
+  readonly variants: { readonly key: string; readonly interfaces: number; readonly networks: string }[];
+  readonly latency: MultiLatency;
+  /** variant key -> plexus/reference of the medians. */
+  readonly ratios: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
+  /** (median ADD of the all-native 4-interface variant - median ADD with 1 interface) / 3, per runtime. */
+  readonly marginalAddMs: Record<string, number>;
+  readonly burst: MultiBurstFigures[];
+}
 
 interface Report {
   readonly machine: ReturnType<typeof machine>;
@@ -328,6 +497,7 @@ interface Report {
   readonly ratios: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
   readonly shim?: ShimFigures;
   readonly bursts: BurstFigures[];
+  readonly multi?: MultiReport;
   readonly daemon?: { readonly peakRssKiB?: number; readonly exitCode?: number | null };
   readonly problems: string[];
 }
@@ -387,7 +557,51 @@ function render(report: Report, markdown: boolean): string {
   }
   if (report.daemon !== undefined) {
     out.push('');
-    out.push(`${markdown ? '- ' : ''}plexusd peak RSS (VmHWM at the end): ${kib(report.daemon.peakRssKiB)}`);
+    out.push(`${markdown ? '- ' : ''}plexusd peak RSS (VmHWM after sections 1-3): ${kib(report.daemon.peakRssKiB)}`);
+  }
+  const m = report.multi;
+  if (m !== undefined) {
+    head(`ADD / DEL latency by interfaces per pod, ${report.settings.iterations} iterations (ms)`);
+    const rows: string[][] = [];
+    for (const v of m.variants) {
+      for (const [name, f] of Object.entries(m.latency.figures[v.key] ?? {})) {
+        rows.push([
+          v.key, name, fmt(f.add.median), fmt(f.add.p90), fmt(f.add.min), fmt(f.add.max), fmt(f.del.median), fmt(f.del.p90), fmt(f.del.min), fmt(f.del.max),
+          String(f.failures.length), m.ratios[v.key] !== undefined && name === 'plexus' ? `${fmt(m.ratios[v.key]?.addMedian, 2)}x` : '',
+        ]);
+      }
+    }
+    out.push(t(['ifs', 'runtime', 'ADD median', 'ADD p90', 'ADD min', 'ADD max', 'DEL median', 'DEL p90', 'DEL min', 'DEL max', 'failures', 'ADD ratio'], rows));
+    out.push('');
+    const li = markdown ? '- ' : '';
+    for (const v of m.variants) out.push(`${li}${v.key}: ${v.networks}`);
+    for (const v of m.variants) {
+      const r = m.ratios[v.key];
+      if (r !== undefined) out.push(`${li}${v.key} interface(s): plexus/reference ADD median ${fmt(r.addMedian, 2)}x, DEL median ${fmt(r.delMedian, 2)}x`);
+    }
+    const r4 = m.ratios['4'];
+    if (r4 !== undefined) out.push(`${li}4-interface ADD (with delegated ptp), plexus/reference: ${fmt(r4.addMedian, 2)}x (target <= 0.25x: ${r4.addMedian <= 0.25 ? 'met' : 'not met'})`);
+    const marginal = Object.entries(m.marginalAddMs);
+    if (marginal.length > 0) {
+      out.push(`${li}marginal ADD cost per extra interface, from the all-native variant ((median ADD 4n - median ADD 1) / 3): ${marginal.map(([n, x]) => `${n} ${fmt(x, 2)} ms`).join(', ')}`);
+    }
+    const shared = Object.entries(m.latency.sharedLeaks).filter(([, l]) => l.length > 0);
+    out.push(`${li}leaks after the latency runs (host links, pod links, bridge ports, leases, journal): ${shared.length === 0 && Object.values(m.latency.figures).every((row) => Object.values(row).every((f) => f.leaks.length === 0)) ? 'none' : 'see problems'}`);
+    if (m.burst.length > 0) {
+      const b0 = m.burst[0] as MultiBurstFigures;
+      head(`Burst of ${b0.pods} pods with 3 networks each (bridge + macvlan + bridge2, all native for plexus), concurrency ${b0.concurrency}`);
+      out.push(
+        t(
+          ['runtime', 'ADD wall s', 'pods/s', 'ADD p50 ms', 'ADD p90 ms', 'DEL wall s', 'ADD fail', 'DEL fail', 'dup IPs', 'leaks'],
+          m.burst.map((b) => [
+            b.subject, fmt(b.addWallMs / 1000, 2), fmt(b.addPodsPerSecond), fmt(b.add.median), fmt(b.add.p90), fmt(b.delWallMs / 1000, 2),
+            String(b.addFailures), String(b.delFailures), String(b.duplicateIps.length), String(b.leaks.length),
+          ]),
+        ),
+      );
+      const px = m.burst.find((b) => b.daemonPeakRssKiB !== undefined);
+      if (px !== undefined) out.push('', `${li}plexusd peak RSS during this burst (VmHWM reset just before it): ${kib(px.daemonPeakRssKiB)}`);
+    }
   }
   return out.join('\n');
 }
@@ -415,6 +629,11 @@ async function main(): Promise<number> {
     let plexus: Subject | undefined;
     let reference: Subject | undefined;
     const taken: number[] = [];
+    // Multi-interface sections: a veth standing in for a host uplink (the macvlan master), shared by both runtimes.
+    const uplink = `${prefix}up`;
+    if (options.multi && (options.plexus || options.reference)) createUplink(teardown, uplink, `${prefix}upp`);
+    const plexusMulti: { plugin?: Plugin; bridges: string[]; leftovers?: () => Promise<string[]>; subnet?: number } = { bridges: [] };
+    const referenceMulti: { networks: Record<string, Plugin>; bridges: string[]; leftovers?: () => Promise<string[]>; subnet?: number } = { networks: {}, bridges: [] };
     if (options.plexus) {
       const second = freeTenNet(150, 199, taken);
       taken.push(second);
@@ -426,6 +645,21 @@ async function main(): Promise<number> {
         cniVersion: '1.1.0', name: 'podnet', type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, ipMasq: false,
         ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]] },
       });
+      const pxHostLocal = join(root, 'px-host-local');
+      if (options.multi) {
+        const s2 = freeTenNet(150, 199, taken);
+        taken.push(s2);
+        plexusMulti.subnet = s2;
+        const bridge2 = `${prefix}p2`;
+        teardown.add(`delete bridge ${bridge2}`, () => deleteLinkIfPresent(bridge2));
+        plexusMulti.bridges.push(bridge, bridge2);
+        const ipam = (i: number, extra: Record<string, unknown> = {}): Record<string, unknown> => ({ type: 'host-local', ranges: [[{ subnet: `10.${s2}.${i}.0/24` }]], ...extra });
+        await writeNetworkDefinition(networksDir, 'default', 'mv', { cniVersion: '1.1.0', name: 'mv', type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam(1) });
+        await writeNetworkDefinition(networksDir, 'default', 'br2', { cniVersion: '1.1.0', name: 'br2', type: 'bridge', bridge: bridge2, isGateway: true, ipMasq: false, ipam: ipam(2) });
+        // Not a native type: plexusd execs /usr/lib/cni/ptp (+ host-local) for it.
+        await writeNetworkDefinition(networksDir, 'default', 'ptpnet', { cniVersion: '1.0.0', name: 'ptpnet', type: 'ptp', ipMasq: false, ipam: ipam(3, { dataDir: pxHostLocal }) });
+        await writeNetworkDefinition(networksDir, 'default', 'mv2', { cniVersion: '1.1.0', name: 'mv2', type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam(4) });
+      }
       daemon = await Plexusd.start(teardown, {
         root: join(root, 'plexusd'), networksDir, defaultNetwork: 'default/podnet', cniBinDir: REFERENCE_DIR, logLevel: 'error',
         ...(options.stateSync !== undefined ? { stateSync: options.stateSync } : {}),
@@ -443,6 +677,8 @@ async function main(): Promise<number> {
         leftovers: () => d.leftovers(),
       };
       subjects.push(plexus);
+      plexusMulti.plugin = plexus.plugin;
+      plexusMulti.leftovers = async () => [...(await d.leftovers()), ...(await hostLocalLeftovers(pxHostLocal, 'ptpnet'))];
       console.log(`  plexus:    bin/plexus-cni -> plexusd pid ${d.pid}, bridge ${bridge}, 10.${second}.0.0/16`);
     }
     if (options.reference) {
@@ -462,6 +698,58 @@ async function main(): Promise<number> {
       });
       subjects.push(reference);
       console.log(`  reference: ${REFERENCE_DIR}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
+      if (options.multi) {
+        const s2 = freeTenNet(150, 199, taken);
+        taken.push(s2);
+        referenceMulti.subnet = s2;
+        const bridge2 = `${prefix}r2`;
+        teardown.add(`delete bridge ${bridge2}`, () => deleteLinkIfPresent(bridge2));
+        referenceMulti.bridges.push(bridge, bridge2);
+        const ipam = (i: number): Record<string, unknown> => ({ type: 'host-local', ranges: [[{ subnet: `10.${s2}.${i}.0/24` }]], dataDir });
+        const plugin = (type: string, name: string, config: Record<string, unknown>): Plugin => ({
+          binary: join(REFERENCE_DIR, type), config: { cniVersion: '1.0.0', name, type, ...config }, env: { CNI_PATH: REFERENCE_DIR },
+        });
+        referenceMulti.networks = {
+          bridge: reference.plugin,
+          mv: plugin('macvlan', `${prefix}-rmv`, { master: uplink, mode: 'bridge', ipam: ipam(1) }),
+          br2: plugin('bridge', `${prefix}-rbr2`, { bridge: bridge2, isGateway: true, ipMasq: false, ipam: ipam(2) }),
+          ptp: plugin('ptp', `${prefix}-rptp`, { ipMasq: false, ipam: ipam(3) }),
+          mv2: plugin('macvlan', `${prefix}-rmv2`, { master: uplink, mode: 'bridge', ipam: ipam(4) }),
+        };
+        const names = Object.values(referenceMulti.networks).map((p) => String(p.config['name']));
+        referenceMulti.leftovers = async () => (await Promise.all(names.map((n) => hostLocalLeftovers(dataDir, n)))).flat();
+      }
+    }
+    // The multi-interface variants: the same networks through Plexus (one call, annotation) and the reference runtime.
+    const variants: MultiVariant[] = [];
+    let burstRuntimes: MultiRuntime[] = [];
+    if (options.multi) {
+      const defs = [
+        { key: '1', networks: 'bridge', selection: [] as string[], reference: ['bridge'] },
+        { key: '2', networks: 'bridge + macvlan', selection: ['mv'], reference: ['bridge', 'mv'] },
+        { key: '4', networks: 'bridge + macvlan + bridge2 + ptp (plexus delegates ptp)', selection: ['mv', 'br2', 'ptpnet'], reference: ['bridge', 'mv', 'br2', 'ptp'] },
+        { key: '4n', networks: 'bridge + macvlan + bridge2 + macvlan2 (all native)', selection: ['mv', 'br2', 'mv2'], reference: ['bridge', 'mv', 'br2', 'mv2'] },
+        { key: 'burst', networks: 'bridge + macvlan + bridge2', selection: ['mv', 'br2'], reference: ['bridge', 'mv', 'br2'] },
+      ];
+      const build = (d: (typeof defs)[number]): MultiRuntime[] => {
+        const out: MultiRuntime[] = [];
+        if (plexusMulti.plugin !== undefined && plexusMulti.leftovers !== undefined) {
+          out.push(plexusRuntime({ name: 'plexus', tag: 'px', plugin: plexusMulti.plugin, selection: d.selection.join(', '), interfaces: d.reference.length, bridges: plexusMulti.bridges, leftovers: plexusMulti.leftovers }));
+        }
+        if (referenceMulti.leftovers !== undefined) {
+          const networks = d.reference.map((k, i) => ({ ifname: i === 0 ? 'eth0' : `net${i}`, plugin: referenceMulti.networks[k] as Plugin }));
+          out.push(referenceRuntime({ name: 'reference', tag: 'rf', networks, bridges: referenceMulti.bridges, leftovers: referenceMulti.leftovers }));
+        }
+        return out;
+      };
+      for (const d of defs) {
+        if (d.key === 'burst') burstRuntimes = build(d);
+        else variants.push({ key: d.key, networks: d.networks, runtimes: build(d) });
+      }
+      if (variants.some((v) => v.runtimes.length > 0)) {
+        console.log(`  multi-interface: uplink ${uplink} (veth); plexus networks mv, br2 (${prefix}p2), ptpnet (delegated), mv2 in 10.${String(plexusMulti.subnet ?? '-')}.0.0/16; ` +
+          `reference runtime macvlan, bridge (${prefix}r2), ptp, macvlan in 10.${String(referenceMulti.subnet ?? '-')}.0.0/16`);
+      }
     }
     for (const [i, spec] of options.extra.entries()) {
       const s = parseSubjectSpec(spec, `x${i}`);
@@ -499,7 +787,53 @@ async function main(): Promise<number> {
     }
     bursts.sort((a, b) => subjects.findIndex((s) => s.name === a.subject) - subjects.findIndex((s) => s.name === b.subject) || a.concurrency - b.concurrency);
 
+    // VmHWM now covers sections 1-3; the multi-interface burst resets it to measure itself.
     const daemonPeak = daemon?.peakRssKiB();
+
+    let multi: MultiReport | undefined;
+    if (variants.some((v) => v.runtimes.length > 0)) {
+      console.log('4. ADD/DEL latency with 1, 2 and 4 interfaces');
+      const latencyMulti = await measureMultiLatency(teardown, prefix, variants, options.iterations);
+      console.log(`5. burst of ${options.burst} pods with 3 networks, concurrency ${options.multiConcurrency}`);
+      const burst: MultiBurstFigures[] = [];
+      for (const r of burstRuntimes) {
+        const b = await measureMultiBurst(teardown, prefix, r, options.burst, options.multiConcurrency, r.name === 'plexus' ? daemon : undefined);
+        burst.push(b);
+        console.log(`  ${r.name}: ${fmt(b.addPodsPerSecond)} pods/s, ${b.addFailures + b.delFailures} failures, ${b.duplicateIps.length} duplicate IPs, ${b.leaks.length} leaks`);
+      }
+      const ratiosMulti: MultiReport['ratios'] = {};
+      for (const v of variants) {
+        const px = latencyMulti.figures[v.key]?.['plexus'];
+        const rf = latencyMulti.figures[v.key]?.['reference'];
+        if (px !== undefined && rf !== undefined) ratiosMulti[v.key] = { addMedian: round(px.add.median / rf.add.median), delMedian: round(px.del.median / rf.del.median) };
+      }
+      const marginalAddMs: Record<string, number> = {};
+      for (const name of ['plexus', 'reference']) {
+        const one = latencyMulti.figures['1']?.[name];
+        const four = latencyMulti.figures['4n']?.[name];
+        if (one !== undefined && four !== undefined) marginalAddMs[name] = round((four.add.median - one.add.median) / 3);
+      }
+      multi = {
+        variants: variants.map((v) => ({ key: v.key, interfaces: v.runtimes[0]?.interfaces ?? 0, networks: v.networks })),
+        latency: latencyMulti,
+        ratios: ratiosMulti,
+        marginalAddMs,
+        burst,
+      };
+      for (const [key, row] of Object.entries(latencyMulti.figures)) {
+        for (const [name, f] of Object.entries(row)) {
+          for (const e of f.failures.slice(0, 5)) problems.push(`${name} ${key}-interface latency: ${e}`);
+          for (const l of f.leaks) problems.push(`${name} ${key}-interface latency leak: ${l}`);
+        }
+      }
+      for (const [name, leaks] of Object.entries(latencyMulti.sharedLeaks)) for (const l of leaks) problems.push(`${name} multi-interface latency leak: ${l}`);
+      for (const b of burst) {
+        for (const e of b.errors) problems.push(`${b.subject} 3-network burst: ${e}`);
+        for (const d of b.duplicateIps) problems.push(`${b.subject} 3-network burst: duplicate IP ${d}`);
+        for (const l of b.leaks) problems.push(`${b.subject} 3-network burst leak: ${l}`);
+      }
+    }
+
     const daemonExit = daemon !== undefined ? await daemon.stop() : undefined;
 
     for (const [name, f] of latency) {
@@ -531,6 +865,7 @@ async function main(): Promise<number> {
       ratios,
       ...(shim !== undefined ? { shim } : {}),
       bursts,
+      ...(multi !== undefined ? { multi } : {}),
       ...(daemon !== undefined ? { daemon: { ...(daemonPeak !== undefined ? { peakRssKiB: daemonPeak } : {}), exitCode: daemonExit ?? null } } : {}),
       problems,
     };

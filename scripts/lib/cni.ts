@@ -178,6 +178,36 @@ export function describeFailure(outcome: Outcome): string {
 /** Addresses without prefix, e.g. 10.1.0.7. */
 export const addressesOf = (result: AddResult): string[] => result.ips.map((i) => i.address.split('/')[0] ?? i.address);
 
-/** Host-side links the plugin reports (no sandbox), except the named bridge. */
-export const hostSideLinksOf = (result: AddResult, bridge: string | undefined): string[] =>
-  result.interfaces.filter((i) => (i.sandbox === undefined || i.sandbox === '') && i.name !== bridge).map((i) => i.name);
+/** Host-side links the plugin reports (no sandbox), except the named bridge(s). */
+export function hostSideLinksOf(result: AddResult, bridges: string | readonly string[] | undefined): string[] {
+  const skip = new Set(bridges === undefined ? [] : typeof bridges === 'string' ? [bridges] : bridges);
+  return result.interfaces.filter((i) => (i.sandbox === undefined || i.sandbox === '') && !skip.has(i.name)).map((i) => i.name);
+}
+
+/** Pod interface name -> its addresses (without prefix), from a multi-interface result. */
+export function addressesByInterface(result: AddResult): Map<string, { address: string; gateway?: string }[]> {
+  const out = new Map<string, { address: string; gateway?: string }[]>();
+  for (const entry of result.ips) {
+    const name = entry.interface !== undefined ? result.interfaces[entry.interface]?.name : undefined;
+    if (name === undefined) continue;
+    const list = out.get(name) ?? [];
+    list.push({ address: entry.address.split('/')[0] ?? entry.address, ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}) });
+    out.set(name, list);
+  }
+  return out;
+}
+
+/** The runtimeConfig containerd adds when the plugin declares the pod-annotations capability. */
+export const POD_ANNOTATIONS_CAPABILITY = 'io.kubernetes.cri.pod-annotations';
+export const SELECTION_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
+
+/**
+ * The plugin as containerd runs it for one pod: the config declares the pod-annotations capability and, when the
+ * pod has annotations, carries them as runtimeConfig (libcni inserts runtimeConfig for declared capabilities only).
+ */
+export function withPodAnnotations(plugin: Plugin, annotations: Readonly<Record<string, string>>): Plugin {
+  const capabilities = { ...(plugin.config['capabilities'] as Record<string, boolean> | undefined), [POD_ANNOTATIONS_CAPABILITY]: true };
+  const config: Record<string, unknown> = { ...plugin.config, capabilities };
+  if (Object.keys(annotations).length > 0) config['runtimeConfig'] = { [POD_ANNOTATIONS_CAPABILITY]: { ...annotations } };
+  return { ...plugin, config };
+}

@@ -122,3 +122,54 @@ export const machine = (): Machine => ({
   kernel: release(),
   node: process.version,
 });
+
+/** Names of the links inside a network namespace other than `lo` (what a pod still has after its DEL). */
+export function podLinks(netnsName: string): string[] {
+  return ip('-n', netnsName, '-o', 'link', 'show')
+    .split('\n')
+    .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
+    .filter((n) => n !== '' && n !== 'lo');
+}
+
+/**
+ * A veth pair standing in for a host uplink (a macvlan master), both ends up; its deletion (which takes the peer
+ * along) is registered first.
+ */
+export function createUplink(teardown: Teardown, name: string, peer: string): void {
+  teardown.add(`delete uplink ${name}`, () => {
+    deleteLinkIfPresent(name);
+    deleteLinkIfPresent(peer);
+  });
+  ip('link', 'add', name, 'type', 'veth', 'peer', 'name', peer);
+  ip('link', 'set', name, 'up');
+  ip('link', 'set', peer, 'up');
+}
+
+/**
+ * A VXLAN network identity nothing on the host uses: the VTEP Plexus will create is named `vx<vni>` (no prefix of
+ * ours), so pick a VNI whose name is free and a UDP port no socket and no VXLAN device holds.
+ */
+export function freeVxlan(): { vni: number; port: number; vtep: string } {
+  const details = ip('-d', '-o', 'link', 'show');
+  const udp = run('ss', ['-Hlun']).stdout;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const vni = randomInt(100_000, 16_000_000);
+    const port = randomInt(40_000, 60_000);
+    const vtep = `vx${vni}`;
+    if (details.includes(`${vtep}:`) || new RegExp(`vxlan id ${vni}\\b`).test(details) || new RegExp(`dstport ${port}\\b`).test(details)) continue;
+    if (new RegExp(`:${port}\\s`).test(udp)) continue;
+    return { vni, port, vtep };
+  }
+  throw new Error('no free VXLAN id and port');
+}
+
+/** Deletes `vx<vni>` only if it is the VXLAN device of that VNI and port (so a stranger's link is never touched). */
+export function deleteVtepIfOurs(vtep: string, vni: number, port: number): boolean {
+  const r = run('ip', ['-d', '-o', 'link', 'show', 'dev', vtep]);
+  if (r.status !== 0) return false;
+  if (!new RegExp(`vxlan id ${vni}\\b`).test(r.stdout) || !new RegExp(`dstport ${port}\\b`).test(r.stdout)) {
+    throw new Error(`${vtep} exists but is not the VXLAN device of vni ${vni} port ${port}; left alone`);
+  }
+  ip('link', 'del', 'dev', vtep);
+  return true;
+}

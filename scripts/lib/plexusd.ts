@@ -3,7 +3,7 @@
  * child process, ready when /readyz answers 200, stopped with SIGTERM by PID.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createWriteStream, existsSync, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -151,6 +151,16 @@ export class Plexusd {
       return m?.[1] !== undefined ? Number(m[1]) : undefined;
     } catch {
       return undefined;
+    }
+  }
+
+  /** Resets the peak RSS to the current RSS (`5` to /proc/<pid>/clear_refs), so a later reading covers one phase. */
+  resetPeakRss(): boolean {
+    try {
+      writeFileSync(`/proc/${this.pid}/clear_refs`, '5');
+      return true;
+    } catch {
+      return false;
     }
   }
 

@@ -10,7 +10,7 @@
  * change; without it, a lease survives any crash of the daemon (the page cache outlives the process)
  * but not a power loss, which on a node also ends every pod that could hold the address.
  */
-import { constants as fsConstants, promises as fs, linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { constants as fsConstants, promises as fs, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from './ip';
 
@@ -116,29 +116,42 @@ async function inChunks<T>(items: readonly T[], size: number, task: (item: T) =>
 let tempCounter = 0;
 
 /**
+ * Without fsync the lease is created in place with O_EXCL: one syscall, and still never two owners. A crash
+ * in the middle of the write leaves a short file, which reads as an unknown owner and is released by recovery.
+ */
+function claimInline(file: string, lease: Lease): boolean {
+  try {
+    writeFileSync(file, leaseFileContent(lease), { flag: 'wx', mode: 0o600 });
+    return true;
+  } catch (thrown) {
+    if (isErrno(thrown, 'EEXIST')) return false;
+    throw thrown;
+  }
+}
+
+/**
  * The file operations of the store, in two flavours. Synced: async calls with fsync, for stores that must
  * survive a power loss. Inline: without fsync every call is a microsecond syscall, so it runs on the spot
  * instead of paying a thread-pool round trip for each of them on the ADD path.
  */
 interface LeaseFileIo {
-  writeNew(path: string, content: string): Promise<void>;
-  link(from: string, to: string): Promise<void>;
   readText(path: string): Promise<string | undefined>; // undefined when the file does not exist
   remove(path: string): Promise<void>;
   syncDir(path: string): Promise<void>;
 }
 
+/** Creates a file that must not exist yet, with its content on disk before it returns. */
+async function writeNewSynced(path: string, content: string): Promise<void> {
+  const handle = await fs.open(path, 'wx', 0o600);
+  try {
+    await handle.writeFile(content);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
 const syncedIo: LeaseFileIo = {
-  async writeNew(path, content) {
-    const handle = await fs.open(path, 'wx', 0o600);
-    try {
-      await handle.writeFile(content);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-  },
-  link: (from, to) => fs.link(from, to),
   readText: (path) =>
     fs.readFile(path, 'utf8').catch((thrown: unknown) => {
       if (isErrno(thrown, 'ENOENT')) return undefined;
@@ -149,8 +162,6 @@ const syncedIo: LeaseFileIo = {
 };
 
 const inlineIo: LeaseFileIo = {
-  writeNew: async (path, content) => writeFileSync(path, content, { flag: 'wx', mode: 0o600 }),
-  link: async (from, to) => linkSync(from, to),
   readText: async (path) => {
     try {
       return readFileSync(path, 'utf8');
@@ -270,24 +281,36 @@ export class LeaseStore {
       leases.dirReady = true;
     }
     const name = formatIp(ip.family, ip.value);
+    const claimed = this.sync ? await this.claimSynced(path, name, lease) : claimInline(join(path, name), lease);
+    if (!claimed) {
+      const existing = { ip, lease: parseLeaseFile(lease.network, ip, (await this.io.readText(join(path, name)).catch(() => '')) ?? '') };
+      leases.add(existing);
+      return existing;
+    }
+    leases.add({ ip, lease });
+    return undefined;
+  }
+
+  /**
+   * Writes the lease under a temporary name, fsyncs it, then links it to the address's name, so a power loss
+   * never leaves a half-written lease there. False when the address was taken meanwhile.
+   */
+  private async claimSynced(path: string, name: string, lease: Lease): Promise<boolean> {
     const temp = join(path, `${TEMP_PREFIX}${process.pid}-${tempCounter++}`);
     try {
-      await this.io.writeNew(temp, leaseFileContent(lease));
+      await writeNewSynced(temp, leaseFileContent(lease));
       try {
-        await this.io.link(temp, join(path, name));
+        await fs.link(temp, join(path, name));
       } catch (thrown) {
         if (!isErrno(thrown, 'EEXIST')) throw thrown;
-        const existing = { ip, lease: parseLeaseFile(lease.network, ip, (await this.io.readText(join(path, name)).catch(() => '')) ?? '') };
-        leases.add(existing);
-        return existing;
+        return false;
       }
     } finally {
       // The temporary name goes in every case: after the link, or after a failure or a lost race.
       await this.io.remove(temp).catch(() => undefined);
     }
     await this.io.syncDir(path);
-    leases.add({ ip, lease });
-    return undefined;
+    return true;
   }
 
   /**

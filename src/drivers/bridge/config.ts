@@ -4,6 +4,7 @@ import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import { validateIfname } from '../../cni/request';
 import { IpamConfig, parseIpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
+import { cachedPerConfig } from '../common/config';
 
 const BridgeSchema = z
   .object({
@@ -31,7 +32,7 @@ export interface BridgeConfig {
   readonly ipam?: IpamConfig;
 }
 
-export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
+function parseBridgeConfigUncached(plugin: PluginConfig): Result<BridgeConfig> {
   const r = BridgeSchema.safeParse(plugin);
   if (!r.success) {
     const issue = r.error.issues[0];
@@ -62,3 +63,5 @@ export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
     ...(ipam ? { ipam } : {}),
   });
 }
+
+export const parseBridgeConfig = cachedPerConfig(parseBridgeConfigUncached);

@@ -48,3 +48,19 @@ export const mtuField = z.number().int().min(68).max(65535).optional();
 export const macField = z.string().regex(/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/, 'must be a MAC address like aa:bb:cc:dd:ee:ff');
 export const ipField = z.string().refine((s) => isIP(s) !== 0, 'must be an IP address');
 export const ipFamily = (address: string): 4 | 6 => (isIP(address) === 6 ? 6 : 4);
+
+/**
+ * Caches a config parser per plugin object. Network definitions are cached until their file changes, so every
+ * ADD of a network hands its driver the same plugin object (for validation, then attach): parse it once.
+ */
+export function cachedPerConfig<T>(parse: (plugin: PluginConfig) => Result<T>): (plugin: PluginConfig) => Result<T> {
+  const cache = new WeakMap<PluginConfig, Result<T>>();
+  return (plugin) => {
+    let parsed = cache.get(plugin);
+    if (!parsed) {
+      parsed = parse(plugin);
+      cache.set(plugin, parsed);
+    }
+    return parsed;
+  };
+}

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { Result, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
+import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig, cachedPerConfig } from '../common';
 
 const id = z.number().int().min(0).max(0xfffffffe);
 const TapSchema = z.looseObject({
@@ -29,7 +29,7 @@ export interface TapConfig {
   readonly ipam?: IpamConfig;
 }
 
-export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
+function parseTapConfigUncached(plugin: PluginConfig): Result<TapConfig> {
   const parsed = parsePluginConfig(TapSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
@@ -49,3 +49,5 @@ export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
     ...(ipam.value ? { ipam: ipam.value } : {}),
   });
 }
+
+export const parseTapConfig = cachedPerConfig(parseTapConfigUncached);

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, invalidConfig, ipamField, ipFamily, ipField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
+import { checkLinkName, invalidConfig, ipamField, ipFamily, ipField, mtuField, parseOptionalIpam, parsePluginConfig, cachedPerConfig } from '../common';
 
 const VxlanSchema = z.looseObject({
   vni: z.number().int().min(1).max(16777215),
@@ -39,7 +39,7 @@ export interface VxlanConfig {
 
 export const vtepName = (vni: number): string => `vx${vni}`;
 
-export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
+function parseVxlanConfigUncached(plugin: PluginConfig): Result<VxlanConfig> {
   const parsed = parsePluginConfig(VxlanSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
@@ -66,3 +66,5 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
     ...(ipam.value ? { ipam: ipam.value } : {}),
   });
 }
+
+export const parseVxlanConfig = cachedPerConfig(parseVxlanConfigUncached);

@@ -36,7 +36,7 @@ class KernelWorker {
 
   private spawn(): Worker {
     // The worker only shuttles small messages: a tiny young generation keeps its memory low.
-    const worker = new Worker(join(__dirname, 'worker.js'), { resourceLimits: { maxYoungGenerationSizeMb: 2 } });
+    const worker = new Worker(join(__dirname, 'worker.js'), { resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 16, codeRangeSizeMb: 8 } });
     worker.on('message', (reply: BatchReply) => {
       const resolve = this.pending.get(reply.id);
       this.pending.delete(reply.id);

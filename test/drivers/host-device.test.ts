@@ -7,20 +7,15 @@ import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { selectorFor, parseHostDeviceConfig } from '../../src/drivers/host-device/config';
 import { findHostDevice, hostDeviceDriver, returnLinkToHost } from '../../src/drivers/host-device';
-import type { Ipam } from '../../src/ipam';
-import { Kernel } from '../../src/kernel/kernel';
 import type { LinkInfo } from '../../src/kernel/types';
-import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
 
-const prefix = uniquePrefix('phd');
-const fx = new NetnsFixture(prefix);
-let kernel: Kernel;
-let ipam: Ipam;
-let removeIpam: () => Promise<void>;
+const bed = driverTestbed('phd');
+const { prefix, fx } = bed;
 let counter = 0;
 
 /** A fresh "host device": a veth on the host, its peer in a test netns so nothing it sends leaves our namespaces. */
@@ -34,21 +29,12 @@ function hostDevice(): { name: string; mac: string } {
 }
 const onHost = (name: string): boolean => ipTry('link', 'show', name).status === 0;
 
-before(async () => {
-  kernel = new Kernel();
-  ({ ipam, remove: removeIpam } = await tempIpam());
-});
-after(async () => {
-  fx.cleanup();
-  await kernel.close();
-  await removeIpam();
-});
 
 describe('host-device driver', () => {
   it('moves the named host device into the pod netns under the pod interface name, with its IPs', async () => {
     const dev = hostDevice();
     const pod = fx.create('move');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'host-device', device: dev.name, ipam: { type: 'static', addresses: [{ address: '10.241.0.5/24' }] } }, netns: pod.path, ifname: 'sriov0' });
     const result = must(await hostDeviceDriver.attach(req, rec.env));
     assert.deepEqual(result.interfaces, [{ name: 'sriov0', mac: dev.mac, mtu: 1500, sandbox: pod.path }]);
@@ -62,7 +48,7 @@ describe('host-device driver', () => {
   it('undo returns the device to the host under its original name and releases the lease', async () => {
     const dev = hostDevice();
     const pod = fx.create('undo');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-b`;
     must(await hostDeviceDriver.attach(attachRequest({ network, config: { type: 'host-device', device: dev.name, ipam: { type: 'host-local', subnet: '10.241.1.0/24' } }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'returnLink']);
@@ -71,14 +57,14 @@ describe('host-device driver', () => {
     assert.equal(onHost(dev.name), true, 'back on the host with its name');
     assert.match(ip('link', 'show', dev.name), new RegExp(dev.mac));
     assert.doesNotMatch(ip('addr', 'show', dev.name), /10\.241\./, 'the pod address did not come along');
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
+    assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('finds the device by hwaddr', async () => {
     const dev = hostDevice();
     const pod = fx.create('mac');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const result = must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-c`, config: { type: 'host-device', hwaddr: dev.mac.toUpperCase() }, netns: pod.path }), rec.env));
     assert.equal(result.interfaces[0]?.mac, dev.mac);
     assert.equal(onHost(dev.name), false);
@@ -89,23 +75,23 @@ describe('host-device driver', () => {
   it('returning succeeds when the device is already back or the pod netns is gone', async () => {
     const dev = hostDevice();
     const pod = fx.create('gone');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
     const step = rec.steps[0];
     assert.equal(step?.kind, 'returnLink');
     if (step?.kind !== 'returnLink') return;
-    must(await returnLinkToHost(step, kernel));
-    must(await returnLinkToHost(step, kernel)); // again: nothing left in the pod
+    must(await returnLinkToHost(step, bed.kernel));
+    must(await returnLinkToHost(step, bed.kernel)); // again: nothing left in the pod
     assert.equal(onHost(dev.name), true);
 
-    must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), new RecordingEnv(kernel, ipam).env));
+    must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
     ip('netns', 'del', pod.name); // a veth dies with its netns (a VF would go back to the initial netns)
-    must(await returnLinkToHost(step, kernel));
+    must(await returnLinkToHost(step, bed.kernel));
   });
 
   it('fails with code 7 when the device is not on the host, without recording anything', async () => {
     const pod = fx.create('missing');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const e = failure(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-e`, config: { type: 'host-device', device: `${prefix}zz` }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, new RegExp(`device ${prefix}zz not found on the host`));
@@ -116,7 +102,7 @@ describe('host-device driver', () => {
     const dev = hostDevice();
     const pod = fx.create('clash');
     pod.exec('ip', 'link', 'add', 'net1', 'type', 'veth', 'peer', 'name', 'other');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const e = failure(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-f`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
     assert.match(e.message, /net1 already exists/);
     assert.deepEqual(rec.steps, []);
@@ -158,7 +144,7 @@ describe('host-device driver', () => {
     // Valid on its own (the device may come from a device plugin), but an attach without a deviceID cannot proceed.
     assert.equal(hostDeviceDriver.validate(plugin('n', { type: 'host-device' })).ok, true);
     const pod = fx.create('nosel');
-    const e = failure(await hostDeviceDriver.attach(attachRequest({ network: 'n', config: { type: 'host-device' }, netns: pod.path }), new RecordingEnv(kernel, ipam).env));
+    const e = failure(await hostDeviceDriver.attach(attachRequest({ network: 'n', config: { type: 'host-device' }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
     assert.equal(e.code, 7);
     assert.match(e.message, /specify one of "device", "hwaddr", "kernelpath" or "pciBusID"/);
     assert.deepEqual(hostLinksWithPrefix(`${prefix}zz`), []);

@@ -1,58 +1,42 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import { ipvlanDriver } from '../../src/drivers/ipvlan';
-import type { Ipam } from '../../src/ipam';
-import { Kernel } from '../../src/kernel/kernel';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+import { ip } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink } from './support';
 
-const prefix = uniquePrefix('piv');
-const fx = new NetnsFixture(prefix);
+const bed = driverTestbed('piv');
+const { prefix, fx } = bed;
 const master = `${prefix}m0`;
-let kernel: Kernel;
-let ipam: Ipam;
-let removeIpam: () => Promise<void>;
 /** Why ipvlan cannot be tested here, or undefined when the kernel has it. */
 let missing: string | undefined;
 
 before(async () => {
-  kernel = new Kernel();
-  ({ ipam, remove: removeIpam } = await tempIpam());
-  const lan = fx.create('lan');
-  fx.trackHostLink(master);
-  ip('link', 'add', master, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', lan.name);
-  ip('link', 'set', master, 'up');
-  ip('-n', lan.name, 'link', 'set', 'lan0', 'up');
+  hostUplink(fx, master);
   // Probe in a scratch netns, on a master of its own, so the probe touches nothing on the host.
   const scratch = fx.create('probe');
   scratch.exec('ip', 'link', 'add', 'p0', 'type', 'veth', 'peer', 'name', 'p1');
-  const probe = await kernel.batch(scratch.path, [{ op: 'linkAdd', link: { kind: 'ipvlan', name: 'iv0', master: 'p0', mode: 'l2' } }]);
+  const probe = await bed.kernel.batch(scratch.path, [{ op: 'linkAdd', link: { kind: 'ipvlan', name: 'iv0', master: 'p0', mode: 'l2' } }]);
   if (!probe.ok) missing = probe.error.failure.extack ?? probe.error.message;
-});
-after(async () => {
-  fx.cleanup();
-  await kernel.close();
-  await removeIpam();
 });
 
 describe('ipvlan driver', () => {
   it('creates the ipvlan inside the pod netns with the configured mode, and answers its IPs', async (t) => {
     if (missing) return t.skip(`ipvlan not built into this kernel: ${missing}`);
     const pod = fx.create('kind');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const result = must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-a`, config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } }, netns: pod.path }), rec.env));
     assert.equal(result.interfaces[0]?.sandbox, pod.path);
     assert.match(ip('-n', pod.name, '-d', 'link', 'show', 'net1'), /ipvlan {2}mode l3|ipvlan mode l3/);
     await rec.undo();
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
-    assert.deepEqual(await ipam.leases(`${prefix}-a`), []);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
+    assert.deepEqual(await bed.ipam.leases(`${prefix}-a`), []);
   });
 
   it('lets two pods on one master in l2 mode reach each other', async (t) => {
     if (missing) return t.skip(`ipvlan not built into this kernel: ${missing}`);
     const a = fx.create('pa');
     const b = fx.create('pb');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const config = { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.1.0/24' } };
     const ra = must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-b`, config, netns: a.path }), rec.env));
     must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-b`, config, netns: b.path }), rec.env));
@@ -64,12 +48,12 @@ describe('ipvlan driver', () => {
   it('reports the kernel error with context when ipvlan is missing, and undo cleans up', async (t) => {
     if (!missing) return t.skip('ipvlan is built into this kernel');
     const pod = fx.create('nokernel');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
     const e = failure(await ipvlanDriver.attach(attachRequest({ network, config: { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.2.0/24' } }, netns: pod.path }), rec.env));
     assert.match(e.message, /creating ipvlan net1 \(mode l2\)/);
     await rec.undo();
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('rejects invalid config (code 7, field named), linkInContainer and a MAC request (code 2)', async () => {
@@ -78,7 +62,7 @@ describe('ipvlan driver', () => {
     assert.match(bad.message, /ipvlan config of network n: mode: /);
     assert.equal(failure(ipvlanDriver.validate(plugin('n', { type: 'ipvlan', linkInContainer: true }))).code, 2);
     const pod = fx.create('mac');
-    const e = failure(await ipvlanDriver.attach(attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }), new RecordingEnv(kernel, ipam).env));
+    const e = failure(await ipvlanDriver.attach(attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }), new RecordingEnv(bed.kernel, bed.ipam).env));
     assert.equal(e.code, 2);
     assert.match(e.message, /share their master's MAC/);
   });

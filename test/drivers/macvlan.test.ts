@@ -1,41 +1,25 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import { defaultRouteLink, resolveMaster } from '../../src/drivers/common';
 import { macvlanDriver } from '../../src/drivers/macvlan';
-import type { Ipam } from '../../src/ipam';
-import { Kernel } from '../../src/kernel/kernel';
-import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+import { hostLinksWithPrefix, ip } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink } from './support';
 
-const prefix = uniquePrefix('pmv');
-const fx = new NetnsFixture(prefix);
+const bed = driverTestbed('pmv');
+const { prefix, fx } = bed;
 const master = `${prefix}m0`;
-let kernel: Kernel;
-let ipam: Ipam;
-let removeIpam: () => Promise<void>;
 
 const ipamConfig = (third: number) => ({ type: 'host-local', subnet: `10.231.${third}.0/24`, routes: [{ dst: '10.232.0.0/16' }] });
 
 before(async () => {
-  kernel = new Kernel();
-  ({ ipam, remove: removeIpam } = await tempIpam());
   // The "host NIC": a veth on the host whose other end is in a test netns, so everything sent stays in our namespaces.
-  const lan = fx.create('lan');
-  fx.trackHostLink(master);
-  ip('link', 'add', master, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', lan.name);
-  ip('link', 'set', master, 'up');
-  ip('-n', lan.name, 'link', 'set', 'lan0', 'up');
-});
-after(async () => {
-  fx.cleanup();
-  await kernel.close();
-  await removeIpam();
+  hostUplink(fx, master);
 });
 
 describe('macvlan driver', () => {
   it('answers one interface in the sandbox with the requested MAC, its IPs and routes', async () => {
     const pod = fx.create('shape');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'macvlan', master, ipam: ipamConfig(1) }, netns: pod.path, mac: '02:42:ac:11:00:07' });
     const result = must(await macvlanDriver.attach(req, rec.env));
     assert.equal(result.interfaces.length, 1);
@@ -51,7 +35,7 @@ describe('macvlan driver', () => {
 
   it('creates the macvlan inside the pod netns with the configured mode and MTU, addresses and routes', async () => {
     const pod = fx.create('kind');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-b`, config: { type: 'macvlan', master, mode: 'private', mtu: 1400, ipam: ipamConfig(2) }, netns: pod.path, ifname: 'eth9' });
     const result = must(await macvlanDriver.attach(req, rec.env));
     const details = ip('-n', pod.name, '-d', 'link', 'show', 'eth9');
@@ -67,7 +51,7 @@ describe('macvlan driver', () => {
   it('lets two pods on one master in bridge mode reach each other', async () => {
     const a = fx.create('pa');
     const b = fx.create('pb');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
     const ra = must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }), rec.env));
     must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }), rec.env));
@@ -79,26 +63,26 @@ describe('macvlan driver', () => {
 
   it('undo removes the pod interface and releases the leases', async () => {
     const pod = fx.create('undo');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-d`;
     must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'deleteLink'], 'the lease release is recorded before the link');
-    assert.equal((await ipam.leases(network)).length, 1);
+    assert.equal((await bed.ipam.leases(network)).length, 1);
     await rec.undo();
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
+    assert.deepEqual(await bed.ipam.leases(network), []);
     assert.match(ip('-d', 'link', 'show', master), /veth/, 'the master is untouched');
   });
 
   it('fails on a missing master with code 7 and leaves nothing behind', async () => {
     const pod = fx.create('nomaster');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-e`;
     const e = failure(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, new RegExp(`master device ${prefix}zz not found on the host`));
     await rec.undo();
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('rejects invalid config with code 7 naming the field, and linkInContainer with code 2', () => {
@@ -122,12 +106,12 @@ describe('macvlan driver', () => {
     node.exec('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
     node.exec('ip', 'link', 'set', 'up0', 'up');
     node.exec('ip', 'addr', 'add', '10.233.0.2/24', 'dev', 'up0');
-    const none = failure(await resolveMaster(kernel, undefined, 'network x', node.path));
+    const none = failure(await resolveMaster(bed.kernel, undefined, 'network x', node.path));
     assert.equal(none.code, 7);
     assert.match(none.message, /no "master" given and the host has no default route/);
     const add = node.exec('ip', 'route', 'add', 'default', 'via', '10.233.0.1', 'dev', 'up0');
     assert.equal(add.status, 0, add.out);
-    assert.equal(must(await defaultRouteLink(kernel, node.path))?.name, 'up0');
-    assert.equal(must(await resolveMaster(kernel, undefined, 'network x', node.path)).name, 'up0');
+    assert.equal(must(await defaultRouteLink(bed.kernel, node.path))?.name, 'up0');
+    assert.equal(must(await resolveMaster(bed.kernel, undefined, 'network x', node.path)).name, 'up0');
   });
 });

@@ -11,8 +11,10 @@ import type { AttachmentOptions, AttachRequest, DriverEnv, UndoStep } from '../.
 import { returnLinkToHost } from '../../src/drivers/host-device/return-link';
 import { runUndo } from '../../src/drivers/undo';
 import { Ipam } from '../../src/ipam';
-import type { Kernel } from '../../src/kernel/kernel';
+import { Kernel } from '../../src/kernel/kernel';
 import type { PluginConfig } from '../../src/networks/nad';
+import { after, before } from 'node:test';
+import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 
 export const must = <T>(r: Result<T, Error>): T => {
   if (!r.ok) throw r.error;
@@ -74,4 +76,45 @@ export class RecordingEnv {
 export async function tempIpam(): Promise<{ ipam: Ipam; remove: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'plexus-driver-ipam-'));
   return { ipam: await Ipam.open(dir), remove: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * What every driver test file needs: a real kernel layer, a throwaway IPAM store and a netns fixture with a
+ * unique prefix, set up before the file's tests and removed after them, even when they fail.
+ */
+export function driverTestbed(tag: string): { readonly prefix: string; readonly fx: NetnsFixture; readonly kernel: Kernel; readonly ipam: Ipam } {
+  const prefix = uniquePrefix(tag);
+  const fx = new NetnsFixture(prefix);
+  let kernel: Kernel | undefined;
+  let store: { ipam: Ipam; remove: () => Promise<void> } | undefined;
+  before(async () => {
+    kernel = new Kernel();
+    store = await tempIpam();
+  });
+  after(async () => {
+    fx.cleanup();
+    await kernel?.close();
+    await store?.remove();
+  });
+  return {
+    prefix,
+    fx,
+    get kernel(): Kernel {
+      if (!kernel) throw new Error('the testbed is used before its before() hook ran');
+      return kernel;
+    },
+    get ipam(): Ipam {
+      if (!store) throw new Error('the testbed is used before its before() hook ran');
+      return store.ipam;
+    },
+  };
+}
+
+/** A stand-in host NIC: a veth on the host whose peer is in a test netns, so all it sends stays in our namespaces. */
+export function hostUplink(fx: NetnsFixture, name: string): void {
+  const lan = fx.create('lan');
+  fx.trackHostLink(name);
+  ip('link', 'add', name, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', lan.name);
+  ip('link', 'set', name, 'up');
+  ip('-n', lan.name, 'link', 'set', 'lan0', 'up');
 }

@@ -1,31 +1,17 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { tapDriver } from '../../src/drivers/tap';
-import type { Ipam } from '../../src/ipam';
-import { Kernel } from '../../src/kernel/kernel';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+import { ip } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
 
-const prefix = uniquePrefix('ptp');
-const fx = new NetnsFixture(prefix);
-let kernel: Kernel;
-let ipam: Ipam;
-let removeIpam: () => Promise<void>;
+const bed = driverTestbed('ptp');
+const { prefix, fx } = bed;
 
-before(async () => {
-  kernel = new Kernel();
-  ({ ipam, remove: removeIpam } = await tempIpam());
-});
-after(async () => {
-  fx.cleanup();
-  await kernel.close();
-  await removeIpam();
-});
 
 describe('tap driver', () => {
   it('answers the tap in the sandbox with the configured MAC and MTU, and its IPs', async () => {
     const pod = fx.create('shape');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'tap', mac: '02:00:00:AA:BB:01', mtu: 1400, ipam: { type: 'host-local', subnet: '10.251.0.0/24' } }, netns: pod.path, ifname: 'tap0' });
     const result = must(await tapDriver.attach(req, rec.env));
     assert.deepEqual(result.interfaces, [{ name: 'tap0', mac: '02:00:00:aa:bb:01', mtu: 1400, sandbox: pod.path }]);
@@ -37,7 +23,7 @@ describe('tap driver', () => {
 
   it('creates a persistent multi-queue tap owned by the configured user and group inside the pod netns', async () => {
     const pod = fx.create('mq');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     must(await tapDriver.attach(attachRequest({ network: `${prefix}-b`, config: { type: 'tap', multiQueue: true, owner: 1234, group: 4321, selinuxContext: 'system_u:system_r:container_t:s0' }, netns: pod.path }), rec.env));
     const details = ip('-n', pod.name, '-d', 'link', 'show', 'net1');
     assert.match(details, /tun type tap/);
@@ -50,7 +36,7 @@ describe('tap driver', () => {
 
   it('uses the runtime-requested MAC over the configured one', async () => {
     const pod = fx.create('mac');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const result = must(await tapDriver.attach(attachRequest({ network: `${prefix}-c`, config: { type: 'tap', mac: '02:00:00:00:00:01' }, netns: pod.path, mac: '02:00:00:00:00:02' }), rec.env));
     assert.equal(result.interfaces[0]?.mac, '02:00:00:00:00:02');
     await rec.undo();
@@ -59,7 +45,7 @@ describe('tap driver', () => {
   it('enslaves the tap to a bridge that exists in the pod netns', async () => {
     const pod = fx.create('br');
     pod.exec('ip', 'link', 'add', 'br0', 'type', 'bridge');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     must(await tapDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'tap', bridge: 'br0' }, netns: pod.path }), rec.env));
     assert.match(ip('-n', pod.name, 'link', 'show', 'net1'), /master br0/);
     await rec.undo();
@@ -67,17 +53,17 @@ describe('tap driver', () => {
 
   it('fails with code 7 when the bridge is not in the pod netns, and undo leaves no tap', async () => {
     const pod = fx.create('nobr');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const e = failure(await tapDriver.attach(attachRequest({ network: `${prefix}-e`, config: { type: 'tap', bridge: 'nobr0' }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, /bridge nobr0 not found in the pod netns/);
     await rec.undo();
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
   });
 
   it('undo deletes the tap and releases the lease', async () => {
     const pod = fx.create('undo');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-f`;
     must(await tapDriver.attach(attachRequest({ network, config: { type: 'tap', ipam: { type: 'host-local', subnet: '10.251.1.0/24' } }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps, [
@@ -85,8 +71,8 @@ describe('tap driver', () => {
       { kind: 'deleteLink', netns: pod.path, name: 'net1' },
     ]);
     await rec.undo();
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
+    assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('rejects invalid config with code 7 naming the field', () => {

@@ -1,29 +1,15 @@
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { attachVxlan, vxlanDriver } from '../../src/drivers/vxlan';
-import type { Ipam } from '../../src/ipam';
-import { Kernel } from '../../src/kernel/kernel';
-import { ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, tempIpam } from './support';
+import { ip, ipTry, NetnsFixture } from '../support/netns';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
 
-const prefix = uniquePrefix('pvx');
-const fx = new NetnsFixture(prefix);
-let kernel: Kernel;
-let ipam: Ipam;
-let removeIpam: () => Promise<void>;
+const bed = driverTestbed('pvx');
+const { prefix, fx } = bed;
 
-before(async () => {
-  kernel = new Kernel();
-  ({ ipam, remove: removeIpam } = await tempIpam());
-});
-after(async () => {
-  fx.cleanup();
-  await kernel.close();
-  await removeIpam();
-});
 
 /** Two "nodes" (netns) joined by a veth underlay: VTEP traffic never leaves our namespaces. */
 function twoNodes(tag: string): { a: ReturnType<NetnsFixture['create']>; b: ReturnType<NetnsFixture['create']> } {
@@ -47,7 +33,7 @@ describe('vxlan driver', () => {
     fx.trackHostLink(vtep);
     fx.trackHostLink(bridge);
     const pod = fx.create('host');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'vxlan', vni, port, bridge, remotes: ['127.0.0.77', '127.0.0.78'], ipam: { type: 'host-local', subnet: '10.252.9.0/24' } }, netns: pod.path });
     const host = hostVethName(req.containerId, req.ifname);
     fx.trackHostLink(host);
@@ -69,9 +55,9 @@ describe('vxlan driver', () => {
 
     await rec.undo();
     assert.equal(ipTry('link', 'show', host).status, 1, 'the host-side veth is gone');
-    assert.equal(must(await kernel.getLink(pod.path, 'net1')), null);
+    assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
     assert.equal(ipTry('link', 'show', vtep).status, 0, 'the VTEP is shared infrastructure: it stays');
-    assert.deepEqual(await ipam.leases(`${prefix}-a`), []);
+    assert.deepEqual(await bed.ipam.leases(`${prefix}-a`), []);
   });
 
   it('carries pod traffic between two nodes across the overlay', async () => {
@@ -83,8 +69,8 @@ describe('vxlan driver', () => {
       type: 'vxlan', vni: 42, local, remotes: [remote], underlayInterface: 'ul0', bridge: 'ovl0',
       ipam: { type: 'host-local', ranges: [[{ subnet: '10.252.0.0/24', rangeStart, rangeEnd: rangeStart.replace(/\d+$/, (n) => String(Number(n) + 9)) }]] },
     });
-    const recA = new RecordingEnv(kernel, ipam);
-    const recB = new RecordingEnv(kernel, ipam);
+    const recA = new RecordingEnv(bed.kernel, bed.ipam);
+    const recB = new RecordingEnv(bed.kernel, bed.ipam);
     const ra = must(await attachVxlan(attachRequest({ network, config: conf('192.168.250.1', '192.168.250.2', '10.252.0.10'), netns: podA.path }), recA.env, a.path));
     const rb = must(await attachVxlan(attachRequest({ network, config: conf('192.168.250.2', '192.168.250.1', '10.252.0.20'), netns: podB.path }), recB.env, b.path));
     assert.equal(ra.interfaces[2]?.mtu, 1450, 'the pod MTU leaves room for the VXLAN header (underlay 1500 - 50)');
@@ -93,13 +79,13 @@ describe('vxlan driver', () => {
     assert.equal(ping.status, 0, ping.out);
     await recA.undo();
     await recB.undo();
-    assert.deepEqual(await ipam.leases(network), []);
+    assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('makes the overlay again when its bridge was deleted since the last attach', async () => {
     const node = fx.create('again');
     const pods = [fx.create('again-p1'), fx.create('again-p2')];
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const config = { type: 'vxlan', vni: 77, remotes: ['192.168.250.9'], bridge: 'ovl7' };
     must(await attachVxlan(attachRequest({ network: `${prefix}-e`, config, netns: pods[0]!.path }), rec.env, node.path));
     node.exec('ip', 'link', 'del', 'ovl7');
@@ -112,7 +98,7 @@ describe('vxlan driver', () => {
   it('fails with code 7 when the underlay interface is missing', async () => {
     const node = fx.create('nound');
     const pod = fx.create('nound-pod');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const e = failure(await attachVxlan(attachRequest({ network: `${prefix}-c`, config: { type: 'vxlan', vni: 7, underlayInterface: 'missing0', remotes: ['192.168.250.9'] }, netns: pod.path }), rec.env, node.path));
     assert.equal(e.code, 7);
     assert.match(e.message, /underlayInterface missing0 not found on the host/);
@@ -123,7 +109,7 @@ describe('vxlan driver', () => {
     const node = fx.create('clash');
     const pod = fx.create('clash-pod');
     node.exec('ip', 'link', 'add', 'theirs', 'type', 'vxlan', 'id', '99', 'dstport', '4789');
-    const rec = new RecordingEnv(kernel, ipam);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const e = failure(await attachVxlan(attachRequest({ network: `${prefix}-d`, config: { type: 'vxlan', vni: 99, remotes: ['192.168.250.9'] }, netns: pod.path }), rec.env, node.path));
     assert.equal(e.code, 7);
     assert.match(e.message, /already uses VNI 99 on port 4789/);

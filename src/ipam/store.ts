@@ -10,7 +10,7 @@
  * change; without it, a lease survives any crash of the daemon (the page cache outlives the process)
  * but not a power loss, which on a node also ends every pod that could hold the address.
  */
-import { constants as fsConstants, promises as fs, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, constants as fsConstants, openSync, promises as fs, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from './ip';
 
@@ -35,6 +35,8 @@ const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
 export const isSafeNetworkName = (name: string): boolean => NETWORK_NAME.test(name) && name !== '.' && name !== '..';
 
 const HINT_PREFIX = 'last_reserved_ip.';
+/** Longer than any address's text (39 for IPv6), so each write covers the last one; readers trim. */
+const HINT_WIDTH = 48;
 const TEMP_PREFIX = '.lease-';
 
 const ipKey = (ip: Ip): bigint => (ip.family === 4 ? ip.value : ip.value | (1n << 128n));
@@ -257,13 +259,19 @@ export class LeaseStore {
     return this.networks.get(network)?.hints.get(set);
   }
 
-  /** Remembers the last address reserved in a range set, for round-robin allocation. A hint only: not fsync'd. */
+  /**
+   * Remembers the last address reserved in a range set, for round-robin allocation. A hint only: not fsync'd.
+   * It is overwritten in place, padded to a fixed width, never truncated: on ext4 an O_TRUNC of a file with
+   * data forces its writeback (auto_da_alloc), which cost 0.7 ms on every ADD.
+   */
   async setHint(network: string, set: number, ip: Ip): Promise<void> {
     this.of(network).hints.set(set, ip);
-    const path = join(this.dir, network, `${HINT_PREFIX}${set}`);
-    const text = formatIp(ip.family, ip.value);
-    if (this.sync) await fs.writeFile(path, text, { mode: 0o600 });
-    else writeFileSync(path, text, { mode: 0o600 });
+    const fd = openSync(join(this.dir, network, `${HINT_PREFIX}${set}`), fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o600);
+    try {
+      writeSync(fd, formatIp(ip.family, ip.value).padEnd(HINT_WIDTH), 0);
+    } finally {
+      closeSync(fd);
+    }
   }
 
   /**

@@ -1,9 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, readdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Ipam, IPAM_POOL_EXHAUSTED, type IpamConfig, type IpamRequest } from '../../src/ipam';
-import { errorOf, hostLocal, unwrap, withIpam, withStoreDir } from './fixture';
+import { config, errorOf, hostLocal, unwrap, withIpam, withStoreDir } from './fixture';
 
 const request = (containerId: string, cfg: IpamConfig, network = 'net1'): IpamRequest => ({ network, containerId, ifname: 'eth0', config: cfg });
 
@@ -26,6 +26,23 @@ test('leases survive reopening the store and are not allocated again', async () 
     assert.deepEqual(await reopened.leases(), before);
     assert.deepEqual(unwrap(await reopened.allocate(request('c3', cfg))).ips.map((ip) => ip.address), ['10.1.0.4/24', 'fd00::4/64']);
     assert.deepEqual(unwrap(await reopened.allocate(request('c1', cfg))).ips.map((ip) => ip.address), ['10.1.0.2/24', 'fd00::2/64']);
+  });
+});
+
+test('the round-robin hint survives reopening, also when a shorter address overwrites a longer one', async () => {
+  await withStoreDir(async (dir) => {
+    const cfg = config({ type: 'host-local', ranges: [[{ subnet: '10.1.0.0/24', rangeStart: '10.1.0.8', rangeEnd: '10.1.0.10' }]] });
+    const first = await Ipam.open(dir, { sync: false });
+    for (const c of ['c1', 'c2', 'c3']) unwrap(await first.allocate(request(c, cfg)));
+    unwrap(await first.release('net1', 'c2', 'eth0'));
+    // Wraps around past .8 to .9: the hint "10.1.0.9" replaces "10.1.0.10" in place.
+    assert.deepEqual(unwrap(await first.allocate(request('c4', cfg))).ips.map((ip) => ip.address), ['10.1.0.9/24']);
+    assert.equal((await readFile(join(dir, 'net1', 'last_reserved_ip.0'), 'utf8')).trim(), '10.1.0.9');
+    unwrap(await first.release('net1', 'c1', 'eth0'));
+    unwrap(await first.release('net1', 'c3', 'eth0'));
+    // After .9 comes .10; a lost or garbled hint would start again at .8.
+    const reopened = await Ipam.open(dir, { sync: false });
+    assert.deepEqual(unwrap(await reopened.allocate(request('c5', cfg))).ips.map((ip) => ip.address), ['10.1.0.10/24']);
   });
 });
 

@@ -16,6 +16,9 @@ export const SOL_SOCKET = 1;
 export const SO_RCVBUF = 8;
 
 export const CLONE_NEWNET = 0x40000000;
+export const IFNAMSIZ = 16;
+export const SIOCGIFINDEX = 0x8933;
+export const ENODEV = 19;
 export const O_RDONLY = 0;
 export const O_RDWR = 2;
 export const O_CLOEXEC = 0o2000000;

@@ -73,6 +73,15 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     if (!bad.ok) assert.ok(bad.error.failure.extack || bad.error.failure.errnoName, 'an explanation is present');
   });
 
+  it('names a missing link, or one whose name no link can have, as ENODEV', async () => {
+    const pod = fx.create('nodev');
+    for (const name of ['nosuchlink', 'a-name-longer-than-15']) {
+      const r = await kernel.batch(pod.path, [{ op: 'addrAdd', name, address: '10.1.1.1/8' }]);
+      assert.equal(r.ok, false);
+      if (!r.ok) assert.equal(r.error.failure.errnoName, 'ENODEV', name);
+    }
+  });
+
   it('tolerates listed errnos so deletes are idempotent', async () => {
     const r = await kernel.deleteLink(undefined, `${prefix}nope`);
     assert.equal(r.ok, true);

@@ -157,6 +157,17 @@ describe('ADD', () => {
     assert.equal((await del(pod)).code, 0);
   });
 
+  it('reports the MACs the kernel has, on the host veth and in the pod', async () => {
+    const pod = newPod();
+    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig() });
+    assert.equal(out.code, 0, out.stdout);
+    const r = out.json as { interfaces: { name: string; mac?: string; sandbox?: string }[] };
+    const macOf = (args: string[]): string => /link\/ether ([0-9a-f:]{17})/.exec(ip(...args))?.[1] ?? 'none';
+    assert.equal(r.interfaces.find((i) => i.name === pod.hostVeth)?.mac, macOf(['link', 'show', 'dev', pod.hostVeth]));
+    assert.equal(r.interfaces.find((i) => i.sandbox)?.mac, macOf(['-n', pod.nsName, 'link', 'show', 'dev', 'eth0']));
+    assert.equal((await del(pod)).code, 0);
+  });
+
   it('honours a static IP and MAC from CNI_ARGS (podman style)', async () => {
     const pod = newPod();
     const wanted = `10.${octet}.${third}.200`;

@@ -2,14 +2,24 @@
  * A pod attached to a bridge on the node through a veth whose peer is born in the pod netns with its final
  * name: the bridge driver's way, and the vxlan overlay's (whose bridge also holds the VXLAN device).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { CniCode, CniError, Result, ok } from '../../cni/errors';
 import type { CniInterface, CniResult, CniRoute } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
-import type { LinkInfo } from '../../kernel/types';
 import type { AttachRequest, DriverEnv } from '../driver';
 import { isMissingLink } from './host-links';
 import { plumbPodInterface, podResult } from './pod-interface';
+
+/**
+ * A random unicast, locally administered MAC, as the kernel would pick. Choosing it here means the result needs
+ * no read-back of the host link, and a MAC that was set (not random) is one udev's MACAddressPolicy leaves alone,
+ * so the MAC in the result stays true.
+ */
+export function randomMac(): string {
+  const b = randomBytes(6);
+  b[0] = (b[0]! & 0xfe) | 0x02;
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+}
 
 /** A stable host-side name per attachment, so a retry or recovery finds the same link. */
 export const hostVethName = (containerId: string, ifname: string): string =>
@@ -37,6 +47,7 @@ export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port:
   const host = hostVethName(req.containerId, req.ifname);
   await env.record({ kind: 'deleteLink', ...(port.node ? { netns: port.node } : {}), name: host });
   let bridgeMissing = false;
+  const hostMac = randomMac();
   const plumb = () =>
     plumbPodInterface(req, env, {
       ...(port.node ? { node: port.node } : {}),
@@ -44,14 +55,13 @@ export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port:
         {
           op: 'linkAdd',
           link: {
-            kind: 'veth', name: host, up: true, bridge: port.bridge,
+            kind: 'veth', name: host, mac: hostMac, up: true, bridge: port.bridge,
             ...(port.mtu ? { mtu: port.mtu } : {}),
             ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
             peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
           },
         },
         ...(port.hairpin ? [{ op: 'linkSet' as const, name: host, hairpin: true }] : []),
-        { op: 'linkGet', name: host },
       ],
       createFailed: (e) => {
         bridgeMissing = isMissingLink(e, port.bridge);
@@ -69,10 +79,6 @@ export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port:
     plumbed = await plumb();
   }
   if (!plumbed.ok) return plumbed;
-  const hostLink = plumbed.value.created[plumbed.value.created.length - 1] as LinkInfo | null;
-  const hostInterfaces: CniInterface[] = [
-    { name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) },
-    { name: host, ...(hostLink?.mac ? { mac: hostLink.mac } : {}) },
-  ];
+  const hostInterfaces: CniInterface[] = [{ name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) }, { name: host, mac: hostMac }];
   return ok(podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: port.ipam, routes: plumbed.value.routes }));
 }

@@ -1,5 +1,6 @@
-/** plexusctl: inspect what plexusd has attached. Human-readable by default, `-o json` for scripts. */
+/** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
 import { request } from 'node:http';
+import type { SweepReport } from '../daemon/attachments';
 import type { AttachmentRecord } from '../daemon/journal';
 import type { NetworkDefinition } from '../networks/nad';
 
@@ -7,11 +8,18 @@ const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
   attachments                 list attachments (container, interface, pod, IPs, state)
   show CONTAINER [IFNAME]     one attachment: interfaces, IPs, routes and its transaction record
   networks                    list the networks plexusd knows, and invalid definitions
+  gc [--keep ID[@IFNAME]]... [--dry-run]
+                              remove attachments whose network namespace is gone; with --keep (repeatable,
+                              or comma-separated IDs), remove every attachment except those kept, as a CNI GC
+                              would; then release leases without an attachment. --dry-run only lists them.
+                              Exit code 1 if anything could not be removed.
   --socket PATH               plexusd's socket (default /run/plexus/plexus.sock, or $PLEXUS_SOCKET)`;
 
-function get(socketPath: string, path: string): Promise<unknown> {
+function call(socketPath: string, path: string, body?: unknown): Promise<unknown> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: 'GET' }, (res) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers = payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) };
+    const req = request({ socketPath, path, method: payload === undefined ? 'GET' : 'POST', headers }, (res) => {
       let body = '';
       res.on('data', (c: Buffer) => (body += c.toString()));
       res.on('end', () => {
@@ -20,7 +28,7 @@ function get(socketPath: string, path: string): Promise<unknown> {
       });
     });
     req.on('error', (e) => reject(new Error(`cannot reach plexusd at ${socketPath}: ${e.message}`)));
-    req.end();
+    req.end(payload);
   });
 }
 
@@ -49,7 +57,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   const [command, ...args] = rest;
   switch (command) {
     case 'attachments': {
-      const records = (await get(socket, '/v1/attachments')) as AttachmentRecord[];
+      const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
       if (json) out(JSON.stringify(records, null, 2));
       else out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), state(r)])]));
       return 0;
@@ -57,7 +65,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'show': {
       const [cid, ifname] = args;
       if (!cid) break;
-      const records = ((await get(socket, '/v1/attachments')) as AttachmentRecord[]).filter((r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname));
+      const records = ((await call(socket, '/v1/attachments')) as AttachmentRecord[]).filter((r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname));
       if (records.length === 0) {
         out(`no attachment for container ${cid}${ifname ? ` and interface ${ifname}` : ''}`);
         return 1;
@@ -77,13 +85,33 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       return 0;
     }
     case 'networks': {
-      const { networks, errors } = (await get(socket, '/v1/networks')) as { networks: NetworkDefinition[]; errors: { msg: string }[] };
+      const { networks, errors } = (await call(socket, '/v1/networks')) as { networks: NetworkDefinition[]; errors: { msg: string }[] };
       if (json) out(JSON.stringify({ networks, errors }, null, 2));
       else {
         out(table([['NETWORK', 'CNI NAME', 'VERSION', 'PLUGINS', 'SOURCE'], ...networks.map((n) => [n.key, n.cniName, n.cniVersion, n.plugins.map((p) => p.type).join(','), n.source])]));
         for (const e of errors) out(`invalid: ${e.msg}`);
       }
       return 0;
+    }
+    case 'gc': {
+      const keep: string[] = [];
+      let dryRun = false;
+      for (let i = 0; i < args.length; i++) {
+        if (args[i] === '--dry-run') dryRun = true;
+        else if (args[i] === '--keep' && args[i + 1]) keep.push(...args[++i]!.split(',').filter(Boolean));
+        else {
+          out(`plexusctl gc: unexpected argument ${args[i]}\n${USAGE}`);
+          return 2;
+        }
+      }
+      const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as SweepReport;
+      if (json) out(JSON.stringify(report, null, 2));
+      else {
+        for (const r of report.removed) out(`${dryRun ? 'would remove' : 'removed'} ${r.containerId} ${r.ifname}: ${r.reason}`);
+        for (const f of report.failures) out(`failed ${f.containerId || '-'} ${f.ifname || '-'}: ${f.error}`);
+        out(`${report.removed.length} ${dryRun ? 'to remove' : 'removed'}, ${report.kept} kept, ${report.failures.length} failed${dryRun ? '' : `, ${report.leasesReleased} orphaned lease(s) released`}`);
+      }
+      return report.failures.length ? 1 : 0;
     }
   }
   out(USAGE);

@@ -31,6 +31,21 @@ export interface EngineOptions extends PlanSettings {
   readonly cniBinDir: string;
 }
 
+export interface SweptAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly reason: string;
+}
+
+/** What a GC removed (or, dry, would remove), what it kept, and what it could not remove. */
+export interface SweepReport {
+  readonly removed: readonly SweptAttachment[];
+  readonly kept: number;
+  readonly failures: readonly (SweptAttachment & { readonly error: string })[];
+  readonly leasesReleased: number;
+  readonly dryRun: boolean;
+}
+
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
 
@@ -251,20 +266,46 @@ export class AttachmentEngine {
   /** GC: removes every attachment of this runtime network that the runtime no longer lists, then orphaned leases. */
   async gc(req: GcRequest): Promise<Result<void>> {
     const valid = new Set(req.validAttachments.map((a) => `${a.containerId}\u0000${a.ifname}`));
-    const failures: string[] = [];
-    for (const record of await this.journal.list()) {
-      if (record.meta.cniNetwork !== req.networkName || valid.has(`${record.meta.containerId}\u0000${record.meta.ifname}`)) continue;
-      const r = await this.containerLocks.run(record.meta.containerId, async () => {
-        const fresh = await this.journal.load(record.meta.containerId, record.meta.ifname);
-        return fresh ? this.undoRecord(fresh) : ok(undefined);
-      });
-      if (r.ok) this.log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname }, 'GC removed a stale attachment');
-      else failures.push(r.error.message);
-    }
-    const released = await this.releaseOrphanedLeases();
-    if (released) this.log.info({ released }, 'GC released leases without an attachment');
-    failures.push(...(await this.gcDelegatedNetworks()));
+    const swept = await this.sweep((r) => (r.meta.cniNetwork !== req.networkName || valid.has(`${r.meta.containerId}\u0000${r.meta.ifname}`) ? undefined : 'not listed by the runtime'), false);
+    const failures = swept.failures.map((f) => f.error);
     return failures.length ? err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; '))) : ok(undefined);
+  }
+
+  /**
+   * Removes every attachment `stale` gives a reason for (the reason is asked again under the container's lock,
+   * so an ADD or DEL that raced in wins), then releases leases without an attachment and lets delegated plugins
+   * GC their own state. With `dryRun`, only says what it would remove.
+   */
+  async sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<SweepReport> {
+    const removed: SweptAttachment[] = [];
+    const failures: (SweptAttachment & { readonly error: string })[] = [];
+    let kept = 0;
+    for (const listed of await this.journal.list()) {
+      const { containerId, ifname } = listed.meta;
+      if (!stale(listed)) {
+        kept++;
+        continue;
+      }
+      const outcome = await this.containerLocks.run(containerId, async (): Promise<SweptAttachment | { error: string; reason: string } | undefined> => {
+        const record = await this.journal.load(containerId, ifname);
+        const reason = record && stale(record);
+        if (!record || !reason) return undefined;
+        if (dryRun) return { containerId, ifname, reason };
+        const r = await this.undoRecord(record);
+        return r.ok ? { containerId, ifname, reason } : { reason, error: r.error.message };
+      });
+      if (!outcome) kept++;
+      else if ('error' in outcome) failures.push({ containerId, ifname, reason: outcome.reason, error: outcome.error });
+      else {
+        removed.push(outcome);
+        if (!dryRun) this.log.info({ containerId, ifname, reason: outcome.reason }, 'GC removed a stale attachment');
+      }
+    }
+    if (dryRun) return { removed, kept, failures, leasesReleased: 0, dryRun };
+    const leasesReleased = await this.releaseOrphanedLeases();
+    if (leasesReleased) this.log.info({ released: leasesReleased }, 'GC released leases without an attachment');
+    for (const error of await this.gcDelegatedNetworks()) failures.push({ containerId: '', ifname: '', reason: 'delegated GC', error });
+    return { removed, kept, failures, leasesReleased, dryRun };
   }
 
   /**

@@ -1,17 +1,18 @@
 /**
  * The daemon's API: HTTP/JSON on a unix socket (mode 0600). plexus-cni posts CNI calls to /v1/cni;
- * /healthz and /readyz are for probes; /v1/attachments is for plexusctl.
+ * /healthz and /readyz are for probes; /v1/attachments, /v1/networks and /v1/gc are for plexusctl.
  */
 import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import { CniCode, CniError } from '../cni/errors';
+import { CniCode, CniError, err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
 import { Semaphore } from '../common/semaphore';
 import type { AttachmentEngine } from './attachments';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
+import { parseOperatorGc, staleReason } from './operator-gc';
 
 const MAX_BODY = 4 * 1024 * 1024;
 
@@ -79,6 +80,7 @@ export class DaemonServer {
       return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));
     }
     if (req.method === 'POST' && url.pathname === '/v1/cni') return this.cni(req, res);
+    if (req.method === 'POST' && url.pathname === '/v1/gc') return this.gc(req, res);
     send(res, 404, JSON.stringify({ error: `no route ${req.method} ${url.pathname}` }));
   }
 
@@ -105,6 +107,15 @@ export class DaemonServer {
       return sendCni(res, errorReply('1.1.0', new CniError(CniCode.TryAgainLater, `plexusd is busy (${this.limiter.inFlight} calls running, ${this.limiter.queued} queued)`, 'retry later')));
     }
     sendCni(res, ran.value);
+  }
+
+  private async gc(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
+    const body = await readBody(req);
+    const parsed = body === undefined ? err(new CniError(CniCode.InvalidNetworkConfig, `GC request larger than ${MAX_BODY} bytes`)) : parseOperatorGc(body);
+    if (!parsed.ok) return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
+    const report = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
+    send(res, 200, JSON.stringify(report));
   }
 
   async listen(): Promise<void> {

@@ -1,12 +1,13 @@
-/** plexusctl against a real daemon: attachments, one attachment's transaction record, networks. */
+/** plexusctl against a real daemon: attachments, one attachment's transaction record, networks, GC. */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
-import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('px');
 const fx = new NetnsFixture(prefix);
@@ -58,4 +59,57 @@ it('lists networks and reports invalid definitions', async () => {
 
 it('fails clearly when the daemon cannot be reached', async () => {
   await assert.rejects(promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', '/nonexistent/plexus.sock', 'attachments']), /cannot reach plexusd at \/nonexistent\/plexus\.sock/);
+});
+
+/** Adds a pod on the default network and answers its address (without prefix). */
+async function addPod(id: string): Promise<{ netns: string; nsName: string; address: string }> {
+  fx.trackHostLink(hostVethName(id, 'eth0'));
+  const ns = fx.create(id.slice(-6));
+  const out = await daemon.cni({ command: 'ADD', containerId: id, netns: ns.path, ifname: 'eth0', args: podArgs(id, id), config: daemon.runtimeConfig() });
+  assert.equal(out.code, 0, out.stdout);
+  return { netns: ns.path, nsName: ns.name, address: (out.json as { ips: { address: string }[] }).ips[0]!.address.split('/')[0]! };
+}
+const attachedIds = async (): Promise<string[]> => (JSON.parse(await ctl('-o', 'json', 'attachments')) as { meta: { containerId: string } }[]).map((r) => r.meta.containerId).sort();
+
+it('gc removes an attachment whose network namespace is gone, releasing its lease; --dry-run only lists it', async () => {
+  const gone = `${prefix}gone`;
+  const pod = await addPod(gone);
+  ip('netns', 'del', pod.nsName); // the runtime lost the sandbox without a DEL: the lease would leak
+  const dry = await ctl('gc', '--dry-run');
+  assert.match(dry, new RegExp(`would remove ${gone} eth0: network namespace ${pod.netns} is gone`));
+  assert.match(dry, /1 to remove, 1 kept, 0 failed/);
+  assert.deepEqual(await attachedIds(), [cid, gone].sort(), 'a dry run changes nothing');
+  assert.ok(daemon.leases('podnet').includes(pod.address));
+
+  const text = await ctl('gc');
+  assert.match(text, new RegExp(`removed ${gone} eth0: network namespace`));
+  assert.deepEqual(await attachedIds(), [cid], 'the live pod is kept');
+  assert.ok(!daemon.leases('podnet').includes(pod.address), 'the lease is released');
+});
+
+it('gc --keep removes every attachment not kept, with its host link, and reports as JSON', async () => {
+  const extra = `${prefix}extra`;
+  await addPod(extra);
+  const report = JSON.parse(await ctl('-o', 'json', 'gc', '--keep', `${cid}@eth0`)) as { removed: { containerId: string; reason: string }[]; kept: number; failures: unknown[] };
+  assert.deepEqual(report.removed.map((r) => [r.containerId, r.reason]), [[extra, 'not in the keep list']]);
+  assert.equal(report.kept, 1);
+  assert.deepEqual(report.failures, []);
+  assert.deepEqual(await attachedIds(), [cid]);
+  assert.deepEqual(hostLinksWithPrefix(hostVethName(extra, 'eth0')), []);
+});
+
+it('gc rejects a malformed request with a clear error and removes nothing', async () => {
+  const bad = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = httpRequest({ socketPath: daemon.socket, path: '/v1/gc', method: 'POST' }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ keep: 'not-a-list' }));
+  });
+  assert.equal(bad.status, 400);
+  assert.match(bad.body, /invalid GC request.*keep/);
+  await assert.rejects(promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'gc', '--everything']), (e: { code: number; stdout: string }) => e.code === 2 && /unexpected argument --everything/.test(e.stdout));
+  assert.deepEqual(await attachedIds(), [cid]);
 });

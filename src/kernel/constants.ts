@@ -107,6 +107,8 @@ export const IFA_LABEL = 3;
 export const IFA_BROADCAST = 4;
 export const IFA_FLAGS = 8;
 export const IFA_F_NODAD = 0x02;
+/** No prefix route for the address's subnet (needs IFA_FLAGS: it does not fit the 8-bit ifa_flags). */
+export const IFA_F_NOPREFIXROUTE = 0x200;
 export const IFA_F_PERMANENT = 0x80;
 
 // RTA_* / route
@@ -123,6 +125,8 @@ export const RTPROT_BOOT = 3;
 export const RT_SCOPE_UNIVERSE = 0;
 export const RT_SCOPE_LINK = 253;
 export const RT_SCOPE_HOST = 254;
+/** In a delete: match a route of any scope. */
+export const RT_SCOPE_NOWHERE = 255;
 export const RTN_UNICAST = 1;
 
 // neighbours (FDB entries for vxlan remote VTEPs)

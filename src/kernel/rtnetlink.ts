@@ -241,16 +241,16 @@ export class RtnlSocket {
 
   // ---- addresses ----
 
-  addAddress(name: string, cidr: string, noDad = false): void {
+  addAddress(name: string, cidr: string, options: { readonly noDad?: boolean; readonly noPrefixRoute?: boolean } = {}): void {
     const index = this.linkIndex(name);
     const a = parseAddress(cidr);
     const attrs: Attr[] = [attrBytes(C.IFA_LOCAL, a.bytes), attrBytes(C.IFA_ADDRESS, a.bytes)];
     if (a.family === C.AF_INET && a.prefixLen < 31) attrs.push(attrBytes(C.IFA_BROADCAST, ipv4Broadcast(a.bytes, a.prefixLen)));
-    const flags = noDad && a.family === C.AF_INET6 ? C.IFA_F_NODAD : 0;
+    const flags = (options.noDad && a.family === C.AF_INET6 ? C.IFA_F_NODAD : 0) | (options.noPrefixRoute ? C.IFA_F_NOPREFIXROUTE : 0);
     if (flags) attrs.push(attrU32(C.IFA_FLAGS, flags));
     // Loopback addresses must have host scope, as iproute2 sets for them.
     const scope = a.family === C.AF_INET && a.bytes[0] === 127 ? C.RT_SCOPE_HOST : C.RT_SCOPE_UNIVERSE;
-    this.request('RTM_NEWADDR', `${name} ${cidr}`, C.RTM_NEWADDR, C.NLM_F_CREATE | C.NLM_F_EXCL, ifaddrmsg(a.family, a.prefixLen, flags, scope, index), attrs);
+    this.request('RTM_NEWADDR', `${name} ${cidr}`, C.RTM_NEWADDR, C.NLM_F_CREATE | C.NLM_F_EXCL, ifaddrmsg(a.family, a.prefixLen, flags & 0xff, scope, index), attrs);
   }
 
   deleteAddress(name: string, cidr: string): void {
@@ -278,7 +278,8 @@ export class RtnlSocket {
 
   // ---- routes ----
 
-  private routeMessage(route: RouteSpec): { header: Buffer; attrs: Attr[] } {
+  /** A delete matches on what it names: protocol and scope are left open, so it also finds the kernel's own routes. */
+  private routeMessage(route: RouteSpec, forDelete = false): { header: Buffer; attrs: Attr[] } {
     const dst = parseAddress(route.dst);
     const attrs: Attr[] = [attrU32(C.RTA_TABLE, C.RT_TABLE_MAIN)];
     if (dst.prefixLen > 0) attrs.push(attrBytes(C.RTA_DST, dst.bytes));
@@ -289,12 +290,18 @@ export class RtnlSocket {
     }
     if (route.dev) attrs.push(attrU32(C.RTA_OIF, this.linkIndex(route.dev)));
     if (route.metric !== undefined) attrs.push(attrU32(C.RTA_PRIORITY, route.metric));
+    if (route.src) {
+      const src = parseAddress(route.src);
+      if (src.family !== dst.family) throw new KernelError(failure('route', `${route.dst} src ${route.src}`, 22 /* EINVAL */, 'source and destination are of different IP families'));
+      attrs.push(attrBytes(C.RTA_PREFSRC, src.bytes));
+    }
+    const scope = route.scope === 'host' ? C.RT_SCOPE_HOST : route.scope === 'link' || !route.gw ? C.RT_SCOPE_LINK : C.RT_SCOPE_UNIVERSE;
     const header = rtmsg({
       family: dst.family,
       dstLen: dst.prefixLen,
       table: C.RT_TABLE_MAIN,
-      protocol: C.RTPROT_BOOT,
-      scope: route.gw ? C.RT_SCOPE_UNIVERSE : C.RT_SCOPE_LINK,
+      protocol: forDelete ? 0 : C.RTPROT_BOOT,
+      scope: forDelete ? C.RT_SCOPE_NOWHERE : scope,
       type: C.RTN_UNICAST,
     });
     return { header, attrs };
@@ -306,7 +313,7 @@ export class RtnlSocket {
   }
 
   deleteRoute(route: RouteSpec): void {
-    const { header, attrs } = this.routeMessage(route);
+    const { header, attrs } = this.routeMessage(route, true);
     this.request('RTM_DELROUTE', describeRoute(route), C.RTM_DELROUTE, 0, header, attrs);
   }
 

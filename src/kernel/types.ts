@@ -59,6 +59,10 @@ export interface RouteSpec {
   readonly gw?: string;
   readonly dev?: string;
   readonly metric?: number;
+  /** Preferred source address (RTA_PREFSRC). */
+  readonly src?: string;
+  /** Default: universe with a gateway, link without. */
+  readonly scope?: 'link' | 'host';
 }
 
 export interface TapSpec {
@@ -79,7 +83,7 @@ export type KernelOp =
   | { readonly op: 'linkSet'; readonly name: string; readonly up?: boolean; readonly mtu?: number; readonly mac?: string; readonly bridge?: string | null; readonly promisc?: boolean; readonly hairpin?: boolean; readonly netns?: string; readonly newName?: string; readonly group?: number }
   | { readonly op: 'linkGet'; readonly name: string }
   | { readonly op: 'linkList' }
-  | { readonly op: 'addrAdd'; readonly name: string; readonly address: string; readonly noDad?: boolean }
+  | { readonly op: 'addrAdd'; readonly name: string; readonly address: string; readonly noDad?: boolean; readonly noPrefixRoute?: boolean }
   | { readonly op: 'addrDel'; readonly name: string; readonly address: string }
   | { readonly op: 'addrList'; readonly name?: string }
   | { readonly op: 'routeAdd'; readonly route: RouteSpec }

@@ -47,7 +47,7 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
     case 'linkList':
       return sock.listLinks();
     case 'addrAdd':
-      sock.addAddress(op.name, op.address, op.noDad);
+      sock.addAddress(op.name, op.address, { ...(op.noDad ? { noDad: true } : {}), ...(op.noPrefixRoute ? { noPrefixRoute: true } : {}) });
       return null;
     case 'addrDel':
       sock.deleteAddress(op.name, op.address);

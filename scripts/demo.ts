@@ -114,14 +114,15 @@ async function main(): Promise<number> {
     await writeNetworkDefinition(networksDir, 'default', 'overlay', {
       cniVersion: '1.1.0', name: 'overlay', type: 'vxlan', vni: vxlan.vni, port: vxlan.port, remotes: [], bridge: overlayBridge, ipam: hostLocal(2),
     });
-    // ptp is not a native type: plexusd execs /usr/lib/cni/ptp (+ host-local) for it. Debian's plugins speak CNI <= 1.0.0.
+    // plexusd runs ptp natively too; the annotation makes it exec /usr/lib/cni/ptp (+ host-local) instead, to show
+    // delegation. Debian's plugins speak CNI <= 1.0.0.
     await writeNetworkDefinition(networksDir, 'default', 'ptpnet', {
       cniVersion: '1.0.0', name: 'ptpnet', type: 'ptp', ipMasq: false, ipam: hostLocal(3, { dataDir: ptpDataDir }),
-    });
+    }, { 'plexus.io/delegate': 'true' });
     console.log(`  eth0  default/podnet   bridge ${bridge}, ${subnet(0)} (the default network)`);
     console.log(`  net1  default/lan      macvlan mode bridge on ${uplink} (a veth standing in for an uplink; peer ${uplinkPeer}), ${subnet(1)}`);
     console.log(`  net2  default/overlay  vxlan vni ${vxlan.vni} port ${vxlan.port}, bridge ${overlayBridge}, no remotes (single node: nothing leaves the host), ${subnet(2)}`);
-    console.log(`  net3  default/ptpnet   delegated: /usr/lib/cni/ptp + host-local (dataDir ${ptpDataDir}), ${subnet(3)}`);
+    console.log(`  net3  default/ptpnet   delegated (plexus.io/delegate: "true"): /usr/lib/cni/ptp + host-local (dataDir ${ptpDataDir}), ${subnet(3)}`);
     daemon = await Plexusd.start(teardown, { root: join(root, 'plexusd'), networksDir, defaultNetwork: 'default/podnet', cniBinDir: '/usr/lib/cni', logLevel: 'error' });
     check(true, 'plexusd ready', `(pid ${daemon.pid}, socket ${daemon.socket})`);
 

@@ -22,7 +22,13 @@ export const shimBinary = (): string => join(repoRoot(), 'bin', 'plexus-cni');
 export const daemonEntry = (): string => join(repoRoot(), 'bin', 'plexusd');
 
 /** Writes one NetworkAttachmentDefinition (YAML) into the networks directory. */
-export async function writeNetworkDefinition(dir: string, namespace: string, name: string, config: Readonly<Record<string, unknown>>): Promise<string> {
+export async function writeNetworkDefinition(
+  dir: string,
+  namespace: string,
+  name: string,
+  config: Readonly<Record<string, unknown>>,
+  annotations: Readonly<Record<string, string>> = {},
+): Promise<string> {
   const path = join(dir, `${namespace}-${name}.yaml`);
   const yaml = [
     'apiVersion: k8s.cni.cncf.io/v1',
@@ -30,6 +36,7 @@ export async function writeNetworkDefinition(dir: string, namespace: string, nam
     'metadata:',
     `  name: ${name}`,
     `  namespace: ${namespace}`,
+    ...(Object.keys(annotations).length ? ['  annotations:', ...Object.entries(annotations).map(([k, v]) => `    ${JSON.stringify(k)}: ${JSON.stringify(v)}`)] : []),
     'spec:',
     // JSON is valid YAML: quoting the config as a JSON string keeps it byte-exact.
     `  config: ${JSON.stringify(JSON.stringify(config))}`,

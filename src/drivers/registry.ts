@@ -4,10 +4,11 @@ import type { Driver } from './driver';
 import { hostDeviceDriver } from './host-device';
 import { ipvlanDriver } from './ipvlan';
 import { macvlanDriver } from './macvlan';
+import { ptpDriver } from './ptp';
 import { tapDriver } from './tap';
 import { vxlanDriver } from './vxlan';
 
-const builtIn: readonly Driver[] = [bridgeDriver, macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, vxlanDriver];
+const builtIn: readonly Driver[] = [bridgeDriver, macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, vxlanDriver, ptpDriver];
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();

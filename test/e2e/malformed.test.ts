@@ -19,7 +19,7 @@ before(async () => {
   daemon.writeBridgeNetwork({ name: 'notbridge', bridge: 'lo', subnet });
   daemon.writeNad('broken.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: broken}\nspec:\n  config: \'{"cniVersion": "1.1.0", "type": \'\n');
   daemon.writeNad('chained.yaml', `apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: chained}\nspec:\n  config: '{"cniVersion":"1.1.0","name":"chained","plugins":[{"type":"bridge","bridge":"${prefix}br"},{"type":"portmap"}]}'\n`);
-  daemon.writeNad('exotic.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: exotic}\nspec:\n  config: \'{"cniVersion":"1.1.0","name":"exotic","type":"ptp"}\'\n');
+  daemon.writeNad('exotic.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: exotic}\nspec:\n  config: \'{"cniVersion":"1.1.0","name":"exotic","type":"sbr"}\'\n');
   await daemon.start();
   netns = fx.create('pod').path;
 });
@@ -67,7 +67,7 @@ const cases: Case[] = [
   { title: 'a network whose bridge name is a non-bridge link', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'notbridge' }) }), code: 7, msg: /lo exists on the host but is not a bridge/ },
   // This daemon's --cni-bin-dir is empty: delegated networks fail cleanly, naming the missing plugin.
   { title: 'a chained network whose plugins are not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 100, msg: /bridge.*not found|not found.*bridge/ },
-  { title: 'a network of a non-native plugin type that is not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 100, msg: /ptp/ },
+  { title: 'a network of a non-native plugin type that is not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 100, msg: /sbr/ },
 ];
 
 describe('malformed input', () => {

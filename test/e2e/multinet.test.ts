@@ -45,13 +45,14 @@ before(async () => {
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br0`, subnet: subnet(0) });
   nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
   nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(2) }]] } });
-  nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) });
+  nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
   nad('forced', { type: 'bridge', bridge: `${prefix}br2`, ipam: hostLocal(4) }, { 'plexus.io/delegate': 'true' });
   daemon.writeNad('chain.json', JSON.stringify({
     apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: 'chain' },
     spec: { config: JSON.stringify({ cniVersion: '1.0.0', name: 'chain', plugins: [{ type: 'ptp', ipam: hostLocal(5) }, { type: 'tuning', mtu: 1280 }] }) },
   }));
   nad('failnet', { type: 'fail-plugin', failOn: 'ADD' });
+  nad('ptpnative', { type: 'ptp', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(6) }]] } });
   await daemon.start();
 });
 after(async () => {
@@ -275,6 +276,19 @@ describe('failures', () => {
     assert.deepEqual(leftovers(pod), nothing);
   });
 
+  it('runs ptp natively unless forced to delegate, with the pod routed through its gateway, and DEL removes it', async () => {
+    const pod = newPod();
+    const out = await add(pod, 'ptpnative');
+    assert.equal(out.code, 0, out.stdout);
+    const [record] = (await ctlJson('show', pod.cid)) as { details: { attachments: { network: string; driver: string }[] } }[];
+    assert.deepEqual(record!.details.attachments.map((a) => [a.network, a.driver]), [['default/podnet', 'bridge'], ['default/ptpnative', 'ptp']]);
+    assert.match(ip('-n', pod.ns, 'route', 'show', 'dev', 'net1'), new RegExp(`${subnet(6).replace(/\./g, '\\.')} via ${gateway(6).replace(/\./g, '\\.')}`));
+    assert.equal(ipTry('netns', 'exec', pod.ns, 'ping', '-c', '1', '-W', '2', '-I', 'net1', gateway(6)).status, 0, 'ping over the native ptp network');
+    assert.equal((await del(pod)).code, 0);
+    assert.deepEqual(leftovers(pod), nothing);
+    assert.deepEqual(daemon.leases('ptpnative'), []);
+  });
+
   it('DEL after the network definitions were deleted still cleans everything, delegated leases included', async () => {
     const pod = newPod();
     const out = await add(pod, 'blue, ptpnet');
@@ -287,7 +301,7 @@ describe('failures', () => {
       assert.deepEqual(leftovers(pod), nothing);
     } finally {
       nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
-      nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) });
+      nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
     }
   });
 });

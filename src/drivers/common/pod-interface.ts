@@ -60,6 +60,10 @@ export interface PodInterfaceSetup {
   readonly routes: readonly CniRoute[];
   /** Kernel ops to run in the pod netns before the interface is brought up (e.g. enslaving a tap). */
   readonly before?: readonly BatchOp[];
+  /** Add the addresses without the kernel's route to their subnet (ptp routes the subnet via the gateway). */
+  readonly noPrefixRoute?: boolean;
+  /** Pod-side ops after the addresses, before the routes (e.g. the route that makes the gateway reachable). */
+  readonly afterAddresses?: readonly BatchOp[];
 }
 
 /**
@@ -69,7 +73,8 @@ export interface PodInterfaceSetup {
  */
 export function podInterfaceOps(setup: PodInterfaceSetup, at: string): BatchOp[] {
   const ops: BatchOp[] = [...(setup.before ?? []), { op: 'linkSet', name: setup.ifname, up: true }];
-  for (const ip of setup.ipam?.ips ?? []) ops.push({ op: 'addrAdd', name: setup.ifname, address: ip.address, noDad: true });
+  for (const ip of setup.ipam?.ips ?? []) ops.push({ op: 'addrAdd', name: setup.ifname, address: ip.address, noDad: true, ...(setup.noPrefixRoute ? { noPrefixRoute: true } : {}) });
+  ops.push(...(setup.afterAddresses ?? []));
   for (const r of setup.routes) ops.push({ op: 'routeAdd', route: { dst: r.dst, dev: setup.ifname, ...(r.gw ? { gw: r.gw } : {}) }, ignore: ['EEXIST'] });
   ops.push({ op: 'linkGet', name: setup.ifname });
   return ops.map((op) => ({ ...op, at }));
@@ -99,6 +104,10 @@ export interface Plumbing {
   readonly routes?: readonly CniRoute[];
   /** Pod-side ops before the interface is brought up. */
   readonly before?: readonly BatchOp[];
+  readonly noPrefixRoute?: boolean;
+  readonly afterAddresses?: readonly BatchOp[];
+  /** Ops after the pod side is configured, run in `node` unless they say `at` (e.g. host-side addresses and routes). */
+  readonly after?: readonly BatchOp[];
 }
 
 /**
@@ -107,13 +116,18 @@ export interface Plumbing {
  */
 export async function plumbPodInterface(req: AttachRequest, env: DriverEnv, p: Plumbing): Promise<Result<{ created: unknown[]; link: LinkInfo; routes: readonly CniRoute[] }>> {
   const routes = p.routes ?? podRoutes(p.ipam);
-  const podOps = podInterfaceOps({ ifname: req.ifname, ipam: p.ipam, routes, ...(p.before ? { before: p.before } : {}) }, req.netns);
-  const r = await env.kernel.batch(p.node, [...p.create, ...podOps]);
+  const podOps = podInterfaceOps(
+    { ifname: req.ifname, ipam: p.ipam, routes, ...(p.before ? { before: p.before } : {}), ...(p.noPrefixRoute ? { noPrefixRoute: true } : {}), ...(p.afterAddresses ? { afterAddresses: p.afterAddresses } : {}) },
+    req.netns,
+  );
+  const after = p.after ?? [];
+  const r = await env.kernel.batch(p.node, [...p.create, ...podOps, ...after]);
   if (!r.ok) {
     if (r.error.index < p.create.length) return err(p.createFailed(r.error));
+    if (r.error.index >= p.create.length + podOps.length) return err(r.error.withContext(`network ${req.network.key}: configuring the host side of ${req.ifname}`));
     return err(r.error.withContext(`network ${req.network.key}: configuring ${req.ifname} in ${req.netns}`));
   }
-  const link = podLinkOf(req, req.ifname, r.value);
+  const link = podLinkOf(req, req.ifname, r.value.slice(0, p.create.length + podOps.length));
   if (!link.ok) return link;
   return ok({ created: r.value.slice(0, p.create.length), link: link.value, routes });
 }

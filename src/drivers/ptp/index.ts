@@ -1,0 +1,98 @@
+/**
+ * The native `ptp` driver: the reference ptp plugin's behaviour, run in-process. A veth connects the pod to the
+ * node with no bridge: the pod's interface is born in its netns with its final name, every packet leaves the pod
+ * through its gateway, and the node routes each pod address to the pod's host veth.
+ *
+ * Pod side, per address: the address without the kernel's subnet route, "<gateway>/32 dev <if> scope link" so the
+ * gateway answers ARP on this link, "<subnet> via <gateway>", then IPAM's routes. Host side: the gateway address
+ * (/32 or /128) on the host veth, and "<pod ip>/32 dev <host veth> scope host". Deleting the veth removes all of it.
+ */
+import { CniError, Result, err, ok } from '../../cni/errors';
+import type { CniInterface, CniResult } from '../../cni/types';
+import { formatCidr, networkOf, parseCidr } from '../../ipam/ip';
+import type { BatchOp } from '../../kernel/types';
+import { allocatePodIps } from '../common';
+import { hostVethName, randomMac } from '../common/bridge-port';
+import { invalidConfig } from '../common/config';
+import { plumbPodInterface, podResult } from '../common/pod-interface';
+import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { parsePtpConfig } from './config';
+
+const hostBits = (address: string): number => (address.includes(':') ? 128 : 32);
+
+/** The subnet of an address in CIDR form: 10.1.2.3/24 -> 10.1.2.0/24. */
+function subnetOf(cidr: string): string {
+  const c = parseCidr(cidr);
+  return c ? formatCidr(c.family, networkOf(c), c.prefix) : cidr;
+}
+
+/** IP forwarding is what makes a routed pod reachable beyond the node; set once per family per daemon. */
+const forwardingEnabled = new Set<string>();
+
+export const ptpDriver: Driver = {
+  type: 'ptp',
+  capabilities: ['ips', 'mac', 'dns'],
+  validate: parsePtpConfig,
+
+  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
+    const parsed = parsePtpConfig(req.plugin);
+    if (!parsed.ok) return parsed;
+    const conf = parsed.value;
+    const allocated = await allocatePodIps(req, env, conf.ipam);
+    if (!allocated.ok) return allocated;
+    const ipam = allocated.value;
+    if (!ipam?.ips.length) return err(invalidConfig(req.plugin, 'IPAM assigned no address, and a ptp link needs one'));
+    const missing = ipam.ips.find((ip) => !ip.gateway);
+    if (missing) return err(invalidConfig(req.plugin, `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`, 'set "gateway" in the IPAM range'));
+
+    const host = hostVethName(req.containerId, req.ifname);
+    const hostMac = randomMac();
+    await env.record({ kind: 'deleteLink', name: host });
+    const at = req.netns;
+    const gatewayRoutes: BatchOp[] = [];
+    const hostSide: BatchOp[] = [];
+    for (const ip of ipam.ips) {
+      const [address = ''] = ip.address.split('/');
+      const bits = hostBits(address);
+      const gateway = ip.gateway!;
+      gatewayRoutes.push(
+        { op: 'routeAdd', route: { dst: `${gateway}/${bits}`, dev: req.ifname, scope: 'link', src: address }, at },
+        { op: 'routeAdd', route: { dst: subnetOf(ip.address), gw: gateway, dev: req.ifname, src: address }, ignore: ['EEXIST'], at },
+      );
+      hostSide.push(
+        { op: 'addrAdd', name: host, address: `${gateway}/${bits}`, noDad: true, ignore: ['EEXIST'] },
+        { op: 'routeAdd', route: { dst: `${address}/${bits}`, dev: host, scope: 'host' }, ignore: ['EEXIST'] },
+      );
+    }
+    for (const family of new Set(ipam.ips.map((ip) => hostBits(ip.address)))) {
+      const key = family === 32 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
+      if (!forwardingEnabled.has(key)) hostSide.push({ op: 'sysctlWrite', key, value: '1' });
+    }
+    const plumbed = await plumbPodInterface(req, env, {
+      create: [
+        {
+          op: 'linkAdd',
+          link: {
+            kind: 'veth', name: host, mac: hostMac, up: true,
+            ...(conf.mtu ? { mtu: conf.mtu } : {}),
+            ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
+            peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
+          },
+        },
+      ],
+      createFailed: (e) =>
+        e.is('EEXIST')
+          ? new CniError(e.code, `network ${req.network.key}: interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, e.details)
+          : e.withContext(`network ${req.network.key}: creating veth ${host} <-> ${req.ifname}`),
+      ipam,
+      noPrefixRoute: true,
+      afterAddresses: gatewayRoutes,
+      after: hostSide,
+    });
+    if (!plumbed.ok) return plumbed;
+    for (const op of hostSide) if (op.op === 'sysctlWrite') forwardingEnabled.add(op.key);
+    const hostInterfaces: CniInterface[] = [{ name: host, mac: hostMac }];
+    const result = podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam, routes: plumbed.value.routes });
+    return ok(conf.dns ? { ...result, dns: conf.dns } : result);
+  },
+};

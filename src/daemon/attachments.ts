@@ -14,7 +14,7 @@ import { delegateCheck, delegateDriver, delegateGc, delegateStatus } from '../dr
 import type { Driver, DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
-import { describeUndo, runUndo } from '../drivers/undo';
+import { describeUndo, runUndo, undoStages } from '../drivers/undo';
 import type { Ipam } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
@@ -176,7 +176,7 @@ export class AttachmentEngine {
     return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}rollback incomplete (will be retried): ${undone.error.message}`);
   }
 
-  /** Undoes every recorded step in reverse order, continuing past failures; removes the record when all succeeded. */
+  /** Undoes every recorded step (in the stages of undoStages), continuing past failures; removes the record when all succeeded. */
   async undoRecord(record: AttachmentRecord): Promise<Result<void>> {
     const { containerId, ifname } = record.meta;
     if (!record.deleting) {
@@ -188,9 +188,11 @@ export class AttachmentEngine {
       }
     }
     const failures: string[] = [];
-    for (const step of [...record.undo].reverse()) {
-      const r = await runUndo(step, this.kernel, this.ipam);
-      if (!r.ok) failures.push(`${describeUndo(step)}: ${r.error.message}`);
+    for (const stage of undoStages(record.undo)) {
+      const results = await Promise.all(stage.map((step) => runUndo(step, this.kernel, this.ipam)));
+      results.forEach((r, k) => {
+        if (!r.ok) failures.push(`${describeUndo(stage[k]!)}: ${r.error.message}`);
+      });
     }
     if (failures.length) return err(new CniError(CniCode.Internal, `could not undo ${failures.length} step(s) of ${containerId}/${ifname}: ${failures.join('; ')}`));
     await this.journal.remove(containerId, ifname);

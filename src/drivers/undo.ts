@@ -44,3 +44,21 @@ export const describeUndo = (step: UndoStep): string => {
       return `DEL via ${step.plugin} for ${step.env.containerId}/${step.env.ifname}`;
   }
 };
+
+/**
+ * The order to undo recorded steps in: stages run one after another, the steps of a stage together. Everything
+ * is undone in reverse, except that addresses are released last, once every interface that held one is gone;
+ * and link deletions that follow one another form one stage, since each waits for the kernel's RCU grace
+ * periods (host links are then deleted in one request): a pod with three interfaces waits once, not three times.
+ */
+export function undoStages(recorded: readonly UndoStep[]): UndoStep[][] {
+  const reversed = [...recorded].reverse();
+  const stages: UndoStep[][] = [];
+  for (const step of reversed.filter((s) => s.kind !== 'releaseIpam')) {
+    const last = stages[stages.length - 1];
+    if (step.kind === 'deleteLink' && last?.every((s) => s.kind === 'deleteLink')) last.push(step);
+    else stages.push([step]);
+  }
+  for (const step of reversed.filter((s) => s.kind === 'releaseIpam')) stages.push([step]);
+  return stages;
+}

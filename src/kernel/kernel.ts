@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, RouteInfo, RouteSpec } from './types';
+import type { DeleteManyOutcome } from './delete-many';
 import type { BatchReply, BatchRequest } from './worker';
 
 export type KernelResult<T> = Result<T, KernelCallError>;
@@ -72,9 +73,55 @@ class KernelWorker {
   }
 }
 
+/**
+ * Host links to delete, gathered while a deletion is running and then deleted together in one request
+ * (delete-many.ts): a burst of DELs waits for the kernel's RCU grace periods once per batch, not once per pod.
+ * A lone DEL goes at once, so it waits no longer than before.
+ */
+class HostLinkDeletions {
+  private readonly queue: { readonly name: string; readonly resolve: (r: KernelResult<unknown>) => void }[] = [];
+  private running = false;
+  private nextGroup = 0;
+
+  constructor(private readonly kernel: Kernel) {}
+
+  delete(name: string): Promise<KernelResult<unknown>> {
+    return new Promise((resolve) => {
+      this.queue.push({ name, resolve });
+      if (!this.running) void this.drain();
+    });
+  }
+
+  private async drain(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0, MAX_DELETE_BATCH);
+        // A group number of its own per batch, from a range ("PX") no tool hands out by default.
+        const group = GROUP_BASE + (this.nextGroup++ % 0x10000);
+        const r = await this.kernel.batch(undefined, [{ op: 'linkDelMany', names: batch.map((b) => b.name), group }]);
+        const failed = r.ok ? (r.value[0] as DeleteManyOutcome).failed : [];
+        for (const b of batch) {
+          if (!r.ok) b.resolve(r);
+          else {
+            const f = failed.find((x) => x.name === b.name);
+            b.resolve(f ? err(new KernelCallError(f.failure, 0)) : ok(null));
+          }
+        }
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+}
+
+const MAX_DELETE_BATCH = 128;
+const GROUP_BASE = 0x50580000;
+
 export class Kernel {
   private readonly workers: KernelWorker[];
   private nextId = 1;
+  private readonly hostDeletions = new HostLinkDeletions(this);
 
   /**
    * `threads` workers run batches in parallel: the kernel makes some calls wait (deleting a veth waits for RCU
@@ -116,7 +163,9 @@ export class Kernel {
   listRoutes(netns: string | undefined, family?: 4 | 6): Promise<KernelResult<RouteInfo[]>> {
     return this.one(netns, { op: 'routeList', ...(family ? { family } : {}) });
   }
+  /** Deletes a link; a missing one counts as deleted. Host links are deleted in batches (HostLinkDeletions). */
   deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>> {
+    if (netns === undefined) return this.hostDeletions.delete(name);
     return this.one(netns, { op: 'linkDel', name, ignore: ['ENODEV'] });
   }
   addRoute(netns: string | undefined, route: RouteSpec): Promise<KernelResult<unknown>> {

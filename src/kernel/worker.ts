@@ -4,6 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
+import { deleteLinks } from './delete-many';
 import { inNetns, openNetns, rememberHomeNetns } from './netns';
 import { KernelError, RtnlSocket } from './rtnetlink';
 import { sys } from './syscalls';
@@ -30,6 +31,8 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
     case 'linkDel':
       sock.deleteLink(op.name);
       return null;
+    case 'linkDelMany':
+      return deleteLinks(sock, op.names, op.group);
     case 'linkDelGroup':
       sock.deleteGroup(op.group);
       return null;

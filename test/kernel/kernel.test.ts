@@ -146,6 +146,35 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     assert.deepEqual(hostLinksWithPrefix(`${prefix}g`), []);
   });
 
+  it('deletes links together through a group of their own, and never a stranger that shares the group', async () => {
+    const group = 5000 + Math.floor(Math.random() * 1000);
+    const ours = [0, 1, 2].map((i) => `${prefix}m${i}`);
+    const stranger = `${prefix}s0`;
+    for (const n of [...ours, stranger]) fx.trackHostLink(n);
+    must(await kernel.batch(undefined, [...ours, stranger].map((n) => ({ op: 'linkAdd' as const, link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } } }))));
+    must(await kernel.batch(undefined, [{ op: 'linkSet', name: stranger, group }]));
+    // With the stranger in the group, ours go one by one; the already-missing name counts as deleted.
+    const first = must(await kernel.batch(undefined, [{ op: 'linkDelMany', names: [ours[0]!, ours[1]!, `${prefix}gone`], group }]));
+    assert.deepEqual(first[0], { failed: [] });
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}m`).sort(), [ours[2]!, `${ours[2]!}x`].sort());
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}s`).sort(), [stranger, `${stranger}x`].sort(), 'the stranger in the group is kept');
+    // Without it, by group.
+    must(await kernel.batch(undefined, [{ op: 'linkSet', name: stranger, group: 0 }]));
+    const second = must(await kernel.batch(undefined, [{ op: 'linkDelMany', names: [ours[2]!, stranger], group }]));
+    assert.deepEqual(second[0], { failed: [] });
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}m`), []);
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}s`), []);
+  });
+
+  it('deletes host links asked for concurrently, each answered on its own', async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `${prefix}c${i}`);
+    for (const n of names) fx.trackHostLink(n);
+    must(await kernel.batch(undefined, names.map((n) => ({ op: 'linkAdd' as const, link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } } }))));
+    const results = await Promise.all([...names, `${prefix}cnone`].map((n) => kernel.deleteLink(undefined, n)));
+    assert.ok(results.every((r) => r.ok), JSON.stringify(results.filter((r) => !r.ok)));
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}c`), []);
+  });
+
   it('fails cleanly for a netns that does not exist', async () => {
     const r = await kernel.getLink(`/var/run/netns/${prefix}-missing`, 'eth0');
     assert.equal(r.ok, false);

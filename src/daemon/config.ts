@@ -24,6 +24,7 @@ export const DaemonConfigSchema = z
       .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
       .default([]),
     maxConcurrent: int(1, 1024).default(16),
+    kernelThreads: int(1, 8).default(1),
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
@@ -44,6 +45,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--selection-annotation': 'selectionAnnotation',
   '--default-networks': 'defaultNetworks',
   '--max-concurrent': 'maxConcurrent',
+  '--kernel-threads': 'kernelThreads',
   '--max-queued': 'maxQueued',
   '--state-sync': 'stateSync',
   '--host-link-group': 'hostLinkGroup',
@@ -62,6 +64,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --selection-annotation B  read the pod's k8s.v1.cni.cncf.io/networks annotation (default true)
   --default-networks LIST   comma-separated [namespace/]name[@ifname] networks every pod also gets
   --max-concurrent N        CNI calls handled at once (default 16)
+  --kernel-threads N        threads that make kernel calls, 1-8 (default 1)
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group

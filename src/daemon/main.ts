@@ -24,7 +24,7 @@ async function main(): Promise<number> {
   const config = outcome.config;
   const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
 
-  const kernel = new Kernel();
+  const kernel = new Kernel(config.kernelThreads);
   const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   const networks = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });

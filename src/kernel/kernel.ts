@@ -124,10 +124,11 @@ export class Kernel {
   private readonly hostDeletions = new HostLinkDeletions(this);
 
   /**
-   * `threads` workers run batches in parallel: the kernel makes some calls wait (deleting a veth waits for RCU
-   * grace periods, ~15 ms), and several threads let those waits of different pods overlap.
+   * `threads` workers run batches in parallel. One is the default: most rtnetlink calls hold the kernel's RTNL
+   * lock, so a second thread bought no throughput in a 110-pod burst (and host link deletions, whose RCU waits are
+   * outside it, are batched instead: HostLinkDeletions), while each thread costs about 10 MiB.
    */
-  constructor(threads = 2) {
+  constructor(threads = 1) {
     this.workers = Array.from({ length: Math.max(1, threads) }, () => new KernelWorker());
   }
 

@@ -18,6 +18,7 @@ import { createDelegateDriver, delegateCheck, delegateDriver, delegateGc, delega
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
 import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/nad';
+import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pdg');
@@ -30,6 +31,8 @@ let binDir: string;
 let spyDir: string;
 /** Every step recorded by any test, so after() can still DEL what a failing test left behind. */
 const leftovers: DelegateDelStep[] = [];
+
+restoreForwardingAfterwards();
 
 before(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'plexus-delegate-'));

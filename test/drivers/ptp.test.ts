@@ -1,27 +1,24 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { ptpDriver } from '../../src/drivers/ptp';
+import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry } from '../support/netns';
 import { attachRequest, driverTestbed, failure, must, RecordingEnv } from './support';
 
 const bed = driverTestbed('ppt');
 const { prefix, fx } = bed;
 const octet = 150 + Math.floor(Math.random() * 50);
-const forwarding = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'];
-let saved: string[] = [];
+restoreForwardingAfterwards();
 let dataDir = '';
 before(() => {
-  saved = forwarding.map((f) => readFileSync(f, 'utf8'));
   dataDir = mkdtempSync(join(tmpdir(), 'plexus-ptp-ref-'));
 });
 after(() => {
-  // Both ptp implementations turn forwarding on, as they must; put the machine back as it was.
-  forwarding.forEach((f, i) => writeFileSync(f, saved[i]!));
   rmSync(dataDir, { recursive: true, force: true });
 });
 

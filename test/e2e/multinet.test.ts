@@ -10,6 +10,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
+import { restoreForwardingAfterwards } from '../support/forwarding';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pn');
@@ -33,6 +34,8 @@ function nad(name: string, config: Record<string, unknown>, annotations: Record<
   }));
 }
 const hostLocal = (i: number): Record<string, unknown> => ({ type: 'host-local', ranges: [[{ subnet: subnet(i) }]], dataDir: hostLocalDir });
+
+restoreForwardingAfterwards();
 
 before(async () => {
   mkdirSync(binDir);

@@ -32,10 +32,8 @@ export function deleteLinks(sock: RtnlSocket, names: readonly string[], group: n
     return { failed };
   }
   for (const name of names) if (attempt(name, () => sock.setLink(name, { group }))) marked.push(name);
-  if (marked.length === 0) return { failed };
   const ours = new Set(marked);
-  const strangers = marked.length > 1 ? sock.listLinks().filter((l) => l.group === group && !ours.has(l.name)) : [];
-  if (marked.length > 1 && strangers.length === 0) {
+  if (marked.length > 1 && !sock.listLinks().some((l) => l.group === group && !ours.has(l.name))) {
     try {
       sock.deleteGroup(group);
       return { failed };

@@ -2,28 +2,15 @@
  * A pod attached to a bridge on the node through a veth whose peer is born in the pod netns with its final
  * name: the bridge driver's way, and the vxlan overlay's (whose bridge also holds the VXLAN device).
  */
-import { createHash, randomBytes } from 'node:crypto';
-import { CniCode, CniError, Result, ok } from '../../cni/errors';
+import { Result, ok } from '../../cni/errors';
 import type { CniInterface, CniResult, CniRoute } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
 import type { AttachRequest, DriverEnv } from '../driver';
 import { isMissingLink } from './host-links';
+import { prepareHostVeth } from './host-veth';
 import { plumbPodInterface, podResult } from './pod-interface';
 
-/**
- * A random unicast, locally administered MAC, as the kernel would pick. Choosing it here means the result needs
- * no read-back of the host link, and a MAC that was set (not random) is one udev's MACAddressPolicy leaves alone,
- * so the MAC in the result stays true.
- */
-export function randomMac(): string {
-  const b = randomBytes(6);
-  b[0] = (b[0]! & 0xfe) | 0x02;
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-}
-
-/** A stable host-side name per attachment, so a retry or recovery finds the same link. */
-export const hostVethName = (containerId: string, ifname: string): string =>
-  `veth${createHash('sha256').update(`${containerId}/${ifname}`).digest('hex').slice(0, 11)}`;
+export { hostVethName } from './host-veth';
 
 export interface BridgePort {
   readonly bridge: string;
@@ -41,33 +28,17 @@ export interface BridgePort {
 }
 
 export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port: BridgePort): Promise<Result<CniResult>> {
-  const what = `network ${req.network.key}`;
   let bridge = await port.ensureBridge(false);
   if (!bridge.ok) return bridge;
-  const host = hostVethName(req.containerId, req.ifname);
-  await env.record({ kind: 'deleteLink', ...(port.node ? { netns: port.node } : {}), name: host });
+  const veth = await prepareHostVeth(req, env, { bridge: port.bridge, ...(port.mtu ? { mtu: port.mtu } : {}), ...(port.node ? { node: port.node } : {}) });
   let bridgeMissing = false;
-  const hostMac = randomMac();
   const plumb = () =>
     plumbPodInterface(req, env, {
       ...(port.node ? { node: port.node } : {}),
-      create: [
-        {
-          op: 'linkAdd',
-          link: {
-            kind: 'veth', name: host, mac: hostMac, up: true, bridge: port.bridge,
-            ...(port.mtu ? { mtu: port.mtu } : {}),
-            ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
-            peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
-          },
-        },
-        ...(port.hairpin ? [{ op: 'linkSet' as const, name: host, hairpin: true }] : []),
-      ],
+      create: [veth.create, ...(port.hairpin ? [{ op: 'linkSet' as const, name: veth.name, hairpin: true }] : [])],
       createFailed: (e) => {
         bridgeMissing = isMissingLink(e, port.bridge);
-        return e.is('EEXIST')
-          ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, e.details)
-          : e.withContext(`${what}: creating veth ${host} <-> ${req.ifname}`);
+        return veth.createFailed(e);
       },
       ipam: port.ipam,
       ...(port.routes ? { routes: port.routes } : {}),
@@ -79,6 +50,6 @@ export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port:
     plumbed = await plumb();
   }
   if (!plumbed.ok) return plumbed;
-  const hostInterfaces: CniInterface[] = [{ name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) }, { name: host, mac: hostMac }];
+  const hostInterfaces: CniInterface[] = [{ name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) }, { name: veth.name, mac: veth.mac }];
   return ok(podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: port.ipam, routes: plumbed.value.routes }));
 }

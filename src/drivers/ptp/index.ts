@@ -7,12 +7,12 @@
  * gateway answers ARP on this link, "<subnet> via <gateway>", then IPAM's routes. Host side: the gateway address
  * (/32 or /128) on the host veth, and "<pod ip>/32 dev <host veth> scope host". Deleting the veth removes all of it.
  */
-import { CniError, Result, err, ok } from '../../cni/errors';
+import { Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniResult } from '../../cni/types';
 import { formatCidr, networkOf, parseCidr } from '../../ipam/ip';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps } from '../common';
-import { hostVethName, randomMac } from '../common/bridge-port';
+import { prepareHostVeth } from '../common/host-veth';
 import { invalidConfig } from '../common/config';
 import { plumbPodInterface, podResult } from '../common/pod-interface';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
@@ -45,9 +45,8 @@ export const ptpDriver: Driver = {
     const missing = ipam.ips.find((ip) => !ip.gateway);
     if (missing) return err(invalidConfig(req.plugin, `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`, 'set "gateway" in the IPAM range'));
 
-    const host = hostVethName(req.containerId, req.ifname);
-    const hostMac = randomMac();
-    await env.record({ kind: 'deleteLink', name: host });
+    const veth = await prepareHostVeth(req, env, conf.mtu ? { mtu: conf.mtu } : {});
+    const host = veth.name;
     const at = req.netns;
     const gatewayRoutes: BatchOp[] = [];
     const hostSide: BatchOp[] = [];
@@ -69,21 +68,8 @@ export const ptpDriver: Driver = {
       if (!forwardingEnabled.has(key)) hostSide.push({ op: 'sysctlWrite', key, value: '1' });
     }
     const plumbed = await plumbPodInterface(req, env, {
-      create: [
-        {
-          op: 'linkAdd',
-          link: {
-            kind: 'veth', name: host, mac: hostMac, up: true,
-            ...(conf.mtu ? { mtu: conf.mtu } : {}),
-            ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
-            peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
-          },
-        },
-      ],
-      createFailed: (e) =>
-        e.is('EEXIST')
-          ? new CniError(e.code, `network ${req.network.key}: interface ${req.ifname} already exists in ${req.netns} or host link ${host} exists`, e.details)
-          : e.withContext(`network ${req.network.key}: creating veth ${host} <-> ${req.ifname}`),
+      create: [veth.create],
+      createFailed: veth.createFailed,
       ipam,
       noPrefixRoute: true,
       afterAddresses: gatewayRoutes,
@@ -91,7 +77,7 @@ export const ptpDriver: Driver = {
     });
     if (!plumbed.ok) return plumbed;
     for (const op of hostSide) if (op.op === 'sysctlWrite') forwardingEnabled.add(op.key);
-    const hostInterfaces: CniInterface[] = [{ name: host, mac: hostMac }];
+    const hostInterfaces: CniInterface[] = [{ name: host, mac: veth.mac }];
     const result = podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam, routes: plumbed.value.routes });
     return ok(conf.dns ? { ...result, dns: conf.dns } : result);
   },

@@ -9,7 +9,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AddResult, CallsAborted, type Outcome, type Plugin, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
 import {

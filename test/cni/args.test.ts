@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseCniArgs, RuntimeConfig, type CniArgs } from '../../src/cni/args';
-import { CniCode, type Result } from '../../src/cni/errors';
+import { CniCode } from '../../src/cni/errors';
 import { unwrap, errorOf } from '../support/result';
 
 const rejected = (text: string, mentions: string): void => {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CniCode, type Result } from '../../src/cni/errors';
+import { CniCode } from '../../src/cni/errors';
 import { bestEffortVersion, parseCniRequest, validateIfname, type CniRequest } from '../../src/cni/request';
 import { unwrap, errorOf } from '../support/result';
 

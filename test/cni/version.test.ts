@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CniCode, type Result } from '../../src/cni/errors';
+import { CniCode } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { compareVersions, convertResult, requireVersion, SUPPORTED_VERSIONS, type CniVersion } from '../../src/cni/version';
 import { errorOf } from '../support/result';

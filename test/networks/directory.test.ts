@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CniCode, type Result } from '../../src/cni/errors';
+import { CniCode } from '../../src/cni/errors';
 import { NetworkDirectory } from '../../src/networks/directory';
 import { unwrap, errorOf } from '../support/result';
 

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CniCode, type Result } from '../../src/cni/errors';
+import { CniCode } from '../../src/cni/errors';
 import { parseNad, type NetworkDefinition } from '../../src/networks/nad';
 import { unwrap, errorOf } from '../support/result';
 

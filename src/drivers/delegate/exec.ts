@@ -33,7 +33,7 @@ import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
 import { Semaphore } from '../../common/semaphore';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
-import type { DelegateEnv, UndoStep } from '../driver';
+import type { UndoStep } from '../driver';
 import { parsePluginError } from './result';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;

@@ -108,8 +108,9 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       if (json) out(JSON.stringify(report, null, 2));
       else {
         for (const r of report.removed) out(`${dryRun ? 'would remove' : 'removed'} ${r.containerId} ${r.ifname}: ${r.reason}`);
+        for (const l of report.leases) out(`${dryRun ? 'would release' : 'released'} lease ${l.address} in network ${l.network}: ${l.containerId ? `held for ${l.containerId} ${l.ifname}, which has no attachment` : 'no owner recorded'}`);
         for (const f of report.failures) out(`failed ${f.containerId || '-'} ${f.ifname || '-'}: ${f.error}`);
-        out(`${report.removed.length} ${dryRun ? 'to remove' : 'removed'}, ${report.kept} kept, ${report.failures.length} failed${dryRun ? '' : `, ${report.leasesReleased} orphaned lease(s) released`}`);
+        out(`${report.removed.length} ${dryRun ? 'to remove' : 'removed'}, ${report.kept} kept, ${report.failures.length} failed, ${report.leases.length} orphaned lease(s) ${dryRun ? 'to release' : 'released'}`);
       }
       return report.failures.length ? 1 : 0;
     }

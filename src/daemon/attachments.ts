@@ -15,13 +15,14 @@ import type { Driver, DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, runUndo, undoStages } from '../drivers/undo';
-import type { Ipam } from '../ipam';
+import type { Ipam, Lease } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
 import { AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from './network-status';
 import { AttachmentStep, driverFor, planPod, PlanSettings } from './pod-plan';
 import { parseNetworkRef } from './network-ref';
+import { LeaseHolders } from './lease-holders';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 type GcRequest = Extract<CniRequest, { command: 'GC' }>;
@@ -42,6 +43,8 @@ export interface SweepReport {
   readonly removed: readonly SweptAttachment[];
   readonly kept: number;
   readonly failures: readonly (SweptAttachment & { readonly error: string })[];
+  /** Leases no attachment holds: released, or with dryRun, those a GC would release. */
+  readonly leases: readonly Lease[];
   readonly leasesReleased: number;
   readonly dryRun: boolean;
 }
@@ -303,11 +306,13 @@ export class AttachmentEngine {
         if (!dryRun) this.log.info({ containerId, ifname, reason: outcome.reason }, 'GC removed a stale attachment');
       }
     }
-    if (dryRun) return { removed, kept, failures, leasesReleased: 0, dryRun };
-    const leasesReleased = await this.releaseOrphanedLeases();
-    if (leasesReleased) this.log.info({ released: leasesReleased }, 'GC released leases without an attachment');
+    // A dry run changed nothing, so the leases it lists are exactly those a real GC releases after its removals
+    // (a removed attachment's own leases go with its undo steps, not as orphans).
+    const leases = await this.releaseOrphanedLeases(dryRun);
+    if (dryRun) return { removed, kept, failures, leases, leasesReleased: 0, dryRun };
+    if (leases.length) this.log.info({ released: leases.map((l) => `${l.network}/${l.address} (${l.containerId || 'no owner'} ${l.ifname})`) }, 'GC released leases without an attachment');
     for (const error of await this.gcDelegatedNetworks()) failures.push({ containerId: '', ifname: '', reason: 'delegated GC', error });
-    return { removed, kept, failures, leasesReleased, dryRun };
+    return { removed, kept, failures, leases, leasesReleased: leases.length, dryRun };
   }
 
   /**
@@ -340,8 +345,34 @@ export class AttachmentEngine {
     return delegateStatus(network.value, this.options.cniBinDir);
   }
 
-  /** A lease exists only after its attachment's record was begun, so a lease without a record is garbage. */
-  async releaseOrphanedLeases(): Promise<number> {
-    return (await this.ipam.releaseUnless((lease) => lease.containerId !== '' && this.journal.has(lease.containerId, lease.ifname))).length;
+  /**
+   * Releases the leases that no journal record holds (see LeaseHolders), and returns them; with dryRun only
+   * returns them. Each container's leases are checked again under its lock, against its records as they are
+   * then, so an ADD that reserved an address after the first look keeps it.
+   */
+  async releaseOrphanedLeases(dryRun = false): Promise<Lease[]> {
+    const holders = new LeaseHolders(await this.journal.list());
+    const orphans = (await this.ipam.leases()).filter((lease) => !holders.holds(lease));
+    if (dryRun || orphans.length === 0) return orphans;
+    const released: Lease[] = [];
+    const byContainer = new Map<string, Lease[]>();
+    for (const lease of orphans) byContainer.set(lease.containerId, [...(byContainer.get(lease.containerId) ?? []), lease]);
+    for (const [containerId, leases] of byContainer) {
+      if (containerId === '') {
+        // A lease file without an owner (torn by a crash mid-write) blocks its address for nobody.
+        released.push(...(await this.ipam.releaseUnless((lease) => lease.containerId !== '')));
+        continue;
+      }
+      await this.containerLocks.run(containerId, async () => {
+        const current = new LeaseHolders(await this.journal.listContainer(containerId));
+        const owners = new Map(leases.filter((l) => !current.holds(l)).map((l) => [`${l.network}\u0000${l.ifname}`, l]));
+        for (const { network, ifname } of owners.values()) {
+          const r = await this.ipam.release(network, containerId, ifname);
+          if (r.ok) released.push(...r.value);
+          else this.log.error({ network, containerId, ifname, err: r.error.message }, 'could not release an orphaned lease; the next GC retries');
+        }
+      });
+    }
+    return released;
   }
 }

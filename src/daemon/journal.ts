@@ -213,9 +213,19 @@ export class Journal {
     return out;
   }
 
-  /** Whether a record exists right now (synchronous, for IPAM's keep-callback during GC). */
-  has(containerId: string, ifname: string): boolean {
-    return existsSync(join(this.dir, fileName(containerId, ifname)));
+  /** The records of one container (every interface the runtime attached for it). */
+  async listContainer(containerId: string): Promise<AttachmentRecord[]> {
+    const prefix = `${containerId}@`;
+    const out: AttachmentRecord[] = [];
+    for (const name of (await readdir(this.dir)).filter((n) => n.startsWith(prefix) && n.endsWith('.jsonl'))) {
+      try {
+        const rec = parseRecord(await readFile(join(this.dir, name), 'utf8'));
+        if (rec) out.push(rec);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      }
+    }
+    return out;
   }
 
   async remove(containerId: string, ifname: string): Promise<void> {

@@ -76,6 +76,7 @@ export async function recover(spoolDir: string, engine: AttachmentEngine, log: L
       log.error({ containerId: record.meta.containerId, err: r.error.message }, 'recovery could not undo a transaction');
     }
   }
-  const leasesReleased = await engine.releaseOrphanedLeases();
-  return { spooledDels, undone, undoFailures, leasesReleased };
+  const released = await engine.releaseOrphanedLeases();
+  for (const l of released) log.info({ network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname }, 'recovery released a lease no attachment holds');
+  return { spooledDels, undone, undoFailures, leasesReleased: released.length };
 }

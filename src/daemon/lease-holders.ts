@@ -1,0 +1,24 @@
+/**
+ * Which IPAM leases the journal's attachments hold. A lease belongs to one attachment of a pod: its network,
+ * container and *pod* interface (net1, data0, …), while a journal record is keyed by the runtime's interface
+ * (eth0). The record's releaseIpam undo steps name exactly the leases it will release, and each is recorded
+ * before its address is reserved, so they are the one complete list of leases a live attachment holds.
+ */
+import type { Lease } from '../ipam';
+import type { AttachmentRecord } from './journal';
+
+const holderKey = (network: string, containerId: string, ifname: string): string => `${network}\u0000${containerId}\u0000${ifname}`;
+
+export class LeaseHolders {
+  private readonly held = new Set<string>();
+
+  constructor(records: readonly AttachmentRecord[]) {
+    for (const record of records) {
+      for (const step of record.undo) if (step.kind === 'releaseIpam') this.held.add(holderKey(step.network, step.containerId, step.ifname));
+    }
+  }
+
+  holds(lease: Lease): boolean {
+    return lease.containerId !== '' && this.held.has(holderKey(lease.network, lease.containerId, lease.ifname));
+  }
+}

@@ -59,9 +59,13 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   const selections = settings.selectionAnnotation ? parseSelection(annotations[SELECTION_ANNOTATION], podNamespace) : ok([]);
   if (!selections.ok) return selections;
 
+  // The network's config decides (NPWG 4.1.2.1.3.x): a capability counts only where a plugin declares it, for native
+  // and delegated drivers alike, so one NAD behaves the same whatever runs it. A native driver must also support it,
+  // as the reference plugin it stands in for would.
   const capabilitiesOf = (network: NetworkDefinition, forceDelegate: boolean): ReadonlySet<string> => {
     const driver = driverFor(network, forceDelegate, drivers, delegate);
-    return driver === delegate ? new Set(network.plugins.flatMap((p) => declaredCapabilities(p))) : new Set(driver.capabilities);
+    const declared = network.plugins.flatMap((p) => declaredCapabilities(p));
+    return new Set(driver === delegate ? declared : declared.filter((c) => (driver.capabilities as readonly string[]).includes(c)));
   };
   const plan = planAttachments({
     defaultNetwork: defaultNetwork.value,

@@ -46,7 +46,7 @@ before(async () => {
   ip('link', 'set', uplink, 'up');
   ip('link', 'set', `${prefix}upp`, 'up');
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br0`, subnet: subnet(0) });
-  nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
+  nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, capabilities: { ips: true, mac: true }, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
   nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(2) }]] } });
   nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
   nad('forced', { type: 'bridge', bridge: `${prefix}br2`, ipam: hostLocal(4) }, { 'plexus.io/delegate': 'true' });
@@ -56,6 +56,12 @@ before(async () => {
   }));
   nad('failnet', { type: 'fail-plugin', failOn: 'ADD' });
   nad('ptpnative', { type: 'ptp', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(6) }]] } });
+  // One macvlan config run natively and delegated, with and without declared capabilities.
+  const macvlanOn = (i: number, delegated: boolean): Record<string, unknown> => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: delegated ? hostLocal(i) : { type: 'host-local', ranges: [[{ subnet: subnet(i) }]] } });
+  nad('plain', macvlanOn(7, false));
+  nad('plaind', macvlanOn(8, true), { 'plexus.io/delegate': 'true' });
+  nad('capable', { ...macvlanOn(9, false), capabilities: { ips: true, mac: true } });
+  nad('capabled', { ...macvlanOn(10, true), capabilities: { ips: true, mac: true } }, { 'plexus.io/delegate': 'true' });
   await daemon.start();
 });
 after(async () => {
@@ -168,7 +174,32 @@ describe('a pod with four networks (short form)', () => {
 });
 
 describe('selection options', () => {
-  it('JSON form: ips and mac go to a network whose driver declares them', async () => {
+  for (const [name, how] of [['plain', 'natively'], ['plaind', 'delegated']] as const) {
+    for (const [field, value] of [['ips', [`10.${o}.${t + 7}.9/24`]], ['mac', '02:aa:bb:cc:dd:01']] as const) {
+      it(`"${field}" on a network whose config does not declare the capability fails the pod, ${how} as well`, async () => {
+        const pod = newPod();
+        const out = await add(pod, JSON.stringify([{ name, [field]: value }]));
+        assert.equal(out.json?.code, 7, out.stdout);
+        assert.match(String(out.json?.msg), new RegExp(`"${field}" needs a plugin with the "${field}" capability, and network default/${name} \\(macvlan\\) does not declare it`));
+        assert.equal(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)).length, 0);
+        assert.equal(ip('-n', pod.ns, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)).length, 0, 'nothing was made');
+      });
+    }
+  }
+
+  for (const [name, i, how] of [['capable', 9, 'natively'], ['capabled', 10, 'delegated']] as const) {
+    it(`ips and mac on a network whose config declares them are honoured, ${how}`, async () => {
+      const pod = newPod();
+      const wanted = `10.${o}.${t + i}.77/24`;
+      const out = await add(pod, JSON.stringify([{ name, ips: [wanted], mac: '02:aa:bb:cc:dd:02' }]));
+      assert.equal(out.code, 0, out.stdout);
+      assert.equal(podAddress(pod, 'net1'), wanted);
+      assert.match(ip('-n', pod.ns, 'link', 'show', 'net1'), /02:aa:bb:cc:dd:02/);
+      assert.equal((await del(pod)).code, 0);
+    });
+  }
+
+  it('JSON form: ips and mac go to a network whose config declares them', async () => {
     const pod = newPod();
     const wanted = `10.${o}.${t + 1}.77/24`;
     const out = await add(pod, JSON.stringify([{ name: 'blue', interface: 'blue0', ips: [wanted], mac: '02:aa:bb:cc:dd:ee' }]));
@@ -303,7 +334,7 @@ describe('failures', () => {
       assert.equal(d.code, 0, d.stdout);
       assert.deepEqual(leftovers(pod), nothing);
     } finally {
-      nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
+      nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, capabilities: { ips: true, mac: true }, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
       nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
     }
   });

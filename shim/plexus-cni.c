@@ -517,6 +517,7 @@ enum outcome {
 struct attempt {
     enum outcome outcome;
     int err;               /* OUTCOME_UNREACHABLE: connect errno */
+    bool cut_before_reply; /* OUTCOME_NO_ANSWER: reset or closed before a single reply byte */
     int exit_code;         /* OUTCOME_REPLY: X-CNI-Exit-Code, 1 if absent or invalid */
     struct buf raw;        /* the whole HTTP response as read */
     struct buf chunked;    /* the decoded body when the reply was chunked */
@@ -762,6 +763,7 @@ static void exchange(int fd, const struct buf *request, double reply_timeout_sec
         /* Incomplete: timed out, reset, or closed early. */
         int err = read_err ? read_err : send_err;
         a->outcome = OUTCOME_NO_ANSWER;
+        a->cut_before_reply = a->raw.len == 0 && err != ETIMEDOUT;
         if (err == ETIMEDOUT)
             snprintf(a->detail, sizeof a->detail, "no complete reply within %.1f s", reply_timeout_seconds);
         else if (err)
@@ -805,6 +807,7 @@ static void attempt_reset(struct attempt *a)
     buf_free(&a->chunked);
     a->outcome = OUTCOME_UNREACHABLE;
     a->err = 0;
+    a->cut_before_reply = false;
     a->exit_code = 1;
     a->body = NULL;
     a->body_len = 0;
@@ -813,8 +816,12 @@ static void attempt_reset(struct attempt *a)
 
 /*
  * Tries to get an answer, retrying "not there yet" (connect refused/missing,
- * or 503) until wait_seconds have passed. Anything else ends the loop at once:
- * a request the daemon received must not be sent twice by us.
+ * or 503) until wait_seconds have passed, and a connection cut before a single
+ * reply byte (a daemon stopping or replaced mid-call, or a backlog dropped at
+ * close). The daemon may have acted on a cut call, so it is replayed: every verb
+ * that waits is idempotent in plexusd (an ADD of a container and interface that
+ * is already attached answers with the same result). A timeout or a partial
+ * reply ends the loop at once.
  */
 static void reach_daemon(const char *path, const struct buf *request, const struct config *cfg, double wait_seconds,
                          struct attempt *a)
@@ -827,7 +834,7 @@ static void reach_daemon(const char *path, const struct buf *request, const stru
         if (fd >= 0) {
             exchange(fd, request, cfg->reply_timeout_seconds, a);
             close(fd);
-            if (a->outcome != OUTCOME_BUSY)
+            if (a->outcome != OUTCOME_BUSY && !(a->outcome == OUTCOME_NO_ANSWER && a->cut_before_reply))
                 return;
         } else if (!connect_retryable(a->err)) {
             return;
@@ -1070,7 +1077,8 @@ static int run(struct config *cfg, struct buf *in, struct buf *body, struct buf 
     }
     char details[768];
     describe_failure(a, path, waited, details, sizeof details);
-    if (a->outcome == OUTCOME_NO_ANSWER)
+    /* Cut before any reply byte until the deadline: as good as unreachable (a DEL is spooled, safe to replay). */
+    if (a->outcome == OUTCOME_NO_ANSWER && !a->cut_before_reply)
         return cni_error(cfg, CNI_TRY_AGAIN_LATER, "plexusd did not answer", details);
     if (a->outcome == OUTCOME_BAD_REPLY)
         return cni_error(cfg, CNI_TRY_AGAIN_LATER, "plexusd returned an unexpected reply", details);

@@ -28,6 +28,7 @@ export const DaemonConfigSchema = z
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
+    drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
@@ -50,6 +51,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--state-sync': 'stateSync',
   '--host-link-group': 'hostLinkGroup',
   '--spool-scan-seconds': 'spoolScanSeconds',
+  '--drain-seconds': 'drainSeconds',
   '--log-level': 'logLevel',
 };
 
@@ -68,6 +70,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group
+  --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file

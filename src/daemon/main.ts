@@ -1,4 +1,5 @@
 /** plexusd: the Plexus node daemon. */
+import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { DriverRegistry } from '../drivers/registry';
@@ -8,6 +9,7 @@ import { NetworkDirectory } from '../networks/directory';
 import { AttachmentEngine } from './attachments';
 import { loadDaemonConfig, USAGE } from './config';
 import { Journal } from './journal';
+import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from './recovery';
 import { DaemonServer } from './server';
 
@@ -24,6 +26,9 @@ async function main(): Promise<number> {
   const config = outcome.config;
   const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
 
+  // A daemon being replaced finishes its calls first; recovering the journal before that would undo them.
+  await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
+  const lock = await acquireInstanceLock(config.stateDir, (holder) => log.info({ holder }, 'waiting for the previous plexusd to finish its calls'));
   const kernel = new Kernel(config.kernelThreads);
   const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
@@ -68,8 +73,11 @@ async function main(): Promise<number> {
   });
   clearInterval(spoolTimer);
   state.ready = false;
-  await server.close();
+  const cut = await server.close(config.drainSeconds * 1000);
+  if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
+  else log.info('drained: every accepted call was answered');
   await kernel.close();
+  lock.release();
   return 0;
 }
 

@@ -53,6 +53,8 @@ export interface ServerOptions {
 export class DaemonServer {
   private readonly server: Server;
   private readonly limiter: Semaphore;
+  private inFlight = 0;
+  private closing = false;
 
   constructor(
     private readonly options: ServerOptions,
@@ -62,6 +64,10 @@ export class DaemonServer {
   ) {
     this.limiter = new Semaphore(options.maxConcurrent, options.maxQueued);
     this.server = createServer((req, res) => {
+      this.inFlight++;
+      res.once('close', () => this.inFlight--);
+      // While draining, a connection closes after its reply: nothing new may arrive on it.
+      if (this.closing) res.setHeader('Connection', 'close');
       this.route(req, res).catch((e: unknown) => {
         this.log.error({ err: e }, 'request failed');
         if (!res.headersSent) send(res, 500, JSON.stringify({ error: String(e) }));
@@ -73,7 +79,7 @@ export class DaemonServer {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://plexusd');
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
-    if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
+    if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, pid: process.pid, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
     if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify(await this.engine.journal.list()));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.networks.list();
@@ -137,14 +143,30 @@ export class DaemonServer {
     chmodSync(path, 0o600);
   }
 
-  async close(): Promise<void> {
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeAllConnections();
+  /**
+   * Graceful stop: accept no more connections and remove the socket at once (plexus-cni then retries until a
+   * replacement daemon listens), let every call already accepted finish, then close. Calls still running after
+   * `drainMs` are cut off; their shims see a reset before any reply byte and retry them on the replacement, which
+   * is safe because every CNI verb is idempotent here. Returns the number of connections cut off.
+   */
+  async close(drainMs = 0): Promise<number> {
+    this.closing = true;
+    const drained = new Promise<void>((resolve) => this.server.close(() => resolve()));
     try {
       unlinkSync(this.options.socketPath);
     } catch {
       /* already gone */
     }
+    this.server.closeIdleConnections();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      drained.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), drainMs))),
+    ]);
+    clearTimeout(timer);
+    const cut = timedOut ? this.inFlight : 0;
+    this.server.closeAllConnections();
+    return cut;
   }
 }
 

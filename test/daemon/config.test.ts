@@ -18,6 +18,7 @@ const DEFAULTS: DaemonConfig = {
   kernelThreads: 1,
   maxQueued: 1024,
   stateSync: false,
+  drainSeconds: 20,
   spoolScanSeconds: 5,
   logLevel: 'info',
 };

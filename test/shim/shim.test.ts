@@ -440,15 +440,43 @@ describe('plexus-cni bounds what it waits for and reads', () => {
     assert.ok(run.elapsedMs >= 450 && run.elapsedMs < 3000, `took ${run.elapsedMs} ms`);
   });
 
-  test('a daemon that closes the connection without a reply gives code 11', async (t) => {
+  test('a connection cut before any reply byte (a daemon being replaced) is replayed, and the replay answered', async (t) => {
+    const dir = tempDir(t);
+    const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res, i) => (i < 2 ? res.socket?.destroy() : answerJson(res, '{"cniVersion":"1.1.0"}', 0)));
+
+    const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{}' });
+
+    assert.equal(run.code, 0, run.stdout.toString());
+    assert.equal(run.stdout.toString(), '{"cniVersion":"1.1.0"}');
+    assert.equal(daemon.requests.length, 3);
+    assert.deepEqual(daemon.requests[2]!.body, daemon.requests[0]!.body, 'the replay is the same request, byte for byte');
+  });
+
+  test('a daemon that keeps closing without a reply gives code 11 once daemonWaitSeconds are over', async (t) => {
     const dir = tempDir(t);
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => res.socket?.destroy());
+
+    const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{"daemonWaitSeconds":0.6}' });
+
+    assert.equal(run.code, 1);
+    const error = parseCniError(run);
+    assert.equal(error.code, 11);
+    assert.match(error.msg, /plexusd is not reachable/);
+    assert.match(String(error.details), /connection closed after 0 reply bytes; waited 0\.[6-9]/);
+    assert.ok(daemon.requests.length >= 2, `retried (${daemon.requests.length} attempts)`);
+  });
+
+  test('a reply cut off after its first bytes is never resent: the daemon may have acted on it', async (t) => {
+    const dir = tempDir(t);
+    const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => {
+      res.socket?.write('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"cni', () => res.socket?.destroy());
+    });
 
     const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{}' });
 
     assert.equal(run.code, 1);
     assert.equal(parseCniError(run).msg, 'plexusd did not answer');
-    assert.equal(daemon.requests.length, 1, 'a request the daemon received must not be resent');
+    assert.equal(daemon.requests.length, 1, 'a request answered in part must not be resent');
   });
 
   test('a config over 4 MiB is refused with code 4', async (t) => {

@@ -92,13 +92,16 @@ export class DaemonFixture {
   }
 
   async start(): Promise<void> {
-    this.proc = spawn(PLEXUSD, ['--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
-    this.proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
+    const proc = spawn(PLEXUSD, ['--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc = proc;
+    proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + 15000;
     for (;;) {
-      if (this.proc.exitCode !== null) throw new Error(`plexusd exited with ${this.proc.exitCode}: ${this.stderr}`);
+      if (proc.exitCode !== null) throw new Error(`plexusd exited with ${proc.exitCode}: ${this.stderr}`);
       try {
-        if ((await getJson(this.socket, '/readyz')).status === 200) return;
+        // Ready means this process answers: during a replacement the old daemon may still be listening.
+        const ready = await getJson(this.socket, '/readyz');
+        if (ready.status === 200 && (ready.body as { pid?: number }).pid === proc.pid) return;
       } catch {
         /* not listening yet */
       }
@@ -115,6 +118,19 @@ export class DaemonFixture {
     p.kill(signal);
     await exited;
     this.proc = undefined;
+  }
+
+  /**
+   * A rolling upgrade: SIGTERM to the running daemon and at once a new one on the same socket and state dir.
+   * Resolves when the new one is ready, with the old one's exit (code and signal) still to come.
+   */
+  async replace(): Promise<{ readonly oldExit: Promise<{ code: number | null; signal: NodeJS.Signals | null }> }> {
+    const old = this.proc;
+    if (!old) throw new Error('no daemon to replace');
+    const oldExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => old.once('exit', (code, signal) => r({ code, signal })));
+    old.kill('SIGTERM');
+    await this.start();
+    return { oldExit };
   }
 
   /** The plexus entry of a runtime's CNI config for this daemon. */

@@ -12,6 +12,8 @@ packages=(
   gcc make libc6-dev           # fallback compiler and the ASan build of plexus-cni
   valgrind                     # the shim's memory tests
   time                         # /usr/bin/time: the benchmark reads the shim's peak RSS
+  containerd runc              # a real runtime (Debian's containerd 1.6) for the runtime tests
+  util-linux                   # nsenter: tests look inside a container's network namespace
 )
 missing=()
 for p in "${packages[@]}"; do

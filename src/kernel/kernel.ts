@@ -8,6 +8,7 @@ import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, RouteInfo, RouteSpec } from './types';
 import type { DeleteManyOutcome } from './delete-many';
 import type { BatchReply, BatchRequest } from './worker';
+import { closeFd, deleteLinkOnPool } from './pod-link-deletions';
 
 export type KernelResult<T> = Result<T, KernelCallError>;
 
@@ -164,10 +165,20 @@ export class Kernel {
   listRoutes(netns: string | undefined, family?: 4 | 6): Promise<KernelResult<RouteInfo[]>> {
     return this.one(netns, { op: 'routeList', ...(family ? { family } : {}) });
   }
-  /** Deletes a link; a missing one counts as deleted. Host links are deleted in batches (HostLinkDeletions). */
-  deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>> {
+  /**
+   * Deletes a link; a missing one counts as deleted. Host links are deleted in batches (HostLinkDeletions), links in
+   * a pod's netns from the libuv pool (pod-link-deletions.ts), so that their RCU waits overlap.
+   */
+  async deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>> {
     if (netns === undefined) return this.hostDeletions.delete(name);
-    return this.one(netns, { op: 'linkDel', name, ignore: ['ENODEV'] });
+    const socket = await this.one<number>(netns, { op: 'socketOpen' });
+    if (!socket.ok) return socket;
+    try {
+      const failed = await deleteLinkOnPool(socket.value, name);
+      return failed && failed.errnoName !== 'ENODEV' ? err(new KernelCallError(failed, 0)) : ok(null);
+    } finally {
+      closeFd(socket.value);
+    }
   }
   addRoute(netns: string | undefined, route: RouteSpec): Promise<KernelResult<unknown>> {
     return this.one(netns, { op: 'routeAdd', route });

@@ -28,6 +28,30 @@ export const failure = (op: string, target: string, errno: number, extack?: stri
   op, target, errno, errnoName: errnoName(errno), message: strerror(errno), ...(extack ? { extack } : {}),
 });
 
+/**
+ * Reads one received buffer of replies to request `seq` into `replies`: true when the request is complete (its ack
+ * or NLMSG_DONE came), false when more is to come. The kernel's error for the request is thrown as a KernelError.
+ */
+export function collectReplies(received: Buffer, seq: number, replies: RawMessage[], op: string, target: string): boolean {
+  for (const m of splitMessages(received)) {
+    if (m.seq !== seq) continue; // a stale reply to an earlier request
+    if (m.type === C.NLMSG_DONE) return true;
+    if (m.type === C.NLMSG_ERROR) {
+      const code = -m.payload.readInt32LE(0);
+      if (code === 0) return true;
+      let extack: string | undefined;
+      if (m.flags & C.NLM_F_ACK_TLVS) {
+        // With NETLINK_CAP_ACK only the original header (16 bytes) follows the error code.
+        const tlvs = parseAttrs(m.payload.subarray(4 + 16));
+        extack = readCString(tlvs.get(C.NLMSGERR_ATTR_MSG));
+      }
+      throw new KernelError(failure(op, target, code, extack));
+    }
+    replies.push({ ...m, payload: Buffer.from(m.payload) }); // the receive buffer is reused
+  }
+  return false;
+}
+
 const macvlanModes = { private: 1, vepa: 2, bridge: 4, passthru: 8, source: 16 } as const;
 const ipvlanModes = { l2: 0, l3: 1, l3s: 2 } as const;
 const RECV_SIZE = 256 * 1024;
@@ -68,6 +92,12 @@ export class RtnlSocket {
     this.closed = true;
   }
 
+  /** Hands the socket's descriptor over to the caller, who closes it; this object no longer uses it. */
+  release(): number {
+    this.closed = true;
+    return this.fd;
+  }
+
   /** Sends one request and collects the replies until the ack (or NLMSG_DONE for dumps). */
   private request(op: string, target: string, type: number, flags: number, header: Buffer, attrs: readonly Attr[]): RawMessage[] {
     const seq = ++this.seq;
@@ -81,22 +111,7 @@ export class RtnlSocket {
         if (errnoName(e) === 'EINTR') continue;
         throw new KernelError(failure(op, target, e));
       }
-      for (const m of splitMessages(this.buf.subarray(0, n))) {
-        if (m.seq !== seq) continue; // a stale reply to an earlier request
-        if (m.type === C.NLMSG_DONE) return replies;
-        if (m.type === C.NLMSG_ERROR) {
-          const code = -m.payload.readInt32LE(0);
-          if (code === 0) return replies;
-          let extack: string | undefined;
-          if (m.flags & C.NLM_F_ACK_TLVS) {
-            // With NETLINK_CAP_ACK only the original header (16 bytes) follows the error code.
-            const tlvs = parseAttrs(m.payload.subarray(4 + 16));
-            extack = readCString(tlvs.get(C.NLMSGERR_ATTR_MSG));
-          }
-          throw new KernelError(failure(op, target, code, extack));
-        }
-        replies.push({ ...m, payload: Buffer.from(m.payload) }); // the receive buffer is reused
-      }
+      if (collectReplies(this.buf.subarray(0, n), seq, replies, op, target)) return replies;
     }
   }
 

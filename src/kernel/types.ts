@@ -80,6 +80,8 @@ export type KernelOp =
   | { readonly op: 'linkAdd'; readonly link: LinkSpec }
   | { readonly op: 'linkDel'; readonly name: string }
   | { readonly op: 'linkDelGroup'; readonly group: number }
+  /** Opens an rtnetlink socket in the batch's netns and returns its descriptor, which the caller then owns. */
+  | { readonly op: 'socketOpen' }
   /** Deletes links in one request, through a link group of their own (see delete-many.ts). */
   | { readonly op: 'linkDelMany'; readonly names: readonly string[]; readonly group: number }
   | { readonly op: 'linkSet'; readonly name: string; readonly up?: boolean; readonly mtu?: number; readonly mac?: string; readonly bridge?: string | null; readonly promisc?: boolean; readonly hairpin?: boolean; readonly netns?: string; readonly newName?: string; readonly group?: number }

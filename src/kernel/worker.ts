@@ -36,6 +36,8 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
     case 'linkDelGroup':
       sock.deleteGroup(op.group);
       return null;
+    case 'socketOpen':
+      return netns ? inNetns(netns, () => RtnlSocket.open()).release() : RtnlSocket.open().release();
     case 'linkSet': {
       const fd = op.netns ? openNetns(op.netns) : undefined;
       try {

@@ -175,6 +175,27 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     assert.deepEqual(hostLinksWithPrefix(`${prefix}c`), []);
   });
 
+  it('deletes links in many pod namespaces at once, each answered on its own, with the kernel errors of the others', async () => {
+    const pods = Array.from({ length: 8 }, (_, i) => fx.create(`d${i}`));
+    for (const [i, pod] of pods.entries()) {
+      fx.trackHostLink(`${prefix}d${i}`);
+      must(await kernel.batch(undefined, [{ op: 'linkAdd', link: { kind: 'veth', name: `${prefix}d${i}`, peer: { name: 'net1', netns: pod.path } } }]));
+    }
+    const results = await Promise.all([
+      ...pods.map((p) => kernel.deleteLink(p.path, 'net1')),
+      kernel.deleteLink(pods[0]!.path, 'absent0'),
+      kernel.deleteLink(pods[1]!.path, 'lo'),
+      kernel.deleteLink(`/var/run/netns/${prefix}-gone`, 'net1'),
+    ]);
+    assert.ok(results.slice(0, pods.length + 1).every((r) => r.ok), 'deleted, and a missing link counts as deleted');
+    for (const pod of pods) assert.doesNotMatch(ip('-n', pod.name, '-o', 'link', 'show'), /net1/);
+    const lo = results[pods.length + 1]!;
+    assert.ok(!lo.ok && lo.error.failure.op === 'RTM_DELLINK' && lo.error.is('EOPNOTSUPP'), 'the kernel refuses to delete lo, and says so');
+    const gone = results[pods.length + 2]!;
+    assert.ok(!gone.ok && gone.error.failure.op === 'open netns' && gone.error.is('ENOENT'), 'a netns that is gone is reported as such');
+    assert.deepEqual(hostLinksWithPrefix(`${prefix}d`), [], 'the host ends went with their peers');
+  });
+
   it('fails cleanly for a netns that does not exist', async () => {
     const r = await kernel.getLink(`/var/run/netns/${prefix}-missing`, 'eth0');
     assert.equal(r.ok, false);

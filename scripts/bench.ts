@@ -12,7 +12,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type AddResult, CallsAborted, type Outcome, type Plugin, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
 import {
-  createNetns, createUplink, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, linkExists, linksOfBridge, listNetns, machine, netnsPath, podLinks,
+  createNetns, createUplink, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, ipBatch, linkExists, linksOfBridge, listNetns, machine, netnsPath, podLinks,
   restoreForwardingOnTeardown, uniquePrefix,
 } from './lib/host';
 import { type MultiAdd, type MultiRuntime, addressesOfAdd, hostLinksOfAdd, plexusRuntime, referenceRuntime } from './lib/multinet';
@@ -147,37 +147,70 @@ interface LatencyFigures {
   readonly leaks: readonly string[];
 }
 
-async function measureLatency(teardown: Teardown, prefix: string, subjects: readonly Subject[], iterations: number): Promise<Map<string, LatencyFigures>> {
+/**
+ * Interleaved: each subject adds a pod and deletes it at once, in namespaces made beforehand. Churn (as a kubelet
+ * replacing pods through containerd): each subject's ADD comes right after its DEL of the pod it added one iteration
+ * earlier, and each pod's namespace is made just before its ADD and deleted just after its DEL (untimed), so the ADD
+ * meets whatever that DEL and the namespace's teardown (the kernel's cleanup_net) left the kernel doing. Subjects
+ * still alternate, so both see the same background.
+ */
+async function measureLatency(teardown: Teardown, prefix: string, subjects: readonly Subject[], iterations: number, churn = false): Promise<Map<string, LatencyFigures>> {
   const total = WARMUP + iterations;
-  const netnsNames = subjects.flatMap((s) => Array.from({ length: total }, (_, i) => `${prefix}-${s.tag}-l${i}`));
-  createNetns(teardown, netnsNames);
+  const mode = churn ? 'c' : 'l';
+  const netnsNames = subjects.flatMap((s) => Array.from({ length: total }, (_, i) => `${prefix}-${s.tag}-${mode}${i}`));
+  if (churn) teardown.add(`delete ${netnsNames.length} netns`, () => deleteNetns(netnsNames));
+  else createNetns(teardown, netnsNames);
+  const churnLeaks = new Map<string, string[]>();
   const before = new Map<string, Set<string>>();
   for (const s of subjects) before.set(s.name, new Set(await s.leftovers()));
   const samples = new Map(subjects.map((s) => [s.name, { add: [] as number[], del: [] as number[], failures: [] as string[], runs: [] as PodRun[] }]));
+  const alive = new Map<string, { added: Awaited<ReturnType<typeof addPod>>; measured: boolean }>();
+  const remove = async (subject: Subject, acc: NonNullable<ReturnType<typeof samples.get>>, added: Awaited<ReturnType<typeof addPod>>, measured: boolean): Promise<void> => {
+    const { del, delError } = await delPod(subject, added);
+    acc.runs.push({ ...added, del, ...(delError !== undefined ? { delError } : {}) });
+    if (delError !== undefined) acc.failures.push(`DEL ${added.pod.name}: ${delError}`);
+    if (measured && added.addError === undefined && delError === undefined) acc.del.push(del.ms);
+    if (!churn) return;
+    // The namespace goes now, and a host veth left behind would go with it: look for one first.
+    const present = hostLinks();
+    const left = added.result !== undefined ? hostSideLinksOf(added.result, subject.bridge).filter((l) => present.has(l)) : [];
+    if (left.length) churnLeaks.set(subject.name, [...(churnLeaks.get(subject.name) ?? []), ...left.map((l) => `link ${l}`)]);
+    const r = ipBatch([`netns del ${added.pod.netns.split('/').pop()}`]);
+    if (r.status !== 0) throw new Error(`ip netns del: ${r.stderr.trim()}`);
+  };
   for (let i = 0; i < total; i++) {
     // Rotate who goes first so neither subject always runs on a cache the other just warmed.
     const order = subjects.map((_, k) => subjects[(i + k) % subjects.length] as Subject);
     for (const subject of order) {
       const acc = samples.get(subject.name);
       if (acc === undefined) continue;
-      const pod = newPod('default', `bench-${subject.tag}-l${i}`, `/var/run/netns/${prefix}-${subject.tag}-l${i}`);
+      const previous = alive.get(subject.name);
+      if (previous !== undefined) await remove(subject, acc, previous.added, previous.measured);
+      const pod = newPod('default', `bench-${subject.tag}-${mode}${i}`, netnsPath(`${prefix}-${subject.tag}-${mode}${i}`));
+      if (churn) {
+        const r = ipBatch([`netns add ${prefix}-${subject.tag}-${mode}${i}`]);
+        if (r.status !== 0) throw new Error(`ip netns add: ${r.stderr.trim()}`);
+      }
       const added = await addPod(subject, pod);
-      const { del, delError } = await delPod(subject, added);
-      acc.runs.push({ ...added, del, ...(delError !== undefined ? { delError } : {}) });
       if (added.addError !== undefined) acc.failures.push(`ADD ${pod.name}: ${added.addError}`);
-      if (delError !== undefined) acc.failures.push(`DEL ${pod.name}: ${delError}`);
-      if (i < WARMUP) continue;
-      if (added.addError === undefined) acc.add.push(added.add.ms);
-      if (added.addError === undefined && delError === undefined) acc.del.push(del.ms);
+      if (i >= WARMUP && added.addError === undefined) acc.add.push(added.add.ms);
+      if (churn) alive.set(subject.name, { added, measured: i >= WARMUP });
+      else await remove(subject, acc, added, i >= WARMUP);
     }
     if (process.stdout.isTTY) process.stdout.write(`\r  ${i + 1}/${total} iterations (${WARMUP} warm-up)`);
+  }
+  for (const subject of subjects) {
+    const last = alive.get(subject.name);
+    const acc = samples.get(subject.name);
+    if (last !== undefined && acc !== undefined) await remove(subject, acc, last.added, last.measured);
   }
   if (process.stdout.isTTY) process.stdout.write('\n');
   const figures = new Map<string, LatencyFigures>();
   for (const subject of subjects) {
     const acc = samples.get(subject.name);
     if (acc === undefined) continue;
-    figures.set(subject.name, { add: summarize(acc.add), del: summarize(acc.del), failures: acc.failures, leaks: await leaksOf(subject, acc.runs, before.get(subject.name) ?? new Set()) });
+    const leaks = [...(churnLeaks.get(subject.name) ?? []), ...(await leaksOf(subject, acc.runs, before.get(subject.name) ?? new Set()))];
+    figures.set(subject.name, { add: summarize(acc.add), del: summarize(acc.del), failures: acc.failures, leaks });
   }
   deleteNetns(netnsNames);
   return figures;
@@ -494,6 +527,9 @@ interface Report {
   readonly subjects: { readonly name: string; readonly binary: string; readonly config: unknown }[];
   readonly latency: Record<string, LatencyFigures>;
   readonly ratios: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
+  /** Section 1 again as a churn: each ADD right after the same subject's DEL of its previous pod. */
+  readonly latencyChurn: Record<string, LatencyFigures>;
+  readonly ratiosChurn: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
   readonly shim?: ShimFigures;
   readonly bursts: BurstFigures[];
   readonly multi?: MultiReport;
@@ -507,20 +543,24 @@ function render(report: Report, markdown: boolean): string {
   const t = markdown ? markdownTable : table;
   const out: string[] = [];
   const head = (s: string): void => void out.push('', markdown ? `### ${s}` : `== ${s}`, '');
-  head(`ADD / DEL latency, 1 interface, ${report.settings.iterations} iterations (ms)`);
-  out.push(
-    t(
-      ['subject', 'ADD median', 'ADD p90', 'ADD min', 'ADD max', 'DEL median', 'DEL p90', 'DEL min', 'DEL max', 'failures'],
-      Object.entries(report.latency).map(([name, f]) => [
-        name, fmt(f.add.median), fmt(f.add.p90), fmt(f.add.min), fmt(f.add.max), fmt(f.del.median), fmt(f.del.p90), fmt(f.del.min), fmt(f.del.max), String(f.failures.length),
-      ]),
-    ),
-  );
-  const ratios = Object.entries(report.ratios);
-  if (ratios.length > 0) {
-    out.push('');
-    for (const [name, r] of ratios) out.push(`${markdown ? '- ' : ''}${name}: ADD median ${fmt(r.addMedian, 2)}x, DEL median ${fmt(r.delMedian, 2)}x`);
-  }
+  const latencyTable = (title: string, latency: Report['latency'], ratioMap: Report['ratios']): void => {
+    head(title);
+    out.push(
+      t(
+        ['subject', 'ADD median', 'ADD p90', 'ADD min', 'ADD max', 'DEL median', 'DEL p90', 'DEL min', 'DEL max', 'failures'],
+        Object.entries(latency).map(([name, f]) => [
+          name, fmt(f.add.median), fmt(f.add.p90), fmt(f.add.min), fmt(f.add.max), fmt(f.del.median), fmt(f.del.p90), fmt(f.del.min), fmt(f.del.max), String(f.failures.length),
+        ]),
+      ),
+    );
+    const ratios = Object.entries(ratioMap);
+    if (ratios.length > 0) {
+      out.push('');
+      for (const [name, r] of ratios) out.push(`${markdown ? '- ' : ''}${name}: ADD median ${fmt(r.addMedian, 2)}x, DEL median ${fmt(r.delMedian, 2)}x`);
+    }
+  };
+  latencyTable(`ADD / DEL latency, 1 interface, ${report.settings.iterations} iterations (ms)`, report.latency, report.ratios);
+  latencyTable(`ADD / DEL latency, 1 interface, churn: each ADD right after the same subject's DEL, ${report.settings.iterations} iterations (ms)`, report.latencyChurn, report.ratiosChurn);
   if (report.shim !== undefined) {
     const s = report.shim;
     head(`plexus-cni executable overhead (${report.settings.shimCalls} VERSION calls, ms)`);
@@ -768,6 +808,8 @@ async function main(): Promise<number> {
 
     console.log('\n1. ADD/DEL latency');
     const latency = await measureLatency(teardown, prefix, subjects, options.iterations);
+    console.log('1c. ADD/DEL latency in churn');
+    const latencyChurn = await measureLatency(teardown, prefix, subjects, options.iterations, true);
 
     let shim: ShimFigures | undefined;
     if (plexus !== undefined && daemon !== undefined) {
@@ -836,9 +878,11 @@ async function main(): Promise<number> {
 
     const daemonExit = daemon !== undefined ? await daemon.stop() : undefined;
 
-    for (const [name, f] of latency) {
-      for (const e of f.failures.slice(0, 5)) problems.push(`${name} latency: ${e}`);
-      for (const l of f.leaks) problems.push(`${name} latency leak: ${l}`);
+    for (const [section, figures] of [['latency', latency], ['churn latency', latencyChurn]] as const) {
+      for (const [name, f] of figures) {
+        for (const e of f.failures.slice(0, 5)) problems.push(`${name} ${section}: ${e}`);
+        for (const l of f.leaks) problems.push(`${name} ${section} leak: ${l}`);
+      }
     }
     for (const b of bursts) {
       for (const e of b.errors) problems.push(`${b.subject} c=${b.concurrency}: ${e}`);
@@ -847,13 +891,17 @@ async function main(): Promise<number> {
     }
     if (daemonExit !== undefined && daemonExit !== 0) problems.push(`plexusd exited with ${String(daemonExit)} on SIGTERM`);
 
-    const ratios: Report['ratios'] = {};
-    const ref = latency.get('reference');
-    if (ref !== undefined) {
-      for (const [name, f] of latency) {
-        if (name !== 'reference') ratios[`${name}/reference`] = { addMedian: round(f.add.median / ref.add.median), delMedian: round(f.del.median / ref.del.median) };
+    const ratiosOf = (figures: Map<string, LatencyFigures>): Report['ratios'] => {
+      const ratios: Report['ratios'] = {};
+      const ref = figures.get('reference');
+      if (ref !== undefined) {
+        for (const [name, f] of figures) {
+          if (name !== 'reference') ratios[`${name}/reference`] = { addMedian: round(f.add.median / ref.add.median), delMedian: round(f.del.median / ref.del.median) };
+        }
       }
-    }
+      return ratios;
+    };
+    const ratios = ratiosOf(latency);
     const report: Report = {
       machine: m,
       command: `node dist/scripts/bench.js ${process.argv.slice(2).join(' ')}`.trim(),
@@ -863,6 +911,8 @@ async function main(): Promise<number> {
       subjects: subjects.map((s) => ({ name: s.name, binary: s.plugin.binary, config: s.plugin.config })),
       latency: Object.fromEntries(latency),
       ratios,
+      latencyChurn: Object.fromEntries(latencyChurn),
+      ratiosChurn: ratiosOf(latencyChurn),
       ...(shim !== undefined ? { shim } : {}),
       bursts,
       ...(multi !== undefined ? { multi } : {}),

@@ -8,8 +8,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
-import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ROOT, ShimOutput } from '../support/daemon';
+import { DaemonFixture, podCall, podMaker, ROOT, ShimOutput, TestPod } from '../support/daemon';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pl');
@@ -35,22 +34,10 @@ after(async () => {
   fx.cleanup();
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly name: string;
-  readonly netns: string;
-  readonly ns: string;
-}
-let n = 0;
-function newPod(): Pod {
-  const i = ++n;
-  const ns = fx.create(`p${i}`);
-  const cid = `${prefix}c${i}`;
-  for (const ifname of ['eth0', 'net1', 'net2']) fx.trackHostLink(hostVethName(cid, ifname));
-  return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
-}
-const add = (pod: Pod): Promise<ShimOutput> => daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config });
-const del = (pod: Pod): Promise<ShimOutput> => daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config });
+type Pod = TestPod;
+const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2']);
+const add = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'ADD', pod, config);
+const del = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'DEL', pod, config);
 const addressesOf = (out: ShimOutput): string[] => ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address.split('/')[0]!);
 
 /** Every lease on disk, as "network/address owner ifname". */

@@ -9,7 +9,7 @@ import { createConnection, createServer, Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ShimOutput } from '../support/daemon';
+import { DaemonFixture, podCall, podMaker, ShimOutput, TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pu');
@@ -32,22 +32,10 @@ after(async () => {
   fx.cleanup();
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly name: string;
-  readonly netns: string;
-}
-let n = 0;
-function newPod(): Pod {
-  const i = ++n;
-  const cid = `${prefix}c${i}`;
-  const netns = fx.create(`p${i}`).path;
-  for (const ifname of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, ifname));
-  return { cid, name: `pod${i}`, netns };
-}
-const add = (pod: Pod, socketPath?: string): Promise<ShimOutput> =>
-  daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: config(socketPath) });
-const del = (pod: Pod): Promise<ShimOutput> => daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: config() });
+type Pod = TestPod;
+const newPod = podMaker(fx, prefix, ['eth0', 'net1']);
+const add = (pod: Pod, socketPath?: string): Promise<ShimOutput> => podCall(daemon, 'ADD', pod, config(socketPath));
+const del = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'DEL', pod, config());
 const addresses = (out: ShimOutput): string[] => ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address);
 const leftovers = (pods: readonly Pod[]): unknown => ({
   leases: [...daemon.leases('podnet'), ...daemon.leases('sec')],
@@ -126,7 +114,7 @@ describe('an ADD replayed after the daemon acted on it', () => {
       assert.equal(daemon.leases('podnet').length, 1);
       assert.equal(daemon.leases('sec').length, 1);
       assert.equal(daemon.journalFiles().length, 1);
-      const podLinks = ip('netns', 'exec', pod.netns.split('/').pop()!, 'ip', '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l));
+      const podLinks = ip('-n', pod.ns, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l));
       assert.equal(podLinks.length, 2, 'eth0 and net1, once each');
     } finally {
       await new Promise<void>((r) => proxy.close(() => r()));

@@ -7,6 +7,8 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { hostVethName } from '../../src/drivers/bridge';
+import type { NetnsFixture } from './netns';
 
 export const ROOT = resolve(__dirname, '../../..');
 export const SHIM = join(ROOT, 'bin/plexus-cni');
@@ -196,3 +198,31 @@ export class DaemonFixture {
 /** containerd's CNI_ARGS for a pod. */
 export const podArgs = (name: string, containerId: string, namespace = 'default'): string =>
   `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${containerId};K8S_POD_UID=uid-${containerId}`;
+
+/** A pod of an end-to-end test: its sandbox's container ID, name and network namespace. */
+export interface TestPod {
+  readonly cid: string;
+  readonly name: string;
+  /** The namespace's path (CNI_NETNS) and its name (for `ip -n`). */
+  readonly netns: string;
+  readonly ns: string;
+}
+
+/**
+ * Makes pods numbered 1, 2, … in namespaces of `fx`, with the host veths of the given pod interfaces tracked, so the
+ * fixture removes whatever a failed test left.
+ */
+export function podMaker(fx: NetnsFixture, prefix: string, hostVethsOf: readonly string[]): () => TestPod {
+  let n = 0;
+  return () => {
+    const i = ++n;
+    const ns = fx.create(`p${i}`);
+    const cid = `${prefix}c${i}`;
+    for (const ifname of hostVethsOf) fx.trackHostLink(hostVethName(cid, ifname));
+    return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
+  };
+}
+
+/** ADD or DEL of a pod, as containerd sends it (CNI_IFNAME eth0, the pod's CNI_ARGS). */
+export const podCall = (daemon: DaemonFixture, command: 'ADD' | 'DEL' | 'CHECK', pod: TestPod, config: Record<string, unknown>): Promise<ShimOutput> =>
+  daemon.cni({ command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config });

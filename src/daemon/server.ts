@@ -20,20 +20,24 @@ export interface ServerState {
   ready: boolean;
 }
 
+/**
+ * The request body, or undefined when it is over MAX_BODY. An oversized body is read to its end and dropped, so the
+ * caller can answer with an error: a connection closed before any reply would make plexus-cni replay the call. Only
+ * a body over twice the limit (no shim sends one) gets the connection closed.
+ */
 function readBody(req: IncomingMessage): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {
       size += c.length;
-      if (size > MAX_BODY) {
+      if (size > 2 * MAX_BODY) {
         resolve(undefined);
         req.destroy();
-        return;
-      }
-      chunks.push(c);
+      } else if (size > MAX_BODY) chunks.length = 0;
+      else chunks.push(c);
     });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => resolve(size > MAX_BODY ? undefined : Buffer.concat(chunks).toString('utf8')));
     req.on('error', reject);
   });
 }

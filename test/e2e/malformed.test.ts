@@ -65,6 +65,8 @@ const cases: Case[] = [
   { title: 'a network using ipMasq, which the native bridge does not do yet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'masq' }) }), code: 2, msg: /ipMasq/ },
   { title: 'a network with an invalid IPAM subnet', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'badipam' }) }), code: 7, msg: /10\.1\.2\.0\/33/ },
   { title: 'a network whose bridge name is a non-bridge link', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'notbridge' }) }), code: 7, msg: /lo exists on the host but is not a bridge/ },
+  // Under the shim's 4 MiB, but every quote is escaped once more in the request it forwards: over the daemon's limit.
+  { title: 'a config whose forwarded request exceeds 4 MiB', call: () => ({ ...base(), config: JSON.stringify(daemon.runtimeConfig({ pad: '"'.repeat(1_400_000) })) }), code: 7, msg: /CNI request larger than 4194304 bytes/ },
   // This daemon's --cni-bin-dir is empty: delegated networks fail cleanly, naming the missing plugin.
   { title: 'a chained network whose plugins are not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 100, msg: /bridge.*not found|not found.*bridge/ },
   { title: 'a network of a non-native plugin type that is not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 100, msg: /sbr/ },

@@ -18,7 +18,7 @@ import { describeUndo, runUndo, undoStages } from '../drivers/undo';
 import type { Ipam, Lease } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
-import { AttachmentRecord, Journal, NetworkAttachment } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from './network-status';
 import { AttachmentStep, driverFor, planPod, PlanSettings } from './pod-plan';
 import { parseNetworkRef } from './network-ref';
@@ -48,6 +48,9 @@ export interface SweepReport {
   readonly leasesReleased: number;
   readonly dryRun: boolean;
 }
+
+const unreadableRecord = (record: AttachmentRecord): CniError =>
+  new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
 
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
@@ -104,11 +107,12 @@ export class AttachmentEngine {
       for (const step of steps) {
         const label = `${step.planned.network.key} as ${step.planned.ifname}`;
         const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
+        const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
         const env: DriverEnv = {
           kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir,
           record: (undo) => {
             if (undo.kind === 'delegateDel') delegated.push(undo);
-            return entry.record(undo);
+            return entry.record(undo, owner);
           },
           ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}),
         };
@@ -182,6 +186,7 @@ export class AttachmentEngine {
   /** Undoes every recorded step (in the stages of undoStages), continuing past failures; removes the record when all succeeded. */
   async undoRecord(record: AttachmentRecord): Promise<Result<void>> {
     const { containerId, ifname } = record.meta;
+    if (record.unreadable) return err(unreadableRecord(record));
     if (!record.deleting) {
       const entry = await this.journal.reopen(containerId, ifname);
       try {
@@ -190,16 +195,55 @@ export class AttachmentEngine {
         await entry.close();
       }
     }
+    const undone = await this.runUndoSteps(record.undo, `${containerId}/${ifname}`);
+    if (!undone.ok) return undone;
+    await this.journal.remove(containerId, ifname);
+    return ok(undefined);
+  }
+
+  /** Runs undo steps in the stages of undoStages, continuing past failures, which are reported together. */
+  private async runUndoSteps(steps: readonly UndoStep[], what: string): Promise<Result<void>> {
     const failures: string[] = [];
-    for (const stage of undoStages(record.undo)) {
+    for (const stage of undoStages(steps)) {
       const results = await Promise.all(stage.map((step) => runUndo(step, this.kernel, this.ipam)));
       results.forEach((r, k) => {
         if (!r.ok) failures.push(`${describeUndo(stage[k]!)}: ${r.error.message}`);
       });
     }
-    if (failures.length) return err(new CniError(CniCode.Internal, `could not undo ${failures.length} step(s) of ${containerId}/${ifname}: ${failures.join('; ')}`));
-    await this.journal.remove(containerId, ifname);
-    return ok(undefined);
+    return failures.length ? err(new CniError(CniCode.Internal, `could not undo ${failures.length} step(s) of ${what}: ${failures.join('; ')}`)) : ok(undefined);
+  }
+
+  /**
+   * Removes one network from a running pod: undoes the steps recorded for that attachment only, then records that it
+   * is gone and commits the pod's result without it. The pod's other networks are untouched. The default network stays.
+   */
+  detachAttachment(containerId: string, runtimeIfname: string, attachment: AttachmentKey): Promise<Result<CniResult>> {
+    return this.containerLocks.run(containerId, async () => {
+      const record = await this.journal.load(containerId, runtimeIfname);
+      const label = `network ${attachment.network} as ${attachment.ifname} of ${containerId}/${runtimeIfname}`;
+      if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${runtimeIfname} is known for container ${containerId}`));
+      if (record.unreadable) return err(unreadableRecord(record));
+      const attachments = record.details?.attachments ?? [];
+      const target = attachments.find((a) => a.network === attachment.network && a.ifname === attachment.ifname);
+      if (!target) return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the pod has no such attachment`, `attached: ${attachments.map((a) => `${a.network} as ${a.ifname}`).join(', ')}`));
+      if (target.isDefault) return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the default network cannot be detached from a running pod`));
+      if (record.undoOwners.some((o) => o === undefined)) {
+        return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the pod was attached by an older plexusd (journal v0), whose steps name no network; its networks can only be removed together, by DEL`));
+      }
+      const steps = record.undo.filter((_, i) => record.undoOwners[i]!.network === attachment.network && record.undoOwners[i]!.ifname === attachment.ifname);
+      const undone = await this.runUndoSteps(steps, label);
+      if (!undone.ok) return undone;
+      const remaining = attachments.filter((a) => a !== target);
+      const result = mergeResults(remaining.map((a) => a.result));
+      const entry = await this.journal.reopen(containerId, runtimeIfname);
+      try {
+        await entry.detached(attachment);
+        await entry.commit(result, record.cniVersion ?? '1.1.0', { attachments: remaining, networkStatus: networkStatus(remaining) });
+      } finally {
+        await entry.close();
+      }
+      return ok(result);
+    });
   }
 
   del(req: AttachRequest): Promise<Result<void>> {

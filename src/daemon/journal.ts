@@ -3,6 +3,12 @@
  * is appended and synced before the driver makes the change it undoes, so after any crash the daemon knows
  * exactly what may exist. A record is committed with the result, marked when deletion starts, and removed
  * when everything it recorded has been undone.
+ *
+ * Format v1: every line carries `v`, and each undo step the network attachment (network and pod interface) it
+ * belongs to, so one network can be detached from a running pod (a `detached` line retires its steps). Lines
+ * without `v` are v0, as plexusd wrote them before: read as they are, their steps belong to no attachment. A line
+ * of a newer version makes the record unreadable: an older daemon (a rollback) must not undo half of what it does
+ * not understand.
  */
 import { closeSync, fdatasync, openSync, write, writeSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
@@ -47,9 +53,23 @@ export interface CommitDetails {
   readonly networkStatus: readonly NetworkStatusEntry[];
 }
 
+/** One network of a pod: its network definition (key) and its interface in the pod. */
+export interface AttachmentKey {
+  readonly network: string;
+  readonly ifname: string;
+}
+
+/** The journal format this daemon writes, and the newest it reads. */
+export const JOURNAL_VERSION = 1;
+
 export interface AttachmentRecord {
   readonly meta: AttachmentMeta;
+  /** The steps still to undo, in the order they were recorded. */
   readonly undo: readonly UndoStep[];
+  /** For each step of `undo`, the attachment it belongs to; undefined for steps written in format v0. */
+  readonly undoOwners: readonly (AttachmentKey | undefined)[];
+  /** Set when a line is of a newer format than this daemon reads: the record must not be undone by this daemon. */
+  readonly unreadable?: string;
   readonly events: readonly TimedEvent[];
   readonly result?: CniResult;
   readonly cniVersion?: string;
@@ -57,12 +77,16 @@ export interface AttachmentRecord {
   readonly deleting: boolean;
 }
 
-type Line =
+type Line = { v?: number } & (
   | { t: 'begin'; meta: AttachmentMeta }
-  | { t: 'undo'; step: UndoStep; at: string }
+  | { t: 'undo'; step: UndoStep; a?: AttachmentKey; at: string }
   | { t: 'event'; what: string; ms?: number; at: string }
   | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
-  | { t: 'deleting'; at: string };
+  | { t: 'deleting'; at: string }
+  | { t: 'detached'; a: AttachmentKey; at: string }
+);
+
+const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean => a !== undefined && a.network === b.network && a.ifname === b.ifname;
 
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
 const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
@@ -70,18 +94,24 @@ const fileName = (containerId: string, ifname: string): string => `${containerId
 /** Replays a record's lines; a torn last line (crash mid-write) is ignored. */
 export function parseRecord(text: string): AttachmentRecord | undefined {
   let meta: AttachmentMeta | undefined;
-  const undo: UndoStep[] = [];
+  let undo: UndoStep[] = [];
+  let undoOwners: (AttachmentKey | undefined)[] = [];
+  let unreadable: string | undefined;
   const events: TimedEvent[] = [];
   let result: CniResult | undefined;
   let cniVersion: string | undefined;
   let details: CommitDetails | undefined;
   let deleting = false;
-  for (const raw of text.split('\n')) {
+  for (const [n, raw] of text.split('\n').entries()) {
     if (!raw) continue;
     let line: Line;
     try {
       line = JSON.parse(raw) as Line;
     } catch {
+      continue;
+    }
+    if ((line.v ?? 0) > JOURNAL_VERSION) {
+      unreadable ??= `line ${n + 1} is journal format v${line.v}; this plexusd reads up to v${JOURNAL_VERSION}`;
       continue;
     }
     switch (line.t) {
@@ -91,7 +121,16 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
         break;
       case 'undo':
         undo.push(line.step);
+        undoOwners.push(line.a);
         break;
+      case 'detached': {
+        const gone = line.a;
+        const keep = undoOwners.map((owner) => !sameAttachment(owner, gone));
+        undo = undo.filter((_, i) => keep[i]);
+        undoOwners = undoOwners.filter((_, i) => keep[i]);
+        events.push({ at: line.at, what: `detached ${gone.network} as ${gone.ifname}` });
+        break;
+      }
       case 'event':
         events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
         break;
@@ -105,9 +144,13 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
         deleting = true;
         events.push({ at: line.at, what: 'deleting' });
         break;
+      default:
+        unreadable ??= `line ${n + 1} has an unknown type ${JSON.stringify((line as { t?: unknown }).t)}`;
     }
   }
-  return meta ? { meta, undo, events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting } : undefined;
+  return meta
+    ? { meta, undo, undoOwners, ...(unreadable ? { unreadable } : {}), events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting }
+    : undefined;
 }
 
 /**
@@ -122,7 +165,7 @@ export class JournalEntry {
   ) {}
 
   private async append(line: Line, durable = true): Promise<void> {
-    const text = `${JSON.stringify(line)}\n`;
+    const text = `${JSON.stringify({ v: JOURNAL_VERSION, ...line })}\n`;
     if (!this.sync) {
       writeSync(this.fd, text);
       return;
@@ -135,8 +178,14 @@ export class JournalEntry {
     return this.append({ t: 'begin', meta });
   }
 
-  record(step: UndoStep): Promise<void> {
-    return this.append({ t: 'undo', step, at: new Date().toISOString() });
+  /** Records how to undo the change about to be made for `attachment`. */
+  record(step: UndoStep, attachment: AttachmentKey): Promise<void> {
+    return this.append({ t: 'undo', step, a: attachment, at: new Date().toISOString() });
+  }
+
+  /** Every step of `attachment` has been undone: the record no longer holds them. */
+  detached(attachment: AttachmentKey): Promise<void> {
+    return this.append({ t: 'detached', a: attachment, at: new Date().toISOString() });
   }
 
   event(what: string, ms?: number): Promise<void> {

@@ -11,14 +11,18 @@ const holderKey = (network: string, containerId: string, ifname: string): string
 
 export class LeaseHolders {
   private readonly held = new Set<string>();
+  /** Containers with a record written by a newer plexusd: which leases it holds cannot be told, so it holds all of its container's. */
+  private readonly unreadable = new Set<string>();
 
   constructor(records: readonly AttachmentRecord[]) {
     for (const record of records) {
+      if (record.unreadable) this.unreadable.add(record.meta.containerId);
       for (const step of record.undo) if (step.kind === 'releaseIpam') this.held.add(holderKey(step.network, step.containerId, step.ifname));
     }
   }
 
   holds(lease: Lease): boolean {
-    return lease.containerId !== '' && this.held.has(holderKey(lease.network, lease.containerId, lease.ifname));
+    if (lease.containerId === '') return false;
+    return this.unreadable.has(lease.containerId) || this.held.has(holderKey(lease.network, lease.containerId, lease.ifname));
   }
 }

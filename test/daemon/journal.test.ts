@@ -34,6 +34,8 @@ const steps: UndoStep[] = [
   { kind: 'deleteRoute', netns: '/var/run/netns/pod1', route: { dst: '0.0.0.0/0', gw: '10.1.0.1' } },
 ];
 
+const blue = { network: 'team-a/blue', ifname: 'eth0' };
+
 const result: CniResult = {
   interfaces: [{ name: 'eth0', mac: '0a:58:0a:01:00:07', sandbox: '/var/run/netns/pod1' }],
   ips: [{ address: '10.1.0.7/24', gateway: '10.1.0.1', interface: 0 }],
@@ -44,7 +46,7 @@ const result: CniResult = {
 async function writeCommitted(journal: Journal, m = meta()): Promise<void> {
   const entry = await journal.begin(m);
   try {
-    for (const step of steps) await entry.record(step);
+    for (const step of steps) await entry.record(step, blue);
     await entry.event('attach team-a/blue as eth0 (bridge)', 12.34567);
     await entry.commit(result, '1.0.0');
   } finally {
@@ -86,7 +88,7 @@ test('markDeleting on a reopened record is seen by load', async () => {
 test('a record begun but not committed has its undo steps and no result', async () => {
   await withJournal(async (journal) => {
     const entry = await journal.begin(meta());
-    await entry.record(steps[0]!);
+    await entry.record(steps[0]!, blue);
     await entry.close();
     const record = await journal.load('c0ffee01', 'eth0');
     assert.deepEqual(record?.undo, [steps[0]]);
@@ -174,7 +176,7 @@ test('the journal directory is created with mode 0700 and records with mode 0600
 test('a torn last line is ignored', async () => {
   await withJournal(async (journal, dir) => {
     const entry = await journal.begin(meta());
-    await entry.record(steps[0]!);
+    await entry.record(steps[0]!, blue);
     await entry.close();
     const [name] = await readdir(dir);
     await appendFile(join(dir, name!), '{"t":"committed","result":{"interfaces":[');
@@ -210,5 +212,72 @@ test('list ignores files that are not .jsonl', async () => {
     await writeFile(join(dir, 'notes.txt'), 'keep me');
     assert.deepEqual(await journal.list(), []);
     assert.equal(await readFile(join(dir, 'notes.txt'), 'utf8'), 'keep me');
+  });
+});
+
+test('every line is written as format v1, and each undo step names its attachment', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeCommitted(journal);
+    const lines = (await readFile(join(dir, (await readdir(dir))[0]!), 'utf8')).trim().split('\n').map((l) => JSON.parse(l) as { v?: number; t: string; a?: unknown });
+    assert.ok(lines.every((l) => l.v === 1), 'a version on every line');
+    assert.deepEqual(lines.filter((l) => l.t === 'undo').map((l) => l.a), [blue, blue, blue]);
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.deepEqual(record?.undoOwners, [blue, blue, blue]);
+    assert.equal(record?.unreadable, undefined);
+  });
+});
+
+// A record exactly as plexusd wrote it before journal v1 (no "v", no attachment on undo lines).
+const V0_RECORD = [
+  '{"t":"begin","meta":{"containerId":"c0ffee01","ifname":"eth0","netns":"/var/run/netns/pod1","pod":{"namespace":"team-a","name":"web-0"},"cniNetwork":"plexus","networks":["team-a/blue"],"startedAt":"2026-11-01T10:00:00.000Z"}}',
+  '{"t":"undo","step":{"kind":"releaseIpam","network":"blue","containerId":"c0ffee01","ifname":"eth0"},"at":"2026-11-01T10:00:00.001Z"}',
+  '{"t":"undo","step":{"kind":"deleteLink","name":"veth1234"},"at":"2026-11-01T10:00:00.002Z"}',
+  '{"t":"event","what":"attach team-a/blue as eth0 (bridge)","ms":1.5,"at":"2026-11-01T10:00:00.003Z"}',
+  '{"t":"committed","result":{"interfaces":[{"name":"eth0","sandbox":"/var/run/netns/pod1"}],"ips":[],"routes":[]},"cniVersion":"1.0.0","at":"2026-11-01T10:00:00.004Z"}',
+  '',
+].join('\n');
+
+test('a v0 record written before this format is read whole, its steps owned by no attachment', () => {
+  const record = parseRecord(V0_RECORD);
+  assert.ok(record);
+  assert.deepEqual(record.undo, [steps[0], steps[1]]);
+  assert.deepEqual(record.undoOwners, [undefined, undefined]);
+  assert.equal(record.cniVersion, '1.0.0');
+  assert.equal(record.unreadable, undefined, 'v0 is a format this daemon reads');
+});
+
+test('a v0 record can be appended to in v1 and still reads whole (an upgrade mid-transaction)', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), V0_RECORD);
+    const entry = await journal.reopen('c0ffee01', 'eth0');
+    await entry.markDeleting();
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.deleting, true);
+    assert.deepEqual(record?.undo, [steps[0], steps[1]]);
+  });
+});
+
+test('a line of a newer format makes the record unreadable, naming the line and versions', () => {
+  const text = `${V0_RECORD}{"v":2,"t":"undo","step":{"kind":"deleteLink","name":"x"},"at":"y"}\n`;
+  const record = parseRecord(text);
+  assert.equal(record?.unreadable, 'line 6 is journal format v2; this plexusd reads up to v1');
+  assert.deepEqual(record?.undo, [steps[0], steps[1]], 'what it could read is still listed');
+});
+
+test('a detached line retires the steps of that attachment only', async () => {
+  await withJournal(async (journal) => {
+    const red = { network: 'team-a/red', ifname: 'net1' };
+    const entry = await journal.begin(meta());
+    await entry.record(steps[0]!, blue);
+    await entry.record({ kind: 'releaseIpam', network: 'red', containerId: 'c0ffee01', ifname: 'net1' }, red);
+    await entry.record({ kind: 'deleteLink', netns: '/var/run/netns/pod1', name: 'net1' }, red);
+    await entry.record(steps[1]!, blue);
+    await entry.detached(red);
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.deepEqual(record?.undo, [steps[0], steps[1]]);
+    assert.deepEqual(record?.undoOwners, [blue, blue]);
+    assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'detached team-a/red as net1']);
   });
 });

@@ -4,7 +4,7 @@
  * with runDelegateDel, as the engine does on DEL.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -15,6 +15,7 @@ import type { CniResult } from '../../src/cni/types';
 import { convertResult } from '../../src/cni/version';
 import type { AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
 import { createDelegateDriver, delegateCheck, delegateDriver, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
+import { execPlugin } from '../../src/drivers/delegate/exec';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
 import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/nad';
@@ -608,5 +609,41 @@ describe('CHECK, STATUS and GC forwarding', () => {
     const conf = JSON.parse(gcs[1]?.stdin ?? '') as Record<string, unknown>;
     assert.deepEqual(conf['cni.dev/valid-attachments'], [{ containerID: 'c1', ifname: 'eth1' }]);
     assert.deepEqual(conf['cni.dev/attachments'], [{ containerID: 'c1', ifname: 'eth1' }]);
+  });
+});
+
+describe('delegate exec: a plugin binary being rewritten', () => {
+  // An installer writing the binary holds it open for writing: execve fails with ETXTBSY until it closes it.
+  const busyPlugin = async (): Promise<{ path: string; dir: string; fd: number }> => {
+    const dir = await mkdtemp(join(tmpdir(), 'plexus-busy-'));
+    const path = join(dir, 'loopback');
+    writeFileSync(path, readFileSync('/usr/lib/cni/loopback'), { mode: 0o755 });
+    return { path, dir, fd: openSync(path, 'r+') };
+  };
+  const version = (path: string) => ({ command: 'VERSION' as const, type: 'loopback', path, stdin: '{"cniVersion":"1.0.0"}', cniPath: '/usr/lib/cni' });
+
+  it('is exec\'d again once the writer is done, and answers', async () => {
+    const p = await busyPlugin();
+    try {
+      const started = Date.now();
+      setTimeout(() => closeSync(p.fd), 300);
+      const r = await execPlugin(version(p.path));
+      assert.ok(r.ok, !r.ok ? r.error.message : '');
+      assert.match(r.value.stdout, /supportedVersions/);
+      assert.ok(Date.now() - started >= 250, 'it waited for the writer');
+    } finally {
+      await rm(p.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('fails with the kernel\'s reason once the retry budget is spent', async () => {
+    const p = await busyPlugin();
+    try {
+      const r = await execPlugin(version(p.path), { busyRetryMs: 300 });
+      assert.ok(!r.ok && r.error.details === 'ETXTBSY' && /cannot exec .*loopback/.test(r.error.message), !r.ok ? r.error.message : 'ran');
+    } finally {
+      closeSync(p.fd);
+      await rm(p.dir, { recursive: true, force: true });
+    }
   });
 });

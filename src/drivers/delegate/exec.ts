@@ -24,7 +24,7 @@
  * Every exec is bounded: a timeout (default 60 s) kills the child by PID and returns code 11 (try again later);
  * output beyond 4 MiB kills it too; at most 32 plugins run at once, so a node reboot cannot fork-bomb the host.
  */
-import { spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -44,6 +44,8 @@ const CLOSE_GRACE_MS = 2_000;
 export interface ExecOptions {
   /** Kill the plugin and fail with code 11 after this long (default 60 s). */
   readonly timeoutMs?: number;
+  /** How long to keep retrying an exec that fails with "text file busy" (default 5 s). */
+  readonly busyRetryMs?: number;
 }
 
 export type DelegateDelStep = Extract<UndoStep, { kind: 'delegateDel' }>;
@@ -102,8 +104,24 @@ export interface PluginOutput {
  * prefixed with `plugin <type>: `), or code 100 with an excerpt of its output when that is not an error object.
  */
 export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Promise<Result<PluginOutput>> {
-  const slot = await execSlots.run(() => execOnce(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS));
+  const slot = await execSlots.run(() => execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS));
   return slot ? slot.value : err(new CniError(CniCode.TryAgainLater, `plugin ${call.type}: too many plugin executions queued`));
+}
+
+const DEFAULT_BUSY_RETRY_MS = 5000;
+
+/**
+ * An installer that rewrites a plugin binary (a DaemonSet upgrading /opt/cni/bin) holds it open for writing for a
+ * moment, and an exec meanwhile fails with ETXTBSY. Nothing ran, so the exec is tried again, backing off from 50 ms,
+ * for up to `budgetMs` (libcni retries this error too).
+ */
+async function execRetryingBusy(call: PluginCall, timeoutMs: number, budgetMs: number): Promise<Result<PluginOutput>> {
+  const deadline = Date.now() + budgetMs;
+  for (let wait = 50; ; wait = Math.min(wait * 2, 500)) {
+    const r = await execOnce(call, timeoutMs);
+    if (r.ok || r.error.details !== 'ETXTBSY' || Date.now() + wait > deadline) return r;
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
 }
 
 function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
@@ -117,6 +135,14 @@ function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOut
   if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
   if (call.args !== undefined) env.CNI_ARGS = call.args;
   const what = `plugin ${call.type}`;
+  const cannotExec = (e: NodeJS.ErrnoException): Result<never> => err(new CniError(CniCode.Internal, `${what}: cannot exec ${call.path}: ${e.message}`, e.code ?? ''));
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    child = spawn(call.path, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  } catch (e) {
+    // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
+    return Promise.resolve(cannotExec(e as NodeJS.ErrnoException));
+  }
 
   return new Promise((resolve) => {
     let settled = false;
@@ -129,7 +155,6 @@ function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOut
     let exitCode: number | null = null;
     let exitSignal: NodeJS.Signals | null = null;
 
-    const child = spawn(call.path, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     const finish = (r: Result<PluginOutput>): void => {
       if (settled) return;
       settled = true;
@@ -172,9 +197,7 @@ function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOut
       graceTimer = setTimeout(finishTimedOut, CLOSE_GRACE_MS);
     }, timeoutMs);
 
-    child.on('error', (e: NodeJS.ErrnoException) => {
-      finish(err(new CniError(CniCode.Internal, `${what}: cannot exec ${call.path}: ${e.message}`, e.code ?? '')));
-    });
+    child.on('error', (e: NodeJS.ErrnoException) => finish(cannotExec(e)));
     // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
     child.stdin.on('error', () => undefined);
     child.stdin.end(call.stdin);

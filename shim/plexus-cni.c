@@ -520,8 +520,7 @@ struct attempt {
     bool cut_before_reply; /* OUTCOME_NO_ANSWER: reset or closed before a single reply byte */
     int exit_code;         /* OUTCOME_REPLY: X-CNI-Exit-Code, 1 if absent or invalid */
     struct buf raw;        /* the whole HTTP response as read */
-    struct buf chunked;    /* the decoded body when the reply was chunked */
-    const char *body;      /* points into raw or chunked */
+    const char *body;      /* points into raw */
     size_t body_len;
     char detail[512];      /* what an operator needs to know about a failure */
 };
@@ -662,35 +661,6 @@ static bool parse_head(const char *p, size_t len, struct head *h)
     return true;
 }
 
-/* Decodes a complete chunked body (we asked for Connection: close, so we have all of it at EOF). */
-static bool dechunk(const char *p, size_t len, struct buf *out)
-{
-    const char *end = p + len;
-    for (;;) {
-        const char *le = NULL;
-        for (const char *q = p; q + 1 < end; q++)
-            if (q[0] == '\r' && q[1] == '\n') { le = q; break; }
-        if (!le)
-            return false;
-        size_t size = 0, digits = 0;
-        for (const char *q = p; q < le && *q != ';'; q++, digits++) {
-            int d = hex_digit(*q);
-            if (d < 0 || size > REPLY_LIMIT)
-                return false;
-            size = size * 16 + (size_t)d;
-        }
-        if (digits == 0)
-            return false;
-        p = le + 2;
-        if (size == 0)
-            return true; /* trailers, if any, are ignored */
-        if ((size_t)(end - p) < size + 2 || p[size] != '\r' || p[size + 1] != '\n')
-            return false;
-        buf_append(out, p, size);
-        p += size + 2;
-    }
-}
-
 /* Shows the status line in details without letting a broken reply flood the runtime's log. */
 static void describe_status_line(struct attempt *a, const char *prefix, const char *line, size_t n)
 {
@@ -782,16 +752,11 @@ static void exchange(int fd, const struct buf *request, double reply_timeout_sec
     }
     a->body = a->raw.data + hdr;
     a->body_len = h.content_length >= 0 ? (size_t)h.content_length : a->raw.len - hdr;
-    if (h.chunked && h.content_length < 0) {
-        if (!dechunk(a->body, a->body_len, &a->chunked)) {
-            a->outcome = OUTCOME_BAD_REPLY;
-            snprintf(a->detail, sizeof a->detail, "malformed chunked body");
-            return;
-        }
-        a->body = a->chunked.data ? a->chunked.data : "";
-        a->body_len = a->chunked.len;
-    }
-    if (h.status == 200) {
+    if (h.status == 200 && h.chunked) {
+        /* plexusd always sends Content-Length; a chunked body would reach the runtime with its framing. */
+        a->outcome = OUTCOME_BAD_REPLY;
+        snprintf(a->detail, sizeof a->detail, "chunked transfer encoding is not supported: plexusd sends Content-Length");
+    } else if (h.status == 200) {
         a->outcome = OUTCOME_REPLY;
         /* A 200 without an exit code is not a success we can vouch for. */
         a->exit_code = h.exit_code >= 0 ? h.exit_code : 1;
@@ -804,7 +769,6 @@ static void exchange(int fd, const struct buf *request, double reply_timeout_sec
 static void attempt_reset(struct attempt *a)
 {
     buf_free(&a->raw);
-    buf_free(&a->chunked);
     a->outcome = OUTCOME_UNREACHABLE;
     a->err = 0;
     a->cut_before_reply = false;

@@ -18,6 +18,7 @@ import { describeUndo, runUndo, undoStages } from '../drivers/undo';
 import type { Ipam, Lease } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
+import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from './network-status';
 import { AttachmentStep, driverFor, planPod, PlanSettings } from './pod-plan';
@@ -367,8 +368,7 @@ export class AttachmentEngine {
     const records = await this.journal.list();
     const failures: string[] = [];
     for (const network of this.networks.list().networks) {
-      const forced = network.annotations['plexus.io/delegate'] === 'true';
-      if (driverFor(network, forced, this.drivers, this.delegate) !== this.delegate) continue;
+      if (driverFor(network, delegationForced(network), this.drivers, this.delegate) !== this.delegate) continue;
       const valid = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === this.delegate.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
       const r = await delegateGc(network, valid, this.options.cniBinDir);
       if (!r.ok) failures.push(r.error.message);
@@ -384,8 +384,7 @@ export class AttachmentEngine {
     if (!ref.ok) return ref;
     const network = this.networks.get(ref.value.namespace, ref.value.name);
     if (!network.ok) return err(new CniError(CniCode.PluginNotAvailable, `the default network is not usable: ${network.error.message}`));
-    const forced = network.value.annotations['plexus.io/delegate'] === 'true';
-    if (driverFor(network.value, forced, this.drivers, this.delegate) !== this.delegate) return ok(undefined);
+    if (driverFor(network.value, delegationForced(network.value), this.drivers, this.delegate) !== this.delegate) return ok(undefined);
     return delegateStatus(network.value, this.options.cniBinDir);
   }
 

@@ -11,7 +11,7 @@ import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../d
 import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkDirectory } from '../networks/directory';
 import type { NetworkDefinition } from '../networks/nad';
-import { NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
+import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
 import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
 import { parseNetworkRef } from './network-ref';
 
@@ -71,7 +71,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     defaultNetwork: defaultNetwork.value,
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
-    declaredCapabilities: (n) => capabilitiesOf(n, n.annotations['plexus.io/delegate'] === 'true'),
+    declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),
     options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation, defaultNetworks: settings.defaultNetworks } },
   });
   if (!plan.ok) return plan;

@@ -18,6 +18,9 @@ export const INTERFACE_PREFIX_ANNOTATION = 'plexus.io/interface-prefix';
 /** "true": run this network's plugins as delegates even where a native driver exists. */
 export const DELEGATE_ANNOTATION = 'plexus.io/delegate';
 
+/** Whether the network's NAD asks for its plugins to be exec'd (an invalid value is refused when a pod is planned). */
+export const delegationForced = (network: NetworkDefinition): boolean => network.annotations[DELEGATE_ANNOTATION] === 'true';
+
 export type NamingScheme = 'multus' | 'eth';
 
 export interface PlanOptions {

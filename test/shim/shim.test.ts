@@ -55,7 +55,8 @@ function tempDir(t: TestContext): string {
 }
 
 function answerJson(res: ServerResponse, body: string, exitCode: number): void {
-  res.writeHead(200, { 'Content-Type': 'application/json', 'X-CNI-Exit-Code': String(exitCode) });
+  // As plexusd does: always a Content-Length (the shim refuses chunked replies).
+  res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), 'X-CNI-Exit-Code': String(exitCode) });
   res.end(body);
 }
 
@@ -231,7 +232,7 @@ describe('plexus-cni forwards each CNI call to plexusd', () => {
   test('exits 1 with the body printed when a 200 reply lacks X-CNI-Exit-Code', async (t) => {
     const dir = tempDir(t);
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => {
-      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': 11 });
       res.end('{"ok":true}');
     });
 
@@ -241,7 +242,7 @@ describe('plexus-cni forwards each CNI call to plexusd', () => {
     assert.equal(run.stdout.toString('utf8'), '{"ok":true}');
   });
 
-  test('decodes a chunked reply body', async (t) => {
+  test('refuses a chunked reply (plexusd always sends Content-Length) as code 11, never printing its framing', async (t) => {
     const dir = tempDir(t);
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => {
       res.writeHead(200, { 'X-CNI-Exit-Code': '0' });
@@ -251,8 +252,11 @@ describe('plexus-cni forwards each CNI call to plexusd', () => {
 
     const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{}' });
 
-    assert.equal(run.code, 0);
-    assert.equal(run.stdout.toString('utf8'), '{"part":"two"}');
+    assert.equal(run.code, 1);
+    const error = parseCniError(run);
+    assert.equal(error.code, 11);
+    assert.equal(error.msg, 'plexusd returned an unexpected reply');
+    assert.match(String(error.details), /chunked transfer encoding is not supported/);
   });
 
   test('reports an unexpected HTTP status as code 11 with the status line in details', async (t) => {

@@ -2,6 +2,7 @@
  * The edge of the daemon: a forwarded CNI call (environment + stdin) validated once into a typed request.
  * Anything malformed ends here as a CNI error with the spec's code and a message that says what to fix.
  */
+import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
 import { CniCode, CniError, Result, err, ok } from './errors';
@@ -88,8 +89,7 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   }
   const parsed = PluginConfigSchema.safeParse(json);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return err(new CniError(CniCode.InvalidNetworkConfig, `network configuration: ${issue ? `${issue.path.join('.') || '(top level)'}: ${issue.message}` : 'invalid'}`));
+    return err(new CniError(CniCode.InvalidNetworkConfig, `network configuration: ${firstIssue(parsed.error, '(top level)')}`));
   }
   const config = parsed.data;
 

@@ -3,6 +3,7 @@
  * namespace is gone (the runtime lost track of them: a crash, a netns deleted without DEL), or, given the
  * sandboxes to keep, everything else, as a CNI GC with that valid list would.
  */
+import { allIssues } from '../common/schema-issues';
 import { existsSync } from 'node:fs';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
@@ -25,7 +26,7 @@ export function parseOperatorGc(body: string): Result<OperatorGcRequest> {
     return err(new CniError(CniCode.DecodeFailure, 'GC request is not JSON', (e as Error).message));
   }
   const parsed = OperatorGcSchema.safeParse(json);
-  if (!parsed.success) return err(new CniError(CniCode.InvalidNetworkConfig, 'invalid GC request', parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; ')));
+  if (!parsed.success) return err(new CniError(CniCode.InvalidNetworkConfig, 'invalid GC request', allIssues(parsed.error, 'body')));
   return ok(parsed.data);
 }
 

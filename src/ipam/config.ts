@@ -3,6 +3,7 @@
  * Accepts the schemas of the reference `host-local` and `static` plugins so that existing
  * network definitions work unchanged; unknown keys are allowed, as CNI configs carry many.
  */
+import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { type Cidr, contains, familyName, formatCidr, formatIp, lastOf, networkOf, parseCidr, parseIp } from './ip';
@@ -74,17 +75,11 @@ const fail = (path: string, message: string): never => {
   throw new ConfigError(`${path}: ${message}`);
 };
 
-function formatPath(path: readonly PropertyKey[]): string {
-  let text = 'ipam';
-  for (const key of path) text += typeof key === 'number' ? `[${key}]` : `.${String(key)}`;
-  return text;
-}
-
 function shapeOf<T>(schema: z.ZodType<T>, raw: unknown): T {
   const parsed = schema.safeParse(raw);
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
-  return fail(formatPath(issue?.path ?? []), issue?.message ?? 'invalid');
+  return fail(fieldPath(issue?.path ?? [], 'ipam'), issue?.message ?? 'invalid');
 }
 
 /**

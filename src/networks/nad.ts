@@ -7,6 +7,7 @@
  * "name" is the NAD's name (NPWG spec 3.4.1); with the `plexus.io/config-id` annotation, the file `<id>.conf`
  * (DANM's static configs). Reading files is the caller's business: it passes a NadConfigSource (see conf-dir.ts).
  */
+import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import { requireVersion, CniVersion } from '../cni/version';
@@ -71,8 +72,7 @@ const invalid = (source: string, msg: string, details = '', code: number = CniCo
 export function parseNad(obj: unknown, source: string, configs?: NadConfigSource): Result<NetworkDefinition> {
   const nad = NadSchema.safeParse(obj);
   if (!nad.success) {
-    const issue = nad.error.issues[0];
-    return invalid(source, `not a valid NetworkAttachmentDefinition: ${issue ? `${issue.path.join('.')}: ${issue.message}` : ''}`);
+    return invalid(source, `not a valid NetworkAttachmentDefinition: ${firstIssue(nad.error, '(document)')}`);
   }
   const { metadata, spec } = nad.data;
   const namespace = metadata.namespace ?? 'default';

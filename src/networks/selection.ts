@@ -4,6 +4,7 @@
  * and the JSON list form with per-attachment requests (ips, mac, default-route, ...). An invalid annotation fails
  * the pod with code 7 and a message naming the offending element, so the pod's owner can fix it.
  */
+import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import { parseCidr, parseIp } from '../ipam/ip';
@@ -97,7 +98,7 @@ const JsonElementSchema = z.object({
 const TYPE_NAMES: Readonly<Record<string, string>> = { string: 'a string', array: 'a list', record: 'a JSON object', object: 'a JSON object' };
 
 function describeIssue(issue: z.core.$ZodIssue): string {
-  const path = issue.path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join('');
+  const path = fieldPath(issue.path);
   if (issue.code === 'invalid_type') {
     return `"${path}" must be ${TYPE_NAMES[issue.expected] ?? issue.expected}`;
   }

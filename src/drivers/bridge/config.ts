@@ -1,4 +1,5 @@
 /** The reference `bridge` plugin's config schema, validated up front. */
+import { firstIssue } from '../../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import { validateIfname } from '../../cni/request';
@@ -35,8 +36,7 @@ export interface BridgeConfig {
 function parseBridgeConfigUncached(plugin: PluginConfig): Result<BridgeConfig> {
   const r = BridgeSchema.safeParse(plugin);
   if (!r.success) {
-    const issue = r.error.issues[0];
-    return err(new CniError(CniCode.InvalidNetworkConfig, `bridge config of network ${plugin.name}: ${issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid'}`));
+    return err(new CniError(CniCode.InvalidNetworkConfig, `bridge config of network ${plugin.name}: ${firstIssue(r.error, '(config)')}`));
   }
   const c = r.data;
   const name = validateIfname(c.bridge, 'bridge');

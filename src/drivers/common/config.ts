@@ -2,6 +2,7 @@
  * Config parsing shared by the native drivers: one schema per driver, validated up front, with errors that
  * name the network and the offending field (CNI code 7) so an operator can fix the definition.
  */
+import { firstIssue } from '../../common/schema-issues';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
@@ -17,15 +18,11 @@ export const invalidConfig = (plugin: PluginConfig, message: string, details = '
 export const unsupportedField = (plugin: PluginConfig, message: string, details = ''): CniError =>
   new CniError(CniCode.UnsupportedField, `${plugin.type} config of network ${plugin.name}: ${message}`, details);
 
-const formatPath = (path: readonly PropertyKey[]): string =>
-  path.reduce<string>((text, key) => (typeof key === 'number' ? `${text}[${key}]` : text ? `${text}.${String(key)}` : String(key)), '');
-
 /** Parses a plugin config with a schema; the first issue becomes "<type> config of network <name>: <field>: <why>". */
 export function parsePluginConfig<S extends z.ZodType>(schema: S, plugin: PluginConfig): Result<z.output<S>> {
   const r = schema.safeParse(plugin);
   if (r.success) return ok(r.data);
-  const issue = r.error.issues[0];
-  return err(invalidConfig(plugin, issue ? `${formatPath(issue.path) || '(config)'}: ${issue.message}` : 'invalid'));
+  return err(invalidConfig(plugin, firstIssue(r.error, '(config)')));
 }
 
 /** An interface name field (`master`, `bridge`, `device`...): at most 15 bytes, no '/', ':' or whitespace. */

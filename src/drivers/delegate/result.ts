@@ -8,6 +8,7 @@
  *   1.1.0        interfaces[].mtu/socketPath/pciID and routes[].mtu/advmss/priority/table/scope.
  * Fields a version does not define are ignored, as Go's decoder ignores them.
  */
+import { firstIssue } from '../../common/schema-issues';
 import { isIP } from 'node:net';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
@@ -74,8 +75,7 @@ export function parseCniResult(json: unknown, version: CniVersion): Result<CniRe
   const bad = (msg: string, details = ''): Result<never> => err(new CniError(CniCode.Internal, msg, details));
   const parsed = resultSchema.safeParse(json);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    return bad(`result is not a CNI ${version} result${issue ? `: ${issue.path.join('.') || '(root)'}: ${issue.message}` : ''}`);
+    return bad(`result is not a CNI ${version} result: ${firstIssue(parsed.error, '(root)')}`);
   }
   const r = parsed.data;
   const resultVersion = r.cniVersion ?? version;

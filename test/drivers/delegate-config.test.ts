@@ -78,7 +78,7 @@ describe('parseCniResult', () => {
 
   it('rejects a result in another version than the config\'s', () => rejects({ cniVersion: '1.0.0', ips: [] }, '0.4.0', /cniVersion 1\.0\.0, but the config asked for 0\.4\.0/));
   it('rejects an unknown result version', () => rejects({ cniVersion: '9.9.9' }, '1.0.0', /unsupported cniVersion "9\.9\.9"/));
-  it('rejects an address that is not in CIDR notation', () => rejects({ ips: [{ address: '10.0.0.2' }] }, '1.0.0', /ips\.0\.address: must be an address in CIDR notation/));
+  it('rejects an address that is not in CIDR notation', () => rejects({ ips: [{ address: '10.0.0.2' }] }, '1.0.0', /ips\[0\]\.address: must be an address in CIDR notation/));
   it('rejects a 0.x IP version that contradicts its address', () => rejects({ ips: [{ version: '6', address: '10.0.0.2/24' }] }, '0.4.0', /version "6" does not match/));
   it('rejects an interface index past the interfaces list', () => rejects({ interfaces: [], ips: [{ address: '10.0.0.2/24', interface: 0 }] }, '1.0.0', /interface index 0 is out of range/));
   it('rejects a result that is not an object', () => rejects('ok', '1.0.0', /not a CNI 1\.0\.0 result/));

@@ -2,6 +2,7 @@
  * The edge of the daemon: a forwarded CNI call (environment + stdin) validated once into a typed request.
  * Anything malformed ends here as a CNI error with the spec's code and a message that says what to fix.
  */
+import { interfaceNameProblem } from './ifname';
 import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
@@ -47,12 +48,11 @@ export type CniRequest =
 
 const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 
-/** Validates an interface name as the kernel and the CNI spec require. */
+/** Validates an interface name as the kernel and the CNI spec require (interfaceNameProblem). */
 export function validateIfname(name: string, what = 'CNI_IFNAME'): Result<string> {
-  if (name === '') return err(new CniError(CniCode.InvalidEnvironment, `${what} is empty`));
-  if (Buffer.byteLength(name) > 15) return err(new CniError(CniCode.InvalidEnvironment, `${what} "${name}" is longer than 15 bytes`));
-  if (name === '.' || name === '..' || /[/:\s]/.test(name)) return err(new CniError(CniCode.InvalidEnvironment, `${what} "${name}" may not be "." or ".." nor contain "/", ":" or whitespace`));
-  return ok(name);
+  const problem = interfaceNameProblem(name);
+  if (problem === undefined) return ok(name);
+  return err(new CniError(CniCode.InvalidEnvironment, name === '' ? `${what} is empty` : `${what} ${JSON.stringify(name)} ${problem}`));
 }
 
 const needEnv = (env: Record<string, string>, key: string, command: string): Result<string> => {

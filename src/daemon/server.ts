@@ -2,6 +2,7 @@
  * The daemon's API: HTTP/JSON on a unix socket (mode 0600). plexus-cni posts CNI calls to /v1/cni;
  * /healthz and /readyz are for probes; /v1/attachments, /v1/networks and /v1/gc are for plexusctl.
  */
+import { isUtf8 } from 'node:buffer';
 import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
@@ -25,7 +26,7 @@ export interface ServerState {
  * caller can answer with an error: a connection closed before any reply would make plexus-cni replay the call. Only
  * a body over twice the limit (no shim sends one) gets the connection closed.
  */
-function readBody(req: IncomingMessage): Promise<string | undefined> {
+function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -37,7 +38,7 @@ function readBody(req: IncomingMessage): Promise<string | undefined> {
       } else if (size > MAX_BODY) chunks.length = 0;
       else chunks.push(c);
     });
-    req.on('end', () => resolve(size > MAX_BODY ? undefined : Buffer.concat(chunks).toString('utf8')));
+    req.on('end', () => resolve(size > MAX_BODY ? undefined : Buffer.concat(chunks)));
     req.on('error', reject);
   });
 }
@@ -99,9 +100,11 @@ export class DaemonServer {
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
     const body = await readBody(req);
     if (body === undefined) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidNetworkConfig, `CNI request larger than ${MAX_BODY} bytes`)));
+    // Decoding would turn invalid bytes into U+FFFD: an interface or container named by the runtime could not be named again.
+    if (!isUtf8(body)) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidEnvironment, 'the CNI environment or network configuration is not valid UTF-8', 'CNI_IFNAME, CNI_CONTAINERID, CNI_ARGS and the config on stdin must be text')));
     let call;
     try {
-      call = ForwardedCallSchema.parse(JSON.parse(body));
+      call = ForwardedCallSchema.parse(JSON.parse(body.toString('utf8')));
     } catch (e) {
       return sendCni(res, errorReply('1.1.0', new CniError(CniCode.DecodeFailure, 'malformed request from plexus-cni', (e as Error).message)));
     }
@@ -122,7 +125,7 @@ export class DaemonServer {
   private async gc(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
     const body = await readBody(req);
-    const parsed = body === undefined ? err(new CniError(CniCode.InvalidNetworkConfig, `GC request larger than ${MAX_BODY} bytes`)) : parseOperatorGc(body);
+    const parsed = body === undefined ? err(new CniError(CniCode.InvalidNetworkConfig, `GC request larger than ${MAX_BODY} bytes`)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok) return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
     const report = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
     send(res, 200, JSON.stringify(report));

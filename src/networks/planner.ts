@@ -11,7 +11,8 @@
  */
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { NetworkDefinition } from './nad';
-import { describeSelection, interfaceNameProblem, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
+import { interfaceNameProblem } from '../cni/ifname';
+import { describeSelection, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
 
 /** The prefix for generated interface names of one network (DANM's container_prefix). */
 export const INTERFACE_PREFIX_ANNOTATION = 'plexus.io/interface-prefix';

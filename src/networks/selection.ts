@@ -4,6 +4,7 @@
  * and the JSON list form with per-attachment requests (ips, mac, default-route, ...). An invalid annotation fails
  * the pod with code 7 and a message naming the offending element, so the pod's owner can fix it.
  */
+import { interfaceNameProblem } from '../cni/ifname';
 import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
@@ -39,17 +40,6 @@ export function describeSelection(sel: NetworkSelection): string {
   return `element ${sel.index + 1} (${sel.namespace}/${sel.name}${sel.interface !== undefined ? `@${sel.interface}` : ''})`;
 }
 
-/** Checks a name the kernel will accept for an interface; the reason if it will not. */
-export function interfaceNameProblem(name: string): string | undefined {
-  if (name === '') return 'is empty';
-  if (Buffer.byteLength(name) > 15) return 'is longer than 15 bytes';
-  if (name === '.' || name === '..') return 'is not a valid name';
-  if (/\s/.test(name)) return 'may not contain whitespace';
-  if (name.includes('/')) return 'may not contain "/"';
-  if (name.includes(':')) return 'may not contain ":"';
-  if (/[\x00-\x1f\x7f]/.test(name)) return 'may not contain control characters';
-  return undefined;
-}
 
 const nameProblem = (name: string): string | undefined =>
   name.length > 253 || !DNS1123_SUBDOMAIN.test(name) ? `network name "${name}" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)` : undefined;

@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ShimCall } from '../support/daemon';
+import { spawnSync } from 'node:child_process';
+import { DaemonFixture, podArgs, SHIM, ShimCall } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pm');
@@ -87,6 +88,21 @@ describe('malformed input', () => {
       assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0')), []);
     });
   }
+
+  it('a CNI_IFNAME of bytes that are not UTF-8 → code 4, never another name than the runtime gave', () => {
+    // Node can only pass text in an environment: a shell puts the raw byte there.
+    const r = spawnSync('bash', ['-c', `CNI_IFNAME=$(printf 'eth\\377') exec "$0"`, SHIM], {
+      input: JSON.stringify(daemon.runtimeConfig()),
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: cid, CNI_NETNS: netns, CNI_PATH: '/usr/lib/cni', CNI_ARGS: podArgs('pod', cid) },
+      encoding: 'utf8',
+    });
+    assert.equal(r.status, 1, r.stdout);
+    const error = JSON.parse(r.stdout) as { code: number; msg: string };
+    assert.equal(error.code, 4);
+    assert.equal(error.msg, 'the CNI environment or network configuration is not valid UTF-8');
+    assert.deepEqual(daemon.journalFiles(), []);
+    assert.deepEqual(daemon.leases('podnet'), []);
+  });
 
   it('leaves the daemon serving after all of them', async () => {
     const out = await daemon.cni(base());

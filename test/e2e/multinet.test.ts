@@ -302,6 +302,14 @@ describe('failures', () => {
     assert.deepEqual(leftovers(pod), nothing);
   });
 
+  it('an interface name that is not valid Unicode (a lone surrogate) is refused before anything is made', async () => {
+    const pod = newPod();
+    const out = await add(pod, JSON.stringify([{ name: 'blue', interface: '\ud800' }]));
+    assert.equal(out.json?.code, 7, out.stdout);
+    assert.match(String(out.json?.msg), /element 1.*is not valid Unicode/);
+    assert.deepEqual(leftovers(pod), nothing);
+  });
+
   it('an unknown network fails naming it', async () => {
     const pod = newPod();
     const out = await add(pod, 'nosuch');

@@ -106,8 +106,8 @@ test('an interface name longer than 15 bytes is rejected (bytes, not characters)
 });
 
 test('"." and ".." and names with ":" are not interface names', () => {
-  rejected('blue@.', `${A}: element 1 ("blue@."): interface "." is not a valid name`);
-  rejected('blue@..', `${A}: element 1 ("blue@.."): interface ".." is not a valid name`);
+  rejected('blue@.', `${A}: element 1 ("blue@."): interface "." may not be "." or ".."`);
+  rejected('blue@..', `${A}: element 1 ("blue@.."): interface ".." may not be "." or ".."`);
   rejected('blue@eth0:1', `${A}: element 1 ("blue@eth0:1"): interface "eth0:1" may not contain ":"`);
 });
 

@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
 import { type AddResult, CallsAborted, type Outcome, type Plugin, type Pod, TIME_BINARY, abortCalls, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from './lib/cni';
 import {
   createNetns, createUplink, deleteLinkIfPresent, deleteNetns, freeTenNet, hostLinks, ipBatch, linkExists, linksOfBridge, listNetns, machine, netnsPath, podLinks,
@@ -55,45 +56,47 @@ const USAGE = `usage: node dist/scripts/bench.js [options]
   --multi-concurrency N  concurrency of the multi-interface burst (default 16)
   --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)`;
 
+const FLAGS = {
+  iterations: { type: 'string' }, 'state-parent': { type: 'string' }, burst: { type: 'string' }, 'shim-calls': { type: 'string' },
+  concurrency: { type: 'string' }, json: { type: 'string' }, markdown: { type: 'string' }, subject: { type: 'string', multiple: true },
+  'no-plexus': { type: 'boolean' }, 'no-reference': { type: 'boolean' }, 'no-multi': { type: 'boolean' }, 'multi-concurrency': { type: 'string' },
+  'state-sync': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+} as const;
+
 function parseOptions(argv: readonly string[]): Options {
-  const extra: string[] = [];
-  const o: { -readonly [K in keyof Options]: Options[K] } = { iterations: 50, burst: 110, concurrency: [1, 4, 16], shimCalls: 50, extra, plexus: true, reference: true, multi: true, multiConcurrency: 16 };
-  const positive = (flag: string, v: string | undefined): number => {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: [...argv], options: FLAGS, strict: true, allowPositionals: false }));
+  } catch (e) {
+    throw new Error(`${(e as Error).message}\n${USAGE}`);
+  }
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
+  }
+  const positive = (flag: string, v: string): number => {
     const n = Number(v);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`${flag} needs a positive integer, got ${String(v)}`);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--${flag} needs a positive integer, got ${v}`);
     return n;
   };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i] ?? '';
-    const value = (): string => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${flag} needs a value`);
-      return v;
-    };
-    switch (flag) {
-      case '--iterations': o.iterations = positive(flag, value()); break;
-      case '--state-parent': o.stateParent = value(); break;
-      case '--burst': o.burst = positive(flag, value()); break;
-      case '--shim-calls': o.shimCalls = positive(flag, value()); break;
-      case '--concurrency': o.concurrency = value().split(',').map((c) => positive(flag, c)); break;
-      case '--json': o.json = value(); break;
-      case '--markdown': o.markdown = value(); break;
-      case '--subject': extra.push(value()); break;
-      case '--no-plexus': o.plexus = false; break;
-      case '--no-reference': o.reference = false; break;
-      case '--no-multi': o.multi = false; break;
-      case '--multi-concurrency': o.multiConcurrency = positive(flag, value()); break;
-      case '--state-sync': {
-        const v = value();
-        if (v !== 'true' && v !== 'false') throw new Error('--state-sync needs true or false');
-        o.stateSync = v === 'true';
-        break;
-      }
-      case '--help': case '-h': console.log(USAGE); process.exit(0); break;
-      default: throw new Error(`unknown option ${flag}\n${USAGE}`);
-    }
-  }
-  return o;
+  const count = (flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency', dflt: number): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
+  const stateSync = values['state-sync'];
+  if (stateSync !== undefined && stateSync !== 'true' && stateSync !== 'false') throw new Error('--state-sync needs true or false');
+  return {
+    iterations: count('iterations', 50),
+    burst: count('burst', 110),
+    shimCalls: count('shim-calls', 50),
+    multiConcurrency: count('multi-concurrency', 16),
+    concurrency: values.concurrency === undefined ? [1, 4, 16] : values.concurrency.split(',').map((c) => positive('concurrency', c)),
+    extra: values.subject ?? [],
+    plexus: !values['no-plexus'],
+    reference: !values['no-reference'],
+    multi: !values['no-multi'],
+    ...(values.json !== undefined ? { json: values.json } : {}),
+    ...(values.markdown !== undefined ? { markdown: values.markdown } : {}),
+    ...(values['state-parent'] !== undefined ? { stateParent: values['state-parent'] } : {}),
+    ...(stateSync !== undefined ? { stateSync: stateSync === 'true' } : {}),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

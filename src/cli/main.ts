@@ -1,5 +1,6 @@
 /** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
 import { request } from 'node:http';
+import { parseArgs } from 'node:util';
 import type { SweepReport } from '../daemon/attachments';
 import type { AttachmentRecord } from '../daemon/journal';
 import type { NetworkDefinition } from '../networks/nad';
@@ -41,20 +42,37 @@ function table(rows: string[][]): string {
   return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()).join('\n');
 }
 
+const OPTIONS = {
+  socket: { type: 'string' },
+  output: { type: 'string', short: 'o' },
+  help: { type: 'boolean', short: 'h' },
+  keep: { type: 'string', multiple: true },
+  'dry-run': { type: 'boolean' },
+} as const;
+
 export async function run(argv: string[], out: (s: string) => void): Promise<number> {
-  let socket = process.env.PLEXUS_SOCKET ?? '/run/plexus/plexus.sock';
-  let json = false;
-  const rest: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--socket') socket = argv[++i] ?? socket;
-    else if (a === '-o' || a === '--output') json = argv[++i] === 'json';
-    else if (a === '-h' || a === '--help') {
-      out(USAGE);
-      return 0;
-    } else rest.push(a);
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  } catch (e) {
+    // Node names the word first, in quotes ("Unknown option '--x'", "Option '--socket <value>' argument missing").
+    const word = /'([^' ]+)/.exec((e as Error).message)?.[1] ?? '';
+    const why = (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' ? `${word} needs a value` : `unexpected argument ${word}`;
+    out(`plexusctl: ${why}\n${USAGE}`);
+    return 2;
   }
-  const [command, ...args] = rest;
+  const { values, positionals } = parsed;
+  if (values.help) {
+    out(USAGE);
+    return 0;
+  }
+  const socket = values.socket ?? process.env.PLEXUS_SOCKET ?? '/run/plexus/plexus.sock';
+  const json = values.output === 'json';
+  const [command, ...args] = positionals;
+  if (command !== 'gc' && (values.keep !== undefined || values['dry-run'] !== undefined)) {
+    out(`plexusctl: --keep and --dry-run are options of gc\n${USAGE}`);
+    return 2;
+  }
   switch (command) {
     case 'attachments': {
       const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
@@ -94,16 +112,12 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       return 0;
     }
     case 'gc': {
-      const keep: string[] = [];
-      let dryRun = false;
-      for (let i = 0; i < args.length; i++) {
-        if (args[i] === '--dry-run') dryRun = true;
-        else if (args[i] === '--keep' && args[i + 1]) keep.push(...args[++i]!.split(',').filter(Boolean));
-        else {
-          out(`plexusctl gc: unexpected argument ${args[i]}\n${USAGE}`);
-          return 2;
-        }
+      if (args.length) {
+        out(`plexusctl gc: unexpected argument ${args[0]}\n${USAGE}`);
+        return 2;
       }
+      const keep = (values.keep ?? []).flatMap((k) => k.split(',').filter(Boolean));
+      const dryRun = values['dry-run'] ?? false;
       const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as SweepReport;
       if (json) out(JSON.stringify(report, null, 2));
       else {

@@ -3,6 +3,7 @@
  * Flags win over the file. Everything is validated here once; the rest of the daemon trusts the types.
  */
 import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
@@ -78,20 +79,30 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
 
 export type ConfigOutcome = { kind: 'config'; config: DaemonConfig } | { kind: 'help' } | { kind: 'error'; message: string };
 
+/** Every flag takes a value; --help none. Parsed leniently so each mistake gets a message naming the flag. */
+const PARSE_OPTIONS = {
+  ...Object.fromEntries([...Object.keys(FLAGS), '--config'].map((flag) => [flag.slice(2), { type: 'string' as const }])),
+  help: { type: 'boolean' as const, short: 'h' },
+};
+
 export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
   const fromFlags: Record<string, string> = {};
   let file: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i] ?? '';
-    if (arg === '--help' || arg === '-h') return { kind: 'help' };
-    const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+  const { tokens } = parseArgs({ args: [...argv], options: PARSE_OPTIONS, strict: false, allowPositionals: true, tokens: true });
+  if (tokens.some((t) => t.kind === 'option' && t.name === 'help')) return { kind: 'help' };
+  for (const token of tokens) {
+    if (token.kind !== 'option') {
+      const text = token.kind === 'positional' ? token.value : '--';
+      return { kind: 'error', message: `unknown flag ${text.split('=')[0]}` };
+    }
+    const flag = token.rawName;
     if (flag !== '--config' && !Object.hasOwn(FLAGS, flag)) return { kind: 'error', message: `unknown flag ${flag}` };
-    const value = inline ?? argv[++i];
-    if (value === undefined || (inline === undefined && value.startsWith('--'))) return { kind: 'error', message: `${flag} needs a value` };
+    // Lenient parsing takes the next word as the value even when it is a flag: "--socket --log-level debug".
+    if (typeof token.value !== 'string' || (!token.inlineValue && token.value.startsWith('--'))) return { kind: 'error', message: `${flag} needs a value` };
     if (flag === '--config') {
-      if (value === '') return { kind: 'error', message: '--config needs a file path' };
-      file = value;
-    } else fromFlags[FLAGS[flag]!] = value;
+      if (token.value === '') return { kind: 'error', message: '--config needs a file path' };
+      file = token.value;
+    } else fromFlags[FLAGS[flag]!] = token.value;
   }
   let fromFile: Record<string, unknown> = {};
   if (file !== undefined) {

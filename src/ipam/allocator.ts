@@ -6,7 +6,7 @@
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
 import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
-import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from './ip';
+import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
 import { type Lease, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
 

@@ -6,7 +6,7 @@
 import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
-import { type Cidr, contains, familyName, formatCidr, formatIp, lastOf, networkOf, parseCidr, parseIp } from './ip';
+import { type Cidr, contains, familyName, formatCidr, formatIp, lastOf, networkOf, parseCidr, parseIp } from '../common/ip';
 
 /** One range of a range set; after parsing every field is filled in and canonical. */
 export interface IpRange {

@@ -12,7 +12,7 @@
  */
 import { closeSync, constants as fsConstants, openSync, promises as fs, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from './ip';
+import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 
 export interface Lease {
   readonly network: string;

@@ -1,5 +1,5 @@
-/** Address helpers for the kernel layer: text addresses to the byte forms netlink wants, and back. */
-import ipaddr from 'ipaddr.js';
+/** Addresses in the forms netlink wants, from the text forms Plexus keeps (src/common/ip.ts parses and formats). */
+import { bitsOf, formatIp, fromBytes, parseCidr, parseIp, toBytes } from '../common/ip';
 import { AF_INET, AF_INET6 } from './constants';
 
 export interface ParsedAddress {
@@ -11,17 +11,15 @@ export interface ParsedAddress {
 
 /** Parses "10.1.0.2/24", "fd00::2/64" or a bare address (full-length prefix). Throws on malformed input (callers validate earlier). */
 export function parseAddress(text: string): ParsedAddress {
-  const [addrText = '', prefixText] = text.split('/');
-  const addr = ipaddr.parse(addrText);
-  const v4 = addr.kind() === 'ipv4';
-  const max = v4 ? 32 : 128;
-  const prefixLen = prefixText === undefined ? max : Number(prefixText);
-  if (!Number.isInteger(prefixLen) || prefixLen < 0 || prefixLen > max) throw new Error(`invalid prefix length in ${text}`);
-  return { family: v4 ? AF_INET : AF_INET6, bytes: Buffer.from(addr.toByteArray()), prefixLen, text: addr.toString() };
+  const cidr = text.includes('/') ? parseCidr(text) : undefined;
+  const ip = cidr ?? parseIp(text);
+  if (ip === undefined) throw new Error(`invalid address ${text}`);
+  return { family: ip.family === 4 ? AF_INET : AF_INET6, bytes: toBytes(ip), prefixLen: cidr?.prefix ?? bitsOf(ip.family), text: formatIp(ip.family, ip.value) };
 }
 
-export function formatAddress(family: number, bytes: Buffer): string {
-  return ipaddr.fromByteArray([...bytes]).toString();
+export function formatAddress(bytes: Buffer): string {
+  const ip = fromBytes(bytes);
+  return formatIp(ip.family, ip.value);
 }
 
 /** The IPv4 broadcast address of a prefix, which the kernel does not fill in by itself. */

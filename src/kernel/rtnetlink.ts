@@ -286,7 +286,7 @@ export class RtnlSocket {
       const attrs = parseAttrs(r.payload.subarray(8));
       const bytes = attrs.get(C.IFA_LOCAL) ?? attrs.get(C.IFA_ADDRESS);
       if (!bytes) continue;
-      out.push({ index: ifindex, family: family === C.AF_INET ? 4 : 6, address: `${formatAddress(family, bytes)}/${prefixLen}` });
+      out.push({ index: ifindex, family: family === C.AF_INET ? 4 : 6, address: `${formatAddress(bytes)}/${prefixLen}` });
     }
     return out;
   }
@@ -344,13 +344,13 @@ export class RtnlSocket {
       const tableAttr = attrs.get(C.RTA_TABLE);
       const table = tableAttr ? tableAttr.readUInt32LE(0) : r.payload.readUInt8(4);
       const dstBytes = attrs.get(C.RTA_DST);
-      const dst = dstBytes ? formatAddress(f, dstBytes) : f === C.AF_INET ? '0.0.0.0' : '::';
+      const dst = dstBytes ? formatAddress(dstBytes) : f === C.AF_INET ? '0.0.0.0' : '::';
       const gw = attrs.get(C.RTA_GATEWAY);
       const oif = attrs.get(C.RTA_OIF);
       out.push({
         family: f === C.AF_INET ? 4 : 6,
         dst: `${dst}/${dstLen}`,
-        ...(gw ? { gw: formatAddress(f, gw) } : {}),
+        ...(gw ? { gw: formatAddress(gw) } : {}),
         ...(oif ? { oifIndex: oif.readUInt32LE(0) } : {}),
         table,
         protocol: r.payload.readUInt8(5),

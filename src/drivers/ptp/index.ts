@@ -9,7 +9,7 @@
  */
 import { Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniResult } from '../../cni/types';
-import { formatCidr, networkOf, parseCidr } from '../../ipam/ip';
+import { formatCidr, networkOf, parseCidr } from '../../common/ip';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps } from '../common';
 import { prepareHostVeth } from '../common/host-veth';

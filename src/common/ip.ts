@@ -1,7 +1,7 @@
 /**
- * IP address arithmetic on bigints. Addresses are parsed once at the edge (with ipaddr.js,
- * strictly: no shorthand IPv4, no zone IDs) and handled as integers inside, so that
- * "next address", "is in range" and "broadcast" are plain arithmetic.
+ * The one IP address module: parsing (once, at the edge, with ipaddr.js, strictly: no shorthand IPv4, no zone IDs),
+ * canonical text, arithmetic on bigints ("next address", "is in range" and "broadcast" are plain arithmetic), and the
+ * byte form the kernel takes.
  */
 import ipaddr from 'ipaddr.js';
 
@@ -41,6 +41,20 @@ export function parseCidr(text: string): Cidr | undefined {
   const prefix = Number(prefixText);
   if (prefix > bitsOf(ip.family)) return undefined;
   return { ...ip, prefix };
+}
+
+/** The address in network byte order (4 or 16 bytes). */
+export function toBytes(ip: Ip): Buffer {
+  const out = Buffer.alloc(bitsOf(ip.family) / 8);
+  let value = ip.value;
+  for (let i = out.length - 1; i >= 0; i--, value >>= 8n) out[i] = Number(value & 0xffn);
+  return out;
+}
+
+/** An address from its network byte order form: 4 bytes are IPv4, 16 IPv6. */
+export function fromBytes(bytes: Uint8Array): Ip {
+  if (bytes.length !== 4 && bytes.length !== 16) throw new Error(`an IP address has 4 or 16 bytes, not ${bytes.length}`);
+  return { family: bytes.length === 4 ? 4 : 6, value: bytesToBigint([...bytes]) };
 }
 
 function bytesToBigint(bytes: readonly number[]): bigint {

@@ -2,6 +2,7 @@
  * CNI errors as values. Every failure that can reach a runtime is one of these:
  * a spec error code, a message a human can act on, and details for machines and logs.
  */
+import type { Result as GenericResult } from '../common/result';
 
 /** Error codes from the CNI spec (SPEC.md, "Error" section). */
 export const CniCode = {
@@ -42,10 +43,9 @@ export class CniError extends Error {
   }
 }
 
-export type Result<T, E = CniError> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: E };
-
-export const ok = <T>(value: T): Result<T, never> => ({ ok: true, value });
-export const err = <E = CniError>(error: E): Result<never, E> => ({ ok: false, error });
+/** A Result whose error is, unless said otherwise, a CNI error. */
+export type Result<T, E = CniError> = GenericResult<T, E>;
+export { ok, err } from '../common/result';
 
 /** Turns anything thrown into a CniError, keeping CNI errors as they are. */
 export function toCniError(thrown: unknown, code: number = CniCode.Internal, context?: string): CniError {

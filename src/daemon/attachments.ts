@@ -3,6 +3,7 @@
  * serialized; every change is recorded (as the step that undoes it) before it is made, so a failed ADD,
  * a DEL, GC and crash recovery all undo from the journal alone.
  */
+import { kernelError } from '../drivers/driver';
 import { statSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
@@ -168,7 +169,7 @@ export class AttachmentEngine {
     const added = gateways.map((gw) => ({ dst: gw.includes(':') ? '::/0' : '0.0.0.0/0', gw }));
     for (const r of added) ops.push({ op: 'routeAdd', route: { ...r, dev: chosen.planned.ifname } });
     const r = await this.kernel.batch(netns, ops);
-    if (!r.ok) return err(r.error.withContext(`moving the default route to ${chosen.planned.ifname} (network ${chosen.planned.network.key})`));
+    if (!r.ok) return err(kernelError(r.error, `moving the default route to ${chosen.planned.ifname} (network ${chosen.planned.network.key})`));
     const target = rewritten[index]!;
     rewritten[index] = { ...target, result: { ...target.result, routes: [...target.result.routes.filter((x) => !added.some((a) => a.dst === x.dst)), ...added] } };
     return ok(rewritten);

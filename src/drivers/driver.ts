@@ -14,6 +14,8 @@ import type { Kernel } from '../kernel/kernel';
 import type { RouteSpec } from '../kernel/types';
 import type { NetworkDefinition, PluginConfig } from '../networks/nad';
 
+export { kernelError } from './common/kernel-error';
+
 /** Capabilities a network's plugins may declare (CNI conventions' capability names). */
 export type Capability = 'ips' | 'mac' | 'bandwidth' | 'portMappings' | 'deviceID' | 'infinibandGUID' | 'dns';
 

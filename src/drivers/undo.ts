@@ -1,5 +1,6 @@
 /** Executes recorded undo steps. Each one tolerates what is already gone, so DEL and recovery can repeat them safely. */
-import { CniError, Result, ok } from '../cni/errors';
+import { kernelError } from './common/kernel-error';
+import { CniError, Result, err, ok } from '../cni/errors';
 import type { Ipam } from '../ipam';
 import type { Kernel } from '../kernel/kernel';
 import { runDelegateDel } from './delegate/exec';
@@ -11,7 +12,7 @@ export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promi
     case 'deleteLink': {
       const r = await kernel.deleteLink(step.netns, step.name);
       // A pod netns that no longer exists took its links with it.
-      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns' && r.error.is('ENOENT'))) return r;
+      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns' && r.error.is('ENOENT'))) return err(kernelError(r.error));
       return ok(undefined);
     }
     case 'releaseIpam': {
@@ -20,7 +21,7 @@ export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promi
     }
     case 'deleteRoute': {
       const r = await kernel.batch(step.netns, [{ op: 'routeDel', route: step.route, ignore: ['ESRCH', 'ENODEV', 'ENOENT'] }]);
-      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return r;
+      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return err(kernelError(r.error));
       return ok(undefined);
     }
     case 'returnLink':

@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { Result, err, ok } from '../common/result';
 import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, RouteInfo, RouteSpec } from './types';
 import type { DeleteManyOutcome } from './delete-many';
 import type { BatchReply, BatchRequest } from './worker';
@@ -12,14 +12,15 @@ import { closeFd, deleteLinkOnPool } from './pod-link-deletions';
 
 export type KernelResult<T> = Result<T, KernelCallError>;
 
-/** A failed kernel operation, with the failure as the kernel reported it. */
-export class KernelCallError extends CniError {
+/** A failed kernel operation, with the failure as the kernel reported it. CNI codes are the drivers' business. */
+export class KernelCallError extends Error {
+  /** errno and extended ack, for a CNI error's details. */
+  readonly details: string;
+
   constructor(readonly failure: KernelFailure, readonly index: number) {
-    super(
-      CniCode.Internal,
-      `${failure.op}${failure.target ? ` ${failure.target}` : ''} failed: ${failure.errnoName} (${failure.message})${failure.extack ? ` - kernel says: ${failure.extack}` : ''}`,
-      `errno=${failure.errno} ${failure.errnoName}${failure.extack ? ` extack="${failure.extack}"` : ''}`,
-    );
+    super(`${failure.op}${failure.target ? ` ${failure.target}` : ''} failed: ${failure.errnoName} (${failure.message})${failure.extack ? ` - kernel says: ${failure.extack}` : ''}`);
+    this.name = 'KernelCallError';
+    this.details = `errno=${failure.errno} ${failure.errnoName}${failure.extack ? ` extack="${failure.extack}"` : ''}`;
   }
   is(errnoName: string): boolean {
     return this.failure.errnoName === errnoName;

@@ -2,6 +2,7 @@
  * The native `bridge` driver: the reference bridge plugin's behaviour, run in-process. The pod's interface is
  * the peer of a veth that is created directly inside the pod netns with its final name (no create-move-rename).
  */
+import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
@@ -54,7 +55,7 @@ async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, en
       { op: 'linkGet', name: conf.bridge },
     ];
     const r = await env.kernel.batch(undefined, ops);
-    if (!r.ok) return err(r.error.withContext(`creating bridge ${conf.bridge}`));
+    if (!r.ok) return err(kernelError(r.error, `creating bridge ${conf.bridge}`));
     const link = r.value[1] as { kind?: string; mac?: string; up?: boolean; promisc?: boolean } | null;
     if (!link || link.kind !== 'bridge') {
       return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.bridge} exists on the host but is not a bridge (it is ${link?.kind ?? 'unknown'})`, 'choose another "bridge" name'));
@@ -65,7 +66,7 @@ async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, en
     for (const gateway of wanted) fixes.push({ op: 'addrAdd', name: conf.bridge, address: gateway, noDad: true, ignore: ['EEXIST'] });
     if (fixes.length) {
       const f = await env.kernel.batch(undefined, fixes);
-      if (!f.ok) return err(f.error.withContext(`configuring bridge ${conf.bridge}`));
+      if (!f.ok) return err(kernelError(f.error, `configuring bridge ${conf.bridge}`));
     }
     const entry = knownBridges.get(conf.bridge) ?? { ...(link.mac ? { mac: link.mac } : {}), gateways: new Set<string>() };
     for (const g of wanted) entry.gateways.add(g);

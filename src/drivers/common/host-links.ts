@@ -1,4 +1,5 @@
 /** Finding links on the node: by name, and the interface of the default route (the reference macvlan/ipvlan default master). */
+import { kernelError } from './kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { Kernel, KernelCallError } from '../../kernel/kernel';
 import type { LinkInfo, RouteInfo } from '../../kernel/types';
@@ -11,7 +12,7 @@ const MAIN_TABLE = 254;
  */
 export async function defaultRouteLink(kernel: Kernel, netns?: string): Promise<Result<LinkInfo | undefined>> {
   const r = await kernel.batch(netns, [{ op: 'routeList' }, { op: 'linkList' }]);
-  if (!r.ok) return err(r.error.withContext('looking up the default route interface'));
+  if (!r.ok) return err(kernelError(r.error, 'looking up the default route interface'));
   const routes = r.value[0] as RouteInfo[];
   const links = r.value[1] as LinkInfo[];
   const isDefault = (route: RouteInfo): boolean => route.table === MAIN_TABLE && route.oifIndex !== undefined && /\/0$/.test(route.dst);
@@ -39,7 +40,7 @@ export async function masterName(kernel: Kernel, master: string | undefined, wha
 export async function resolveMaster(kernel: Kernel, master: string | undefined, what: string, netns?: string): Promise<Result<LinkInfo>> {
   if (master) {
     const r = await kernel.getLink(netns, master);
-    if (!r.ok) return err(r.error.withContext(`${what}: looking up master ${master}`));
+    if (!r.ok) return err(kernelError(r.error, `${what}: looking up master ${master}`));
     if (!r.value) return err(masterNotFound(what, master));
     return ok(r.value);
   }

@@ -3,6 +3,7 @@
  * its stable name, its MAC, the journal step that deletes it, and the op that creates the pair with the pod's end
  * born in the pod netns under its final name.
  */
+import { kernelError } from './kernel-error';
 import { createHash, randomBytes } from 'node:crypto';
 import { CniCode, CniError } from '../../cni/errors';
 import type { KernelCallError } from '../../kernel/kernel';
@@ -59,6 +60,6 @@ export async function prepareHostVeth(
     createFailed: (e) =>
       e.is('EEXIST')
         ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${name} exists`, e.details)
-        : e.withContext(`${what}: creating veth ${name} <-> ${req.ifname}`),
+        : kernelError(e, `${what}: creating veth ${name} <-> ${req.ifname}`),
   };
 }

@@ -2,6 +2,7 @@
  * What macvlan and ipvlan share: a link on a master in the node's netns, created directly inside the pod netns
  * with its final name, with the reference plugins' `master`, `mode`, `mtu`, `linkInContainer` and `ipam` keys.
  */
+import { kernelError } from './kernel-error';
 import { z } from 'zod';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
@@ -70,7 +71,7 @@ export async function attachMasterLink<Mode extends string>(
         ? masterNotFound(what, master.value)
         : e.is('EEXIST')
           ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`, e.details)
-          : e.withContext(`${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`),
+          : kernelError(e, `${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`),
     ipam: ipam.value,
   });
   if (!plumbed.ok) return plumbed;

@@ -5,6 +5,7 @@
  * the interface is brought up, every address is added, and a route without a gateway goes via the gateway
  * of the address of the same family, if there is one.
  */
+import { kernelError } from './kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniIp, CniResult, CniRoute } from '../../cni/types';
 import type { IpamConfig, IpamResult } from '../../ipam';
@@ -83,7 +84,7 @@ export function podInterfaceOps(setup: PodInterfaceSetup, at: string): BatchOp[]
 /** Configures a pod interface that already exists (one batch in the pod netns) and answers it as the kernel now sees it. */
 export async function configurePodInterface(req: AttachRequest, env: DriverEnv, setup: PodInterfaceSetup): Promise<Result<LinkInfo>> {
   const r = await env.kernel.batch(req.netns, podInterfaceOps(setup, req.netns));
-  if (!r.ok) return err(r.error.withContext(`network ${req.network.key}: configuring ${setup.ifname} in ${req.netns}`));
+  if (!r.ok) return err(kernelError(r.error, `network ${req.network.key}: configuring ${setup.ifname} in ${req.netns}`));
   return podLinkOf(req, setup.ifname, r.value);
 }
 
@@ -124,8 +125,8 @@ export async function plumbPodInterface(req: AttachRequest, env: DriverEnv, p: P
   const r = await env.kernel.batch(p.node, [...p.create, ...podOps, ...after]);
   if (!r.ok) {
     if (r.error.index < p.create.length) return err(p.createFailed(r.error));
-    if (r.error.index >= p.create.length + podOps.length) return err(r.error.withContext(`network ${req.network.key}: configuring the host side of ${req.ifname}`));
-    return err(r.error.withContext(`network ${req.network.key}: configuring ${req.ifname} in ${req.netns}`));
+    if (r.error.index >= p.create.length + podOps.length) return err(kernelError(r.error, `network ${req.network.key}: configuring the host side of ${req.ifname}`));
+    return err(kernelError(r.error, `network ${req.network.key}: configuring ${req.ifname} in ${req.netns}`));
   }
   const link = podLinkOf(req, req.ifname, r.value.slice(0, p.create.length + podOps.length));
   if (!link.ok) return link;

@@ -3,6 +3,7 @@
  * host netdev (a NIC, an SR-IOV VF, ...) is moved into the pod netns and renamed to the pod's interface name in
  * one netlink request; undo (returnLinkToHost) moves it back under its original name.
  */
+import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { LinkInfo } from '../../kernel/types';
@@ -29,14 +30,14 @@ export const hostDeviceDriver: Driver = {
     if (!selector.ok) return selector;
 
     const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
-    if (!state.ok) return err(state.error.withContext(`${what}: listing host links`));
+    if (!state.ok) return err(kernelError(state.error, `${what}: listing host links`));
     const device = await findHostDevice(selector.value, state.value[0] as LinkInfo[]);
     if (!device.ok) return err(device.error.withContext(what));
     const hostName = device.value.name;
 
     // Checked before anything is recorded: undoing a move onto an existing pod interface would take that one instead.
     const existing = await env.kernel.getLink(req.netns, req.ifname);
-    if (!existing.ok) return err(existing.error.withContext(`${what}: looking up ${req.ifname} in ${req.netns}`));
+    if (!existing.ok) return err(kernelError(existing.error, `${what}: looking up ${req.ifname} in ${req.netns}`));
     if (existing.value) return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
 
     const ipam = await allocatePodIps(req, env, conf.ipam);
@@ -45,7 +46,7 @@ export const hostDeviceDriver: Driver = {
     await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName });
     const plumbed = await plumbPodInterface(req, env, {
       create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
-      createFailed: (e) => e.withContext(`${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
+      createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
       ipam: ipam.value,
     });
     if (!plumbed.ok) return plumbed;

@@ -7,6 +7,7 @@
  * So after the netns is gone a VF may be on the host under the pod-side name; this step cannot tell that device
  * from an unrelated one of the same name, so it leaves it alone.
  */
+import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { Kernel } from '../../kernel/kernel';
 import type { UndoStep } from '../driver';
@@ -28,5 +29,5 @@ export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLi
   if (f.errnoName === 'EEXIST') {
     return err(new CniError(CniCode.Internal, `cannot return ${step.name} from ${step.netns} to the host as ${step.hostName}: a link of that name already exists on the host`, r.error.details));
   }
-  return err(r.error.withContext(`returning ${step.name} from ${step.netns} to the host as ${step.hostName}`));
+  return err(kernelError(r.error, `returning ${step.name} from ${step.netns} to the host as ${step.hostName}`));
 }

@@ -3,6 +3,7 @@
  * created inside the pod netns with its final name (for a VM runtime such as KubeVirt to open later), owned by
  * `owner`/`group` when given, and optionally enslaved to a bridge that already exists in the pod netns.
  */
+import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
@@ -45,7 +46,7 @@ export const tapDriver: Driver = {
           return new CniError(CniCode.InvalidNetworkConfig, `${what}: bridge ${conf.bridge} not found in the pod netns ${req.netns}`, 'the tap plugin enslaves to a bridge inside the pod: create it earlier in the chain, or drop "bridge"');
         }
         if (e.is('EEXIST') || e.is('EBUSY')) return new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`, e.details);
-        return e.withContext(`${what}: creating tap ${req.ifname} in ${req.netns}`);
+        return kernelError(e, `${what}: creating tap ${req.ifname} in ${req.netns}`);
       },
       ipam: ipam.value,
     });

@@ -3,6 +3,7 @@
  * with flood entries to every remote VTEP) is created once per network, under a lock, and never undone per pod,
  * like the bridge driver's bridge. Each pod gets a veth whose peer is born in the pod netns, on that bridge.
  */
+import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { KeyedMutex } from '../../common/keyed-mutex';
@@ -92,7 +93,7 @@ export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: st
       if (r.error.index === 2 && r.error.failure.op === 'lookup' && r.error.failure.target === conf.underlayInterface) {
         return err(new CniError(CniCode.InvalidNetworkConfig, `underlayInterface ${conf.underlayInterface} not found on the host`, 'fix "underlayInterface"'));
       }
-      return err(r.error.withContext(`creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`));
+      return err(kernelError(r.error, `creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`));
     }
     const bridge = r.value[1] as LinkInfo | null;
     const vtep = r.value[3] as LinkInfo | null;
@@ -113,7 +114,7 @@ export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: st
     for (const remote of conf.remotes) fixes.push({ op: 'fdbAppend', dev: conf.device, mac: ALL_ZERO_MAC, dst: remote, ignore: ['EEXIST'] });
     if (fixes.length) {
       const f = await kernel.batch(node, fixes);
-      if (!f.ok) return err(f.error.withContext(`configuring VXLAN device ${conf.device} on bridge ${conf.bridge}`));
+      if (!f.ok) return err(kernelError(f.error, `configuring VXLAN device ${conf.device} on bridge ${conf.bridge}`));
     }
     knownOverlays.set(key, { bridge, vtep });
     return ok({ bridge, vtep, cached: false });

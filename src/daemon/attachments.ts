@@ -286,7 +286,7 @@ export class AttachmentEngine {
     const inspect = async (ns: string | undefined): Promise<{ links: { name: string; index: number; mac?: string }[]; addrs: { index: number; address: string }[]; routes: { dst: string; gw?: string }[] } | string> => {
       const r = await this.kernel.batch(ns, [{ op: 'linkList' }, { op: 'addrList' }, { op: 'routeList' }]);
       if (!r.ok) return r.error.message;
-      return { links: r.value[0] as never, addrs: r.value[1] as never, routes: r.value[2] as never };
+      return { links: r.value[0], addrs: r.value[1], routes: r.value[2] };
     };
     if (sandboxes.some((s) => s !== netns)) problems.push(`the attachment was made in ${sandboxes.join(', ')}, CHECK asks about ${netns}`);
     const pod = await inspect(netns);

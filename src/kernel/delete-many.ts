@@ -5,10 +5,10 @@
  * group too: then they are deleted one by one, and nothing that is not ours is ever touched.
  */
 import { KernelError, RtnlSocket } from './rtnetlink';
-import type { KernelFailure } from './types';
+import type { DeleteManyOutcome, KernelFailure } from './types';
 
 /** Per link that could not be deleted, why; a link that is already gone counts as deleted. */
-export type DeleteManyOutcome = { readonly failed: readonly { readonly name: string; readonly failure: KernelFailure }[] };
+export type { DeleteManyOutcome } from './types';
 
 const isGone = (e: unknown): boolean => e instanceof KernelError && (e.failure.errnoName === 'ENODEV' || e.failure.errnoName === 'ENOENT');
 

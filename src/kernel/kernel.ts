@@ -5,8 +5,7 @@
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { Result, err, ok } from '../common/result';
-import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, RouteInfo, RouteSpec } from './types';
-import type { DeleteManyOutcome } from './delete-many';
+import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
 import type { BatchReply, BatchRequest } from './worker';
 import { closeFd, deleteLinkOnPool } from './pod-link-deletions';
 
@@ -102,7 +101,7 @@ class HostLinkDeletions {
         // A group number of its own per batch, from a range ("PX") no tool hands out by default.
         const group = GROUP_BASE + (this.nextGroup++ % 0x10000);
         const r = await this.kernel.batch(undefined, [{ op: 'linkDelMany', names: batch.map((b) => b.name), group }]);
-        const failed = r.ok ? (r.value[0] as DeleteManyOutcome).failed : [];
+        const failed = r.ok ? r.value[0].failed : [];
         for (const b of batch) {
           if (!r.ok) b.resolve(r);
           else {
@@ -138,20 +137,21 @@ export class Kernel {
     await Promise.all(this.workers.map((w) => w.close()));
   }
 
-  /** Runs operations in order; the first failure that is not tolerated stops the batch. */
-  batch(netns: string | undefined, ops: readonly BatchOp[]): Promise<KernelResult<unknown[]>> {
+  /** Runs operations in order; the first failure that is not tolerated stops the batch. Answers each op's result, in order. */
+  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>> {
     const id = this.nextId++;
     const req: BatchRequest = { id, ...(netns ? { netns } : {}), ops };
     // The least busy worker takes the batch; a batch always runs whole on one thread.
     const worker = this.workers.reduce((best, w) => (w.pending.size < best.pending.size ? w : best));
     return new Promise((resolve) => {
-      worker.post(req, (reply) => resolve(reply.ok ? ok(reply.results) : err(new KernelCallError(reply.failure, reply.index))));
+      // The worker ran these very ops (worker.ts answers each with its OpResults type): the one place results are trusted.
+      worker.post(req, (reply) => resolve(reply.ok ? ok(reply.results as ResultsOf<Ops>) : err(new KernelCallError(reply.failure, reply.index))));
     });
   }
 
-  private async one<T>(netns: string | undefined, op: BatchOp): Promise<KernelResult<T>> {
-    const r = await this.batch(netns, [op]);
-    return r.ok ? ok(r.value[0] as T) : r;
+  private async one<const O extends BatchOp>(netns: string | undefined, op: O): Promise<KernelResult<ResultOf<O>>> {
+    const r = await this.batch(netns, [op] as const);
+    return r.ok ? ok(r.value[0] as ResultOf<O>) : r;
   }
 
   getLink(netns: string | undefined, name: string): Promise<KernelResult<LinkInfo | null>> {
@@ -172,7 +172,7 @@ export class Kernel {
    */
   async deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>> {
     if (netns === undefined) return this.hostDeletions.delete(name);
-    const socket = await this.one<number>(netns, { op: 'socketOpen' });
+    const socket = await this.one(netns, { op: 'socketOpen' });
     if (!socket.ok) return socket;
     try {
       const failed = await deleteLinkOnPool(socket.value, name);

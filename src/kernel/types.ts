@@ -105,6 +105,37 @@ export type KernelOp =
 export type OpOptions = { readonly ignore?: readonly string[]; readonly at?: string };
 export type BatchOp = KernelOp & OpOptions;
 
+/** What each operation answers (null for those that only change something, and for a tolerated errno). */
+export interface OpResults {
+  readonly linkAdd: null;
+  readonly linkDel: null;
+  readonly linkDelGroup: null;
+  readonly socketOpen: number;
+  readonly linkDelMany: DeleteManyOutcome;
+  readonly linkSet: null;
+  readonly linkGet: LinkInfo | null;
+  readonly linkList: LinkInfo[];
+  readonly addrAdd: null;
+  readonly addrDel: null;
+  readonly addrList: AddrInfo[];
+  readonly routeAdd: null;
+  readonly routeDel: null;
+  readonly routeList: RouteInfo[];
+  readonly fdbAppend: null;
+  readonly tapAdd: null;
+  readonly sysctlWrite: null;
+}
+
+/** The answer to one op; with `ignore`, null when the tolerated errno happened. */
+export type ResultOf<O extends BatchOp> = O extends { readonly ignore: readonly string[] } ? OpResults[O['op']] | null : OpResults[O['op']];
+/** The answers to a batch, position by position. */
+export type ResultsOf<Ops extends readonly BatchOp[]> = { -readonly [K in keyof Ops]: Ops[K] extends BatchOp ? ResultOf<Ops[K]> : never };
+
+/** Links that linkDelMany could not delete, each with its failure. */
+export interface DeleteManyOutcome {
+  readonly failed: readonly { readonly name: string; readonly failure: KernelFailure }[];
+}
+
 /** A failure reported by the kernel, with the errno name and the extended-ack text when the kernel gave one. */
 export interface KernelFailure {
   readonly op: string;

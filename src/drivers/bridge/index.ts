@@ -50,13 +50,12 @@ async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, en
   const known = knownBridges.get(conf.bridge);
   if (known && wanted.every((g) => known.gateways.has(g))) return ok(known.mac ? { mac: known.mac } : {});
   return bridgeLocks.run(conf.bridge, async () => {
-    const ops: BatchOp[] = [
+    const r = await env.kernel.batch(undefined, [
       { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true, ...(conf.mtu ? { mtu: conf.mtu } : {}) }, ignore: ['EEXIST'] },
       { op: 'linkGet', name: conf.bridge },
-    ];
-    const r = await env.kernel.batch(undefined, ops);
+    ]);
     if (!r.ok) return err(kernelError(r.error, `creating bridge ${conf.bridge}`));
-    const link = r.value[1] as { kind?: string; mac?: string; up?: boolean; promisc?: boolean } | null;
+    const link = r.value[1];
     if (!link || link.kind !== 'bridge') {
       return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.bridge} exists on the host but is not a bridge (it is ${link?.kind ?? 'unknown'})`, 'choose another "bridge" name'));
     }

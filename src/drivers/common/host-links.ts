@@ -13,8 +13,8 @@ const MAIN_TABLE = 254;
 export async function defaultRouteLink(kernel: Kernel, netns?: string): Promise<Result<LinkInfo | undefined>> {
   const r = await kernel.batch(netns, [{ op: 'routeList' }, { op: 'linkList' }]);
   if (!r.ok) return err(kernelError(r.error, 'looking up the default route interface'));
-  const routes = r.value[0] as RouteInfo[];
-  const links = r.value[1] as LinkInfo[];
+  const routes = r.value[0];
+  const links = r.value[1];
   const isDefault = (route: RouteInfo): boolean => route.table === MAIN_TABLE && route.oifIndex !== undefined && /\/0$/.test(route.dst);
   const chosen = routes.find((route) => isDefault(route) && route.family === 4) ?? routes.find((route) => isDefault(route) && route.family === 6);
   return ok(chosen ? links.find((l) => l.index === chosen.oifIndex) : undefined);

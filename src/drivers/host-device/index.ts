@@ -6,7 +6,6 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import type { LinkInfo } from '../../kernel/types';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor } from './config';
@@ -31,7 +30,7 @@ export const hostDeviceDriver: Driver = {
 
     const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
     if (!state.ok) return err(kernelError(state.error, `${what}: listing host links`));
-    const device = await findHostDevice(selector.value, state.value[0] as LinkInfo[]);
+    const device = await findHostDevice(selector.value, state.value[0]);
     if (!device.ok) return err(device.error.withContext(what));
     const hostName = device.value.name;
 

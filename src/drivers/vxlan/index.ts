@@ -95,8 +95,8 @@ export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: st
       }
       return err(kernelError(r.error, `creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`));
     }
-    const bridge = r.value[1] as LinkInfo | null;
-    const vtep = r.value[3] as LinkInfo | null;
+    const bridge = r.value[1];
+    const vtep = r.value[3];
     if (!bridge || bridge.kind !== 'bridge') {
       return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.bridge} exists on the host but is not a bridge (it is ${bridge?.kind ?? 'unknown'})`, 'choose another "bridge" name'));
     }

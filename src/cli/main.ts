@@ -1,8 +1,8 @@
 /** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
-import type { SweepReport } from '../daemon/attachments';
-import type { AttachmentRecord } from '../daemon/journal';
+import type { SweepReport } from '../engine/engine';
+import type { AttachmentRecord } from '../engine/journal';
 import type { NetworkDefinition } from '../networks/nad';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND

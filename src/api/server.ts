@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { CniCode, CniError, err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
 import { Semaphore } from '../common/semaphore';
-import type { AttachmentEngine } from './attachments';
+import type { AttachmentEngine } from '../engine/engine';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
 

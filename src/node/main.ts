@@ -6,12 +6,12 @@ import { DriverRegistry } from '../drivers/registry';
 import { Ipam } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
-import { AttachmentEngine } from './attachments';
+import { AttachmentEngine } from '../engine/engine';
 import { loadDaemonConfig, USAGE } from './config';
-import { Journal } from './journal';
+import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
-import { recover, replaySpooledDels } from './recovery';
-import { DaemonServer } from './server';
+import { recover, replaySpooledDels } from '../engine/recovery';
+import { DaemonServer } from '../api/server';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));

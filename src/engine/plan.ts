@@ -13,7 +13,7 @@ import type { NetworkDirectory } from '../networks/directory';
 import type { NetworkDefinition } from '../networks/nad';
 import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
 import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
-import { parseNetworkRef } from './network-ref';
+import { parseNetworkRef } from '../networks/network-ref';
 
 type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { CniCode, CniError } from '../cni/errors';
 import { bestEffortVersion, ForwardedCall, parseCniRequest } from '../cni/request';
 import { convertResult, SUPPORTED_VERSIONS } from '../cni/version';
-import type { AttachmentEngine } from './attachments';
+import type { AttachmentEngine } from '../engine/engine';
 
 export interface CniReply {
   readonly exitCode: number;

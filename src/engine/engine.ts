@@ -21,9 +21,9 @@ import type { Kernel } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
 import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
-import { mergeResults, networkStatus } from './network-status';
-import { AttachmentStep, driverFor, planPod, PlanSettings } from './pod-plan';
-import { parseNetworkRef } from './network-ref';
+import { mergeResults, networkStatus } from '../networks/status';
+import { AttachmentStep, driverFor, planPod, PlanSettings } from './plan';
+import { parseNetworkRef } from '../networks/network-ref';
 import { LeaseHolders } from './lease-holders';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;

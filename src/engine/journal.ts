@@ -16,7 +16,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CniResult } from '../cni/types';
 import type { PodIdentity, UndoStep } from '../drivers/driver';
-import type { NetworkStatusEntry } from './network-status';
+import type { NetworkStatusEntry } from '../networks/status';
 
 export interface AttachmentMeta {
   readonly containerId: string;

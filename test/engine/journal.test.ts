@@ -4,7 +4,7 @@ import { appendFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CniResult } from '../../src/cni/types';
-import { Journal, parseRecord, type AttachmentMeta } from '../../src/daemon/journal';
+import { Journal, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
 import type { UndoStep } from '../../src/drivers/driver';
 
 /** A fresh journal directory, removed even when the test fails. */

@@ -6,7 +6,7 @@ import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
-import type { AttachmentEngine } from './attachments';
+import type { AttachmentEngine } from './engine';
 
 export interface RecoveryReport {
   readonly spooledDels: number;

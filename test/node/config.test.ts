@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadDaemonConfig, USAGE, type DaemonConfig } from '../../src/daemon/config';
+import { loadDaemonConfig, USAGE, type DaemonConfig } from '../../src/node/config';
 
 const DEFAULTS: DaemonConfig = {
   socket: '/run/plexus/plexus.sock',

@@ -14,6 +14,7 @@ import { Semaphore } from '../common/semaphore';
 import type { AttachmentEngine } from '../engine/engine';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
+import { toWireAttachment, type WireGcReport } from './wire';
 
 const MAX_BODY = 4 * 1024 * 1024;
 
@@ -85,7 +86,7 @@ export class DaemonServer {
     const url = new URL(req.url ?? '/', 'http://plexusd');
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
     if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, pid: process.pid, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
-    if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify(await this.engine.journal.list()));
+    if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify((await this.engine.journal.list()).map(toWireAttachment)));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.networks.list();
       return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));
@@ -127,7 +128,7 @@ export class DaemonServer {
     const body = await readBody(req);
     const parsed = body === undefined ? err(new CniError(CniCode.InvalidNetworkConfig, `GC request larger than ${MAX_BODY} bytes`)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok) return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
-    const report = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
+    const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
     send(res, 200, JSON.stringify(report));
   }
 

@@ -1,8 +1,7 @@
 /** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
-import type { SweepReport } from '../engine/engine';
-import type { AttachmentRecord } from '../engine/journal';
+import type { WireAttachment as AttachmentRecord, WireGcReport as SweepReport } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
@@ -33,7 +32,7 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const state = (r: AttachmentRecord): string => (r.deleting ? 'deleting' : r.result ? 'attached' : 'adding');
+const state = (r: AttachmentRecord): string => r.state;
 const podOf = (r: AttachmentRecord): string => (r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-');
 const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
 

@@ -1,0 +1,46 @@
+/**
+ * What the daemon's API answers, as JSON: the contract between plexusd and plexusctl (and any script that reads
+ * `plexusctl -o json`). The engine's own types may change; these change only on purpose, and server.ts maps to them.
+ */
+import type { CniResult } from '../cni/types';
+import type { SweepReport } from '../engine/engine';
+import type { AttachmentRecord } from '../engine/journal';
+
+/** GET /v1/attachments: one per journal record (a container and the runtime's interface). */
+export interface WireAttachment {
+  readonly meta: {
+    readonly containerId: string;
+    readonly ifname: string;
+    readonly netns: string;
+    readonly pod: { readonly namespace?: string; readonly name?: string; readonly uid?: string };
+    readonly cniNetwork: string;
+    readonly networks: readonly string[];
+    readonly startedAt: string;
+  };
+  readonly state: 'adding' | 'attached' | 'deleting';
+  readonly events: readonly { readonly at: string; readonly what: string; readonly ms?: number }[];
+  readonly result?: CniResult;
+  readonly cniVersion?: string;
+  /** Per network: driver and result; the network-status entries. */
+  readonly details?: AttachmentRecord['details'];
+  /** How to undo what is made, step by step, as journaled. */
+  readonly undo: AttachmentRecord['undo'];
+  /** Set when the record was written by a newer plexusd than this one. */
+  readonly unreadable?: string;
+}
+
+/** POST /v1/gc: what was (or, dry, would be) removed and released. */
+export type WireGcReport = SweepReport;
+
+export function toWireAttachment(r: AttachmentRecord): WireAttachment {
+  return {
+    meta: r.meta,
+    state: r.deleting ? 'deleting' : r.result ? 'attached' : 'adding',
+    events: r.events,
+    ...(r.result ? { result: r.result } : {}),
+    ...(r.cniVersion ? { cniVersion: r.cniVersion } : {}),
+    ...(r.details ? { details: r.details } : {}),
+    undo: r.undo,
+    ...(r.unreadable ? { unreadable: r.unreadable } : {}),
+  };
+}

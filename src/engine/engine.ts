@@ -60,13 +60,39 @@ export class AttachmentEngine {
   constructor(
     private readonly kernel: Kernel,
     private readonly ipam: Ipam,
-    readonly journal: Journal,
-    readonly networks: NetworkDirectory,
+    private readonly journal: Journal,
+    private readonly networks: NetworkDirectory,
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,
     private readonly delegate: Driver = delegateDriver,
   ) {}
+
+  /** Every attachment the journal holds, as recorded (for the API). */
+  records(): Promise<AttachmentRecord[]> {
+    return this.journal.list();
+  }
+
+  /** The networks the engine can attach, and the definitions it could not use (for the API). */
+  listNetworks(): ReturnType<NetworkDirectory['list']> {
+    return this.networks.list();
+  }
+
+  /**
+   * After a crash: undoes every transaction that was not committed (an ADD cut off) or was being deleted (a DEL cut
+   * off). Answers what was undone and what could not be, record by record.
+   */
+  async undoUnfinished(): Promise<{ readonly undone: readonly AttachmentRecord[]; readonly failed: readonly { readonly record: AttachmentRecord; readonly error: CniError }[] }> {
+    const undone: AttachmentRecord[] = [];
+    const failed: { record: AttachmentRecord; error: CniError }[] = [];
+    for (const record of await this.journal.list()) {
+      if (record.result && !record.deleting) continue;
+      const r = await this.undoRecord(record);
+      if (r.ok) undone.push(record);
+      else failed.push({ record, error: r.error });
+    }
+    return { undone, failed };
+  }
 
   add(req: AttachRequest): Promise<Result<CniResult>> {
     return this.containerLocks.run(req.containerId, () => this.addLocked(req));
@@ -186,7 +212,7 @@ export class AttachmentEngine {
   }
 
   /** Undoes every recorded step (in the stages of undoStages), continuing past failures; removes the record when all succeeded. */
-  async undoRecord(record: AttachmentRecord): Promise<Result<void>> {
+  private async undoRecord(record: AttachmentRecord): Promise<Result<void>> {
     const { containerId, ifname } = record.meta;
     if (record.unreadable) return err(unreadableRecord(record));
     if (!record.deleting) {

@@ -63,20 +63,10 @@ const safeJson = (text: string): unknown => {
 export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger): Promise<RecoveryReport> {
   await mkdir(spoolDir, { recursive: true, mode: 0o700 });
   const spooledDels = await replaySpooledDels(spoolDir, engine, log);
-  let undone = 0;
-  let undoFailures = 0;
-  for (const record of await engine.journal.list()) {
-    if (record.result && !record.deleting) continue;
-    const r = await engine.undoRecord(record);
-    if (r.ok) {
-      undone++;
-      log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
-    } else {
-      undoFailures++;
-      log.error({ containerId: record.meta.containerId, err: r.error.message }, 'recovery could not undo a transaction');
-    }
-  }
+  const { undone, failed } = await engine.undoUnfinished();
+  for (const record of undone) log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
+  for (const { record, error } of failed) log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
   const released = await engine.releaseOrphanedLeases();
   for (const l of released) log.info({ network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname }, 'recovery released a lease no attachment holds');
-  return { spooledDels, undone, undoFailures, leasesReleased: released.length };
+  return { spooledDels, undone: undone.length, undoFailures: failed.length, leasesReleased: released.length };
 }

@@ -84,6 +84,22 @@ export interface DriverEnv {
   readonly cniBinDir: string;
 }
 
+/** A committed attachment as the journal keeps it, for a driver's own CHECK. */
+export interface RecordedAttachment {
+  readonly network: string;
+  readonly ifname: string;
+  /** This attachment's own result (the pod's CNI result merges all of them). */
+  readonly result: CniResult;
+  /** The undo steps recorded for it, in order (a delegated network's plugin invocations among them). */
+  readonly steps: readonly UndoStep[];
+}
+
+/** A container and interface that still hold an attachment on a network (the valid list of a CNI GC). */
+export interface LiveAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+}
+
 export interface Driver {
   /** The CNI plugin type this driver runs natively (e.g. "bridge"). */
   readonly type: string;
@@ -91,4 +107,10 @@ export interface Driver {
   /** Validates the plugin config up front, without touching anything. */
   validate(plugin: PluginConfig): Result<unknown>;
   attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>>;
+  /** CHECK beyond the kernel state the engine verifies itself (a delegated network asks its plugins). */
+  check?(attachment: RecordedAttachment): Promise<Result<void>>;
+  /** GC of state the driver keeps outside the journal, for one network, given the attachments still on it. */
+  gc?(network: NetworkDefinition, live: readonly LiveAttachment[], cniBinDir: string): Promise<Result<void>>;
+  /** STATUS: whether the network can take ADDs now. */
+  status?(network: NetworkDefinition, cniBinDir: string): Promise<Result<void>>;
 }

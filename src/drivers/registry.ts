@@ -1,5 +1,9 @@
-/** The drivers the daemon runs natively, chosen by the plugin `type` of a network's config. */
+/**
+ * The drivers the daemon has: the native ones, chosen by the plugin `type` of a network's config, and the delegate
+ * driver, which execs the plugins of every other network (and of those whose NAD asks for it).
+ */
 import { bridgeDriver } from './bridge';
+import { delegateDriver } from './delegate';
 import type { Driver } from './driver';
 import { hostDeviceDriver } from './host-device';
 import { ipvlanDriver } from './ipvlan';
@@ -7,18 +11,37 @@ import { macvlanDriver } from './macvlan';
 import { ptpDriver } from './ptp';
 import { tapDriver } from './tap';
 import { vxlanDriver } from './vxlan';
+import type { NetworkDefinition } from '../networks/nad';
 
 const builtIn: readonly Driver[] = [bridgeDriver, macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, vxlanDriver, ptpDriver];
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();
-  constructor(drivers: readonly Driver[] = builtIn) {
+
+  constructor(
+    drivers: readonly Driver[] = builtIn,
+    readonly delegate: Driver = delegateDriver,
+  ) {
     for (const d of drivers) this.byType.set(d.type, d);
   }
+
   get(type: string): Driver | undefined {
     return this.byType.get(type);
   }
+
   types(): string[] {
     return [...this.byType.keys()];
+  }
+
+  /** The driver for a network: its native driver when it has exactly one plugin of a native type, else delegation. */
+  for(network: NetworkDefinition, forceDelegate: boolean): Driver {
+    const [only, ...more] = network.plugins;
+    const native = only && more.length === 0 && !forceDelegate ? this.byType.get(only.type) : undefined;
+    return native ?? this.delegate;
+  }
+
+  /** The driver that made an attachment, by the type the journal recorded for it. */
+  byRecordedType(type: string): Driver | undefined {
+    return type === this.delegate.type ? this.delegate : this.byType.get(type);
   }
 }

@@ -11,8 +11,7 @@ import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniResult } from '../cni/types';
-import { delegateCheck, delegateDriver, delegateGc, delegateStatus } from '../drivers/delegate';
-import type { Driver, DriverEnv, UndoStep } from '../drivers/driver';
+import type { DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, runUndo, undoStages } from '../drivers/undo';
@@ -22,7 +21,7 @@ import type { NetworkDirectory } from '../networks/directory';
 import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from '../networks/status';
-import { AttachmentStep, driverFor, planPod, PlanSettings } from './plan';
+import { AttachmentStep, planPod, PlanSettings } from './plan';
 import { parseNetworkRef } from '../networks/network-ref';
 import { LeaseHolders } from './lease-holders';
 
@@ -65,7 +64,6 @@ export class AttachmentEngine {
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,
-    private readonly delegate: Driver = delegateDriver,
   ) {}
 
   /** Every attachment the journal holds, as recorded (for the API). */
@@ -111,7 +109,7 @@ export class AttachmentEngine {
     }
 
     // Plan and validate everything before touching anything: a bad request leaves nothing behind.
-    const planned = planPod(req, this.options, this.networks, this.drivers, this.delegate);
+    const planned = planPod(req, this.options, this.networks, this.drivers);
     if (!planned.ok) return planned;
     const steps = planned.value;
     try {
@@ -294,10 +292,14 @@ export class AttachmentEngine {
       if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${req.ifname} is known for container ${req.containerId}`));
       const verified = await this.verify(record.result, req.netns);
       if (!verified.ok) return verified;
-      // Delegated networks are also asked themselves, with their own result as prevResult (libcni's CHECK).
+      // Drivers with a CHECK of their own (delegated networks ask their plugins) get each attachment they made.
       for (const a of record.details?.attachments ?? []) {
-        if (!a.delegated?.length) continue;
-        const r = await delegateCheck(a.delegated, a.result);
+        const driver = this.drivers.byRecordedType(a.driver);
+        if (!driver?.check) continue;
+        const tagged = record.undo.filter((_, i) => record.undoOwners[i]?.network === a.network && record.undoOwners[i]?.ifname === a.ifname);
+        // A v0 record tags no step: its details kept a delegated network's invocations.
+        const steps = tagged.length ? tagged : (a.delegated ?? []);
+        const r = await driver.check({ network: a.network, ifname: a.ifname, result: a.result, steps });
         if (!r.ok) return err(r.error.withContext(`CHECK of network ${a.network} (${a.ifname})`));
       }
       return ok(undefined);
@@ -383,27 +385,28 @@ export class AttachmentEngine {
     const leases = await this.releaseOrphanedLeases(dryRun);
     if (dryRun) return { removed, kept, failures, leases, leasesReleased: 0, dryRun };
     if (leases.length) this.log.info({ released: leases.map((l) => `${l.network}/${l.address} (${l.containerId || 'no owner'} ${l.ifname})`) }, 'GC released leases without an attachment');
-    for (const error of await this.gcDelegatedNetworks()) failures.push({ containerId: '', ifname: '', reason: 'delegated GC', error });
+    for (const error of await this.gcDriverState()) failures.push({ containerId: '', ifname: '', reason: 'driver GC', error });
     return { removed, kept, failures, leases, leasesReleased: leases.length, dryRun };
   }
 
   /**
-   * Delegated plugins keep state of their own (host-local leases, for one): each delegated network gets a GC
-   * listing the attachments Plexus still has on it, so the plugins can drop the rest.
+   * Drivers that keep state of their own (delegated plugins: host-local leases, for one) get a GC for each network
+   * they run, listing the attachments Plexus still has on it there, so they can drop the rest.
    */
-  private async gcDelegatedNetworks(): Promise<string[]> {
+  private async gcDriverState(): Promise<string[]> {
     const records = await this.journal.list();
     const failures: string[] = [];
     for (const network of this.networks.list().networks) {
-      if (driverFor(network, delegationForced(network), this.drivers, this.delegate) !== this.delegate) continue;
-      const valid = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === this.delegate.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
-      const r = await delegateGc(network, valid, this.options.cniBinDir);
+      const driver = this.drivers.for(network, delegationForced(network));
+      if (!driver.gc) continue;
+      const live = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === driver.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
+      const r = await driver.gc(network, live, this.options.cniBinDir);
       if (!r.ok) failures.push(r.error.message);
     }
     return failures;
   }
 
-  /** STATUS: ready when the daemon is, and when the default network's delegated plugins (if any) say so. */
+  /** STATUS: ready when the daemon is, and when the default network's driver (its delegated plugins, if any) says so. */
   async status(req: Extract<CniRequest, { command: 'STATUS' }>): Promise<Result<void>> {
     const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : this.options.defaultNetwork;
     if (!refText) return ok(undefined);
@@ -411,8 +414,8 @@ export class AttachmentEngine {
     if (!ref.ok) return ref;
     const network = this.networks.get(ref.value.namespace, ref.value.name);
     if (!network.ok) return err(new CniError(CniCode.PluginNotAvailable, `the default network is not usable: ${network.error.message}`));
-    if (driverFor(network.value, delegationForced(network.value), this.drivers, this.delegate) !== this.delegate) return ok(undefined);
-    return delegateStatus(network.value, this.options.cniBinDir);
+    const driver = this.drivers.for(network.value, delegationForced(network.value));
+    return driver.status ? driver.status(network.value, this.options.cniBinDir) : ok(undefined);
   }
 
   /**

@@ -6,11 +6,10 @@
 import { RuntimeConfig } from '../cni/args';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
-import { declaredCapabilities } from '../drivers/delegate';
 import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkDirectory } from '../networks/directory';
-import type { NetworkDefinition } from '../networks/nad';
+import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
 import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
 import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
 import { parseNetworkRef } from '../networks/network-ref';
@@ -33,14 +32,8 @@ export interface AttachmentStep {
 /** runtimeConfig keys that belong to the pod's default network only (portMappings per the NPWG spec). */
 const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
 
-/** The driver for a network: its native driver when it has exactly one plugin of a native type, else delegation. */
-export function driverFor(network: NetworkDefinition, forceDelegate: boolean, drivers: DriverRegistry, delegate: Driver): Driver {
-  const [only, ...more] = network.plugins;
-  const native = only && more.length === 0 && !forceDelegate ? drivers.get(only.type) : undefined;
-  return native ?? delegate;
-}
-
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkDirectory, drivers: DriverRegistry, delegate: Driver): Result<AttachmentStep[]> {
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkDirectory, drivers: DriverRegistry): Result<AttachmentStep[]> {
+  const delegate = drivers.delegate;
   const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
   if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
   const ref = parseNetworkRef(refText);
@@ -63,7 +56,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   // and delegated drivers alike, so one NAD behaves the same whatever runs it. A native driver must also support it,
   // as the reference plugin it stands in for would.
   const capabilitiesOf = (network: NetworkDefinition, forceDelegate: boolean): ReadonlySet<string> => {
-    const driver = driverFor(network, forceDelegate, drivers, delegate);
+    const driver = drivers.for(network, forceDelegate);
     const declared = network.plugins.flatMap((p) => declaredCapabilities(p));
     return new Set(driver === delegate ? declared : declared.filter((c) => (driver.capabilities as readonly string[]).includes(c)));
   };
@@ -84,7 +77,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   const secondaryRuntimeConfig = new RuntimeConfig(Object.fromEntries(Object.entries(req.runtimeConfig.raw).filter(([k]) => !DEFAULT_NETWORK_ONLY.includes(k.toLowerCase()))));
   const steps: AttachmentStep[] = [];
   for (const planned of plan.value) {
-    const driver = driverFor(planned.network, planned.forceDelegate, drivers, delegate);
+    const driver = drivers.for(planned.network, planned.forceDelegate);
     const where = `${planned.isDefault ? 'default network' : 'network'} ${planned.network.key} (${planned.ifname})`;
     for (const plugin of driver === delegate ? planned.network.plugins : planned.network.plugins.slice(0, 1)) {
       const valid = driver.validate(plugin);

@@ -131,3 +131,10 @@ export function parseNetworkConfig(text: string, source: string, fallbackName: s
   }
   return ok({ cniVersion: version.value, cniName, plugins });
 }
+
+/** The capability names a plugin declares with `"capabilities": {"name": true}` (NPWG: the config decides). */
+export function declaredCapabilities(plugin: PluginConfig): string[] {
+  const caps = plugin.capabilities;
+  if (typeof caps !== 'object' || caps === null || Array.isArray(caps)) return [];
+  return Object.entries(caps).filter(([, on]) => on === true).map(([name]) => name);
+}

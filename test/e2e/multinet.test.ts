@@ -252,6 +252,11 @@ describe('selection options', () => {
     assert.match(ip('-n', pod.ns, 'link', 'show', 'net1'), /mtu 1280/);
     const check = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
     assert.equal(check.code, 0, `CHECK forwarded to the chain: ${check.stdout}`);
+    // Only the chain's own CHECK (tuning's) knows the MTU it set: a change behind its back must fail CHECK.
+    ip('-n', pod.ns, 'link', 'set', 'net1', 'mtu', '1400');
+    const drifted = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    assert.equal(drifted.code, 1, drifted.stdout);
+    assert.match(String(drifted.json?.msg), /CHECK of network default\/chain \(net1\).*tuning/);
     assert.equal((await del(pod)).code, 0);
     assert.deepEqual(delegatedLeases('chain'), []);
   });

@@ -4,18 +4,14 @@
  */
 import type { CniResult } from '../../cni/types';
 import { convertResult, isSupportedVersion, LATEST_VERSION } from '../../cni/version';
-import type { PluginConfig } from '../../networks/nad';
+import { declaredCapabilities, type PluginConfig } from '../../networks/nad';
+
+export { declaredCapabilities };
 import type { AttachRequest } from '../driver';
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The capability names a plugin declares with `"capabilities": {"name": true}`. */
-export function declaredCapabilities(plugin: PluginConfig): string[] {
-  const caps = plugin.capabilities;
-  if (!isObject(caps)) return [];
-  return Object.entries(caps).filter(([, on]) => on === true).map(([name]) => name);
-}
 
 /**
  * The value for one declared capability, or undefined when the request has none. The well-known ones come from

@@ -13,7 +13,7 @@ import { isSupportedVersion } from '../../cni/version';
 import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
-import { ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
+import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
 import { parseCniResult } from './result';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
@@ -30,6 +30,10 @@ export function createDelegateDriver(opts: ExecOptions = {}): Driver {
     capabilities: ['ips', 'mac', 'bandwidth', 'portMappings', 'deviceID', 'infinibandGUID', 'dns'],
     validate: (plugin: PluginConfig): Result<unknown> => validatePluginType(plugin.type),
     attach: (req, env) => attachChain(req, env, opts),
+    // libcni's CHECK: each plugin again, with the recorded bytes, and the attachment's final result as prevResult.
+    check: (a) => delegateCheck(a.steps.filter((s): s is DelegateDelStep => s.kind === 'delegateDel'), a.result, opts),
+    gc: (network, live, cniBinDir) => delegateGc(network, live, cniBinDir, opts),
+    status: (network, cniBinDir) => delegateStatus(network, cniBinDir, opts),
   };
 }
 

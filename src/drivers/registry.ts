@@ -2,24 +2,25 @@
  * The drivers the daemon has: the native ones, chosen by the plugin `type` of a network's config, and the delegate
  * driver, which execs the plugins of every other network (and of those whose NAD asks for it).
  */
-import { bridgeDriver } from './bridge';
+import { createBridgeDriver } from './bridge';
 import { delegateDriver } from './delegate';
 import type { Driver } from './driver';
 import { hostDeviceDriver } from './host-device';
 import { ipvlanDriver } from './ipvlan';
 import { macvlanDriver } from './macvlan';
-import { ptpDriver } from './ptp';
+import { createPtpDriver } from './ptp';
 import { tapDriver } from './tap';
-import { vxlanDriver } from './vxlan';
+import { createVxlanDriver } from './vxlan';
 import type { NetworkDefinition } from '../networks/nad';
 
-const builtIn: readonly Driver[] = [bridgeDriver, macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, vxlanDriver, ptpDriver];
+/** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
+const builtIn = (): readonly Driver[] => [createBridgeDriver(), macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, createVxlanDriver(), createPtpDriver()];
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();
 
   constructor(
-    drivers: readonly Driver[] = builtIn,
+    drivers: readonly Driver[] = builtIn(),
     readonly delegate: Driver = delegateDriver,
   ) {
     for (const d of drivers) this.byType.set(d.type, d);

@@ -5,7 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { ptpDriver } from '../../src/drivers/ptp';
+import { createPtpDriver } from '../../src/drivers/ptp';
+
+const ptpDriver = createPtpDriver();
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry } from '../support/netns';
 import { attachRequest, driverTestbed, failure, must, RecordingEnv } from './support';

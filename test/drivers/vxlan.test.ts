@@ -3,7 +3,16 @@ import { randomInt } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { attachVxlan, vxlanDriver } from '../../src/drivers/vxlan';
+import { createVxlanDriver } from '../../src/drivers/vxlan';
+
+const vxlanDriver = createVxlanDriver();
+/** One driver per node (a netns standing in for another node of the cluster), which remembers its overlays. */
+const nodeDrivers = new Map<string, ReturnType<typeof createVxlanDriver>>();
+const attachVxlan = (req: Parameters<typeof vxlanDriver.attach>[0], env: Parameters<typeof vxlanDriver.attach>[1], node: string) => {
+  const driver = nodeDrivers.get(node) ?? createVxlanDriver({ node });
+  nodeDrivers.set(node, driver);
+  return driver.attach(req, env);
+};
 import { ip, ipTry, NetnsFixture } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
 

@@ -15,37 +15,44 @@ import { BridgeConfig, parseBridgeConfig } from './config';
 
 export { hostVethName } from '../common/bridge-port';
 
-const bridgeLocks = new KeyedMutex();
-/** Bridges this daemon has ensured, with the gateway addresses it put on them (so later ADDs skip the kernel). */
-const knownBridges = new Map<string, { mac?: string; gateways: Set<string> }>();
+/** Bridges a driver has ensured, with the gateway addresses it put on them (so later ADDs skip the kernel). */
+interface KnownBridges {
+  readonly locks: KeyedMutex;
+  readonly bridges: Map<string, { mac?: string; gateways: Set<string> }>;
+}
 
-export const bridgeDriver: Driver = {
-  type: 'bridge',
-  capabilities: ['ips', 'mac', 'dns'],
-  validate: parseBridgeConfig,
+/** A bridge driver; it remembers the bridges it has ensured. */
+export function createBridgeDriver(): Driver {
+  const known: KnownBridges = { locks: new KeyedMutex(), bridges: new Map() };
+  return {
+    type: 'bridge',
+    capabilities: ['ips', 'mac', 'dns'],
+    validate: parseBridgeConfig,
+    attach: (req, env) => attachBridge(req, env, known),
+  };
+}
 
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const parsed = parseBridgeConfig(req.plugin);
-    if (!parsed.ok) return parsed;
-    const conf = parsed.value;
-    const ipam = await allocatePodIps(req, env, conf.ipam);
-    if (!ipam.ok) return ipam;
-    return attachBridgePort(req, env, {
-      bridge: conf.bridge,
-      ...(conf.mtu ? { mtu: conf.mtu } : {}),
-      hairpin: conf.hairpinMode,
-      ipam: ipam.value,
-      routes: podRoutes(ipam.value, { defaultGateway: conf.isDefaultGateway }),
-      ensureBridge: (again) => {
-        if (again) knownBridges.delete(conf.bridge);
-        return ensureBridge(conf, ipam.value, env);
-      },
-    });
-  },
-};
+async function attachBridge(req: AttachRequest, env: DriverEnv, knownBridges: KnownBridges): Promise<Result<CniResult>> {
+  const parsed = parseBridgeConfig(req.plugin);
+  if (!parsed.ok) return parsed;
+  const conf = parsed.value;
+  const ipam = await allocatePodIps(req, env, conf.ipam);
+  if (!ipam.ok) return ipam;
+  return attachBridgePort(req, env, {
+    bridge: conf.bridge,
+    ...(conf.mtu ? { mtu: conf.mtu } : {}),
+    hairpin: conf.hairpinMode,
+    ipam: ipam.value,
+    routes: podRoutes(ipam.value, { defaultGateway: conf.isDefaultGateway }),
+    ensureBridge: (again) => {
+      if (again) knownBridges.bridges.delete(conf.bridge);
+      return ensureBridge(conf, ipam.value, env, knownBridges);
+    },
+  });
+}
 
 /** Creates the bridge once (it is shared by every pod of the network and never deleted), and its gateway addresses. */
-async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, env: DriverEnv): Promise<Result<{ mac?: string }>> {
+async function ensureBridge(conf: BridgeConfig, ipam: IpamResult | undefined, env: DriverEnv, { locks: bridgeLocks, bridges: knownBridges }: KnownBridges): Promise<Result<{ mac?: string }>> {
   const wanted = conf.isGateway ? (ipam?.ips ?? []).flatMap((ip) => (ip.gateway ? [`${ip.gateway}/${ip.address.split('/')[1]}`] : [])) : [];
   const known = knownBridges.get(conf.bridge);
   if (known && wanted.every((g) => known.gateways.has(g))) return ok(known.mac ? { mac: known.mac } : {});

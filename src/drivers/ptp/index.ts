@@ -26,59 +26,62 @@ function subnetOf(cidr: string): string {
   return c ? formatCidr(c.family, networkOf(c), c.prefix) : cidr;
 }
 
-/** IP forwarding is what makes a routed pod reachable beyond the node; set once per family per daemon. */
-const forwardingEnabled = new Set<string>();
+/** A ptp driver; it remembers which forwarding sysctls it has set. */
+export function createPtpDriver(): Driver {
+  /** IP forwarding is what makes a routed pod reachable beyond the node; set once per family per driver. */
+  const forwardingEnabled = new Set<string>();
+  return {
+    type: 'ptp',
+    capabilities: ['ips', 'mac', 'dns'],
+    validate: parsePtpConfig,
+    attach: (req, env) => attachPtp(req, env, forwardingEnabled),
+  };
+}
 
-export const ptpDriver: Driver = {
-  type: 'ptp',
-  capabilities: ['ips', 'mac', 'dns'],
-  validate: parsePtpConfig,
+async function attachPtp(req: AttachRequest, env: DriverEnv, forwardingEnabled: Set<string>): Promise<Result<CniResult>> {
+  const parsed = parsePtpConfig(req.plugin);
+  if (!parsed.ok) return parsed;
+  const conf = parsed.value;
+  const allocated = await allocatePodIps(req, env, conf.ipam);
+  if (!allocated.ok) return allocated;
+  const ipam = allocated.value;
+  if (!ipam?.ips.length) return err(invalidConfig(req.plugin, 'IPAM assigned no address, and a ptp link needs one'));
+  const missing = ipam.ips.find((ip) => !ip.gateway);
+  if (missing) return err(invalidConfig(req.plugin, `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`, 'set "gateway" in the IPAM range'));
 
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const parsed = parsePtpConfig(req.plugin);
-    if (!parsed.ok) return parsed;
-    const conf = parsed.value;
-    const allocated = await allocatePodIps(req, env, conf.ipam);
-    if (!allocated.ok) return allocated;
-    const ipam = allocated.value;
-    if (!ipam?.ips.length) return err(invalidConfig(req.plugin, 'IPAM assigned no address, and a ptp link needs one'));
-    const missing = ipam.ips.find((ip) => !ip.gateway);
-    if (missing) return err(invalidConfig(req.plugin, `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`, 'set "gateway" in the IPAM range'));
-
-    const veth = await prepareHostVeth(req, env, conf.mtu ? { mtu: conf.mtu } : {});
-    const host = veth.name;
-    const at = req.netns;
-    const gatewayRoutes: BatchOp[] = [];
-    const hostSide: BatchOp[] = [];
-    for (const ip of ipam.ips) {
-      const [address = ''] = ip.address.split('/');
-      const bits = hostBits(address);
-      const gateway = ip.gateway!;
-      gatewayRoutes.push(
-        { op: 'routeAdd', route: { dst: `${gateway}/${bits}`, dev: req.ifname, scope: 'link', src: address }, at },
-        { op: 'routeAdd', route: { dst: subnetOf(ip.address), gw: gateway, dev: req.ifname, src: address }, ignore: ['EEXIST'], at },
-      );
-      hostSide.push(
-        { op: 'addrAdd', name: host, address: `${gateway}/${bits}`, noDad: true, ignore: ['EEXIST'] },
-        { op: 'routeAdd', route: { dst: `${address}/${bits}`, dev: host, scope: 'host' }, ignore: ['EEXIST'] },
-      );
-    }
-    for (const family of new Set(ipam.ips.map((ip) => hostBits(ip.address)))) {
-      const key = family === 32 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
-      if (!forwardingEnabled.has(key)) hostSide.push({ op: 'sysctlWrite', key, value: '1' });
-    }
-    const plumbed = await plumbPodInterface(req, env, {
-      create: [veth.create],
-      createFailed: veth.createFailed,
-      ipam,
-      noPrefixRoute: true,
-      afterAddresses: gatewayRoutes,
-      after: hostSide,
-    });
-    if (!plumbed.ok) return plumbed;
-    for (const op of hostSide) if (op.op === 'sysctlWrite') forwardingEnabled.add(op.key);
-    const hostInterfaces: CniInterface[] = [{ name: host, mac: veth.mac }];
-    const result = podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam, routes: plumbed.value.routes });
-    return ok(conf.dns ? { ...result, dns: conf.dns } : result);
-  },
-};
+  const veth = await prepareHostVeth(req, env, conf.mtu ? { mtu: conf.mtu } : {});
+  const host = veth.name;
+  const at = req.netns;
+  const gatewayRoutes: BatchOp[] = [];
+  const hostSide: BatchOp[] = [];
+  for (const ip of ipam.ips) {
+    const [address = ''] = ip.address.split('/');
+    const bits = hostBits(address);
+    const gateway = ip.gateway!;
+    gatewayRoutes.push(
+      { op: 'routeAdd', route: { dst: `${gateway}/${bits}`, dev: req.ifname, scope: 'link', src: address }, at },
+      { op: 'routeAdd', route: { dst: subnetOf(ip.address), gw: gateway, dev: req.ifname, src: address }, ignore: ['EEXIST'], at },
+    );
+    hostSide.push(
+      { op: 'addrAdd', name: host, address: `${gateway}/${bits}`, noDad: true, ignore: ['EEXIST'] },
+      { op: 'routeAdd', route: { dst: `${address}/${bits}`, dev: host, scope: 'host' }, ignore: ['EEXIST'] },
+    );
+  }
+  for (const family of new Set(ipam.ips.map((ip) => hostBits(ip.address)))) {
+    const key = family === 32 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding';
+    if (!forwardingEnabled.has(key)) hostSide.push({ op: 'sysctlWrite', key, value: '1' });
+  }
+  const plumbed = await plumbPodInterface(req, env, {
+    create: [veth.create],
+    createFailed: veth.createFailed,
+    ipam,
+    noPrefixRoute: true,
+    afterAddresses: gatewayRoutes,
+    after: hostSide,
+  });
+  if (!plumbed.ok) return plumbed;
+  for (const op of hostSide) if (op.op === 'sysctlWrite') forwardingEnabled.add(op.key);
+  const hostInterfaces: CniInterface[] = [{ name: host, mac: veth.mac }];
+  const result = podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam, routes: plumbed.value.routes });
+  return ok(conf.dns ? { ...result, dns: conf.dns } : result);
+}

@@ -14,9 +14,6 @@ import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { VxlanConfig, parseVxlanConfig } from './config';
 
-const overlayLocks = new KeyedMutex();
-/** Overlays this daemon has ensured, by node and config, so later attaches skip the kernel round trips. */
-const knownOverlays = new Map<string, { bridge: LinkInfo; vtep: LinkInfo }>();
 
 interface Overlay {
   readonly bridge: LinkInfo;
@@ -26,18 +23,24 @@ interface Overlay {
 }
 const ALL_ZERO_MAC = '00:00:00:00:00:00';
 
-export const vxlanDriver: Driver = {
-  type: 'vxlan',
-  capabilities: ['ips', 'mac'],
-  validate: parseVxlanConfig,
-  attach: (req, env) => attachVxlan(req, env),
-};
+export interface VxlanDriverOptions {
+  /** The netns that is the node, where the bridge and VTEP live: the daemon's own when undefined (tests stand a netns in for a second node). */
+  readonly node?: string;
+}
 
-/**
- * Attaches a pod, with the node's share of the overlay in `node` (a netns path; the daemon's own when undefined,
- * which is all production uses: tests pass a netns to stand in for a second node).
- */
-export async function attachVxlan(req: AttachRequest, env: DriverEnv, node?: string): Promise<Result<CniResult>> {
+/** A vxlan driver; it remembers the overlays it has ensured on its node. */
+export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver {
+  const overlays = new Overlays(options.node);
+  return {
+    type: 'vxlan',
+    capabilities: ['ips', 'mac'],
+    validate: parseVxlanConfig,
+    attach: (req, env) => attachVxlan(req, env, overlays),
+  };
+}
+
+async function attachVxlan(req: AttachRequest, env: DriverEnv, overlays: Overlays): Promise<Result<CniResult>> {
+  const node = overlays.node;
   const parsed = parseVxlanConfig(req.plugin);
   if (!parsed.ok) return parsed;
   const conf = parsed.value;
@@ -46,7 +49,7 @@ export async function attachVxlan(req: AttachRequest, env: DriverEnv, node?: str
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
 
-  const overlay = await ensureOverlay(conf, env.kernel, node);
+  const overlay = await overlays.ensure(conf, env.kernel);
   if (!overlay.ok) return err(overlay.error.withContext(what));
   const mtu = conf.mtu ?? overlay.value.vtep.mtu;
   return attachBridgePort(req, env, {
@@ -56,24 +59,35 @@ export async function attachVxlan(req: AttachRequest, env: DriverEnv, node?: str
     ipam: ipam.value,
     // Cached after the call above; `again` (the bridge was deleted by hand) rebuilds the whole overlay.
     ensureBridge: async (again) => {
-      const o = await ensureOverlay(conf, env.kernel, node, { force: again });
+      const o = await overlays.ensure(conf, env.kernel, { force: again });
       if (!o.ok) return err(o.error.withContext(what));
       return ok(o.value.bridge.mac ? { mac: o.value.bridge.mac } : {});
     },
   });
 }
 
-/**
- * Makes sure the node has the network's bridge and VTEP, the VTEP is a port of the bridge and up, and every remote
- * VTEP has a flood entry. Idempotent. Done once per node and config while the daemon runs (later attaches are
- * answered from memory), and again when an attach finds the bridge gone; remotes removed from the config keep their
- * entries until the VTEP is deleted.
- */
-export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: string, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
-  const key = JSON.stringify([node ?? '', conf.bridge, conf.device, conf.port, conf.local ?? '', conf.underlayInterface ?? '', conf.mtu ?? 0, conf.learning, conf.remotes]);
-  const known = knownOverlays.get(key);
-  if (known && !opts.force) return ok({ ...known, cached: true });
-  return overlayLocks.run(`${node ?? ''}|${conf.bridge}`, async () => {
+/** The overlays one driver has ensured on its node, by config, so later attaches skip the kernel round trips. */
+class Overlays {
+  private readonly locks = new KeyedMutex();
+  private readonly known = new Map<string, { bridge: LinkInfo; vtep: LinkInfo }>();
+
+  constructor(readonly node: string | undefined) {}
+
+  /**
+   * Makes sure the node has the network's bridge and VTEP, the VTEP is a port of the bridge and up, and every remote
+   * VTEP has a flood entry. Idempotent. Done once per config while the daemon runs (later attaches are answered from
+   * memory), and again when an attach finds the bridge gone; remotes removed from the config keep their entries until
+   * the VTEP is deleted.
+   */
+  async ensure(conf: VxlanConfig, kernel: Kernel, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
+    const key = JSON.stringify([conf.bridge, conf.device, conf.port, conf.local ?? '', conf.underlayInterface ?? '', conf.mtu ?? 0, conf.learning, conf.remotes]);
+    const known = this.known.get(key);
+    if (known && !opts.force) return ok({ ...known, cached: true });
+    return this.locks.run(conf.bridge, () => this.create(conf, kernel, key));
+  }
+
+  private async create(conf: VxlanConfig, kernel: Kernel, key: string): Promise<Result<Overlay>> {
+    const node = this.node;
     const r = await kernel.batch(node, [
       { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true }, ignore: ['EEXIST'] },
       { op: 'linkGet', name: conf.bridge },
@@ -116,7 +130,7 @@ export async function ensureOverlay(conf: VxlanConfig, kernel: Kernel, node?: st
       const f = await kernel.batch(node, fixes);
       if (!f.ok) return err(kernelError(f.error, `configuring VXLAN device ${conf.device} on bridge ${conf.bridge}`));
     }
-    knownOverlays.set(key, { bridge, vtep });
+    this.known.set(key, { bridge, vtep });
     return ok({ bridge, vtep, cached: false });
-  });
+  }
 }

@@ -10,7 +10,7 @@ import type { RuntimeConfig } from '../cni/args';
 import type { Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
 import type { Ipam } from '../ipam';
-import type { Kernel } from '../kernel/kernel';
+import type { KernelPort } from '../kernel/kernel';
 import type { RouteSpec } from '../kernel/types';
 import type { NetworkDefinition, PluginConfig } from '../networks/nad';
 
@@ -74,7 +74,7 @@ export interface AttachmentOptions {
 }
 
 export interface DriverEnv {
-  readonly kernel: Kernel;
+  readonly kernel: KernelPort;
   readonly ipam: Ipam;
   /** Durably records how to undo the change the driver is about to make. Must be awaited before the change. */
   record(step: UndoStep): Promise<void>;

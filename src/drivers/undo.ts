@@ -2,12 +2,12 @@
 import { kernelError } from './common/kernel-error';
 import { CniError, Result, err, ok } from '../cni/errors';
 import type { Ipam } from '../ipam';
-import type { Kernel } from '../kernel/kernel';
+import type { KernelPort } from '../kernel/kernel';
 import { runDelegateDel } from './delegate/exec';
 import type { UndoStep } from './driver';
 import { returnLinkToHost } from './host-device/return-link';
 
-export async function runUndo(step: UndoStep, kernel: Kernel, ipam: Ipam): Promise<Result<void, CniError>> {
+export async function runUndo(step: UndoStep, kernel: KernelPort, ipam: Ipam): Promise<Result<void, CniError>> {
   switch (step.kind) {
     case 'deleteLink': {
       const r = await kernel.deleteLink(step.netns, step.name);

@@ -16,7 +16,7 @@ import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, runUndo, undoStages } from '../drivers/undo';
 import type { Ipam, Lease } from '../ipam';
-import type { Kernel } from '../kernel/kernel';
+import type { KernelPort } from '../kernel/kernel';
 import type { NetworkDirectory } from '../networks/directory';
 import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
@@ -57,7 +57,7 @@ export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
 
   constructor(
-    private readonly kernel: Kernel,
+    private readonly kernel: KernelPort,
     private readonly ipam: Ipam,
     private readonly journal: Journal,
     private readonly networks: NetworkDirectory,

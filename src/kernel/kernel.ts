@@ -119,7 +119,17 @@ class HostLinkDeletions {
 const MAX_DELETE_BATCH = 128;
 const GROUP_BASE = 0x50580000;
 
-export class Kernel {
+/**
+ * What the engine and the drivers need of the kernel: batches of operations in a netns, and link deletion (batched
+ * and pooled behind it). Kernel is the real one; tests of the engine run on an in-memory one, without root.
+ */
+export interface KernelPort {
+  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>>;
+  getLink(netns: string | undefined, name: string): Promise<KernelResult<LinkInfo | null>>;
+  deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>>;
+}
+
+export class Kernel implements KernelPort {
   private readonly workers: KernelWorker[];
   private nextId = 1;
   private readonly hostDeletions = new HostLinkDeletions(this);

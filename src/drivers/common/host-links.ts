@@ -1,7 +1,7 @@
 /** Finding links on the node: by name, and the interface of the default route (the reference macvlan/ipvlan default master). */
 import { kernelError } from './kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
-import type { Kernel, KernelCallError } from '../../kernel/kernel';
+import type { KernelCallError, KernelPort } from '../../kernel/kernel';
 import type { LinkInfo, RouteInfo } from '../../kernel/types';
 
 const MAIN_TABLE = 254;
@@ -10,7 +10,7 @@ const MAIN_TABLE = 254;
  * The link the node's IPv4 default route leaves by (IPv6 if there is no IPv4 default route), as the reference
  * plugins pick a master when none is configured. `netns` is the node's netns: the daemon's own when undefined.
  */
-export async function defaultRouteLink(kernel: Kernel, netns?: string): Promise<Result<LinkInfo | undefined>> {
+export async function defaultRouteLink(kernel: KernelPort, netns?: string): Promise<Result<LinkInfo | undefined>> {
   const r = await kernel.batch(netns, [{ op: 'routeList' }, { op: 'linkList' }]);
   if (!r.ok) return err(kernelError(r.error, 'looking up the default route interface'));
   const routes = r.value[0];
@@ -30,14 +30,14 @@ export const isMissingLink = (e: KernelCallError, name: string): boolean => e.fa
  * The name of the master to use: the configured one (checked by the kernel when the link is created: see
  * isMissingLink), or the default route's link, looked up now; code 7 when there is none.
  */
-export async function masterName(kernel: Kernel, master: string | undefined, what: string, netns?: string): Promise<Result<string>> {
+export async function masterName(kernel: KernelPort, master: string | undefined, what: string, netns?: string): Promise<Result<string>> {
   if (master) return ok(master);
   const r = await resolveMaster(kernel, undefined, what, netns);
   return r.ok ? ok(r.value.name) : r;
 }
 
 /** The master link named in the config, or the default route's link; code 7 when neither exists. */
-export async function resolveMaster(kernel: Kernel, master: string | undefined, what: string, netns?: string): Promise<Result<LinkInfo>> {
+export async function resolveMaster(kernel: KernelPort, master: string | undefined, what: string, netns?: string): Promise<Result<LinkInfo>> {
   if (master) {
     const r = await kernel.getLink(netns, master);
     if (!r.ok) return err(kernelError(r.error, `${what}: looking up master ${master}`));

@@ -9,7 +9,7 @@
  */
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
-import type { Kernel } from '../../kernel/kernel';
+import type { KernelPort } from '../../kernel/kernel';
 import type { UndoStep } from '../driver';
 
 /**
@@ -18,7 +18,7 @@ import type { UndoStep } from '../driver';
  */
 export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
 
-export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: Kernel): Promise<Result<void>> {
+export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: KernelPort): Promise<Result<void>> {
   const r = await kernel.batch(step.netns, [{ op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName }]);
   if (r.ok) return ok(undefined);
   const f = r.error.failure;

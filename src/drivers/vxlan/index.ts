@@ -7,7 +7,7 @@ import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { KeyedMutex } from '../../common/keyed-mutex';
-import type { Kernel } from '../../kernel/kernel';
+import type { KernelPort } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
 import { allocatePodIps } from '../common';
@@ -79,14 +79,14 @@ class Overlays {
    * memory), and again when an attach finds the bridge gone; remotes removed from the config keep their entries until
    * the VTEP is deleted.
    */
-  async ensure(conf: VxlanConfig, kernel: Kernel, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
+  async ensure(conf: VxlanConfig, kernel: KernelPort, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
     const key = JSON.stringify([conf.bridge, conf.device, conf.port, conf.local ?? '', conf.underlayInterface ?? '', conf.mtu ?? 0, conf.learning, conf.remotes]);
     const known = this.known.get(key);
     if (known && !opts.force) return ok({ ...known, cached: true });
     return this.locks.run(conf.bridge, () => this.create(conf, kernel, key));
   }
 
-  private async create(conf: VxlanConfig, kernel: Kernel, key: string): Promise<Result<Overlay>> {
+  private async create(conf: VxlanConfig, kernel: KernelPort, key: string): Promise<Result<Overlay>> {
     const node = this.node;
     const r = await kernel.batch(node, [
       { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true }, ignore: ['EEXIST'] },

@@ -1,0 +1,151 @@
+/**
+ * The engine's transactions as pure logic: the real plan, drivers, journal and IPAM (in a temporary directory) on an
+ * in-memory kernel, so these run in milliseconds and without root. The same behaviours are proven on real namespaces
+ * by test/e2e; these pin the engine's own rules (order, tags, rollback, recovery, lease ownership).
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, beforeEach, describe, it } from 'node:test';
+import pino from 'pino';
+import { parseCniRequest } from '../../src/cni/request';
+import { AttachmentEngine } from '../../src/engine/engine';
+import { Journal } from '../../src/engine/journal';
+import { hostVethName } from '../../src/drivers/bridge';
+import { DriverRegistry } from '../../src/drivers/registry';
+import { Ipam } from '../../src/ipam';
+import { NetworkDirectory } from '../../src/networks/directory';
+import { FakeKernel } from '../support/fake-kernel';
+
+const root = mkdtempSync(join(tmpdir(), 'plexus-engine-'));
+after(() => rmSync(root, { recursive: true, force: true }));
+
+interface Bed {
+  readonly kernel: FakeKernel;
+  readonly ipam: Ipam;
+  readonly journal: Journal;
+  readonly engine: AttachmentEngine;
+  readonly dir: string;
+}
+let bed: Bed;
+let n = 0;
+
+beforeEach(async () => {
+  const dir = join(root, `t${++n}`);
+  mkdirSync(join(dir, 'networks'), { recursive: true });
+  ['podnet', 'blue', 'red'].forEach((name, i) => {
+    writeFileSync(join(dir, 'networks', `${name}.json`), JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `br-${name}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.9.${i}.0/24` }]] } }) },
+    }));
+  });
+  const kernel = new FakeKernel();
+  const ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
+  const journal = await Journal.open(join(dir, 'journal'), false);
+  const engine = new AttachmentEngine(kernel, ipam, journal, new NetworkDirectory(join(dir, 'networks')), new DriverRegistry(), {
+    cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
+  }, pino({ level: 'silent' }));
+  bed = { kernel, ipam, journal, engine, dir };
+});
+
+/** A pod's netns: a file the engine can stat, and a namespace in the fake kernel. */
+function pod(name: string): string {
+  const path = join(bed.dir, `netns-${name}`);
+  writeFileSync(path, '');
+  bed.kernel.createNetns(path);
+  return path;
+}
+function request(command: 'ADD' | 'DEL' | 'CHECK', cid: string, netns: string, networks = 'blue, red') {
+  const parsed = parseCniRequest({
+    env: { CNI_COMMAND: command, CNI_CONTAINERID: cid, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/nonexistent', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${cid}` },
+    stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }),
+  });
+  if (!parsed.ok) throw parsed.error;
+  return parsed.value as Parameters<AttachmentEngine['add']>[0];
+}
+const leases = async (): Promise<string[]> => (await bed.ipam.leases()).map((l) => `${l.network} ${l.containerId} ${l.ifname}`);
+
+describe('the engine on an in-memory kernel', () => {
+  it('ADD attaches every network in plan order, tags every journaled step with its attachment, and commits the merged result', async () => {
+    const netns = pod('a');
+    const r = await bed.engine.add(request('ADD', 'ca', netns));
+    assert.ok(r.ok, !r.ok ? r.error.message : '');
+    assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
+    assert.deepEqual(r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ['eth0', 'net1', 'net2']);
+    assert.deepEqual(await leases(), ['blue ca net1', 'podnet ca eth0', 'red ca net2']);
+    const record = await bed.journal.load('ca', 'eth0');
+    assert.deepEqual([...new Set(record!.undoOwners.map((o) => `${o?.network} ${o?.ifname}`))], ['default/podnet eth0', 'default/blue net1', 'default/red net2']);
+    assert.deepEqual(record!.result, r.value);
+  });
+
+  it('a failure in the third attachment undoes the first two, newest first, and releases their leases', async () => {
+    const netns = pod('b');
+    bed.kernel.failWhen((e) => e.op.op === 'linkAdd' && e.op.link.kind === 'veth' && e.op.link.peer.name === 'net2');
+    const r = await bed.engine.add(request('ADD', 'cb', netns));
+    assert.ok(!r.ok);
+    assert.equal(r.error.code, 100);
+    assert.match(r.error.message, /attaching network default\/red as net2/);
+    assert.deepEqual(bed.kernel.links(netns), []);
+    assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+    assert.deepEqual(await leases(), []);
+    assert.equal(await bed.journal.load('cb', 'eth0'), undefined);
+    const deleted = bed.kernel.log.filter((e) => e.op.op === 'linkDel').map((e) => (e.op as { name: string }).name);
+    // net2's deletion was journaled before its creation was tried (journal first), so undo repeats it: gone is fine.
+    assert.deepEqual(deleted, [hostVethName('cb', 'net2'), hostVethName('cb', 'net1'), hostVethName('cb', 'eth0')], 'the host veths, newest first');
+  });
+
+  it('DEL undoes everything; a second DEL of what is gone succeeds', async () => {
+    const netns = pod('c');
+    assert.ok((await bed.engine.add(request('ADD', 'cc', netns))).ok);
+    assert.ok((await bed.engine.del(request('DEL', 'cc', netns))).ok);
+    assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+    assert.deepEqual(await leases(), []);
+    assert.deepEqual(await bed.journal.list(), []);
+    assert.ok((await bed.engine.del(request('DEL', 'cc', netns))).ok);
+  });
+
+  it('a replayed ADD answers the stored result and makes nothing twice; the same container in another netns is refused', async () => {
+    const netns = pod('d');
+    const first = await bed.engine.add(request('ADD', 'cd', netns));
+    const opsAfterFirst = bed.kernel.log.length;
+    const again = await bed.engine.add(request('ADD', 'cd', netns));
+    assert.ok(first.ok && again.ok);
+    assert.deepEqual(again.value, first.value);
+    assert.equal(bed.kernel.log.length, opsAfterFirst, 'no kernel operation for the replay');
+    const elsewhere = await bed.engine.add(request('ADD', 'cd', pod('d2')));
+    assert.ok(!elsewhere.ok && elsewhere.error.code === 4 && /already has eth0 attached/.test(elsewhere.error.message));
+  });
+
+  it('after a crash before commit, undoUnfinished removes what the cut-off ADD made', async () => {
+    const netns = pod('e');
+    assert.ok((await bed.engine.add(request('ADD', 'ce', netns))).ok);
+    // The crash: the record has every step, but no committed line.
+    const file = join(bed.dir, 'journal', 'ce@eth0.jsonl');
+    writeFileSync(file, readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"t":"committed"')).join('\n'));
+    const { undone, failed } = await bed.engine.undoUnfinished();
+    assert.deepEqual([undone.length, failed.length], [1, 0]);
+    assert.deepEqual(bed.kernel.links(netns), []);
+    assert.deepEqual(await leases(), []);
+  });
+
+  it('releaseOrphanedLeases keeps every lease a record holds, secondary networks included, and releases the rest', async () => {
+    const netns = pod('f');
+    assert.ok((await bed.engine.add(request('ADD', 'cf', netns))).ok);
+    const held = await leases();
+    await bed.ipam.allocate({ network: 'blue', containerId: 'gone', ifname: 'net1', config: { type: 'host-local', ranges: [[{ subnet: '10.9.1.0/24' }]] } as never, requestedIps: [] });
+    assert.deepEqual(await bed.engine.releaseOrphanedLeases(true).then((l) => l.map((x) => x.containerId)), ['gone'], 'the dry run lists it');
+    const released = await bed.engine.releaseOrphanedLeases();
+    assert.deepEqual(released.map((l) => `${l.network} ${l.containerId} ${l.ifname}`), ['blue gone net1']);
+    assert.deepEqual(await leases(), held);
+  });
+
+  it('CHECK fails naming an interface that went missing', async () => {
+    const netns = pod('g');
+    assert.ok((await bed.engine.add(request('ADD', 'cg', netns))).ok);
+    assert.ok((await bed.engine.check(request('CHECK', 'cg', netns))).ok);
+    await bed.kernel.deleteLink(netns, 'net1');
+    const r = await bed.engine.check(request('CHECK', 'cg', netns));
+    assert.ok(!r.ok && /interface net1 is missing/.test(r.error.message), !r.ok ? r.error.message : 'passed');
+  });
+});

@@ -9,7 +9,7 @@
 import type { RuntimeConfig } from '../cni/args';
 import type { Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
-import type { Ipam } from '../ipam';
+import type { IpamBackend } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { RouteSpec } from '../kernel/types';
 import type { NetworkDefinition, PluginConfig } from '../networks/nad';
@@ -75,7 +75,7 @@ export interface AttachmentOptions {
 
 export interface DriverEnv {
   readonly kernel: KernelPort;
-  readonly ipam: Ipam;
+  readonly ipam: IpamBackend;
   /** Durably records how to undo the change the driver is about to make. Must be awaited before the change. */
   record(step: UndoStep): Promise<void>;
   /** Optional link group for host-side links, so operators can find or delete them together. */

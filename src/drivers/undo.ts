@@ -1,13 +1,13 @@
 /** Executes recorded undo steps. Each one tolerates what is already gone, so DEL and recovery can repeat them safely. */
 import { kernelError } from './common/kernel-error';
 import { CniError, Result, err, ok } from '../cni/errors';
-import type { Ipam } from '../ipam';
+import type { IpamBackend } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import { runDelegateDel } from './delegate/exec';
 import type { UndoStep } from './driver';
 import { returnLinkToHost } from './host-device/return-link';
 
-export async function runUndo(step: UndoStep, kernel: KernelPort, ipam: Ipam): Promise<Result<void, CniError>> {
+export async function runUndo(step: UndoStep, kernel: KernelPort, ipam: IpamBackend): Promise<Result<void, CniError>> {
   switch (step.kind) {
     case 'deleteLink': {
       const r = await kernel.deleteLink(step.netns, step.name);

@@ -15,15 +15,16 @@ import type { DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, runUndo, undoStages } from '../drivers/undo';
-import type { Ipam, Lease } from '../ipam';
+import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
-import type { NetworkDirectory } from '../networks/directory';
+import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
 import { mergeResults, networkStatus } from '../networks/status';
 import { AttachmentStep, planPod, PlanSettings } from './plan';
 import { parseNetworkRef } from '../networks/network-ref';
 import { LeaseHolders } from './lease-holders';
+import { noStatusSink, type StatusSink } from './status-sink';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 type GcRequest = Extract<CniRequest, { command: 'GC' }>;
@@ -31,6 +32,8 @@ type GcRequest = Extract<CniRequest, { command: 'GC' }>;
 export interface EngineOptions extends PlanSettings {
   readonly hostLinkGroup?: number;
   readonly cniBinDir: string;
+  /** Told what each pod's networks became (default: nobody). */
+  readonly statusSink?: StatusSink;
 }
 
 export interface SweptAttachment {
@@ -58,9 +61,9 @@ export class AttachmentEngine {
 
   constructor(
     private readonly kernel: KernelPort,
-    private readonly ipam: Ipam,
+    private readonly ipam: IpamBackend,
     private readonly journal: Journal,
-    private readonly networks: NetworkDirectory,
+    private readonly networks: NetworkSource,
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,
@@ -72,7 +75,7 @@ export class AttachmentEngine {
   }
 
   /** The networks the engine can attach, and the definitions it could not use (for the API). */
-  listNetworks(): ReturnType<NetworkDirectory['list']> {
+  listNetworks(): ReturnType<NetworkSource['list']> {
     return this.networks.list();
   }
 
@@ -162,8 +165,10 @@ export class AttachmentEngine {
       }
       const final = routed.value;
       const result = mergeResults(final.map((a) => a.result));
-      await entry.commit(result, req.version, { attachments: final, networkStatus: networkStatus(final) });
+      const status = networkStatus(final);
+      await entry.commit(result, req.version, { attachments: final, networkStatus: status });
       await close();
+      this.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status));
       return ok(result);
     } catch (e) {
       await close().catch(() => undefined);
@@ -268,6 +273,7 @@ export class AttachmentEngine {
       } finally {
         await entry.close();
       }
+      this.report((sink) => sink.attached(record.meta.pod, containerId, networkStatus(remaining)));
       return ok(result);
     });
   }
@@ -282,8 +288,19 @@ export class AttachmentEngine {
         }
         return ok(undefined); // DEL of what does not exist succeeds (CNI spec)
       }
-      return this.undoRecord(record);
+      const undone = await this.undoRecord(record);
+      if (undone.ok) this.report((sink) => sink.detached(record.meta.pod, req.containerId));
+      return undone;
     });
+  }
+
+  /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */
+  private report(tell: (sink: StatusSink) => void): void {
+    try {
+      tell(this.options.statusSink ?? noStatusSink);
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, 'the status sink failed; the pod is attached regardless');
+    }
   }
 
   check(req: AttachRequest): Promise<Result<void>> {

@@ -8,7 +8,7 @@ import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
 import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
-import type { NetworkDirectory } from '../networks/directory';
+import type { NetworkSource } from '../networks/source';
 import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
 import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
 import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
@@ -32,7 +32,7 @@ export interface AttachmentStep {
 /** runtimeConfig keys that belong to the pod's default network only (portMappings per the NPWG spec). */
 const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
 
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkDirectory, drivers: DriverRegistry): Result<AttachmentStep[]> {
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry): Result<AttachmentStep[]> {
   const delegate = drivers.delegate;
   const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
   if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));

@@ -3,6 +3,7 @@
  * one address per range set, round-robin after the last reserved address, never the
  * gateway, network or broadcast address; idempotent for the same owner; all or nothing.
  */
+import type { IpamBackend } from './backend';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
 import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
@@ -57,7 +58,7 @@ const withDns = (config: IpamConfig): { dns?: DnsSpec } => (config.dns !== undef
 
 const resultIpOf = (lease: Lease): ResultIp => (lease.gateway !== undefined ? { address: lease.address, gateway: lease.gateway } : { address: lease.address });
 
-export class Ipam {
+export class Ipam implements IpamBackend {
   private readonly locks = new KeyedMutex();
 
   private constructor(private readonly store: LeaseStore) {}

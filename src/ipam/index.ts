@@ -1,5 +1,6 @@
 /** Built-in IPAM: host-local and static config schemas, with a durable per-network lease store. */
 export { parseIpamConfig, type DnsSpec, type IpamConfig, type IpRange, type RouteSpec } from './config';
 export { Ipam, type IpamRequest, type IpamResult } from './allocator';
+export type { IpamBackend } from './backend';
 export { type Lease, isSafeNetworkName } from './store';
 export { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';

@@ -3,6 +3,7 @@
  * (several documents per file allowed). Files are re-read only when they change, or, for files whose NADs take
  * their config from the CNI config dir (empty spec.config, config ids), when that directory changes.
  */
+import type { NetworkSource } from './source';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
@@ -23,7 +24,7 @@ export interface NetworkDirectoryOptions {
   readonly cniConfDir?: string;
 }
 
-export class NetworkDirectory {
+export class NetworkDirectory implements NetworkSource {
   private readonly cache = new Map<string, CachedFile>();
   readonly cniConfDir: string;
   private readonly confDir: CniConfDir;

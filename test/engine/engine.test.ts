@@ -140,6 +140,33 @@ describe('the engine on an in-memory kernel', () => {
     assert.deepEqual(await leases(), held);
   });
 
+  it('tells the status sink what the pod\'s networks became after ADD, a detach and DEL; a sink that throws fails nothing', async () => {
+    const told: string[] = [];
+    const sink = {
+      attached: (pod: { name?: string }, cid: string, status: readonly { name: string; interface?: string }[]) => told.push(`attached ${pod.name} ${cid} ${status.map((s) => `${s.name}@${s.interface}`).join(',')}`),
+      detached: (pod: { name?: string }, cid: string) => told.push(`detached ${pod.name} ${cid}`),
+    };
+    const engine = new AttachmentEngine(bed.kernel, bed.ipam, bed.journal, new NetworkDirectory(join(bed.dir, 'networks')), new DriverRegistry(), {
+      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet', statusSink: sink,
+    }, pino({ level: 'silent' }));
+    const netns = pod('s');
+    assert.ok((await engine.add(request('ADD', 'cs', netns))).ok);
+    assert.ok((await engine.detachAttachment('cs', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
+    assert.ok((await engine.del(request('DEL', 'cs', netns))).ok);
+    assert.deepEqual(told, [
+      'attached cs cs default/podnet@eth0,default/blue@net1,default/red@net2',
+      'attached cs cs default/podnet@eth0,default/blue@net1',
+      'detached cs cs',
+    ]);
+
+    const throwing = new AttachmentEngine(bed.kernel, bed.ipam, bed.journal, new NetworkDirectory(join(bed.dir, 'networks')), new DriverRegistry(), {
+      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
+      statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined },
+    }, pino({ level: 'silent' }));
+    const r = await throwing.add(request('ADD', 'ct', pod('t')));
+    assert.ok(r.ok, 'the pod is attached even when the sink fails');
+  });
+
   it('CHECK fails naming an interface that went missing', async () => {
     const netns = pod('g');
     assert.ok((await bed.engine.add(request('ADD', 'cg', netns))).ok);

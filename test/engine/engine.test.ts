@@ -4,67 +4,21 @@
  * by test/e2e; these pin the engine's own rules (order, tags, rollback, recovery, lease ownership).
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, beforeEach, describe, it } from 'node:test';
-import pino from 'pino';
-import { parseCniRequest } from '../../src/cni/request';
-import { AttachmentEngine } from '../../src/engine/engine';
-import { Journal } from '../../src/engine/journal';
+import { afterEach, beforeEach, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DriverRegistry } from '../../src/drivers/registry';
-import { Ipam } from '../../src/ipam';
-import { NetworkDirectory } from '../../src/networks/directory';
-import { FakeKernel } from '../support/fake-kernel';
+import { cniCall, engineBed, type EngineBed } from '../support/engine-bed';
 
-const root = mkdtempSync(join(tmpdir(), 'plexus-engine-'));
-after(() => rmSync(root, { recursive: true, force: true }));
-
-interface Bed {
-  readonly kernel: FakeKernel;
-  readonly ipam: Ipam;
-  readonly journal: Journal;
-  readonly engine: AttachmentEngine;
-  readonly dir: string;
-}
-let bed: Bed;
-let n = 0;
-
+let bed: EngineBed;
 beforeEach(async () => {
-  const dir = join(root, `t${++n}`);
-  mkdirSync(join(dir, 'networks'), { recursive: true });
-  ['podnet', 'blue', 'red'].forEach((name, i) => {
-    writeFileSync(join(dir, 'networks', `${name}.json`), JSON.stringify({
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name },
-      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `br-${name}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.9.${i}.0/24` }]] } }) },
-    }));
-  });
-  const kernel = new FakeKernel();
-  const ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
-  const journal = await Journal.open(join(dir, 'journal'), false);
-  const engine = new AttachmentEngine(kernel, ipam, journal, new NetworkDirectory(join(dir, 'networks')), new DriverRegistry(), {
-    cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
-  }, pino({ level: 'silent' }));
-  bed = { kernel, ipam, journal, engine, dir };
+  bed = await engineBed();
 });
+afterEach(() => bed.remove());
 
-/** A pod's netns: a file the engine can stat, and a namespace in the fake kernel. */
-function pod(name: string): string {
-  const path = join(bed.dir, `netns-${name}`);
-  writeFileSync(path, '');
-  bed.kernel.createNetns(path);
-  return path;
-}
-function request(command: 'ADD' | 'DEL' | 'CHECK', cid: string, netns: string, networks = 'blue, red') {
-  const parsed = parseCniRequest({
-    env: { CNI_COMMAND: command, CNI_CONTAINERID: cid, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/nonexistent', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${cid}` },
-    stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }),
-  });
-  if (!parsed.ok) throw parsed.error;
-  return parsed.value as Parameters<AttachmentEngine['add']>[0];
-}
-const leases = async (): Promise<string[]> => (await bed.ipam.leases()).map((l) => `${l.network} ${l.containerId} ${l.ifname}`);
+const pod = (name: string): string => bed.pod(name);
+const request = cniCall;
+const leases = (): Promise<string[]> => bed.leases();
 
 describe('the engine on an in-memory kernel', () => {
   it('ADD attaches every network in plan order, tags every journaled step with its attachment, and commits the merged result', async () => {
@@ -146,9 +100,7 @@ describe('the engine on an in-memory kernel', () => {
       attached: (pod: { name?: string }, cid: string, status: readonly { name: string; interface?: string }[]) => told.push(`attached ${pod.name} ${cid} ${status.map((s) => `${s.name}@${s.interface}`).join(',')}`),
       detached: (pod: { name?: string }, cid: string) => told.push(`detached ${pod.name} ${cid}`),
     };
-    const engine = new AttachmentEngine(bed.kernel, bed.ipam, bed.journal, new NetworkDirectory(join(bed.dir, 'networks')), new DriverRegistry(), {
-      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet', statusSink: sink,
-    }, pino({ level: 'silent' }));
+    const engine = bed.engineWith({ statusSink: sink });
     const netns = pod('s');
     assert.ok((await engine.add(request('ADD', 'cs', netns))).ok);
     assert.ok((await engine.detachAttachment('cs', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
@@ -159,10 +111,7 @@ describe('the engine on an in-memory kernel', () => {
       'detached cs cs',
     ]);
 
-    const throwing = new AttachmentEngine(bed.kernel, bed.ipam, bed.journal, new NetworkDirectory(join(bed.dir, 'networks')), new DriverRegistry(), {
-      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
-      statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined },
-    }, pino({ level: 'silent' }));
+    const throwing = bed.engineWith({ statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined } });
     const r = await throwing.add(request('ADD', 'ct', pod('t')));
     assert.ok(r.ok, 'the pod is attached even when the sink fails');
   });

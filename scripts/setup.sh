@@ -14,6 +14,7 @@ packages=(
   time                         # /usr/bin/time: the benchmark reads the shim's peak RSS
   containerd runc              # a real runtime (Debian's containerd 1.6) for the runtime tests
   util-linux                   # nsenter: tests look inside a container's network namespace
+  clang libclang-rt-14-dev     # libFuzzer: the shim's parsers are fuzzed in the test suite
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,7 @@
  * the network definition or the driver's config are gone.
  */
 import type { RuntimeConfig } from '../cni/args';
-import type { Result } from '../cni/errors';
+import { CniCode, CniError, err, type Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
 import type { IpamBackend } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
@@ -100,13 +100,17 @@ export interface LiveAttachment {
   readonly ifname: string;
 }
 
-export interface Driver {
+/**
+ * A kind of network. `C` is its parsed config: the engine parses a network once, up front, before anything is made,
+ * and hands the typed result to attach.
+ */
+export interface Driver<C = unknown> {
   /** The CNI plugin type this driver runs natively (e.g. "bridge"). */
   readonly type: string;
   readonly capabilities: readonly Capability[];
-  /** Validates the plugin config up front, without touching anything. */
-  validate(plugin: PluginConfig): Result<unknown>;
-  attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>>;
+  /** Parses and validates the network's plugin config(s), without touching anything. */
+  parse(plugins: readonly PluginConfig[]): Result<C>;
+  attach(req: AttachRequest, config: C, env: DriverEnv): Promise<Result<CniResult>>;
   /** CHECK beyond the kernel state the engine verifies itself (a delegated network asks its plugins). */
   check?(attachment: RecordedAttachment): Promise<Result<void>>;
   /** GC of state the driver keeps outside the journal, for one network, given the attachments still on it. */
@@ -114,3 +118,9 @@ export interface Driver {
   /** STATUS: whether the network can take ADDs now. */
   status?(network: NetworkDefinition, cniBinDir: string): Promise<Result<void>>;
 }
+
+/** The parse of a native driver, which runs a network of exactly one plugin. */
+export const onePlugin =
+  <C>(parse: (plugin: PluginConfig) => Result<C>) =>
+  (plugins: readonly PluginConfig[]): Result<C> =>
+    plugins.length === 1 ? parse(plugins[0]!) : err(new CniError(CniCode.InvalidNetworkConfig, `a native driver runs a network of one plugin, not ${plugins.length}`));

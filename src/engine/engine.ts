@@ -146,7 +146,7 @@ export class AttachmentEngine {
           ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}),
         };
         const started = performance.now();
-        const attached = await step.driver.attach(step.request, env);
+        const attached = await step.driver.attach(step.request, step.config, env);
         if (!attached.ok) {
           await entry.event(`attach ${label} failed: ${attached.error.message}`, performance.now() - started);
           await close();

@@ -26,6 +26,8 @@ export interface PlanSettings {
 export interface AttachmentStep {
   readonly planned: PlannedAttachment;
   readonly driver: Driver;
+  /** What driver.parse made of the network's config: attach takes it as it is. */
+  readonly config: unknown;
   readonly request: AttachRequest;
 }
 
@@ -79,13 +81,11 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   for (const planned of plan.value) {
     const driver = drivers.for(planned.network, planned.forceDelegate);
     const where = `${planned.isDefault ? 'default network' : 'network'} ${planned.network.key} (${planned.ifname})`;
-    for (const plugin of driver === delegate ? planned.network.plugins : planned.network.plugins.slice(0, 1)) {
-      const valid = driver.validate(plugin);
-      if (!valid.ok) return err(valid.error.withContext(where));
-    }
+    const config = driver.parse(planned.network.plugins);
+    if (!config.ok) return err(config.error.withContext(where));
     const request = planned.isDefault ? defaultRequest(req, planned, pod) : secondaryRequest(req, planned, pod, secondaryRuntimeConfig);
     if (!request.ok) return err(request.error.withContext(where));
-    steps.push({ planned, driver, request: request.value });
+    steps.push({ planned, driver, config: config.value, request: request.value });
   }
   return ok(steps);
 }

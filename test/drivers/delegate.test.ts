@@ -21,6 +21,7 @@ import { Kernel } from '../../src/kernel/kernel';
 import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/nad';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
+import { attachParsed } from './support';
 
 const prefix = uniquePrefix('pdg');
 const fx = new NetnsFixture(prefix);
@@ -185,7 +186,7 @@ describe('delegate driver: reference plugins', () => {
     const net = network(conf);
     const pod = fx.create('br');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
 
     const sandboxed = result.interfaces.findIndex((i) => i.name === 'eth1' && i.sandbox === pod.path);
     assert.ok(sandboxed >= 0, JSON.stringify(result.interfaces));
@@ -207,7 +208,7 @@ describe('delegate driver: reference plugins', () => {
     const net = network({ ...conf, type: 'spy-bridge' });
     const pod = fx.create('bytes');
     const rec = recording();
-    must(await delegateDriver.attach(request(net, pod), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(rec.steps.length, 1);
     const step = rec.steps[0];
     assert.ok(step);
@@ -227,7 +228,7 @@ describe('delegate driver: reference plugins', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'ptp', ipam: { type: 'host-local', subnet: s.cidr, dataDir: lease } });
     const pod = fx.create('ptp');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.ok(result.interfaces.some((i) => i.name === 'eth1' && i.sandbox === pod.path), JSON.stringify(result.interfaces));
     assert.equal(result.ips[0]?.address, `${s.base}.2/24`);
     assert.ok(podAddresses(pod, 'eth1').includes(`${s.base}.2/`), podAddresses(pod, 'eth1'));
@@ -241,7 +242,7 @@ describe('delegate driver: reference plugins', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'bridge', bridge: bridgeName(), ipam: { type: 'static', addresses: [{ address: `${s.base}.77/24`, gateway: `${s.base}.1` }] } });
     const pod = fx.create('static');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(result.ips[0]?.address, `${s.base}.77/24`);
     assert.ok(podAddresses(pod, 'eth1').includes(`${s.base}.77/24`), podAddresses(pod, 'eth1'));
     await undo(rec.steps);
@@ -261,7 +262,7 @@ describe('delegate driver: reference plugins', () => {
     });
     const pod = fx.create('tuning');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(rec.steps.length, 2);
     const [bridgeStep, tuningStep] = rec.steps;
     const bridgeConf = JSON.parse(bridgeStep?.config ?? '') as Record<string, unknown>;
@@ -284,7 +285,7 @@ describe('delegate driver: reference plugins', () => {
     const net = network({ ...conf, type: 'spy-bridge' });
     const pod = fx.create('gone');
     const rec = recording();
-    must(await delegateDriver.attach(request(net, pod), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.deepEqual(leases(lease, net.cniName), [`${s.base}.2`]);
     ip('netns', 'del', pod.name);
     await undo(rec.steps);
@@ -299,7 +300,7 @@ describe('delegate driver: reference plugins', () => {
       const net = network(conf);
       const pod = fx.create(`v${version.replace(/\./g, '')}`);
       const rec = recording();
-      const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+      const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
       assert.equal(result.ips[0]?.address, `${s.base}.2/24`);
       assert.ok(result.interfaces.some((i) => i.name === 'eth1' && i.sandbox === pod.path));
       await undo(rec.steps);
@@ -320,7 +321,7 @@ describe('delegate driver: plugin configs', () => {
     ]);
     const pod = fx.create('caps');
     const rec = recording();
-    must(await delegateDriver.attach(request(net, pod, { ips: ['10.222.0.9/24'], mac: '0a:00:00:00:00:09', options: { bandwidth: { ingressRate: 1000 } } }), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod, { ips: ['10.222.0.9/24'], mac: '0a:00:00:00:00:09', options: { bandwidth: { ingressRate: 1000 } } }), rec.env));
     const adds = readLog(log).filter((l) => l.command === 'ADD').map((l) => JSON.parse(l.stdin) as Record<string, unknown>);
     assert.equal(adds.length, 3);
     assert.deepEqual(adds[0]?.runtimeConfig, { ips: ['10.222.0.9/24'] });
@@ -335,7 +336,7 @@ describe('delegate driver: plugin configs', () => {
     const pod = fx.create('annot');
     const rec = recording();
     const runtimeConfig = new RuntimeConfig({ 'IO.Kubernetes.CRI.Pod-Annotations': { a: 'b' }, PortMappings: [{ HostPort: 8080, ContainerPort: 80 }] });
-    must(await delegateDriver.attach(request(net, pod, { runtimeConfig }), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod, { runtimeConfig }), rec.env));
     const [add] = readLog(log).filter((l) => l.command === 'ADD');
     assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).runtimeConfig, {
       'io.kubernetes.cri.pod-annotations': { a: 'b' },
@@ -349,7 +350,7 @@ describe('delegate driver: plugin configs', () => {
     const net = failPluginNet('1.0.0', [{ args: { cni: { color: 'static', keep: 'yes' }, other: 1 }, logFile: log }]);
     const pod = fx.create('args');
     const rec = recording();
-    must(await delegateDriver.attach(request(net, pod, { options: { cniArgs: { color: 'annotation', extra: true } } }), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod, { options: { cniArgs: { color: 'annotation', extra: true } } }), rec.env));
     const [add] = readLog(log).filter((l) => l.command === 'ADD');
     assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).args, { cni: { color: 'annotation', keep: 'yes', extra: true }, other: 1 });
     await undo(rec.steps);
@@ -361,7 +362,7 @@ describe('delegate driver: plugin configs', () => {
     const pod = fx.create('env');
     const rec = recording();
     const req = request(net, pod);
-    must(await delegateDriver.attach(req, rec.env));
+    must(await attachParsed(delegateDriver, req, rec.env));
     const [add] = readLog(log);
     assert.deepEqual(add?.env, { CNI_COMMAND: 'ADD', CNI_CONTAINERID: req.containerId, CNI_NETNS: pod.path, CNI_IFNAME: 'eth1', CNI_ARGS: req.cniArgs, CNI_PATH: binDir });
     await undo(rec.steps);
@@ -373,7 +374,7 @@ describe('delegate driver: failures and DEL', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', failOn: 'ADD', failCode: 142 });
     const pod = fx.create('err');
     const rec = recording();
-    const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(e.code, 142);
     assert.match(e.message, /plugin fail-plugin: failing on demand$/);
     assert.equal(e.details, 'failOn=ADD');
@@ -386,7 +387,7 @@ describe('delegate driver: failures and DEL', () => {
     const net = network({ cniVersion: '1.1.0', name: unique('net'), plugins: ['p1', 'p2', 'p3'].map((tag) => ({ type: 'fail-plugin', tag, logFile: log })) });
     const pod = fx.create('order');
     const rec = recording();
-    must(await delegateDriver.attach(request(net, pod), rec.env));
+    must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     await undo(rec.steps);
     const lines = readLog(log);
     const tag = (l: LogLine): string => `${l.command} ${String((JSON.parse(l.stdin) as Record<string, unknown>).tag)}`;
@@ -412,7 +413,7 @@ describe('delegate driver: failures and DEL', () => {
     });
     const pod = fx.create('third');
     const rec = recording();
-    const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.match(e.message, /plugin 3\/3 \(fail-plugin\)/);
     assert.deepEqual(rec.steps.map((st) => st.plugin), ['bridge', 'fail-plugin', 'fail-plugin']);
     assert.deepEqual(leases(lease, net.cniName), [`${s.base}.2`]);
@@ -428,7 +429,7 @@ describe('delegate driver: failures and DEL', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'no-such-plugin' });
     const pod = fx.create('missing');
     const rec = recording();
-    const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(e.code, CniCode.Internal);
     assert.match(e.message, /plugin no-such-plugin not found/);
     assert.equal(rec.steps.length, 0);
@@ -439,11 +440,11 @@ describe('delegate driver: failures and DEL', () => {
     for (const type of ['../bin/bridge', '/usr/lib/cni/bridge', '..']) {
       const net = network({ cniVersion: '1.0.0', name: unique('net'), type });
       const rec = recording();
-      const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+      const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
       assert.equal(e.code, CniCode.InvalidNetworkConfig, e.message);
       assert.ok(e.message.includes(type), e.message);
       assert.equal(rec.steps.length, 0);
-      assert.equal(failure(delegateDriver.validate(net.plugins[0] as never)).code, CniCode.InvalidNetworkConfig);
+      assert.equal(failure(delegateDriver.parse([net.plugins[0] as never])).code, CniCode.InvalidNetworkConfig);
     }
   });
 
@@ -465,7 +466,7 @@ describe('delegate driver: failures and DEL', () => {
     const pod = fx.create('slow');
     const rec = recording();
     const started = Date.now();
-    const e = failure(await createDelegateDriver({ timeoutMs: 500 }).attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(createDelegateDriver({ timeoutMs: 500 }), request(net, pod), rec.env));
     assert.equal(e.code, CniCode.TryAgainLater);
     assert.match(e.message, /timed out/);
     assert.ok(Date.now() - started < 10_000);
@@ -479,7 +480,7 @@ describe('delegate driver: failures and DEL', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', rawOutput: 'all good!' });
     const pod = fx.create('garbage');
     const rec = recording();
-    const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(e.code, CniCode.Internal);
     assert.match(e.message, /plugin fail-plugin printed no JSON result/);
     await undo(rec.steps);
@@ -489,7 +490,7 @@ describe('delegate driver: failures and DEL', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', result: { cniVersion: '0.4.0', ips: [] } });
     const pod = fx.create('vmis');
     const rec = recording();
-    const e = failure(await delegateDriver.attach(request(net, pod), rec.env));
+    const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(e.code, CniCode.Internal);
     assert.match(e.message, /fail-plugin returned an invalid result: result has cniVersion 0\.4\.0, but the config asked for 1\.0\.0/);
     await undo(rec.steps);
@@ -535,7 +536,7 @@ describe('delegate driver: results of every version', () => {
       const net = network({ cniVersion: version, name: unique('net'), type: 'fail-plugin', result: printed });
       const pod = fx.create(`r${version.replace(/\./g, '')}`);
       const rec = recording();
-      assert.deepEqual(must(await delegateDriver.attach(request(net, pod), rec.env)), want);
+      assert.deepEqual(must(await attachParsed(delegateDriver, request(net, pod), rec.env)), want);
       await undo(rec.steps);
     });
   }
@@ -545,7 +546,7 @@ describe('delegate driver: results of every version', () => {
     const net = network({ cniVersion: '0.4.0', name: unique('net'), plugins: [{ type: 'fail-plugin', result: v0('0.4.0') }, { type: 'fail-plugin', logFile: log }] });
     const pod = fx.create('prev04');
     const rec = recording();
-    assert.deepEqual(must(await delegateDriver.attach(request(net, pod), rec.env)), expected);
+    assert.deepEqual(must(await attachParsed(delegateDriver, request(net, pod), rec.env)), expected);
     const [add] = readLog(log);
     assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).prevResult, convertResult(expected, '0.4.0'));
     await undo(rec.steps);
@@ -559,7 +560,7 @@ describe('CHECK, STATUS and GC forwarding', () => {
     const net = network(conf);
     const pod = fx.create('check');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     must(await delegateCheck(rec.steps, result));
     ip('-n', pod.name, 'addr', 'flush', 'dev', 'eth1');
     const e = failure(await delegateCheck(rec.steps, result));
@@ -572,7 +573,7 @@ describe('CHECK, STATUS and GC forwarding', () => {
     const net = network({ cniVersion: '1.0.0', name: unique('net'), plugins: [{ type: 'fail-plugin', logFile: log, tag: 'a' }, { type: 'fail-plugin', logFile: log, failOn: 'CHECK' }, { type: 'fail-plugin', logFile: log, tag: 'c' }] });
     const pod = fx.create('check2');
     const rec = recording();
-    const result = must(await delegateDriver.attach(request(net, pod), rec.env));
+    const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
     const e = failure(await delegateCheck(rec.steps, result));
     assert.equal(e.code, 117);
     assert.match(e.message, /plugin 2\/3 \(fail-plugin\): plugin fail-plugin: failing on demand/);
@@ -583,7 +584,7 @@ describe('CHECK, STATUS and GC forwarding', () => {
 
     const old = network({ cniVersion: '0.3.1', name: unique('net'), type: 'fail-plugin', failOn: 'CHECK' });
     const rec2 = recording();
-    const r2 = must(await delegateDriver.attach(request(old, pod), rec2.env));
+    const r2 = must(await attachParsed(delegateDriver, request(old, pod), rec2.env));
     must(await delegateCheck(rec2.steps, r2));
     await undo(rec2.steps);
   });

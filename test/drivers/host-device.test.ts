@@ -12,7 +12,7 @@ import { selectorFor, parseHostDeviceConfig } from '../../src/drivers/host-devic
 import { findHostDevice, hostDeviceDriver, returnLinkToHost } from '../../src/drivers/host-device';
 import type { LinkInfo } from '../../src/kernel/types';
 import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
 
 const bed = driverTestbed('phd');
 const { prefix, fx } = bed;
@@ -36,7 +36,7 @@ describe('host-device driver', () => {
     const pod = fx.create('move');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'host-device', device: dev.name, ipam: { type: 'static', addresses: [{ address: '10.241.0.5/24' }] } }, netns: pod.path, ifname: 'sriov0' });
-    const result = must(await hostDeviceDriver.attach(req, rec.env));
+    const result = must(await attachParsed(hostDeviceDriver, req, rec.env));
     assert.deepEqual(result.interfaces, [{ name: 'sriov0', mac: dev.mac, mtu: 1500, sandbox: pod.path }]);
     assert.deepEqual(result.ips, [{ address: '10.241.0.5/24', interface: 0 }]);
     assert.equal(onHost(dev.name), false, 'the device left the host');
@@ -50,7 +50,7 @@ describe('host-device driver', () => {
     const pod = fx.create('undo');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-b`;
-    must(await hostDeviceDriver.attach(attachRequest({ network, config: { type: 'host-device', device: dev.name, ipam: { type: 'host-local', subnet: '10.241.1.0/24' } }, netns: pod.path }), rec.env));
+    must(await attachParsed(hostDeviceDriver, attachRequest({ network, config: { type: 'host-device', device: dev.name, ipam: { type: 'host-local', subnet: '10.241.1.0/24' } }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'returnLink']);
     assert.deepEqual(rec.steps[1], { kind: 'returnLink', netns: pod.path, name: 'net1', hostName: dev.name });
     await rec.undo();
@@ -65,7 +65,7 @@ describe('host-device driver', () => {
     const dev = hostDevice();
     const pod = fx.create('mac');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const result = must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-c`, config: { type: 'host-device', hwaddr: dev.mac.toUpperCase() }, netns: pod.path }), rec.env));
+    const result = must(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-c`, config: { type: 'host-device', hwaddr: dev.mac.toUpperCase() }, netns: pod.path }), rec.env));
     assert.equal(result.interfaces[0]?.mac, dev.mac);
     assert.equal(onHost(dev.name), false);
     await rec.undo();
@@ -76,7 +76,7 @@ describe('host-device driver', () => {
     const dev = hostDevice();
     const pod = fx.create('gone');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
+    must(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
     const step = rec.steps[0];
     assert.equal(step?.kind, 'returnLink');
     if (step?.kind !== 'returnLink') return;
@@ -84,7 +84,7 @@ describe('host-device driver', () => {
     must(await returnLinkToHost(step, bed.kernel)); // again: nothing left in the pod
     assert.equal(onHost(dev.name), true);
 
-    must(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
+    must(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
     ip('netns', 'del', pod.name); // a veth dies with its netns (a VF would go back to the initial netns)
     must(await returnLinkToHost(step, bed.kernel));
   });
@@ -92,7 +92,7 @@ describe('host-device driver', () => {
   it('fails with code 7 when the device is not on the host, without recording anything', async () => {
     const pod = fx.create('missing');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const e = failure(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-e`, config: { type: 'host-device', device: `${prefix}zz` }, netns: pod.path }), rec.env));
+    const e = failure(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-e`, config: { type: 'host-device', device: `${prefix}zz` }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, new RegExp(`device ${prefix}zz not found on the host`));
     assert.deepEqual(rec.steps, []);
@@ -103,7 +103,7 @@ describe('host-device driver', () => {
     const pod = fx.create('clash');
     pod.exec('ip', 'link', 'add', 'net1', 'type', 'veth', 'peer', 'name', 'other');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const e = failure(await hostDeviceDriver.attach(attachRequest({ network: `${prefix}-f`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
+    const e = failure(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-f`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
     assert.match(e.message, /net1 already exists/);
     assert.deepEqual(rec.steps, []);
     assert.equal(onHost(dev.name), true);
@@ -137,14 +137,14 @@ describe('host-device driver', () => {
       [{ type: 'host-device', device: 'x'.repeat(16) }, /device "x+" is longer than 15 bytes/],
     ];
     for (const [config, message] of cases) {
-      const e = failure(hostDeviceDriver.validate(plugin('n', config)));
+      const e = failure(hostDeviceDriver.parse([plugin('n', config)]));
       assert.equal(e.code, 7);
       assert.match(e.message, message);
     }
     // Valid on its own (the device may come from a device plugin), but an attach without a deviceID cannot proceed.
-    assert.equal(hostDeviceDriver.validate(plugin('n', { type: 'host-device' })).ok, true);
+    assert.equal(hostDeviceDriver.parse([plugin('n', { type: 'host-device' })]).ok, true);
     const pod = fx.create('nosel');
-    const e = failure(await hostDeviceDriver.attach(attachRequest({ network: 'n', config: { type: 'host-device' }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
+    const e = failure(await attachParsed(hostDeviceDriver, attachRequest({ network: 'n', config: { type: 'host-device' }, netns: pod.path }), new RecordingEnv(bed.kernel, bed.ipam).env));
     assert.equal(e.code, 7);
     assert.match(e.message, /specify one of "device", "hwaddr", "kernelpath" or "pciBusID"/);
     assert.deepEqual(hostLinksWithPrefix(`${prefix}zz`), []);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { ipvlanDriver } from '../../src/drivers/ipvlan';
 import { ip } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink } from './support';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink, attachParsed } from './support';
 
 const bed = driverTestbed('piv');
 const { prefix, fx } = bed;
@@ -24,7 +24,7 @@ describe('ipvlan driver', () => {
     if (missing) return t.skip(`ipvlan not built into this kernel: ${missing}`);
     const pod = fx.create('kind');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const result = must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-a`, config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } }, netns: pod.path }), rec.env));
+    const result = must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-a`, config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } }, netns: pod.path }), rec.env));
     assert.equal(result.interfaces[0]?.sandbox, pod.path);
     assert.match(ip('-n', pod.name, '-d', 'link', 'show', 'net1'), /ipvlan {2}mode l3|ipvlan mode l3/);
     await rec.undo();
@@ -38,8 +38,8 @@ describe('ipvlan driver', () => {
     const b = fx.create('pb');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const config = { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.1.0/24' } };
-    const ra = must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-b`, config, netns: a.path }), rec.env));
-    must(await ipvlanDriver.attach(attachRequest({ network: `${prefix}-b`, config, netns: b.path }), rec.env));
+    const ra = must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-b`, config, netns: a.path }), rec.env));
+    must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-b`, config, netns: b.path }), rec.env));
     const ping = b.exec('ping', '-c', '1', '-W', '1', ra.ips[0]?.address.split('/')[0] ?? '');
     assert.equal(ping.status, 0, ping.out);
     await rec.undo();
@@ -50,19 +50,19 @@ describe('ipvlan driver', () => {
     const pod = fx.create('nokernel');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
-    const e = failure(await ipvlanDriver.attach(attachRequest({ network, config: { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.2.0/24' } }, netns: pod.path }), rec.env));
+    const e = failure(await attachParsed(ipvlanDriver, attachRequest({ network, config: { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.2.0/24' } }, netns: pod.path }), rec.env));
     assert.match(e.message, /creating ipvlan net1 \(mode l2\)/);
     await rec.undo();
     assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
   it('rejects invalid config (code 7, field named), linkInContainer and a MAC request (code 2)', async () => {
-    const bad = failure(ipvlanDriver.validate(plugin('n', { type: 'ipvlan', mode: 'l4' })));
+    const bad = failure(ipvlanDriver.parse([plugin('n', { type: 'ipvlan', mode: 'l4' })]));
     assert.equal(bad.code, 7);
     assert.match(bad.message, /ipvlan config of network n: mode: /);
-    assert.equal(failure(ipvlanDriver.validate(plugin('n', { type: 'ipvlan', linkInContainer: true }))).code, 2);
+    assert.equal(failure(ipvlanDriver.parse([plugin('n', { type: 'ipvlan', linkInContainer: true })])).code, 2);
     const pod = fx.create('mac');
-    const e = failure(await ipvlanDriver.attach(attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }), new RecordingEnv(bed.kernel, bed.ipam).env));
+    const e = failure(await attachParsed(ipvlanDriver, attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }), new RecordingEnv(bed.kernel, bed.ipam).env));
     assert.equal(e.code, 2);
     assert.match(e.message, /share their master's MAC/);
   });

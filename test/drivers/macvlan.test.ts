@@ -3,7 +3,7 @@ import { before, describe, it } from 'node:test';
 import { defaultRouteLink, resolveMaster } from '../../src/drivers/common';
 import { macvlanDriver } from '../../src/drivers/macvlan';
 import { hostLinksWithPrefix, ip } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink } from './support';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink, attachParsed } from './support';
 
 const bed = driverTestbed('pmv');
 const { prefix, fx } = bed;
@@ -21,7 +21,7 @@ describe('macvlan driver', () => {
     const pod = fx.create('shape');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'macvlan', master, ipam: ipamConfig(1) }, netns: pod.path, mac: '02:42:ac:11:00:07' });
-    const result = must(await macvlanDriver.attach(req, rec.env));
+    const result = must(await attachParsed(macvlanDriver, req, rec.env));
     assert.equal(result.interfaces.length, 1);
     const [iface] = result.interfaces;
     assert.deepEqual({ name: iface?.name, sandbox: iface?.sandbox, mac: iface?.mac }, { name: 'net1', sandbox: pod.path, mac: '02:42:ac:11:00:07' });
@@ -37,7 +37,7 @@ describe('macvlan driver', () => {
     const pod = fx.create('kind');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-b`, config: { type: 'macvlan', master, mode: 'private', mtu: 1400, ipam: ipamConfig(2) }, netns: pod.path, ifname: 'eth9' });
-    const result = must(await macvlanDriver.attach(req, rec.env));
+    const result = must(await attachParsed(macvlanDriver, req, rec.env));
     const details = ip('-n', pod.name, '-d', 'link', 'show', 'eth9');
     assert.match(details, /macvlan mode private/);
     assert.match(details, /mtu 1400/);
@@ -53,8 +53,8 @@ describe('macvlan driver', () => {
     const b = fx.create('pb');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
-    const ra = must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }), rec.env));
-    must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }), rec.env));
+    const ra = must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }), rec.env));
+    must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }), rec.env));
     const target = ra.ips[0]?.address.split('/')[0] ?? '';
     const ping = b.exec('ping', '-c', '1', '-W', '1', target);
     assert.equal(ping.status, 0, ping.out);
@@ -65,7 +65,7 @@ describe('macvlan driver', () => {
     const pod = fx.create('undo');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-d`;
-    must(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }), rec.env));
+    must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'deleteLink'], 'the lease release is recorded before the link');
     assert.equal((await bed.ipam.leases(network)).length, 1);
     await rec.undo();
@@ -78,7 +78,7 @@ describe('macvlan driver', () => {
     const pod = fx.create('nomaster');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-e`;
-    const e = failure(await macvlanDriver.attach(attachRequest({ network, config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) }, netns: pod.path }), rec.env));
+    const e = failure(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, new RegExp(`master device ${prefix}zz not found on the host`));
     await rec.undo();
@@ -94,11 +94,11 @@ describe('macvlan driver', () => {
       [{ type: 'macvlan', master, linkInContainer: true }, 2, /linkInContainer/],
     ];
     for (const [config, code, message] of cases) {
-      const e = failure(macvlanDriver.validate(plugin('n', config)));
+      const e = failure(macvlanDriver.parse([plugin('n', config)]));
       assert.equal(e.code, code, JSON.stringify(config));
       assert.match(e.message, message);
     }
-    assert.equal(macvlanDriver.validate(plugin('n', { type: 'macvlan', ipam: {} })).ok, true, 'no master and empty ipam are valid');
+    assert.equal(macvlanDriver.parse([plugin('n', { type: 'macvlan', ipam: {} })]).ok, true, 'no master and empty ipam are valid');
   });
 
   it('defaults the master to the link of the default route, and fails with code 7 without one', async () => {

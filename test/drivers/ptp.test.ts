@@ -10,7 +10,7 @@ import { createPtpDriver } from '../../src/drivers/ptp';
 const ptpDriver = createPtpDriver();
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry } from '../support/netns';
-import { attachRequest, driverTestbed, failure, must, RecordingEnv } from './support';
+import { attachRequest, driverTestbed, failure, must, RecordingEnv, attachParsed } from './support';
 
 const bed = driverTestbed('ppt');
 const { prefix, fx } = bed;
@@ -47,7 +47,7 @@ describe('ptp driver', () => {
     const req = attachRequest({ network: `${prefix}-p`, config: ptpConfig(ours.s3, ours.v6), netns: ours.pod.path, ifname: 'eth0' });
     const host = hostVethName(req.containerId, 'eth0');
     fx.trackHostLink(host);
-    const result = must(await ptpDriver.attach(req, rec.env));
+    const result = must(await attachParsed(ptpDriver, req, rec.env));
 
     const refConf = JSON.stringify({ cniVersion: '1.0.0', name: `${prefix}-r`, ...ptpConfig(ref.s3, ref.v6) });
     const refEnv = { ...process.env, CNI_CONTAINERID: `${prefix}ref`, CNI_NETNS: ref.pod.path, CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni' };
@@ -85,10 +85,10 @@ describe('ptp driver', () => {
   it('rejects ipMasq (not implemented: code 2) and a config without IPAM (7) before touching anything', async () => {
     const pod = fx.create('bad');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const masq = failure(await ptpDriver.attach(attachRequest({ network: `${prefix}-m`, config: { type: 'ptp', ipMasq: true, ipam: { type: 'host-local', subnet: `10.${octet}.63.0/24` } }, netns: pod.path }), rec.env));
+    const masq = failure(await attachParsed(ptpDriver, attachRequest({ network: `${prefix}-m`, config: { type: 'ptp', ipMasq: true, ipam: { type: 'host-local', subnet: `10.${octet}.63.0/24` } }, netns: pod.path }), rec.env));
     assert.equal(masq.code, 2);
     assert.match(masq.message, /ipMasq is not implemented by the native ptp driver/);
-    const noIpam = failure(await ptpDriver.attach(attachRequest({ network: `${prefix}-n`, config: { type: 'ptp' }, netns: pod.path }), rec.env));
+    const noIpam = failure(await attachParsed(ptpDriver, attachRequest({ network: `${prefix}-n`, config: { type: 'ptp' }, netns: pod.path }), rec.env));
     assert.equal(noIpam.code, 7);
     assert.match(noIpam.message, /ptp needs an IPAM section/);
     assert.deepEqual(rec.steps, []);
@@ -97,7 +97,7 @@ describe('ptp driver', () => {
   it('fails with 7 when IPAM gives an address without a gateway, and its undo releases the address', async () => {
     const pod = fx.create('nogw');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const e = failure(await ptpDriver.attach(attachRequest({ network: `${prefix}-s`, config: { type: 'ptp', ipam: { type: 'static', addresses: [{ address: `10.${octet}.64.5/24` }] } }, netns: pod.path }), rec.env));
+    const e = failure(await attachParsed(ptpDriver, attachRequest({ network: `${prefix}-s`, config: { type: 'ptp', ipam: { type: 'static', addresses: [{ address: `10.${octet}.64.5/24` }] } }, netns: pod.path }), rec.env));
     assert.equal(e.code, 7);
     assert.match(e.message, /no gateway/);
     await rec.undo();

@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RuntimeConfig } from '../../src/cni/args';
 import type { CniError, Result } from '../../src/cni/errors';
-import type { AttachmentOptions, AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
+import type { AttachmentOptions, AttachRequest, Driver, DriverEnv, UndoStep } from '../../src/drivers/driver';
+import type { CniResult } from '../../src/cni/types';
 import { returnLinkToHost } from '../../src/drivers/host-device/return-link';
 import { runUndo } from '../../src/drivers/undo';
 import { Ipam } from '../../src/ipam';
@@ -117,4 +118,10 @@ export function hostUplink(fx: NetnsFixture, name: string): void {
   ip('link', 'add', name, 'type', 'veth', 'peer', 'name', 'lan0', 'netns', lan.name);
   ip('link', 'set', name, 'up');
   ip('-n', lan.name, 'link', 'set', 'lan0', 'up');
+}
+
+/** What the engine does for one attachment: parse the network's config with the driver, then attach with the result. */
+export async function attachParsed<C>(driver: Driver<C>, req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
+  const config = driver.parse(req.network.plugins);
+  return config.ok ? driver.attach(req, config.value, env) : config;
 }

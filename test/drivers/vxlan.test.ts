@@ -3,18 +3,19 @@ import { randomInt } from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
+import type { AttachRequest, DriverEnv } from '../../src/drivers/driver';
 import { createVxlanDriver } from '../../src/drivers/vxlan';
 
 const vxlanDriver = createVxlanDriver();
 /** One driver per node (a netns standing in for another node of the cluster), which remembers its overlays. */
 const nodeDrivers = new Map<string, ReturnType<typeof createVxlanDriver>>();
-const attachVxlan = (req: Parameters<typeof vxlanDriver.attach>[0], env: Parameters<typeof vxlanDriver.attach>[1], node: string) => {
+const attachVxlan = (req: AttachRequest, env: DriverEnv, node: string) => {
   const driver = nodeDrivers.get(node) ?? createVxlanDriver({ node });
   nodeDrivers.set(node, driver);
-  return driver.attach(req, env);
+  return attachParsed(driver, req, env);
 };
 import { ip, ipTry, NetnsFixture } from '../support/netns';
-import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed } from './support';
+import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
 
 const bed = driverTestbed('pvx');
 const { prefix, fx } = bed;
@@ -46,7 +47,7 @@ describe('vxlan driver', () => {
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'vxlan', vni, port, bridge, remotes: ['127.0.0.77', '127.0.0.78'], ipam: { type: 'host-local', subnet: '10.252.9.0/24' } }, netns: pod.path });
     const host = hostVethName(req.containerId, req.ifname);
     fx.trackHostLink(host);
-    const result = must(await vxlanDriver.attach(req, rec.env));
+    const result = must(await attachParsed(vxlanDriver, req, rec.env));
 
     const details = ip('-d', 'link', 'show', vtep);
     assert.match(details, new RegExp(`vxlan id ${vni} `));
@@ -136,7 +137,7 @@ describe('vxlan driver', () => {
       [{ type: 'vxlan', vni: 1, bridge: 'a-very-long-bridge-name' }, /bridge "a-very-long-bridge-name" is longer than 15 bytes/],
     ];
     for (const [config, message] of cases) {
-      const e = failure(vxlanDriver.validate(plugin('n', config)));
+      const e = failure(vxlanDriver.parse([plugin('n', config)]));
       assert.equal(e.code, 7);
       assert.match(e.message, message);
     }

@@ -10,7 +10,7 @@ import { KeyedMutex } from '../../common/keyed-mutex';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps, podRoutes } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { BridgeConfig, parseBridgeConfig } from './config';
 
 export { hostVethName } from '../common/bridge-port';
@@ -22,20 +22,17 @@ interface KnownBridges {
 }
 
 /** A bridge driver; it remembers the bridges it has ensured. */
-export function createBridgeDriver(): Driver {
+export function createBridgeDriver(): Driver<BridgeConfig> {
   const known: KnownBridges = { locks: new KeyedMutex(), bridges: new Map() };
   return {
     type: 'bridge',
     capabilities: ['ips', 'mac', 'dns'],
-    validate: parseBridgeConfig,
-    attach: (req, env) => attachBridge(req, env, known),
+    parse: onePlugin(parseBridgeConfig),
+    attach: (req, conf, env) => attachBridge(req, conf, env, known),
   };
 }
 
-async function attachBridge(req: AttachRequest, env: DriverEnv, knownBridges: KnownBridges): Promise<Result<CniResult>> {
-  const parsed = parseBridgeConfig(req.plugin);
-  if (!parsed.ok) return parsed;
-  const conf = parsed.value;
+async function attachBridge(req: AttachRequest, conf: BridgeConfig, env: DriverEnv, knownBridges: KnownBridges): Promise<Result<CniResult>> {
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
   return attachBridgePort(req, env, {

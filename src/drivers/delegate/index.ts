@@ -23,13 +23,21 @@ export {
 } from './exec';
 export { parseCniResult, parsePluginError } from './result';
 
-export function createDelegateDriver(opts: ExecOptions = {}): Driver {
+export function createDelegateDriver(opts: ExecOptions = {}): Driver<readonly PluginConfig[]> {
   return {
     type: 'delegate',
     // What reaches a delegate depends on the capabilities each plugin declares (see declaredCapabilities).
     capabilities: ['ips', 'mac', 'bandwidth', 'portMappings', 'deviceID', 'infinibandGUID', 'dns'],
-    validate: (plugin: PluginConfig): Result<unknown> => validatePluginType(plugin.type),
-    attach: (req, env) => attachChain(req, env, opts),
+    // The chain is exec'd as it is; what a plugin thinks of its config is the plugin's to say.
+    parse: (plugins) => {
+      if (plugins.length === 0) return err(new CniError(CniCode.InvalidNetworkConfig, 'the network has no plugins'));
+      for (const plugin of plugins) {
+        const valid = validatePluginType(plugin.type);
+        if (!valid.ok) return valid;
+      }
+      return ok(plugins);
+    },
+    attach: (req, plugins, env) => attachChain(req, plugins, env, opts),
     // libcni's CHECK: each plugin again, with the recorded bytes, and the attachment's final result as prevResult.
     check: (a) => delegateCheck(a.steps.filter((s): s is DelegateDelStep => s.kind === 'delegateDel'), a.result, opts),
     gc: (network, live, cniBinDir) => delegateGc(network, live, cniBinDir, opts),
@@ -37,15 +45,10 @@ export function createDelegateDriver(opts: ExecOptions = {}): Driver {
   };
 }
 
-export const delegateDriver: Driver = createDelegateDriver();
+export const delegateDriver: Driver<readonly PluginConfig[]> = createDelegateDriver();
 
-async function attachChain(req: AttachRequest, env: DriverEnv, opts: ExecOptions): Promise<Result<CniResult>> {
-  const plugins = req.network.plugins;
-  if (plugins.length === 0) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no plugins`));
-  for (const plugin of plugins) {
-    const valid = validatePluginType(plugin.type);
-    if (!valid.ok) return err(valid.error.withContext(`network ${req.network.key}`));
-  }
+/** Runs the chain `parse` accepted: each plugin's type is a file name, and there is at least one. */
+async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[], env: DriverEnv, opts: ExecOptions): Promise<Result<CniResult>> {
   const delegateEnv: DelegateEnv = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: req.cniArgs ?? '', path: env.cniBinDir };
 
   let result: CniResult | undefined;

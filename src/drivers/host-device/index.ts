@@ -6,23 +6,20 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
-import { parseHostDeviceConfig, selectorFor } from './config';
+import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
 
 export { returnLinkToHost, daemonNetnsPath } from './return-link';
 export { findHostDevice } from './find';
 
-export const hostDeviceDriver: Driver = {
+export const hostDeviceDriver: Driver<HostDeviceConfig> = {
   type: 'host-device',
   capabilities: ['ips', 'deviceID'],
-  validate: parseHostDeviceConfig,
+  parse: onePlugin(parseHostDeviceConfig),
 
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const parsed = parseHostDeviceConfig(req.plugin);
-    if (!parsed.ok) return parsed;
-    const conf = parsed.value;
+  async attach(req: AttachRequest, conf: HostDeviceConfig, env: DriverEnv): Promise<Result<CniResult>> {
     const what = `network ${req.network.key}`;
     const fromRuntime = req.runtimeConfig.get('deviceID');
     const selector = selectorFor(req.plugin, conf, req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined));

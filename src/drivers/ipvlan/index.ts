@@ -6,18 +6,16 @@
 import { CniCode, CniError, Result, err } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { attachMasterLink } from '../common/master-link';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
-import { parseIpvlanConfig } from './config';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { parseIpvlanConfig, type IpvlanConfig } from './config';
 
-export const ipvlanDriver: Driver = {
+export const ipvlanDriver: Driver<IpvlanConfig> = {
   type: 'ipvlan',
   capabilities: ['ips'],
-  validate: parseIpvlanConfig,
+  parse: onePlugin(parseIpvlanConfig),
 
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const conf = parseIpvlanConfig(req.plugin);
-    if (!conf.ok) return conf;
+  async attach(req: AttachRequest, conf: IpvlanConfig, env: DriverEnv): Promise<Result<CniResult>> {
     if (req.mac) return err(new CniError(CniCode.UnsupportedField, `network ${req.network.key}: ipvlan interfaces share their master's MAC address, so MAC ${req.mac} cannot be set`, 'drop the MAC request, or use macvlan'));
-    return attachMasterLink('ipvlan', conf.value, req, env);
+    return attachMasterLink('ipvlan', conf, req, env);
   },
 };

@@ -5,16 +5,12 @@
 import type { Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { attachMasterLink } from '../common/master-link';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
-import { parseMacvlanConfig } from './config';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { parseMacvlanConfig, type MacvlanConfig } from './config';
 
-export const macvlanDriver: Driver = {
+export const macvlanDriver: Driver<MacvlanConfig> = {
   type: 'macvlan',
   capabilities: ['ips', 'mac'],
-  validate: parseMacvlanConfig,
-
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const conf = parseMacvlanConfig(req.plugin);
-    return conf.ok ? attachMasterLink('macvlan', conf.value, req, env) : conf;
-  },
+  parse: onePlugin(parseMacvlanConfig),
+  attach: (req, conf, env) => attachMasterLink('macvlan', conf, req, env),
 };

@@ -15,8 +15,8 @@ import { allocatePodIps } from '../common';
 import { prepareHostVeth } from '../common/host-veth';
 import { invalidConfig } from '../common/config';
 import { plumbPodInterface, podResult } from '../common/pod-interface';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
-import { parsePtpConfig } from './config';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { parsePtpConfig, type PtpConfig } from './config';
 
 const hostBits = (address: string): number => (address.includes(':') ? 128 : 32);
 
@@ -27,21 +27,18 @@ function subnetOf(cidr: string): string {
 }
 
 /** A ptp driver; it remembers which forwarding sysctls it has set. */
-export function createPtpDriver(): Driver {
+export function createPtpDriver(): Driver<PtpConfig> {
   /** IP forwarding is what makes a routed pod reachable beyond the node; set once per family per driver. */
   const forwardingEnabled = new Set<string>();
   return {
     type: 'ptp',
     capabilities: ['ips', 'mac', 'dns'],
-    validate: parsePtpConfig,
-    attach: (req, env) => attachPtp(req, env, forwardingEnabled),
+    parse: onePlugin(parsePtpConfig),
+    attach: (req, conf, env) => attachPtp(req, conf, env, forwardingEnabled),
   };
 }
 
-async function attachPtp(req: AttachRequest, env: DriverEnv, forwardingEnabled: Set<string>): Promise<Result<CniResult>> {
-  const parsed = parsePtpConfig(req.plugin);
-  if (!parsed.ok) return parsed;
-  const conf = parsed.value;
+async function attachPtp(req: AttachRequest, conf: PtpConfig, env: DriverEnv, forwardingEnabled: Set<string>): Promise<Result<CniResult>> {
   const allocated = await allocatePodIps(req, env, conf.ipam);
   if (!allocated.ok) return allocated;
   const ipam = allocated.value;

@@ -6,19 +6,16 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
-import { parseTapConfig } from './config';
+import { parseTapConfig, type TapConfig } from './config';
 
-export const tapDriver: Driver = {
+export const tapDriver: Driver<TapConfig> = {
   type: 'tap',
   capabilities: ['ips', 'mac'],
-  validate: parseTapConfig,
+  parse: onePlugin(parseTapConfig),
 
-  async attach(req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
-    const parsed = parseTapConfig(req.plugin);
-    if (!parsed.ok) return parsed;
-    const conf = parsed.value;
+  async attach(req: AttachRequest, conf: TapConfig, env: DriverEnv): Promise<Result<CniResult>> {
     const what = `network ${req.network.key}`;
 
     const ipam = await allocatePodIps(req, env, conf.ipam);

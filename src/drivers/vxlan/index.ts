@@ -9,7 +9,7 @@ import type { CniResult } from '../../cni/types';
 import { KeyedMutex } from '../../common/keyed-mutex';
 import type { KernelPort } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
-import type { AttachRequest, Driver, DriverEnv } from '../driver';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { VxlanConfig, parseVxlanConfig } from './config';
@@ -29,21 +29,18 @@ export interface VxlanDriverOptions {
 }
 
 /** A vxlan driver; it remembers the overlays it has ensured on its node. */
-export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver {
+export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver<VxlanConfig> {
   const overlays = new Overlays(options.node);
   return {
     type: 'vxlan',
     capabilities: ['ips', 'mac'],
-    validate: parseVxlanConfig,
-    attach: (req, env) => attachVxlan(req, env, overlays),
+    parse: onePlugin(parseVxlanConfig),
+    attach: (req, conf, env) => attachVxlan(req, conf, env, overlays),
   };
 }
 
-async function attachVxlan(req: AttachRequest, env: DriverEnv, overlays: Overlays): Promise<Result<CniResult>> {
+async function attachVxlan(req: AttachRequest, conf: VxlanConfig, env: DriverEnv, overlays: Overlays): Promise<Result<CniResult>> {
   const node = overlays.node;
-  const parsed = parseVxlanConfig(req.plugin);
-  if (!parsed.ok) return parsed;
-  const conf = parsed.value;
   const what = `network ${req.network.key}`;
 
   const ipam = await allocatePodIps(req, env, conf.ipam);

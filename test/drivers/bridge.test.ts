@@ -1,0 +1,70 @@
+/** The native bridge driver on real namespaces: the reference bridge plugin's behaviour, in-process. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createBridgeDriver, hostVethName } from '../../src/drivers/bridge';
+import { restoreForwardingAfterwards } from '../support/forwarding';
+import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
+import { attachParsed, attachRequest, driverTestbed, failure, must, plugin, RecordingEnv } from './support';
+
+const bed = driverTestbed('pbr');
+const { prefix, fx } = bed;
+const subnet = (third: number): string => `10.233.${third}.0/24`;
+restoreForwardingAfterwards();
+
+describe('bridge driver', () => {
+  it('makes the bridge with its gateway, a veth whose peer is the pod interface, and answers host and pod interfaces', async () => {
+    const driver = createBridgeDriver();
+    const bridge = `${prefix}b1`;
+    fx.trackHostLink(bridge);
+    const pod = fx.create('shape');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const req = attachRequest({ network: `${prefix}-a`, config: { type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, mtu: 1400, ipam: { type: 'host-local', subnet: subnet(1) } }, netns: pod.path, ifname: 'eth0' });
+    fx.trackHostLink(hostVethName(req.containerId, 'eth0'));
+    const result = must(await attachParsed(driver, req, rec.env));
+
+    assert.deepEqual(result.interfaces.map((i) => [i.name, i.sandbox ?? 'host']), [[bridge, 'host'], [hostVethName(req.containerId, 'eth0'), 'host'], ['eth0', pod.path]]);
+    assert.equal(result.ips[0]?.interface, 2, 'the IP points at the pod interface');
+    assert.equal(result.ips[0]?.gateway, '10.233.1.1');
+    assert.deepEqual(result.routes, [{ dst: '0.0.0.0/0', gw: '10.233.1.1' }]);
+    assert.match(ip('addr', 'show', bridge), /inet 10\.233\.1\.1\/24/, 'isGateway puts the gateway on the bridge');
+    assert.match(ip('-d', 'link', 'show', hostVethName(req.containerId, 'eth0')), new RegExp(`master ${bridge} `));
+    assert.match(ip('-n', pod.name, 'link', 'show', 'eth0'), /mtu 1400.*state UP|mtu 1400/);
+    assert.match(ip('-n', pod.name, 'route', 'show', 'default'), /default via 10\.233\.1\.1 dev eth0/);
+    assert.equal(ipTry('netns', 'exec', pod.name, 'ping', '-c', '1', '-W', '2', '10.233.1.1').status, 0, 'the pod reaches its gateway');
+    const hostVethMac = result.interfaces[1]?.mac;
+    assert.match(ip('link', 'show', hostVethName(req.containerId, 'eth0')), new RegExp(`link/ether ${hostVethMac}`), 'the answered MAC is the kernel\'s');
+
+    await rec.undo();
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(req.containerId, 'eth0')), [], 'undo removes the veth');
+    assert.match(ip('link', 'show', bridge), new RegExp(bridge), 'the bridge stays: it serves every pod of the network');
+  });
+
+  it('recreates a bridge deleted by hand since it was ensured, instead of trusting its cache', async () => {
+    const driver = createBridgeDriver();
+    const bridge = `${prefix}b2`;
+    fx.trackHostLink(bridge);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const config = { type: 'bridge', bridge, isGateway: true, ipam: { type: 'host-local', subnet: subnet(2) } };
+    const first = attachRequest({ network: `${prefix}-b`, config, netns: fx.create('first').path });
+    must(await attachParsed(driver, first, rec.env));
+    ip('link', 'del', bridge);
+    const second = attachRequest({ network: `${prefix}-b`, config, netns: fx.create('second').path });
+    must(await attachParsed(driver, second, rec.env));
+    assert.match(ip('addr', 'show', bridge), /inet 10\.233\.2\.1\/24/, 'made again, with its gateway');
+    await rec.undo();
+  });
+
+  it('refuses a bridge name that belongs to another kind of link, and configs it does not implement, before making anything', async () => {
+    const driver = createBridgeDriver();
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const pod = fx.create('refuse');
+    const notBridge = failure(await attachParsed(driver, attachRequest({ network: `${prefix}-c`, config: { type: 'bridge', bridge: 'lo', ipam: { type: 'host-local', subnet: subnet(3) } }, netns: pod.path }), rec.env));
+    assert.equal(notBridge.code, 7);
+    assert.match(notBridge.message, /lo exists on the host but is not a bridge/);
+    await rec.undo();
+    assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', ipMasq: true })])).code, 2, 'ipMasq: not implemented natively');
+    assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', vlan: 7 })])).code, 2, 'vlan: not implemented natively');
+    assert.match(failure(driver.parse([plugin('n', { type: 'bridge', bridge: 'a/b' })])).message, /bridge "a\/b" may not contain "\/"/);
+    assert.deepEqual(ip('-n', pod.name, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)), [], 'nothing in the pod');
+  });
+});

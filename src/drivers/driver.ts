@@ -117,7 +117,18 @@ export interface Driver<C = unknown> {
   gc?(network: NetworkDefinition, live: readonly LiveAttachment[], cniBinDir: string): Promise<Result<void>>;
   /** STATUS: whether the network can take ADDs now. */
   status?(network: NetworkDefinition, cniBinDir: string): Promise<Result<void>>;
+  /** How to undo the step kinds only this driver records (the generic ones are in undo.ts). */
+  readonly undo?: UndoHandlers;
 }
+
+/** What an undo step may use. */
+export interface UndoEnv {
+  readonly kernel: KernelPort;
+  readonly ipam: IpamBackend;
+}
+
+/** Runs one kind of undo step; each tolerates what is already gone, so undo can repeat. */
+export type UndoHandlers = { readonly [K in UndoStep['kind']]?: (step: Extract<UndoStep, { kind: K }>, env: UndoEnv) => Promise<Result<void>> };
 
 /** The parse of a native driver, which runs a network of exactly one plugin. */
 export const onePlugin =

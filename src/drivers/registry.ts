@@ -4,7 +4,9 @@
  */
 import { createBridgeDriver } from './bridge';
 import { delegateDriver } from './delegate';
-import type { Driver } from './driver';
+import type { Result } from '../cni/errors';
+import type { Driver, UndoEnv, UndoStep } from './driver';
+import { genericUndo, undoRunner } from './undo';
 import { hostDeviceDriver } from './host-device';
 import { ipvlanDriver } from './ipvlan';
 import { macvlanDriver } from './macvlan';
@@ -18,12 +20,15 @@ const builtIn = (): readonly Driver[] => [createBridgeDriver(), macvlanDriver, i
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();
+  /** Runs any recorded undo step: the generic kinds, and those a driver of this registry owns. */
+  readonly undo: (step: UndoStep, env: UndoEnv) => Promise<Result<void>>;
 
   constructor(
     drivers: readonly Driver[] = builtIn(),
     readonly delegate: Driver = delegateDriver,
   ) {
     for (const d of drivers) this.byType.set(d.type, d);
+    this.undo = undoRunner([genericUndo, ...[...drivers, delegate].flatMap((d) => (d.undo ? [d.undo] : []))]);
   }
 
   get(type: string): Driver | undefined {

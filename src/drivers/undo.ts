@@ -1,34 +1,39 @@
-/** Executes recorded undo steps. Each one tolerates what is already gone, so DEL and recovery can repeat them safely. */
+/**
+ * Undo steps: running them (the generic kinds here, the kinds a driver owns in that driver), describing them, and the
+ * order they are undone in. Each one tolerates what is already gone, so DEL and recovery can repeat them safely.
+ */
 import { kernelError } from './common/kernel-error';
-import { CniError, Result, err, ok } from '../cni/errors';
-import type { IpamBackend } from '../ipam';
-import type { KernelPort } from '../kernel/kernel';
-import { runDelegateDel } from './delegate/exec';
-import type { UndoStep } from './driver';
-import { returnLinkToHost } from './host-device/return-link';
+import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import type { UndoEnv, UndoHandlers, UndoStep } from './driver';
 
-export async function runUndo(step: UndoStep, kernel: KernelPort, ipam: IpamBackend): Promise<Result<void, CniError>> {
-  switch (step.kind) {
-    case 'deleteLink': {
-      const r = await kernel.deleteLink(step.netns, step.name);
-      // A pod netns that no longer exists took its links with it.
-      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns' && r.error.is('ENOENT'))) return err(kernelError(r.error));
-      return ok(undefined);
-    }
-    case 'releaseIpam': {
-      const r = await ipam.release(step.network, step.containerId, step.ifname);
-      return r.ok ? ok(undefined) : r;
-    }
-    case 'deleteRoute': {
-      const r = await kernel.batch(step.netns, [{ op: 'routeDel', route: step.route, ignore: ['ESRCH', 'ENODEV', 'ENOENT'] }]);
-      if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return err(kernelError(r.error));
-      return ok(undefined);
-    }
-    case 'returnLink':
-      return returnLinkToHost(step, kernel);
-    case 'delegateDel':
-      return runDelegateDel(step);
-  }
+/** The step kinds every driver may record. */
+export const genericUndo: UndoHandlers = {
+  deleteLink: async (step, { kernel }) => {
+    const r = await kernel.deleteLink(step.netns, step.name);
+    // A pod netns that no longer exists took its links with it.
+    if (!r.ok && !(step.netns && r.error.failure.op === 'open netns' && r.error.is('ENOENT'))) return err(kernelError(r.error));
+    return ok(undefined);
+  },
+  releaseIpam: async (step, { ipam }) => {
+    const r = await ipam.release(step.network, step.containerId, step.ifname);
+    return r.ok ? ok(undefined) : r;
+  },
+  deleteRoute: async (step, { kernel }) => {
+    const r = await kernel.batch(step.netns, [{ op: 'routeDel', route: step.route, ignore: ['ESRCH', 'ENODEV', 'ENOENT'] }]);
+    if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return err(kernelError(r.error));
+    return ok(undefined);
+  },
+};
+
+/** A runner for every step kind the handlers know; a kind none knows is an error (a journal from another build). */
+export function undoRunner(handlers: readonly UndoHandlers[]): (step: UndoStep, env: UndoEnv) => Promise<Result<void, CniError>> {
+  const byKind = new Map<string, (step: never, env: UndoEnv) => Promise<Result<void>>>();
+  for (const h of handlers) for (const [kind, run] of Object.entries(h)) if (run) byKind.set(kind, run as (step: never, env: UndoEnv) => Promise<Result<void>>);
+  return async (step, env) => {
+    const run = byKind.get(step.kind);
+    if (!run) return err(new CniError(CniCode.Internal, `no driver of this plexusd can undo a step of kind ${JSON.stringify(step.kind)}`));
+    return run(step as never, env);
+  };
 }
 
 export const describeUndo = (step: UndoStep): string => {

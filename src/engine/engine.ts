@@ -14,7 +14,7 @@ import type { CniResult } from '../cni/types';
 import type { DriverEnv, UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
-import { describeUndo, runUndo, undoStages } from '../drivers/undo';
+import { describeUndo, undoStages } from '../drivers/undo';
 import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
@@ -236,7 +236,7 @@ export class AttachmentEngine {
   private async runUndoSteps(steps: readonly UndoStep[], what: string): Promise<Result<void>> {
     const failures: string[] = [];
     for (const stage of undoStages(steps)) {
-      const results = await Promise.all(stage.map((step) => runUndo(step, this.kernel, this.ipam)));
+      const results = await Promise.all(stage.map((step) => this.drivers.undo(step, { kernel: this.kernel, ipam: this.ipam })));
       results.forEach((r, k) => {
         if (!r.ok) failures.push(`${describeUndo(stage[k]!)}: ${r.error.message}`);
       });

@@ -9,8 +9,7 @@ import { RuntimeConfig } from '../../src/cni/args';
 import type { CniError, Result } from '../../src/cni/errors';
 import type { AttachmentOptions, AttachRequest, Driver, DriverEnv, UndoStep } from '../../src/drivers/driver';
 import type { CniResult } from '../../src/cni/types';
-import { returnLinkToHost } from '../../src/drivers/host-device/return-link';
-import { runUndo } from '../../src/drivers/undo';
+import { DriverRegistry } from '../../src/drivers/registry';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
 import type { PluginConfig } from '../../src/networks/nad';
@@ -57,6 +56,9 @@ export function attachRequest(opts: {
 }
 
 /** A DriverEnv whose journal is `steps`; `undo()` runs them in reverse like the engine's rollback. */
+/** Undoes any recorded step, as the engine does (through a registry of every driver). */
+const undoAny = new DriverRegistry().undo;
+
 export class RecordingEnv {
   readonly steps: UndoStep[] = [];
   readonly env: DriverEnv;
@@ -67,7 +69,7 @@ export class RecordingEnv {
 
   async undo(): Promise<void> {
     for (const step of this.steps.splice(0).reverse()) {
-      const r = step.kind === 'returnLink' ? await returnLinkToHost(step, this.kernel) : await runUndo(step, this.kernel, this.ipam);
+      const r = await undoAny(step, { kernel: this.kernel, ipam: this.ipam });
       if (!r.ok) throw r.error;
     }
   }

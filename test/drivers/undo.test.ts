@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, test } from 'node:test';
 import type { UndoStep } from '../../src/drivers/driver';
-import { undoStages } from '../../src/drivers/undo';
+import { genericUndo, undoRunner, undoStages } from '../../src/drivers/undo';
+import { DriverRegistry } from '../../src/drivers/registry';
+
+/** The built-in drivers, the delegate included. */
+const builtInForTest = () => {
+  const registry = new DriverRegistry();
+  return [...registry.types().map((t) => registry.get(t)!), registry.delegate];
+};
 
 const release = (network: string): UndoStep => ({ kind: 'releaseIpam', network, containerId: 'c1', ifname: 'eth0' });
 const link = (name: string, netns?: string): UndoStep => ({ kind: 'deleteLink', name, ...(netns ? { netns } : {}) });
@@ -24,4 +31,17 @@ describe('undo stages', () => {
   it('has nothing to do for an empty record', () => {
     assert.deepEqual(undoStages([]), []);
   });
+});
+
+test('the undo runner refuses a step kind no driver of the registry owns, naming it', async () => {
+  const run = undoRunner([genericUndo]);
+  const step = { kind: 'returnLink', netns: '/var/run/netns/x', name: 'net1', hostName: 'eth9' } as const;
+  const r = await run(step, { kernel: undefined as never, ipam: undefined as never });
+  assert.ok(!r.ok);
+  assert.equal(r.error.message, 'no driver of this plexusd can undo a step of kind "returnLink"');
+});
+
+test('every step kind is owned by the generic handlers or by exactly one built-in driver', () => {
+  const owners = [genericUndo, ...[...builtInForTest()].flatMap((d) => (d.undo ? [d.undo] : []))].flatMap((h) => Object.keys(h));
+  assert.deepEqual([...owners].sort(), ['delegateDel', 'deleteLink', 'deleteRoute', 'releaseIpam', 'returnLink']);
 });

@@ -13,7 +13,7 @@ import { isSupportedVersion } from '../../cni/version';
 import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
-import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
+import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, runDelegateDel, validatePluginType } from './exec';
 import { parseCniResult } from './result';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
@@ -42,6 +42,7 @@ export function createDelegateDriver(opts: ExecOptions = {}): Driver<readonly Pl
     check: (a) => delegateCheck(a.steps.filter((s): s is DelegateDelStep => s.kind === 'delegateDel'), a.result, opts),
     gc: (network, live, cniBinDir) => delegateGc(network, live, cniBinDir, opts),
     status: (network, cniBinDir) => delegateStatus(network, cniBinDir, opts),
+    undo: { delegateDel: (step) => runDelegateDel(step, opts) },
   };
 }
 

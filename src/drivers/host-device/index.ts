@@ -11,6 +11,8 @@ import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
 
+import { returnLinkToHost } from './return-link';
+
 export { returnLinkToHost, daemonNetnsPath } from './return-link';
 export { findHostDevice } from './find';
 
@@ -18,6 +20,7 @@ export const hostDeviceDriver: Driver<HostDeviceConfig> = {
   type: 'host-device',
   capabilities: ['ips', 'deviceID'],
   parse: onePlugin(parseHostDeviceConfig),
+  undo: { returnLink: (step, { kernel }) => returnLinkToHost(step, kernel) },
 
   async attach(req: AttachRequest, conf: HostDeviceConfig, env: DriverEnv): Promise<Result<CniResult>> {
     const what = `network ${req.network.key}`;

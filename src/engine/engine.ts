@@ -4,7 +4,6 @@
  * a DEL, GC and crash recovery all undo from the journal alone.
  */
 import { kernelError } from '../drivers/driver';
-import { statSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { KeyedMutex } from '../common/keyed-mutex';
@@ -24,6 +23,7 @@ import { mergeResults, networkStatus } from '../networks/status';
 import { AttachmentStep, planPod, PlanSettings } from './plan';
 import { parseNetworkRef } from '../networks/network-ref';
 import { LeaseHolders } from './lease-holders';
+import { NetnsGuard } from './netns-guard';
 import { noStatusSink, type StatusSink } from './status-sink';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
@@ -34,6 +34,8 @@ export interface EngineOptions extends PlanSettings {
   readonly cniBinDir: string;
   /** Told what each pod's networks became (default: nobody). */
   readonly statusSink?: StatusSink;
+  /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
+  readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
 
 export interface SweptAttachment {
@@ -58,6 +60,7 @@ const unreadableRecord = (record: AttachmentRecord): CniError =>
 
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
+  private readonly podNetnsProblem: (path: string) => CniError | undefined;
 
   constructor(
     private readonly kernel: KernelPort,
@@ -67,7 +70,13 @@ export class AttachmentEngine {
     private readonly drivers: DriverRegistry,
     private readonly options: EngineOptions,
     private readonly log: Logger,
-  ) {}
+  ) {
+    if (options.podNetnsProblem) this.podNetnsProblem = options.podNetnsProblem;
+    else {
+      const guard = new NetnsGuard();
+      this.podNetnsProblem = (path) => guard.problem(path);
+    }
+  }
 
   /** Every attachment the journal holds, as recorded (for the API). */
   records(): Promise<AttachmentRecord[]> {
@@ -115,11 +124,8 @@ export class AttachmentEngine {
     const planned = planPod(req, this.options, this.networks, this.drivers);
     if (!planned.ok) return planned;
     const steps = planned.value;
-    try {
-      statSync(req.netns);
-    } catch (e) {
-      return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${req.netns} does not exist`, (e as Error).message));
-    }
+    const netnsProblem = this.podNetnsProblem(req.netns);
+    if (netnsProblem) return err(netnsProblem);
 
     const entry = await this.journal.begin({
       containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod: steps[0]!.request.pod, cniNetwork: req.networkName,

@@ -51,6 +51,13 @@ const cases: Case[] = [
   { title: 'an unknown CNI_COMMAND', call: () => ({ ...base(), command: 'ATTACH' }), code: 4, msg: /CNI_COMMAND "ATTACH"/ },
   { title: 'a missing CNI_NETNS on ADD', call: () => ({ ...base(), env: { CNI_NETNS: undefined } }), code: 4, msg: /CNI_NETNS is required/ },
   { title: 'a CNI_NETNS that does not exist', call: () => ({ ...base(), netns: `/var/run/netns/${prefix}-nope` }), code: 4, msg: /does not exist/ },
+  // /proc/self is resolved by plexusd: its own netns, which is the node's when it runs with hostNetwork.
+  { title: "the daemon's own network namespace as CNI_NETNS", call: () => ({ ...base(), netns: '/proc/self/ns/net' }), code: 4, msg: /is plexusd's own network namespace, not a pod's/ },
+  { title: "the daemon's network namespace by its PID", call: () => ({ ...base(), netns: `/proc/${daemon.pid}/ns/net` }), code: 4, msg: /is plexusd's own network namespace, not a pod's/ },
+  // PID 1's: the host's where it can be read; where it cannot (another user namespace), plexusd says that instead.
+  { title: "the host's network namespace (PID 1's) as CNI_NETNS", call: () => ({ ...base(), netns: '/proc/1/ns/net' }), code: 4, msg: /is the host's network namespace|is plexusd's own|cannot be read \(EACCES\)/ },
+  { title: 'a regular file as CNI_NETNS', call: () => ({ ...base(), netns: '/etc/hostname' }), code: 4, msg: /is not a network namespace: it is a regular file/ },
+  { title: 'another kind of namespace as CNI_NETNS', call: () => ({ ...base(), netns: '/proc/self/ns/mnt' }), code: 4, msg: /is a namespace, but not a network namespace/ },
   { title: 'a missing CNI_CONTAINERID', call: () => ({ ...base(), env: { CNI_CONTAINERID: undefined } }), code: 4, msg: /CNI_CONTAINERID is required/ },
   { title: 'a container ID with invalid characters', call: () => ({ ...base(), containerId: 'abc/../x' }), code: 4, msg: /invalid characters/ },
   { title: 'an interface name longer than 15 bytes', call: () => ({ ...base(), ifname: 'eth0123456789012' }), code: 4, msg: /longer than 15/ },

@@ -2,7 +2,8 @@
  * An engine for unit tests: the real plan, drivers, journal and IPAM in a temporary directory, on an in-memory
  * kernel (fake-kernel.ts), with three bridge networks (podnet, the default; blue; red). No root needed.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { CniCode, CniError } from '../../src/cni/errors';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -43,7 +44,10 @@ export async function engineBed(): Promise<EngineBed> {
   const journal = await Journal.open(join(dir, 'journal'), false);
   const engineWith = (options: Partial<EngineOptions>): AttachmentEngine =>
     new AttachmentEngine(kernel, ipam, journal, new NetworkDirectory(join(dir, 'networks')), new DriverRegistry(), {
-      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet', ...options,
+      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
+      // The fake kernel's namespaces are plain files: the real guard is tested on real namespaces.
+      podNetnsProblem: (path) => (existsSync(path) ? undefined : new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${path} does not exist`)),
+      ...options,
     }, pino({ level: 'silent' }));
   return {
     kernel, ipam, journal, dir, engineWith, engine: engineWith({}),

@@ -34,6 +34,8 @@ export interface EngineOptions extends PlanSettings {
   readonly cniBinDir: string;
   /** Told what each pod's networks became (default: nobody). */
   readonly statusSink?: StatusSink;
+  /** Pod interfaces this node may hold at once (--max-node-attachments); unbounded when not set. */
+  readonly maxNodeAttachments?: number;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
@@ -54,6 +56,9 @@ export interface SweepReport {
   readonly leasesReleased: number;
   readonly dryRun: boolean;
 }
+
+/** How many pod interfaces a record holds: its committed attachments, or while uncommitted, its planned networks. */
+const attachmentsOf = (record: AttachmentRecord): number => record.details?.attachments.length ?? record.meta.networks.length;
 
 const unreadableRecord = (record: AttachmentRecord): CniError =>
   new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
@@ -126,11 +131,19 @@ export class AttachmentEngine {
     const steps = planned.value;
     const netnsProblem = this.podNetnsProblem(req.netns);
     if (netnsProblem) return err(netnsProblem);
+    const full = await this.reserveAttachments(steps.length);
+    if (full) return err(full);
 
-    const entry = await this.journal.begin({
-      containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod: steps[0]!.request.pod, cniNetwork: req.networkName,
-      networks: steps.map((s) => s.planned.network.key), startedAt: new Date().toISOString(),
-    });
+    // From here the record holds the reservation: undoing the record gives it back (undoRecord).
+    const entry = await this.journal
+      .begin({
+        containerId: req.containerId, ifname: req.ifname, netns: req.netns, pod: steps[0]!.request.pod, cniNetwork: req.networkName,
+        networks: steps.map((s) => s.planned.network.key), startedAt: new Date().toISOString(),
+      })
+      .catch((e: unknown) => {
+        this.releaseAttachments(steps.length);
+        throw e;
+      });
     let closed = false;
     const close = async (): Promise<void> => {
       if (!closed) await entry.close();
@@ -235,7 +248,30 @@ export class AttachmentEngine {
     const undone = await this.runUndoSteps(record.undo, `${containerId}/${ifname}`);
     if (!undone.ok) return undone;
     await this.journal.remove(containerId, ifname);
+    this.releaseAttachments(attachmentsOf(record));
     return ok(undefined);
+  }
+
+  /** Pod interfaces the journal holds; counted once, on first use, then kept as ADDs, DELs and detaches happen. */
+  private attachmentsHeld: number | undefined;
+
+  /** Reserves room for `n` more pod interfaces on this node, or says the node is full. */
+  private async reserveAttachments(n: number): Promise<CniError | undefined> {
+    const max = this.options.maxNodeAttachments;
+    if (max === undefined) return undefined;
+    if (this.attachmentsHeld === undefined) {
+      const records = await this.journal.list();
+      this.attachmentsHeld ??= records.reduce((sum, r) => sum + attachmentsOf(r), 0);
+    }
+    if (this.attachmentsHeld + n > max) {
+      return new CniError(CniCode.TryAgainLater, `this node holds ${this.attachmentsHeld} pod interfaces; ${n} more would pass its limit (--max-node-attachments ${max})`, 'try again when pods have been deleted, or ask the node\'s operator to raise the limit');
+    }
+    this.attachmentsHeld += n;
+    return undefined;
+  }
+
+  private releaseAttachments(n: number): void {
+    if (this.attachmentsHeld !== undefined) this.attachmentsHeld = Math.max(0, this.attachmentsHeld - n);
   }
 
   /** Runs undo steps in the stages of undoStages, continuing past failures, which are reported together. */
@@ -279,6 +315,7 @@ export class AttachmentEngine {
       } finally {
         await entry.close();
       }
+      this.releaseAttachments(1);
       this.report((sink) => sink.attached(record.meta.pod, containerId, networkStatus(remaining)));
       return ok(result);
     });

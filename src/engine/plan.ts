@@ -21,6 +21,15 @@ export interface PlanSettings {
   readonly naming: NamingScheme;
   readonly selectionAnnotation: boolean;
   readonly defaultNetworks: readonly string[];
+  /** What one pod may ask for (plexusd flags); unbounded where not set. */
+  readonly limits?: PodLimits;
+}
+
+export interface PodLimits {
+  /** Interfaces in one pod: the default network, defaultNetworks and every selection element (--max-interfaces-per-pod). */
+  readonly interfacesPerPod: number;
+  /** Bytes of the k8s.v1.cni.cncf.io/networks annotation (--max-annotation-bytes). */
+  readonly annotationBytes: number;
 }
 
 export interface AttachmentStep {
@@ -51,8 +60,17 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     annotations = parsed.value;
   }
   const podNamespace = req.args.podNamespace ?? 'default';
-  const selections = settings.selectionAnnotation ? parseSelection(annotations[SELECTION_ANNOTATION], podNamespace) : ok([]);
+  const selectionText = settings.selectionAnnotation ? annotations[SELECTION_ANNOTATION] : undefined;
+  const limits = settings.limits;
+  if (limits && selectionText !== undefined && Buffer.byteLength(selectionText) > limits.annotationBytes) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `${SELECTION_ANNOTATION} is ${Buffer.byteLength(selectionText)} bytes, more than this node allows (--max-annotation-bytes ${limits.annotationBytes})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
+  }
+  const selections = settings.selectionAnnotation ? parseSelection(selectionText, podNamespace) : ok([]);
   if (!selections.ok) return selections;
+  const interfaces = 1 + settings.defaultNetworks.length + selections.value.length;
+  if (limits && interfaces > limits.interfacesPerPod) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `the pod asks for ${interfaces} interfaces (the default network, ${settings.defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
+  }
 
   // The network's config decides (NPWG 4.1.2.1.3.x): a capability counts only where a plugin declares it, for native
   // and delegated drivers alike, so one NAD behaves the same whatever runs it. A native driver must also support it,

@@ -29,6 +29,9 @@ export const DaemonConfigSchema = z
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
+    maxInterfacesPerPod: int(1, 4096).default(32),
+    maxAnnotationBytes: int(64, 262144).default(32768),
+    maxNodeAttachments: int(1, 1_000_000).default(8192),
     drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
@@ -53,6 +56,9 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--host-link-group': 'hostLinkGroup',
   '--spool-scan-seconds': 'spoolScanSeconds',
   '--drain-seconds': 'drainSeconds',
+  '--max-interfaces-per-pod': 'maxInterfacesPerPod',
+  '--max-annotation-bytes': 'maxAnnotationBytes',
+  '--max-node-attachments': 'maxNodeAttachments',
   '--log-level': 'logLevel',
 };
 
@@ -71,6 +77,9 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group
+  --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
+  --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
+  --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
   --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)

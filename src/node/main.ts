@@ -38,6 +38,8 @@ async function main(): Promise<number> {
     naming: config.naming,
     selectionAnnotation: config.selectionAnnotation,
     defaultNetworks: config.defaultNetworks,
+    limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
+    maxNodeAttachments: config.maxNodeAttachments,
     ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
   }, log);

@@ -75,6 +75,15 @@ const cases: Case[] = [
   { title: 'a network whose bridge name is a non-bridge link', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'notbridge' }) }), code: 7, msg: /lo exists on the host but is not a bridge/ },
   // Under the shim's 4 MiB, but every quote is escaped once more in the request it forwards: over the daemon's limit.
   { title: 'a config whose forwarded request exceeds 4 MiB', call: () => ({ ...base(), config: JSON.stringify(daemon.runtimeConfig({ pad: '"'.repeat(1_400_000) })) }), code: 7, msg: /CNI request larger than 4194304 bytes/ },
+  // A tenant's pod asking for 500 networks: refused by the per-pod limit (default 32) before any is looked at.
+  {
+    title: 'a selection of 500 networks', code: 7, msg: /the pod asks for 501 interfaces .* \(--max-interfaces-per-pod 32\)/,
+    call: () => ({ ...base(), config: daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': Array.from({ length: 500 }, (_, i) => `podnet@n${i}`).join(',') } } }) }),
+  },
+  {
+    title: 'a selection annotation over 32 KiB', code: 7, msg: /is 40000 bytes, more than this node allows \(--max-annotation-bytes 32768\)/,
+    call: () => ({ ...base(), config: daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'x'.repeat(40000) } } }) }),
+  },
   // This daemon's --cni-bin-dir is empty: delegated networks fail cleanly, naming the missing plugin.
   { title: 'a chained network whose plugins are not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'chained' }) }), code: 100, msg: /bridge.*not found|not found.*bridge/ },
   { title: 'a network of a non-native plugin type that is not installed', call: () => ({ ...base(), config: daemon.runtimeConfig({ defaultNetwork: 'exotic' }) }), code: 100, msg: /sbr/ },

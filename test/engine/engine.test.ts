@@ -116,6 +116,36 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok(r.ok, 'the pod is attached even when the sink fails');
   });
 
+  it('refuses a pod over the per-pod limits, naming them, before anything is made', async () => {
+    const engine = bed.engineWith({ limits: { interfacesPerPod: 2, annotationBytes: 64 } });
+    const netns = pod('l');
+    const many = await engine.add(request('ADD', 'cl', netns));
+    assert.ok(!many.ok && many.error.code === 7);
+    assert.match(many.error.message, /the pod asks for 3 interfaces \(the default network, 0 from defaultNetworks, 2 selected\), more than this node allows \(--max-interfaces-per-pod 2\)/);
+    const long = await engine.add(request('ADD', 'cl', netns, `blue@${'x'.repeat(70)}`));
+    assert.ok(!long.ok && /is 75 bytes, more than this node allows \(--max-annotation-bytes 64\)/.test(long.error.message), !long.ok ? long.error.message : '');
+    assert.deepEqual(bed.kernel.log, [], 'nothing reached the kernel');
+    assert.ok((await engine.add(request('ADD', 'cl', netns, 'blue'))).ok, 'within the limits');
+  });
+
+  it('holds at most --max-node-attachments pod interfaces; DEL, detach and a rollback give theirs back; a new engine counts the journal', async () => {
+    const engine = bed.engineWith({ maxNodeAttachments: 5 });
+    assert.ok((await engine.add(request('ADD', 'n1', pod('n1')))).ok, '3 of 5');
+    const refused = await engine.add(request('ADD', 'n2', pod('n2')));
+    assert.ok(!refused.ok && refused.error.code === 11);
+    assert.match(refused.error.message, /this node holds 3 pod interfaces; 3 more would pass its limit \(--max-node-attachments 5\)/);
+    bed.kernel.failWhen((e) => e.op.op === 'linkAdd' && e.op.link.kind === 'veth' && e.op.link.peer.name === 'net1');
+    assert.ok(!(await engine.add(request('ADD', 'n3', pod('n3'), 'blue'))).ok, 'a rolled-back ADD of 2');
+    assert.ok((await engine.add(request('ADD', 'n4', pod('n4'), 'blue'))).ok, 'its 2 were given back: 5 of 5');
+    assert.ok((await engine.detachAttachment('n1', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
+    assert.ok((await engine.add(request('ADD', 'n5', pod('n5'), ''))).ok, 'the detached one was given back');
+    const restarted = bed.engineWith({ maxNodeAttachments: 5 });
+    const full = await restarted.add(request('ADD', 'n6', pod('n6'), ''));
+    assert.ok(!full.ok && /holds 5 pod interfaces/.test(full.error.message), 'a new engine counts what the journal holds');
+    assert.ok((await restarted.del(request('DEL', 'n4', bed.pod('n4')))).ok);
+    assert.ok((await restarted.add(request('ADD', 'n6', pod('n6b'), ''))).ok, 'DEL gave 2 back');
+  });
+
   it('CHECK fails naming an interface that went missing', async () => {
     const netns = pod('g');
     assert.ok((await bed.engine.add(request('ADD', 'cg', netns))).ok);

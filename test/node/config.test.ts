@@ -19,6 +19,9 @@ const DEFAULTS: DaemonConfig = {
   maxQueued: 1024,
   stateSync: false,
   drainSeconds: 20,
+  maxInterfacesPerPod: 32,
+  maxAnnotationBytes: 32768,
+  maxNodeAttachments: 8192,
   spoolScanSeconds: 5,
   logLevel: 'info',
 };

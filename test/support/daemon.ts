@@ -80,6 +80,11 @@ export class DaemonFixture {
     return this.proc?.pid;
   }
 
+  /** Whether the daemon this fixture started is still running. */
+  get alive(): boolean {
+    return this.proc !== undefined && this.proc.exitCode === null && this.proc.signalCode === null;
+  }
+
   writeNad(file: string, content: string): void {
     writeFileSync(join(this.networksDir, file), content);
   }

@@ -19,6 +19,7 @@ import { Teardown } from './lib/teardown';
 import { type MultiBurstFigures, type MultiVariant, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
 import { type MultiReport, Report, render } from './lib/bench/report';
 import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
+import { type SoakFigures, measureSoak } from './lib/bench/soak';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated, measureBurst, measureLatency } from './lib/bench/single';
 
 const REFERENCE_DIR = '/usr/lib/cni';
@@ -37,6 +38,7 @@ interface Options {
   readonly stateParent?: string;
   readonly multi: boolean;
   readonly multiConcurrency: number;
+  readonly soak: number;
 }
 
 const USAGE = `usage: node dist/scripts/bench.js [options]
@@ -52,13 +54,14 @@ const USAGE = `usage: node dist/scripts/bench.js [options]
   --no-reference         leave the reference bridge plugin (and the reference runtime) out
   --no-multi             skip the multi-interface sections (4 and 5)
   --multi-concurrency N  concurrency of the multi-interface burst (default 16)
-  --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)`;
+  --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)
+  --soak N               ADD/DEL cycles of 2-network pods for plexusd's soak, RSS and fds per 1000 (default 3000; 0 skips)`;
 
 const FLAGS = {
   iterations: { type: 'string' }, 'state-parent': { type: 'string' }, burst: { type: 'string' }, 'shim-calls': { type: 'string' },
   concurrency: { type: 'string' }, json: { type: 'string' }, markdown: { type: 'string' }, subject: { type: 'string', multiple: true },
   'no-plexus': { type: 'boolean' }, 'no-reference': { type: 'boolean' }, 'no-multi': { type: 'boolean' }, 'multi-concurrency': { type: 'string' },
-  'state-sync': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  'state-sync': { type: 'string' }, soak: { type: 'string' }, help: { type: 'boolean', short: 'h' },
 } as const;
 
 function parseOptions(argv: readonly string[]): Options {
@@ -77,7 +80,7 @@ function parseOptions(argv: readonly string[]): Options {
     if (!Number.isInteger(n) || n < 1) throw new Error(`--${flag} needs a positive integer, got ${v}`);
     return n;
   };
-  const count = (flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency', dflt: number): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
+  const count = (flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency' | 'soak', dflt: number): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
   const stateSync = values['state-sync'];
   if (stateSync !== undefined && stateSync !== 'true' && stateSync !== 'false') throw new Error('--state-sync needs true or false');
   return {
@@ -85,6 +88,7 @@ function parseOptions(argv: readonly string[]): Options {
     burst: count('burst', 110),
     shimCalls: count('shim-calls', 50),
     multiConcurrency: count('multi-concurrency', 16),
+    soak: values.soak === '0' ? 0 : count('soak', 3000),
     concurrency: values.concurrency === undefined ? [1, 4, 16] : values.concurrency.split(',').map((c) => positive('concurrency', c)),
     extra: values.subject ?? [],
     plexus: !values['no-plexus'],
@@ -326,6 +330,15 @@ async function main(): Promise<number> {
       }
     }
 
+    let soak: SoakFigures | undefined;
+    const soakRuntime = variants.find((v) => v.key === '2')?.runtimes.find((r) => r.name === 'plexus');
+    if (options.soak > 0 && soakRuntime !== undefined && daemon !== undefined) {
+      console.log(`6. soak: ${options.soak} ADD/DEL cycles of 2-network pods`);
+      soak = await measureSoak(teardown, prefix, soakRuntime, 'bridge + macvlan', daemon, options.soak);
+      for (const e of soak.errors) problems.push(`soak: ${e}`);
+      for (const l of soak.leaks) problems.push(`soak leak: ${l}`);
+    }
+
     const daemonExit = daemon !== undefined ? await daemon.stop() : undefined;
 
     for (const [section, figures] of [['latency', latency], ['churn latency', latencyChurn]] as const) {
@@ -366,6 +379,7 @@ async function main(): Promise<number> {
       ...(shim !== undefined ? { shim } : {}),
       bursts,
       ...(multi !== undefined ? { multi } : {}),
+      ...(soak !== undefined ? { soak } : {}),
       ...(daemon !== undefined ? { daemon: { ...(daemonPeak !== undefined ? { peakRssKiB: daemonPeak } : {}), exitCode: daemonExit ?? null } } : {}),
       problems,
     };

@@ -3,7 +3,7 @@
  * child process, ready when /readyz answers 200, stopped with SIGTERM by PID.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createWriteStream, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -158,6 +158,16 @@ export class Plexusd {
       return m?.[1] !== undefined ? Number(m[1]) : undefined;
     } catch {
       return undefined;
+    }
+  }
+
+  /** Resident set size now (VmRSS), in KiB, and the number of open file descriptors: for the soak. */
+  usage(): { rssKiB?: number; fds?: number } {
+    try {
+      const rss = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${this.pid}/status`, 'utf8'));
+      return { ...(rss ? { rssKiB: Number(rss[1]) } : {}), fds: readdirSync(`/proc/${this.pid}/fd`).length };
+    } catch {
+      return {};
     }
   }
 

@@ -5,6 +5,7 @@ import { machine } from '../host';
 import { fmt, markdownTable, table } from '../stats';
 import { type MultiBurstFigures, type MultiLatency } from './multi';
 import { type ShimFigures } from './shim-cost';
+import { type SoakFigures } from './soak';
 import { type BurstFigures, type LatencyFigures } from './single';
 
 // ---------------------------------------------------------------------------------------------
@@ -34,6 +35,7 @@ export interface Report {
   readonly shim?: ShimFigures;
   readonly bursts: BurstFigures[];
   readonly multi?: MultiReport;
+  readonly soak?: SoakFigures;
   readonly daemon?: { readonly peakRssKiB?: number; readonly exitCode?: number | null };
   readonly problems: string[];
 }
@@ -144,6 +146,17 @@ export function render(report: Report, markdown: boolean): string {
       const px = m.burst.find((b) => b.daemonPeakRssKiB !== undefined);
       if (px !== undefined) out.push('', `${li}plexusd peak RSS during this burst (VmHWM reset just before it): ${kib(px.daemonPeakRssKiB)}`);
     }
+  }
+  const soak = report.soak;
+  if (soak !== undefined) {
+    head(`Soak: ${soak.cycles} ADD/DEL cycles of 2-network pods (${soak.networks}), ${soak.concurrency} at a time`);
+    out.push(
+      t(
+        ['cycles', 'plexusd RSS', 'open fds', 'failed cycles', 'cycles/s'],
+        soak.segments.map((s) => [String(s.cycles), kib(s.rssKiB), s.fds === undefined ? 'n/a' : String(s.fds), String(s.failures), s.cycles === 0 ? '-' : fmt(s.cyclesPerSecond)]),
+      ),
+    );
+    out.push('', `${markdown ? '- ' : ''}leaks after the soak (leases, journal records, bridge ports): ${soak.leaks.length === 0 ? 'none' : soak.leaks.length}`);
   }
   return out.join('\n');
 }

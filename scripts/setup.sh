@@ -15,6 +15,7 @@ packages=(
   containerd runc              # a real runtime (Debian's containerd 1.6) for the runtime tests
   util-linux                   # nsenter: tests look inside a container's network namespace
   clang libclang-rt-14-dev     # libFuzzer: the shim's parsers are fuzzed in the test suite
+  etcd-server openssl xz-utils # a real kube-apiserver (../shared/k8s) for the Kubernetes tests, with its etcd and certs
 )
 missing=()
 for p in "${packages[@]}"; do

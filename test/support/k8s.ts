@@ -1,0 +1,202 @@
+/**
+ * A real Kubernetes control plane for tests: Debian's etcd and the kube-apiserver of ../shared/k8s, on 127.0.0.1 and
+ * free ports, with a private CA made by openssl (../shared/k8s/NOTES.md has the flags and quirks). Binaries come from
+ * $PLEXUS_K8S_BIN (a directory of plain or .xz binaries) or ../shared/k8s/bin; .xz files are decompressed once into a
+ * cache under the temp directory. Tests skip with `k8sMissing()`'s reason where any part is absent. Everything a
+ * fixture starts is stopped by PID, and its directory removed, in stop().
+ */
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { delimiter, join, resolve } from 'node:path';
+import { ROOT } from './daemon';
+
+const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
+const onPath = (name: string): string | undefined => (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name)).find((p) => existsSync(p));
+
+/** The path of a Kubernetes binary, decompressed into the cache if it ships as .xz; undefined when it is nowhere. */
+export function k8sBinary(name: string): string | undefined {
+  const plain = join(binDir(), name);
+  try {
+    accessSync(plain, constants.X_OK);
+    return plain;
+  } catch {
+    /* not there as a plain binary */
+  }
+  const packed = `${plain}.xz`;
+  if (!existsSync(packed) || !onPath('xz')) return undefined;
+  const st = statSync(packed);
+  const cached = join(tmpdir(), 'plexus-k8s-bin', `${name}-${st.size}-${Math.floor(st.mtimeMs)}`);
+  if (!existsSync(cached)) {
+    mkdirSync(join(tmpdir(), 'plexus-k8s-bin'), { recursive: true });
+    const partial = `${cached}.${process.pid}.partial`;
+    writeFileSync(partial, execFileSync('xz', ['-dc', packed], { maxBuffer: 512 << 20 }), { mode: 0o755 });
+    renameSync(partial, cached); // whole or absent, even with two test runs at once
+  }
+  return cached;
+}
+
+/** Why the API server tests cannot run here, or undefined when they can. */
+export function k8sMissing(): string | undefined {
+  const missing = [...['etcd', 'openssl', 'xz'].filter((b) => !onPath(b)), ...(k8sBinary('kube-apiserver') ? [] : [`kube-apiserver (in ${binDir()}, plain or .xz; set PLEXUS_K8S_BIN)`])];
+  return missing.length ? `not available: ${missing.join(', ')} (bash scripts/setup.sh installs etcd-server, openssl and xz-utils)` : undefined;
+}
+
+const freePort = (): Promise<number> =>
+  new Promise((done, fail) => {
+    const s = createServer();
+    s.once('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => done(port));
+    });
+  });
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export interface ApiReply {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+export class KubeApiFixture {
+  private readonly procs: { name: string; proc: ChildProcess }[] = [];
+  readonly logs: Record<string, string> = {};
+  apiPort = 0;
+
+  private constructor(readonly dir: string) {}
+
+  get server(): string {
+    return `https://127.0.0.1:${this.apiPort}`;
+  }
+
+  /** A kubeconfig with the admin (system:masters) identity, for clients under test. */
+  get kubeconfig(): string {
+    return join(this.dir, 'admin.kubeconfig');
+  }
+
+  static async start(): Promise<KubeApiFixture> {
+    const fx = new KubeApiFixture(mkdtempSync(join(tmpdir(), 'plexus-k8s-')));
+    try {
+      fx.makeCerts();
+      const [etcdClient, etcdPeer, api] = [await freePort(), await freePort(), await freePort()];
+      fx.apiPort = api;
+      fx.spawn('etcd', onPath('etcd')!, [
+        '--name', 't', '--data-dir', join(fx.dir, 'etcd'),
+        '--listen-client-urls', `http://127.0.0.1:${etcdClient}`, '--advertise-client-urls', `http://127.0.0.1:${etcdClient}`,
+        '--listen-peer-urls', `http://127.0.0.1:${etcdPeer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${etcdPeer}`,
+        '--initial-cluster', `t=http://127.0.0.1:${etcdPeer}`, '--initial-cluster-state', 'new', '--quota-backend-bytes', '2147483648',
+      ]);
+      await fx.waitFor('etcd', async () => (await fetch(`http://127.0.0.1:${etcdClient}/health`).then((r) => r.ok).catch(() => false)), 20000);
+      const c = (f: string): string => join(fx.dir, 'certs', f);
+      fx.spawn('kube-apiserver', k8sBinary('kube-apiserver')!, [
+        '--bind-address=127.0.0.1', '--advertise-address=127.0.0.1', `--secure-port=${api}`, '--endpoint-reconciler-type=none',
+        `--etcd-servers=http://127.0.0.1:${etcdClient}`, `--cert-dir=${join(fx.dir, 'apiserver')}`,
+        '--service-cluster-ip-range=10.244.240.0/20',
+        `--tls-cert-file=${c('apiserver.crt')}`, `--tls-private-key-file=${c('apiserver.key')}`, `--client-ca-file=${c('ca.crt')}`,
+        `--service-account-key-file=${c('sa.pub')}`, `--service-account-signing-key-file=${c('sa.key')}`,
+        '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
+        '--authorization-mode=Node,RBAC', '--enable-admission-plugins=NodeRestriction', '--allow-privileged=true', '--profiling=false',
+      ]);
+      await fx.waitFor('kube-apiserver', async () => (await fx.request('GET', '/readyz').then((r) => r.status === 200).catch(() => false)), 60000);
+      fx.writeKubeconfig();
+      return fx;
+    } catch (e) {
+      await fx.stop();
+      throw e;
+    }
+  }
+
+  private makeCerts(): void {
+    const dir = join(this.dir, 'certs');
+    mkdirSync(dir);
+    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+    ssl('genrsa', '-out', 'ca.key', '2048');
+    ssl('req', '-x509', '-new', '-nodes', '-key', 'ca.key', '-sha256', '-days', '30', '-subj', '/CN=plexus-test-ca', '-out', 'ca.crt');
+    const issue = (name: string, subject: string, eku: string, san?: string): void => {
+      ssl('genrsa', '-out', `${name}.key`, '2048');
+      ssl('req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`);
+      writeFileSync(join(dir, `${name}.ext`), ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', `extendedKeyUsage=${eku}`, ...(san ? [`subjectAltName=${san}`] : [])].join('\n'));
+      ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '30', '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+    };
+    issue('apiserver', '/CN=kube-apiserver', 'serverAuth', 'IP:127.0.0.1,IP:10.244.240.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc');
+    issue('admin', '/O=system:masters/CN=admin', 'clientAuth');
+    ssl('genrsa', '-out', 'sa.key', '2048');
+    ssl('rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
+  }
+
+  private writeKubeconfig(): void {
+    const b64 = (f: string): string => readFileSync(join(this.dir, 'certs', f)).toString('base64');
+    writeFileSync(this.kubeconfig, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'test',
+      clusters: [{ name: 'test', cluster: { server: this.server, 'certificate-authority-data': b64('ca.crt') } }],
+      users: [{ name: 'admin', user: { 'client-certificate-data': b64('admin.crt'), 'client-key-data': b64('admin.key') } }],
+      contexts: [{ name: 'test', context: { cluster: 'test', user: 'admin' } }],
+    }), { mode: 0o600 });
+  }
+
+  private spawn(name: string, bin: string, args: string[]): void {
+    const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.logs[name] = '';
+    proc.stderr?.on('data', (d: Buffer) => {
+      this.logs[name] = (this.logs[name]! + d.toString()).slice(-20000);
+    });
+    this.procs.push({ name, proc });
+  }
+
+  private async waitFor(name: string, ready: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    const { proc } = this.procs.find((p) => p.name === name)!;
+    while (!(await ready())) {
+      if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`${name} did not become ready: ${(this.logs[name] ?? '').slice(-3000)}`);
+      await sleep(200);
+    }
+  }
+
+  /** A request to the API server as the admin; the body is sent and answered as JSON. */
+  request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<ApiReply> {
+    const certs = join(this.dir, 'certs');
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    return new Promise((done, fail) => {
+      const req = httpsRequest(
+        {
+          host: '127.0.0.1', port: this.apiPort, path, method,
+          ca: readFileSync(join(certs, 'ca.crt')), cert: readFileSync(join(certs, 'admin.crt')), key: readFileSync(join(certs, 'admin.key')),
+          headers: { Accept: 'application/json', ...(payload !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) } : {}) },
+          timeout: 10000,
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => {
+            let parsed: unknown = text;
+            try {
+              parsed = text ? JSON.parse(text) : undefined;
+            } catch {
+              /* readyz answers plain text */
+            }
+            done({ status: res.statusCode ?? 0, body: parsed });
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer in 10 s`)));
+      req.on('error', fail);
+      req.end(payload);
+    });
+  }
+
+  /** Stops the API server, then etcd, each by its PID (SIGTERM, then SIGKILL after 10 s), and removes the directory. */
+  async stop(): Promise<void> {
+    for (const { proc } of this.procs.splice(0).reverse()) {
+      if (proc.exitCode !== null || proc.signalCode !== null) continue;
+      const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}

@@ -3,11 +3,7 @@
  * serves the NetworkAttachmentDefinition CRD from deploy/, and NADs round-trip through it with the upstream schema.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { parse as parseYaml } from 'yaml';
-import { ROOT } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 
 const skip = k8sMissing();
@@ -17,16 +13,7 @@ describe('a real API server with the NetworkAttachmentDefinition CRD', { skip },
   let api: KubeApiFixture;
   before(async () => {
     api = await KubeApiFixture.start();
-    const crd = parseYaml(readFileSync(join(ROOT, 'deploy/00-crd-network-attachment-definition.yaml'), 'utf8'));
-    const created = await api.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    for (let i = 0; ; i++) {
-      const got = await api.request('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/network-attachment-definitions.k8s.cni.cncf.io');
-      const established = (got.body as { status?: { conditions?: { type: string; status: string }[] } }).status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True');
-      if (established) break;
-      assert.ok(i < 100, 'the CRD is established within 20 s');
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    await api.installNadCrd();
   });
   after(async () => {
     await api?.stop();
@@ -34,7 +21,7 @@ describe('a real API server with the NetworkAttachmentDefinition CRD', { skip },
 
   it('stores a NAD and answers it back, spec.config as text', async () => {
     const config = JSON.stringify({ cniVersion: '1.0.0', name: 'blue', type: 'bridge', bridge: 'blue0' });
-    const made = await api.request('POST', NADS, { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: 'blue' }, spec: { config } });
+    const made = await api.createNad('default', 'blue', config);
     assert.equal(made.status, 201, JSON.stringify(made.body));
     const got = await api.request('GET', `${NADS}/blue`);
     assert.equal(got.status, 200);

@@ -11,6 +11,7 @@ import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
+import { parse as parseYaml } from 'yaml';
 import { ROOT } from './daemon';
 
 const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
@@ -184,6 +185,27 @@ export class KubeApiFixture {
       req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer in 10 s`)));
       req.on('error', fail);
       req.end(payload);
+    });
+  }
+
+  /** Installs the NetworkAttachmentDefinition CRD from deploy/ and waits until the server serves it. */
+  async installNadCrd(): Promise<void> {
+    const crd = parseYaml(readFileSync(join(ROOT, 'deploy/00-crd-network-attachment-definition.yaml'), 'utf8'));
+    const created = await this.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
+    if (created.status !== 201) throw new Error(`creating the NAD CRD: ${created.status} ${JSON.stringify(created.body)}`);
+    for (let i = 0; i < 100; i++) {
+      const got = await this.request('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/network-attachment-definitions.k8s.cni.cncf.io');
+      const conditions = (got.body as { status?: { conditions?: { type: string; status: string }[] } }).status?.conditions ?? [];
+      if (conditions.some((c) => c.type === 'Established' && c.status === 'True')) return;
+      await sleep(200);
+    }
+    throw new Error('the NAD CRD was not established within 20 s');
+  }
+
+  /** Creates (POST) a NetworkAttachmentDefinition with this CNI config text. */
+  createNad(namespace: string, name: string, config: string, annotations: Record<string, string> = {}): Promise<ApiReply> {
+    return this.request('POST', `/apis/k8s.cni.cncf.io/v1/namespaces/${namespace}/network-attachment-definitions`, {
+      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace, annotations }, spec: { config },
     });
   }
 

@@ -1,0 +1,81 @@
+/**
+ * NetworkAttachmentDefinitions from the Kubernetes API (k8s.cni.cncf.io/v1, every namespace), as a NetworkSource: an
+ * informer keeps each one parsed in memory, so the engine's lookups are synchronous and cost no API request. A NAD
+ * that does not parse is kept as its error, so a lookup of it says what is wrong with it, and list() reports it.
+ */
+import { CustomObjectsApi, type KubeConfig, type KubernetesListObject, type KubernetesObject, makeInformer } from '@kubernetes/client-node';
+import { CniCode, CniError, err, type Result } from '../cni/errors';
+import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
+import type { NetworkSource } from '../networks/source';
+
+const GROUP = 'k8s.cni.cncf.io';
+const VERSION = 'v1';
+const PLURAL = 'network-attachment-definitions';
+
+const keyOf = (obj: KubernetesObject): string => `${obj.metadata?.namespace ?? 'default'}/${obj.metadata?.name ?? ''}`;
+
+export class ApiNetworkSource implements NetworkSource {
+  private readonly byKey = new Map<string, Result<NetworkDefinition>>();
+  private readonly informer;
+  private synced = false;
+  private stopped = false;
+  private retry: NodeJS.Timeout | undefined;
+
+  constructor(
+    kubeconfig: KubeConfig,
+    /** Where NADs with an empty spec.config find their CNI config on the node (--cni-conf-dir). */
+    private readonly configs?: NadConfigSource,
+    private readonly onError: (e: unknown) => void = () => undefined,
+  ) {
+    const api = kubeconfig.makeApiClient(CustomObjectsApi);
+    const list = (): Promise<KubernetesListObject<KubernetesObject>> => api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL });
+    this.informer = makeInformer<KubernetesObject>(kubeconfig, `/apis/${GROUP}/${VERSION}/${PLURAL}`, list);
+    this.informer.on('add', (obj) => this.put(obj));
+    this.informer.on('update', (obj) => this.put(obj));
+    this.informer.on('delete', (obj) => this.byKey.delete(keyOf(obj)));
+    // The informer lists again and rewatches after an error; until then lookups answer from what it had.
+    this.informer.on('error', (e) => {
+      if (this.stopped) return;
+      this.onError(e);
+      this.retry = setTimeout(() => void this.informer.start().catch(this.onError), 2000);
+    });
+  }
+
+  /** Lists and starts watching; resolves when the first list is in memory. */
+  async start(): Promise<void> {
+    await this.informer.start();
+    this.synced = true;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.retry);
+    await this.informer.stop();
+  }
+
+  /** Whether the first list has been read: before it, an unknown network may just not be loaded yet. */
+  get ready(): boolean {
+    return this.synced;
+  }
+
+  private put(obj: KubernetesObject): void {
+    this.byKey.set(keyOf(obj), parseNad(obj, `NetworkAttachmentDefinition ${keyOf(obj)} in the API`, this.configs));
+  }
+
+  get(namespace: string, name: string): Result<NetworkDefinition> {
+    const found = this.byKey.get(`${namespace}/${name}`);
+    if (found) return found;
+    const why = this.synced ? 'there is no such NetworkAttachmentDefinition in the API' : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
+    return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined: ${why}`, `kubectl get network-attachment-definitions -n ${namespace}`));
+  }
+
+  list(): { networks: NetworkDefinition[]; errors: CniError[] } {
+    const networks: NetworkDefinition[] = [];
+    const errors: CniError[] = [];
+    for (const r of this.byKey.values()) {
+      if (r.ok) networks.push(r.value);
+      else errors.push(r.error);
+    }
+    return { networks, errors };
+  }
+}

@@ -29,6 +29,8 @@ export const DaemonConfigSchema = z
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
+    kubeconfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    nodeName: z.string().min(1).max(253).optional(),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -56,6 +58,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--host-link-group': 'hostLinkGroup',
   '--spool-scan-seconds': 'spoolScanSeconds',
   '--drain-seconds': 'drainSeconds',
+  '--kubeconfig': 'kubeconfig',
+  '--node-name': 'nodeName',
   '--max-interfaces-per-pod': 'maxInterfacesPerPod',
   '--max-annotation-bytes': 'maxAnnotationBytes',
   '--max-node-attachments': 'maxNodeAttachments',
@@ -77,6 +81,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group
+  --kubeconfig PATH         the Kubernetes API to read NADs from (default: the service account in a cluster, else none)
+  --node-name NAME          this node's name in the API (default: $NODE_NAME, then the host name)
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)

@@ -5,7 +5,9 @@ import pino from 'pino';
 import { DriverRegistry } from '../drivers/registry';
 import { Ipam } from '../ipam';
 import { Kernel } from '../kernel/kernel';
+import { CniConfDir } from '../networks/conf-dir';
 import { NetworkDirectory } from '../networks/directory';
+import type { NetworkSource } from '../networks/source';
 import { AttachmentEngine } from '../engine/engine';
 import { loadDaemonConfig, USAGE } from './config';
 import { Journal } from '../engine/journal';
@@ -32,7 +34,20 @@ async function main(): Promise<number> {
   const kernel = new Kernel(config.kernelThreads);
   const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
-  const networks = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
+  // With an API, NADs come from it (loaded before the daemon says it is ready); standalone, from the directory.
+  // The client library is loaded only where an API may be configured: a standalone node does not pay for it.
+  const k8s = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await import('../k8s/kubeconfig') : undefined;
+  const kubeconfig = k8s ? k8s.loadKubeConfig(config.kubeconfig) : { ok: true as const, value: undefined };
+  if (!kubeconfig.ok) throw new Error(kubeconfig.error.message);
+  let apiNetworks: { start(): Promise<void>; stop(): Promise<void> } | undefined;
+  let networks: NetworkSource = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
+  if (k8s && kubeconfig.value) {
+    const { ApiNetworkSource } = await import('../k8s/nad-source');
+    const source = new ApiNetworkSource(kubeconfig.value, new CniConfDir(config.cniConfDir), (e) => log.warn({ err: (e as Error).message }, 'watching NetworkAttachmentDefinitions failed; retrying'));
+    networks = source;
+    apiNetworks = source;
+    log.info({ server: kubeconfig.value.getCurrentCluster()?.server, node: k8s.nodeNameOf(config.nodeName) }, 'NetworkAttachmentDefinitions come from the Kubernetes API');
+  }
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
@@ -50,6 +65,7 @@ async function main(): Promise<number> {
   await server.listen();
   const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log);
+  await apiNetworks?.start();
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
 
@@ -78,6 +94,7 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  await apiNetworks?.stop();
   await kernel.close();
   lock.release();
   return 0;

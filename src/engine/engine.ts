@@ -3,14 +3,13 @@
  * serialized; every change is recorded (as the step that undoes it) before it is made, so a failed ADD,
  * a DEL, GC and crash recovery all undo from the journal alone.
  */
-import { kernelError } from '../drivers/driver';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniResult } from '../cni/types';
-import type { DriverEnv, UndoStep } from '../drivers/driver';
+import { kernelError, type DriverEnv, type UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
 import type { DriverRegistry } from '../drivers/registry';
 import { describeUndo, undoStages } from '../drivers/undo';
@@ -66,6 +65,8 @@ const unreadableRecord = (record: AttachmentRecord): CniError =>
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
   private readonly podNetnsProblem: (path: string) => CniError | undefined;
+  /** Pod interfaces the journal holds; counted once, on first use, then kept as ADDs, DELs and detaches happen. */
+  private attachmentsHeld: number | undefined;
 
   constructor(
     private readonly kernel: KernelPort,
@@ -251,9 +252,6 @@ export class AttachmentEngine {
     this.releaseAttachments(attachmentsOf(record));
     return ok(undefined);
   }
-
-  /** Pod interfaces the journal holds; counted once, on first use, then kept as ADDs, DELs and detaches happen. */
-  private attachmentsHeld: number | undefined;
 
   /** Reserves room for `n` more pod interfaces on this node, or says the node is full. */
   private async reserveAttachments(n: number): Promise<CniError | undefined> {

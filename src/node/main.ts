@@ -8,6 +8,7 @@ import { Kernel } from '../kernel/kernel';
 import { CniConfDir } from '../networks/conf-dir';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
+import type { StatusSink } from '../engine/status-sink';
 import { AttachmentEngine } from '../engine/engine';
 import { loadDaemonConfig, USAGE } from './config';
 import { Journal } from '../engine/journal';
@@ -40,12 +41,15 @@ async function main(): Promise<number> {
   const kubeconfig = k8s ? k8s.loadKubeConfig(config.kubeconfig) : { ok: true as const, value: undefined };
   if (!kubeconfig.ok) throw new Error(kubeconfig.error.message);
   let apiNetworks: { start(): Promise<void>; stop(): Promise<void> } | undefined;
+  let statusWriter: (StatusSink & { settled(): Promise<void> }) | undefined;
   let networks: NetworkSource = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   if (k8s && kubeconfig.value) {
     const { ApiNetworkSource } = await import('../k8s/nad-source');
     const source = new ApiNetworkSource(kubeconfig.value, new CniConfDir(config.cniConfDir), (e) => log.warn({ err: (e as Error).message }, 'watching NetworkAttachmentDefinitions failed; retrying'));
     networks = source;
     apiNetworks = source;
+    const { ApiStatusWriter } = await import('../k8s/status-writer');
+    statusWriter = new ApiStatusWriter(kubeconfig.value, log);
     log.info({ server: kubeconfig.value.getCurrentCluster()?.server, node: k8s.nodeNameOf(config.nodeName) }, 'NetworkAttachmentDefinitions come from the Kubernetes API');
   }
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
@@ -57,6 +61,7 @@ async function main(): Promise<number> {
     maxNodeAttachments: config.maxNodeAttachments,
     ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+    ...(statusWriter ? { statusSink: statusWriter } : {}),
   }, log);
   const state = { ready: false };
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued }, engine, state, log);
@@ -94,6 +99,8 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  // Status writes still retrying get the rest of the drain time, no more: the next daemon's ADDs write their own.
+  if (statusWriter) await Promise.race([statusWriter.settled(), new Promise((r) => setTimeout(r, 2000))]);
   await apiNetworks?.stop();
   await kernel.close();
   lock.release();

@@ -51,6 +51,34 @@ describe('plexusd reading NADs from the Kubernetes API', { skip }, () => {
     assert.deepEqual([...daemon.leases('podnet'), ...daemon.leases('sec')], []);
   });
 
+  it('writes the pod\'s network-status annotation: every interface with the IPs and MAC its netns has, the default marked', async () => {
+    const made = await api.createPod('default', 'web');
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const uid = (made.body as { metadata: { uid: string } }).metadata.uid;
+    const pod = newPod();
+    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}`;
+    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args, config: withNetworks('sec') });
+    assert.equal(out.code, 0, out.stdout);
+    const inNetns = (ifname: string): { ip: string; mac: string } => ({
+      ip: /inet (\S+)\//.exec(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname))![1]!,
+      mac: /link\/ether (\S+)/.exec(ip('-n', pod.ns, '-o', 'link', 'show', ifname))![1]!,
+    });
+    let status: { name: string; interface: string; ips: string[]; mac: string; default: boolean }[] = [];
+    for (let i = 0; i < 100 && status.length === 0; i++) {
+      const got = await api.request('GET', '/api/v1/namespaces/default/pods/web');
+      const text = (got.body as { metadata: { annotations?: Record<string, string> } }).metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'];
+      if (text) status = JSON.parse(text);
+      else await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [['default/podnet', 'eth0', true], ['default/sec', 'net1', false]]);
+    for (const s of status) {
+      const actual = inNetns(s.interface);
+      assert.deepEqual(s.ips, [actual.ip], `${s.interface}'s IPs`);
+      assert.equal(s.mac, actual.mac, `${s.interface}'s MAC`);
+    }
+    assert.equal((await daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args, config: withNetworks('sec') })).code, 0);
+  });
+
   it('rejects a pod whose NAD does not exist yet, naming it, and attaches it when the runtime retries after the NAD was created', async () => {
     const pod = newPod();
     const rejected = await podCall(daemon, 'ADD', pod, withNetworks('late'));

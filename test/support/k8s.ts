@@ -209,6 +209,19 @@ export class KubeApiFixture {
     });
   }
 
+  /**
+   * Creates a pod object (no controller-manager runs, so the namespace's default ServiceAccount is made here first, as
+   * NOTES.md says); answers the API's reply. The pod runs nowhere unless a kubelet serves its node.
+   */
+  async createPod(namespace: string, name: string, extra: { annotations?: Record<string, string>; nodeName?: string } = {}): Promise<ApiReply> {
+    const sa = await this.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } });
+    if (sa.status !== 201 && sa.status !== 409) throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
+    return this.request('POST', `/api/v1/namespaces/${namespace}/pods`, {
+      apiVersion: 'v1', kind: 'Pod', metadata: { name, ...(extra.annotations ? { annotations: extra.annotations } : {}) },
+      spec: { nodeName: extra.nodeName ?? 'nowhere', containers: [{ name: 'c', image: 'local.test/pause:1' }] },
+    });
+  }
+
   /** Stops the API server, then etcd, each by its PID (SIGTERM, then SIGKILL after 10 s), and removes the directory. */
   async stop(): Promise<void> {
     for (const { proc } of this.procs.splice(0).reverse()) {

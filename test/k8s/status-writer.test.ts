@@ -1,0 +1,74 @@
+/** network-status write-back (ApiStatusWriter) against a real API server: what is written, and what is never written. */
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { KubeConfig } from '@kubernetes/client-node';
+import pino from 'pino';
+import { ApiStatusWriter, NETWORK_STATUS_ANNOTATION } from '../../src/k8s/status-writer';
+import type { NetworkStatusEntry } from '../../src/networks/status';
+import { k8sMissing, KubeApiFixture } from '../support/k8s';
+
+const skip = k8sMissing();
+const status: NetworkStatusEntry[] = [
+  { name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} },
+  { name: 'team-a/blue', interface: 'net1', ips: ['10.2.0.9'], mac: '02:00:00:00:00:09', default: false, dns: {} },
+];
+
+describe('network-status write-back on a real API server', { skip }, () => {
+  let api: KubeApiFixture;
+  let kc: KubeConfig;
+  before(async () => {
+    api = await KubeApiFixture.start();
+    kc = new KubeConfig();
+    kc.loadFromFile(api.kubeconfig);
+  });
+  after(async () => {
+    await api?.stop();
+  });
+
+  /** A pod object (no kubelet runs it: its node does not exist), with an annotation of its own. */
+  async function pod(name: string): Promise<string> {
+    const made = await api.createPod('default', name, { annotations: { 'team.example/owner': 'me' } });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return (made.body as { metadata: { uid: string } }).metadata.uid;
+  }
+  const annotations = async (name: string): Promise<Record<string, string>> => ((await api.request('GET', `/api/v1/namespaces/default/pods/${name}`)).body as { metadata: { annotations?: Record<string, string> } }).metadata.annotations ?? {};
+
+  it('writes the annotation with a PATCH of it alone: the pod keeps its other annotations', async () => {
+    const uid = await pod('p1');
+    const writer = new ApiStatusWriter(kc, pino({ level: 'silent' }));
+    writer.attached({ namespace: 'default', name: 'p1', uid }, 'c1', status);
+    await writer.settled();
+    const got = await annotations('p1');
+    assert.deepEqual(JSON.parse(got[NETWORK_STATUS_ANNOTATION]!), status);
+    assert.equal(got['team.example/owner'], 'me');
+  });
+
+  it('never writes to another pod of the same name (the UID is a precondition), nor to a pod that is gone', async () => {
+    await pod('p2');
+    const writer = new ApiStatusWriter(kc, pino({ level: 'silent' }), { firstDelayMs: 10 });
+    writer.attached({ namespace: 'default', name: 'p2', uid: '00000000-0000-0000-0000-000000000000' }, 'c2', status);
+    writer.attached({ namespace: 'default', name: 'gone', uid: '00000000-0000-0000-0000-000000000001' }, 'c3', status);
+    const started = Date.now();
+    await writer.settled();
+    assert.ok(Date.now() - started < 3000, 'refusals end the retries at once');
+    assert.equal((await annotations('p2'))[NETWORK_STATUS_ANNOTATION], undefined);
+  });
+
+  it('retries while the API cannot be reached, then gives up without failing anything', async () => {
+    const dead = join(api.dir, 'dead.kubeconfig');
+    writeFileSync(dead, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'x', clusters: [{ name: 'x', cluster: { server: 'https://127.0.0.1:1', 'insecure-skip-tls-verify': true } }],
+      users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'x', user: 'u' } }],
+    }));
+    const unreachable = new KubeConfig();
+    unreachable.loadFromFile(dead);
+    const lines: string[] = [];
+    const log = pino({ level: 'debug' }, { write: (l: string) => void lines.push(l) });
+    const writer = new ApiStatusWriter(unreachable, log, { firstDelayMs: 10, attempts: 3 });
+    writer.attached({ namespace: 'default', name: 'p1' }, 'c4', status);
+    await writer.settled();
+    assert.ok(lines.some((l) => /network-status not written after retries/.test(l)), lines.join('\n'));
+  });
+});

@@ -17,7 +17,7 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
-import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment, stepsOf } from './journal';
 import { mergeResults, networkStatus } from '../networks/status';
 import { AttachmentStep, planPod, PlanSettings } from './plan';
 import { parseNetworkRef } from '../networks/network-ref';
@@ -301,20 +301,20 @@ export class AttachmentEngine {
       if (record.undoOwners.some((o) => o === undefined)) {
         return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the pod was attached by an older plexusd (journal v0), whose steps name no network; its networks can only be removed together, by DEL`));
       }
-      const steps = record.undo.filter((_, i) => record.undoOwners[i]!.network === attachment.network && record.undoOwners[i]!.ifname === attachment.ifname);
-      const undone = await this.runUndoSteps(steps, label);
+      const undone = await this.runUndoSteps(stepsOf(record, attachment), label);
       if (!undone.ok) return undone;
       const remaining = attachments.filter((a) => a !== target);
       const result = mergeResults(remaining.map((a) => a.result));
+      const status = networkStatus(remaining);
       const entry = await this.journal.reopen(containerId, runtimeIfname);
       try {
         await entry.detached(attachment);
-        await entry.commit(result, record.cniVersion ?? '1.1.0', { attachments: remaining, networkStatus: networkStatus(remaining) });
+        await entry.commit(result, record.cniVersion ?? '1.1.0', { attachments: remaining, networkStatus: status });
       } finally {
         await entry.close();
       }
       this.releaseAttachments(1);
-      this.report((sink) => sink.attached(record.meta.pod, containerId, networkStatus(remaining)));
+      this.report((sink) => sink.attached(record.meta.pod, containerId, status));
       return ok(result);
     });
   }
@@ -354,7 +354,7 @@ export class AttachmentEngine {
       for (const a of record.details?.attachments ?? []) {
         const driver = this.drivers.byRecordedType(a.driver);
         if (!driver?.check) continue;
-        const tagged = record.undo.filter((_, i) => record.undoOwners[i]?.network === a.network && record.undoOwners[i]?.ifname === a.ifname);
+        const tagged = stepsOf(record, a);
         // A v0 record tags no step: its details kept a delegated network's invocations.
         const steps = tagged.length ? tagged : (a.delegated ?? []);
         const r = await driver.check({ network: a.network, ifname: a.ifname, result: a.result, steps });

@@ -88,6 +88,9 @@ type Line = { v?: number } & (
 
 const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean => a !== undefined && a.network === b.network && a.ifname === b.ifname;
 
+/** The undo steps a record holds for one of its attachments, in recorded order (none for v0 steps, which name none). */
+export const stepsOf = (record: AttachmentRecord, attachment: AttachmentKey): UndoStep[] => record.undo.filter((_, i) => sameAttachment(record.undoOwners[i], attachment));
+
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
 const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
 
@@ -247,29 +250,26 @@ export class Journal {
     }
   }
 
-  async list(): Promise<AttachmentRecord[]> {
-    const out: AttachmentRecord[] = [];
-    for (const name of (await readdir(this.dir)).filter((n) => n.endsWith('.jsonl')).sort()) {
-      try {
-        const rec = parseRecord(await readFile(join(this.dir, name), 'utf8'));
-        if (rec) out.push(rec);
-        // A file without even a begin line was created by a crash between open and the first write: drop it.
-        else await rm(join(this.dir, name), { force: true });
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      }
-    }
-    return out;
+  list(): Promise<AttachmentRecord[]> {
+    return this.read(() => true, true);
   }
 
   /** The records of one container (every interface the runtime attached for it). */
-  async listContainer(containerId: string): Promise<AttachmentRecord[]> {
-    const prefix = `${containerId}@`;
+  listContainer(containerId: string): Promise<AttachmentRecord[]> {
+    return this.read((name) => name.startsWith(`${containerId}@`), false);
+  }
+
+  /**
+   * The records whose file names match. With `dropEmpty`, a file without even a begin line (a crash between open and
+   * the first write) is removed.
+   */
+  private async read(match: (name: string) => boolean, dropEmpty: boolean): Promise<AttachmentRecord[]> {
     const out: AttachmentRecord[] = [];
-    for (const name of (await readdir(this.dir)).filter((n) => n.startsWith(prefix) && n.endsWith('.jsonl'))) {
+    for (const name of (await readdir(this.dir)).filter((n) => n.endsWith('.jsonl') && match(n)).sort()) {
       try {
         const rec = parseRecord(await readFile(join(this.dir, name), 'utf8'));
         if (rec) out.push(rec);
+        else if (dropEmpty) await rm(join(this.dir, name), { force: true });
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
       }

@@ -6,21 +6,12 @@
  * stays in the netns it was opened in); the request is then sent and its ack read on a libuv pool thread, so the
  * deletions of different pods wait together, without a V8 thread (about 10 MiB) for each.
  */
-import koffi from 'koffi';
 import { Semaphore } from '../common/semaphore';
 import * as C from './constants';
 import { attrString, encodeMessage, ifinfomsg, RawMessage } from './message';
 import { collectReplies, failure, KernelError } from './rtnetlink';
-import { sys } from './syscalls';
+import { sys, sysAsync } from './syscalls';
 import type { KernelFailure } from './types';
-
-const libc = koffi.load('libc.so.6');
-type AsyncCall = (...args: [...unknown[], (error: unknown, result: number) => void]) => void;
-const sendAsync = (libc.func('long send(int fd, const void *buf, size_t len, int flags)') as unknown as { async: AsyncCall }).async;
-const recvAsync = (libc.func('long recv(int fd, _Out_ void *buf, size_t len, int flags)') as unknown as { async: AsyncCall }).async;
-
-const onPool = (call: AsyncCall, ...args: unknown[]): Promise<number> =>
-  new Promise((resolve, reject) => call(...args, (error: unknown, result: number) => (error ? reject(error) : resolve(result))));
 
 /** Pool threads also serve file I/O: leave 4 of them free for it (bin/plexusd sizes the pool to 16). */
 const poolThreads = Number(process.env.UV_THREADPOOL_SIZE) || 4;
@@ -35,11 +26,11 @@ export async function deleteLinkOnPool(fd: number, name: string): Promise<Kernel
   const ran = await slots.run(async (): Promise<KernelFailure | undefined> => {
     const mySeq = ++seq;
     const msg = encodeMessage(C.RTM_DELLINK, C.NLM_F_REQUEST | C.NLM_F_ACK, mySeq, ifinfomsg(C.AF_UNSPEC, 0), [attrString(C.IFLA_IFNAME, name)]);
-    if ((await onPool(sendAsync, fd, msg, msg.length, 0)) < 0) return failure('RTM_DELLINK', name, 5);
+    if ((await sysAsync.send(fd, msg, msg.length, 0)) < 0) return failure('RTM_DELLINK', name, 5);
     const buf = Buffer.alloc(8192);
     const replies: RawMessage[] = [];
     for (;;) {
-      const n = await onPool(recvAsync, fd, buf, buf.length, 0);
+      const n = await sysAsync.recv(fd, buf, buf.length, 0);
       if (n < 0) return failure('RTM_DELLINK', name, 5);
       try {
         if (collectReplies(buf.subarray(0, n), mySeq, replies, 'RTM_DELLINK', name)) return undefined;

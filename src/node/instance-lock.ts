@@ -5,12 +5,11 @@
  */
 import { closeSync, openSync, readFileSync, writeSync, ftruncateSync } from 'node:fs';
 import { join } from 'node:path';
-import koffi from 'koffi';
+import { sys } from '../kernel/syscalls';
 
 const LOCK_EX = 2;
 const LOCK_NB = 4;
 const EWOULDBLOCK = 11;
-const flock = koffi.load('libc.so.6').func('int flock(int fd, int operation)') as (fd: number, operation: number) => number;
 
 export interface InstanceLock {
   release(): void;
@@ -25,8 +24,8 @@ export async function acquireInstanceLock(stateDir: string, waiting: (holderPid:
   const fd = openSync(path, 'a+', 0o600);
   let told = false;
   for (;;) {
-    if (flock(fd, LOCK_EX | LOCK_NB) === 0) break;
-    const errno = koffi.errno() as number;
+    if (sys.flock(fd, LOCK_EX | LOCK_NB) === 0) break;
+    const errno = sys.errno();
     if (errno !== EWOULDBLOCK) {
       closeSync(fd);
       throw new Error(`cannot lock ${path}: errno ${errno}`);

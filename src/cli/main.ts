@@ -32,7 +32,6 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const state = (r: AttachmentRecord): string => r.state;
 const podOf = (r: AttachmentRecord): string => (r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-');
 const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
 
@@ -76,7 +75,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'attachments': {
       const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
       if (json) out(JSON.stringify(records, null, 2));
-      else out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), state(r)])]));
+      else out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), r.state])]));
       return 0;
     }
     case 'show': {
@@ -90,7 +89,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       if (json) out(JSON.stringify(records, null, 2));
       else {
         for (const r of records) {
-          out(`${r.meta.containerId} ${r.meta.ifname}  pod ${podOf(r)}  netns ${r.meta.netns}  ${state(r)}`);
+          out(`${r.meta.containerId} ${r.meta.ifname}  pod ${podOf(r)}  netns ${r.meta.netns}  ${r.state}`);
           for (const [i, iface] of (r.result?.interfaces ?? []).entries()) out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${iface.sandbox ? ` (in ${iface.sandbox})` : ' (host)'}`);
           for (const ip of r.result?.ips ?? []) out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
           for (const rt of r.result?.routes ?? []) out(`  route ${rt.dst}${rt.gw ? ` via ${rt.gw}` : ''}`);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { createBridgeDriver, hostVethName } from '../../src/drivers/bridge';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
+import { hostLinksWithPrefix, ip, ipTry, podLinks } from '../support/netns';
 import { attachParsed, attachRequest, driverTestbed, failure, must, plugin, RecordingEnv } from './support';
 
 const bed = driverTestbed('pbr');
@@ -65,6 +65,6 @@ describe('bridge driver', () => {
     assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', ipMasq: true })])).code, 2, 'ipMasq: not implemented natively');
     assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', vlan: 7 })])).code, 2, 'vlan: not implemented natively');
     assert.match(failure(driver.parse([plugin('n', { type: 'bridge', bridge: 'a/b' })])).message, /bridge "a\/b" may not contain "\/"/);
-    assert.deepEqual(ip('-n', pod.name, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)), [], 'nothing in the pod');
+    assert.deepEqual(podLinks(pod.name), [], 'nothing in the pod');
   });
 });

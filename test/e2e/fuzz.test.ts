@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import fc from 'fast-check';
 import { DaemonFixture, getJson, ShimOutput } from '../support/daemon';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { hostLinksWithPrefix, ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const SEED = Number(process.env.PLEXUS_FUZZ_SEED ?? 20261123);
 const CASES = Number(process.env.PLEXUS_FUZZ_CASES ?? 300);
@@ -24,7 +24,7 @@ const pods: string[] = [];
 let regularFile = '';
 let linksBefore = new Set<string>();
 
-const hostLinks = (): string[] => ip('-o', 'link', 'show').split('\n').flatMap((l) => (l ? [l.split(': ')[1]!.split('@')[0]!] : []));
+const hostLinks = (): string[] => hostLinksWithPrefix('');
 
 before(async () => {
   linksBefore = new Set(hostLinks());
@@ -116,7 +116,7 @@ it(`${CASES} fuzzed ADDs, each followed by its DEL, through the real shim and da
   // Nothing is left: records, leases, links in the pods, host veths, bridge ports.
   assert.deepEqual(daemon.journalFiles(), []);
   assert.deepEqual([...daemon.leases('podnet'), ...daemon.leases('sec'), ...daemon.leases('third')], []);
-  for (const p of pods) assert.deepEqual(ip('-n', p.split('/').pop()!, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)), [], `nothing in ${p}`);
+  for (const p of pods) assert.deepEqual(podLinks(p.split('/').pop()!), [], `nothing in ${p}`);
   const newLinks = hostLinks().filter((l) => !linksBefore.has(l) && !l.startsWith(prefix));
   assert.deepEqual(newLinks, [], 'no host link but the test\'s bridges');
   // A bridge exists once a pod was attached to its network; none may keep a port.

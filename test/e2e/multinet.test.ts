@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
+import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pn');
 const fx = new NetnsFixture(prefix);
@@ -182,7 +182,7 @@ describe('selection options', () => {
         assert.equal(out.json?.code, 7, out.stdout);
         assert.match(String(out.json?.msg), new RegExp(`"${field}" needs a plugin with the "${field}" capability, and network default/${name} \\(macvlan\\) does not declare it`));
         assert.equal(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)).length, 0);
-        assert.equal(ip('-n', pod.ns, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)).length, 0, 'nothing was made');
+        assert.equal(podLinks(pod.ns).length, 0, 'nothing was made');
       });
     }
   }
@@ -276,7 +276,7 @@ describe('selection options', () => {
 describe('failures', () => {
   const leftovers = (pod: Pod): unknown => ({
     hostVeths: ['eth0', 'net1', 'net2', 'net3'].flatMap((i) => hostLinksWithPrefix(hostVethName(pod.cid, i))),
-    podLinks: ip('-n', pod.ns, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l)).length,
+    podLinks: podLinks(pod.ns).length,
     leases: [...daemon.leases('podnet'), ...daemon.leases('blue'), ...daemon.leases('mv'), ...delegatedLeases('ptpnet')],
     journal: daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
   });

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podCall, podMaker, ShimOutput, TestPod } from '../support/daemon';
-import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { hostLinksWithPrefix, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pu');
 const fx = new NetnsFixture(prefix);
@@ -114,8 +114,7 @@ describe('an ADD replayed after the daemon acted on it', () => {
       assert.equal(daemon.leases('podnet').length, 1);
       assert.equal(daemon.leases('sec').length, 1);
       assert.equal(daemon.journalFiles().length, 1);
-      const podLinks = ip('-n', pod.ns, '-o', 'link', 'show').split('\n').filter((l) => l && !/ lo:/.test(l));
-      assert.equal(podLinks.length, 2, 'eth0 and net1, once each');
+      assert.deepEqual(podLinks(pod.ns), ['eth0', 'net1'], 'eth0 and net1, once each');
     } finally {
       await new Promise<void>((r) => proxy.close(() => r()));
     }

@@ -18,7 +18,7 @@ import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
 import { NetworkDirectory } from '../../src/networks/directory';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { hostLinksWithPrefix, ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pd');
 const fx = new NetnsFixture(prefix);
@@ -82,7 +82,6 @@ async function attachedPod(): Promise<{ cid: string; ns: string }> {
   return { cid, ns: ns.name };
 }
 const leasesOf = async (cid: string): Promise<string[]> => (await ipam.leases()).filter((l) => l.containerId === cid).map((l) => `${l.network} ${l.ifname}`).sort();
-const podLinks = (ns: string): string[] => ip('-n', ns, '-o', 'link', 'show').split('\n').flatMap((l) => (l ? [l.split(': ')[1]!.split('@')[0]!] : [])).filter((l) => l !== 'lo').sort();
 
 describe('detaching one network from a running pod', () => {
   it('removes that interface, its host veth and its lease, and keeps the rest of the pod', async () => {

@@ -53,10 +53,15 @@ export class NetnsFixture {
   }
 }
 
+/** The link names in `ip -o link show` output (without the `@peer` suffix). */
+const linkNames = (output: string): string[] => output.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter(Boolean);
+
 /** Host links whose name starts with the prefix (to assert nothing leaked). */
 export function hostLinksWithPrefix(prefix: string): string[] {
-  return ip('-o', 'link', 'show')
-    .split('\n')
-    .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
-    .filter((n) => n.startsWith(prefix));
+  return linkNames(ip('-o', 'link', 'show')).filter((n) => n.startsWith(prefix));
+}
+
+/** The links in a network namespace (by name) other than lo, sorted: what a pod was given, or left with. */
+export function podLinks(netnsName: string): string[] {
+  return linkNames(ip('-n', netnsName, '-o', 'link', 'show')).filter((n) => n !== 'lo').sort();
 }

@@ -19,8 +19,9 @@ import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment, stepsOf } from './journal';
 import { mergeResults, networkStatus } from '../networks/status';
-import { AttachmentStep, planPod, PlanSettings } from './plan';
-import { parseNetworkRef } from '../networks/network-ref';
+import { AttachmentStep, configuredDefaultNetwork, planPod, PlanSettings, podIdentityOf } from './plan';
+import { chooseDefaultNetwork } from '../networks/default-network';
+import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
 import { noStatusSink, type StatusSink } from './status-sink';
@@ -35,6 +36,8 @@ export interface EngineOptions extends PlanSettings {
   readonly statusSink?: StatusSink;
   /** Pod interfaces this node may hold at once (--max-node-attachments); unbounded when not set. */
   readonly maxNodeAttachments?: number;
+  /** The Kubernetes API's view of pods (their UID and annotations); without it, the runtime's annotations are used. */
+  readonly pods?: PodSource;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
@@ -110,11 +113,21 @@ export class AttachmentEngine {
     return { undone, failed };
   }
 
-  add(req: AttachRequest): Promise<Result<CniResult>> {
-    return this.containerLocks.run(req.containerId, () => this.addLocked(req));
+  async add(req: AttachRequest): Promise<Result<CniResult>> {
+    // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
+    // that cannot be found gets no event: the name may be another pod's now.
+    let podAnnotations: Readonly<Record<string, string>> | undefined;
+    if (this.options.pods && req.args.podNamespace && req.args.podName) {
+      const pod = await this.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
+      if (!pod.ok) return pod;
+      podAnnotations = pod.value.annotations;
+    }
+    const added = await this.containerLocks.run(req.containerId, () => this.addLocked(req, podAnnotations));
+    if (!added.ok) this.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
+    return added;
   }
 
-  private async addLocked(req: AttachRequest): Promise<Result<CniResult>> {
+  private async addLocked(req: AttachRequest, podAnnotations: Readonly<Record<string, string>> | undefined): Promise<Result<CniResult>> {
     const existing = await this.journal.load(req.containerId, req.ifname);
     if (existing?.result && !existing.deleting) {
       // A retried ADD (e.g. after a lost reply) gets the same answer; a clash with another netns is an error.
@@ -127,7 +140,7 @@ export class AttachmentEngine {
     }
 
     // Plan and validate everything before touching anything: a bad request leaves nothing behind.
-    const planned = planPod(req, this.options, this.networks, this.drivers);
+    const planned = planPod(req, this.options, this.networks, this.drivers, podAnnotations);
     if (!planned.ok) return planned;
     const steps = planned.value;
     const netnsProblem = this.podNetnsProblem(req.netns);
@@ -188,7 +201,7 @@ export class AttachmentEngine {
       const status = networkStatus(final);
       await entry.commit(result, req.version, { attachments: final, networkStatus: status });
       await close();
-      this.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status));
+      this.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status, status));
       return ok(result);
     } catch (e) {
       await close().catch(() => undefined);
@@ -314,7 +327,7 @@ export class AttachmentEngine {
         await entry.close();
       }
       this.releaseAttachments(1);
-      this.report((sink) => sink.attached(record.meta.pod, containerId, status));
+      this.report((sink) => sink.attached(record.meta.pod, containerId, status, []));
       return ok(result);
     });
   }
@@ -466,11 +479,9 @@ export class AttachmentEngine {
 
   /** STATUS: ready when the daemon is, and when the default network's driver (its delegated plugins, if any) says so. */
   async status(req: Extract<CniRequest, { command: 'STATUS' }>): Promise<Result<void>> {
-    const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : this.options.defaultNetwork;
-    if (!refText) return ok(undefined);
-    const ref = parseNetworkRef(refText);
-    if (!ref.ok) return ref;
-    const network = this.networks.get(ref.value.namespace, ref.value.name);
+    const configured = configuredDefaultNetwork(req, this.options);
+    if (!configured) return ok(undefined);
+    const network = chooseDefaultNetwork({ configured, annotations: {}, podNamespace: 'default', networks: this.networks, isolation: {} });
     if (!network.ok) return err(new CniError(CniCode.PluginNotAvailable, `the default network is not usable: ${network.error.message}`));
     const driver = this.drivers.for(network.value, delegationForced(network.value));
     return driver.status ? driver.status(network.value, this.options.cniBinDir) : ok(undefined);

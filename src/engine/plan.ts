@@ -11,12 +11,13 @@ import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkSource } from '../networks/source';
 import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
 import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
-import { parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
-import { parseNetworkRef } from '../networks/network-ref';
+import { describeSelection, parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
+import { chooseDefaultNetwork } from '../networks/default-network';
+import { isolationProblem, type IsolationSettings } from '../networks/isolation';
 
 type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 
-export interface PlanSettings {
+export interface PlanSettings extends IsolationSettings {
   readonly defaultNetwork?: string;
   readonly naming: NamingScheme;
   readonly selectionAnnotation: boolean;
@@ -43,23 +44,33 @@ export interface AttachmentStep {
 /** runtimeConfig keys that belong to the pod's default network only (portMappings per the NPWG spec). */
 const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
 
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry): Result<AttachmentStep[]> {
-  const delegate = drivers.delegate;
-  const refText = typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
-  if (!refText) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
-  const ref = parseNetworkRef(refText);
-  if (!ref.ok) return ref;
-  const defaultNetwork = networks.get(ref.value.namespace, ref.value.name);
-  if (!defaultNetwork.ok) return defaultNetwork;
+/** The pod a CNI call names (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID). */
+export const podIdentityOf = (req: { args: { podNamespace?: string; podName?: string; podUid?: string } }): PodIdentity => ({
+  ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
+  ...(req.args.podName ? { name: req.args.podName } : {}),
+  ...(req.args.podUid ? { uid: req.args.podUid } : {}),
+});
 
-  let annotations: Record<string, string> = {};
+/** The CNI config's "defaultNetwork", else plexusd's --default-network. */
+export const configuredDefaultNetwork = (req: { config: Record<string, unknown> }, settings: PlanSettings): string | undefined =>
+  typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
+
+/**
+ * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
+ * io.kubernetes.cri.pod-annotations are read instead.
+ */
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>): Result<AttachmentStep[]> {
+  const delegate = drivers.delegate;
+  let annotations: Readonly<Record<string, string>> = podAnnotations ?? {};
   const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);
-  if (rawAnnotations !== undefined) {
+  if (!podAnnotations && rawAnnotations !== undefined) {
     const parsed = parsePodAnnotations(rawAnnotations);
     if (!parsed.ok) return parsed;
     annotations = parsed.value;
   }
   const podNamespace = req.args.podNamespace ?? 'default';
+  const defaultNetwork = chooseDefaultNetwork({ configured: configuredDefaultNetwork(req, settings), annotations, podNamespace, networks, isolation: settings });
+  if (!defaultNetwork.ok) return defaultNetwork;
   const selectionText = settings.selectionAnnotation ? annotations[SELECTION_ANNOTATION] : undefined;
   const limits = settings.limits;
   if (limits && selectionText !== undefined && Buffer.byteLength(selectionText) > limits.annotationBytes) {
@@ -67,6 +78,10 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   }
   const selections = settings.selectionAnnotation ? parseSelection(selectionText, podNamespace) : ok([]);
   if (!selections.ok) return selections;
+  for (const sel of selections.value) {
+    const refused = isolationProblem(settings, podNamespace, sel, `${SELECTION_ANNOTATION}: ${describeSelection(sel)}`);
+    if (refused) return err(refused);
+  }
   const interfaces = 1 + settings.defaultNetworks.length + selections.value.length;
   if (limits && interfaces > limits.interfacesPerPod) {
     return err(new CniError(CniCode.InvalidNetworkConfig, `the pod asks for ${interfaces} interfaces (the default network, ${settings.defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
@@ -89,11 +104,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   });
   if (!plan.ok) return plan;
 
-  const pod: PodIdentity = {
-    ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
-    ...(req.args.podName ? { name: req.args.podName } : {}),
-    ...(req.args.podUid ? { uid: req.args.podUid } : {}),
-  };
+  const pod = podIdentityOf(req);
   const secondaryRuntimeConfig = new RuntimeConfig(Object.fromEntries(Object.entries(req.runtimeConfig.raw).filter(([k]) => !DEFAULT_NETWORK_ONLY.includes(k.toLowerCase()))));
   const steps: AttachmentStep[] = [];
   for (const planned of plan.value) {

@@ -5,6 +5,7 @@
  */
 import { CustomObjectsApi, type KubeConfig, type KubernetesListObject, type KubernetesObject, makeInformer } from '@kubernetes/client-node';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
+import { SyncedInformer } from './synced-informer';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
 import type { NetworkSource } from '../networks/source';
 
@@ -16,46 +17,36 @@ const keyOf = (obj: KubernetesObject): string => `${obj.metadata?.namespace ?? '
 
 export class ApiNetworkSource implements NetworkSource {
   private readonly byKey = new Map<string, Result<NetworkDefinition>>();
-  private readonly informer;
-  private synced = false;
-  private stopped = false;
-  private retry: NodeJS.Timeout | undefined;
+  private readonly informer: SyncedInformer<KubernetesObject>;
 
   constructor(
     kubeconfig: KubeConfig,
     /** Where NADs with an empty spec.config find their CNI config on the node (--cni-conf-dir). */
     private readonly configs?: NadConfigSource,
-    private readonly onError: (e: unknown) => void = () => undefined,
+    onError: (e: unknown) => void = () => undefined,
   ) {
     const api = kubeconfig.makeApiClient(CustomObjectsApi);
     const list = (): Promise<KubernetesListObject<KubernetesObject>> => api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL });
-    this.informer = makeInformer<KubernetesObject>(kubeconfig, `/apis/${GROUP}/${VERSION}/${PLURAL}`, list);
-    this.informer.on('add', (obj) => this.put(obj));
-    this.informer.on('update', (obj) => this.put(obj));
-    this.informer.on('delete', (obj) => this.byKey.delete(keyOf(obj)));
-    // The informer lists again and rewatches after an error; until then lookups answer from what it had.
-    this.informer.on('error', (e) => {
-      if (this.stopped) return;
-      this.onError(e);
-      this.retry = setTimeout(() => void this.informer.start().catch(this.onError), 2000);
-    });
+    const informer = makeInformer<KubernetesObject>(kubeconfig, `/apis/${GROUP}/${VERSION}/${PLURAL}`, list);
+    informer.on('add', (obj) => this.put(obj));
+    informer.on('update', (obj) => this.put(obj));
+    informer.on('delete', (obj) => this.byKey.delete(keyOf(obj)));
+    // After an error the informer lists or watches again; until then lookups answer from what it had.
+    this.informer = new SyncedInformer(informer, onError);
   }
 
-  /** Lists and starts watching; resolves when the first list is in memory. */
-  async start(): Promise<void> {
-    await this.informer.start();
-    this.synced = true;
+  /** Lists and starts watching; resolves when the first list is in memory (retrying while the API is away). */
+  start(): Promise<void> {
+    return this.informer.start();
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.retry);
-    await this.informer.stop();
+  stop(): Promise<void> {
+    return this.informer.stop();
   }
 
   /** Whether the first list has been read: before it, an unknown network may just not be loaded yet. */
   get ready(): boolean {
-    return this.synced;
+    return this.informer.ready;
   }
 
   private put(obj: KubernetesObject): void {
@@ -65,7 +56,7 @@ export class ApiNetworkSource implements NetworkSource {
   get(namespace: string, name: string): Result<NetworkDefinition> {
     const found = this.byKey.get(`${namespace}/${name}`);
     if (found) return found;
-    const why = this.synced ? 'there is no such NetworkAttachmentDefinition in the API' : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
+    const why = this.informer.ready ? 'there is no such NetworkAttachmentDefinition in the API' : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
     return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined: ${why}`, `kubectl get network-attachment-definitions -n ${namespace}`));
   }
 

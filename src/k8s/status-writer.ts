@@ -5,35 +5,27 @@
  * retried with backoff while the API is slow or down, until written, or the pod is gone, or it was superseded by a
  * newer status of the same pod.
  */
-import { CoreV1Api, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
+import { type KubeApiClient, segment } from './api-client';
+import { BackgroundWrites, type RetryOptions } from './background-writes';
 
 export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
 
-export interface StatusWriterOptions {
-  /** First retry delay, doubled each time up to maxDelayMs. */
-  readonly firstDelayMs?: number;
-  readonly maxDelayMs?: number;
-  /** Attempts before a status is given up (the pod keeps running; the log says so). */
-  readonly attempts?: number;
-}
-
 export class ApiStatusWriter implements StatusSink {
-  private readonly api: CoreV1Api;
   /** The newest write per pod: an older one still retrying stops when a newer one is queued. */
   private readonly latest = new Map<string, number>();
   private sequence = 0;
-  private readonly pending = new Set<Promise<void>>();
+  private readonly writes: BackgroundWrites;
 
   constructor(
-    kubeconfig: KubeConfig,
-    private readonly log: Logger,
-    private readonly options: StatusWriterOptions = {},
+    private readonly client: KubeApiClient,
+    log: Logger,
+    options: RetryOptions = {},
   ) {
-    this.api = kubeconfig.makeApiClient(CoreV1Api);
+    this.writes = new BackgroundWrites(log, options);
   }
 
   attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[]): void {
@@ -45,9 +37,13 @@ export class ApiStatusWriter implements StatusSink {
     // A deleted sandbox's pod is going away or gets a new sandbox whose ADD writes its own status.
   }
 
+  failed(): void {
+    // A failed ADD changed nothing: the status written by the last successful one (if any) still holds.
+  }
+
   /** Resolves when every write started so far has finished (written or given up): for shutdown and tests. */
-  async settled(): Promise<void> {
-    while (this.pending.size) await Promise.all([...this.pending]);
+  settled(): Promise<void> {
+    return this.writes.settled();
   }
 
   private write(pod: { namespace: string; name: string; uid?: string }, containerId: string, value: string): void {
@@ -55,35 +51,17 @@ export class ApiStatusWriter implements StatusSink {
     const mine = ++this.sequence;
     this.latest.set(key, mine);
     const body = { metadata: { ...(pod.uid ? { uid: pod.uid } : {}), annotations: { [NETWORK_STATUS_ANNOTATION]: value } } };
-    const run = (async (): Promise<void> => {
-      let delay = this.options.firstDelayMs ?? 200;
-      const attempts = this.options.attempts ?? 12;
-      for (let attempt = 1; attempt <= attempts; attempt++) {
-        if (this.latest.get(key) !== mine) return; // superseded by a newer status of this pod
-        try {
-          await this.api.patchNamespacedPod({ name: pod.name, namespace: pod.namespace, body }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
-          this.log.debug({ pod: key, containerId }, 'network-status written');
-          return;
-        } catch (e) {
-          const code = (e as { code?: number }).code;
-          // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
-          // the same kind. None of them gets better by retrying.
-          if (code === 404 || code === 409 || code === 422) {
-            this.log.info({ pod: key, containerId, code }, 'network-status not written: the pod is gone or was replaced');
-            return;
-          }
-          if (attempt === attempts) {
-            this.log.warn({ pod: key, containerId, err: (e as Error).message }, 'network-status not written after retries; the pod runs without it');
-            return;
-          }
-          await new Promise((r) => setTimeout(r, delay));
-          delay = Math.min(delay * 2, this.options.maxDelayMs ?? 10_000);
-        }
-      }
-    })().finally(() => {
-      this.pending.delete(run);
+    const path = `/api/v1/namespaces/${segment(pod.namespace)}/pods/${segment(pod.name)}`;
+    this.writes.start({ write: 'network-status', pod: key, containerId }, async () => {
+      if (this.latest.get(key) !== mine) return { outcome: 'stop', why: 'superseded by a newer status of the pod' };
+      const r = await this.client.request('PATCH', path, 'pods', { body, contentType: 'application/merge-patch+json' });
+      if (r.ok) return { outcome: 'done' };
+      // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
+      // the same kind. None of them gets better by retrying.
+      if ([404, 409, 422].includes(r.error.status)) return { outcome: 'stop', why: `the pod is gone or was replaced (HTTP ${r.error.status})` };
+      return { outcome: 'retry', why: r.error.message };
+    }, () => {
       if (this.latest.get(key) === mine) this.latest.delete(key);
     });
-    this.pending.add(run);
   }
 }

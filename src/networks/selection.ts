@@ -182,12 +182,13 @@ const quote = (text: string): string => JSON.stringify(text.length > 80 ? `${tex
 /**
  * Parses the selection annotation. Missing, empty or whitespace-only: no selections. Text containing "[", "{" or
  * '"' is read as the JSON form (Multus's rule: none of those can appear in the short form, so a mistyped JSON
- * annotation fails as JSON rather than as a strange network name); anything else is the short form.
+ * annotation fails as JSON rather than as a strange network name); anything else is the short form. Messages name
+ * `annotationName`: the same grammar serves the default-network override.
  */
-export function parseSelection(annotation: string | undefined, podNamespace: string): Result<NetworkSelection[]> {
+export function parseSelection(annotation: string | undefined, podNamespace: string, annotationName = SELECTION_ANNOTATION): Result<NetworkSelection[]> {
   const text = (annotation ?? '').trim();
   if (text === '') return ok([]);
-  const fail = (index: number, shown: string, problem: string): Result<never> => err(invalid(`${SELECTION_ANNOTATION}: element ${index + 1} (${quote(shown)}): ${problem}`));
+  const fail = (index: number, shown: string, problem: string): Result<never> => err(invalid(`${annotationName}: element ${index + 1} (${quote(shown)}): ${problem}`));
 
   const selections: NetworkSelection[] = [];
   if (/[[{"]/.test(text)) {
@@ -195,9 +196,9 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
     try {
       json = JSON.parse(text);
     } catch (e) {
-      return err(invalid(`${SELECTION_ANNOTATION}: not valid JSON`, (e as Error).message));
+      return err(invalid(`${annotationName}: not valid JSON`, (e as Error).message));
     }
-    if (!Array.isArray(json)) return err(invalid(`${SELECTION_ANNOTATION}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`));
+    if (!Array.isArray(json)) return err(invalid(`${annotationName}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`));
     for (const [index, element] of json.entries()) {
       const shown = JSON.stringify(element) ?? String(element);
       if (typeof element !== 'object' || element === null || Array.isArray(element)) return fail(index, shown, 'must be a JSON object');
@@ -223,13 +224,13 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
   const routed = selections.filter((s) => s.defaultRoute !== undefined);
   if (routed.length > 1) {
     const [first, second] = routed as [NetworkSelection, NetworkSelection];
-    return err(invalid(`${SELECTION_ANNOTATION}: ${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}; only one element may carry the default route`));
+    return err(invalid(`${annotationName}: ${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}; only one element may carry the default route`));
   }
   const byInterface = new Map<string, NetworkSelection>();
   for (const sel of selections) {
     if (sel.interface === undefined) continue;
     const earlier = byInterface.get(sel.interface);
-    if (earlier) return err(invalid(`${SELECTION_ANNOTATION}: ${describeSelection(sel)}: interface "${sel.interface}" is already requested by ${describeSelection(earlier)}`));
+    if (earlier) return err(invalid(`${annotationName}: ${describeSelection(sel)}: interface "${sel.interface}" is already requested by ${describeSelection(earlier)}`));
     byInterface.set(sel.interface, sel);
   }
   return ok(selections);

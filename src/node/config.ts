@@ -31,6 +31,13 @@ export const DaemonConfigSchema = z
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
     kubeconfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     nodeName: z.string().min(1).max(253).optional(),
+    kubeApiQps: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(10000)).default(50),
+    kubeApiBurst: int(1, 10000).default(100),
+    kubeApiTimeout: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(600)).default(10),
+    namespaceIsolation: bool.default(false),
+    globalNamespaces: z
+      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .default([]),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -60,6 +67,11 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--drain-seconds': 'drainSeconds',
   '--kubeconfig': 'kubeconfig',
   '--node-name': 'nodeName',
+  '--kube-api-qps': 'kubeApiQps',
+  '--kube-api-burst': 'kubeApiBurst',
+  '--kube-api-timeout': 'kubeApiTimeout',
+  '--namespace-isolation': 'namespaceIsolation',
+  '--global-namespaces': 'globalNamespaces',
   '--max-interfaces-per-pod': 'maxInterfacesPerPod',
   '--max-annotation-bytes': 'maxAnnotationBytes',
   '--max-node-attachments': 'maxNodeAttachments',
@@ -70,7 +82,9 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --socket PATH             unix socket plexus-cni talks to (default /run/plexus/plexus.sock)
   --state-dir DIR           journal and IPAM leases (default /var/lib/plexus)
   --networks-dir DIR        NetworkAttachmentDefinition files, YAML or JSON (default /etc/plexus/networks.d)
-  --default-network REF     [namespace/]name of the network every pod gets as eth0 (namespace defaults to "default")
+  --default-network REF     the network every pod gets as eth0: a NAD [namespace/]name (namespace "default"), or the
+                            absolute path of a CNI config file on the node; a pod may override it with the
+                            v1.multus-cni.io/default-network annotation
   --cni-bin-dir DIR         where delegated CNI plugins live (default /opt/cni/bin)
   --cni-conf-dir DIR        CNI config files for NADs with an empty spec.config or a config id (default /etc/cni/net.d)
   --naming SCHEME           names of additional interfaces: multus (net1, net2, ...) or eth (eth1, eth2, ...)
@@ -81,8 +95,14 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)
   --host-link-group N       put host-side links in this link group
-  --kubeconfig PATH         the Kubernetes API to read NADs from (default: the service account in a cluster, else none)
+  --kubeconfig PATH         the Kubernetes API: NADs, pods, network-status, events (default: the service account in
+                            a cluster, else none: a standalone node)
   --node-name NAME          this node's name in the API (default: $NODE_NAME, then the host name)
+  --kube-api-qps N          API requests per second once the burst is spent (default 50)
+  --kube-api-burst N        API requests that may go at once (default 100)
+  --kube-api-timeout S      how long one API request may take (default 10)
+  --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
+  --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)

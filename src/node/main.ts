@@ -5,10 +5,8 @@ import pino from 'pino';
 import { DriverRegistry } from '../drivers/registry';
 import { Ipam } from '../ipam';
 import { Kernel } from '../kernel/kernel';
-import { CniConfDir } from '../networks/conf-dir';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
-import type { StatusSink } from '../engine/status-sink';
 import { AttachmentEngine } from '../engine/engine';
 import { loadDaemonConfig, USAGE } from './config';
 import { Journal } from '../engine/journal';
@@ -35,23 +33,11 @@ async function main(): Promise<number> {
   const kernel = new Kernel(config.kernelThreads);
   const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
-  // With an API, NADs come from it (loaded before the daemon says it is ready); standalone, from the directory.
-  // The client library is loaded only where an API may be configured: a standalone node does not pay for it.
-  const k8s = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await import('../k8s/kubeconfig') : undefined;
-  const kubeconfig = k8s ? k8s.loadKubeConfig(config.kubeconfig) : { ok: true as const, value: undefined };
-  if (!kubeconfig.ok) throw new Error(kubeconfig.error.message);
-  let apiNetworks: { start(): Promise<void>; stop(): Promise<void> } | undefined;
-  let statusWriter: (StatusSink & { settled(): Promise<void> }) | undefined;
-  let networks: NetworkSource = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
-  if (k8s && kubeconfig.value) {
-    const { ApiNetworkSource } = await import('../k8s/nad-source');
-    const source = new ApiNetworkSource(kubeconfig.value, new CniConfDir(config.cniConfDir), (e) => log.warn({ err: (e as Error).message }, 'watching NetworkAttachmentDefinitions failed; retrying'));
-    networks = source;
-    apiNetworks = source;
-    const { ApiStatusWriter } = await import('../k8s/status-writer');
-    statusWriter = new ApiStatusWriter(kubeconfig.value, log);
-    log.info({ server: kubeconfig.value.getCurrentCluster()?.server, node: k8s.nodeNameOf(config.nodeName) }, 'NetworkAttachmentDefinitions come from the Kubernetes API');
-  }
+  // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
+  // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
+  // library is loaded only where an API may be configured: a standalone node does not pay for it.
+  const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
+  const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
@@ -61,7 +47,9 @@ async function main(): Promise<number> {
     maxNodeAttachments: config.maxNodeAttachments,
     ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
-    ...(statusWriter ? { statusSink: statusWriter } : {}),
+    namespaceIsolation: config.namespaceIsolation,
+    globalNamespaces: config.globalNamespaces,
+    ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
   }, log);
   const state = { ready: false };
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued }, engine, state, log);
@@ -70,7 +58,8 @@ async function main(): Promise<number> {
   await server.listen();
   const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log);
-  await apiNetworks?.start();
+  // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
+  await api?.start();
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
 
@@ -99,9 +88,7 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
-  // Status writes still retrying get the rest of the drain time, no more: the next daemon's ADDs write their own.
-  if (statusWriter) await Promise.race([statusWriter.settled(), new Promise((r) => setTimeout(r, 2000))]);
-  await apiNetworks?.stop();
+  await api?.stop();
   await kernel.close();
   lock.release();
   return 0;

@@ -99,19 +99,22 @@ describe('the engine on an in-memory kernel', () => {
     const sink = {
       attached: (pod: { name?: string }, cid: string, status: readonly { name: string; interface?: string }[]) => told.push(`attached ${pod.name} ${cid} ${status.map((s) => `${s.name}@${s.interface}`).join(',')}`),
       detached: (pod: { name?: string }, cid: string) => told.push(`detached ${pod.name} ${cid}`),
+      failed: (pod: { name?: string }, cid: string, e: { code: number }) => told.push(`failed ${pod.name} ${cid} ${e.code}`),
     };
     const engine = bed.engineWith({ statusSink: sink });
     const netns = pod('s');
     assert.ok((await engine.add(request('ADD', 'cs', netns))).ok);
     assert.ok((await engine.detachAttachment('cs', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
     assert.ok((await engine.del(request('DEL', 'cs', netns))).ok);
+    assert.ok(!(await engine.add(request('ADD', 'cf', '/nonexistent/netns'))).ok, 'an ADD into a missing netns fails');
     assert.deepEqual(told, [
       'attached cs cs default/podnet@eth0,default/blue@net1,default/red@net2',
       'attached cs cs default/podnet@eth0,default/blue@net1',
       'detached cs cs',
+      'failed cf cf 4',
     ]);
 
-    const throwing = bed.engineWith({ statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined } });
+    const throwing = bed.engineWith({ statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined, failed: () => undefined } });
     const r = await throwing.add(request('ADD', 'ct', pod('t')));
     assert.ok(r.ok, 'the pod is attached even when the sink fails');
   });

@@ -1,99 +1,291 @@
 /**
- * plexusd with --kubeconfig on a real API server: a pod gets the networks the API defines (its NAD directory is empty),
- * through the real shim on real namespaces; a pod rejected for a NAD that does not exist yet succeeds when the runtime
- * retries after the NAD was created.
+ * plexusd on a real API server, as the documented RBAC lets it run (deploy/10-rbac.yaml, its own client identity),
+ * through the real shim on real namespaces: pods and their annotations from the API (checked by UID), NADs from the
+ * API with and without namespace isolation, the per-pod default-network override, network-status checked against the
+ * pod's netns, events, a NAD created after a pod was rejected, a pod deleted while its ADD runs.
  */
 import assert from 'node:assert/strict';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podCall, podMaker } from '../support/daemon';
+import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const skip = k8sMissing();
 const prefix = uniquePrefix('pa');
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
-const bridgeConfig = (name: string, i: number): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+const NODE = `${prefix}-node`;
+const nsA = `${prefix}-a`;
+const nsB = `${prefix}-b`;
+const nsG = `${prefix}-g`;
+const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type, bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-describe('plexusd reading NADs from the Kubernetes API', { skip }, () => {
+interface Meta {
+  metadata: { uid: string; annotations?: Record<string, string> };
+}
+interface ApiEvent {
+  type: string;
+  reason: string;
+  message: string;
+  count: number;
+  involvedObject: { uid?: string };
+}
+
+describe('plexusd on the Kubernetes API', { skip }, () => {
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
-  let daemon: DaemonFixture;
-  const newPod = podMaker(fx, prefix, ['eth0', 'net1']);
-  const withNetworks = (annotation: string): Record<string, unknown> =>
-    daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } }, '1.0.0');
+  let open: DaemonFixture;
+  let isolated: DaemonFixture;
+  let binDir: string;
+  const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2', 'blue0']);
   restoreForwardingAfterwards();
 
   before(async () => {
-    for (let i = 0; i < 3; i++) fx.trackHostLink(`${prefix}b${i}`);
+    for (let i = 0; i < 8; i++) fx.trackHostLink(`${prefix}b${i}`);
+    // A private plugin dir: the reference plugins, and "slow", a bridge that takes a second (an ADD to race with).
+    binDir = mkdtempSync(join(tmpdir(), 'plexus-bin-'));
+    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    writeFileSync(join(binDir, 'slow'), '#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge "$@"\n');
+    chmodSync(join(binDir, 'slow'), 0o755);
+
     api = await KubeApiFixture.start();
     await api.installNadCrd();
-    assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
-    assert.equal((await api.createNad('default', 'sec', bridgeConfig('sec', 1))).status, 201);
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.kubeconfig]);
-    await daemon.start();
+    await api.grantPlexusRbac('plexus');
+    for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
+    const nads: [string, string, string][] = [
+      ['default', 'podnet', bridgeConfig('podnet', 0)], ['default', 'sec', bridgeConfig('sec', 1)], ['default', 'alt', bridgeConfig('alt', 3)],
+      [nsB, 'blue', bridgeConfig('blue', 4)], [nsG, 'green', bridgeConfig('green', 5)], ['default', 'slow', bridgeConfig('slow', 6, 'slow')],
+    ];
+    for (const [ns, name, config] of nads) assert.equal((await api.createNad(ns, name, config)).status, 201, `${ns}/${name}`);
+    const kubeconfig = api.userKubeconfig('plexus');
+    const flags = ['--kubeconfig', kubeconfig, '--node-name', NODE, '--cni-bin-dir', binDir];
+    open = new DaemonFixture('podnet', flags);
+    isolated = new DaemonFixture('podnet', [...flags, '--namespace-isolation', 'true', '--global-namespaces', nsG]);
+    await Promise.all([open.start(30000), isolated.start(30000)]);
   });
   after(async () => {
-    await daemon?.stop();
+    await open?.stop();
+    await isolated?.stop();
     await api?.stop();
     fx.cleanup();
+    if (binDir) rmSync(binDir, { recursive: true, force: true });
   });
 
-  it('attaches the default network and a selected one, both defined only in the API, and DEL removes them', async () => {
-    const pod = newPod();
-    const out = await podCall(daemon, 'ADD', pod, withNetworks('sec'));
-    assert.equal(out.code, 0, out.stdout);
-    assert.match(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), new RegExp(`inet 10\\.${o}\\.${t}\\.`));
-    assert.match(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', 'net1'), new RegExp(`inet 10\\.${o}\\.${t + 1}\\.`));
-    assert.equal((await podCall(daemon, 'DEL', pod, withNetworks('sec'))).code, 0);
-    assert.deepEqual([...daemon.leases('podnet'), ...daemon.leases('sec')], []);
-  });
-
-  it('writes the pod\'s network-status annotation: every interface with the IPs and MAC its netns has, the default marked', async () => {
-    const made = await api.createPod('default', 'web');
+  /** A pod object on this node in the API, and a sandbox for it; `args` are the runtime's CNI_ARGS with its UID. */
+  async function apiPod(name: string, annotations: Record<string, string>, namespace = 'default'): Promise<{ pod: TestPod; uid: string; args: string }> {
+    const made = await api.createPod(namespace, name, { annotations, nodeName: NODE });
     assert.equal(made.status, 201, JSON.stringify(made.body));
-    const uid = (made.body as { metadata: { uid: string } }).metadata.uid;
+    const uid = (made.body as Meta).metadata.uid;
     const pod = newPod();
-    const args = `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}`;
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args, config: withNetworks('sec') });
+    return { pod, uid, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}` };
+  }
+  /** The runtime's call; its own pod annotations (`runtimeAnnotations`) are what a standalone node would read. */
+  const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL' | 'CHECK', p: { pod: TestPod; args: string }, runtimeAnnotations?: Record<string, string>): Promise<ShimOutput> =>
+    daemon.cni({
+      command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args,
+      config: daemon.runtimeConfig(runtimeAnnotations ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': runtimeAnnotations } } : {}, '1.0.0'),
+    });
+  const annotationsOf = async (ns: string, name: string): Promise<Record<string, string>> => ((await api.request('GET', `/api/v1/namespaces/${ns}/pods/${name}`)).body as Meta).metadata.annotations ?? {};
+  async function statusOf(ns: string, name: string): Promise<{ name: string; interface: string; ips: string[]; mac: string; default: boolean }[]> {
+    for (let i = 0; i < 200; i++) {
+      const text = (await annotationsOf(ns, name))['k8s.v1.cni.cncf.io/network-status'];
+      if (text) return JSON.parse(text);
+      await sleep(50);
+    }
+    return [];
+  }
+  async function eventsOf(ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> {
+    let events: ApiEvent[] = [];
+    for (let i = 0; i < 200; i++) {
+      events = ((await api.request('GET', `/api/v1/namespaces/${ns}/events?fieldSelector=involvedObject.name=${name}`)).body as { items: ApiEvent[] }).items;
+      if (until(events)) return events;
+      await sleep(50);
+    }
+    return events;
+  }
+  const leases = (daemon: DaemonFixture): string[] => ['podnet', 'sec', 'alt', 'blue', 'green', 'slow'].flatMap((n) => daemon.leases(n));
+
+  it('takes the selection from the pod in the API, not from the runtime\'s copy, and DEL removes it all', async () => {
+    const p = await apiPod('short', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    const out = await call(open, 'ADD', p, { 'k8s.v1.cni.cncf.io/networks': 'no-such-network' });
+    assert.equal(out.code, 0, out.stdout);
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), subnetOf(0));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(1));
+    assert.equal((await call(open, 'CHECK', p)).code, 0);
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+    assert.deepEqual(leases(open), []);
+  });
+
+  it('reads the JSON form, with a namespace and an interface name', async () => {
+    const p = await apiPod('json', { 'k8s.v1.cni.cncf.io/networks': JSON.stringify([{ name: 'sec', namespace: 'default', interface: 'blue0' }]) });
+    const out = await call(open, 'ADD', p);
+    assert.equal(out.code, 0, out.stdout);
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'blue0'), subnetOf(1));
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+  });
+
+  it('writes network-status as the netns has it, and one AddedInterface event per interface', async () => {
+    const p = await apiPod('web', { 'k8s.v1.cni.cncf.io/networks': 'sec', 'team.example/owner': 'me' });
+    const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
     const inNetns = (ifname: string): { ip: string; mac: string } => ({
-      ip: /inet (\S+)\//.exec(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname))![1]!,
-      mac: /link\/ether (\S+)/.exec(ip('-n', pod.ns, '-o', 'link', 'show', ifname))![1]!,
+      ip: /inet (\S+)\//.exec(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', ifname))![1]!,
+      mac: /link\/ether (\S+)/.exec(ip('-n', p.pod.ns, '-o', 'link', 'show', ifname))![1]!,
     });
-    let status: { name: string; interface: string; ips: string[]; mac: string; default: boolean }[] = [];
-    for (let i = 0; i < 100 && status.length === 0; i++) {
-      const got = await api.request('GET', '/api/v1/namespaces/default/pods/web');
-      const text = (got.body as { metadata: { annotations?: Record<string, string> } }).metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'];
-      if (text) status = JSON.parse(text);
-      else await new Promise((r) => setTimeout(r, 50));
-    }
+    const status = await statusOf('default', 'web');
     assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [['default/podnet', 'eth0', true], ['default/sec', 'net1', false]]);
     for (const s of status) {
       const actual = inNetns(s.interface);
       assert.deepEqual(s.ips, [actual.ip], `${s.interface}'s IPs`);
       assert.equal(s.mac, actual.mac, `${s.interface}'s MAC`);
     }
-    assert.equal((await daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args, config: withNetworks('sec') })).code, 0);
+    assert.equal((await annotationsOf('default', 'web'))['team.example/owner'], 'me', 'the pod keeps its other annotations');
+    const events = await eventsOf('default', 'web', (e) => e.filter((x) => x.reason === 'AddedInterface').length >= 2);
+    assert.deepEqual(
+      events.filter((e) => e.reason === 'AddedInterface').map((e) => [e.type, e.message, e.involvedObject.uid]).sort(),
+      [['Normal', `Add eth0 [${inNetns('eth0').ip}] from default/podnet`, p.uid], ['Normal', `Add net1 [${inNetns('net1').ip}] from default/sec`, p.uid]],
+    );
+    assert.equal((await call(open, 'DEL', p)).code, 0);
   });
 
-  it('rejects a pod whose NAD does not exist yet, naming it, and attaches it when the runtime retries after the NAD was created', async () => {
-    const pod = newPod();
-    const rejected = await podCall(daemon, 'ADD', pod, withNetworks('late'));
-    assert.equal(rejected.json?.code, 7, rejected.stdout);
-    assert.match(String(rejected.json?.msg), /network default\/late is not defined: there is no such NetworkAttachmentDefinition in the API/);
-    assert.equal((await podCall(daemon, 'DEL', pod, withNetworks('late'))).code, 0, 'the runtime cleans up the failed sandbox');
+  it('rejects a pod whose NAD does not exist yet with a Warning event, counted per retry, and attaches it once the NAD exists', async () => {
+    const p = await apiPod('late', { 'k8s.v1.cni.cncf.io/networks': 'late' });
+    for (let i = 0; i < 2; i++) {
+      const rejected = await call(open, 'ADD', p);
+      assert.equal(rejected.json?.code, 7, rejected.stdout);
+      assert.match(String(rejected.json?.msg), /network default\/late is not defined: there is no such NetworkAttachmentDefinition in the API/);
+      assert.equal((await call(open, 'DEL', p)).code, 0, 'the runtime cleans up the failed sandbox');
+    }
+    const warnings = await eventsOf('default', 'late', (e) => e.some((x) => x.reason === 'FailedAttachNetwork' && x.count === 2));
+    const warning = warnings.find((x) => x.reason === 'FailedAttachNetwork');
+    assert.equal(warning?.type, 'Warning', JSON.stringify(warnings));
+    assert.equal(warning?.count, 2, 'the retry counts on the same event');
+    assert.match(warning!.message, /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/);
+
     assert.equal((await api.createNad('default', 'late', bridgeConfig('late', 2))).status, 201);
-    let retried = await podCall(daemon, 'ADD', pod, withNetworks('late'));
+    let retried = await call(open, 'ADD', p);
     for (let i = 0; retried.code !== 0 && i < 50; i++) {
-      // The runtime retries the sandbox; the informer hears of the new NAD within a moment.
-      await new Promise((r) => setTimeout(r, 100));
-      retried = await podCall(daemon, 'ADD', pod, withNetworks('late'));
+      await sleep(100); // the informer hears of the new NAD within a moment; the runtime retries
+      retried = await call(open, 'ADD', p);
     }
     assert.equal(retried.code, 0, retried.stdout);
-    assert.match(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', 'net1'), new RegExp(`inet 10\\.${o}\\.${t + 2}\\.`));
-    assert.equal((await podCall(daemon, 'DEL', pod, withNetworks('late'))).code, 0);
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(2));
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+    assert.deepEqual(open.leases('late'), []);
+  });
+
+  it('lets a pod use another namespace\'s NAD, unless namespace isolation is on; "default" and the global namespaces stay open', async () => {
+    const cross = await apiPod('cross', { 'k8s.v1.cni.cncf.io/networks': `${nsB}/blue` }, nsA);
+    const allowed = await call(open, 'ADD', cross);
+    assert.equal(allowed.code, 0, allowed.stdout);
+    assert.match(ip('-n', cross.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(4));
+    assert.equal((await call(open, 'DEL', cross)).code, 0);
+
+    const refused = await call(isolated, 'ADD', cross);
+    assert.equal(refused.json?.code, 7, refused.stdout);
+    assert.match(String(refused.json?.msg), new RegExp(`element 1 \\(${nsB}/blue\\): network ${nsB}/blue is in namespace ${nsB}, and namespace isolation is on \\(--namespace-isolation\\): pods of ${nsA} may use only networks of ${nsA} and of the global namespaces \\(default, ${nsG}\\)`));
+    assert.deepEqual(podLinks(cross.pod.ns), [], 'nothing was attached');
+    assert.equal((await call(isolated, 'DEL', cross)).code, 0);
+
+    const shared = await apiPod('shared', { 'k8s.v1.cni.cncf.io/networks': `default/sec,${nsG}/green` }, nsA);
+    const ok = await call(isolated, 'ADD', shared);
+    assert.equal(ok.code, 0, ok.stdout);
+    assert.match(ip('-n', shared.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(5));
+    assert.equal((await call(isolated, 'DEL', shared)).code, 0);
+    assert.deepEqual(leases(isolated), []);
+  });
+
+  it('gives a pod the default network its v1.multus-cni.io/default-network annotation names, marked default in its status', async () => {
+    const p = await apiPod('override', { 'v1.multus-cni.io/default-network': 'alt', 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    const out = await call(open, 'ADD', p);
+    assert.equal(out.code, 0, out.stdout);
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), subnetOf(3));
+    const status = await statusOf('default', 'override');
+    assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [['default/alt', 'eth0', true], ['default/sec', 'net1', false]]);
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+
+    const bad = await apiPod('override-bad', { 'v1.multus-cni.io/default-network': 'alt,sec' });
+    const refused = await call(open, 'ADD', bad);
+    assert.equal(refused.json?.code, 7, refused.stdout);
+    assert.match(String(refused.json?.msg), /v1\.multus-cni\.io\/default-network: must name exactly one network, not 2/);
+    const isolatedOverride = await apiPod('override-iso', { 'v1.multus-cni.io/default-network': `${nsB}/blue` }, nsA);
+    const isoRefused = await call(isolated, 'ADD', isolatedOverride);
+    assert.match(String(isoRefused.json?.msg), /v1\.multus-cni\.io\/default-network: network .*\/blue is in namespace .*, and namespace isolation is on/);
+    for (const x of [bad, isolatedOverride]) assert.deepEqual(podLinks(x.pod.ns), []);
+  });
+
+  it('refuses a sandbox whose K8S_POD_UID is not the pod\'s (a stale sandbox), and one of a pod that is gone, attaching nothing', async () => {
+    const p = await apiPod('stale', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    const stale = { pod: p.pod, args: p.args.replace(p.uid, '11111111-2222-3333-4444-555555555555') };
+    const refused = await call(open, 'ADD', stale);
+    assert.equal(refused.json?.code, 4, refused.stdout);
+    assert.match(String(refused.json?.msg), new RegExp(`pod default/stale in the API has UID ${p.uid}, but this sandbox is for UID 11111111-2222-3333-4444-555555555555`));
+    const gone = { pod: newPod(), args: p.args.replace('K8S_POD_NAME=stale', 'K8S_POD_NAME=never-created') };
+    const missing = await call(open, 'ADD', gone);
+    assert.equal(missing.json?.code, 4, missing.stdout);
+    assert.match(String(missing.json?.msg), /pod default\/never-created does not exist in the API/);
+    for (const x of [stale, gone]) assert.deepEqual(podLinks(x.pod.ns), []);
+    assert.deepEqual(leases(open), []);
+  });
+
+  it('finishes an ADD whose pod is deleted meanwhile without writing to the new pod of that name, and DEL cleans up', async () => {
+    const p = await apiPod('doomed', { 'k8s.v1.cni.cncf.io/networks': 'slow' });
+    const adding = call(open, 'ADD', p);
+    await sleep(300); // the "slow" plugin holds the ADD for a second
+    assert.equal((await api.request('DELETE', '/api/v1/namespaces/default/pods/doomed', { gracePeriodSeconds: 0 })).status, 200);
+    const again = await api.createPod('default', 'doomed', { nodeName: NODE });
+    assert.equal(again.status, 201);
+    const out = await adding;
+    assert.equal(out.code, 0, out.stdout);
+    await sleep(1500);
+    assert.equal((await annotationsOf('default', 'doomed'))['k8s.v1.cni.cncf.io/network-status'], undefined, 'the new pod of that name got no status');
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+    assert.deepEqual(podLinks(p.pod.ns), []);
+    assert.deepEqual(leases(open), []);
+  });
+
+  it('keeps serving while the API server is down: cached pods are added, CHECK and DEL work from the journal, status catches up', async () => {
+    const cached = await apiPod('cached', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    const other = await apiPod('other', {});
+    const uncached = { pod: newPod(), args: other.args.replace('K8S_POD_NAME=other', 'K8S_POD_NAME=not-in-cache') };
+    const done = await apiPod('done', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    assert.equal((await call(open, 'ADD', done)).code, 0);
+    await sleep(500); // the informer has seen the new pods
+    await api.stopApiServer();
+    let late: DaemonFixture | undefined;
+    try {
+      const started = Date.now();
+      const added = await call(open, 'ADD', cached);
+      assert.equal(added.code, 0, added.stdout);
+      assert.ok(Date.now() - started < 2000, `a cached pod's ADD does not wait for the API (${Date.now() - started} ms)`);
+      assert.equal((await call(open, 'CHECK', cached)).code, 0);
+      const del = await call(open, 'DEL', done);
+      assert.equal(del.code, 0, del.stdout);
+      const miss = await call(open, 'ADD', uncached);
+      assert.equal(miss.json?.code, 11, miss.stdout);
+      assert.match(String(miss.json?.msg), /cannot read pod default\/not-in-cache from the Kubernetes API/);
+
+      // A daemon started now is not ready until its caches have synced.
+      late = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE, '--cni-bin-dir', binDir]);
+      const lateReady = late.start(60000);
+      await sleep(1500);
+      assert.equal((await getJson(late.socket, '/readyz')).status, 503, 'not ready while the API is away');
+      await api.startApiServer();
+      await lateReady;
+    } finally {
+      await api.startApiServer().catch(() => undefined);
+      await late?.stop();
+    }
+    const status = await statusOf('default', 'cached');
+    assert.deepEqual(status.map((s) => s.interface), ['eth0', 'net1'], 'the status written while the API was down lands when it returns');
+    assert.equal((await call(open, 'DEL', cached)).code, 0);
+    assert.deepEqual(leases(open), []);
   });
 });

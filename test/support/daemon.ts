@@ -98,11 +98,12 @@ export class DaemonFixture {
     this.writeNad(`${o.name}.json`, JSON.stringify(nad));
   }
 
-  async start(): Promise<void> {
+  /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
+  async start(readyTimeoutMs = 15000): Promise<void> {
     const proc = spawn(PLEXUSD, ['--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
-    const deadline = Date.now() + 15000;
+    const deadline = Date.now() + readyTimeoutMs;
     for (;;) {
       if (proc.exitCode !== null) throw new Error(`plexusd exited with ${proc.exitCode}: ${this.stderr}`);
       try {
@@ -112,7 +113,7 @@ export class DaemonFixture {
       } catch {
         /* not listening yet */
       }
-      if (Date.now() > deadline) throw new Error(`plexusd not ready after 15 s: ${this.stderr}`);
+      if (Date.now() > deadline) throw new Error(`plexusd not ready after ${readyTimeoutMs / 1000} s: ${this.stderr}`);
       await new Promise((r) => setTimeout(r, 50));
     }
   }

@@ -11,7 +11,7 @@ import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { ROOT } from './daemon';
 
 const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
@@ -64,6 +64,7 @@ export interface ApiReply {
 
 export class KubeApiFixture {
   private readonly procs: { name: string; proc: ChildProcess }[] = [];
+  private apiArgs: string[] = [];
   readonly logs: Record<string, string> = {};
   apiPort = 0;
 
@@ -78,7 +79,8 @@ export class KubeApiFixture {
     return join(this.dir, 'admin.kubeconfig');
   }
 
-  static async start(): Promise<KubeApiFixture> {
+  /** `audit`: log every request (metadata only) to auditLog, to count what a client sends. */
+  static async start(options: { audit?: boolean } = {}): Promise<KubeApiFixture> {
     const fx = new KubeApiFixture(mkdtempSync(join(tmpdir(), 'plexus-k8s-')));
     try {
       fx.makeCerts();
@@ -92,7 +94,7 @@ export class KubeApiFixture {
       ]);
       await fx.waitFor('etcd', async () => (await fetch(`http://127.0.0.1:${etcdClient}/health`).then((r) => r.ok).catch(() => false)), 20000);
       const c = (f: string): string => join(fx.dir, 'certs', f);
-      fx.spawn('kube-apiserver', k8sBinary('kube-apiserver')!, [
+      fx.apiArgs = [
         '--bind-address=127.0.0.1', '--advertise-address=127.0.0.1', `--secure-port=${api}`, '--endpoint-reconciler-type=none',
         `--etcd-servers=http://127.0.0.1:${etcdClient}`, `--cert-dir=${join(fx.dir, 'apiserver')}`,
         '--service-cluster-ip-range=10.244.240.0/20',
@@ -100,14 +102,73 @@ export class KubeApiFixture {
         `--service-account-key-file=${c('sa.pub')}`, `--service-account-signing-key-file=${c('sa.key')}`,
         '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
         '--authorization-mode=Node,RBAC', '--enable-admission-plugins=NodeRestriction', '--allow-privileged=true', '--profiling=false',
-      ]);
-      await fx.waitFor('kube-apiserver', async () => (await fx.request('GET', '/readyz').then((r) => r.status === 200).catch(() => false)), 60000);
+        ...(options.audit ? [`--audit-policy-file=${fx.writeAuditPolicy()}`, `--audit-log-path=${fx.auditLog}`, '--audit-log-format=json'] : []),
+      ];
+      await fx.startApiServer();
       fx.writeKubeconfig();
       return fx;
     } catch (e) {
       await fx.stop();
       throw e;
     }
+  }
+
+  /** The audit log (JSON lines) when started with `audit`. */
+  get auditLog(): string {
+    return join(this.dir, 'audit.log');
+  }
+
+  private writeAuditPolicy(): string {
+    const path = join(this.dir, 'audit-policy.yaml');
+    writeFileSync(path, JSON.stringify({ apiVersion: 'audit.k8s.io/v1', kind: 'Policy', omitStages: ['RequestReceived'], rules: [{ level: 'Metadata' }] }));
+    return path;
+  }
+
+  /** Audit events (stage ResponseComplete) of requests made by `user`, e.g. "plexus". */
+  auditEvents(user: string): { verb: string; resource: string; name?: string; namespace?: string; code: number; userAgent: string }[] {
+    let text = '';
+    try {
+      text = readFileSync(this.auditLog, 'utf8');
+    } catch {
+      return [];
+    }
+    return text.split('\n').filter(Boolean).flatMap((line) => {
+      const e = JSON.parse(line) as { stage: string; verb: string; user: { username: string }; userAgent?: string; objectRef?: { resource?: string; name?: string; namespace?: string }; responseStatus?: { code?: number } };
+      if (e.stage !== 'ResponseComplete' || e.user.username !== user) return [];
+      return [{ verb: e.verb, resource: e.objectRef?.resource ?? '', ...(e.objectRef?.name ? { name: e.objectRef.name } : {}), ...(e.objectRef?.namespace ? { namespace: e.objectRef.namespace } : {}), code: e.responseStatus?.code ?? 0, userAgent: e.userAgent ?? '' }];
+    });
+  }
+
+  /** Starts kube-apiserver (again, after stopApiServer: same port, same etcd) and waits for /readyz. */
+  async startApiServer(): Promise<void> {
+    if (this.procs.some((p) => p.name === 'kube-apiserver' && p.proc.exitCode === null && p.proc.signalCode === null)) return;
+    this.spawn('kube-apiserver', k8sBinary('kube-apiserver')!, this.apiArgs);
+    await this.waitFor('kube-apiserver', async () => (await this.request('GET', '/readyz').then((r) => r.status === 200).catch(() => false)), 60000);
+  }
+
+  /** Stops kube-apiserver alone (by its PID), leaving etcd and the data: the API is down until startApiServer. */
+  async stopApiServer(): Promise<void> {
+    const i = this.procs.findIndex((p) => p.name === 'kube-apiserver');
+    if (i < 0) return;
+    const [stopped] = this.procs.splice(i, 1);
+    if (stopped) await stopProcess(stopped.proc);
+  }
+
+  /**
+   * A kubeconfig for a client-certificate identity `user` in `groups` (no groups: RBAC grants it nothing until a
+   * binding does), signed by the fixture's CA.
+   */
+  userKubeconfig(user: string, groups: readonly string[] = []): string {
+    const dir = join(this.dir, 'certs');
+    const name = `user-${user.replace(/[^a-z0-9-]/gi, '_')}`;
+    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+    ssl('genrsa', '-out', `${name}.key`, '2048');
+    ssl('req', '-new', '-key', `${name}.key`, '-subj', `${groups.map((g) => `/O=${g}`).join('')}/CN=${user}`, '-out', `${name}.csr`);
+    writeFileSync(join(dir, `${name}.ext`), 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth');
+    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '30', '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+    const path = join(this.dir, `${name}.kubeconfig`);
+    this.writeKubeconfigFor(path, `${name}.crt`, `${name}.key`);
+    return path;
   }
 
   private makeCerts(): void {
@@ -129,12 +190,16 @@ export class KubeApiFixture {
   }
 
   private writeKubeconfig(): void {
+    this.writeKubeconfigFor(this.kubeconfig, 'admin.crt', 'admin.key');
+  }
+
+  private writeKubeconfigFor(path: string, cert: string, key: string): void {
     const b64 = (f: string): string => readFileSync(join(this.dir, 'certs', f)).toString('base64');
-    writeFileSync(this.kubeconfig, JSON.stringify({
+    writeFileSync(path, JSON.stringify({
       apiVersion: 'v1', kind: 'Config', 'current-context': 'test',
       clusters: [{ name: 'test', cluster: { server: this.server, 'certificate-authority-data': b64('ca.crt') } }],
-      users: [{ name: 'admin', user: { 'client-certificate-data': b64('admin.crt'), 'client-key-data': b64('admin.key') } }],
-      contexts: [{ name: 'test', context: { cluster: 'test', user: 'admin' } }],
+      users: [{ name: 'user', user: { 'client-certificate-data': b64(cert), 'client-key-data': b64(key) } }],
+      contexts: [{ name: 'test', context: { cluster: 'test', user: 'user' } }],
     }), { mode: 0o600 });
   }
 
@@ -149,7 +214,7 @@ export class KubeApiFixture {
 
   private async waitFor(name: string, ready: () => Promise<boolean>, timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    const { proc } = this.procs.find((p) => p.name === name)!;
+    const { proc } = [...this.procs].reverse().find((p) => p.name === name)!;
     while (!(await ready())) {
       if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`${name} did not become ready: ${(this.logs[name] ?? '').slice(-3000)}`);
       await sleep(200);
@@ -214,6 +279,7 @@ export class KubeApiFixture {
    * NOTES.md says); answers the API's reply. The pod runs nowhere unless a kubelet serves its node.
    */
   async createPod(namespace: string, name: string, extra: { annotations?: Record<string, string>; nodeName?: string } = {}): Promise<ApiReply> {
+    await this.ensureNamespace(namespace);
     const sa = await this.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } });
     if (sa.status !== 201 && sa.status !== 409) throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
     return this.request('POST', `/api/v1/namespaces/${namespace}/pods`, {
@@ -222,16 +288,50 @@ export class KubeApiFixture {
     });
   }
 
+  /** Creates a namespace unless it exists. */
+  async ensureNamespace(namespace: string): Promise<void> {
+    if (namespace === 'default') return;
+    const r = await this.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
+    if (r.status !== 201 && r.status !== 409) throw new Error(`creating namespace ${namespace}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+
+  /**
+   * Applies deploy/10-rbac.yaml (plexusd's ClusterRole) and binds it to the client-certificate user `user` as well as
+   * to the manifest's service account, so a test's plexusd runs with exactly the documented permissions.
+   */
+  async grantPlexusRbac(user: string): Promise<void> {
+    const docs = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string } });
+    const paths: Record<string, (ns?: string) => string> = {
+      ClusterRole: () => '/apis/rbac.authorization.k8s.io/v1/clusterroles',
+      ClusterRoleBinding: () => '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
+      ServiceAccount: (ns) => `/api/v1/namespaces/${ns}/serviceaccounts`,
+    };
+    for (const doc of docs) {
+      const path = paths[doc.kind];
+      if (!path) throw new Error(`deploy/10-rbac.yaml: no path for kind ${doc.kind}`);
+      const r = await this.request('POST', path(doc.metadata.namespace), doc);
+      if (r.status !== 201 && r.status !== 409) throw new Error(`applying ${doc.kind}: ${r.status} ${JSON.stringify(r.body)}`);
+    }
+    const bound = await this.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: `plexus-user-${user}` },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus' }, subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    if (bound.status !== 201 && bound.status !== 409) throw new Error(`binding plexus to ${user}: ${bound.status} ${JSON.stringify(bound.body)}`);
+  }
+
   /** Stops the API server, then etcd, each by its PID (SIGTERM, then SIGKILL after 10 s), and removes the directory. */
   async stop(): Promise<void> {
-    for (const { proc } of this.procs.splice(0).reverse()) {
-      if (proc.exitCode !== null || proc.signalCode !== null) continue;
-      const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-      proc.kill('SIGTERM');
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
-      await exited;
-      clearTimeout(timer);
-    }
+    for (const { proc } of this.procs.splice(0).reverse()) await stopProcess(proc);
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** SIGTERM to a process this fixture started, SIGKILL after 10 s; resolves when it has exited. */
+async function stopProcess(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  proc.kill('SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
+  await exited;
+  clearTimeout(timer);
 }

@@ -1,0 +1,54 @@
+/**
+ * plexusd on the Kubernetes API: loads the kubeconfig and builds what the engine uses from it (NADs and this node's
+ * pods from informers; network-status and events written back), started and stopped together.
+ */
+import type { Logger } from 'pino';
+import { CniConfDir } from '../networks/conf-dir';
+import { fanOut, type StatusSink } from '../engine/status-sink';
+import type { DaemonConfig } from '../node/config';
+import { KubeApiClient } from './api-client';
+import { EventRecorder } from './event-recorder';
+import { loadKubeConfig, nodeNameOf } from './kubeconfig';
+import { ApiNetworkSource } from './nad-source';
+import { ApiPodSource } from './pod-source';
+import { ApiStatusWriter } from './status-writer';
+
+/** How long shutdown waits for status and event writes still retrying: the next daemon's ADDs write their own. */
+const SETTLE_MS = 2000;
+
+export interface ApiConnection {
+  readonly networks: ApiNetworkSource;
+  readonly pods: ApiPodSource;
+  readonly sink: StatusSink;
+  readonly client: KubeApiClient;
+  /** Resolves when both caches have synced (retrying while the API is away). */
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function connectToApi(config: DaemonConfig, log: Logger): Promise<ApiConnection | undefined> {
+  const kubeconfig = loadKubeConfig(config.kubeconfig);
+  if (!kubeconfig.ok) throw new Error(kubeconfig.error.message);
+  const kc = kubeconfig.value;
+  if (!kc) return undefined;
+  const nodeName = nodeNameOf(config.nodeName);
+  const client = new KubeApiClient(kc, { qps: config.kubeApiQps, burst: config.kubeApiBurst, timeoutMs: config.kubeApiTimeout * 1000 });
+  const warn = (what: string) => (e: unknown) => log.warn({ err: (e as Error).message ?? String(e) }, `${what} failed; retrying`);
+  const networks = new ApiNetworkSource(kc, new CniConfDir(config.cniConfDir), warn('watching NetworkAttachmentDefinitions'));
+  const pods = new ApiPodSource(kc, client, nodeName, warn(`watching the pods of node ${nodeName}`));
+  const status = new ApiStatusWriter(client, log);
+  const events = new EventRecorder(client, nodeName, log);
+  log.info({ server: kc.getCurrentCluster()?.server, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
+  return {
+    networks, pods, client, sink: fanOut(status, events),
+    async start() {
+      await Promise.all([networks.start(), pods.start()]);
+      log.info({ networks: networks.list().networks.length, pods: pods.cached }, 'API caches synced');
+    },
+    async stop() {
+      await Promise.race([Promise.all([status.settled(), events.settled()]), new Promise((r) => setTimeout(r, SETTLE_MS))]);
+      await Promise.all([networks.stop(), pods.stop()]);
+      client.close();
+    },
+  };
+}

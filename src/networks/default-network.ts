@@ -1,0 +1,69 @@
+/**
+ * Which network a pod gets as its default (CNI_IFNAME, `default: true` in its status): the pod's own choice in the
+ * `v1.multus-cni.io/default-network` annotation (Multus's override), else the CNI config's "defaultNetwork", else
+ * plexusd's --default-network. A configured default is a NAD reference (`[namespace/]name`) or the absolute path of
+ * a CNI config file on the node (Multus's clusterNetwork as a file).
+ */
+import { readFileSync } from 'node:fs';
+import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { isolationProblem, type IsolationSettings } from './isolation';
+import { type NetworkDefinition, parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from './nad';
+import { parseNetworkRef } from './network-ref';
+import { parseSelection } from './selection';
+import type { NetworkSource } from './source';
+
+export const DEFAULT_NETWORK_ANNOTATION = 'v1.multus-cni.io/default-network';
+
+export interface DefaultNetworkInput {
+  /** The CNI config's "defaultNetwork", else --default-network. */
+  readonly configured: string | undefined;
+  readonly annotations: Readonly<Record<string, string>>;
+  readonly podNamespace: string;
+  readonly networks: NetworkSource;
+  readonly isolation: IsolationSettings;
+}
+
+export function chooseDefaultNetwork(input: DefaultNetworkInput): Result<NetworkDefinition> {
+  const override = input.annotations[DEFAULT_NETWORK_ANNOTATION];
+  if (override !== undefined) return podOverride(override, input);
+  const configured = input.configured;
+  if (!configured) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
+  if (configured.startsWith('/')) return fromFile(configured);
+  const ref = parseNetworkRef(configured);
+  if (!ref.ok) return ref;
+  const network = input.networks.get(ref.value.namespace, ref.value.name);
+  return network.ok ? network : err(network.error.withContext('the default network'));
+}
+
+/** The annotation names exactly one network, with nothing else asked of it (its interface is CNI_IFNAME). */
+function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDefinition> {
+  const parsed = parseSelection(text, input.podNamespace, DEFAULT_NETWORK_ANNOTATION);
+  if (!parsed.ok) return parsed;
+  const invalid = (why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `${DEFAULT_NETWORK_ANNOTATION}: ${why}`, `value: ${JSON.stringify(text.slice(0, 200))}`));
+  if (parsed.value.length !== 1) return invalid(`must name exactly one network, not ${parsed.value.length}`);
+  const sel = parsed.value[0]!;
+  const extras = (['interface', 'ips', 'mac', 'defaultRoute', 'portMappings', 'bandwidth', 'cniArgs', 'infinibandGUID'] as const).filter((k) => sel[k] !== undefined);
+  if (extras.length) return invalid(`only selects the network; ${extras.join(', ')} cannot be set here (the default network's interface is the runtime's, its requests come from the runtime)`);
+  const refused = isolationProblem(input.isolation, input.podNamespace, sel, DEFAULT_NETWORK_ANNOTATION);
+  if (refused) return err(refused);
+  const network = input.networks.get(sel.namespace, sel.name);
+  return network.ok ? network : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
+}
+
+/** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
+function fromFile(path: string): Result<NetworkDefinition> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: ${(e as Error).message}`));
+  }
+  const parsed = parseNetworkConfig(text, `the default network (${path})`, '', 'the file');
+  if (!parsed.ok) return parsed;
+  if (!parsed.value.cniName) return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} has no "name"`));
+  if (parsed.value.plugins.some((p) => p.type === PLEXUS_PLUGIN_TYPE)) {
+    return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} is Plexus's own config (type "${PLEXUS_PLUGIN_TYPE}"); using it would call Plexus recursively`));
+  }
+  // Named by its CNI network name, as Multus reports a file-based cluster network in network-status.
+  return ok({ namespace: '', name: parsed.value.cniName, key: parsed.value.cniName, annotations: {}, source: path, configFile: path, ...parsed.value });
+}

@@ -102,6 +102,14 @@ export const percentile = (samples: readonly number[], p: number): number => {
   return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
 };
 
+export interface StopHooks {
+  /**
+   * Runs once containerd is gone (no CNI call can come any more) and before the API server stops: the place to stop a
+   * CNI daemon that watches the API (the API server takes its full 10 s SIGTERM grace while such watches are open).
+   */
+  readonly runtimeStopped?: () => Promise<unknown>;
+}
+
 interface Started {
   readonly name: string;
   readonly proc: ChildProcess;
@@ -624,12 +632,12 @@ export class KubeNodeFixture {
    * stopped by PID, mounts under the root undone, the kubepods cgroups it made removed, host paths and kernel
    * settings put back, the conflist's bridges deleted, the root removed. Runs once; answers what went wrong.
    */
-  stop(): Promise<string[]> {
-    this.stopped ??= this.teardown();
+  stop(hooks: StopHooks = {}): Promise<string[]> {
+    this.stopped ??= this.teardown(hooks);
     return this.stopped;
   }
 
-  private async teardown(): Promise<string[]> {
+  private async teardown(hooks: StopHooks): Promise<string[]> {
     const problems: string[] = [];
     await this.releasePorts();
     const attempt = async (what: string, step: () => unknown): Promise<void> => {
@@ -662,6 +670,7 @@ export class KubeNodeFixture {
     }
     await attempt('stop containerd', () => this.stopProcess('containerd'));
     await attempt('stop shims', () => this.killShims());
+    if (hooks.runtimeStopped) await attempt('after the runtime stopped', hooks.runtimeStopped);
     this.agent?.destroy();
     await attempt('stop the API server', () => this.api?.stop());
     await attempt('unmount', () => unmountUnder(this.dir));

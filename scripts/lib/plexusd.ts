@@ -53,6 +53,8 @@ export interface DaemonOptions {
   readonly cniBinDir: string;
   readonly logLevel?: 'silent' | 'error' | 'info' | 'debug';
   readonly stateSync?: boolean;
+  /** More plexusd flags, e.g. --kubeconfig. */
+  readonly extraFlags?: readonly string[];
 }
 
 export interface HttpReply {
@@ -119,6 +121,7 @@ export class Plexusd {
       '--cni-bin-dir', options.cniBinDir,
       '--log-level', options.logLevel ?? 'error',
       ...(options.stateSync !== undefined ? ['--state-sync', String(options.stateSync)] : []),
+      ...(options.extraFlags ?? []),
     ];
     const log = createWriteStream(join(options.root, 'plexusd.log'));
     // Exec bin/plexusd itself, so its interpreter flags (see its first line) apply as in production.

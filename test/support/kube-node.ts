@@ -87,6 +87,9 @@ export interface RunningTimings {
   readonly pods: number;
   /** From the first create request to the last pod seen Running. */
   readonly totalMs: number;
+  /** From the first create request to the last one answered, and to the first pod seen Running. */
+  readonly createMs: number;
+  readonly firstRunningMs: number;
   /** Each pod's create request to its first Running event, in the order of the names asked for. */
   readonly perPodMs: readonly number[];
   readonly p50Ms: number;
@@ -118,6 +121,7 @@ interface Started {
 
 interface PodRecord {
   createdAt?: number;
+  acceptedAt?: number;
   runningAt?: number;
   phase?: string;
 }
@@ -497,6 +501,7 @@ export class KubeNodeFixture {
         this.pods.set(`${namespace}/${name}`, record);
         const made = await this.call('POST', `/api/v1/namespaces/${namespace}/pods`, podObject(name, this.nodeName, options.annotations ?? {}));
         if (made.status !== 201) errors.push(`${name}: ${made.status} ${JSON.stringify(made.body).slice(0, 300)}`);
+        record.acceptedAt = performance.now();
       }
     };
     await Promise.all(Array.from({ length: Math.min(options.concurrency ?? 10, n) }, worker));
@@ -523,7 +528,8 @@ export class KubeNodeFixture {
     const last = Math.max(...records.map((r) => r.runningAt!));
     const failures = await this.sandboxFailures(namespace);
     return {
-      pods: names.length, totalMs: last - first, perPodMs, p50Ms: percentile(perPodMs, 50), p95Ms: percentile(perPodMs, 95),
+      pods: names.length, totalMs: last - first, perPodMs,
+      createMs: Math.max(...records.map((r) => r.acceptedAt ?? NaN)) - first, firstRunningMs: Math.min(...records.map((r) => r.runningAt!)) - first, p50Ms: percentile(perPodMs, 50), p95Ms: percentile(perPodMs, 95),
       sandboxFailures: failures.length, failureMessages: failures.slice(0, 5),
     };
   }
@@ -647,7 +653,7 @@ export class KubeNodeFixture {
         problems.push(`${what}: ${message(e)}`);
       }
     };
-    if (this.running('kubelet') && this.api && this.pods.size > 0) await attempt('delete pods', () => this.deleteAllPods(60000));
+    if (this.running('kubelet') && this.api && this.pods.size > 0) await attempt('delete pods', () => this.deleteAllPods(30000));
     for (const close of this.watches.values()) close();
     this.watches.clear();
     await attempt('stop kubelet', () => this.stopProcess('kubelet'));

@@ -25,6 +25,9 @@ export interface KubeletBurstReport {
   readonly pods: number;
   /** First create request to the last pod Running. */
   readonly allRunningSeconds: number;
+  /** First create request to the last create answered, and to the first pod Running. */
+  readonly createSeconds: number;
+  readonly firstRunningSeconds: number;
   /** Per pod, create request to Running. */
   readonly p50Seconds: number;
   readonly p95Seconds: number;
@@ -34,8 +37,11 @@ export interface KubeletBurstReport {
   readonly failureMessages: readonly string[];
   /** Deletion of every pod until the API has none and no sandbox is ready. */
   readonly deleteSeconds: number;
-  /** Pods whose interfaces were checked: from the network-status annotation, and in their netns. */
-  readonly verified: { readonly annotation: number; readonly netns: number };
+  /**
+   * Pods found with the interfaces and addresses expected: in the API (plexus: every interface in the network-status
+   * annotation; bridge: status.podIP), and inside the pod's netns (a few pods).
+   */
+  readonly verified: { readonly fromApi: number; readonly netns: number };
   readonly plexusd?: { readonly peakRssMiB: number; readonly sampledPeakRssMiB: number; readonly startRssMiB: number };
   /** Left after the pods were deleted: bridge ports, leases, journal records. */
   readonly leaks: readonly string[];
@@ -182,16 +188,16 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
       ...(mode === 'plexus' ? { annotations: { [NETWORKS_ANNOTATION]: 'sec1,sec2' } } : {}),
     });
     let failureMessages: string[] = [];
-    let notRunning = 0;
+    let failed = 0; // pods not Running, or without the interfaces expected
     const timings = await node.waitAllRunning(names, options.runningTimeoutMs).catch((e: Error) => {
-      notRunning = options.pods;
+      failed = options.pods;
       failureMessages = [e.message];
       return undefined;
     });
     if (timings) failureMessages = [...timings.failureMessages];
     log(`${mode}: ${timings ? `all Running in ${(timings.totalMs / 1000).toFixed(1)} s` : 'not all Running'}`);
 
-    const verified = { annotation: 0, netns: 0 };
+    const verified = { fromApi: 0, netns: 0 };
     if (timings) {
       const expected = mode === 'plexus' ? networks.map((n, i) => ({ ifname: i === 0 ? 'eth0' : `net${i}`, net: n.net })) : [{ ifname: 'eth0', net: networks[0]!.net }];
       const wrong: string[] = [];
@@ -209,7 +215,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
             problem = `${name}: pod IP ${pod.status?.podIP ?? '(none)'}`;
           }
           if (!problem) {
-            verified.annotation++;
+            verified.fromApi++;
             break;
           }
           if (attempt >= 100) {
@@ -227,7 +233,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
         else verified.netns++;
       }
       failureMessages.push(...wrong);
-      notRunning += wrong.length;
+      failed += wrong.length;
     }
     if (sampler) clearInterval(sampler);
     const peak = state.daemon ? kib(state.daemon.pid!, 'VmHWM') : undefined;
@@ -243,10 +249,12 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     report = {
       mode, pods: options.pods,
       allRunningSeconds: timings ? seconds(timings.totalMs) : NaN,
+      createSeconds: timings ? seconds(timings.createMs) : NaN,
+      firstRunningSeconds: timings ? seconds(timings.firstRunningMs) : NaN,
       p50Seconds: timings ? seconds(timings.p50Ms) : NaN,
       p95Seconds: timings ? seconds(timings.p95Ms) : NaN,
       maxSeconds: per.length ? seconds(Math.max(...per)) : NaN,
-      failures: notRunning + (timings?.sandboxFailures ?? 0),
+      failures: failed + (timings?.sandboxFailures ?? 0),
       failureMessages: failureMessages.slice(0, 10),
       deleteSeconds: seconds(deleteMs),
       verified,
@@ -263,7 +271,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
 }
 
 export const summaryLine = (r: KubeletBurstReport): string =>
-  `${r.mode}: ${r.pods} pods all Running in ${r.allRunningSeconds} s (per pod p50 ${r.p50Seconds} s, p95 ${r.p95Seconds} s), ` +
+  `${r.mode}: ${r.pods} pods all Running in ${r.allRunningSeconds} s (first after ${r.firstRunningSeconds} s; per pod p50 ${r.p50Seconds} s, p95 ${r.p95Seconds} s), ` +
   `${r.failures} failures, deleted in ${r.deleteSeconds} s` +
   (r.plexusd ? `, plexusd peak RSS ${r.plexusd.peakRssMiB} MiB` : '') +
   (r.leaks.length || r.problems.length ? `, LEFT: ${[...r.leaks, ...r.problems].join('; ')}` : '');

@@ -1,15 +1,13 @@
 /**
- * The requests plexusd makes on a pod's behalf (GET a pod, PATCH its status, POST events), over keep-alive
- * connections, through a client-side QPS/burst limit and with a timeout on every request.
- *
- * Why not @kubernetes/client-node's generated clients for these: 1.x builds a new https.Agent for every request, so
- * each one pays a TCP and TLS handshake; on the ADD path that is most of the cost of a GET. The library still loads
- * the kubeconfig (certificates, tokens, exec plugins) and runs the informers; this module only carries requests.
+ * plexusd's client of the Kubernetes API: every request (the informers' lists and watches, a pod's GET, status
+ * PATCHes, events) over keep-alive connections, through a client-side QPS/burst limit, with a timeout on each.
+ * @kubernetes/client-node is not used: 1.x opens a new TLS connection for every request, and loading it costs the
+ * daemon about 70 MiB of memory (see kubeconfig.ts).
  */
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest, type RequestOptions } from 'node:https';
-import type { KubeConfig } from '@kubernetes/client-node';
+import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { err, ok, type Result } from '../common/result';
+import type { ApiEndpoint } from './kubeconfig';
 import { RateLimiter } from './rate-limiter';
 
 export interface ApiClientOptions {
@@ -27,26 +25,25 @@ export interface ApiFailure {
   readonly message: string;
 }
 
-/** Credentials are read again this often, so rotated service-account tokens are picked up. */
-const AUTH_REFRESH_MS = 60_000;
-
 export class KubeApiClient {
   private readonly agent: HttpAgent;
   private readonly limiter: RateLimiter;
   private readonly base: URL;
-  private auth: { headers: Record<string, string>; tls: RequestOptions; at: number } | undefined;
+  private readonly open = new Set<ClientRequest>();
   /** Requests sent, by "VERB resource" (for metrics and the API-cost benchmark). */
   readonly sent = new Map<string, number>();
 
   constructor(
-    private readonly kubeconfig: KubeConfig,
+    private readonly endpoint: ApiEndpoint,
     private readonly options: ApiClientOptions,
   ) {
-    const server = kubeconfig.getCurrentCluster()?.server;
-    if (!server) throw new Error('the kubeconfig names no server');
-    this.base = new URL(server);
+    this.base = endpoint.server;
     this.agent = this.base.protocol === 'http:' ? new HttpAgent({ keepAlive: true, maxSockets: 16 }) : new HttpsAgent({ keepAlive: true, maxSockets: 16 });
     this.limiter = new RateLimiter(options.qps, options.burst);
+  }
+
+  get server(): string {
+    return this.base.toString();
   }
 
   /**
@@ -54,66 +51,104 @@ export class KubeApiClient {
    * call waits for it, so it goes before background writes waiting for the rate limit.
    */
   async request(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean } = {}): Promise<Result<unknown, ApiFailure>> {
-    const { body, contentType = 'application/json', urgent = false } = options;
-    await this.limiter.take(urgent);
-    const key = `${method} ${resource}`;
-    this.sent.set(key, (this.sent.get(key) ?? 0) + 1);
-    let auth;
-    try {
-      auth = await this.credentials();
-    } catch (e) {
-      return err({ status: 0, message: `cannot read the kubeconfig's credentials: ${(e as Error).message}` });
-    }
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const send = this.base.protocol === 'http:' ? httpRequest : httpsRequest;
+    const started = await this.start(method, path, resource, options, this.options.timeoutMs);
+    if (!started.ok) return started;
+    const res = started.value;
     return new Promise((done) => {
-      const req = send(
-        {
-          ...auth.tls, agent: this.agent, protocol: this.base.protocol, hostname: this.base.hostname, port: this.base.port,
-          path: `${this.base.pathname.replace(/\/$/, '')}${path}`, method,
-          headers: { ...auth.headers, Accept: 'application/json', 'User-Agent': 'plexusd', ...(payload !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) } : {}) },
-          timeout: this.options.timeoutMs,
-        },
-        (res: IncomingMessage) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('error', (e) => done(err({ status: 0, message: e.message })));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            let parsed: unknown = text;
-            try {
-              parsed = text ? JSON.parse(text) : undefined;
-            } catch {
-              /* not JSON: kept as text */
-            }
-            const status = res.statusCode ?? 0;
-            if (status >= 200 && status < 300) done(ok(parsed));
-            else done(err({ status, message: (parsed as { message?: string } | undefined)?.message ?? `HTTP ${status}` }));
-          });
-        },
-      );
-      // The timeout covers the whole request, not just idle socket time.
-      const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${this.options.timeoutMs} ms`)), this.options.timeoutMs);
-      req.on('close', () => clearTimeout(deadline));
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.options.timeoutMs} ms`)));
-      req.on('error', (e) => done(err({ status: 0, message: `${method} ${path}: ${e.message}` })));
-      req.end(payload);
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', (e) => done(err({ status: 0, message: `${method} ${path}: ${e.message}` })));
+      res.on('close', () => done(err({ status: 0, message: `${method} ${path}: the connection closed mid-answer` })));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let parsed: unknown = text;
+        try {
+          parsed = text ? JSON.parse(text) : undefined;
+        } catch {
+          /* not JSON: kept as text */
+        }
+        const status = res.statusCode ?? 0;
+        if (status >= 200 && status < 300) done(ok(parsed));
+        else done(err({ status, message: (parsed as { message?: string } | undefined)?.message ?? `HTTP ${status}` }));
+      });
     });
   }
 
-  /** Closes idle connections (at shutdown). */
+  /**
+   * A watch: calls `onLine` with each line of the answer until the server ends it (ok), or it fails or stays silent
+   * longer than `idleMs` (an error). stop() ends every watch.
+   */
+  async stream(path: string, resource: string, idleMs: number, onLine: (line: string) => void): Promise<Result<void, ApiFailure>> {
+    const started = await this.start('GET', path, resource, {}, idleMs);
+    if (!started.ok) return started;
+    const res = started.value;
+    if ((res.statusCode ?? 0) >= 300) {
+      const text = await new Promise<string>((r) => {
+        let t = '';
+        res.on('data', (c: Buffer) => (t += c.toString()));
+        res.on('end', () => r(t));
+        res.on('error', () => r(t));
+      });
+      let message = `HTTP ${res.statusCode}`;
+      try {
+        message = (JSON.parse(text) as { message?: string }).message ?? message;
+      } catch {
+        /* not JSON */
+      }
+      return err({ status: res.statusCode ?? 0, message });
+    }
+    return new Promise((done) => {
+      let rest = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        const lines = (rest + c).split('\n');
+        rest = lines.pop() ?? '';
+        for (const line of lines) if (line.trim()) onLine(line);
+      });
+      res.on('end', () => done(ok(undefined)));
+      res.on('error', (e) => done(err({ status: 0, message: `watch ${path}: ${e.message}` })));
+      res.on('close', () => done(err({ status: 0, message: `watch ${path}: closed` })));
+    });
+  }
+
+  /** Ends every request and watch under way, and closes idle connections (at shutdown). */
   close(): void {
+    for (const req of this.open) req.destroy(new Error('the client is closing'));
     this.agent.destroy();
   }
 
-  private async credentials(): Promise<{ headers: Record<string, string>; tls: RequestOptions }> {
-    if (this.auth && performance.now() - this.auth.at < AUTH_REFRESH_MS) return this.auth;
-    const opts: RequestOptions & { headers?: Record<string, string> } = {};
-    await this.kubeconfig.applyToHTTPSOptions(opts);
-    const tls: RequestOptions = {};
-    for (const k of ['ca', 'cert', 'key', 'rejectUnauthorized', 'servername', 'auth'] as const) if (opts[k] !== undefined) (tls as Record<string, unknown>)[k] = opts[k];
-    this.auth = { headers: { ...(opts.headers ?? {}) }, tls, at: performance.now() };
-    return this.auth;
+  /** Sends the request and resolves with the response once its head has arrived. */
+  private async start(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
+    await this.limiter.take(options.urgent ?? false);
+    const key = `${method} ${resource}`;
+    this.sent.set(key, (this.sent.get(key) ?? 0) + 1);
+    const credentials = await this.endpoint.credentials();
+    if (!credentials.ok) return err({ status: 0, message: credentials.error });
+    const { tls, headers } = credentials.value;
+    const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
+    const send = this.base.protocol === 'http:' ? httpRequest : httpsRequest;
+    return new Promise((done) => {
+      const req = send({
+        ...tls, agent: this.agent, protocol: this.base.protocol, hostname: this.base.hostname.replace(/^\[|\]$/g, ''), port: this.base.port,
+        path: `${this.base.pathname.replace(/\/$/, '')}${path}`, method,
+        headers: { ...headers, Accept: 'application/json', 'User-Agent': 'plexusd', ...(payload !== undefined ? { 'Content-Type': options.contentType ?? 'application/json', 'Content-Length': Buffer.byteLength(payload) } : {}) },
+        // Idle time on the socket: for a watch, the longest silence allowed.
+        timeout: timeoutMs,
+      }, (res) => {
+        clearTimeout(deadline);
+        done(ok(res));
+      });
+      this.open.add(req);
+      // Until the response's head arrives, the timeout bounds the whole request, not just idle socket time.
+      const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      req.on('close', () => {
+        clearTimeout(deadline);
+        this.open.delete(req);
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      req.on('error', (e) => done(err({ status: 0, message: `${method} ${path}: ${e.message}` })));
+      req.end(payload);
+    });
   }
 }
 

@@ -27,18 +27,17 @@ export interface ApiConnection {
 }
 
 export async function connectToApi(config: DaemonConfig, log: Logger): Promise<ApiConnection | undefined> {
-  const kubeconfig = loadKubeConfig(config.kubeconfig);
-  if (!kubeconfig.ok) throw new Error(kubeconfig.error.message);
-  const kc = kubeconfig.value;
-  if (!kc) return undefined;
+  const endpoint = loadKubeConfig(config.kubeconfig);
+  if (!endpoint.ok) throw new Error(endpoint.error.message);
+  if (!endpoint.value) return undefined;
   const nodeName = nodeNameOf(config.nodeName);
-  const client = new KubeApiClient(kc, { qps: config.kubeApiQps, burst: config.kubeApiBurst, timeoutMs: config.kubeApiTimeout * 1000 });
-  const warn = (what: string) => (e: unknown) => log.warn({ err: (e as Error).message ?? String(e) }, `${what} failed; retrying`);
-  const networks = new ApiNetworkSource(kc, new CniConfDir(config.cniConfDir), warn('watching NetworkAttachmentDefinitions'));
-  const pods = new ApiPodSource(kc, client, nodeName, warn(`watching the pods of node ${nodeName}`));
+  const client = new KubeApiClient(endpoint.value, { qps: config.kubeApiQps, burst: config.kubeApiBurst, timeoutMs: config.kubeApiTimeout * 1000 });
+  const warn = (what: string) => (message: string) => log.warn({ err: message }, `${what} failed; retrying`);
+  const networks = new ApiNetworkSource(client, new CniConfDir(config.cniConfDir), warn('watching NetworkAttachmentDefinitions'));
+  const pods = new ApiPodSource(client, nodeName, warn(`watching the pods of node ${nodeName}`));
   const status = new ApiStatusWriter(client, log);
   const events = new EventRecorder(client, nodeName, log);
-  log.info({ server: kc.getCurrentCluster()?.server, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
+  log.info({ server: client.server, kubeconfig: endpoint.value.source, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
   return {
     networks, pods, client, sink: fanOut(status, events),
     async start() {
@@ -47,8 +46,9 @@ export async function connectToApi(config: DaemonConfig, log: Logger): Promise<A
     },
     async stop() {
       await Promise.race([Promise.all([status.settled(), events.settled()]), new Promise((r) => setTimeout(r, SETTLE_MS))]);
-      await Promise.all([networks.stop(), pods.stop()]);
-      client.close();
+      const stopping = [networks.stop(), pods.stop()];
+      client.close(); // ends the watches, so the informers' loops end
+      await Promise.all(stopping);
     },
   };
 }

@@ -3,36 +3,32 @@
  * informer keeps each one parsed in memory, so the engine's lookups are synchronous and cost no API request. A NAD
  * that does not parse is kept as its error, so a lookup of it says what is wrong with it, and list() reports it.
  */
-import { CustomObjectsApi, type KubeConfig, type KubernetesListObject, type KubernetesObject, makeInformer } from '@kubernetes/client-node';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
-import { SyncedInformer } from './synced-informer';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
 import type { NetworkSource } from '../networks/source';
+import type { KubeApiClient } from './api-client';
+import { type ApiObject, Informer } from './informer';
 
-const GROUP = 'k8s.cni.cncf.io';
-const VERSION = 'v1';
-const PLURAL = 'network-attachment-definitions';
+const PATH = '/apis/k8s.cni.cncf.io/v1/network-attachment-definitions';
 
-const keyOf = (obj: KubernetesObject): string => `${obj.metadata?.namespace ?? 'default'}/${obj.metadata?.name ?? ''}`;
+const keyOf = (obj: ApiObject): string => `${obj.metadata?.namespace ?? 'default'}/${obj.metadata?.name ?? ''}`;
 
 export class ApiNetworkSource implements NetworkSource {
   private readonly byKey = new Map<string, Result<NetworkDefinition>>();
-  private readonly informer: SyncedInformer<KubernetesObject>;
+  private readonly informer: Informer<ApiObject>;
 
   constructor(
-    kubeconfig: KubeConfig,
+    client: KubeApiClient,
     /** Where NADs with an empty spec.config find their CNI config on the node (--cni-conf-dir). */
     private readonly configs?: NadConfigSource,
-    onError: (e: unknown) => void = () => undefined,
+    onError: (message: string) => void = () => undefined,
   ) {
-    const api = kubeconfig.makeApiClient(CustomObjectsApi);
-    const list = (): Promise<KubernetesListObject<KubernetesObject>> => api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL });
-    const informer = makeInformer<KubernetesObject>(kubeconfig, `/apis/${GROUP}/${VERSION}/${PLURAL}`, list);
-    informer.on('add', (obj) => this.put(obj));
-    informer.on('update', (obj) => this.put(obj));
-    informer.on('delete', (obj) => this.byKey.delete(keyOf(obj)));
-    // After an error the informer lists or watches again; until then lookups answer from what it had.
-    this.informer = new SyncedInformer(informer, onError);
+    // Each NAD is kept parsed (byKey); the informer keeps only its metadata.
+    this.informer = new Informer<ApiObject>(client, PATH, 'network-attachment-definitions', {}, (obj) => ({ metadata: { ...obj.metadata } }), {
+      upsert: (obj) => this.put(obj),
+      remove: (obj) => this.byKey.delete(keyOf(obj)),
+      error: onError,
+    });
   }
 
   /** Lists and starts watching; resolves when the first list is in memory (retrying while the API is away). */
@@ -49,7 +45,7 @@ export class ApiNetworkSource implements NetworkSource {
     return this.informer.ready;
   }
 
-  private put(obj: KubernetesObject): void {
+  private put(obj: ApiObject): void {
     this.byKey.set(keyOf(obj), parseNad(obj, `NetworkAttachmentDefinition ${keyOf(obj)} in the API`, this.configs));
   }
 

@@ -4,28 +4,27 @@
  * the scheduler) costs one GET. K8S_POD_UID is checked against the API's UID: a sandbox of an earlier pod of the same
  * name is refused, never given the new pod's networks.
  */
-import { CoreV1Api, type KubeConfig, ListWatch, type V1Pod, Watch } from '@kubernetes/client-node';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { PodInfo, PodSource } from '../engine/pod-source';
 import { type KubeApiClient, segment } from './api-client';
-import { SyncedInformer } from './synced-informer';
+import { type ApiObject, Informer } from './informer';
 
-const infoOf = (pod: V1Pod): PodInfo => ({ uid: pod.metadata?.uid ?? '', annotations: pod.metadata?.annotations ?? {} });
+const infoOf = (pod: ApiObject): PodInfo => ({ uid: pod.metadata?.uid ?? '', annotations: pod.metadata?.annotations ?? {} });
+/** What the cache keeps of a pod: the engine reads its UID and annotations, nothing else. */
+const metadataOf = (pod: ApiObject): ApiObject => {
+  const m = pod.metadata ?? {};
+  return { metadata: { ...(m.name ? { name: m.name } : {}), ...(m.namespace ? { namespace: m.namespace } : {}), ...(m.uid ? { uid: m.uid } : {}), ...(m.annotations ? { annotations: m.annotations } : {}) } };
+};
 
 export class ApiPodSource implements PodSource {
-  private readonly cache: ListWatch<V1Pod>;
-  private readonly informer: SyncedInformer<V1Pod>;
+  private readonly informer: Informer<ApiObject>;
 
   constructor(
-    kubeconfig: KubeConfig,
     private readonly client: KubeApiClient,
     readonly nodeName: string,
-    onError: (e: unknown) => void = () => undefined,
+    onError: (message: string) => void = () => undefined,
   ) {
-    const api = kubeconfig.makeApiClient(CoreV1Api);
-    const fieldSelector = `spec.nodeName=${nodeName}`;
-    this.cache = new ListWatch<V1Pod>('/api/v1/pods', new Watch(kubeconfig), () => api.listPodForAllNamespaces({ fieldSelector }), false, undefined, fieldSelector);
-    this.informer = new SyncedInformer(this.cache, onError);
+    this.informer = new Informer<ApiObject>(client, '/api/v1/pods', 'pods', { fieldSelector: `spec.nodeName=${nodeName}` }, metadataOf, { error: onError });
   }
 
   /** Lists this node's pods and watches them; resolves when the first list is in the cache. */
@@ -43,11 +42,11 @@ export class ApiPodSource implements PodSource {
 
   /** Pods in the cache (for plexusctl and tests). */
   get cached(): number {
-    return this.cache.list().length;
+    return this.informer.list().length;
   }
 
   async get(namespace: string, name: string, uid: string | undefined): Promise<Result<PodInfo>> {
-    const cached = this.cache.get(name, namespace);
+    const cached = this.informer.get(namespace, name);
     // A cached pod of another UID may be the cache lagging behind a re-created pod: the live GET decides.
     if (cached && (uid === undefined || cached.metadata?.uid === uid)) return ok(infoOf(cached));
     const live = await this.client.request('GET', `/api/v1/namespaces/${segment(namespace)}/pods/${segment(name)}`, 'pods', { urgent: true });
@@ -57,7 +56,7 @@ export class ApiPodSource implements PodSource {
       }
       return err(new CniError(CniCode.TryAgainLater, `cannot read pod ${namespace}/${name} from the Kubernetes API: ${live.error.message}`, `HTTP ${live.error.status || 'no answer'}; the runtime retries the sandbox`));
     }
-    const info = infoOf(live.value as V1Pod);
+    const info = infoOf(live.value as ApiObject);
     if (uid !== undefined && info.uid !== uid) {
       return err(new CniError(CniCode.InvalidEnvironment, `pod ${namespace}/${name} in the API has UID ${info.uid}, but this sandbox is for UID ${uid} (K8S_POD_UID): it belongs to an earlier pod of that name, so none of the new pod's networks are attached`, 'the kubelet removes stale sandboxes; nothing was attached'));
     }

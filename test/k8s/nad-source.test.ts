@@ -4,9 +4,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node';
 import { ApiNetworkSource } from '../../src/k8s/nad-source';
-import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import type { KubeApiClient } from '../../src/k8s/api-client';
+import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
 
 const skip = k8sMissing();
 const config = (name: string, bridge: string): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge, ipam: { type: 'host-local', subnet: '10.91.0.0/24' } });
@@ -27,21 +27,23 @@ async function eventually(check: () => void, timeoutMs = 10000): Promise<void> {
 describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
   let api: KubeApiFixture;
   let source: ApiNetworkSource;
+  let client: KubeApiClient;
   before(async () => {
     api = await KubeApiFixture.start();
     await api.installNadCrd();
     assert.equal((await api.createNad('default', 'early', config('early', 'early0'))).status, 201);
     assert.equal((await api.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'team-a' } })).status, 201);
-    const kc = new KubeConfig();
-    kc.loadFromFile(api.kubeconfig);
-    source = new ApiNetworkSource(kc);
+    client = apiClientFor(api.kubeconfig);
+    source = new ApiNetworkSource(client);
     assert.equal(source.ready, false);
     const notYet = source.get('default', 'early');
     assert.ok(!notYet.ok && /not loaded from the API yet/.test(notYet.error.message), 'before the first list, a lookup says so');
     await source.start();
   });
   after(async () => {
-    await source?.stop();
+    const stopping = source?.stop();
+    client?.close();
+    await stopping;
     await api?.stop();
   });
 
@@ -79,5 +81,14 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     const { networks, errors } = source.list();
     assert.ok(networks.some((n) => n.key === 'default/early'));
     assert.ok(errors.some((e) => /default\/broken/.test(e.message)));
+  });
+
+  it('keeps watching across an API server restart, and sees what changed while it was down', async () => {
+    await api.stopApiServer();
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.ok(source.get('default', 'early').ok, 'answers from memory while the API is down');
+    await api.startApiServer();
+    assert.equal((await api.createNad('default', 'after-restart', config('after-restart', 'ar0'))).status, 201);
+    await eventually(() => assert.ok(source.get('default', 'after-restart').ok), 20000);
   });
 });

@@ -3,15 +3,13 @@ import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
-import { KubeApiClient } from '../../src/k8s/api-client';
+import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ApiStatusWriter, NETWORK_STATUS_ANNOTATION } from '../../src/k8s/status-writer';
 import type { NetworkStatusEntry } from '../../src/networks/status';
-import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
 
 const skip = k8sMissing();
-const clientOf = (kc: KubeConfig): KubeApiClient => new KubeApiClient(kc, { qps: 50, burst: 100, timeoutMs: 5000 });
 const status: NetworkStatusEntry[] = [
   { name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} },
   { name: 'team-a/blue', interface: 'net1', ips: ['10.2.0.9'], mac: '02:00:00:00:00:09', default: false, dns: {} },
@@ -19,13 +17,13 @@ const status: NetworkStatusEntry[] = [
 
 describe('network-status write-back on a real API server', { skip }, () => {
   let api: KubeApiFixture;
-  let kc: KubeConfig;
+  let client: KubeApiClient;
   before(async () => {
     api = await KubeApiFixture.start();
-    kc = new KubeConfig();
-    kc.loadFromFile(api.kubeconfig);
+    client = apiClientFor(api.kubeconfig);
   });
   after(async () => {
+    client?.close();
     await api?.stop();
   });
 
@@ -39,7 +37,7 @@ describe('network-status write-back on a real API server', { skip }, () => {
 
   it('writes the annotation with a PATCH of it alone: the pod keeps its other annotations', async () => {
     const uid = await pod('p1');
-    const writer = new ApiStatusWriter(clientOf(kc), pino({ level: 'silent' }));
+    const writer = new ApiStatusWriter(client, pino({ level: 'silent' }));
     writer.attached({ namespace: 'default', name: 'p1', uid }, 'c1', status);
     await writer.settled();
     const got = await annotations('p1');
@@ -49,7 +47,7 @@ describe('network-status write-back on a real API server', { skip }, () => {
 
   it('never writes to another pod of the same name (the UID is a precondition), nor to a pod that is gone', async () => {
     await pod('p2');
-    const writer = new ApiStatusWriter(clientOf(kc), pino({ level: 'silent' }), { firstDelayMs: 10 });
+    const writer = new ApiStatusWriter(client, pino({ level: 'silent' }), { firstDelayMs: 10 });
     writer.attached({ namespace: 'default', name: 'p2', uid: '00000000-0000-0000-0000-000000000000' }, 'c2', status);
     writer.attached({ namespace: 'default', name: 'gone', uid: '00000000-0000-0000-0000-000000000001' }, 'c3', status);
     const started = Date.now();
@@ -64,13 +62,13 @@ describe('network-status write-back on a real API server', { skip }, () => {
       apiVersion: 'v1', kind: 'Config', 'current-context': 'x', clusters: [{ name: 'x', cluster: { server: 'https://127.0.0.1:1', 'insecure-skip-tls-verify': true } }],
       users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'x', user: 'u' } }],
     }));
-    const unreachable = new KubeConfig();
-    unreachable.loadFromFile(dead);
+    const unreachable = apiClientFor(dead);
     const lines: string[] = [];
     const log = pino({ level: 'debug' }, { write: (l: string) => void lines.push(l) });
-    const writer = new ApiStatusWriter(clientOf(unreachable), log, { firstDelayMs: 10, attempts: 3 });
+    const writer = new ApiStatusWriter(unreachable, log, { firstDelayMs: 10, attempts: 3 });
     writer.attached({ namespace: 'default', name: 'p1' }, 'c4', status);
     await writer.settled();
+    unreachable.close();
     assert.ok(lines.some((l) => /not written after retries/.test(l)), lines.join('\n'));
   });
 });

@@ -12,6 +12,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { KubeApiClient } from '../../src/k8s/api-client';
+import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
 
 const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
@@ -324,6 +326,13 @@ export class KubeApiFixture {
     for (const { proc } of this.procs.splice(0).reverse()) await stopProcess(proc);
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** plexusd's API client for a kubeconfig file (the limits plexusd has by default). */
+export function apiClientFor(kubeconfig: string): KubeApiClient {
+  const endpoint = loadKubeConfig(kubeconfig);
+  if (!endpoint.ok || !endpoint.value) throw new Error(`${kubeconfig}: ${endpoint.ok ? 'no endpoint' : endpoint.error.message}`);
+  return new KubeApiClient(endpoint.value, { qps: 50, burst: 100, timeoutMs: 5000 });
 }
 
 /** SIGTERM to a process this fixture started, SIGKILL after 10 s; resolves when it has exited. */

@@ -42,7 +42,10 @@ export interface KubeletBurstReport {
    * annotation; bridge: status.podIP), and inside the pod's netns (a few pods).
    */
   readonly verified: { readonly fromApi: number; readonly netns: number };
-  readonly plexusd?: { readonly peakRssMiB: number; readonly sampledPeakRssMiB: number; readonly startRssMiB: number };
+  /** VmHWM at the end; VmRSS sampled every 100 ms; CNI calls in flight and queued (its /readyz) at most, sampled alike. */
+  readonly plexusd?: {
+    readonly peakRssMiB: number; readonly sampledPeakRssMiB: number; readonly startRssMiB: number; readonly peakInFlight: number; readonly peakQueued: number;
+  };
   /** Left after the pods were deleted: bridge ports, leases, journal records. */
   readonly leaks: readonly string[];
   /** What the node's tear-down reported. */
@@ -56,6 +59,8 @@ export interface BurstOptions {
   readonly runningTimeoutMs: number;
   /** Pods whose netns is looked into. */
   readonly netnsChecks: number;
+  /** More plexusd flags (e.g. --max-concurrent 32), after the burst's own. */
+  readonly plexusdArgs: readonly string[];
   readonly log: (line: string) => void;
 }
 
@@ -81,14 +86,14 @@ const kib = (pid: number, field: 'VmHWM' | 'VmRSS'): number | undefined => {
 };
 
 /** plexusd as the brief of this burst runs it: networks from the API, this node's name, the private plugin directory. */
-async function startPlexusd(root: string, socket: string, binDir: string, kubeconfig: string): Promise<ChildProcess> {
+async function startPlexusd(root: string, socket: string, binDir: string, kubeconfig: string, extra: readonly string[]): Promise<ChildProcess> {
   const networksDir = join(root, 'networks'); // empty: every network comes from the API
   mkdirSync(networksDir);
   const log = join(root, 'plexusd.log');
   const fd = openSync(log, 'a');
   const child = spawn(daemonEntry(), [
     '--socket', socket, '--state-dir', join(root, 'state'), '--networks-dir', networksDir, '--cni-bin-dir', binDir,
-    '--kubeconfig', kubeconfig, '--node-name', '127.0.0.1', '--default-network', 'default/podnet', '--log-level', 'warn',
+    '--kubeconfig', kubeconfig, '--node-name', '127.0.0.1', '--default-network', 'default/podnet', '--log-level', 'warn', ...extra,
   ], { stdio: ['ignore', fd, fd] });
   closeSync(fd);
   const text = (): string => readFileSync(log, 'utf8').slice(-5000);
@@ -171,6 +176,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     log(`${mode}: node Ready in ${nodeStartSeconds.toFixed(1)} s (root ${node.dir}); ${options.pods} pods, subnets 10.${second}.{0,1,2}.0/24`);
     let rssStart: number | undefined;
     let rssPeakSampled = 0;
+    const calls = { inFlight: 0, queued: 0 };
     let sampler: NodeJS.Timeout | undefined;
     if (mode === 'plexus') {
       await node.kube.installNadCrd();
@@ -178,9 +184,16 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
         const made = await node.kube.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const daemon = (state.daemon = await startPlexusd(root, socket, binDir, node.kube.kubeconfig));
+      const daemon = (state.daemon = await startPlexusd(root, socket, binDir, node.kube.kubeconfig, options.plexusdArgs));
       rssStart = kib(daemon.pid!, 'VmRSS');
-      sampler = setInterval(() => (rssPeakSampled = Math.max(rssPeakSampled, kib(daemon.pid!, 'VmRSS') ?? 0)), 100);
+      sampler = setInterval(() => {
+        rssPeakSampled = Math.max(rssPeakSampled, kib(daemon.pid!, 'VmRSS') ?? 0);
+        void httpOverSocket(socket, 'GET', '/readyz', undefined, 1000).then((r) => {
+          const { inFlight = 0, queued = 0 } = JSON.parse(r.body) as { inFlight?: number; queued?: number };
+          calls.inFlight = Math.max(calls.inFlight, inFlight);
+          calls.queued = Math.max(calls.queued, queued);
+        }, () => undefined);
+      }, 100);
     }
 
     const names = await node.createPods(options.pods, {
@@ -258,7 +271,12 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
       failureMessages: failureMessages.slice(0, 10),
       deleteSeconds: seconds(deleteMs),
       verified,
-      ...(mode === 'plexus' ? { plexusd: { peakRssMiB: round((peak ?? NaN) / 1024, 1), sampledPeakRssMiB: round(rssPeakSampled / 1024, 1), startRssMiB: round((rssStart ?? NaN) / 1024, 1) } } : {}),
+      ...(mode === 'plexus' ? {
+        plexusd: {
+          peakRssMiB: round((peak ?? NaN) / 1024, 1), sampledPeakRssMiB: round(rssPeakSampled / 1024, 1), startRssMiB: round((rssStart ?? NaN) / 1024, 1),
+          peakInFlight: calls.inFlight, peakQueued: calls.queued,
+        },
+      } : {}),
       leaks,
       problems: state.problems,
       nodeStartSeconds: round(nodeStartSeconds, 1),

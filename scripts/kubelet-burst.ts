@@ -2,7 +2,7 @@
  * A burst of pods through a real kubelet, with and without Plexus (scripts/lib/bench/kubelet-burst.ts):
  *
  *   npm run build && node dist/scripts/kubelet-burst.js [--pods 110] [--mode bridge|plexus] [--compare] [--json FILE]
- *        [--create-concurrency N] [--timeout S] [--plexusd-args "--max-concurrent 32"]
+ *        [--create-concurrency N] [--timeout S] [--plexusd-args="--max-concurrent 64"]
  *
  * Needs root, the Kubernetes binaries of ../shared/k8s (or $PLEXUS_K8S_BIN), Debian's etcd, containerd, runc and
  * CNI plugins, and the kubelet's ports 10250 and 10248 free. Exits 1 when a pod failed or something was left behind.
@@ -20,7 +20,7 @@ const USAGE = `usage: node dist/scripts/kubelet-burst.js [options]
   --compare               bridge, then plexus, each on a fresh node, and the ratios
   --create-concurrency N  create requests in flight (default 16)
   --timeout S             seconds for all pods to be Running (default 600)
-  --plexusd-args "ARGS"   more plexusd flags, space-separated (e.g. "--max-concurrent 32")
+  --plexusd-args="ARGS"   more plexusd flags, space-separated (e.g. --plexusd-args="--max-concurrent 64")
   --json FILE             also write the report as JSON`;
 
 async function main(): Promise<number> {

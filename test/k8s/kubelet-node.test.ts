@@ -25,18 +25,23 @@ function freeSubnet(): string {
 
 const HOST_PATHS = ['/var/lib/kubelet', '/var/lib/kubelet/device-plugins', '/var/lib/kubelet/pod-resources', '/var/log/containers', '/var/log/pods', '/opt/containerd', '/etc/cni/net.d', '/run/containerd'];
 const hostPathsNow = (): Record<string, boolean> => Object.fromEntries(HOST_PATHS.map((p) => [p, existsSync(p)]));
+// The kubelet sets these at start (kernel.panic=10, panic_on_oops=1, ...): the node must put them back.
+const KERNEL = ['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops', 'kernel/keys/root_maxkeys', 'kernel/keys/root_maxbytes'];
+const kernelNow = (): string[] => KERNEL.map((k) => `${k}=${readFileSync(`/proc/sys/${k}`, 'utf8').trim()}`);
 const netnsNow = (): string[] => ip('netns', 'list').split('\n').map((l) => l.split(' ')[0] ?? '').filter(Boolean).sort();
 
 describe('a real node (kubelet + containerd) with the reference bridge network', { skip }, () => {
   const net = freeSubnet();
   let node: KubeNodeFixture;
   let hostBefore: Record<string, boolean>;
+  let kernelBefore: string[];
   let netnsBefore: string[];
   let pids: number[] = [];
   let root = '';
 
   before(async () => {
     hostBefore = hostPathsNow();
+    kernelBefore = kernelNow();
     netnsBefore = netnsNow();
     node = await KubeNodeFixture.start({
       cniBinDir: '/usr/lib/cni',
@@ -70,7 +75,7 @@ describe('a real node (kubelet + containerd) with the reference bridge network',
     assert.equal(ip('-o', 'link', 'show', 'master', bridge).trim().split('\n').length, 3, 'one veth per pod on the bridge');
   });
 
-  it('stops leaving nothing: no link, netns, process, mount or host path of its own', async () => {
+  it('stops leaving nothing: no link, netns, process, mount, host path or kernel setting of its own', async () => {
     const netns = node.netnsLeft();
     assert.equal(netns.length, 3, 'the pods\' namespaces, before');
     const problems = await node.stop();
@@ -83,5 +88,6 @@ describe('a real node (kubelet + containerd) with the reference bridge network',
     assert.deepEqual(readFileSync('/proc/mounts', 'utf8').split('\n').filter((l) => l.includes(root)), []);
     assert.equal(existsSync(root), false);
     assert.deepEqual(hostPathsNow(), hostBefore);
+    assert.deepEqual(kernelNow(), kernelBefore);
   });
 });

@@ -5,6 +5,7 @@
  * (a private conf_dir, so /etc/cni/net.d is never written), the kubelet's --root-dir and pod logs. The few host paths
  * the kubelet hard-codes are moved aside before it starts and put back by stop(), as are the kernel settings it
  * changes; the kubelet's fixed ports 10250 and 10248 must be free. Every process is stopped by the PID it was given.
+ * (Were the test process killed outright, a path moved aside stays beside the original as `<path>.plexus-aside-<hex>`.)
  */
 import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -141,7 +142,7 @@ export class KubeNodeFixture {
   readonly kubeletRoot: string;
   readonly kubeletLog: string;
   readonly containerdLog: string;
-  api: KubeApiFixture | undefined;
+  private apiFixture: KubeApiFixture | undefined;
   private readonly procs: Started[] = [];
   private readonly host = new HostPaths();
   private readonly cgroups = new KubeCgroups();
@@ -161,10 +162,10 @@ export class KubeNodeFixture {
     this.containerdLog = join(dir, 'log', 'containerd.log');
   }
 
-  /** The API server; throws before start() got that far. */
-  get kube(): KubeApiFixture {
-    if (!this.api) throw new Error('the node has no API server (start() failed before it)');
-    return this.api;
+  /** The node's API server (and etcd). */
+  get api(): KubeApiFixture {
+    if (!this.apiFixture) throw new Error('the node has no API server (start() failed before it)');
+    return this.apiFixture;
   }
 
   static async start(options: KubeNodeOptions): Promise<KubeNodeFixture> {
@@ -182,7 +183,7 @@ export class KubeNodeFixture {
       for (const name of [...bridges, ...(options.ownedLinks ?? [])]) fx.links.push({ name, existed: linkExists(name) });
       writeFileSync(join(fx.cniConfDir, '10-test.conflist'), conflist);
 
-      fx.api = await KubeApiFixture.start();
+      fx.apiFixture = await KubeApiFixture.start();
       fx.agent = new Agent({ keepAlive: true, maxSockets: 16, ...fx.adminTls() });
       fx.issueNodeCerts();
       fx.host.watchDirs(['/run/containerd/s']); // the shims' sockets: a path containerd 1.6 hard-codes
@@ -222,14 +223,14 @@ export class KubeNodeFixture {
   }
 
   private adminTls(): { ca: Buffer; cert: Buffer; key: Buffer } {
-    const certs = join(this.kube.dir, 'certs');
+    const certs = join(this.api.dir, 'certs');
     return { ca: readFileSync(join(certs, 'ca.crt')), cert: readFileSync(join(certs, 'admin.crt')), key: readFileSync(join(certs, 'admin.key')) };
   }
 
   /** The kubelet's client identity (the Node authorizer's system:node:<name>) and its serving cert for :10250, from the API's CA. */
   private issueNodeCerts(): void {
     const dir = join(this.dir, 'certs');
-    const caDir = join(this.kube.dir, 'certs');
+    const caDir = join(this.api.dir, 'certs');
     const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
     const issue = (name: string, subject: string, eku: string, san?: string): void => {
       ssl('genrsa', '-out', `${name}.key`, '2048');
@@ -243,7 +244,7 @@ export class KubeNodeFixture {
     const b64 = (f: string): string => readFileSync(join(dir, f)).toString('base64');
     writeFileSync(join(this.dir, 'etc', 'kubelet.kubeconfig'), JSON.stringify({
       apiVersion: 'v1', kind: 'Config', 'current-context': 'node',
-      clusters: [{ name: 'test', cluster: { server: this.kube.server, 'certificate-authority-data': readFileSync(join(caDir, 'ca.crt')).toString('base64') } }],
+      clusters: [{ name: 'test', cluster: { server: this.api.server, 'certificate-authority-data': readFileSync(join(caDir, 'ca.crt')).toString('base64') } }],
       users: [{ name: 'node', user: { 'client-certificate-data': b64('kubelet-client.crt'), 'client-key-data': b64('kubelet-client.key') } }],
       contexts: [{ name: 'node', context: { cluster: 'test', user: 'node' } }],
     }), { mode: 0o600 });
@@ -309,7 +310,7 @@ export class KubeNodeFixture {
       port: KUBELET_PORT,
       healthzBindAddress: '127.0.0.1',
       healthzPort: KUBELET_HEALTHZ_PORT,
-      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: join(this.kube.dir, 'certs', 'ca.crt') } },
+      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: join(this.api.dir, 'certs', 'ca.crt') } },
       authorization: { mode: 'Webhook' },
       tlsCertFile: join(certs, 'kubelet-server.crt'),
       tlsPrivateKeyFile: join(certs, 'kubelet-server.key'),
@@ -395,7 +396,7 @@ export class KubeNodeFixture {
     return new Promise((done, fail) => {
       const req = httpsRequest(
         {
-          host: '127.0.0.1', port: this.kube.apiPort, path, method, agent, timeout: 30000,
+          host: '127.0.0.1', port: this.api.apiPort, path, method, agent, timeout: 30000,
           headers: { Accept: 'application/json', ...(payload !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) } : {}) },
         },
         (res) => {
@@ -439,7 +440,7 @@ export class KubeNodeFixture {
     if (list.status !== 200 || !rv) throw new Error(`listing pods in ${namespace}: ${list.status}`);
     await new Promise<void>((opened, fail) => {
       const req = httpsRequest({
-        host: '127.0.0.1', port: this.kube.apiPort, method: 'GET', agent: false, ...this.adminTls(),
+        host: '127.0.0.1', port: this.api.apiPort, method: 'GET', agent: false, ...this.adminTls(),
         path: `/api/v1/namespaces/${namespace}/pods?watch=true&resourceVersion=${rv}&timeoutSeconds=3600`,
       }, (res) => {
         if (res.statusCode !== 200) return fail(new Error(`watching pods in ${namespace}: ${res.statusCode}`));
@@ -653,7 +654,7 @@ export class KubeNodeFixture {
         problems.push(`${what}: ${message(e)}`);
       }
     };
-    if (this.running('kubelet') && this.api && this.pods.size > 0) await attempt('delete pods', () => this.deleteAllPods(30000));
+    if (this.running('kubelet') && this.apiFixture && this.pods.size > 0) await attempt('delete pods', () => this.deleteAllPods(30000));
     for (const close of this.watches.values()) close();
     this.watches.clear();
     await attempt('stop kubelet', () => this.stopProcess('kubelet'));
@@ -678,7 +679,7 @@ export class KubeNodeFixture {
     await attempt('stop shims', () => this.killShims());
     if (hooks.runtimeStopped) await attempt('after the runtime stopped', hooks.runtimeStopped);
     this.agent?.destroy();
-    await attempt('stop the API server', () => this.api?.stop());
+    await attempt('stop the API server', () => this.apiFixture?.stop());
     await attempt('unmount', () => unmountUnder(this.dir));
     await attempt('cgroups', () => problems.push(...this.cgroups.remove()));
     await attempt('host paths', () => problems.push(...this.host.restore()));

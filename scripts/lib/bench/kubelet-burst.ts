@@ -179,12 +179,12 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const calls = { inFlight: 0, queued: 0 };
     let sampler: NodeJS.Timeout | undefined;
     if (mode === 'plexus') {
-      await node.kube.installNadCrd();
+      await node.api.installNadCrd();
       for (const n of networks) {
-        const made = await node.kube.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
+        const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const daemon = (state.daemon = await startPlexusd(root, socket, binDir, node.kube.kubeconfig, options.plexusdArgs));
+      const daemon = (state.daemon = await startPlexusd(root, socket, binDir, node.api.kubeconfig, options.plexusdArgs));
       rssStart = kib(daemon.pid!, 'VmRSS');
       sampler = setInterval(() => {
         rssPeakSampled = Math.max(rssPeakSampled, kib(daemon.pid!, 'VmRSS') ?? 0);

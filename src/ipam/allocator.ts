@@ -9,7 +9,7 @@ import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
 import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
-import { type Lease, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
+import { type Lease, type LeaseOwner, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
 
 export interface IpamRequest {
   /** Network name; leases are per network. */
@@ -19,6 +19,10 @@ export interface IpamRequest {
   readonly config: IpamConfig;
   /** "ip" or "ip/prefix", from CNI_ARGS IP= or runtimeConfig ips. */
   readonly requestedIps?: readonly string[];
+  /** Recorded with each lease (the pod's UID and name; the attachment's network when the lease is in a shared pool). */
+  readonly owner?: LeaseOwner;
+  /** The pod, when the runtime named it (cluster IPAM records it with the lease). */
+  readonly pod?: { readonly uid?: string; readonly namespace?: string; readonly name?: string };
 }
 
 export interface IpamResult {
@@ -72,6 +76,9 @@ export class Ipam implements IpamBackend {
     const bad = checkNetwork(req.network) ?? checkOwner(req.containerId, req.ifname);
     if (bad !== undefined) return err(bad);
     if (req.config.type === 'static') return allocateStatic(req.config, req.requestedIps ?? []);
+    if (req.config.type === 'cluster') {
+      return err(invalid(`ipam type "${req.config.flavour}" allocates cluster-wide on the Kubernetes API: plexusd needs --kubeconfig (or its service account) for network ${req.network}`));
+    }
     const config = req.config;
     const sets = compileRanges(config);
     if (!sets.ok) return sets;
@@ -124,6 +131,7 @@ export class Ipam implements IpamBackend {
       gateway: formatIp(range.subnet.family, range.gateway),
       containerId: req.containerId,
       ifname: req.ifname,
+      ...(req.owner !== undefined ? { owner: req.owner } : {}),
     };
   }
 

@@ -32,7 +32,25 @@ export type IpamConfig =
       readonly addresses: readonly { readonly address: string; readonly gateway?: string }[];
       readonly routes: readonly RouteSpec[];
       readonly dns?: DnsSpec;
-    };
+    }
+  | ClusterIpamConfig;
+
+/**
+ * Cluster-wide IPAM (`plexus`, or a Whereabouts config taken as it is): a pool on the Kubernetes API, split into
+ * blocks that nodes claim. `ranges` are host-local's range sets (one address per set); `exclude` are CIDRs never
+ * handed out; `pool` names the pool (Whereabouts' network_name), so several networks may share one.
+ */
+export interface ClusterIpamConfig {
+  readonly type: 'cluster';
+  readonly flavour: 'plexus' | 'whereabouts';
+  readonly pool?: string;
+  readonly ranges: readonly (readonly IpRange[])[];
+  readonly exclude: readonly string[];
+  /** Prefix length of a block, per family: a node claims addresses this many at a time. */
+  readonly blockPrefix: { readonly v4: number; readonly v6: number };
+  readonly routes: readonly RouteSpec[];
+  readonly dns?: DnsSpec;
+}
 
 const rangeShape = z.looseObject({
   subnet: z.string(),
@@ -64,6 +82,30 @@ const hostLocalShape = z.looseObject({
 const staticShape = z.looseObject({
   type: z.literal('static'),
   addresses: z.array(z.looseObject({ address: z.string(), gateway: z.string().optional() })).optional(),
+  routes: z.array(routeShape).optional(),
+  dns: dnsShape.optional(),
+});
+
+const blockPrefixShape = z.number().int().min(1).max(128);
+const plexusShape = z.looseObject({
+  type: z.literal('plexus'),
+  pool: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 name of at most 63 characters').optional(),
+  ranges: z.array(z.array(rangeShape)).min(1),
+  exclude: z.array(z.string()).optional(),
+  blockSize: z.looseObject({ v4: blockPrefixShape.optional(), v6: blockPrefixShape.optional() }).optional(),
+  routes: z.array(routeShape).optional(),
+  dns: dnsShape.optional(),
+});
+/** Whereabouts' keys (its README), so its NADs move over unchanged; its datastore and kubernetes keys are ignored. */
+const whereaboutsShape = z.looseObject({
+  type: z.literal('whereabouts'),
+  range: z.string().optional(),
+  range_start: z.string().optional(),
+  range_end: z.string().optional(),
+  gateway: z.string().optional(),
+  exclude: z.array(z.string()).optional(),
+  ipRanges: z.array(z.looseObject({ range: z.string(), range_start: z.string().optional(), range_end: z.string().optional(), exclude: z.array(z.string()).optional() })).optional(),
+  network_name: z.string().optional(),
   routes: z.array(routeShape).optional(),
   dns: dnsShape.optional(),
 });
@@ -102,7 +144,9 @@ function parseOrThrow(raw: unknown): IpamConfig {
   if (type === undefined) return fail('ipam.type', 'is required');
   if (type === 'host-local') return parseHostLocal(shapeOf(hostLocalShape, raw));
   if (type === 'static') return parseStatic(shapeOf(staticShape, raw));
-  return fail('ipam.type', `${JSON.stringify(type)} is not supported by the built-in IPAM (expected "host-local" or "static")`);
+  if (type === 'plexus') return parsePlexus(shapeOf(plexusShape, raw));
+  if (type === 'whereabouts') return parseWhereabouts(shapeOf(whereaboutsShape, raw));
+  return fail('ipam.type', `${JSON.stringify(type)} is not supported by the built-in IPAM (expected "host-local", "static", "plexus" or "whereabouts")`);
 }
 
 /** A range with its bounds as integers; what the allocator works on. */
@@ -130,6 +174,17 @@ function parseHostLocal(shape: z.infer<typeof hostLocalShape>): IpamConfig {
   });
   if (sets.length === 0) fail('ipam.ranges', 'at least one range is required (ipam.ranges or ipam.subnet)');
 
+  checkSets(sets);
+  return {
+    type: 'host-local',
+    ranges: sets.map((set) => set.ranges.map(rangeToConfig)),
+    routes: parseRoutes(shape.routes),
+    ...(shape.dns !== undefined ? { dns: parseDns(shape.dns) } : {}),
+  };
+}
+
+/** Every range of a set is of one family, and no two ranges overlap (within a set or across sets). */
+function checkSets(sets: readonly { readonly path: string; readonly ranges: readonly CompiledRange[] }[]): void {
   for (const set of sets) {
     const first = set.ranges[0];
     for (const range of set.ranges) {
@@ -147,12 +202,69 @@ function parseHostLocal(shape: z.infer<typeof hostLocalShape>): IpamConfig {
     }
   });
 
+}
+
+const DEFAULT_BLOCK_PREFIX = { v4: 26, v6: 122 } as const;
+
+function parsePlexus(shape: z.infer<typeof plexusShape>): ClusterIpamConfig {
+  const sets = shape.ranges.map((set, i) => {
+    const path = `ipam.ranges[${i}]`;
+    if (set.length === 0) fail(path, 'a range set must contain at least one range');
+    return { path, ranges: set.map((range, j) => compileRange(`${path}[${j}]`, range.subnet, range)) };
+  });
+  checkSets(sets);
+  const v4 = shape.blockSize?.v4 ?? DEFAULT_BLOCK_PREFIX.v4;
+  if (v4 > 32) fail('ipam.blockSize.v4', `/${v4} is not an IPv4 prefix length`);
   return {
-    type: 'host-local',
+    type: 'cluster', flavour: 'plexus', ...(shape.pool !== undefined ? { pool: shape.pool } : {}),
     ranges: sets.map((set) => set.ranges.map(rangeToConfig)),
+    exclude: parseExcludes('ipam.exclude', shape.exclude),
+    blockPrefix: { v4, v6: shape.blockSize?.v6 ?? DEFAULT_BLOCK_PREFIX.v6 },
     routes: parseRoutes(shape.routes),
     ...(shape.dns !== undefined ? { dns: parseDns(shape.dns) } : {}),
   };
+}
+
+/**
+ * Whereabouts: `range` is a CIDR whose host bits, if set, are where the range starts ("10.1.0.64/24"), or
+ * "first-last/prefix"; `ipRanges` adds more ranges, each its own range set (dual stack). The pool is named by
+ * `network_name` if given, else by the ranges, as Whereabouts names its IPPools, so NADs with the same range share it.
+ */
+function parseWhereabouts(shape: z.infer<typeof whereaboutsShape>): ClusterIpamConfig {
+  const entries = [
+    ...(shape.range !== undefined ? [{ path: 'ipam', range: shape.range, start: shape.range_start, end: shape.range_end, gateway: shape.gateway }] : []),
+    ...(shape.ipRanges ?? []).map((r, i) => ({ path: `ipam.ipRanges[${i}]`, range: r.range, start: r.range_start, end: r.range_end, gateway: undefined })),
+  ];
+  if (entries.length === 0) fail('ipam.range', 'is required (or ipam.ipRanges)');
+  const sets = entries.map((entry) => {
+    const dash = /^([^-/]+)-([^/]+)\/(\d+)$/.exec(entry.range);
+    const cidr = parseCidr(dash ? `${dash[1]}/${dash[3]}` : entry.range);
+    if (cidr === undefined) return fail(`${entry.path}.range`, `${JSON.stringify(entry.range)} is not a valid CIDR`);
+    const implicitStart = dash ? dash[1] : cidr.value !== networkOf(cidr) ? formatIp(cidr.family, cidr.value) : undefined;
+    const start = entry.start ?? implicitStart;
+    const end = entry.end ?? dash?.[2];
+    const fields = { ...(start !== undefined ? { rangeStart: start } : {}), ...(end !== undefined ? { rangeEnd: end } : {}), ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}) };
+    return { path: entry.path, ranges: [compileRange(entry.path, formatCidr(cidr.family, networkOf(cidr), cidr.prefix), fields)] };
+  });
+  checkSets(sets);
+  const exclude = [...parseExcludes('ipam.exclude', shape.exclude), ...(shape.ipRanges ?? []).flatMap((r, i) => parseExcludes(`ipam.ipRanges[${i}].exclude`, r.exclude))];
+  const ranges = sets.map((set) => set.ranges.map(rangeToConfig));
+  const byRange = ranges.flat().map((r) => r.subnet.replace(/[:/]/g, '-')).join('.');
+  return {
+    type: 'cluster', flavour: 'whereabouts',
+    pool: shape.network_name !== undefined && shape.network_name !== '' ? `${shape.network_name}` : byRange,
+    ranges, exclude, blockPrefix: DEFAULT_BLOCK_PREFIX,
+    routes: parseRoutes(shape.routes),
+    ...(shape.dns !== undefined ? { dns: parseDns(shape.dns) } : {}),
+  };
+}
+
+function parseExcludes(path: string, exclude: readonly string[] | undefined): string[] {
+  return (exclude ?? []).map((text, i) => {
+    const cidr = parseCidr(text) ?? (parseIp(text) ? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`) : undefined);
+    if (cidr === undefined) return fail(`${path}[${i}]`, `${JSON.stringify(text)} is not a valid CIDR`);
+    return formatCidr(cidr.family, networkOf(cidr), cidr.prefix);
+  });
 }
 
 export function describeRange(range: CompiledRange): string {
@@ -214,7 +326,7 @@ export function allocatableCount(range: CompiledRange): bigint {
 }
 
 /** Re-derives the integer form of a host-local config (cheap: a few ranges); fails only for a config that did not come from parseIpamConfig. */
-export function compileRanges(config: Extract<IpamConfig, { type: 'host-local' }>): Result<readonly (readonly CompiledRange[])[]> {
+export function compileRanges(config: { readonly ranges: readonly (readonly IpRange[])[] }): Result<readonly (readonly CompiledRange[])[]> {
   try {
     return ok(config.ranges.map((set, i) => set.map((range, j) => compileRange(`ipam.ranges[${i}][${j}]`, range.subnet, range))));
   } catch (thrown) {

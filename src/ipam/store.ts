@@ -22,6 +22,16 @@ export interface Lease {
   /** Empty for a lease file with no valid owner (empty or corrupt): it blocks its address until released. */
   readonly containerId: string;
   readonly ifname: string;
+  /** Who holds it beyond the container (recorded by cluster IPAM; absent in host-local's files). */
+  readonly owner?: LeaseOwner;
+}
+
+/** The pod behind a lease, and the network it was allocated for when the lease lives in a shared pool. */
+export interface LeaseOwner {
+  readonly network?: string;
+  readonly podUid?: string;
+  /** namespace/name */
+  readonly pod?: string;
 }
 
 export interface StoredLease {
@@ -71,12 +81,13 @@ class NetworkLeases {
 }
 
 function leaseFileContent(lease: Lease): string {
-  return `${lease.containerId}\n${lease.ifname}\n${lease.address}\n${lease.gateway ?? ''}\n`;
+  const base = `${lease.containerId}\n${lease.ifname}\n${lease.address}\n${lease.gateway ?? ''}\n`;
+  return lease.owner !== undefined ? `${base}${JSON.stringify(lease.owner)}\n` : base;
 }
 
 /** Reads a lease file; the first two lines are host-local's format, the last two are Plexus's additions. */
 function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
-  const [containerId = '', ifname = '', addressText = '', gatewayText = ''] = content.split(/\r?\n/).map((line) => line.trim());
+  const [containerId = '', ifname = '', addressText = '', gatewayText = '', ownerText = ''] = content.split(/\r?\n/).map((line) => line.trim());
   const recorded = parseCidr(addressText);
   const address =
     recorded !== undefined && recorded.family === ip.family && recorded.value === ip.value
@@ -90,7 +101,20 @@ function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
     ...(gateway !== undefined && gateway.family === ip.family ? { gateway: formatIp(gateway.family, gateway.value) } : {}),
     containerId: owned ? containerId : '',
     ifname: owned ? ifname : '',
+    ...(owned && ownerText !== '' ? ownerOf(ownerText) : {}),
   };
+}
+
+/** The optional fifth line: a JSON LeaseOwner; anything else (a torn write) is ignored, the lease stays owned. */
+function ownerOf(text: string): { owner?: LeaseOwner } {
+  try {
+    const parsed = JSON.parse(text) as Record<string, unknown>;
+    const owner: { network?: string; podUid?: string; pod?: string } = {};
+    for (const key of ['network', 'podUid', 'pod'] as const) if (typeof parsed[key] === 'string') owner[key] = parsed[key];
+    return { owner };
+  } catch {
+    return {};
+  }
 }
 
 async function fsyncDir(path: string): Promise<void> {

@@ -21,6 +21,7 @@ export interface ApiConnection {
   readonly pods: ApiPodSource;
   readonly sink: StatusSink;
   readonly client: KubeApiClient;
+  readonly nodeName: string;
   /** Resolves when both caches have synced (retrying while the API is away). */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -39,7 +40,7 @@ export async function connectToApi(config: DaemonConfig, log: Logger): Promise<A
   const events = new EventRecorder(client, nodeName, log);
   log.info({ server: client.server, kubeconfig: endpoint.value.source, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
   return {
-    networks, pods, client, sink: fanOut(status, events),
+    networks, pods, client, nodeName, sink: fanOut(status, events),
     async start() {
       await Promise.all([networks.start(), pods.start()]);
       log.info({ networks: networks.list().networks.length, pods: pods.cached }, 'API caches synced');

@@ -34,6 +34,8 @@ export const DaemonConfigSchema = z
     kubeApiQps: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(10000)).default(50),
     kubeApiBurst: int(1, 10000).default(100),
     kubeApiTimeout: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(600)).default(10),
+    ipamReconcileSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400)).default(30),
+    ipamNodeGraceSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400 * 30)).default(600),
     namespaceIsolation: bool.default(false),
     globalNamespaces: z
       .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
@@ -70,6 +72,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--kube-api-qps': 'kubeApiQps',
   '--kube-api-burst': 'kubeApiBurst',
   '--kube-api-timeout': 'kubeApiTimeout',
+  '--ipam-reconcile-seconds': 'ipamReconcileSeconds',
+  '--ipam-node-grace-seconds': 'ipamNodeGraceSeconds',
   '--namespace-isolation': 'namespaceIsolation',
   '--global-namespaces': 'globalNamespaces',
   '--max-interfaces-per-pod': 'maxInterfacesPerPod',
@@ -101,6 +105,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --kube-api-qps N          API requests per second once the burst is spent (default 50)
   --kube-api-burst N        API requests that may go at once (default 100)
   --kube-api-timeout S      how long one API request may take (default 10)
+  --ipam-reconcile-seconds S  how often cluster IPAM returns empty blocks and reclaims deleted nodes' (default 30)
+  --ipam-node-grace-seconds S  how long a Node must be gone before its IPAM blocks are reclaimed (default 600)
   --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)

@@ -31,12 +31,19 @@ async function main(): Promise<number> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const lock = await acquireInstanceLock(config.stateDir, (holder) => log.info({ holder }, 'waiting for the previous plexusd to finish its calls'));
   const kernel = new Kernel(config.kernelThreads);
-  const ipam = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
+  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
   // library is loaded only where an API may be configured: a standalone node does not pay for it.
   const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
+  // With an API, cluster IPAM (types plexus and whereabouts) allocates in blocks this node claims; host-local stays local.
+  const cluster = api
+    ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
+        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
+      }, log)
+    : undefined;
+  const ipam = cluster ?? hostLocal;
   const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,
@@ -60,6 +67,7 @@ async function main(): Promise<number> {
   const report = await recover(spoolDir, engine, log);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
+  await cluster?.start();
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
 
@@ -88,6 +96,7 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  await cluster?.stop();
   await api?.stop();
   await kernel.close();
   lock.release();

@@ -65,7 +65,7 @@ test('a field of the wrong type is rejected naming its path', () => {
 });
 
 test('an unsupported IPAM type is rejected', () => {
-  rejects({ type: 'dhcp' }, 'ipam.type: "dhcp" is not supported by the built-in IPAM (expected "host-local" or "static")');
+  rejects({ type: 'dhcp' }, 'ipam.type: "dhcp" is not supported by the built-in IPAM (expected "host-local", "static", "plexus" or "whereabouts")');
 });
 
 test('rangeStart outside the subnet is rejected', () => {

@@ -22,6 +22,8 @@ const DEFAULTS: DaemonConfig = {
   kubeApiQps: 50,
   kubeApiBurst: 100,
   kubeApiTimeout: 10,
+  ipamReconcileSeconds: 30,
+  ipamNodeGraceSeconds: 600,
   namespaceIsolation: false,
   globalNamespaces: [],
   maxInterfacesPerPod: 32,

@@ -23,7 +23,7 @@ export async function allocatePodIps(req: AttachRequest, env: DriverEnv, ipam: I
     return ok(undefined);
   }
   await env.record({ kind: 'releaseIpam', network: req.network.cniName, containerId: req.containerId, ifname: req.ifname });
-  const allocated = await env.ipam.allocate({ network: req.network.cniName, containerId: req.containerId, ifname: req.ifname, config: ipam, requestedIps: req.ips });
+  const allocated = await env.ipam.allocate({ network: req.network.cniName, containerId: req.containerId, ifname: req.ifname, config: ipam, requestedIps: req.ips, pod: req.pod });
   if (!allocated.ok) return err(allocated.error.withContext(`network ${req.network.key}`));
   return ok(allocated.value);
 }

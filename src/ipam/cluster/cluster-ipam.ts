@@ -1,0 +1,383 @@
+/**
+ * Cluster-wide IPAM on the Kubernetes API, with no cluster-wide lock: a network's pool is cut into blocks
+ * (blocks.ts); this node claims a block by creating its IPBlock object under a deterministic name (the API server lets
+ * one creator win), then allocates inside its own blocks locally and durably, in the same lease files as host-local
+ * (one directory per pool), with no API request per pod. When its blocks of a range set are full it claims another;
+ * empty blocks beyond one per pool and family go back. Leases record the pod (UID, name) and the network.
+ *
+ * Host-local and static networks go to the embedded allocator unchanged, so this is the node's one IpamBackend.
+ */
+import type { Logger } from 'pino';
+import { join } from 'node:path';
+import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
+import { contains, parseCidr } from '../../common/ip';
+import { KeyedMutex } from '../../common/keyed-mutex';
+import type { KubeApiClient } from '../../k8s/api-client';
+import { Informer } from '../../k8s/informer';
+import { Ipam, type IpamRequest, type IpamResult } from '../allocator';
+import type { IpamBackend } from '../backend';
+import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from '../codes';
+import type { ClusterIpamConfig, IpamConfig } from '../config';
+import type { Lease } from '../store';
+import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf } from './blocks';
+import { type BlockObject, BLOCKS_PATH, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
+
+export interface ClusterIpamOptions {
+  readonly node: string;
+  /** How often blocks are reconciled: empty ones returned, lost ones re-claimed, dead nodes' ones reclaimed. */
+  readonly reconcileMs: number;
+  /** How long a block's Node must be gone from the API before its block is reclaimed. */
+  readonly nodeGraceMs: number;
+}
+
+/** A block this node holds, with the version it was read at (the precondition of its deletion). */
+interface HeldBlock {
+  readonly pool: string;
+  readonly name: string;
+  readonly cidr: string;
+  readonly uid: string;
+  readonly resourceVersion: string;
+}
+
+/** Claims that got 409 in a row before the node gives up for now (the blocks cache is far behind). */
+const MAX_LOST_RACES = 64;
+
+const specOf = (config: ClusterIpamConfig): PoolSpec => ({ ranges: config.ranges, exclude: config.exclude, blockPrefix: config.blockPrefix });
+
+export class ClusterIpam implements IpamBackend {
+  private readonly blocks: Informer<BlockObject>;
+  private readonly objects: PoolObjects;
+  private readonly layouts = new Map<string, PoolLayout>();
+  /** CNI network -> pool: which pool directory a release of the network looks in. */
+  private readonly poolOfNetwork = new Map<string, string>();
+  private readonly held = new Map<string, HeldBlock>();
+  private readonly locks = new KeyedMutex();
+  /** Node name -> when its absence from the API was first seen. */
+  private readonly missingSince = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private reconciling: Promise<void> | undefined;
+
+  private constructor(
+    private readonly local: Ipam,
+    private readonly pooled: Ipam,
+    client: KubeApiClient,
+    private readonly options: ClusterIpamOptions,
+    private readonly log: Logger,
+  ) {
+    this.objects = new PoolObjects(client);
+    this.blocks = new Informer<BlockObject>(client, BLOCKS_PATH, 'ipblocks', {}, (b) => b, {
+      error: (message) => log.warn({ err: message }, 'watching IPBlocks failed; retrying'),
+      remove: (block) => {
+        const name = block.metadata?.name ?? '';
+        if (this.held.get(name)?.uid === block.metadata?.uid) this.held.delete(name);
+      },
+    });
+  }
+
+  /** `local`: the node's host-local store; pooled leases live in `<stateDir>/ipam-pools/<pool>/`. */
+  static async open(local: Ipam, stateDir: string, sync: boolean, client: KubeApiClient, options: ClusterIpamOptions, log: Logger): Promise<ClusterIpam> {
+    return new ClusterIpam(local, await Ipam.open(join(stateDir, 'ipam-pools'), { sync }), client, options, log.child({ component: 'cluster-ipam' }));
+  }
+
+  /** Loads the blocks (resolves when they are in memory) and starts reconciling. */
+  async start(): Promise<void> {
+    for (const lease of await this.pooled.leases()) this.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);
+    await this.blocks.start();
+    for (const block of this.blocks.list()) this.remember(block);
+    await this.reconcile();
+    this.timer = setInterval(() => void this.reconcile(), this.options.reconcileMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.reconciling;
+    await this.blocks.stop();
+  }
+
+  async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
+    if (req.config.type !== 'cluster') return this.local.allocate(req);
+    const config = req.config;
+    const layout = await this.poolFor(req.network, config);
+    if (!layout.ok) return err(layout.error);
+    this.poolOfNetwork.set(req.network, layout.value.name);
+    return this.locks.run(layout.value.name, () => this.allocateInPool(req, config, layout.value));
+  }
+
+  private async allocateInPool(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout): Promise<Result<IpamResult>> {
+    const requestedSets = new Set<number>();
+    for (const text of req.requestedIps ?? []) {
+      const ip = parseCidr(text) ?? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`);
+      if (ip === undefined) return err(new CniError(CniCode.InvalidNetworkConfig, `requested IP ${JSON.stringify(text)} is not a valid IP address`));
+      const block = blockOf(layout, ip);
+      if (!block.ok) return block;
+      requestedSets.add(block.value.set);
+      const mine = await this.holdBlock(layout, block.value);
+      if (!mine.ok) return mine;
+    }
+    const leases = await this.pooled.leases(layout.name);
+    const own = leases.filter((l) => l.containerId === req.containerId && l.ifname === req.ifname);
+    for (const set of layout.sets.keys()) {
+      if (requestedSets.has(set)) continue;
+      const blocks = this.heldIn(layout, set);
+      if (own.some((l) => blocks.some((b) => inBlock(b, l)))) continue; // a retried ADD keeps what it has
+      const used = leases.filter((l) => blocks.some((b) => inBlock(b, l))).length;
+      const size = blocks.reduce((sum, b) => sum + b.size, 0n);
+      if (BigInt(used) < size) continue;
+      const claimed = await this.claimNext(layout, set, req.network);
+      if (!claimed.ok) return claimed;
+    }
+    const ranges = layout.sets.map((_, set) => this.heldIn(layout, set).flatMap((b) => b.ranges));
+    const owner = { network: req.network, ...(req.pod?.uid ? { podUid: req.pod.uid } : {}), ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}) };
+    const derived: IpamConfig = { type: 'host-local', ranges, routes: config.routes, ...(config.dns ? { dns: config.dns } : {}) };
+    const result = await this.pooled.allocate({ ...req, network: layout.name, config: derived, owner });
+    if (!result.ok && result.error.code === IPAM_POOL_EXHAUSTED) {
+      return err(new CniError(IPAM_POOL_EXHAUSTED, `no free address in pool ${layout.name} (network ${req.network}): ${result.error.message}`));
+    }
+    return result;
+  }
+
+  /** The blocks of a set this node holds, in the pool's order. */
+  private heldIn(layout: PoolLayout, set: number): PoolBlock[] {
+    const blocks: PoolBlock[] = [];
+    for (const held of this.held.values()) {
+      if (held.pool !== layout.name) continue;
+      const block = blockByCidr(layout, held.cidr);
+      if (block !== undefined && block.set === set && block.name === held.name) blocks.push(block);
+    }
+    return blocks.sort((a, b) => (a.name < b.name ? -1 : 1));
+  }
+
+  /** Makes `block` this node's (a static address's block): ours already, or claimed now; another node's is refused. */
+  private async holdBlock(layout: PoolLayout, block: PoolBlock): Promise<Result<void>> {
+    if (this.held.has(block.name)) return ok(undefined);
+    const other = this.blocks.get('', block.name)?.spec?.node;
+    if (other === undefined) {
+      const claimed = await this.claim(layout, block);
+      if (!claimed.ok) return claimed;
+      if (claimed.value) return ok(undefined);
+    }
+    const holder = other ?? this.blocks.get('', block.name)?.spec?.node ?? 'another node';
+    return err(
+      new CniError(IPAM_ADDRESS_IN_USE, `the requested address is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds: a static address can be given only on the node holding its block`),
+    );
+  }
+
+  /** Claims the next free block of a set (creating its IPBlock); exhaustion names the pool and its ranges. */
+  private async claimNext(layout: PoolLayout, set: number, network: string): Promise<Result<void>> {
+    let lost = 0;
+    for (const block of blocksOf(layout, set, spreadOf(this.options.node))) {
+      if (this.held.has(block.name) || this.blocks.get('', block.name) !== undefined) continue;
+      const claimed = await this.claim(layout, block);
+      if (!claimed.ok) return claimed;
+      if (claimed.value) return ok(undefined);
+      if (++lost >= MAX_LOST_RACES) return err(new CniError(CniCode.TryAgainLater, `pool ${layout.name}: ${lost} blocks in a row were claimed by other nodes first; try again`));
+    }
+    const ranges = (layout.sets[set] ?? []).map((r) => `${r.path}`).join(', ');
+    return err(new CniError(IPAM_POOL_EXHAUSTED, `pool ${layout.name} (network ${network}) is exhausted: every block of range set ${set} (${ranges}) is held by a node, and this node's are full`));
+  }
+
+  /** True when this node now holds the block, false when another node created it first. */
+  private async claim(layout: PoolLayout, block: PoolBlock): Promise<Result<boolean>> {
+    const created = await this.objects.createBlock(block.name, layout.name, block.cidr, this.options.node);
+    if (created.ok) {
+      this.remember(created.value as BlockObject);
+      this.log.info({ pool: layout.name, block: block.cidr }, 'claimed a block');
+      return ok(true);
+    }
+    if (created.error.status === 409) return ok(false);
+    return err(apiError(`claiming block ${block.cidr} of pool ${layout.name}`, created.error));
+  }
+
+  private remember(block: BlockObject): void {
+    const { name, uid, resourceVersion } = block.metadata ?? {};
+    const { pool, cidr, node } = block.spec ?? {};
+    if (node !== this.options.node || !name || !uid || !resourceVersion || !pool || !cidr) return;
+    this.held.set(name, { name, uid, resourceVersion, pool, cidr });
+  }
+
+  /**
+   * The pool of a network, its IPPool created if absent. Refused: a pool of that name with other ranges, or one that
+   * overlaps another pool (the older pool keeps its addresses; equal ages go by name, so every node agrees).
+   */
+  private async poolFor(network: string, config: ClusterIpamConfig): Promise<Result<PoolLayout>> {
+    const layout = poolLayout(network, config);
+    if (!layout.ok) return layout;
+    const name = layout.value.name;
+    const spec = specOf(config);
+    const known = this.layouts.get(name);
+    if (known !== undefined && JSON.stringify(known.sets) === JSON.stringify(layout.value.sets)) return ok(known);
+    let got = await this.objects.getPool(name);
+    if (!got.ok && got.error.status === 404) {
+      const made = await this.objects.createPool(name, spec);
+      got = made.ok || made.error.status !== 409 ? made : await this.objects.getPool(name);
+    }
+    if (!got.ok) return err(apiError(`reading IPPool ${name}`, got.error));
+    const pool = got.value as PoolObject;
+    if (JSON.stringify(pool.spec) !== JSON.stringify(spec)) {
+      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} exists with other ranges (${JSON.stringify(pool.spec)}); a pool's ranges cannot change while it exists`));
+    }
+    const all = await this.objects.listPools();
+    if (!all.ok) return err(apiError('listing IPPools', all.error));
+    const age = (p: PoolObject): string => `${p.metadata?.creationTimestamp ?? ''}\u0000${p.metadata?.name ?? ''}`;
+    for (const other of (all.value as { items?: PoolObject[] }).items ?? []) {
+      if (other.metadata?.name === name || other.spec === undefined) continue;
+      const overlap = poolsOverlap(spec.ranges, other.spec.ranges);
+      if (overlap !== undefined && age(other) < age(pool)) {
+        return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} overlaps pool ${other.metadata?.name} (${overlap.subnet}), which came first; overlapping pools are refused`));
+      }
+    }
+    this.layouts.set(name, layout.value);
+    return ok(layout.value);
+  }
+
+  async release(network: string, containerId: string, ifname: string): Promise<Result<readonly Lease[]>> {
+    const released: Lease[] = [];
+    const pool = this.poolOfNetwork.get(network);
+    if (pool !== undefined) {
+      const r = await this.locks.run(pool, () => this.pooled.release(pool, containerId, ifname));
+      if (!r.ok) return r;
+      released.push(...r.value.map(asAttachmentLease));
+    }
+    const r = await this.local.release(network, containerId, ifname);
+    if (!r.ok) return r;
+    return ok([...released, ...r.value]);
+  }
+
+  async leases(network?: string): Promise<readonly Lease[]> {
+    const pooled = (await this.pooled.leases()).map(asAttachmentLease).filter((l) => network === undefined || l.network === network);
+    return [...(await this.local.leases(network)), ...pooled];
+  }
+
+  async releaseUnless(keep: (lease: Lease) => boolean): Promise<readonly Lease[]> {
+    const pooled = await this.pooled.releaseUnless((lease) => keep(asAttachmentLease(lease)));
+    return [...(await this.local.releaseUnless(keep)), ...pooled.map(asAttachmentLease)];
+  }
+
+  /** One pass; passes never overlap. */
+  reconcile(): Promise<void> {
+    this.reconciling ??= this.reconcileOnce()
+      .catch((e: unknown) => this.log.error({ err: e }, 'IPAM block reconciliation failed; the next pass retries'))
+      .finally(() => {
+        this.reconciling = undefined;
+      });
+    return this.reconciling;
+  }
+
+  private async reconcileOnce(): Promise<void> {
+    await this.holdBlocksOfLeases();
+    await this.returnEmptyBlocks();
+    await this.reclaimDeadNodesBlocks();
+  }
+
+  /**
+   * Every local lease must lie in a block this node holds. One that does not (its block was reclaimed while this
+   * daemon was away, or deleted by hand) has its block claimed again; if another node has it, that is reported loudly:
+   * both nodes may then hand out its addresses, and an operator must move one of them.
+   */
+  private async holdBlocksOfLeases(): Promise<void> {
+    const byPool = new Map<string, Lease[]>();
+    for (const lease of await this.pooled.leases()) byPool.set(lease.network, [...(byPool.get(lease.network) ?? []), lease]);
+    for (const [pool, leases] of byPool) {
+      const held = [...this.held.values()].filter((b) => b.pool === pool);
+      const strays = leases.filter((l) => !held.some((b) => inCidr(b.cidr, l)));
+      if (strays.length === 0) continue;
+      const layout = await this.layoutOf(pool);
+      if (!layout.ok) {
+        this.log.warn({ pool, err: layout.error.message }, 'leases outside this node\'s blocks, and the pool cannot be read; the next pass retries');
+        continue;
+      }
+      await this.locks.run(pool, async () => {
+        for (const lease of strays) {
+          const ip = parseCidr(lease.address);
+          const block = ip && blockOf(layout.value, ip);
+          if (!block?.ok || this.held.has(block.value.name)) continue;
+          const claimed = await this.claim(layout.value, block.value);
+          if (claimed.ok && !claimed.value) {
+            const holder = this.blocks.get('', block.value.name)?.spec?.node ?? 'another node';
+            this.log.error({ pool, block: block.value.cidr, holder, lease: lease.address }, 'a lease of this node is in a block another node holds');
+          }
+        }
+      });
+    }
+  }
+
+  /** A pool's layout, from memory or from its IPPool object. */
+  private async layoutOf(pool: string): Promise<Result<PoolLayout>> {
+    const known = this.layouts.get(pool);
+    if (known !== undefined) return ok(known);
+    const got = await this.objects.getPool(pool);
+    if (!got.ok) return err(apiError(`reading IPPool ${pool}`, got.error));
+    const spec = (got.value as PoolObject).spec;
+    if (spec === undefined) return err(new CniError(CniCode.IoFailure, `IPPool ${pool} has no spec`));
+    return poolLayout(pool, { type: 'cluster', flavour: 'plexus', pool, ranges: spec.ranges, exclude: spec.exclude, blockPrefix: spec.blockPrefix, routes: [] });
+  }
+
+  /**
+   * Gives back blocks with no lease, keeping one per pool and family so the next pod needs no claim. Under the
+   * pool's lock, so no allocation is choosing among the blocks meanwhile.
+   */
+  private async returnEmptyBlocks(): Promise<void> {
+    const pools = new Set([...this.held.values()].map((b) => b.pool));
+    for (const pool of pools) {
+      await this.locks.run(pool, async () => {
+        const leases = await this.pooled.leases(pool);
+        const mine = [...this.held.values()].filter((b) => b.pool === pool).sort((a, b) => (a.name < b.name ? -1 : 1));
+        const used = (block: HeldBlock): boolean => {
+          const cidr = parseCidr(block.cidr);
+          return cidr === undefined || leases.some((l) => inCidr(block.cidr, l));
+        };
+        const family = (block: HeldBlock): string => (block.cidr.includes(':') ? 'v6' : 'v4');
+        // Each family keeps one block: a used one if it has any, else its first empty one.
+        const kept = new Set(mine.filter(used).map(family));
+        for (const block of mine) {
+          if (used(block)) continue;
+          if (!kept.has(family(block))) {
+            kept.add(family(block));
+            continue;
+          }
+          const r = await this.objects.deleteBlock(block.name, block.uid, block.resourceVersion);
+          if (r.ok || r.error.status === 404) {
+            this.held.delete(block.name);
+            this.log.info({ pool, block: block.cidr }, 'returned an empty block');
+          } else this.log.warn({ pool, block: block.cidr, err: r.error.message }, 'could not return an empty block; the next pass retries');
+        }
+      });
+    }
+  }
+
+  /**
+   * Blocks whose Node has been gone from the API for the grace period go back to the pool. The Node's absence is
+   * confirmed by a GET before each deletion, and the deletion is conditional on the block being unchanged.
+   */
+  private async reclaimDeadNodesBlocks(): Promise<void> {
+    const listed = await this.objects.listNodes();
+    if (!listed.ok) return;
+    const nodes = new Set(((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''));
+    const now = Date.now();
+    for (const name of [...this.missingSince.keys()]) if (nodes.has(name)) this.missingSince.delete(name);
+    for (const block of this.blocks.list()) {
+      const node = block.spec?.node;
+      const { name, uid, resourceVersion } = block.metadata ?? {};
+      if (!node || node === this.options.node || nodes.has(node) || !name || !uid || !resourceVersion) continue;
+      const since = this.missingSince.get(node) ?? now;
+      this.missingSince.set(node, since);
+      if (now - since < this.options.nodeGraceMs) continue;
+      const confirmed = await this.objects.getNode(node);
+      if (confirmed.ok || confirmed.error.status !== 404) continue;
+      const r = await this.objects.deleteBlock(name, uid, resourceVersion);
+      if (r.ok) this.log.info({ block: block.spec?.cidr, pool: block.spec?.pool, node }, 'reclaimed a block of a deleted node');
+    }
+  }
+}
+
+/** A pooled lease as the engine knows it: under its attachment's network, not its pool's directory. */
+const asAttachmentLease = (lease: Lease): Lease => (lease.owner?.network !== undefined ? { ...lease, network: lease.owner.network } : lease);
+
+const inBlock = (block: PoolBlock, lease: Lease): boolean => inCidr(block.cidr, lease);
+
+function inCidr(text: string, lease: Lease): boolean {
+  const cidr = parseCidr(text);
+  const ip = parseCidr(lease.address);
+  return cidr !== undefined && ip !== undefined && contains(cidr, ip);
+}

@@ -1,0 +1,74 @@
+/**
+ * IPPool and IPBlock objects (deploy/20-crd-ipam.yaml) on the API: created if absent under deterministic names, and
+ * deleted only with a precondition on the version that was read, so a block changes hands once and never silently.
+ */
+import { CniCode, CniError } from '../../cni/errors';
+import type { ApiFailure, KubeApiClient } from '../../k8s/api-client';
+import { segment } from '../../k8s/api-client';
+import type { ObjectMeta } from '../../k8s/informer';
+import type { IpRange } from '../config';
+
+export const GROUP = 'ipam.plexus.io';
+export const VERSION = 'v1alpha1';
+export const BLOCKS_PATH = `/apis/${GROUP}/${VERSION}/ipblocks`;
+export const POOLS_PATH = `/apis/${GROUP}/${VERSION}/ippools`;
+
+export interface PoolSpec {
+  readonly ranges: readonly (readonly IpRange[])[];
+  readonly exclude: readonly string[];
+  readonly blockPrefix: { readonly v4: number; readonly v6: number };
+}
+export interface PoolObject {
+  readonly metadata?: ObjectMeta & { readonly creationTimestamp?: string };
+  readonly spec?: PoolSpec;
+}
+export interface BlockObject {
+  readonly metadata?: ObjectMeta;
+  readonly spec?: { readonly pool?: string; readonly cidr?: string; readonly node?: string };
+}
+
+/** An API failure as a CNI error: unreachable, overloaded or timed out is "try again later" (11), the rest an I/O failure. */
+export function apiError(what: string, failure: ApiFailure): CniError {
+  const transient = failure.status === 0 || failure.status === 429 || failure.status >= 500;
+  return new CniError(transient ? CniCode.TryAgainLater : CniCode.IoFailure, `${what}: ${failure.message}`, `HTTP ${failure.status}`);
+}
+
+export class PoolObjects {
+  constructor(private readonly client: KubeApiClient) {}
+
+  getPool(name: string) {
+    return this.client.request('GET', `${POOLS_PATH}/${segment(name)}`, 'ippools', { urgent: true });
+  }
+
+  createPool(name: string, spec: PoolSpec) {
+    return this.client.request('POST', POOLS_PATH, 'ippools', { urgent: true, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPPool', metadata: { name }, spec } });
+  }
+
+  listPools() {
+    return this.client.request('GET', `${POOLS_PATH}?resourceVersion=0`, 'ippools', { urgent: true });
+  }
+
+  /** Claims a block for `node`: 201 means it is ours, 409 that another node has it. */
+  createBlock(name: string, pool: string, cidr: string, node: string) {
+    return this.client.request('POST', BLOCKS_PATH, 'ipblocks', {
+      urgent: true,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPBlock', metadata: { name, labels: { [`${GROUP}/pool`]: pool } }, spec: { pool, cidr, node } },
+    });
+  }
+
+  /** Deletes a block only if it is still the object (uid) at the version (resourceVersion) that was read. */
+  deleteBlock(name: string, uid: string, resourceVersion: string) {
+    return this.client.request('DELETE', `${BLOCKS_PATH}/${segment(name)}`, 'ipblocks', {
+      body: { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid, resourceVersion } },
+    });
+  }
+
+  getNode(name: string) {
+    return this.client.request('GET', `/api/v1/nodes/${segment(name)}`, 'nodes');
+  }
+
+  /** The names of the Nodes in the API (from the server's watch cache). */
+  listNodes() {
+    return this.client.request('GET', '/api/v1/nodes?resourceVersion=0', 'nodes');
+  }
+}

@@ -17,9 +17,10 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
-import { AttachmentKey, AttachmentRecord, Journal, NetworkAttachment, stepsOf } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf } from './journal';
+import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
-import { AttachmentStep, configuredDefaultNetwork, planPod, PlanSettings, podIdentityOf } from './plan';
+import { AttachmentStep, configuredDefaultNetwork, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
@@ -105,6 +106,12 @@ export class AttachmentEngine {
     const undone: AttachmentRecord[] = [];
     const failed: { record: AttachmentRecord; error: CniError }[] = [];
     for (const record of await this.journal.list()) {
+      if (record.result && !record.deleting && record.changing) {
+        const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record));
+        if (r.ok) undone.push(record);
+        else failed.push({ record, error: r.error });
+        continue;
+      }
       if (record.result && !record.deleting) continue;
       const r = await this.undoRecord(record);
       if (r.ok) undone.push(record);
@@ -167,29 +174,12 @@ export class AttachmentEngine {
       // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
       const attachments: NetworkAttachment[] = [];
       for (const step of steps) {
-        const label = `${step.planned.network.key} as ${step.planned.ifname}`;
-        const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
-        const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
-        const env: DriverEnv = {
-          kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir,
-          record: (undo) => {
-            if (undo.kind === 'delegateDel') delegated.push(undo);
-            return entry.record(undo, owner);
-          },
-          ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}),
-        };
-        const started = performance.now();
-        const attached = await step.driver.attach(step.request, step.config, env);
+        const attached = await this.attachStep(entry, step);
         if (!attached.ok) {
-          await entry.event(`attach ${label} failed: ${attached.error.message}`, performance.now() - started);
           await close();
-          return err(await this.rollback(req, attached.error.withContext(`attaching network ${label}`)));
+          return err(await this.rollback(req, attached.error));
         }
-        await entry.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
-        attachments.push({
-          network: step.planned.network.key, ifname: step.planned.ifname, driver: step.driver.type, isDefault: step.planned.isDefault, result: attached.value,
-          ...(delegated.length ? { delegated } : {}),
-        });
+        attachments.push(attached.value);
       }
       const routed = await this.applyDefaultRoute(req.netns, steps, attachments);
       if (!routed.ok) {
@@ -207,6 +197,135 @@ export class AttachmentEngine {
       await close().catch(() => undefined);
       const cause = e instanceof CniError ? e : new CniError(CniCode.Internal, `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`, (e as Error).stack ?? '');
       return err(await this.rollback(req, cause));
+    }
+  }
+
+  /** Runs one planned attachment, each of its changes journaled (for its network and interface) before it is made. */
+  private async attachStep(entry: JournalEntry, step: AttachmentStep): Promise<Result<NetworkAttachment>> {
+    const label = `${step.planned.network.key} as ${step.planned.ifname}`;
+    const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
+    const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
+    const env: DriverEnv = {
+      kernel: this.kernel, ipam: this.ipam, cniBinDir: this.options.cniBinDir,
+      record: (undo) => {
+        if (undo.kind === 'delegateDel') delegated.push(undo);
+        return entry.record(undo, owner);
+      },
+      ...(this.options.hostLinkGroup !== undefined ? { hostLinkGroup: this.options.hostLinkGroup } : {}),
+    };
+    const started = performance.now();
+    const attached = await step.driver.attach(step.request, step.config, env);
+    if (!attached.ok) {
+      await entry.event(`attach ${label} failed: ${attached.error.message}`, performance.now() - started);
+      return err(attached.error.withContext(`attaching network ${label}`));
+    }
+    await entry.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
+    return ok({
+      network: owner.network, ifname: owner.ifname, driver: step.driver.type, isDefault: step.planned.isDefault, result: attached.value,
+      ...(delegated.length ? { delegated } : {}),
+    });
+  }
+
+  /**
+   * Hot-plug: makes a running pod's secondary networks what `annotations` (the pod's, from the API) ask for now, as
+   * one journaled transaction. Networks are added first; if one fails, those added are undone and the pod is as it
+   * was. Then the networks no longer asked for are removed. Untouched attachments keep their interfaces. Answers what
+   * changed (nothing, when the pod already has what it asks for).
+   */
+  changeNetworks(containerId: string, runtimeIfname: string, annotations: Readonly<Record<string, string>>): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>> {
+    return this.containerLocks.run(containerId, async () => {
+      const record = await this.journal.load(containerId, runtimeIfname);
+      if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${runtimeIfname} is known for container ${containerId}`));
+      if (record.unreadable) return err(unreadableRecord(record));
+      if (record.undoOwners.some((o) => o === undefined)) {
+        return err(new CniError(CniCode.InvalidNetworkConfig, `the pod's networks cannot change while it runs: it was attached by an older plexusd (journal v0), whose steps name no network`));
+      }
+      const req = runningPodRequest(record);
+      const planned = planPod(req, this.options, this.networks, this.drivers, annotations, true);
+      if (!planned.ok) return planned;
+      const attachments = record.details?.attachments ?? [];
+      const change = planChange(attachments, planned.value, (s) => s.planned);
+      if (!change.ok) return change;
+      const { add } = change.value;
+      const remove = change.value.remove.map((a) => ({ network: a.network, ifname: a.ifname }));
+      if (add.length === 0 && remove.length === 0) return ok({ added: [], removed: [] });
+      const netnsProblem = this.podNetnsProblem(record.meta.netns);
+      if (netnsProblem) return err(netnsProblem);
+      const full = await this.reserveAttachments(add.length);
+      if (full) return err(full);
+
+      const addKeys = add.map((a) => ({ network: a.step.planned.network.key, ifname: a.ifname }));
+      const entry = await this.journal.reopen(containerId, runtimeIfname);
+      try {
+        await entry.change({ add: addKeys, remove });
+        const added: NetworkAttachment[] = [];
+        for (const { step, ifname } of add) {
+          const renamed: AttachmentStep = { ...step, planned: { ...step.planned, ifname }, request: { ...step.request, ifname } };
+          const attached = await this.attachStep(entry, renamed);
+          if (attached.ok) {
+            added.push(attached.value);
+            continue;
+          }
+          // Leave the pod as it was: undo what this change added, and commit the pod's networks as they were.
+          const undone = await this.undoChange(entry, containerId, runtimeIfname, addKeys, []);
+          await entry.commit(record.result, record.cniVersion ?? '1.1.0', record.details);
+          this.releaseAttachments(add.length);
+          const left = undone.ok ? '' : `; undoing the networks added so far failed (GC retries): ${undone.error}`;
+          return err(new CniError(attached.error.code, `${attached.error.message}${left}`, attached.error.details));
+        }
+        await entry.added(added);
+        const removed = await this.undoChange(entry, containerId, runtimeIfname, [], remove);
+        const gone = remove.filter((r) => !removed.failed.some((f) => f.network === r.network && f.ifname === r.ifname));
+        const final = [...attachments.filter((a) => !gone.some((g) => g.network === a.network && g.ifname === a.ifname)), ...added];
+        const status = networkStatus(final);
+        await entry.commit(mergeResults(final.map((a) => a.result)), record.cniVersion ?? '1.1.0', { attachments: final, networkStatus: status });
+        this.releaseAttachments(gone.length);
+        const addedStatus = status.filter((st) => added.some((a) => a.ifname === st.interface));
+        this.report((sink) => sink.attached(record.meta.pod, containerId, status, addedStatus, gone));
+        if (!removed.ok) return err(new CniError(CniCode.Internal, `the new networks were added, but removing ${removed.failed.map((f) => `${f.network} as ${f.ifname}`).join(', ')} failed: ${removed.error}`, 'they stay recorded; the pod\'s DEL or the next change removes them'));
+        return ok({ added: addKeys, removed: gone });
+      } finally {
+        await entry.close();
+      }
+    });
+  }
+
+  /** Undoes the steps of `added` and `removed` attachments of a pod, each then retired from its record. */
+  private async undoChange(entry: JournalEntry, containerId: string, runtimeIfname: string, added: readonly AttachmentKey[], removed: readonly AttachmentKey[]): Promise<{ ok: boolean; error: string; failed: AttachmentKey[] }> {
+    const record = await this.journal.load(containerId, runtimeIfname);
+    const failed: AttachmentKey[] = [];
+    const errors: string[] = [];
+    for (const key of [...added, ...removed]) {
+      const steps = record ? stepsOf(record, key) : [];
+      const r = await this.runUndoSteps(steps, `network ${key.network} as ${key.ifname} of ${containerId}/${runtimeIfname}`);
+      if (r.ok) await entry.detached(key);
+      else {
+        failed.push(key);
+        errors.push(r.error.message);
+      }
+    }
+    return { ok: failed.length === 0, error: errors.join('; '), failed };
+  }
+
+  /**
+   * After a crash in the middle of a change of a running pod's networks: a change cut off while adding is undone (the
+   * pod is as it was); one cut off while removing, its additions complete, is finished. Either way the pod's networks
+   * are committed as they then are, and the hot-plug controller compares the pod with its annotation again.
+   */
+  private async finishChange(record: AttachmentRecord): Promise<Result<void>> {
+    const { containerId, ifname } = record.meta;
+    const change = record.changing!;
+    const entry = await this.journal.reopen(containerId, ifname);
+    try {
+      const finishing = change.added !== undefined;
+      const undone = await this.undoChange(entry, containerId, ifname, finishing ? [] : change.add, finishing ? change.remove : []);
+      const gone = (finishing ? change.remove : []).filter((k) => !undone.failed.some((f) => f.network === k.network && f.ifname === k.ifname));
+      const before = record.details?.attachments ?? [];
+      const final = [...before.filter((a) => !gone.some((g) => g.network === a.network && g.ifname === a.ifname)), ...(change.added ?? [])];
+      await entry.commit(mergeResults(final.map((a) => a.result)), record.cniVersion ?? '1.1.0', { attachments: final, networkStatus: networkStatus(final) });
+      return undone.ok ? ok(undefined) : err(new CniError(CniCode.Internal, `${finishing ? 'finishing' : 'undoing'} an interrupted change of ${containerId}/${ifname}: ${undone.error}`));
+    } finally {
+      await entry.close();
     }
   }
 

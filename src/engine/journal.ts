@@ -5,7 +5,9 @@
  * when everything it recorded has been undone.
  *
  * Format v1: every line carries `v`, and each undo step the network attachment (network and pod interface) it
- * belongs to, so one network can be detached from a running pod (a `detached` line retires its steps). Lines
+ * belongs to, so one network can be detached from a running pod (a `detached` line retires its steps), and a `change`
+ * line opens a change of a running pod's networks (hot-plug), an `added` line says its additions are complete, and the
+ * next `committed` line closes it. Lines
  * without `v` are v0, as plexusd wrote them before: read as they are, their steps belong to no attachment. A line
  * of a newer version makes the record unreadable: an older daemon (a rollback) must not undo half of what it does
  * not understand.
@@ -75,6 +77,16 @@ export interface AttachmentRecord {
   readonly cniVersion?: string;
   readonly details?: CommitDetails;
   readonly deleting: boolean;
+  /** A change of the running pod's networks (hot-plug) begun and not committed: what it adds and removes. */
+  readonly changing?: PodNetworksChange;
+}
+
+/** The attachments one change of a running pod's networks adds and removes. */
+export interface PodNetworksChange {
+  readonly add: readonly AttachmentKey[];
+  readonly remove: readonly AttachmentKey[];
+  /** Set once every addition is complete (what they became): from then on the change is finished, not undone. */
+  readonly added?: readonly NetworkAttachment[];
 }
 
 type Line = { v?: number } & (
@@ -84,6 +96,8 @@ type Line = { v?: number } & (
   | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
   | { t: 'deleting'; at: string }
   | { t: 'detached'; a: AttachmentKey; at: string }
+  | { t: 'change'; add: AttachmentKey[]; remove: AttachmentKey[]; at: string }
+  | { t: 'added'; attachments: NetworkAttachment[]; at: string }
 );
 
 const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean => a !== undefined && a.network === b.network && a.ifname === b.ifname;
@@ -105,6 +119,7 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
   let cniVersion: string | undefined;
   let details: CommitDetails | undefined;
   let deleting = false;
+  let changing: PodNetworksChange | undefined;
   for (const [n, raw] of text.split('\n').entries()) {
     if (!raw) continue;
     let line: Line;
@@ -137,7 +152,16 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
       case 'event':
         events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
         break;
+      case 'change':
+        changing = { add: line.add, remove: line.remove };
+        events.push({ at: line.at, what: `change: add ${line.add.map((a) => `${a.network} as ${a.ifname}`).join(', ') || 'nothing'}; remove ${line.remove.map((a) => `${a.network} as ${a.ifname}`).join(', ') || 'nothing'}` });
+        break;
+      case 'added':
+        if (changing) changing = { ...changing, added: line.attachments };
+        events.push({ at: line.at, what: `added ${line.attachments.map((a) => `${a.network} as ${a.ifname}`).join(', ')}` });
+        break;
       case 'committed':
+        changing = undefined;
         result = line.result;
         cniVersion = line.cniVersion;
         details = line.details;
@@ -152,7 +176,7 @@ export function parseRecord(text: string): AttachmentRecord | undefined {
     }
   }
   return meta
-    ? { meta, undo, undoOwners, ...(unreadable ? { unreadable } : {}), events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting }
+    ? { meta, undo, undoOwners, ...(unreadable ? { unreadable } : {}), events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting, ...(changing ? { changing } : {}) }
     : undefined;
 }
 
@@ -194,6 +218,16 @@ export class JournalEntry {
   event(what: string, ms?: number): Promise<void> {
     // Timings are informational: the next durable line syncs them along.
     return this.append({ t: 'event', what, ...(ms !== undefined ? { ms: Math.round(ms * 1000) / 1000 } : {}), at: new Date().toISOString() }, false);
+  }
+
+  /** A change of a running pod's networks starts: until the next commit, recovery undoes what it added. */
+  change(change: PodNetworksChange): Promise<void> {
+    return this.append({ t: 'change', add: [...change.add], remove: [...change.remove], at: new Date().toISOString() });
+  }
+
+  /** Every addition of the change under way is complete: recovery finishes the change from here, not undoes it. */
+  added(attachments: readonly NetworkAttachment[]): Promise<void> {
+    return this.append({ t: 'added', attachments: [...attachments], at: new Date().toISOString() });
   }
 
   commit(result: CniResult, cniVersion: string, details?: CommitDetails): Promise<void> {

@@ -4,6 +4,8 @@
  * the driver that runs it and the request that driver receives. Nothing here touches the kernel.
  */
 import { RuntimeConfig } from '../cni/args';
+import { type CniVersion, LATEST_VERSION } from '../cni/version';
+import type { AttachmentRecord } from './journal';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
 import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../drivers/driver';
@@ -51,15 +53,34 @@ export const podIdentityOf = (req: { args: { podNamespace?: string; podName?: st
   ...(req.args.podUid ? { uid: req.args.podUid } : {}),
 });
 
+/**
+ * The request a running pod's networks are planned from when they change (hot-plug): what its journal record says of
+ * its sandbox, and the CNI_ARGS a runtime would pass for it (delegated plugins get them as they got them at ADD).
+ */
+export function runningPodRequest(record: AttachmentRecord): AddRequest {
+  const { containerId, netns, ifname, pod, cniNetwork } = record.meta;
+  const raw: [string, string][] = [['IgnoreUnknown', '1']];
+  if (pod.namespace) raw.push(['K8S_POD_NAMESPACE', pod.namespace]);
+  if (pod.name) raw.push(['K8S_POD_NAME', pod.name]);
+  raw.push(['K8S_POD_INFRA_CONTAINER_ID', containerId]);
+  if (pod.uid) raw.push(['K8S_POD_UID', pod.uid]);
+  const version = (record.cniVersion ?? LATEST_VERSION) as CniVersion;
+  return {
+    command: 'ADD', containerId, netns, ifname, version, rawConfig: '{}', config: {}, networkName: cniNetwork, runtimeConfig: new RuntimeConfig({}),
+    args: { ...(pod.namespace ? { podNamespace: pod.namespace } : {}), ...(pod.name ? { podName: pod.name } : {}), ...(pod.uid ? { podUid: pod.uid } : {}), ignoreUnknown: true, ips: [], raw },
+  };
+}
+
 /** The CNI config's "defaultNetwork", else plexusd's --default-network. */
 export const configuredDefaultNetwork = (req: { config: Record<string, unknown> }, settings: PlanSettings): string | undefined =>
   typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
 
 /**
  * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
- * io.kubernetes.cri.pod-annotations are read instead.
+ * io.kubernetes.cri.pod-annotations are read instead. `runningPod`: the plan of a running pod's secondary networks
+ * (hot-plug): no default network (the pod keeps its own, and its interface name).
  */
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>): Result<AttachmentStep[]> {
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>, runningPod = false): Result<AttachmentStep[]> {
   const delegate = drivers.delegate;
   let annotations: Readonly<Record<string, string>> = podAnnotations ?? {};
   const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);
@@ -69,7 +90,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     annotations = parsed.value;
   }
   const podNamespace = req.args.podNamespace ?? 'default';
-  const defaultNetwork = chooseDefaultNetwork({ configured: configuredDefaultNetwork(req, settings), annotations, podNamespace, networks, isolation: settings });
+  const defaultNetwork = runningPod ? ok(undefined) : chooseDefaultNetwork({ configured: configuredDefaultNetwork(req, settings), annotations, podNamespace, networks, isolation: settings });
   if (!defaultNetwork.ok) return defaultNetwork;
   const selectionText = settings.selectionAnnotation ? annotations[SELECTION_ANNOTATION] : undefined;
   const limits = settings.limits;
@@ -96,7 +117,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     return new Set(driver === delegate ? declared : declared.filter((c) => (driver.capabilities as readonly string[]).includes(c)));
   };
   const plan = planAttachments({
-    defaultNetwork: defaultNetwork.value,
+    ...(defaultNetwork.value ? { defaultNetwork: defaultNetwork.value } : {}),
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
     declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),

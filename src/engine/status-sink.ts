@@ -9,8 +9,11 @@ import type { PodIdentity } from '../drivers/driver';
 import type { NetworkStatusEntry } from '../networks/status';
 
 export interface StatusSink {
-  /** The pod's networks as they are now (`status`), after an ADD or a detach; `added` are the interfaces this change attached. */
-  attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[]): void;
+  /**
+   * The pod's networks as they are now (`status`), after an ADD, a detach or a change of a running pod's networks;
+   * `added` are the interfaces this change attached, `removed` the networks it took away.
+   */
+  attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[], removed?: readonly { readonly network: string; readonly ifname: string }[]): void;
   /** The pod's networks are gone (DEL). */
   detached(pod: PodIdentity, containerId: string): void;
   /** An ADD failed (and was undone) with this error. */

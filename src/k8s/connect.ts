@@ -12,12 +12,15 @@ import { loadKubeConfig, nodeNameOf } from './kubeconfig';
 import { ApiNetworkSource } from './nad-source';
 import { ApiPodSource } from './pod-source';
 import { ApiStatusWriter } from './status-writer';
+import { HotplugController, type NetworkChanger } from './hotplug';
 
 /** How long shutdown waits for status and event writes still retrying: the next daemon's ADDs write their own. */
 const SETTLE_MS = 2000;
 
 export interface ApiConnection {
   readonly networks: ApiNetworkSource;
+  /** Changes running pods' networks when their annotation changes (--hot-plug), through `engine`. */
+  enableHotplug(engine: NetworkChanger): void;
   readonly pods: ApiPodSource;
   readonly sink: StatusSink;
   readonly client: KubeApiClient;
@@ -38,14 +41,22 @@ export async function connectToApi(config: DaemonConfig, log: Logger): Promise<A
   const pods = new ApiPodSource(client, nodeName, warn(`watching the pods of node ${nodeName}`));
   const status = new ApiStatusWriter(client, log);
   const events = new EventRecorder(client, nodeName, log);
+  let hotplug: HotplugController | undefined;
+  // The engine is built after this (it takes the sink): the hot-plug hook is bound when it exists.
+  const afterAdd: StatusSink = { attached: (...a) => hotplug?.afterAdd.attached(...a), detached: () => undefined, failed: () => undefined };
   log.info({ server: client.server, kubeconfig: endpoint.value.source, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
   return {
-    networks, pods, client, nodeName, sink: fanOut(status, events),
+    networks, pods, client, nodeName, sink: fanOut(status, events, afterAdd),
+    enableHotplug(engine) {
+      hotplug = new HotplugController(engine, pods, events, log);
+    },
     async start() {
       await Promise.all([networks.start(), pods.start()]);
       log.info({ networks: networks.list().networks.length, pods: pods.cached }, 'API caches synced');
+      await hotplug?.resyncAll();
     },
     async stop() {
+      await hotplug?.stop();
       await Promise.race([Promise.all([status.settled(), events.settled()]), new Promise((r) => setTimeout(r, SETTLE_MS))]);
       const stopping = [networks.stop(), pods.stop()];
       client.close(); // ends the watches, so the informers' loops end

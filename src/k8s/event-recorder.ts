@@ -1,7 +1,7 @@
 /**
- * Pod events, so `kubectl describe pod` says what Plexus did: Normal AddedInterface for each interface an ADD
- * attached ("Add net1 [10.1.0.5] from team-a/blue", as Multus words it), Warning FailedAttachNetwork with the CNI
- * error's message when an ADD fails. A failure repeated by the kubelet's retries updates one event's count and last
+ * Pod events, so `kubectl describe pod` says what Plexus did: Normal AddedInterface for each interface an ADD (or a
+ * hot-plug) attached ("Add net1 [10.1.0.5] from team-a/blue", as Multus words it), RemovedInterface for each one a
+ * hot-plug removed, Warning FailedAttachNetwork with the CNI error's message when an ADD or a hot-plug fails. A failure repeated by the kubelet's retries updates one event's count and last
  * time (as client-go's correlator does) instead of creating one per retry. Written in the background, like status.
  */
 import { randomBytes } from 'node:crypto';
@@ -14,6 +14,7 @@ import { type KubeApiClient, segment } from './api-client';
 import { BackgroundWrites, type RetryOptions } from './background-writes';
 
 export const ADDED_INTERFACE = 'AddedInterface';
+export const REMOVED_INTERFACE = 'RemovedInterface';
 export const FAILED_ATTACH = 'FailedAttachNetwork';
 /** Events' source.component and reportingController. */
 export const EVENT_COMPONENT = 'plexus';
@@ -47,12 +48,13 @@ export class EventRecorder implements StatusSink {
     this.writes = new BackgroundWrites(log, options);
   }
 
-  attached(pod: PodIdentity, _containerId: string, _status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[]): void {
+  attached(pod: PodIdentity, _containerId: string, _status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[], removed: readonly { readonly network: string; readonly ifname: string }[] = []): void {
     if (!isFull(pod)) return;
     for (const entry of added) {
       const ips = entry.ips?.length ? entry.ips.join(',') : '';
       this.emit(pod, 'Normal', ADDED_INTERFACE, `Add ${entry.interface ?? '?'} [${ips}] from ${entry.name}`);
     }
+    for (const gone of removed) this.emit(pod, 'Normal', REMOVED_INTERFACE, `Remove ${gone.ifname} from ${gone.network}`);
   }
 
   detached(): void {

@@ -19,8 +19,8 @@ export interface ApiObject {
 }
 
 export interface InformerHandlers<T> {
-  /** An object appeared or changed: the whole object, as the API sent it (before `keep`). */
-  readonly upsert?: (obj: T) => void;
+  /** An object appeared or changed: the whole object, as the API sent it (before `keep`), and what was kept of it before. */
+  readonly upsert?: (obj: T, previous: T | undefined) => void;
   readonly remove?: (obj: T) => void;
   readonly error?: (message: string) => void;
 }
@@ -172,7 +172,8 @@ export class Informer<T extends ApiObject> {
   }
 
   private put(obj: T): void {
+    const previous = this.objects.get(keyOf(obj));
     this.objects.set(keyOf(obj), this.keep(obj));
-    this.handlers.upsert?.(obj);
+    this.handlers.upsert?.(obj, previous);
   }
 }

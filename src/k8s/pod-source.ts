@@ -9,6 +9,16 @@ import type { PodInfo, PodSource } from '../engine/pod-source';
 import { type KubeApiClient, segment } from './api-client';
 import { type ApiObject, Informer } from './informer';
 
+/** A pod of this node as the cache has it. */
+export interface CachedPod extends PodInfo {
+  readonly namespace: string;
+  readonly name: string;
+}
+const cachedPod = (obj: ApiObject): CachedPod | undefined => {
+  const m = obj.metadata;
+  return m?.name && m.namespace ? { namespace: m.namespace, name: m.name, uid: m.uid ?? '', annotations: m.annotations ?? {} } : undefined;
+};
+
 const infoOf = (pod: ApiObject): PodInfo => ({ uid: pod.metadata?.uid ?? '', annotations: pod.metadata?.annotations ?? {} });
 /** What the cache keeps of a pod: the engine reads its UID and annotations, nothing else. */
 const metadataOf = (pod: ApiObject): ApiObject => {
@@ -18,13 +28,36 @@ const metadataOf = (pod: ApiObject): ApiObject => {
 
 export class ApiPodSource implements PodSource {
   private readonly informer: Informer<ApiObject>;
+  private readonly watchers: ((pod: CachedPod, previous: CachedPod | undefined) => void)[] = [];
 
   constructor(
     private readonly client: KubeApiClient,
     readonly nodeName: string,
     onError: (message: string) => void = () => undefined,
   ) {
-    this.informer = new Informer<ApiObject>(client, '/api/v1/pods', 'pods', { fieldSelector: `spec.nodeName=${nodeName}` }, metadataOf, { error: onError });
+    this.informer = new Informer<ApiObject>(client, '/api/v1/pods', 'pods', { fieldSelector: `spec.nodeName=${nodeName}` }, metadataOf, {
+      error: onError,
+      upsert: (obj, previous) => {
+        const pod = cachedPod(metadataOf(obj));
+        if (pod) for (const w of this.watchers) w(pod, previous && cachedPod(previous));
+      },
+    });
+  }
+
+  /** Calls `watcher` with each pod of this node that appears or changes (its annotations, say), and what it was before. */
+  onChange(watcher: (pod: CachedPod, previous: CachedPod | undefined) => void): void {
+    this.watchers.push(watcher);
+  }
+
+  /** The pods of this node in the cache. */
+  list(): CachedPod[] {
+    return this.informer.list().flatMap((p) => cachedPod(p) ?? []);
+  }
+
+  /** A pod from the cache only (no request). */
+  cachedPod(namespace: string, name: string): CachedPod | undefined {
+    const obj = this.informer.get(namespace, name);
+    return obj && cachedPod(obj);
   }
 
   /** Lists this node's pods and watches them; resolves when the first list is in the cache. */

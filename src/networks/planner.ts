@@ -38,6 +38,8 @@ export interface PlanOptions {
 
 export interface PlannedAttachment {
   readonly ifname: string;
+  /** The interface name was asked for (the selection's "interface", or "@name"), not generated. */
+  readonly explicitName: boolean;
   readonly network: NetworkDefinition;
   /** The annotation element this attachment comes from; absent for the default network and defaultNetworks. */
   readonly selection?: NetworkSelection;
@@ -53,7 +55,11 @@ export interface PlannedAttachment {
 }
 
 export interface PlanInput {
-  readonly defaultNetwork: NetworkDefinition;
+  /**
+   * The pod's default network, attached as defaultIfname; absent when a running pod's networks change (hot-plug):
+   * the pod keeps its default network, whose interface name stays reserved.
+   */
+  readonly defaultNetwork?: NetworkDefinition;
   readonly selections: readonly NetworkSelection[];
   readonly resolve: (namespace: string, name: string) => Result<NetworkDefinition>;
   readonly declaredCapabilities: (network: NetworkDefinition) => ReadonlySet<string>;
@@ -95,10 +101,12 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   const { defaultNetwork, options } = input;
   const pending: Pending[] = [];
 
-  const defaultLabel = `the default network (${defaultNetwork.key})`;
-  const defaultDelegate = forceDelegate(defaultNetwork, defaultLabel);
-  if (!defaultDelegate.ok) return defaultDelegate;
-  pending.push({ who: defaultLabel, label: defaultLabel, network: defaultNetwork, explicit: options.defaultIfname, isDefault: true, forceDelegate: defaultDelegate.value });
+  if (defaultNetwork) {
+    const defaultLabel = `the default network (${defaultNetwork.key})`;
+    const defaultDelegate = forceDelegate(defaultNetwork, defaultLabel);
+    if (!defaultDelegate.ok) return defaultDelegate;
+    pending.push({ who: defaultLabel, label: defaultLabel, network: defaultNetwork, explicit: options.defaultIfname, isDefault: true, forceDelegate: defaultDelegate.value });
+  }
 
   for (const [i, text] of options.sources.defaultNetworks.entries()) {
     const ref = parseNetworkReference(text, 'default', i);
@@ -133,18 +141,19 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   }
 
   // Reserve every explicit name first; a name asked for twice fails naming both requests.
-  const owners = new Map<string, Pending>();
+  const owners = new Map<string, string>();
+  if (!defaultNetwork) owners.set(options.defaultIfname, `the default network (${options.defaultIfname})`);
   for (const p of pending) {
     if (p.explicit === undefined) continue;
     const earlier = owners.get(p.explicit);
-    if (earlier) return invalid(`${p.label}: interface "${p.explicit}" is already taken by ${earlier.who}`);
-    owners.set(p.explicit, p);
+    if (earlier) return invalid(`${p.label}: interface "${p.explicit}" is already taken by ${earlier}`);
+    owners.set(p.explicit, p.who);
   }
 
   const taken = new Set(owners.keys());
   const nextIndex = new Map<string, number>();
   const planned: PlannedAttachment[] = [];
-  const routed = pending.find((p) => p.selection?.defaultRoute !== undefined) ?? pending[0];
+  const routed = pending.find((p) => p.selection?.defaultRoute !== undefined) ?? (defaultNetwork ? pending[0] : undefined);
   for (const p of pending) {
     let ifname = p.explicit;
     if (ifname === undefined) {
@@ -163,6 +172,7 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
     }
     planned.push({
       ifname,
+      explicitName: p.explicit !== undefined,
       network: p.network,
       ...(p.selection ? { selection: p.selection } : {}),
       isDefault: p.isDefault,

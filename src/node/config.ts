@@ -37,6 +37,7 @@ export const DaemonConfigSchema = z
     ipamReconcileSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400)).default(30),
     ipamNodeGraceSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400 * 30)).default(600),
     namespaceIsolation: bool.default(false),
+    hotPlug: bool.default(true),
     globalNamespaces: z
       .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
       .default([]),
@@ -75,6 +76,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--ipam-reconcile-seconds': 'ipamReconcileSeconds',
   '--ipam-node-grace-seconds': 'ipamNodeGraceSeconds',
   '--namespace-isolation': 'namespaceIsolation',
+  '--hot-plug': 'hotPlug',
   '--global-namespaces': 'globalNamespaces',
   '--max-interfaces-per-pod': 'maxInterfacesPerPod',
   '--max-annotation-bytes': 'maxAnnotationBytes',
@@ -109,6 +111,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --ipam-node-grace-seconds S  how long a Node must be gone before its IPAM blocks are reclaimed (default 600)
   --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
+  --hot-plug B              change running pods' networks when their networks annotation changes (default true)
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)

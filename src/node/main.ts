@@ -58,6 +58,7 @@ async function main(): Promise<number> {
     globalNamespaces: config.globalNamespaces,
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
   }, log);
+  if (api && config.hotPlug) api.enableHotplug(engine);
   const state = { ready: false };
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued }, engine, state, log);
 

@@ -157,4 +157,86 @@ describe('the engine on an in-memory kernel', () => {
     const r = await bed.engine.check(request('CHECK', 'cg', netns));
     assert.ok(!r.ok && /interface net1 is missing/.test(r.error.message), !r.ok ? r.error.message : 'passed');
   });
+
+  describe('hot-plug: changeNetworks', () => {
+    const networks = (text: string): Record<string, string> => ({ 'k8s.v1.cni.cncf.io/networks': text });
+
+    it('adds and removes networks of a running pod, keeping the untouched interface, leases following', async () => {
+      const netns = pod('h1');
+      assert.ok((await bed.engine.add(request('ADD', 'h1', netns, 'blue, red'))).ok);
+      const r = await bed.engine.changeNetworks('h1', 'eth0', networks('red'));
+      assert.ok(r.ok, r.ok ? '' : r.error.message);
+      assert.deepEqual(r.value.removed, [{ network: 'default/blue', ifname: 'net1' }]);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net2'], 'red keeps net2');
+      assert.deepEqual(await leases(), ['podnet h1 eth0', 'red h1 net2']);
+      const again = await bed.engine.changeNetworks('h1', 'eth0', networks('red, blue'));
+      assert.ok(again.ok);
+      assert.deepEqual(again.value.added, [{ network: 'default/blue', ifname: 'net1' }], 'the next free name');
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
+      const record = await bed.journal.load('h1', 'eth0');
+      assert.deepEqual(record!.details!.networkStatus.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/red@net2', 'default/blue@net1']);
+      const same = await bed.engine.changeNetworks('h1', 'eth0', networks('red, blue'));
+      assert.ok(same.ok && same.value.added.length === 0 && same.value.removed.length === 0, 'no change, nothing done');
+      assert.ok((await bed.engine.del(request('DEL', 'h1', netns))).ok);
+      assert.deepEqual(await leases(), []);
+      assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+    });
+
+    it('leaves the pod exactly as it was when an addition fails or the annotation is invalid', async () => {
+      const netns = pod('h2');
+      assert.ok((await bed.engine.add(request('ADD', 'h2', netns, 'blue'))).ok);
+      const before = await bed.journal.load('h2', 'eth0');
+      bed.kernel.failWhen((e) => e.op.op === 'linkAdd' && e.op.link.kind === 'veth' && e.op.link.peer.name === 'net2');
+      const failed = await bed.engine.changeNetworks('h2', 'eth0', networks('red'));
+      assert.ok(!failed.ok && /attaching network default\/red as net2/.test(failed.error.message), failed.ok ? '' : failed.error.message);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1'], 'blue was not removed: additions come first');
+      assert.deepEqual(await leases(), ['blue h2 net1', 'podnet h2 eth0']);
+      const after = await bed.journal.load('h2', 'eth0');
+      assert.deepEqual(after!.details, before!.details);
+      assert.equal(after!.changing, undefined);
+      const invalid = await bed.engine.changeNetworks('h2', 'eth0', networks('nope'));
+      assert.ok(!invalid.ok && invalid.error.code === 7);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1']);
+      const defaultGone = await bed.engine.changeNetworks('h2', 'eth0', networks(''));
+      assert.ok(defaultGone.ok);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0'], 'the default network stays');
+    });
+
+    it('after a crash while adding, recovery undoes the change: the pod is as it was', async () => {
+      const netns = pod('h3');
+      assert.ok((await bed.engine.add(request('ADD', 'h3', netns, 'blue'))).ok);
+      // The daemon "dies" inside the kernel call that creates red's veth: the change's lines stay open in the journal.
+      const batch = bed.kernel.batch.bind(bed.kernel);
+      bed.kernel.batch = (async (ns: string | undefined, ops: readonly { op: string; link?: { kind?: string } }[]) => {
+        if (ops.some((o) => o.op === 'linkAdd' && o.link?.kind === 'veth') && bed.kernel.links(netns).length === 2) throw new Error('the daemon died here');
+        return batch(ns, ops as never);
+      }) as typeof bed.kernel.batch;
+      await assert.rejects(bed.engine.changeNetworks('h3', 'eth0', networks('red')), /the daemon died here/);
+      bed.kernel.batch = batch;
+      assert.ok((await bed.journal.load('h3', 'eth0'))!.changing, 'the change is open');
+      assert.equal((await bed.engine.undoUnfinished()).failed.length, 0);
+      const record = await bed.journal.load('h3', 'eth0');
+      assert.equal(record!.changing, undefined);
+      assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/blue@net1']);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1']);
+      assert.deepEqual(await leases(), ['blue h3 net1', 'podnet h3 eth0'], 'red\'s lease is released');
+    });
+
+    it('after a crash while removing, recovery finishes the change: the additions stay, the removals are completed', async () => {
+      const netns = pod('h4');
+      assert.ok((await bed.engine.add(request('ADD', 'h4', netns, 'blue'))).ok);
+      assert.ok((await bed.engine.changeNetworks('h4', 'eth0', networks('red'))).ok);
+      // Cut the journal back to just after the additions were complete (blue's removal not yet recorded as done).
+      const file = join(bed.journal.dir, 'h4@eth0.jsonl');
+      const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
+      writeFileSync(file, `${lines.slice(0, lines.findIndex((l) => l.includes('"t":"added"')) + 1).join('\n')}\n`);
+      assert.ok((await bed.journal.load('h4', 'eth0'))!.changing?.added, 'the additions are complete');
+      assert.equal((await bed.engine.undoUnfinished()).failed.length, 0);
+      const record = await bed.journal.load('h4', 'eth0');
+      assert.equal(record!.changing, undefined);
+      assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/red@net2']);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net2']);
+      assert.deepEqual(await leases(), ['podnet h4 eth0', 'red h4 net2']);
+    });
+  });
 });

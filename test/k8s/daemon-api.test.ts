@@ -5,12 +5,11 @@
  * pod's netns, events, a NAD created after a pod was rejected, a pod deleted while its ADD runs.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
+import { type ApiEvent, type ApiPod, ApiPods, pluginDirWithSlowBridge, type StatusEntry } from '../support/api-pods';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
@@ -27,16 +26,6 @@ const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
 const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-interface Meta {
-  metadata: { uid: string; annotations?: Record<string, string> };
-}
-interface ApiEvent {
-  type: string;
-  reason: string;
-  message: string;
-  count: number;
-  involvedObject: { uid?: string };
-}
 
 describe('plexusd on the Kubernetes API', { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -49,14 +38,11 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
 
   before(async () => {
     for (let i = 0; i < 8; i++) fx.trackHostLink(`${prefix}b${i}`);
-    // A private plugin dir: the reference plugins, and "slow", a bridge that takes a second (an ADD to race with).
-    binDir = mkdtempSync(join(tmpdir(), 'plexus-bin-'));
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    writeFileSync(join(binDir, 'slow'), '#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge "$@"\n');
-    chmodSync(join(binDir, 'slow'), 0o755);
+    binDir = pluginDirWithSlowBridge();
 
     api = await KubeApiFixture.start();
     await api.installNadCrd();
+    await api.installCrds('deploy/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
     const nads: [string, string, string][] = [
@@ -78,38 +64,17 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     if (binDir) rmSync(binDir, { recursive: true, force: true });
   });
 
-  /** A pod object on this node in the API, and a sandbox for it; `args` are the runtime's CNI_ARGS with its UID. */
-  async function apiPod(name: string, annotations: Record<string, string>, namespace = 'default'): Promise<{ pod: TestPod; uid: string; args: string }> {
-    const made = await api.createPod(namespace, name, { annotations, nodeName: NODE });
-    assert.equal(made.status, 201, JSON.stringify(made.body));
-    const uid = (made.body as Meta).metadata.uid;
-    const pod = newPod();
-    return { pod, uid, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}` };
-  }
+  const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
+  const apiPod = (name: string, annotations: Record<string, string>, namespace = 'default'): Promise<ApiPod> => pods().create(name, annotations, namespace);
   /** The runtime's call; its own pod annotations (`runtimeAnnotations`) are what a standalone node would read. */
   const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL' | 'CHECK', p: { pod: TestPod; args: string }, runtimeAnnotations?: Record<string, string>): Promise<ShimOutput> =>
     daemon.cni({
       command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args,
       config: daemon.runtimeConfig(runtimeAnnotations ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': runtimeAnnotations } } : {}, '1.0.0'),
     });
-  const annotationsOf = async (ns: string, name: string): Promise<Record<string, string>> => ((await api.request('GET', `/api/v1/namespaces/${ns}/pods/${name}`)).body as Meta).metadata.annotations ?? {};
-  async function statusOf(ns: string, name: string): Promise<{ name: string; interface: string; ips: string[]; mac: string; default: boolean }[]> {
-    for (let i = 0; i < 200; i++) {
-      const text = (await annotationsOf(ns, name))['k8s.v1.cni.cncf.io/network-status'];
-      if (text) return JSON.parse(text);
-      await sleep(50);
-    }
-    return [];
-  }
-  async function eventsOf(ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> {
-    let events: ApiEvent[] = [];
-    for (let i = 0; i < 200; i++) {
-      events = ((await api.request('GET', `/api/v1/namespaces/${ns}/events?fieldSelector=involvedObject.name=${name}`)).body as { items: ApiEvent[] }).items;
-      if (until(events)) return events;
-      await sleep(50);
-    }
-    return events;
-  }
+  const annotationsOf = (ns: string, name: string): Promise<Record<string, string>> => pods().annotations(ns, name);
+  const statusOf = (ns: string, name: string): Promise<StatusEntry[]> => pods().status(ns, name);
+  const eventsOf = (ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> => pods().events(ns, name, until);
   const leases = (daemon: DaemonFixture): string[] => ['podnet', 'sec', 'alt', 'blue', 'green', 'slow'].flatMap((n) => daemon.leases(n));
 
   it('takes the selection from the pod in the API, not from the runtime\'s copy, and DEL removes it all', async () => {

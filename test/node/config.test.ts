@@ -25,6 +25,7 @@ const DEFAULTS: DaemonConfig = {
   ipamReconcileSeconds: 30,
   ipamNodeGraceSeconds: 600,
   namespaceIsolation: false,
+  hotPlug: true,
   globalNamespaces: [],
   maxInterfacesPerPod: 32,
   maxAnnotationBytes: 32768,

@@ -11,7 +11,7 @@ import { request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
-import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { parseAllDocuments } from 'yaml';
 import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
@@ -256,17 +256,28 @@ export class KubeApiFixture {
   }
 
   /** Installs the NetworkAttachmentDefinition CRD from deploy/ and waits until the server serves it. */
-  async installNadCrd(): Promise<void> {
-    const crd = parseYaml(readFileSync(join(ROOT, 'deploy/00-crd-network-attachment-definition.yaml'), 'utf8'));
-    const created = await this.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
-    if (created.status !== 201) throw new Error(`creating the NAD CRD: ${created.status} ${JSON.stringify(created.body)}`);
+  installNadCrd(): Promise<void> {
+    return this.installCrds('deploy/00-crd-network-attachment-definition.yaml');
+  }
+
+  /** Installs every CRD of a deploy/ file and waits until the server serves each. */
+  async installCrds(file: string): Promise<void> {
+    for (const doc of parseAllDocuments(readFileSync(join(ROOT, file), 'utf8'))) {
+      const crd = doc.toJSON() as { metadata: { name: string } };
+      const created = await this.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
+      if (created.status !== 201) throw new Error(`creating CRD ${crd.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
+      await this.waitEstablished(crd.metadata.name);
+    }
+  }
+
+  private async waitEstablished(name: string): Promise<void> {
     for (let i = 0; i < 100; i++) {
-      const got = await this.request('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/network-attachment-definitions.k8s.cni.cncf.io');
+      const got = await this.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`);
       const conditions = (got.body as { status?: { conditions?: { type: string; status: string }[] } }).status?.conditions ?? [];
       if (conditions.some((c) => c.type === 'Established' && c.status === 'True')) return;
       await sleep(200);
     }
-    throw new Error('the NAD CRD was not established within 20 s');
+    throw new Error(`the CRD ${name} was not established within 20 s`);
   }
 
   /** Creates (POST) a NetworkAttachmentDefinition with this CNI config text. */

@@ -1,0 +1,119 @@
+/**
+ * Hot-plug: when the k8s.v1.cni.cncf.io/networks annotation of a running pod on this node changes, its networks are
+ * made to match (AttachmentEngine.changeNetworks: one journaled transaction, additions first, a failure leaves the pod
+ * as it was). Changes that arrive while one is being applied are coalesced: the pod is compared once more with its
+ * newest annotation when the running change ends. A failure is a Warning event on the pod; success is reported by the
+ * engine like any change (network-status, AddedInterface and RemovedInterface events).
+ *
+ * Besides annotation changes, a pod is compared again after its ADD committed (a change that raced the ADD) and, for
+ * every pod, when plexusd starts (changes made while it was down, or a change a crash interrupted).
+ */
+import type { Logger } from 'pino';
+import type { CniError, Result } from '../cni/errors';
+import type { AttachmentRecord, AttachmentKey } from '../engine/journal';
+import type { StatusSink } from '../engine/status-sink';
+import { SELECTION_ANNOTATION } from '../networks/selection';
+import type { CachedPod } from './pod-source';
+
+/** What the controller needs of the engine. */
+export interface NetworkChanger {
+  records(): Promise<AttachmentRecord[]>;
+  changeNetworks(containerId: string, runtimeIfname: string, annotations: Readonly<Record<string, string>>): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>>;
+}
+
+/** What the controller needs of the pod cache. */
+export interface PodCache {
+  cachedPod(namespace: string, name: string): CachedPod | undefined;
+  list(): CachedPod[];
+  onChange(watcher: (pod: CachedPod, previous: CachedPod | undefined) => void): void;
+}
+
+const podKey = (namespace: string, name: string): string => `${namespace}/${name}`;
+/**
+ * The annotation whose change matters to a running pod's networks. (The default network never changes while a pod
+ * runs: a changed v1.multus-cni.io/default-network applies to the pod's next sandbox.)
+ */
+const WATCHED = [SELECTION_ANNOTATION];
+
+export class HotplugController {
+  private readonly running = new Map<string, Promise<void>>();
+  private readonly again = new Set<string>();
+  private stopped = false;
+
+  constructor(
+    private readonly engine: NetworkChanger,
+    private readonly pods: PodCache,
+    /** Where a failed change is reported (the pod's events). */
+    private readonly sink: StatusSink,
+    private readonly log: Logger,
+  ) {
+    pods.onChange((pod, previous) => {
+      if (previous && WATCHED.every((k) => previous.annotations[k] === pod.annotations[k])) return;
+      if (previous) this.enqueue(pod.namespace, pod.name);
+    });
+  }
+
+  /** Compares every cached pod that has networks on this node with its annotation (at start). */
+  async resyncAll(): Promise<void> {
+    const attached = new Set((await this.engine.records()).filter((r) => r.result && !r.deleting).map((r) => podKey(r.meta.pod.namespace ?? '', r.meta.pod.name ?? '')));
+    for (const pod of this.pods.list()) if (attached.has(podKey(pod.namespace, pod.name))) this.enqueue(pod.namespace, pod.name);
+  }
+
+  /** A StatusSink hook: after a pod's ADD, compare it once more (its annotation may have changed meanwhile). */
+  readonly afterAdd: StatusSink = {
+    attached: (pod, _containerId, status, added) => {
+      if (pod.namespace && pod.name && added.length === status.length) this.enqueue(pod.namespace, pod.name);
+    },
+    detached: () => undefined,
+    failed: () => undefined,
+  };
+
+  /** Compares the pod with its annotation now, or after the change under way for it ends. */
+  enqueue(namespace: string, name: string): void {
+    if (this.stopped) return;
+    const key = podKey(namespace, name);
+    if (this.running.has(key)) {
+      this.again.add(key);
+      return;
+    }
+    const run = (async () => {
+      do {
+        this.again.delete(key);
+        await this.apply(namespace, name).catch((e: unknown) => this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'));
+      } while (this.again.has(key) && !this.stopped);
+    })().finally(() => this.running.delete(key));
+    this.running.set(key, run);
+  }
+
+  /** Resolves when no change is under way (for shutdown and tests). */
+  async settled(): Promise<void> {
+    while (this.running.size) await Promise.all([...this.running.values()]);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.settled();
+  }
+
+  private async apply(namespace: string, name: string): Promise<void> {
+    const pod = this.pods.cachedPod(namespace, name);
+    if (!pod) return; // deleted: its DEL removes everything
+    const records = (await this.engine.records()).filter((r) => r.result && !r.deleting && r.meta.pod.namespace === namespace && r.meta.pod.name === name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
+    for (const record of records) {
+      const { containerId, ifname } = record.meta;
+      const started = performance.now();
+      const r = await this.engine.changeNetworks(containerId, ifname, pod.annotations);
+      if (!r.ok) {
+        this.log.warn({ pod: podKey(namespace, name), containerId, err: r.error.message }, 'changing the networks of a running pod failed; it keeps the networks it had');
+        this.sink.failed({ namespace, name, uid: pod.uid }, containerId, withChangeContext(r.error));
+        continue;
+      }
+      if (r.value.added.length || r.value.removed.length) {
+        const describe = (keys: readonly AttachmentKey[]): string[] => keys.map((k) => `${k.network} as ${k.ifname}`);
+        this.log.info({ pod: podKey(namespace, name), containerId, added: describe(r.value.added), removed: describe(r.value.removed), ms: Math.round(performance.now() - started) }, 'changed the networks of a running pod');
+      }
+    }
+  }
+}
+
+const withChangeContext = (e: CniError): CniError => e.withContext('changing the networks of the running pod');

@@ -75,11 +75,11 @@ export class KubeApiClient {
   }
 
   /**
-   * A watch: calls `onLine` with each line of the answer until the server ends it (ok), or it fails or stays silent
-   * longer than `idleMs` (an error). stop() ends every watch.
+   * A watch: calls `onLine` with each line of the answer until the server ends it (ok), or it fails, stays silent
+   * longer than `idleMs`, or `signal` aborts it (an error). close() ends every watch.
    */
-  async stream(path: string, resource: string, idleMs: number, onLine: (line: string) => void): Promise<Result<void, ApiFailure>> {
-    const started = await this.start('GET', path, resource, {}, idleMs);
+  async stream(path: string, resource: string, idleMs: number, onLine: (line: string) => void, signal?: AbortSignal): Promise<Result<void, ApiFailure>> {
+    const started = await this.start('GET', path, resource, { ...(signal ? { signal } : {}) }, idleMs);
     if (!started.ok) return started;
     const res = started.value;
     if ((res.statusCode ?? 0) >= 300) {
@@ -118,8 +118,9 @@ export class KubeApiClient {
   }
 
   /** Sends the request and resolves with the response once its head has arrived. */
-  private async start(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
+  private async start(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean; signal?: AbortSignal }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
     await this.limiter.take(options.urgent ?? false);
+    if (options.signal?.aborted) return err({ status: 0, message: `${method} ${path}: aborted` });
     const key = `${method} ${resource}`;
     this.sent.set(key, (this.sent.get(key) ?? 0) + 1);
     const credentials = await this.endpoint.credentials();
@@ -139,11 +140,14 @@ export class KubeApiClient {
         done(ok(res));
       });
       this.open.add(req);
+      const abort = (): void => void req.destroy(new Error('aborted'));
+      options.signal?.addEventListener('abort', abort, { once: true });
       // Until the response's head arrives, the timeout bounds the whole request, not just idle socket time.
       const deadline = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
       req.on('close', () => {
         clearTimeout(deadline);
         this.open.delete(req);
+        options.signal?.removeEventListener('abort', abort);
       });
       req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       req.on('error', (e) => done(err({ status: 0, message: `${method} ${path}: ${e.message}` })));

@@ -58,9 +58,8 @@ export async function connectToApi(config: DaemonConfig, log: Logger): Promise<A
     async stop() {
       await hotplug?.stop();
       await Promise.race([Promise.all([status.settled(), events.settled()]), new Promise((r) => setTimeout(r, SETTLE_MS))]);
-      const stopping = [networks.stop(), pods.stop()];
-      client.close(); // ends the watches, so the informers' loops end
-      await Promise.all(stopping);
+      await Promise.all([networks.stop(), pods.stop()]);
+      client.close();
     },
   };
 }

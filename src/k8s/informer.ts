@@ -39,6 +39,8 @@ export class Informer<T extends ApiObject> {
   private loop: Promise<void> | undefined;
   private readonly waiters: (() => void)[] = [];
   private wake: (() => void) | undefined;
+  /** Ends the watch under way when the informer stops. */
+  private readonly aborter = new AbortController();
 
   constructor(
     private readonly client: KubeApiClient,
@@ -72,14 +74,12 @@ export class Informer<T extends ApiObject> {
     return synced;
   }
 
-  /**
-   * Stops; resolves when the loop has ended, which for a watch under way is when the client is closed (the caller
-   * closes it after calling stop on every informer).
-   */
+  /** Stops (ending the watch under way); resolves when the loop has ended. */
   stop(): Promise<void> {
     this.stopped = true;
     for (const w of this.waiters.splice(0)) w();
     this.wake?.();
+    this.aborter.abort();
     return this.loop ?? Promise.resolve();
   }
 
@@ -166,7 +166,7 @@ export class Informer<T extends ApiObject> {
         if (known) this.handlers.remove?.(known);
       }
       if (version) this.resourceVersion = version;
-    });
+    }, this.aborter.signal);
     if (failure) return err(failure);
     return r;
   }

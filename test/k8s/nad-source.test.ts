@@ -41,9 +41,8 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     await source.start();
   });
   after(async () => {
-    const stopping = source?.stop();
+    await source?.stop();
     client?.close();
-    await stopping;
     await api?.stop();
   });
 

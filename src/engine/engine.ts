@@ -93,6 +93,11 @@ export class AttachmentEngine {
     return this.journal.list();
   }
 
+  /** The records of one container (every interface the runtime attached for it). */
+  recordsOf(containerId: string): Promise<AttachmentRecord[]> {
+    return this.journal.listContainer(containerId);
+  }
+
   /** The networks the engine can attach, and the definitions it could not use (for the API). */
   listNetworks(): ReturnType<NetworkSource['list']> {
     return this.networks.list();

@@ -18,6 +18,8 @@ import type { CachedPod } from './pod-source';
 /** What the controller needs of the engine. */
 export interface NetworkChanger {
   records(): Promise<AttachmentRecord[]>;
+  /** The records of one container (cheaper than every record, after each ADD). */
+  recordsOf(containerId: string): Promise<AttachmentRecord[]>;
   changeNetworks(containerId: string, runtimeIfname: string, annotations: Readonly<Record<string, string>>): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>>;
 }
 
@@ -61,15 +63,18 @@ export class HotplugController {
 
   /** A StatusSink hook: after a pod's ADD, compare it once more (its annotation may have changed meanwhile). */
   readonly afterAdd: StatusSink = {
-    attached: (pod, _containerId, status, added) => {
-      if (pod.namespace && pod.name && added.length === status.length) this.enqueue(pod.namespace, pod.name);
+    attached: (pod, containerId, status, added) => {
+      if (pod.namespace && pod.name && added.length === status.length) this.enqueue(pod.namespace, pod.name, containerId);
     },
     detached: () => undefined,
     failed: () => undefined,
   };
 
-  /** Compares the pod with its annotation now, or after the change under way for it ends. */
-  enqueue(namespace: string, name: string): void {
+  /**
+   * Compares the pod with its annotation now, or after the change under way for it ends. `containerId`: the sandbox
+   * just added, whose record is read alone (every record otherwise).
+   */
+  enqueue(namespace: string, name: string, containerId?: string): void {
     if (this.stopped) return;
     const key = podKey(namespace, name);
     if (this.running.has(key)) {
@@ -77,9 +82,11 @@ export class HotplugController {
       return;
     }
     const run = (async () => {
+      let sandbox = containerId;
       do {
         this.again.delete(key);
-        await this.apply(namespace, name).catch((e: unknown) => this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'));
+        await this.apply(namespace, name, sandbox).catch((e: unknown) => this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'));
+        sandbox = undefined;
       } while (this.again.has(key) && !this.stopped);
     })().finally(() => this.running.delete(key));
     this.running.set(key, run);
@@ -95,10 +102,11 @@ export class HotplugController {
     await this.settled();
   }
 
-  private async apply(namespace: string, name: string): Promise<void> {
+  private async apply(namespace: string, name: string, containerId: string | undefined): Promise<void> {
     const pod = this.pods.cachedPod(namespace, name);
     if (!pod) return; // deleted: its DEL removes everything
-    const records = (await this.engine.records()).filter((r) => r.result && !r.deleting && r.meta.pod.namespace === namespace && r.meta.pod.name === name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
+    const candidates = containerId ? await this.engine.recordsOf(containerId) : await this.engine.records();
+    const records = candidates.filter((r) => r.result && !r.deleting && r.meta.pod.namespace === namespace && r.meta.pod.name === name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
     for (const record of records) {
       const { containerId, ifname } = record.meta;
       const started = performance.now();

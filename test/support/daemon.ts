@@ -68,12 +68,20 @@ export class DaemonFixture {
   private proc: ChildProcess | undefined;
   stderr = '';
 
-  constructor(readonly defaultNetwork = 'podnet', readonly extraFlags: readonly string[] = []) {
+  private extraFlags: string[];
+
+  constructor(readonly defaultNetwork = 'podnet', extraFlags: readonly string[] = []) {
+    this.extraFlags = [...extraFlags];
     this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
     this.socket = join(this.dir, 'run', 'plexus.sock');
     this.stateDir = join(this.dir, 'state');
     this.networksDir = join(this.dir, 'networks');
     mkdirSync(this.networksDir, { recursive: true });
+  }
+
+  /** More flags for the next start (e.g. a kubeconfig that exists only after the socket path had to be known). */
+  addFlags(...flags: string[]): void {
+    this.extraFlags.push(...flags);
   }
 
   get pid(): number | undefined {

@@ -13,7 +13,7 @@ import {
   closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, rmdirSync, writeFileSync,
 } from 'node:fs';
 import { connect as http2Connect, constants as http2Constants } from 'node:http2';
-import { Agent, request as httpsRequest } from 'node:https';
+import { request as httpsRequest } from 'node:https';
 import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
@@ -150,7 +150,6 @@ export class KubeNodeFixture {
   private readonly links: { name: string; existed: boolean }[] = [];
   private readonly pods = new Map<string, PodRecord>();
   private readonly watches = new Map<string, () => void>();
-  private agent: Agent | undefined;
   private readonly reserved: Server[] = [];
   private stopped: Promise<string[]> | undefined;
 
@@ -184,7 +183,6 @@ export class KubeNodeFixture {
       writeFileSync(join(fx.cniConfDir, '10-test.conflist'), conflist);
 
       fx.apiFixture = await KubeApiFixture.start();
-      fx.agent = new Agent({ keepAlive: true, maxSockets: 16, ...fx.adminTls() });
       fx.issueNodeCerts();
       fx.host.watchDirs(['/run/containerd/s']); // the shims' sockets: a path containerd 1.6 hard-codes
       await fx.startContainerd(options.cniBinDir);
@@ -388,35 +386,9 @@ export class KubeNodeFixture {
 
   // -- the API -------------------------------------------------------------------------------------------------------
 
-  /** A request to the API server as the admin, over kept-alive connections (many pods at once). */
+  /** A request to the API server as the admin (KubeApiFixture.request). */
   call(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<ApiReply> {
-    const agent = this.agent;
-    if (!agent) return Promise.reject(new Error('the node has no API server'));
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    return new Promise((done, fail) => {
-      const req = httpsRequest(
-        {
-          host: '127.0.0.1', port: this.api.apiPort, path, method, agent, timeout: 30000,
-          headers: { Accept: 'application/json', ...(payload !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) } : {}) },
-        },
-        (res) => {
-          let text = '';
-          res.setEncoding('utf8').on('data', (c: string) => (text += c));
-          res.on('end', () => {
-            let parsed: unknown = text;
-            try {
-              parsed = text ? JSON.parse(text) : undefined;
-            } catch {
-              /* plain text */
-            }
-            done({ status: res.statusCode ?? 0, body: parsed });
-          });
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer in 30 s`)));
-      req.on('error', fail);
-      req.end(payload);
-    });
+    return this.api.request(method, path, body, contentType);
   }
 
   private async ensureNamespace(namespace: string): Promise<void> {
@@ -678,7 +650,6 @@ export class KubeNodeFixture {
     await attempt('stop containerd', () => this.stopProcess('containerd'));
     await attempt('stop shims', () => this.killShims());
     if (hooks.runtimeStopped) await attempt('after the runtime stopped', hooks.runtimeStopped);
-    this.agent?.destroy();
     await attempt('stop the API server', () => this.apiFixture?.stop());
     await attempt('unmount', () => unmountUnder(this.dir));
     await attempt('cgroups', () => problems.push(...this.cgroups.remove()));

@@ -18,6 +18,7 @@ import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { buildPauseImage, containerdMissing } from './containerd';
+import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
 import { type ApiReply, k8sBinary, k8sMissing, KubeApiFixture } from './k8s';
 
 export const KUBELET_PORT = 10250;
@@ -63,8 +64,11 @@ export function kubeNodeMissing(): string | undefined {
   if (runtime) return runtime;
   if (!which('ip')) return 'not installed: iproute2 (ip)';
   if (!k8sBinary('kubelet')) return `not available: kubelet (in $PLEXUS_K8S_BIN or ../shared/k8s/bin, plain or .xz)`;
-  return portsTaken();
+  return undefined;
 }
+
+/** Where nodes of this project's test runs take turns: the kubelet's ports and host paths are one per machine. */
+const NODE_LOCK_DIR = join(tmpdir(), 'plexus-kube-node-lock');
 
 export interface KubeNodeOptions {
   /** The CNI conflist (JSON text) containerd uses for every pod; a function receives the node's temp root (for host-local's dataDir). */
@@ -144,6 +148,8 @@ export class KubeNodeFixture {
   readonly containerdLog: string;
   private apiFixture: KubeApiFixture | undefined;
   private readonly procs: Started[] = [];
+  /** This node's turn among the project's nodes on this machine (see start). */
+  private turn: InstanceLock | undefined;
   private readonly host = new HostPaths();
   private readonly cgroups = new KubeCgroups();
   private readonly sysctls = new KernelSettings(['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops', 'kernel/keys/root_maxkeys', 'kernel/keys/root_maxbytes']);
@@ -167,10 +173,20 @@ export class KubeNodeFixture {
     return this.apiFixture;
   }
 
+  /**
+   * Starts a node. Another node of this project (a parallel test run, a benchmark) is waited for: they take turns on
+   * a lock. Ports held by anything else are an error that names them.
+   */
   static async start(options: KubeNodeOptions): Promise<KubeNodeFixture> {
+    mkdirSync(NODE_LOCK_DIR, { recursive: true });
+    const turn = await acquireInstanceLock(NODE_LOCK_DIR, () => undefined, 200);
     const taken = portsTaken();
-    if (taken) throw new Error(taken);
+    if (taken) {
+      turn.release();
+      throw new Error(taken);
+    }
     const fx = new KubeNodeFixture(mkdtempSync(join(tmpdir(), 'plexus-node-')));
+    fx.turn = turn;
     try {
       // Held until the kubelet starts: a second node (another test run) sees them taken before it touches the host.
       await fx.reservePorts();
@@ -617,6 +633,12 @@ export class KubeNodeFixture {
   }
 
   private async teardown(hooks: StopHooks): Promise<string[]> {
+    const problems = await this.teardownSteps(hooks);
+    this.turn?.release();
+    return problems;
+  }
+
+  private async teardownSteps(hooks: StopHooks): Promise<string[]> {
     const problems: string[] = [];
     await this.releasePorts();
     const attempt = async (what: string, step: () => unknown): Promise<void> => {

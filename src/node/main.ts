@@ -97,8 +97,9 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
-  await cluster?.stop();
+  const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
   await api?.stop();
+  await ipamStopped;
   await kernel.close();
   lock.release();
   return 0;

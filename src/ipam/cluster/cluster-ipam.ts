@@ -42,12 +42,18 @@ interface HeldBlock {
 /** Claims that got 409 in a row before the node gives up for now (the blocks cache is far behind). */
 const MAX_LOST_RACES = 64;
 
+/** JSON with sorted keys: the API server gives fields back in its own order. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_key, v: unknown) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : 1))) : v));
+
 const specOf = (config: ClusterIpamConfig): PoolSpec => ({ ranges: config.ranges, exclude: config.exclude, blockPrefix: config.blockPrefix });
 
 export class ClusterIpam implements IpamBackend {
   private readonly blocks: Informer<BlockObject>;
   private readonly objects: PoolObjects;
   private readonly layouts = new Map<string, PoolLayout>();
+  /** Pool -> the canonical spec its layout was checked against the API with. */
+  private readonly specs = new Map<string, string>();
   /** CNI network -> pool: which pool directory a release of the network looks in. */
   private readonly poolOfNetwork = new Map<string, string>();
   private readonly held = new Map<string, HeldBlock>();
@@ -89,6 +95,10 @@ export class ClusterIpam implements IpamBackend {
     this.timer.unref();
   }
 
+  /**
+   * Stops reconciling; the promise resolves when the blocks' watch has ended, which is when the API client is closed
+   * (after this call: see main.ts).
+   */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     await this.reconciling;
@@ -206,7 +216,7 @@ export class ClusterIpam implements IpamBackend {
     const name = layout.value.name;
     const spec = specOf(config);
     const known = this.layouts.get(name);
-    if (known !== undefined && JSON.stringify(known.sets) === JSON.stringify(layout.value.sets)) return ok(known);
+    if (known !== undefined && this.specs.get(name) === canonical(spec)) return ok(known);
     let got = await this.objects.getPool(name);
     if (!got.ok && got.error.status === 404) {
       const made = await this.objects.createPool(name, spec);
@@ -214,7 +224,7 @@ export class ClusterIpam implements IpamBackend {
     }
     if (!got.ok) return err(apiError(`reading IPPool ${name}`, got.error));
     const pool = got.value as PoolObject;
-    if (JSON.stringify(pool.spec) !== JSON.stringify(spec)) {
+    if (canonical(pool.spec) !== canonical(spec)) {
       return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} exists with other ranges (${JSON.stringify(pool.spec)}); a pool's ranges cannot change while it exists`));
     }
     const all = await this.objects.listPools();
@@ -228,6 +238,7 @@ export class ClusterIpam implements IpamBackend {
       }
     }
     this.layouts.set(name, layout.value);
+    this.specs.set(name, canonical(spec));
     return ok(layout.value);
   }
 

@@ -1,0 +1,231 @@
+/**
+ * Cluster IPAM on a real kube-apiserver + etcd: ten plexusd instances as simulated nodes (each its own --node-name,
+ * state dir and socket), allocating concurrently through the real shim and the macvlan driver on one shared segment
+ * (a veth the test owns). Required by issue 12: 10 nodes x 100 pods x 2 cluster-IPAM networks with 0 duplicates and 0
+ * failures; kill -9 of a node's daemon mid-burst, restart, reconcile: 0 leaked, 0 duplicated; a deleted Node's blocks
+ * come back; an API server restart mid-burst; static requests; exhaustion; IPv6.
+ */
+import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+
+const skip = k8sMissing();
+const prefix = uniquePrefix('ci');
+const o = 100 + Math.floor(Math.random() * 100);
+const NODES = 10;
+const PODS = 100;
+const master = `${prefix}m0`;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+const macvlan = (name: string, ipam: Record<string, unknown>): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', capabilities: { ips: true }, ipam });
+const NADS: Record<string, string> = {
+  ca: macvlan('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
+  cb: macvlan('cb', { type: 'whereabouts', network_name: `${prefix}-cb`, ipRanges: [{ range: `10.${o}.8.0/21` }, { range: `fd00:${o}::/116` }] }),
+  small: macvlan('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
+  overlapping: macvlan('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
+};
+
+interface Pod {
+  readonly cid: string;
+  readonly netns: string;
+}
+interface Added {
+  readonly pod: Pod;
+  readonly out: ShimOutput;
+}
+
+/** Runs `task` over `items`, `limit` at a time. */
+async function pool<T, R>(items: readonly T[], limit: number, task: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await task(items[i]!);
+    }
+  }));
+  return results;
+}
+
+const addressesOf = (out: ShimOutput): string[] => ((out.json?.ips as { address: string }[] | undefined) ?? []).map((x) => x.address.split('/')[0]!);
+
+describe('cluster IPAM across simulated nodes on one API server', { skip }, () => {
+  const fx = new NetnsFixture(prefix);
+  let api: KubeApiFixture;
+  const nodes: DaemonFixture[] = [];
+  let podCount = 0;
+
+  before(async () => {
+    fx.trackHostLink(master);
+    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
+    ip('link', 'set', master, 'up');
+    api = await KubeApiFixture.start({ audit: true });
+    await api.installNadCrd();
+    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.grantPlexusRbac('plexus');
+    for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, config)).status, 201, name);
+    const kubeconfig = api.userKubeconfig('plexus');
+    for (let i = 0; i < NODES; i++) {
+      const name = `${prefix}-n${i}`;
+      assert.equal((await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } })).status, 201);
+      nodes.push(new DaemonFixture('ca', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2']));
+    }
+    await Promise.all(nodes.map((n) => n.start(60000)));
+  });
+  after(async () => {
+    for (const n of nodes) await n.stop();
+    await api?.stop();
+    fx.cleanup();
+  });
+
+  const newPod = (): Pod => {
+    const ns = fx.create(`p${++podCount}`);
+    return { cid: `${prefix}c${podCount}`, netns: ns.path };
+  };
+  const cniArgs = (pod: Pod): string => `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`;
+  const call = (node: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks = 'cb'): Promise<ShimOutput> =>
+    node.cni({
+      command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: cniArgs(pod),
+      config: node.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }, '1.0.0'),
+    });
+
+  /** Every lease file of every node, as "pool/address" → how many nodes hold it. */
+  function leasesOnDisk(): Map<string, number> {
+    const seen = new Map<string, number>();
+    for (const n of nodes) {
+      const root = join(n.stateDir, 'ipam-pools');
+      let pools: string[] = [];
+      try {
+        pools = readdirSync(root);
+      } catch {
+        continue;
+      }
+      for (const p of pools) for (const f of readdirSync(join(root, p))) if (!f.startsWith('.') && !f.startsWith('last_reserved')) seen.set(`${p}/${f}`, (seen.get(`${p}/${f}`) ?? 0) + 1);
+    }
+    return seen;
+  }
+  const duplicates = (addresses: readonly string[]): string[] => addresses.filter((a, i) => addresses.indexOf(a) !== i);
+  const blocksOfNode = async (node: string): Promise<string[]> =>
+    ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: { spec: { node: string; cidr: string } }[] }).items.filter((b) => b.spec.node === node).map((b) => b.spec.cidr);
+
+  const live: Added[] = [];
+
+  it(`${NODES} nodes x ${PODS} pods x 2 cluster-IPAM networks (one dual-stack): 0 failures, 0 duplicates, few API writes`, async () => {
+    const pods = nodes.map(() => Array.from({ length: PODS }, newPod));
+    const writesBefore = api.auditEvents('plexus').filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length;
+    const latencies: number[] = [];
+    const started = Date.now();
+    const added = (await Promise.all(nodes.map((node, i) => pool(pods[i]!, 4, async (pod) => {
+      const t0 = performance.now();
+      const out = await call(node, 'ADD', pod);
+      latencies.push(performance.now() - t0);
+      return { pod, out, node };
+    })))).flat();
+    const seconds = (Date.now() - started) / 1000;
+    const failed = added.filter((a) => a.out.code !== 0);
+    assert.deepEqual(failed.map((a) => a.out.stdout).slice(0, 3), [], `${failed.length} failed`);
+    const addresses = added.flatMap((a) => addressesOf(a.out));
+    assert.equal(addresses.length, NODES * PODS * 3, 'eth0 (ca), net1 (cb: IPv4 and IPv6)');
+    assert.deepEqual(duplicates(addresses), []);
+    assert.ok(addresses.some((a) => a.includes(':')), 'IPv6 addresses from the dual-stack pool');
+    const writes = api.auditEvents('plexus').filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length - writesBefore;
+    latencies.sort((a, b) => a - b);
+    const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+    console.log(`# cluster IPAM: ${added.length} pods (${addresses.length} addresses) on ${NODES} nodes in ${seconds.toFixed(1)} s = ${(added.length / seconds).toFixed(0)} pods/s; ` +
+      `IPAM API writes ${writes} = ${(writes / (added.length * 2)).toFixed(3)} per allocation; ADD p50 ${latencies[Math.floor(latencies.length / 2)]!.toFixed(0)} ms p99 ${p99.toFixed(0)} ms`);
+    assert.ok(writes / (added.length * 2) <= 0.05, `${writes} API writes for ${added.length * 2} allocations`);
+    live.push(...added);
+  });
+
+  it('kill -9 of a node\'s daemon mid-burst, restart and the runtime\'s DELs: 0 leaked, 0 duplicated', async () => {
+    const node = nodes[0]!;
+    const pods = Array.from({ length: 30 }, newPod);
+    const burst = pool(pods, 6, async (pod) => ({ pod, out: await call(node, 'ADD', pod) }));
+    await sleep(300);
+    await node.kill('SIGKILL');
+    const outcomes = await burst;
+    await node.start(60000);
+    const done: Added[] = [];
+    for (const o2 of outcomes) {
+      if (o2.out.code === 0) done.push(o2);
+      else assert.equal((await call(node, 'DEL', o2.pod)).code, 0, 'the runtime DELs a sandbox whose ADD failed');
+    }
+    live.push(...done);
+    const onDisk = leasesOnDisk();
+    assert.deepEqual([...onDisk].filter(([, n]) => n > 1), [], 'no address held by two nodes');
+    const expected = live.flatMap((a) => addressesOf(a.out)).sort();
+    const held = [...onDisk.keys()].map((k) => k.split('/')[1]!).sort();
+    assert.deepEqual(duplicates(expected), []);
+    assert.deepEqual(held, expected, `${outcomes.length - done.length} ADDs cut by the kill`);
+  });
+
+  it('a static address reserves inside the pool, once', async () => {
+    const node = nodes[1]!;
+    const wanted = `10.${o}.15.200`;
+    const first = newPod();
+    const out = await call(node, 'ADD', first, JSON.stringify([{ name: 'cb', ips: [`${wanted}/21`] }]));
+    assert.equal(out.code, 0, out.stdout);
+    assert.ok(addressesOf(out).includes(wanted));
+    const again = await call(nodes[2]!, 'ADD', newPod(), JSON.stringify([{ name: 'cb', ips: [`${wanted}/21`] }]));
+    assert.notEqual(again.code, 0, 'the same static address on another node is refused');
+    assert.equal((await call(node, 'DEL', first)).code, 0);
+  });
+
+  it('exhaustion is a clear error naming the pool, with nothing half-allocated', async () => {
+    const node = nodes[3]!;
+    const pods = Array.from({ length: 16 }, newPod);
+    const outs = [];
+    for (const pod of pods) outs.push({ pod, out: await call(node, 'ADD', pod, 'small') });
+    const ok = outs.filter((x) => x.out.code === 0);
+    const failed = outs.filter((x) => x.out.code !== 0);
+    assert.equal(ok.length, 13, '/28: 16 addresses less network, gateway and broadcast');
+    assert.match(failed[0]!.out.stdout, /pool small/);
+    assert.equal(failed[0]!.out.json?.code, 102);
+    const smallLeases = [...leasesOnDisk().keys()].filter((k) => k.startsWith('small/'));
+    assert.equal(smallLeases.length, 13);
+    for (const x of outs) assert.equal((await call(node, 'DEL', x.pod, 'small')).code, 0);
+    assert.equal([...leasesOnDisk().keys()].filter((k) => k.startsWith('small/')).length, 0);
+  });
+
+  it('a pool overlapping another is refused', async () => {
+    const out = await call(nodes[4]!, 'ADD', newPod(), 'overlapping');
+    assert.notEqual(out.code, 0);
+    assert.match(out.stdout, /overlaps pool ca/);
+  });
+
+  it('an API server restart mid-burst: no duplicate, and the failed ADDs succeed when retried', async () => {
+    const pods = nodes.map(() => Array.from({ length: 10 }, newPod));
+    const burst = Promise.all(nodes.map((node, i) => pool(pods[i]!, 2, async (pod) => ({ pod, node, out: await call(node, 'ADD', pod) }))));
+    await api.stopApiServer();
+    await sleep(1000);
+    await api.startApiServer();
+    const outcomes = (await burst).flat();
+    for (const x of outcomes) {
+      let out = x.out;
+      for (let attempt = 0; out.code !== 0 && attempt < 20; attempt++) {
+        await call(x.node, 'DEL', x.pod);
+        await sleep(500);
+        out = await call(x.node, 'ADD', x.pod);
+      }
+      assert.equal(out.code, 0, out.stdout);
+      live.push({ pod: x.pod, out });
+    }
+    const addresses = live.flatMap((a) => addressesOf(a.out));
+    assert.deepEqual(duplicates(addresses), []);
+  });
+
+  it('a deleted Node\'s blocks go back to the pool after the grace period', async () => {
+    const gone = nodes[NODES - 1]!;
+    const name = `${prefix}-n${NODES - 1}`;
+    assert.ok((await blocksOfNode(name)).length > 0);
+    await gone.kill('SIGKILL'); // the node is gone, and its daemon with it
+    assert.equal((await api.request('DELETE', `/api/v1/nodes/${name}`)).status, 200);
+    for (let i = 0; i < 100 && (await blocksOfNode(name)).length > 0; i++) await sleep(200);
+    assert.deepEqual(await blocksOfNode(name), []);
+  });
+});

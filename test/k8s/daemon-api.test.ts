@@ -146,6 +146,19 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     assert.deepEqual(open.leases('late'), []);
   });
 
+  it('removes a pod whose NAD was deleted after it attached: DEL and CHECK work from the journal', async () => {
+    assert.equal((await api.createNad('default', 'fleeting', bridgeConfig('fleeting', 7))).status, 201);
+    const p = await apiPod('orphaned', { 'k8s.v1.cni.cncf.io/networks': 'fleeting' });
+    for (let i = 0; i < 50 && !(await call(open, 'ADD', p)).json?.interfaces; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(7));
+    assert.equal((await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/fleeting')).status, 200);
+    await new Promise((r) => setTimeout(r, 500)); // the informer has dropped it
+    assert.equal((await call(open, 'CHECK', p)).code, 0);
+    assert.equal((await call(open, 'DEL', p)).code, 0);
+    assert.deepEqual(podLinks(p.pod.ns), []);
+    assert.deepEqual(open.leases('fleeting'), []);
+  });
+
   it('lets a pod use another namespace\'s NAD, unless namespace isolation is on; "default" and the global namespaces stay open', async () => {
     const cross = await apiPod('cross', { 'k8s.v1.cni.cncf.io/networks': `${nsB}/blue` }, nsA);
     const allowed = await call(open, 'ADD', cross);

@@ -60,7 +60,7 @@ const names = (annotation: string, options: Partial<PlanOptions> = {}): string[]
 test('without selections the plan is the default network alone, as eth0', () => {
   const [only, ...rest] = unwrap(plan(''));
   assert.deepEqual(rest, []);
-  assert.deepEqual(only, { ifname: 'eth0', network: POD_NETWORK, isDefault: true, forceDelegate: false, defaultRoute: true });
+  assert.deepEqual(only, { ifname: 'eth0', explicitName: true, network: POD_NETWORK, isDefault: true, forceDelegate: false, defaultRoute: true });
 });
 
 test('the default network comes first and is named after CNI_IFNAME', () => {
@@ -83,6 +83,7 @@ test('each planned selection carries its selection and is not the default', () =
   const [, blue] = unwrap(plan('blue@data0'));
   assert.deepEqual(blue, {
     ifname: 'data0',
+    explicitName: true,
     network: KNOWN.get('pods/blue'),
     selection: { namespace: 'pods', name: 'blue', interface: 'data0', index: 0 },
     isDefault: false,
@@ -176,7 +177,7 @@ test('defaultNetworks are attached after the default network and before the anno
 
 test('a defaultNetworks entry has no selection and is not the default network', () => {
   const [, sidecar] = unwrap(plan('', { sources: { selectionAnnotation: true, defaultNetworks: ['sidecar@side0'] } }));
-  assert.deepEqual(sidecar, { ifname: 'side0', network: KNOWN.get('default/sidecar'), isDefault: false, forceDelegate: false, defaultRoute: false });
+  assert.deepEqual(sidecar, { ifname: 'side0', explicitName: true, network: KNOWN.get('default/sidecar'), isDefault: false, forceDelegate: false, defaultRoute: false });
 });
 
 test('an invalid defaultNetworks reference fails, naming it', () => {

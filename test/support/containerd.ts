@@ -6,9 +6,9 @@
  */
 import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { delimiter, dirname, join } from 'node:path';
 
 const which = (name: string): string | undefined => {
   const dirs = process.env.PLEXUS_CONTAINERD_BIN ? [process.env.PLEXUS_CONTAINERD_BIN] : (process.env.PATH ?? '').split(delimiter);
@@ -32,12 +32,19 @@ export class ContainerdFixture {
   private proc: ChildProcess | undefined;
   log = '';
 
+  /** Host directories containerd and ctr make on the way that did not exist before: removed at stop if empty. */
+  private readonly madeOnHost: string[] = [];
+
   private constructor(readonly dir: string) {
     this.socket = join(dir, 'run', 'containerd.sock');
   }
 
   static async start(): Promise<ContainerdFixture> {
     const fx = new ContainerdFixture(mkdtempSync(join(tmpdir(), 'plexus-containerd-')));
+    // Paths containerd 1.6 and ctr hard-code: the shims' sockets, runc's state, ctr's fifos.
+    for (const path of ['/run/containerd/s', `/run/containerd/runc/${fx.namespace}`, '/run/containerd/fifo']) {
+      for (let d = path; d !== '/' && !existsSync(d); d = dirname(d)) fx.madeOnHost.push(d);
+    }
     const config = join(fx.dir, 'containerd.toml');
     mkdirSync(join(fx.dir, 'run'), { recursive: true });
     writeFileSync(config, [
@@ -49,6 +56,9 @@ export class ContainerdFixture {
       `  address = "${fx.socket}"`,
       '[ttrpc]',
       `  address = "${join(fx.dir, 'run', 'containerd.sock.ttrpc')}"`,
+      // Its default is /opt/containerd, created at start.
+      '[plugins."io.containerd.internal.v1.opt"]',
+      `  path = "${join(fx.dir, 'opt')}"`,
       '',
     ].join('\n'));
     const proc = spawn(which('containerd')!, ['--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -118,6 +128,14 @@ export class ContainerdFixture {
     const mounts = readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '').filter((m) => m.startsWith(this.dir)).reverse();
     for (const m of mounts) spawnSync('umount', ['-l', m]);
     rmSync(this.dir, { recursive: true, force: true });
+    // Deepest first; one that is not empty (another containerd uses it) stays.
+    for (const d of [...new Set(this.madeOnHost)].sort((a, b) => b.length - a.length)) {
+      try {
+        rmdirSync(d);
+      } catch {
+        /* not empty, or gone */
+      }
+    }
   }
 }
 

@@ -166,7 +166,10 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
 
   it('a static address reserves inside the pool, once', async () => {
     const node = nodes[1]!;
-    const wanted = `10.${o}.15.200`;
+    const held = ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: { spec: { cidr: string } }[] }).items.map((b) => b.spec.cidr);
+    const free = Array.from({ length: 32 }, (_, i) => `10.${o}.${8 + Math.floor(i / 4)}.${(i % 4) * 64}/26`).find((cidr) => !held.includes(cidr));
+    assert.ok(free, 'a block of pool cb no node holds');
+    const wanted = free.replace(/\.(\d+)\/26$/, (_m, last: string) => `.${Number(last) + 10}`);
     const first = newPod();
     const out = await call(node, 'ADD', first, JSON.stringify([{ name: 'cb', ips: [`${wanted}/21`] }]));
     assert.equal(out.code, 0, out.stdout);

@@ -82,12 +82,14 @@ export class ClusterIpam implements IpamBackend {
 
   /** `local`: the node's host-local store; pooled leases live in `<stateDir>/ipam-pools/<pool>/`. */
   static async open(local: Ipam, stateDir: string, sync: boolean, client: KubeApiClient, options: ClusterIpamOptions, log: Logger): Promise<ClusterIpam> {
-    return new ClusterIpam(local, await Ipam.open(join(stateDir, 'ipam-pools'), { sync }), client, options, log.child({ component: 'cluster-ipam' }));
+    const ipam = new ClusterIpam(local, await Ipam.open(join(stateDir, 'ipam-pools'), { sync }), client, options, log.child({ component: 'cluster-ipam' }));
+    // Before recovery runs: it releases the leases of ADDs a crash cut short, by network, from the journal.
+    for (const lease of await ipam.pooled.leases()) ipam.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);
+    return ipam;
   }
 
   /** Loads the blocks (resolves when they are in memory) and starts reconciling. */
   async start(): Promise<void> {
-    for (const lease of await this.pooled.leases()) this.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);
     await this.blocks.start();
     for (const block of this.blocks.list()) this.remember(block);
     await this.reconcile();

@@ -67,6 +67,11 @@ export interface AttachRequest {
 export interface AttachmentOptions {
   readonly infinibandGUID?: string;
   readonly deviceID?: string;
+  /**
+   * The device the kubelet allocated to the pod for the network's k8s.v1.cni.cncf.io/resourceName (deviceID is then
+   * the same): delegated plugins also get it as top-level `deviceID` and `pciBusID`, as Multus passes it.
+   */
+  readonly kubeletDevice?: { readonly resourceName: string; readonly deviceID: string };
   readonly bandwidth?: Readonly<Record<string, unknown>>;
   readonly portMappings?: readonly Readonly<Record<string, unknown>>[];
   /** Extra `args` for the plugin config ("cni-args" in the selection annotation). */

@@ -20,7 +20,7 @@ import { delegationForced } from '../networks/planner';
 import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf } from './journal';
 import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
-import { AttachmentStep, configuredDefaultNetwork, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
+import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
@@ -39,6 +39,8 @@ export interface EngineOptions extends PlanSettings {
   readonly maxNodeAttachments?: number;
   /** The Kubernetes API's view of pods (their UID and annotations); without it, the runtime's annotations are used. */
   readonly pods?: PodSource;
+  /** The devices the kubelet allocated to pods, for networks that name a resource (default: none asked). */
+  readonly devices?: DeviceSource;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
@@ -154,7 +156,9 @@ export class AttachmentEngine {
     // Plan and validate everything before touching anything: a bad request leaves nothing behind.
     const planned = planPod(req, this.options, this.networks, this.drivers, podAnnotations);
     if (!planned.ok) return planned;
-    const steps = planned.value;
+    const withDevices = await assignDevices(planned.value, podIdentityOf(req), this.options.devices);
+    if (!withDevices.ok) return withDevices;
+    const steps = withDevices.value;
     const netnsProblem = this.podNetnsProblem(req.netns);
     if (netnsProblem) return err(netnsProblem);
     const full = await this.reserveAttachments(steps.length);

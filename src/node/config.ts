@@ -46,6 +46,9 @@ export const DaemonConfigSchema = z
     maxNodeAttachments: int(1, 1_000_000).default(8192),
     drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
+    devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    kubeletDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet'),
+    deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -82,6 +85,9 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--max-annotation-bytes': 'maxAnnotationBytes',
   '--max-node-attachments': 'maxNodeAttachments',
   '--log-level': 'logLevel',
+  '--device-plugin-config': 'devicePluginConfig',
+  '--kubelet-dir': 'kubeletDir',
+  '--device-info-dir': 'deviceInfoDir',
 };
 
 export const USAGE = `usage: plexusd [--config FILE] [flags]
@@ -117,6 +123,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
   --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
+  --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
+                            pools): see docs/device-plugin.md (default: none)
+  --kubelet-dir DIR         the kubelet's device-plugins/ and pod-resources/ are here (default /var/lib/kubelet)
+  --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file
   --help                    this text`;

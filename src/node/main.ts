@@ -13,6 +13,7 @@ import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
+import { DevicePlugins, podResourcesSocket, PodResourcesClient } from '../deviceplugin';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));
@@ -45,6 +46,15 @@ async function main(): Promise<number> {
     : undefined;
   const ipam = cluster ?? hostLocal;
   const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
+  // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
+  const podResources = api || config.devicePluginConfig ? new PodResourcesClient(podResourcesSocket(config.kubeletDir)) : undefined;
+  const devicePlugins = config.devicePluginConfig && podResources
+    ? DevicePlugins.load(config.devicePluginConfig, { kubeletDir: config.kubeletDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir }, podResources, log)
+    : undefined;
+  if (devicePlugins && !devicePlugins.ok) {
+    log.fatal({ devicePluginConfig: config.devicePluginConfig }, devicePlugins.error.message);
+    return 1;
+  }
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
@@ -57,6 +67,7 @@ async function main(): Promise<number> {
     namespaceIsolation: config.namespaceIsolation,
     globalNamespaces: config.globalNamespaces,
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
+    ...(podResources ? { devices: podResources } : {}),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
   const state = { ready: false };
@@ -69,6 +80,7 @@ async function main(): Promise<number> {
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
   await cluster?.start();
+  await devicePlugins?.value.start();
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
 
@@ -97,6 +109,8 @@ async function main(): Promise<number> {
   const cut = await server.close(config.drainSeconds * 1000);
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  await devicePlugins?.value.stop();
+  podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
   await api?.stop();
   await ipamStopped;

@@ -31,6 +31,8 @@ const DEFAULTS: DaemonConfig = {
   maxAnnotationBytes: 32768,
   maxNodeAttachments: 8192,
   spoolScanSeconds: 5,
+  kubeletDir: '/var/lib/kubelet',
+  deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo',
   logLevel: 'info',
 };
 

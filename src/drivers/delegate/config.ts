@@ -48,6 +48,11 @@ function capabilityValue(name: string, req: AttachRequest): unknown {
  */
 export function buildPluginConfig(plugin: PluginConfig, req: AttachRequest, prevResult: CniResult | undefined): Json {
   const out: Json = { ...plugin };
+  const device = req.options?.kubeletDevice;
+  if (device) {
+    out.deviceID = device.deviceID;
+    out.pciBusID = device.deviceID;
+  }
   const runtimeConfig: Json = {};
   for (const cap of declaredCapabilities(plugin)) {
     const value = capabilityValue(cap, req);

@@ -50,12 +50,15 @@ function parseHostDeviceConfigUncached(plugin: PluginConfig): Result<HostDeviceC
 
 /**
  * A deviceID handed over by a device plugin (SR-IOV), from the attachment options or runtimeConfig, overrides
- * the config, as in the reference plugin. Only PCI addresses are understood (not vDPA or auxiliary devices).
+ * the config, as in the reference plugin. A PCI address is found through sysfs; anything else is taken as a host
+ * interface name (Plexus's host-device pools hand out interfaces by name), never vDPA or auxiliary devices.
  */
 export function selectorFor(plugin: PluginConfig, conf: HostDeviceConfig, deviceID: string | undefined): Result<DeviceSelector> {
   if (deviceID) {
-    if (!PCI_ADDRESS.test(deviceID)) return err(invalidConfig(plugin, `deviceID ${JSON.stringify(deviceID)} from the device plugin is not a PCI address like 0000:3b:00.1`));
-    return ok({ by: 'pciBusID', pciAddress: deviceID.toLowerCase() });
+    if (PCI_ADDRESS.test(deviceID)) return ok({ by: 'pciBusID', pciAddress: deviceID.toLowerCase() });
+    const name = checkLinkName(plugin, 'deviceID', deviceID);
+    if (!name.ok) return err(invalidConfig(plugin, `deviceID ${JSON.stringify(deviceID)} from the device plugin is neither a PCI address like 0000:3b:00.1 nor an interface name`));
+    return ok({ by: 'device', name: deviceID });
   }
   if (conf.selector) return ok(conf.selector);
   return err(invalidConfig(plugin, 'specify one of "device", "hwaddr", "kernelpath" or "pciBusID", or request the device through a device plugin (deviceID)'));

@@ -1,0 +1,71 @@
+/**
+ * plexusd's kubelet-facing device side: the resources it offers as device plugins (--device-plugin-config), and
+ * the kubelet's pod-resources API, which tells the engine which device each pod got.
+ */
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { err, ok, type Result } from '../cni/errors';
+import { loadResources, type ResourceConfig } from './config';
+import { PodResourcesClient } from './pod-resources';
+import { ResourcePlugin, type PluginEvents } from './plugin-server';
+import { HostDevicePool, MemifDevices, type DeviceResource } from './resources';
+
+export { PodResourcesClient } from './pod-resources';
+export { DEFAULT_DEVICE_INFO_DIR } from './device-info';
+
+export interface DevicePluginSettings {
+  /** The kubelet's root (its hard-coded /var/lib/kubelet): device-plugins/ and pod-resources/ are under it. */
+  readonly kubeletDir: string;
+  readonly deviceInfoDir: string;
+  readonly stateDir?: string;
+  readonly healthIntervalMs?: number;
+}
+
+export const devicePluginDir = (kubeletDir: string): string => join(kubeletDir, 'device-plugins');
+export const podResourcesSocket = (kubeletDir: string): string => join(kubeletDir, 'pod-resources', 'kubelet.sock');
+
+export class DevicePlugins {
+  readonly plugins: readonly ResourcePlugin[];
+  readonly memif: ReadonlyMap<string, MemifDevices>;
+
+  private constructor(plugins: ResourcePlugin[], memif: Map<string, MemifDevices>) {
+    this.plugins = plugins;
+    this.memif = memif;
+  }
+
+  static create(resources: readonly ResourceConfig[], settings: DevicePluginSettings, podResources: PodResourcesClient, log: Logger, events: PluginEvents = {}): DevicePlugins {
+    const env = {
+      deviceInfoDir: settings.deviceInfoDir,
+      ...(settings.stateDir ? { stateDir: settings.stateDir } : {}),
+      ...(settings.healthIntervalMs ? { healthIntervalMs: settings.healthIntervalMs } : {}),
+      inUse: (resource: string, id: string) => podResources.inUse(resource, id),
+    };
+    const memif = new Map<string, MemifDevices>();
+    const plugins = resources.map((r) => {
+      let resource: DeviceResource;
+      if (r.kind === 'memif') {
+        const m = new MemifDevices(r, env);
+        m.removeStale();
+        memif.set(r.name, m);
+        resource = m;
+      } else resource = new HostDevicePool(r, env);
+      return new ResourcePlugin(resource, devicePluginDir(settings.kubeletDir), log.child({ component: 'device-plugin' }), events);
+    });
+    return new DevicePlugins(plugins, memif);
+  }
+
+  /** From --device-plugin-config; an unreadable or invalid file is an error that names it. */
+  static load(file: string, settings: DevicePluginSettings, podResources: PodResourcesClient, log: Logger): Result<DevicePlugins> {
+    const resources = loadResources(file);
+    if (!resources.ok) return err(resources.error);
+    return ok(DevicePlugins.create(resources.value, settings, podResources, log));
+  }
+
+  async start(): Promise<void> {
+    await Promise.all(this.plugins.map((p) => p.start()));
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.plugins.map((p) => p.stop()));
+  }
+}

@@ -16,6 +16,7 @@ packages=(
   util-linux                   # nsenter: tests look inside a container's network namespace
   clang libclang-rt-14-dev     # libFuzzer: the shim's parsers are fuzzed in the test suite
   etcd-server openssl xz-utils # a real kube-apiserver (../shared/k8s) for the Kubernetes tests, with its etcd and certs
+  busybox-static               # the image's shell and tools (scripts/image.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

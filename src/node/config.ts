@@ -46,6 +46,7 @@ export const DaemonConfigSchema = z
     maxNodeAttachments: int(1, 1_000_000).default(8192),
     drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
+    installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     kubeletDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
@@ -88,6 +89,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-plugin-config': 'devicePluginConfig',
   '--kubelet-dir': 'kubeletDir',
   '--device-info-dir': 'deviceInfoDir',
+  '--install-cni-config': 'installCniConfig',
 };
 
 export const USAGE = `usage: plexusd [--config FILE] [flags]
@@ -123,6 +125,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
   --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
+  --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename; the
+                            cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist
   --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
                             pools): see docs/device-plugin.md (default: none)
   --kubelet-dir DIR         the kubelet's device-plugins/ and pod-resources/ are here (default /var/lib/kubelet)

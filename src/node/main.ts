@@ -14,6 +14,7 @@ import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
 import { DevicePlugins, podResourcesSocket, PodResourcesClient } from '../deviceplugin';
+import { conflistForDaemon, replaceFile } from '../install/cni-conf';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));
@@ -27,6 +28,13 @@ async function main(): Promise<number> {
   }
   const config = outcome.config;
   const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
+  // Plexus's conflist for the runtime is made before anything starts (a default network file it cannot read stops
+  // plexusd here) and written only once plexusd is ready, so the runtime never sends a pod to a daemon that cannot answer.
+  const conflist = config.installCniConfig ? conflistForDaemon(config.defaultNetwork, config.socket) : undefined;
+  if (conflist && !conflist.ok) {
+    log.fatal({ installCniConfig: config.installCniConfig }, conflist.error.message);
+    return 1;
+  }
 
   // A daemon being replaced finishes its calls first; recovering the journal before that would undo them.
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
@@ -83,6 +91,10 @@ async function main(): Promise<number> {
   await devicePlugins?.value.start();
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
+  if (conflist?.ok && config.installCniConfig) {
+    const changed = replaceFile(config.installCniConfig, conflist.value, 0o644);
+    log.info({ path: config.installCniConfig, changed }, 'CNI config installed: the runtime sends new pods to plexus-cni');
+  }
 
   // DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart.
   let scanning = false;

@@ -15,6 +15,7 @@ import type { AttachmentEngine } from '../engine/engine';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
 import { toWireAttachment, type WireGcReport } from './wire';
+import type { CniCallObserver } from '../metrics/metrics';
 
 const MAX_BODY = 4 * 1024 * 1024;
 
@@ -54,6 +55,10 @@ export interface ServerOptions {
   readonly socketPath: string;
   readonly maxConcurrent: number;
   readonly maxQueued: number;
+  /** Told of every CNI call once answered (metrics). */
+  readonly observer?: CniCallObserver;
+  /** Served on GET /metrics (Prometheus text format). */
+  readonly metrics?: { readonly contentType: string; render(): Promise<string> };
 }
 
 export class DaemonServer {
@@ -82,6 +87,11 @@ export class DaemonServer {
     this.server.keepAliveTimeout = 1000;
   }
 
+  /** CNI calls being handled and waiting (plexus_cni_calls_in_flight, plexus_cni_calls_queued). */
+  get calls(): { readonly inFlight: number; readonly queued: number } {
+    return { inFlight: this.limiter.inFlight, queued: this.limiter.queued };
+  }
+
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://plexusd');
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
@@ -91,6 +101,10 @@ export class DaemonServer {
       const { networks, errors } = this.engine.listNetworks();
       return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));
     }
+    if (req.method === 'GET' && url.pathname === '/metrics' && this.options.metrics) {
+      const text = await this.options.metrics.render();
+      return send(res, 200, text, { 'Content-Type': this.options.metrics.contentType });
+    }
     if (req.method === 'POST' && url.pathname === '/v1/cni') return this.cni(req, res);
     if (req.method === 'POST' && url.pathname === '/v1/gc') return this.gc(req, res);
     send(res, 404, JSON.stringify({ error: `no route ${req.method} ${url.pathname}` }));
@@ -99,6 +113,7 @@ export class DaemonServer {
   private async cni(req: IncomingMessage, res: ServerResponse): Promise<void> {
     // Until recovery has reconciled the journal, 503 tells plexus-cni to wait and retry.
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
+    const started = process.hrtime.bigint();
     const body = await readBody(req);
     if (body === undefined) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidNetworkConfig, `CNI request larger than ${MAX_BODY} bytes`)));
     // Decoding would turn invalid bytes into U+FFFD: an interface or container named by the runtime could not be named again.
@@ -118,9 +133,14 @@ export class DaemonServer {
       }
     });
     if (!ran) {
+      this.options.observer?.observe({ command: call.env.CNI_COMMAND ?? '', containerId: call.env.CNI_CONTAINERID, code: CniCode.TryAgainLater, seconds: Number(process.hrtime.bigint() - started) / 1e9 });
       return sendCni(res, errorReply('1.1.0', new CniError(CniCode.TryAgainLater, `plexusd is busy (${this.limiter.inFlight} calls running, ${this.limiter.queued} queued)`, 'retry later')));
     }
     sendCni(res, ran.value);
+    this.options.observer?.observe({
+      command: call.env.CNI_COMMAND ?? '', containerId: call.env.CNI_CONTAINERID, code: replyCode(ran.value),
+      seconds: Number(process.hrtime.bigint() - started) / 1e9,
+    });
   }
 
   private async gc(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -175,6 +195,17 @@ export class DaemonServer {
     const cut = timedOut ? this.inFlight : 0;
     this.server.closeAllConnections();
     return cut;
+  }
+}
+
+/** The CNI error code of a reply, 0 for success. */
+function replyCode(reply: CniReply): number {
+  if (reply.exitCode === 0) return 0;
+  try {
+    const code = (JSON.parse(reply.stdout) as { code?: unknown }).code;
+    return typeof code === 'number' ? code : reply.exitCode;
+  } catch {
+    return reply.exitCode;
   }
 }
 

@@ -17,6 +17,8 @@ export interface RetryOptions {
 export type Attempt = { readonly outcome: 'done' } | { readonly outcome: 'stop'; readonly why: string } | { readonly outcome: 'retry'; readonly why: string };
 
 export class BackgroundWrites {
+  /** Retries made by every BackgroundWrites of the process (plexus_api_write_retries_total). */
+  static retried = 0;
   private readonly pending = new Set<Promise<void>>();
 
   constructor(
@@ -40,6 +42,7 @@ export class BackgroundWrites {
           this.log.warn({ ...what, err: r.why, attempts }, 'not written after retries; the pod runs without it');
           return;
         }
+        BackgroundWrites.retried++;
         await new Promise((resolve) => setTimeout(resolve, delay));
         delay = Math.min(delay * 2, this.options.maxDelayMs ?? 10_000);
       }

@@ -47,6 +47,7 @@ export const DaemonConfigSchema = z
     drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    metricsAddress: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port').optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     kubeletDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
@@ -92,6 +93,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--install-cni-config': 'installCniConfig',
 };
 
+  '--metrics-address': 'metricsAddress',
 export const USAGE = `usage: plexusd [--config FILE] [flags]
   --socket PATH             unix socket plexus-cni talks to (default /run/plexus/plexus.sock)
   --state-dir DIR           journal and IPAM leases (default /var/lib/plexus)
@@ -129,6 +131,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
                             cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist
   --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
                             pools): see docs/device-plugin.md (default: none)
+  --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
+                            /metrics is always on the socket)
   --kubelet-dir DIR         the kubelet's device-plugins/ and pod-resources/ are here (default /var/lib/kubelet)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)

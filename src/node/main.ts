@@ -15,6 +15,8 @@ import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
 import { DevicePlugins, podResourcesSocket, PodResourcesClient } from '../deviceplugin';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
+import { DaemonMetrics } from '../metrics/metrics';
+import { listenMetrics } from '../metrics/tcp';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));
@@ -79,10 +81,17 @@ async function main(): Promise<number> {
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
   const state = { ready: false };
-  const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued }, engine, state, log);
+  const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
+  const metrics: DaemonMetrics = new DaemonMetrics({
+    records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
+    calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
+  });
+  const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
   await server.listen();
+  const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, () => state.ready) : undefined;
+  if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
   const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
@@ -119,6 +128,7 @@ async function main(): Promise<number> {
   clearInterval(spoolTimer);
   state.ready = false;
   const cut = await server.close(config.drainSeconds * 1000);
+  await metricsListener?.close();
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
   await devicePlugins?.value.stop();

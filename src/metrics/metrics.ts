@@ -1,0 +1,131 @@
+/**
+ * plexusd's Prometheus metrics (prom-client), on the socket's /metrics and, with --metrics-address, over TCP.
+ * Nothing here is on a CNI call's path: a call is timed by the server (CniCallObserver), and what it attached is read
+ * from the journal after the reply has gone; the gauges are read from the journal when scraped.
+ *
+ *   plexus_cni_request_duration_seconds{command,network_type,result}  CNI calls as plexusd handled them
+ *   plexus_cni_errors_total{command,code}                              calls answered with a CNI error, by code
+ *   plexus_attachments{network}                                        pod interfaces attached now, by network
+ *   plexus_journal_records / plexus_journal_bytes                      the journal (one record per sandbox)
+ *   plexus_api_write_retries_total                                     network-status and event writes retried
+ *   plexus_cni_calls_in_flight / plexus_cni_calls_queued               the server's concurrency limit
+ *   process_*, nodejs_*                                                prom-client's default process metrics
+ */
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { AttachmentRecord } from '../engine/journal';
+
+/** What the metrics read from the daemon: the engine's journal records, and the server's queue. */
+export interface MetricsSources {
+  records(): Promise<AttachmentRecord[]>;
+  recordsOf(containerId: string): Promise<AttachmentRecord[]>;
+  readonly journalDir: string;
+  readonly calls?: () => { readonly inFlight: number; readonly queued: number };
+  /** Background API writes retried so far (status and events), when plexusd talks to an API. */
+  readonly apiWriteRetries?: () => number;
+}
+
+/** One CNI call as the server answered it. */
+export interface ObservedCall {
+  readonly command: string;
+  readonly containerId: string | undefined;
+  /** 0 for success; else the CNI error code of the reply. */
+  readonly code: number;
+  readonly seconds: number;
+}
+
+/** Told of every CNI call once it has been answered. */
+export interface CniCallObserver {
+  observe(call: ObservedCall): void;
+}
+
+/** The network types a record's attachments were made by, as one label value: "bridge", "bridge+macvlan". */
+const typesOf = (record: AttachmentRecord): string => {
+  const types = [...new Set((record.details?.attachments ?? []).map((a) => a.driver))].sort();
+  return types.length ? types.join('+') : 'unknown';
+};
+
+/** Latency buckets from 1 ms (a cached CHECK) to 30 s (a delegated plugin timing out). */
+const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export class DaemonMetrics implements CniCallObserver {
+  readonly registry = new Registry();
+  private readonly duration: Histogram<'command' | 'network_type' | 'result'>;
+  private readonly errors: Counter<'command' | 'code'>;
+  /** Each sandbox's network types, for labelling its DEL and CHECK (its ADD reads them from the journal). */
+  private readonly typesByContainer = new Map<string, string>();
+
+  constructor(private readonly sources: MetricsSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.duration = new Histogram({
+      name: 'plexus_cni_request_duration_seconds',
+      help: 'CNI calls handled by plexusd, from the request to the reply, by command, network types of the sandbox and result',
+      labelNames: ['command', 'network_type', 'result'], buckets: BUCKETS, registers,
+    });
+    this.errors = new Counter({ name: 'plexus_cni_errors_total', help: 'CNI calls answered with an error, by command and CNI error code', labelNames: ['command', 'code'], registers });
+    const self = this;
+    new Gauge({
+      name: 'plexus_attachments', help: 'Pod interfaces attached on this node, by network (namespace/name)', labelNames: ['network'], registers,
+      async collect() {
+        const records = await sources.records();
+        this.reset();
+        for (const r of records) {
+          self.typesByContainer.set(r.meta.containerId, typesOf(r));
+          for (const a of r.details?.attachments ?? []) this.inc({ network: a.network });
+        }
+      },
+    });
+    const journalFiles = async (): Promise<{ count: number; bytes: number }> => {
+      const names = (await readdir(sources.journalDir).catch(() => [] as string[])).filter((n) => n.endsWith('.jsonl'));
+      const sizes = await Promise.all(names.map((n) => stat(join(sources.journalDir, n)).then((s) => s.size, () => 0)));
+      return { count: names.length, bytes: sizes.reduce((a, b) => a + b, 0) };
+    };
+    new Gauge({ name: 'plexus_journal_records', help: 'Records in the journal (one per sandbox and runtime interface)', registers, async collect() { this.set((await journalFiles()).count); } });
+    new Gauge({ name: 'plexus_journal_bytes', help: 'Bytes of the journal\'s record files', registers, async collect() { this.set((await journalFiles()).bytes); } });
+    let retriesSeen = 0;
+    new Counter({
+      name: 'plexus_api_write_retries_total', help: 'Background writes to the Kubernetes API (network-status, events) retried after a failure', registers,
+      collect() {
+        const now = sources.apiWriteRetries?.() ?? 0;
+        if (now > retriesSeen) this.inc(now - retriesSeen);
+        retriesSeen = now;
+      },
+    });
+    if (sources.calls) {
+      const calls = sources.calls;
+      new Gauge({ name: 'plexus_cni_calls_in_flight', help: 'CNI calls being handled', registers, collect() { this.set(calls().inFlight); } });
+      new Gauge({ name: 'plexus_cni_calls_queued', help: 'CNI calls waiting for a slot (--max-concurrent)', registers, collect() { this.set(calls().queued); } });
+    }
+  }
+
+  observe(call: ObservedCall): void {
+    const result = call.code === 0 ? 'ok' : 'error';
+    if (call.code !== 0) this.errors.inc({ command: call.command, code: String(call.code) });
+    const cid = call.containerId;
+    if (call.command === 'ADD' && call.code === 0 && cid) {
+      // After the reply: one small read of this sandbox's record names its network types.
+      void this.sources.recordsOf(cid).then(
+        (records) => {
+          const types = records.length ? [...new Set(records.map(typesOf))].sort().join('+') : 'unknown';
+          this.typesByContainer.set(cid, types);
+          this.duration.observe({ command: call.command, network_type: types, result }, call.seconds);
+        },
+        () => this.duration.observe({ command: call.command, network_type: 'unknown', result }, call.seconds),
+      );
+      return;
+    }
+    const types = (cid && this.typesByContainer.get(cid)) || 'unknown';
+    if (call.command === 'DEL' && cid && call.code === 0) this.typesByContainer.delete(cid);
+    this.duration.observe({ command: call.command, network_type: types, result }, call.seconds);
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * deploy/ as `kubectl apply -f deploy/` reads it: the ConfigMap is a valid plexusd config, the DaemonSet runs what the
+ * image holds with the privileges, mounts and probes plexusd needs, under the service account the RBAC binds.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { parseAllDocuments } from 'yaml';
+import { loadDaemonConfig } from '../../src/node/config';
+import { splitHostPort } from '../../src/metrics/tcp';
+import { ROOT } from '../support/daemon';
+
+interface K8sObject {
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  [key: string]: unknown;
+}
+interface Mount { name: string; mountPath: string; mountPropagation?: string }
+interface Container {
+  name: string;
+  image: string;
+  command: string[];
+  securityContext?: { privileged?: boolean };
+  volumeMounts: Mount[];
+  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+  readinessProbe?: { httpGet?: { host: string; port: number; path: string } };
+  livenessProbe?: { httpGet?: { host: string; port: number; path: string } };
+}
+interface PodSpec {
+  serviceAccountName?: string;
+  hostNetwork?: boolean;
+  priorityClassName?: string;
+  tolerations?: { operator?: string; key?: string }[];
+  terminationGracePeriodSeconds?: number;
+  initContainers: Container[];
+  containers: Container[];
+  volumes: { name: string; hostPath?: { path: string }; configMap?: { name: string } }[];
+}
+
+const load = (dir: string): K8sObject[] =>
+  readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort().flatMap((f) => parseAllDocuments(readFileSync(join(dir, f), 'utf8')).map((d) => d.toJSON() as K8sObject));
+const objects = load(join(ROOT, 'deploy'));
+const find = (kind: string, name: string): K8sObject => {
+  const o = objects.find((x) => x.kind === kind && x.metadata.name === name);
+  assert.ok(o, `deploy/ has no ${kind} ${name}`);
+  return o;
+};
+const daemonSet = find('DaemonSet', 'plexus') as K8sObject & { spec: { template: { spec: PodSpec }; updateStrategy: { rollingUpdate: { maxSurge: number } } } };
+const pod = daemonSet.spec.template.spec;
+const plexusd = pod.containers.find((c) => c.name === 'plexusd')!;
+const configMap = find('ConfigMap', 'plexus') as K8sObject & { data: Record<string, string> };
+
+describe('deploy/', () => {
+  it('has the ConfigMap as a plexusd config that loads, with the mounted paths', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'plexus-manifest-'));
+    try {
+      const file = join(dir, 'plexusd.yaml');
+      writeFileSync(file, configMap.data['plexusd.yaml']!);
+      const loaded = loadDaemonConfig(['--config', file]);
+      assert.equal(loaded.kind, 'config', JSON.stringify(loaded));
+      const config = (loaded as Extract<typeof loaded, { kind: 'config' }>).config;
+      const mounted = (path: string): boolean => plexusd.volumeMounts.some((m) => path === m.mountPath || path.startsWith(`${m.mountPath}/`));
+      for (const path of [config.socket, config.stateDir, config.cniBinDir, config.cniConfDir, config.installCniConfig!, config.defaultNetwork!]) assert.ok(mounted(path), `${path} is not on a mount`);
+      assert.equal(plexusd.command.join(' '), '/usr/local/bin/plexusd --config /etc/plexus/config/plexusd.yaml');
+      assert.ok(plexusd.volumeMounts.some((m) => m.mountPath === '/etc/plexus/config' && pod.volumes.find((v) => v.name === m.name)?.configMap?.name === 'plexus'));
+      // The probes ask the TCP listener the ConfigMap opens.
+      const { host, port } = splitHostPort(config.metricsAddress!);
+      assert.deepEqual(plexusd.readinessProbe?.httpGet, { host, port, path: '/readyz' });
+      assert.deepEqual(plexusd.livenessProbe?.httpGet, { host, port, path: '/healthz' });
+      assert.ok(pod.terminationGracePeriodSeconds! > config.drainSeconds, 'the pod outlives plexusd\'s drain');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('runs on every node, first, with the host\'s network and the privileges plexusd needs', () => {
+    assert.equal(daemonSet.metadata.namespace, 'kube-system');
+    assert.equal(pod.hostNetwork, true);
+    assert.equal(pod.priorityClassName, 'system-node-critical');
+    assert.deepEqual(pod.tolerations, [{ operator: 'Exists' }]);
+    assert.equal(plexusd.securityContext?.privileged, true);
+    assert.equal(daemonSet.spec.updateStrategy.rollingUpdate.maxSurge, 0, 'two plexusd on one node would wait on each other');
+    assert.ok(plexusd.resources?.requests?.memory && plexusd.resources.limits?.memory);
+  });
+
+  it('mounts the host paths plexusd and the runtime share, the netns dir with HostToContainer', () => {
+    const hostPathOf = (mount: string): string | undefined => {
+      const m = plexusd.volumeMounts.find((v) => v.mountPath === mount);
+      return pod.volumes.find((v) => v.name === m?.name)?.hostPath?.path;
+    };
+    // Same path inside and out: the runtime passes host paths (CNI_NETNS), and the default-network link points into /etc/cni/net.d.
+    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus', '/var/run/netns']) assert.equal(hostPathOf(path), path);
+    assert.equal(plexusd.volumeMounts.find((m) => m.mountPath === '/var/run/netns')?.mountPropagation, 'HostToContainer');
+  });
+
+  it('installs before plexusd starts, with the paths plexusd reads', () => {
+    const install = pod.initContainers.find((c) => c.name === 'install')!;
+    assert.deepEqual(install.command, ['/usr/local/bin/plexus-install', 'install']);
+    assert.equal(install.image, plexusd.image);
+    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/plexus']) assert.ok(install.volumeMounts.some((m) => m.mountPath === path), path);
+  });
+
+  it('runs under the service account the RBAC binds to the plexus ClusterRole', () => {
+    assert.equal(pod.serviceAccountName, 'plexus');
+    find('ServiceAccount', 'plexus');
+    const binding = find('ClusterRoleBinding', 'plexus') as K8sObject & { subjects: { kind: string; name: string; namespace: string }[]; roleRef: { name: string } };
+    assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'plexus', namespace: 'kube-system' }]);
+    assert.equal(binding.roleRef.name, 'plexus');
+  });
+
+  it('has an uninstall DaemonSet of its own, outside deploy/', () => {
+    const uninstall = load(join(ROOT, 'deploy/uninstall'));
+    const ds = uninstall.find((o) => o.kind === 'DaemonSet') as (K8sObject & { spec: { template: { spec: PodSpec } } }) | undefined;
+    assert.deepEqual(ds?.spec.template.spec.initContainers[0]?.command, ['/usr/local/bin/plexus-install', 'uninstall']);
+    assert.ok(!objects.some((o) => o.metadata.name === 'plexus-uninstall'));
+  });
+});

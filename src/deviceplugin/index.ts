@@ -2,7 +2,6 @@
  * plexusd's kubelet-facing device side: the resources it offers as device plugins (--device-plugin-config), and
  * the kubelet's pod-resources API, which tells the engine which device each pod got.
  */
-import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { err, ok, type Result } from '../cni/errors';
 import { loadResources, type ResourceConfig } from './config';
@@ -14,15 +13,13 @@ export { PodResourcesClient } from './pod-resources';
 export { DEFAULT_DEVICE_INFO_DIR } from './device-info';
 
 export interface DevicePluginSettings {
-  /** The kubelet's root (its hard-coded /var/lib/kubelet): device-plugins/ and pod-resources/ are under it. */
-  readonly kubeletDir: string;
+  /** Where the kubelet takes registrations: hard-coded in the kubelet as /var/lib/kubelet/device-plugins. */
+  readonly devicePluginDir: string;
   readonly deviceInfoDir: string;
   readonly stateDir?: string;
   readonly healthIntervalMs?: number;
 }
 
-export const devicePluginDir = (kubeletDir: string): string => join(kubeletDir, 'device-plugins');
-export const podResourcesSocket = (kubeletDir: string): string => join(kubeletDir, 'pod-resources', 'kubelet.sock');
 
 export class DevicePlugins {
   readonly plugins: readonly ResourcePlugin[];
@@ -49,7 +46,7 @@ export class DevicePlugins {
         memif.set(r.name, m);
         resource = m;
       } else resource = new HostDevicePool(r, env);
-      return new ResourcePlugin(resource, devicePluginDir(settings.kubeletDir), log.child({ component: 'device-plugin' }), events);
+      return new ResourcePlugin(resource, settings.devicePluginDir, log.child({ component: 'device-plugin' }), events);
     });
     return new DevicePlugins(plugins, memif);
   }

@@ -51,6 +51,10 @@ export const DaemonConfigSchema = z
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     kubeletDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
+    devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
+    podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
+    deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -87,6 +91,10 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--max-annotation-bytes': 'maxAnnotationBytes',
   '--max-node-attachments': 'maxNodeAttachments',
   '--log-level': 'logLevel',
+  '--device-plugin-config': 'devicePluginConfig',
+  '--device-plugin-dir': 'devicePluginDir',
+  '--pod-resources-socket': 'podResourcesSocket',
+  '--device-info-dir': 'deviceInfoDir',
   '--device-plugin-config': 'devicePluginConfig',
   '--kubelet-dir': 'kubeletDir',
   '--device-info-dir': 'deviceInfoDir',
@@ -134,6 +142,12 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
                             /metrics is always on the socket)
   --kubelet-dir DIR         the kubelet's device-plugins/ and pod-resources/ are here (default /var/lib/kubelet)
+  --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
+  --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
+                            pools): see docs/device-plugin.md (default: none)
+  --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)
+  --pod-resources-socket PATH  the kubelet's pod-resources API: <kubelet --root-dir>/pod-resources/kubelet.sock
+                            (default /var/lib/kubelet/pod-resources/kubelet.sock)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file

@@ -31,7 +31,8 @@ const DEFAULTS: DaemonConfig = {
   maxAnnotationBytes: 32768,
   maxNodeAttachments: 8192,
   spoolScanSeconds: 5,
-  kubeletDir: '/var/lib/kubelet',
+  devicePluginDir: '/var/lib/kubelet/device-plugins',
+  podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock',
   deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo',
   logLevel: 'info',
 };

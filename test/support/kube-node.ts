@@ -86,6 +86,8 @@ export interface CreatePodsOptions {
   readonly namePrefix?: string;
   /** Pods created at once (default 10). */
   readonly concurrency?: number;
+  /** The container's resources.limits (e.g. extended resources of device plugins: { 'plexus.io/memif': '1' }). */
+  readonly limits?: Readonly<Record<string, string>>;
 }
 
 export interface RunningTimings {
@@ -353,6 +355,20 @@ export class KubeNodeFixture {
     ], this.kubeletLog);
   }
 
+  /**
+   * Stops the kubelet (SIGTERM) and starts it again with the same configuration, as an upgrade or crash would; pods
+   * keep running in containerd. The new kubelet wipes /var/lib/kubelet/device-plugins, so device plugins must
+   * register again. Answers when the new kubelet was spawned (Date.now()).
+   */
+  async restartKubelet(): Promise<number> {
+    await this.stopProcess('kubelet');
+    const old = this.procs.findIndex((s) => s.name === 'kubelet');
+    if (old >= 0) this.procs.splice(old, 1);
+    const spawnedAt = Date.now();
+    await this.startKubelet();
+    return spawnedAt;
+  }
+
   private async waitNodeReady(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -488,7 +504,7 @@ export class KubeNodeFixture {
         const record = this.pods.get(`${namespace}/${name}`) ?? {};
         record.createdAt = performance.now();
         this.pods.set(`${namespace}/${name}`, record);
-        const made = await this.call('POST', `/api/v1/namespaces/${namespace}/pods`, podObject(name, this.nodeName, options.annotations ?? {}));
+        const made = await this.call('POST', `/api/v1/namespaces/${namespace}/pods`, podObject(name, this.nodeName, options.annotations ?? {}, options.limits));
         if (made.status !== 201) errors.push(`${name}: ${made.status} ${JSON.stringify(made.body).slice(0, 300)}`);
         record.acceptedAt = performance.now();
       }
@@ -722,7 +738,7 @@ export class KubeNodeFixture {
   }
 }
 
-const podObject = (name: string, nodeName: string, annotations: Readonly<Record<string, string>>): unknown => ({
+const podObject = (name: string, nodeName: string, annotations: Readonly<Record<string, string>>, limits?: Readonly<Record<string, string>>): unknown => ({
   apiVersion: 'v1', kind: 'Pod',
   metadata: { name, ...(Object.keys(annotations).length ? { annotations } : {}) },
   spec: {
@@ -731,7 +747,7 @@ const podObject = (name: string, nodeName: string, annotations: Readonly<Record<
     automountServiceAccountToken: false,
     enableServiceLinks: false,
     terminationGracePeriodSeconds: 1,
-    containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never' }],
+    containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', ...(limits ? { resources: { limits } } : {}) }],
   },
 });
 

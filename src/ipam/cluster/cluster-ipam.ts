@@ -20,7 +20,7 @@ import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from '../codes';
 import type { ClusterIpamConfig, IpamConfig } from '../config';
 import type { Lease } from '../store';
 import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf } from './blocks';
-import { type BlockObject, BLOCKS_PATH, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
+import { type BlockObject, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
 
 export interface ClusterIpamOptions {
   readonly node: string;
@@ -62,11 +62,13 @@ export class ClusterIpam implements IpamBackend {
   private readonly missingSince = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private reconciling: Promise<void> | undefined;
+  private loaded: Promise<void> | undefined;
+  private stopped = false;
 
   private constructor(
     private readonly local: Ipam,
     private readonly pooled: Ipam,
-    client: KubeApiClient,
+    private readonly client: KubeApiClient,
     private readonly options: ClusterIpamOptions,
     private readonly log: Logger,
   ) {
@@ -88,13 +90,31 @@ export class ClusterIpam implements IpamBackend {
     return ipam;
   }
 
-  /** Loads the blocks (resolves when they are in memory) and starts reconciling. */
+  /**
+   * Starts loading the blocks and, once they are in memory, reconciling; resolves when they are loaded. When the API
+   * does not serve the IPAM CRDs (not installed: a node whose networks are all host-local needs none), it resolves at
+   * once and keeps trying in the background; cluster-IPAM allocations are refused with 11 until the blocks are loaded.
+   */
   async start(): Promise<void> {
-    await this.blocks.start();
-    for (const block of this.blocks.list()) this.remember(block);
-    await this.reconcile();
-    this.timer = setInterval(() => void this.reconcile(), this.options.reconcileMs);
-    this.timer.unref();
+    this.loaded = this.blocks.start().then(async () => {
+      if (this.stopped) return;
+      for (const block of this.blocks.list()) this.remember(block);
+      await this.reconcile();
+      if (this.stopped) return;
+      this.timer = setInterval(() => void this.reconcile(), this.options.reconcileMs);
+      this.timer.unref();
+    });
+    const served = await this.client.request('GET', `/apis/${IPAM_GROUP_VERSION}`, 'discovery');
+    if (!served.ok && served.error.status === 404) {
+      this.log.warn(`the API does not serve ${IPAM_GROUP_VERSION} (deploy/20-crd-ipam.yaml not applied): networks with cluster IPAM fail until it does`);
+      return;
+    }
+    await this.loaded;
+  }
+
+  /** Resolves when the blocks are loaded and the first reconciliation is done (tests, benchmarks). */
+  whenLoaded(): Promise<void> {
+    return this.loaded ?? Promise.resolve();
   }
 
   /**
@@ -102,6 +122,7 @@ export class ClusterIpam implements IpamBackend {
    * (after this call: see main.ts).
    */
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.reconciling;
     await this.blocks.stop();
@@ -109,6 +130,9 @@ export class ClusterIpam implements IpamBackend {
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
     if (req.config.type !== 'cluster') return this.local.allocate(req);
+    if (!this.blocks.ready) {
+      return err(new CniError(CniCode.TryAgainLater, 'cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet', 'is deploy/20-crd-ipam.yaml applied, and the API reachable? plexusd logs "watching IPBlocks failed" meanwhile; the runtime retries'));
+    }
     const config = req.config;
     const layout = await this.poolFor(req.network, config);
     if (!layout.ok) return err(layout.error);

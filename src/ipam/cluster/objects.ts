@@ -10,6 +10,8 @@ import type { IpRange } from '../config';
 
 export const GROUP = 'ipam.plexus.io';
 export const VERSION = 'v1alpha1';
+/** The API group and version the IPAM CRDs are served under. */
+export const IPAM_GROUP_VERSION = `${GROUP}/${VERSION}`;
 export const BLOCKS_PATH = `/apis/${GROUP}/${VERSION}/ipblocks`;
 export const POOLS_PATH = `/apis/${GROUP}/${VERSION}/ippools`;
 

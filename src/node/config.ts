@@ -49,7 +49,8 @@ export const DaemonConfigSchema = z
     installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     metricsAddress: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port').optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
-    kubeletDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet'),
+    devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
+    podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
@@ -96,7 +97,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--pod-resources-socket': 'podResourcesSocket',
   '--device-info-dir': 'deviceInfoDir',
   '--device-plugin-config': 'devicePluginConfig',
-  '--kubelet-dir': 'kubeletDir',
+  '--device-plugin-dir': 'devicePluginDir',
+  '--pod-resources-socket': 'podResourcesSocket',
   '--device-info-dir': 'deviceInfoDir',
   '--install-cni-config': 'installCniConfig',
 };
@@ -141,7 +143,9 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
                             pools): see docs/device-plugin.md (default: none)
   --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
                             /metrics is always on the socket)
-  --kubelet-dir DIR         the kubelet's device-plugins/ and pod-resources/ are here (default /var/lib/kubelet)
+  --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)
+  --pod-resources-socket PATH  the kubelet's pod-resources API: <kubelet --root-dir>/pod-resources/kubelet.sock
+                            (default /var/lib/kubelet/pod-resources/kubelet.sock)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
                             pools): see docs/device-plugin.md (default: none)

@@ -1,0 +1,150 @@
+/** plexusd: the Plexus node daemon. */
+import { mkdir } from 'node:fs/promises';
+import { join, dirname } from 'node:path';
+import pino from 'pino';
+import { DriverRegistry } from '../drivers/registry';
+import { Ipam } from '../ipam';
+import { Kernel } from '../kernel/kernel';
+import { NetworkDirectory } from '../networks/directory';
+import type { NetworkSource } from '../networks/source';
+import { AttachmentEngine } from '../engine/engine';
+import { loadDaemonConfig, USAGE } from './config';
+import { Journal } from '../engine/journal';
+import { acquireInstanceLock } from './instance-lock';
+import { recover, replaySpooledDels } from '../engine/recovery';
+import { DaemonServer } from '../api/server';
+import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
+import { conflistForDaemon, replaceFile } from '../install/cni-conf';
+import { DaemonMetrics } from '../metrics/metrics';
+import { listenMetrics } from '../metrics/tcp';
+
+async function main(): Promise<number> {
+  const outcome = loadDaemonConfig(process.argv.slice(2));
+  if (outcome.kind === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  if (outcome.kind === 'error') {
+    process.stderr.write(`plexusd: ${outcome.message}\n${USAGE}\n`);
+    return 2;
+  }
+  const config = outcome.config;
+  const log = pino({ level: config.logLevel, base: { svc: 'plexusd' } }, pino.destination(2));
+  // Plexus's conflist for the runtime is made before anything starts (a default network file it cannot read stops
+  // plexusd here) and written only once plexusd is ready, so the runtime never sends a pod to a daemon that cannot answer.
+  const conflist = config.installCniConfig ? conflistForDaemon(config.defaultNetwork, config.socket) : undefined;
+  if (conflist && !conflist.ok) {
+    log.fatal({ installCniConfig: config.installCniConfig }, conflist.error.message);
+    return 1;
+  }
+
+  // A daemon being replaced finishes its calls first; recovering the journal before that would undo them.
+  await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
+  const lock = await acquireInstanceLock(config.stateDir, (holder) => log.info({ holder }, 'waiting for the previous plexusd to finish its calls'));
+  const kernel = new Kernel(config.kernelThreads);
+  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
+  const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
+  // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
+  // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
+  // library is loaded only where an API may be configured: a standalone node does not pay for it.
+  const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
+  // With an API, cluster IPAM (types plexus and whereabouts) allocates in blocks this node claims; host-local stays local.
+  const cluster = api
+    ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
+        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
+      }, log)
+    : undefined;
+  const ipam = cluster ?? hostLocal;
+  const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
+  // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
+  const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  const devicePlugins = config.devicePluginConfig && podResources
+    ? DevicePlugins.load(config.devicePluginConfig, { devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir }, podResources, log)
+    : undefined;
+  if (devicePlugins && !devicePlugins.ok) {
+    log.fatal({ devicePluginConfig: config.devicePluginConfig }, devicePlugins.error.message);
+    return 1;
+  }
+  const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
+    cniBinDir: config.cniBinDir,
+    naming: config.naming,
+    selectionAnnotation: config.selectionAnnotation,
+    defaultNetworks: config.defaultNetworks,
+    limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
+    maxNodeAttachments: config.maxNodeAttachments,
+    ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
+    ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+    namespaceIsolation: config.namespaceIsolation,
+    globalNamespaces: config.globalNamespaces,
+    ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
+    ...(podResources ? { devices: podResources } : {}),
+  }, log);
+  if (api && config.hotPlug) api.enableHotplug(engine);
+  const state = { ready: false };
+  const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
+  const metrics: DaemonMetrics = new DaemonMetrics({
+    records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
+    calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
+  });
+  const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
+
+  // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
+  await server.listen();
+  const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, () => state.ready) : undefined;
+  if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
+  const spoolDir = join(dirname(config.socket), 'pending-del');
+  const report = await recover(spoolDir, engine, log);
+  // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
+  await api?.start();
+  await cluster?.start();
+  await devicePlugins?.value.start();
+  state.ready = true;
+  log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
+  if (conflist?.ok && config.installCniConfig) {
+    const changed = replaceFile(config.installCniConfig, conflist.value, 0o644);
+    log.info({ path: config.installCniConfig, changed }, 'CNI config installed: the runtime sends new pods to plexus-cni');
+  }
+
+  // DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart.
+  let scanning = false;
+  const spoolTimer = setInterval(() => {
+    if (scanning) return;
+    scanning = true;
+    replaySpooledDels(spoolDir, engine, log)
+      .catch((e: unknown) => log.error({ err: e }, 'spool scan failed'))
+      .finally(() => {
+        scanning = false;
+      });
+  }, config.spoolScanSeconds * 1000);
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => {
+      log.info({ signal }, 'stopping');
+      resolve();
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  clearInterval(spoolTimer);
+  state.ready = false;
+  const cut = await server.close(config.drainSeconds * 1000);
+  await metricsListener?.close();
+  if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
+  else log.info('drained: every accepted call was answered');
+  await devicePlugins?.value.stop();
+  podResources?.close();
+  const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
+  await api?.stop();
+  await ipamStopped;
+  await kernel.close();
+  lock.release();
+  return 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    process.stderr.write(`plexusd: fatal: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  },
+);

@@ -52,10 +52,6 @@ export const DaemonConfigSchema = z
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
     podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
-    devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
-    devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
-    podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
-    deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -96,14 +92,10 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-plugin-dir': 'devicePluginDir',
   '--pod-resources-socket': 'podResourcesSocket',
   '--device-info-dir': 'deviceInfoDir',
-  '--device-plugin-config': 'devicePluginConfig',
-  '--device-plugin-dir': 'devicePluginDir',
-  '--pod-resources-socket': 'podResourcesSocket',
-  '--device-info-dir': 'deviceInfoDir',
   '--install-cni-config': 'installCniConfig',
+  '--metrics-address': 'metricsAddress',
 };
 
-  '--metrics-address': 'metricsAddress',
 export const USAGE = `usage: plexusd [--config FILE] [flags]
   --socket PATH             unix socket plexus-cni talks to (default /run/plexus/plexus.sock)
   --state-dir DIR           journal and IPAM leases (default /var/lib/plexus)
@@ -139,14 +131,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename; the
                             cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist
-  --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
-                            pools): see docs/device-plugin.md (default: none)
   --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
                             /metrics is always on the socket)
-  --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)
-  --pod-resources-socket PATH  the kubelet's pod-resources API: <kubelet --root-dir>/pod-resources/kubelet.sock
-                            (default /var/lib/kubelet/pod-resources/kubelet.sock)
-  --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
                             pools): see docs/device-plugin.md (default: none)
   --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)

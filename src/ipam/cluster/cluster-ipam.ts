@@ -151,26 +151,42 @@ export class ClusterIpam implements IpamBackend {
       const mine = await this.holdBlock(layout, block.value);
       if (!mine.ok) return mine;
     }
+    // A set of which this node holds no block yet gets one first.
+    for (const set of layout.sets.keys()) {
+      if (requestedSets.has(set) || this.heldIn(layout, set).length > 0) continue;
+      const claimed = await this.claimNext(layout, set, req.network);
+      if (!claimed.ok) return claimed;
+    }
+    // The common path allocates in the blocks held, reading no lease list (a retried ADD gets what it has: the
+    // allocator is idempotent per owner). Only when they are full, once per block filled, are the leases counted to
+    // find the sets that need another block.
+    let result = await this.allocateInHeld(req, config, layout);
+    if (result.ok || result.error.code !== IPAM_POOL_EXHAUSTED) return result;
     const leases = await this.pooled.leases(layout.name);
-    const own = leases.filter((l) => l.containerId === req.containerId && l.ifname === req.ifname);
+    let claimedAny = false;
     for (const set of layout.sets.keys()) {
       if (requestedSets.has(set)) continue;
       const blocks = this.heldIn(layout, set);
-      if (own.some((l) => blocks.some((b) => inBlock(b, l)))) continue; // a retried ADD keeps what it has
       const used = leases.filter((l) => blocks.some((b) => inBlock(b, l))).length;
       const size = blocks.reduce((sum, b) => sum + b.size, 0n);
       if (BigInt(used) < size) continue;
       const claimed = await this.claimNext(layout, set, req.network);
       if (!claimed.ok) return claimed;
+      claimedAny = true;
     }
-    const ranges = layout.sets.map((_, set) => this.heldIn(layout, set).flatMap((b) => b.ranges));
-    const owner = { network: req.network, ...(req.pod?.uid ? { podUid: req.pod.uid } : {}), ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}) };
-    const derived: IpamConfig = { type: 'host-local', ranges, routes: config.routes, ...(config.dns ? { dns: config.dns } : {}) };
-    const result = await this.pooled.allocate({ ...req, network: layout.name, config: derived, owner });
+    if (claimedAny) result = await this.allocateInHeld(req, config, layout);
     if (!result.ok && result.error.code === IPAM_POOL_EXHAUSTED) {
       return err(new CniError(IPAM_POOL_EXHAUSTED, `no free address in pool ${layout.name} (network ${req.network}): ${result.error.message}`));
     }
     return result;
+  }
+
+  /** Allocates with host-local's rules inside the blocks this node holds. */
+  private allocateInHeld(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout): Promise<Result<IpamResult>> {
+    const ranges = layout.sets.map((_, set) => this.heldIn(layout, set).flatMap((b) => b.ranges));
+    const owner = { network: req.network, ...(req.pod?.uid ? { podUid: req.pod.uid } : {}), ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}) };
+    const derived: IpamConfig = { type: 'host-local', ranges, routes: config.routes, ...(config.dns ? { dns: config.dns } : {}) };
+    return this.pooled.allocate({ ...req, network: layout.name, config: derived, owner });
   }
 
   /** The blocks of a set this node holds, in the pool's order. */

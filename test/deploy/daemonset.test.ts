@@ -98,6 +98,22 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
     }
   };
 
+  /**
+   * Deletes the test's pods (namespace default) and waits until their sandboxes are stopped (their CNI DEL done).
+   * Not node.deleteAllPods: it waits for every sandbox, the DaemonSet's own included.
+   */
+  const deleteTestPods = async (timeoutMs = 120000): Promise<void> => {
+    await call('DELETE', '/api/v1/namespaces/default/pods');
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const left = ((await call('GET', '/api/v1/namespaces/default/pods')).body as { items?: unknown[] }).items?.length ?? 0;
+      const ready = (await node.sandboxes()).filter((x) => x.namespace === 'default' && x.ready).length;
+      if (left === 0 && ready === 0) return;
+      if (Date.now() > deadline) throw new Error(`${left} pods and ${ready} ready sandboxes left in default after ${timeoutMs} ms`);
+      await sleep(250);
+    }
+  };
+
   const startControlPlaneProcess = (name: 'kube-controller-manager' | 'kube-scheduler', args: string[]): void => {
     const fd = openSync(join(work, `${name}.log`), 'a');
     const proc = spawn(k8sBinary(name)!, args, { stdio: ['ignore', fd, fd] });
@@ -148,7 +164,7 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
   after(async () => {
     try {
       if (node) {
-        await node.deleteAllPods().catch(() => undefined); // while plexusd runs: their DELs go through it
+        await deleteTestPods().catch(() => undefined); // while plexusd runs: their DELs go through it
         await call('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus?propagationPolicy=Foreground').catch(() => undefined);
         for (let i = 0; i < 60 && (await dsPods().catch(() => [])).length; i++) await sleep(500);
       }
@@ -244,5 +260,48 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
     assert.equal(Number(sec?.[1]), waves.length + 2, 'every pod\'s attachment is in the new daemon\'s journal, the two made before it included');
     const rss = /^process_resident_memory_bytes (\d+)/m.exec(metrics.body);
     process.stdout.write(`# plexusd RSS in the pod after ${waves.length + 2} pods: ${(Number(rss?.[1]) / 1048576).toFixed(1)} MiB\n`);
+  });
+
+  it('deletes every pod with nothing left, and after uninstall new pods get the node\'s own network', async () => {
+    assert.ok(dsPodBefore, 'the DaemonSet is Ready');
+    await deleteTestPods();
+    const metrics = await getHttp(PROBE_PORT, '/metrics');
+    assert.match(metrics.body, /^plexus_journal_records 0$/m);
+    const leases = (network: string): string[] => {
+      try {
+        return readdirSync(join(PATHS['/var/lib/plexus']!, 'ipam', network)).filter((n) => !n.startsWith('last_reserved') && !n.startsWith('.'));
+      } catch {
+        return [];
+      }
+    };
+    assert.deepEqual(leases('sec'), []);
+    for (const bridge of [`${prefix}s0`, `${prefix}p0`]) assert.equal(execFileSync('ip', ['-o', 'link', 'show', 'master', bridge], { encoding: 'utf8' }).trim(), '', `ports left on ${bridge}`);
+
+    // Uninstall: the DaemonSet goes, then deploy/uninstall/ gives the node its own config back.
+    const primary = join(node.cniConfDir, '10-test.conflist');
+    const primaryBefore = readFileSync(primary);
+    assert.equal((await call('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus')).status, 200);
+    for (let i = 0; i < 120 && (await dsPods()).length; i++) await sleep(250);
+    let text = readFileSync(join(ROOT, 'deploy/uninstall/plexus-uninstall.yaml'), 'utf8');
+    for (const [from, to] of Object.entries(PATHS)) text = text.split(from).join(to);
+    const ds = parseAllDocuments(text)[0]!.toJSON() as Obj & { spec: { template: { spec: { initContainers: { command: string[] }[] } } } };
+    ds.spec.template.spec.initContainers[0]!.command.push('--cni-bin-dir', PATHS['/opt/cni/bin']!, '--cni-conf-dir', PATHS['/etc/cni/net.d']!);
+    assert.equal((await call('POST', collection(ds), ds)).status, 201);
+    const deadline = Date.now() + 60000;
+    for (;;) {
+      const r = await call('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus-uninstall');
+      if ((r.body as { status?: { numberReady?: number } }).status?.numberReady === 1) break;
+      assert.ok(Date.now() < deadline, `plexus-uninstall not Ready: ${JSON.stringify((r.body as { status?: unknown }).status)}`);
+      await sleep(250);
+    }
+    assert.equal(existsSync(join(node.cniConfDir, '00-plexus.conflist')), false);
+    assert.equal(existsSync(join(binDir, 'plexus-cni')), false);
+    assert.deepEqual(readFileSync(primary), primaryBefore, 'the node\'s own config is as it was');
+    const names = await node.createPods(2, { namePrefix: 'after-' });
+    await node.waitAllRunning(names, 60000);
+    const pod = await node.pod('default', names[0]!);
+    assert.match(pod.status?.podIP ?? '', /^10\.231\./, 'eth0 from the node\'s own network');
+    assert.equal(pod.metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'], undefined, 'Plexus is not involved');
+    await call('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus-uninstall');
   });
 });

@@ -4,6 +4,7 @@
  * on the socket (mode 0600).
  */
 import { createServer, type Server } from 'node:http';
+import type { DaemonHealth, HealthReport } from './health';
 import type { DaemonMetrics } from './metrics';
 
 export interface TcpListener {
@@ -18,7 +19,7 @@ export function splitHostPort(address: string): { host: string; port: number } {
   return { host, port: Number(address.slice(i + 1)) };
 }
 
-export async function listenMetrics(address: string, metrics: DaemonMetrics, ready: () => boolean): Promise<TcpListener> {
+export async function listenMetrics(address: string, metrics: DaemonMetrics, health: DaemonHealth): Promise<TcpListener> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const reply = (status: number, body: string, type = 'application/json'): void => {
@@ -26,8 +27,14 @@ export async function listenMetrics(address: string, metrics: DaemonMetrics, rea
       res.end(body);
     };
     if (req.method !== 'GET') return reply(405, '{"error":"GET only"}');
-    if (path === '/healthz') return reply(200, '{"status":"ok"}');
-    if (path === '/readyz') return reply(ready() ? 200 : 503, JSON.stringify({ ready: ready() }));
+    const probe = (report: Promise<HealthReport>): void => {
+      report.then(
+        (r) => reply(r.ok ? 200 : 503, JSON.stringify(r)),
+        (e: unknown) => reply(503, JSON.stringify({ ok: false, checks: { probe: (e as Error).message } })),
+      );
+    };
+    if (path === '/healthz') return probe(health.live());
+    if (path === '/readyz') return probe(health.ready());
     if (path === '/metrics') {
       metrics.render().then(
         (text) => reply(200, text, metrics.contentType),

@@ -47,6 +47,7 @@ export const DaemonConfigSchema = z
     drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    memoryCeilingMib: int(32, 1_048_576).optional(),
     metricsAddress: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port').optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
@@ -94,6 +95,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-info-dir': 'deviceInfoDir',
   '--install-cni-config': 'installCniConfig',
   '--metrics-address': 'metricsAddress',
+  '--memory-ceiling-mib': 'memoryCeilingMib',
 };
 
 export const USAGE = `usage: plexusd [--config FILE] [flags]
@@ -133,6 +135,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
                             cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist
   --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
                             /metrics is always on the socket)
+  --memory-ceiling-mib N    the TCP /healthz fails (a liveness probe restarts plexusd, draining) above this RSS
   --device-plugin-config FILE  resources to offer the kubelet as device plugins (plexus.io/memif, host-device
                             pools): see docs/device-plugin.md (default: none)
   --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)

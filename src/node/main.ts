@@ -17,6 +17,7 @@ import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
 import { DaemonMetrics } from '../metrics/metrics';
 import { listenMetrics } from '../metrics/tcp';
+import { DaemonHealth } from '../metrics/health';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));
@@ -90,7 +91,16 @@ async function main(): Promise<number> {
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
   await server.listen();
-  const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, () => state.ready) : undefined;
+  const health = new DaemonHealth({
+    // A cheap rtnetlink call through the worker: what every CNI call waits for.
+    kernelAnswers: async () => {
+      const lo = await kernel.getLink(undefined, 'lo');
+      if (!lo.ok) throw lo.error;
+    },
+    ready: () => state.ready,
+    ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
+  });
+  const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;
   if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
   const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log);

@@ -70,6 +70,8 @@ describe('deploy/', () => {
       assert.deepEqual(plexusd.readinessProbe?.httpGet, { host, port, path: '/readyz' });
       assert.deepEqual(plexusd.livenessProbe?.httpGet, { host, port, path: '/healthz' });
       assert.ok(pod.terminationGracePeriodSeconds! > config.drainSeconds, 'the pod outlives plexusd\'s drain');
+      const limitMib = Number(/^(\d+)Mi$/.exec(plexusd.resources?.limits?.memory ?? '')?.[1]);
+      assert.ok(config.memoryCeilingMib! < limitMib, 'liveness restarts plexusd before the memory limit kills it');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -113,10 +113,12 @@ describe('metrics', () => {
     const m = await get({ host: '127.0.0.1', port: tcpPort, path: '/metrics' });
     assert.equal(m.status, 200);
     assert.match(m.body, /^plexus_attachments\{network="default\/podnet"\} 2$/m);
-    assert.equal((await get({ host: '127.0.0.1', port: tcpPort, path: '/healthz' })).status, 200);
+    const live = await get({ host: '127.0.0.1', port: tcpPort, path: '/healthz' });
+    assert.equal(live.status, 200, live.body);
+    assert.deepEqual(JSON.parse(live.body), { ok: true, checks: { kernel: 'ok' } });
     const ready = await get({ host: '127.0.0.1', port: tcpPort, path: '/readyz' });
     assert.equal(ready.status, 200);
-    assert.deepEqual(JSON.parse(ready.body), { ready: true });
+    assert.deepEqual(JSON.parse(ready.body), { ok: true, checks: { kernel: 'ok', started: 'ok' } });
     assert.equal((await get({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status, 404, 'the CNI and plexusctl API stays on the socket');
   });
 });

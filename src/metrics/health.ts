@@ -1,0 +1,63 @@
+/**
+ * What the DaemonSet's probes ask (through --metrics-address): liveness is the daemon's own health, readiness adds
+ * what it needs from outside. The model is kuryr's health server: readiness checks the dependencies, liveness the
+ * daemon itself, including a memory ceiling.
+ *
+ * - live: the kernel worker answers a cheap call (a worker stuck in a syscall would leave every CNI call hanging)
+ *   and the resident memory is under --memory-ceiling-mib (a leak ends in a restart with a drain, not an OOM kill
+ *   in the middle of a transaction).
+ * - ready: live, recovery done and the API caches synced (plexusd's own readiness).
+ */
+
+export interface HealthChecks {
+  /** Resolves when the kernel worker has answered a call; rejects or times out otherwise. */
+  readonly kernelAnswers: () => Promise<unknown>;
+  readonly ready: () => boolean;
+  readonly memoryCeilingBytes?: number;
+  /** How long the kernel worker may take (a burst queues calls ahead of the probe's). Default 10 s. */
+  readonly kernelTimeoutMs?: number;
+  readonly rss?: () => number;
+}
+
+export interface HealthReport {
+  readonly ok: boolean;
+  readonly checks: Readonly<Record<string, string>>;
+}
+
+export class DaemonHealth {
+  private lastKernel: { at: number; result: Promise<string | undefined> } | undefined;
+
+  constructor(private readonly checks: HealthChecks) {}
+
+  /** The kernel worker's answer (undefined: fine; else why not), at most one probe call per second. */
+  private kernel(): Promise<string | undefined> {
+    const now = Date.now();
+    if (this.lastKernel && now - this.lastKernel.at < 1000) return this.lastKernel.result;
+    const timeoutMs = this.checks.kernelTimeoutMs ?? 10000;
+    let timer: NodeJS.Timeout | undefined;
+    const result = Promise.race([
+      this.checks.kernelAnswers().then(() => undefined, (e: unknown) => `the kernel worker failed: ${(e as Error).message}`),
+      new Promise<string>((resolve) => (timer = setTimeout(() => resolve(`the kernel worker has not answered for ${timeoutMs} ms`), timeoutMs))),
+    ]).finally(() => clearTimeout(timer));
+    this.lastKernel = { at: now, result };
+    return result;
+  }
+
+  async live(): Promise<HealthReport> {
+    const checks: Record<string, string> = {};
+    const kernel = await this.kernel();
+    checks.kernel = kernel ?? 'ok';
+    const ceiling = this.checks.memoryCeilingBytes;
+    if (ceiling !== undefined) {
+      const rss = (this.checks.rss ?? (() => process.memoryUsage.rss()))();
+      checks.memory = rss <= ceiling ? 'ok' : `resident memory ${(rss / 1048576).toFixed(0)} MiB is over the ceiling of ${(ceiling / 1048576).toFixed(0)} MiB`;
+    }
+    return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
+  }
+
+  async ready(): Promise<HealthReport> {
+    const live = await this.live();
+    const checks = { ...live.checks, started: this.checks.ready() ? 'ok' : 'recovering the journal or syncing the API caches' };
+    return { ok: live.ok && checks.started === 'ok', checks };
+  }
+}

@@ -1,0 +1,50 @@
+/** The probes' answers: liveness is the kernel worker answering and memory under the ceiling; readiness adds start-up. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { DaemonHealth } from '../../src/metrics/health';
+
+const MiB = 1048576;
+
+describe('health', () => {
+  it('is live and ready when the kernel worker answers, memory is under the ceiling and start-up is done', async () => {
+    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 120 * MiB });
+    assert.deepEqual(await h.live(), { ok: true, checks: { kernel: 'ok', memory: 'ok' } });
+    assert.equal((await h.ready()).ok, true);
+  });
+
+  it('is live but not ready while recovering or syncing the API caches', async () => {
+    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => false });
+    assert.equal((await h.live()).ok, true);
+    const ready = await h.ready();
+    assert.equal(ready.ok, false);
+    assert.match(ready.checks.started!, /syncing the API caches/);
+  });
+
+  it('is not live when the kernel worker does not answer in time', async () => {
+    const h = new DaemonHealth({ kernelAnswers: () => new Promise(() => undefined), ready: () => true, kernelTimeoutMs: 50 });
+    const live = await h.live();
+    assert.equal(live.ok, false);
+    assert.equal(live.checks.kernel, 'the kernel worker has not answered for 50 ms');
+    assert.equal((await h.ready()).ok, false);
+  });
+
+  it('is not live when the kernel worker fails', async () => {
+    const h = new DaemonHealth({ kernelAnswers: async () => Promise.reject(new Error('EBADF')), ready: () => true });
+    assert.equal((await h.live()).checks.kernel, 'the kernel worker failed: EBADF');
+  });
+
+  it('is not live over the memory ceiling, saying by how much', async () => {
+    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 350 * MiB });
+    const live = await h.live();
+    assert.equal(live.ok, false);
+    assert.equal(live.checks.memory, 'resident memory 350 MiB is over the ceiling of 300 MiB');
+  });
+
+  it('asks the kernel worker at most once a second, however often it is probed', async () => {
+    let calls = 0;
+    const h = new DaemonHealth({ kernelAnswers: async () => void calls++, ready: () => true });
+    await Promise.all([h.live(), h.ready(), h.live()]);
+    await h.live();
+    assert.equal(calls, 1);
+  });
+});

@@ -262,6 +262,23 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
     process.stdout.write(`# plexusd RSS in the pod after ${waves.length + 2} pods: ${(Number(rss?.[1]) / 1048576).toFixed(1)} MiB\n`);
   });
 
+  // The issue's figure "daemon RSS after 500 pod creations": PLEXUS_DS_SOAK_PODS=500 (waves of 50, each deleted).
+  const soakPods = Number(process.env.PLEXUS_DS_SOAK_PODS ?? 0);
+  it(`creates and deletes ${soakPods} more pods with secondary networks, reporting plexusd's RSS`, { skip: soakPods > 0 ? false : 'set PLEXUS_DS_SOAK_PODS=500 to run' }, async () => {
+    assert.ok(dsPodBefore, 'the DaemonSet is Ready');
+    await deleteTestPods();
+    for (let made = 0, w = 0; made < soakPods; made += 50, w++) {
+      const names = await node.createPods(Math.min(50, soakPods - made), { namePrefix: `soak${w}-`, annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' }, concurrency: 10 });
+      const t = await node.waitAllRunning(names, 300000);
+      assert.equal(t.sandboxFailures, 0, t.failureMessages.join('\n'));
+      await deleteTestPods();
+    }
+    const metrics = (await getHttp(PROBE_PORT, '/metrics')).body;
+    const rss = Number(/^process_resident_memory_bytes (\d+)/m.exec(metrics)?.[1]);
+    process.stdout.write(`# plexusd RSS in the pod after ${soakPods + 52} pod creations (all deleted): ${(rss / 1048576).toFixed(1)} MiB\n`);
+    assert.match(metrics, /^plexus_journal_records 0$/m);
+  });
+
   it('deletes every pod with nothing left, and after uninstall new pods get the node\'s own network', async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
     await deleteTestPods();

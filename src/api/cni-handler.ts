@@ -22,8 +22,12 @@ export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngin
     return errorReply(bestEffortVersion(call.stdin), parsed.error);
   }
   const req = parsed.value;
+  // Every line about a sandbox names its container, interface and pod (namespace/name, when the runtime gave them).
+  const sandbox = 'containerId' in req
+    ? { containerId: req.containerId, ifname: req.ifname, ...(req.args.podName ? { pod: `${req.args.podNamespace ?? 'default'}/${req.args.podName}` } : {}) }
+    : {};
   const fail = (e: CniError): CniReply => {
-    log.warn({ command: req.command, ...('containerId' in req ? { containerId: req.containerId, ifname: req.ifname } : {}), code: e.code, msg: e.message, details: e.details }, 'CNI call failed');
+    log.warn({ command: req.command, ...sandbox, code: e.code, msg: e.message, details: e.details }, 'CNI call failed');
     return errorReply(req.version, e);
   };
   switch (req.command) {
@@ -36,13 +40,13 @@ export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngin
     case 'ADD': {
       const r = await engine.add(req);
       if (!r.ok) return fail(r.error);
-      log.info({ containerId: req.containerId, ifname: req.ifname, ips: r.value.ips.map((i) => i.address) }, 'ADD');
+      log.info({ ...sandbox, interfaces: r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ips: r.value.ips.map((i) => i.address) }, 'ADD');
       return { exitCode: 0, stdout: `${JSON.stringify(convertResult(r.value, req.version))}\n` };
     }
     case 'DEL': {
       const r = await engine.del(req);
       if (!r.ok) return fail(r.error);
-      log.info({ containerId: req.containerId, ifname: req.ifname }, 'DEL');
+      log.info(sandbox, 'DEL');
       return { exitCode: 0, stdout: '' };
     }
     case 'CHECK': {

@@ -104,6 +104,15 @@ describe('metrics', () => {
     assert.equal(sample(metrics, 'plexus_cni_calls_in_flight'), 0);
   });
 
+  it('logs each CNI call as a JSON line naming its container, interface, pod and interfaces', () => {
+    const lines = daemon.stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const add = lines.find((l) => l.msg === 'ADD' && l.containerId === `${prefix}c2`);
+    assert.deepEqual({ pod: add?.pod, ifname: add?.ifname, interfaces: add?.interfaces }, { pod: 'default/pod2', ifname: 'eth0', interfaces: ['eth0', 'net1'] });
+    const failed = lines.find((l) => l.msg === 'CNI call failed' && l.containerId === `${prefix}c4`);
+    assert.equal(failed?.pod, 'default/pod4');
+    assert.equal(failed?.code, 7);
+  });
+
   it('has the process metrics, with the resident memory', () => {
     assert.ok(sample(metrics, 'process_resident_memory_bytes')! > 10 * 1024 * 1024);
   });

@@ -73,16 +73,12 @@ function runtimeLayer(rootfs: string): void {
   writeFileSync(join(rootfs, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
   writeFileSync(join(rootfs, 'etc/nsswitch.conf'), 'passwd: files\ngroup: files\nhosts: files dns\n');
 
+  // Wherever this Node lives on the host (/usr/bin, /usr/local/bin, nvm), it is /usr/bin/node in the image.
   const node = realpathSync(process.execPath);
-  copyHostFile(rootfs, node);
-  const nodeInImage = join(rootfs, 'usr/bin/node');
-  if (!existsSync(nodeInImage)) copyFileSync(node, nodeInImage);
-  chmodSync(nodeInImage, 0o755);
-  const koffiNative = findKoffiNative();
-  const libs = new Set([...sharedLibraries(node), ...sharedLibraries(koffiNative)]);
-  // koffi dlopens libc by soname for the kernel calls (src/kernel/syscalls.ts).
-  for (const lib of sharedLibraries(node)) if (basename(lib) === 'libc.so.6') libs.add(lib);
-  for (const lib of libs) copyHostFile(rootfs, lib);
+  copyFileSync(node, join(rootfs, 'usr/bin/node'));
+  chmodSync(join(rootfs, 'usr/bin/node'), 0o755);
+  // What node and koffi's native module load; libc among them, which koffi also dlopens by soname for the kernel calls.
+  for (const lib of new Set([...sharedLibraries(node), ...sharedLibraries(findKoffiNative())])) copyHostFile(rootfs, lib);
 
   // busybox: a shell, ip, ls, cat, ps, nsenter... for `kubectl exec` when something goes wrong (about 2 MB).
   const busybox = which('busybox');

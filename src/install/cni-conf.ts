@@ -17,6 +17,12 @@ const CNI_CONF_EXTENSIONS = ['.conf', '.conflist', '.json'];
 /** A result containerd 1.6/1.7 and CRI-O < 1.31 can read (docs/configuration.md, "Which cniVersion"). */
 export const FALLBACK_CNI_VERSION = '1.0.0';
 
+/**
+ * How long the installed shim waits for plexusd: long enough for a rolling upgrade (the old daemon drains, the new
+ * pod's installer runs, the new daemon syncs its caches) to cost no sandbox a failure.
+ */
+export const DAEMON_WAIT_SECONDS = 60;
+
 /** An install step that cannot go on, said so that the node's operator knows what to do. */
 export interface InstallProblem {
   readonly message: string;
@@ -185,9 +191,3 @@ export function conflistForDaemon(defaultNetwork: string | undefined, socketPath
   }
   return ok(plexusConflist({ cniVersion, socketPath, daemonWaitSeconds: DAEMON_WAIT_SECONDS }));
 }
-
-/**
- * How long the installed shim waits for plexusd: long enough for a rolling upgrade (the old daemon drains, the new
- * pod's installer runs, the new daemon syncs its caches) to cost no sandbox a failure.
- */
-export const DAEMON_WAIT_SECONDS = 60;

@@ -37,7 +37,7 @@ async function main(): Promise<void> {
     ip('link', 'set', master, 'up');
     api = await KubeApiFixture.start({ audit: true });
     await api.installNadCrd();
-    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     const macvlan = (name: string, ipam: Record<string, unknown>): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', ipam });
     const nads: Record<string, string> = {

@@ -36,7 +36,7 @@ async function main(): Promise<void> {
     const api = await KubeApiFixture.start();
     teardown.add('stop the API server and etcd', () => api.stop());
     await api.installNadCrd();
-    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     for (const [i, name] of ['podnet', 'sec'].entries()) if ((await api.createNad('default', name, bridge(name, i))).status !== 201) throw new Error(`NAD ${name}`);
     const root = await mkdtemp(join(tmpdir(), 'plexus-hotplug-bench-'));

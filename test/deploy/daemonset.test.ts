@@ -187,8 +187,8 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
   });
 
   it('applies deploy/ and the DaemonSet becomes Ready', async () => {
-    await node.api.installCrds('deploy/00-crd-network-attachment-definition.yaml');
-    await node.api.installCrds('deploy/20-crd-ipam.yaml');
+    await node.api.installCrds('deploy/crds/00-crd-network-attachment-definition.yaml');
+    await node.api.installCrds('deploy/crds/20-crd-ipam.yaml');
     const objects: Obj[] = [];
     for (const f of ['10-rbac.yaml', '30-configmap.yaml', '40-daemonset.yaml']) {
       // The node's private directories for the host's; the API server on loopback for the Service's ClusterIP.

@@ -66,7 +66,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     ip('link', 'set', master, 'up');
     api = await KubeApiFixture.start({ audit: true });
     await api.installNadCrd();
-    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, config)).status, 201, name);
     const kubeconfig = api.userKubeconfig('plexus');

@@ -42,7 +42,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
 
     api = await KubeApiFixture.start();
     await api.installNadCrd();
-    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
     const nads: [string, string, string][] = [

@@ -1,5 +1,5 @@
 /**
- * A cluster without Plexus's IPAM CRDs (deploy/20-crd-ipam.yaml not applied): plexusd still becomes ready and serves
+ * A cluster without Plexus's IPAM CRDs (deploy/crds/20-crd-ipam.yaml not applied): plexusd still becomes ready and serves
  * host-local networks; a network with cluster IPAM fails with 11, saying what is missing, and leaves nothing behind.
  */
 import assert from 'node:assert/strict';
@@ -47,7 +47,7 @@ describe('plexusd on an API without the IPAM CRDs', { skip: k8sMissing() }, () =
     const refused = await call('ADD', wide);
     assert.equal(refused.json?.code, 11, refused.stdout);
     assert.match(String(refused.json?.msg), /cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet/);
-    assert.match(String(refused.json?.details), /deploy\/20-crd-ipam\.yaml/);
+    assert.match(String(refused.json?.details), /deploy\/crds\/20-crd-ipam\.yaml/);
     assert.deepEqual(podLinks(wide.pod.ns), [], 'nothing half-made');
     for (const p of [plain, wide]) assert.equal((await call('DEL', p)).code, 0);
     assert.deepEqual(daemon.journalFiles(), []);

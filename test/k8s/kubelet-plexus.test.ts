@@ -48,7 +48,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     });
     const api = node.api;
     await api.installNadCrd();
-    await api.installCrds('deploy/20-crd-ipam.yaml');
+    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
     await api.grantPlexusRbac('plexus');
     for (const [name, i] of [['podnet', 0], ['sec', 1], ['alt', 2]] as const) assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
     daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir);

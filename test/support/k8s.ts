@@ -261,7 +261,7 @@ export class KubeApiFixture {
 
   /** Installs the NetworkAttachmentDefinition CRD from deploy/ and waits until the server serves it. */
   installNadCrd(): Promise<void> {
-    return this.installCrds('deploy/00-crd-network-attachment-definition.yaml');
+    return this.installCrds('deploy/crds/00-crd-network-attachment-definition.yaml');
   }
 
   /** Installs every CRD of a deploy/ file and waits until the server serves each. */

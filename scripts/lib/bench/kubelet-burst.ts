@@ -181,7 +181,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     if (mode === 'plexus') {
       // As `kubectl apply -f deploy/` would: every CRD plexusd watches.
       await node.api.installNadCrd();
-      await node.api.installCrds('deploy/20-crd-ipam.yaml');
+      await node.api.installCrds('deploy/crds/20-crd-ipam.yaml');
       for (const n of networks) {
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);

@@ -106,7 +106,7 @@ export class ClusterIpam implements IpamBackend {
     });
     const served = await this.client.request('GET', `/apis/${IPAM_GROUP_VERSION}`, 'discovery');
     if (!served.ok && served.error.status === 404) {
-      this.log.warn(`the API does not serve ${IPAM_GROUP_VERSION} (deploy/20-crd-ipam.yaml not applied): networks with cluster IPAM fail until it does`);
+      this.log.warn(`the API does not serve ${IPAM_GROUP_VERSION} (deploy/crds/20-crd-ipam.yaml not applied): networks with cluster IPAM fail until it does`);
       return;
     }
     await this.loaded;
@@ -131,7 +131,7 @@ export class ClusterIpam implements IpamBackend {
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
     if (req.config.type !== 'cluster') return this.local.allocate(req);
     if (!this.blocks.ready) {
-      return err(new CniError(CniCode.TryAgainLater, 'cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet', 'is deploy/20-crd-ipam.yaml applied, and the API reachable? plexusd logs "watching IPBlocks failed" meanwhile; the runtime retries'));
+      return err(new CniError(CniCode.TryAgainLater, 'cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet', 'is deploy/crds/20-crd-ipam.yaml applied, and the API reachable? plexusd logs "watching IPBlocks failed" meanwhile; the runtime retries'));
     }
     const config = req.config;
     const layout = await this.poolFor(req.network, config);

@@ -1,5 +1,5 @@
 /**
- * IPPool and IPBlock objects (deploy/20-crd-ipam.yaml) on the API: created if absent under deterministic names, and
+ * IPPool and IPBlock objects (deploy/crds/20-crd-ipam.yaml) on the API: created if absent under deterministic names, and
  * deleted only with a precondition on the version that was read, so a block changes hands once and never silently.
  */
 import { CniCode, CniError } from '../../cni/errors';

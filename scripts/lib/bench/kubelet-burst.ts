@@ -102,7 +102,10 @@ async function startPlexusd(root: string, socket: string, binDir: string, kubeco
     if (child.exitCode !== null) throw new Error(`plexusd exited with ${child.exitCode}: ${text()}`);
     const ready = await httpOverSocket(socket, 'GET', '/readyz', undefined, 1000).catch(() => undefined);
     if (ready?.status === 200) return child;
-    if (Date.now() > deadline) throw new Error(`plexusd not ready after 30 s: ${text()}`);
+    if (Date.now() > deadline) {
+      await stopPlexusd(child); // not handed to the tear-down yet: stop it here, or it outlives the run
+      throw new Error(`plexusd not ready after 30 s: ${text()}`);
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
 }

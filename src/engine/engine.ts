@@ -468,12 +468,35 @@ export class AttachmentEngine {
           const current = (await this.journal.list()).find((r) => r.meta.pod.namespace === req.args.podNamespace && r.meta.pod.name === req.args.podName && r.meta.ifname === req.ifname);
           if (current) this.log.info({ staleContainerId: req.containerId, currentContainerId: current.meta.containerId, pod: `${req.args.podNamespace}/${req.args.podName}` }, 'stale DEL ignored: the pod is attached under another container ID');
         }
-        return ok(undefined); // DEL of what does not exist succeeds (CNI spec)
+        // DEL of what does not exist succeeds (CNI spec); a sandbox the node's own network made (before Plexus was
+        // installed) is handed to that network's plugins, so its address is released where it was taken.
+        return this.forwardUnknownDel(req);
       }
       const undone = await this.undoRecord(record);
       if (undone.ok) this.report((sink) => sink.detached(record.meta.pod, req.containerId));
       return undone;
     });
+  }
+
+  /**
+   * A DEL of a sandbox Plexus has no record of, when the default network is the node's own CNI config file: that
+   * network's plugins get the DEL (last plugin first), as the runtime would have sent it before Plexus was installed.
+   * Their DEL of something they do not have succeeds (CNI spec), so a sandbox that was never theirs costs one exec.
+   */
+  private async forwardUnknownDel(req: AttachRequest): Promise<Result<void>> {
+    const configured = configuredDefaultNetwork(req, this.options);
+    if (!configured?.startsWith('/')) return ok(undefined);
+    const network = chooseDefaultNetwork({ configured, annotations: {}, podNamespace: req.args.podNamespace ?? 'default', networks: this.networks, isolation: {} });
+    if (!network.ok) {
+      this.log.warn({ containerId: req.containerId, err: network.error.message }, 'DEL of an unknown sandbox not forwarded: the node\'s network config cannot be read');
+      return ok(undefined);
+    }
+    const env = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: req.args.raw.map(([k, v]) => `${k}=${v}`).join(';'), path: this.options.cniBinDir };
+    for (const plugin of [...network.value.plugins].reverse()) {
+      const r = await this.drivers.undo({ kind: 'delegateDel', plugin: plugin.type, config: JSON.stringify(plugin), env }, { kernel: this.kernel, ipam: this.ipam });
+      if (!r.ok) return err(r.error.withContext(`DEL of ${req.containerId}/${req.ifname}, which Plexus did not attach, forwarded to the node's network ${network.value.key} (${configured})`));
+    }
+    return ok(undefined);
   }
 
   /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */

@@ -2,13 +2,14 @@
  * Which network a pod gets as its default (CNI_IFNAME, `default: true` in its status): the pod's own choice in the
  * `v1.multus-cni.io/default-network` annotation (Multus's override), else the CNI config's "defaultNetwork", else
  * plexusd's --default-network. A configured default is a NAD reference (`[namespace/]name`) or the absolute path of
- * a CNI config file on the node (Multus's clusterNetwork as a file).
+ * a CNI config file on the node (Multus's clusterNetwork as a file), which is always run by the node's own plugins.
  */
 import { readFileSync } from 'node:fs';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { isolationProblem, type IsolationSettings } from './isolation';
 import { type NetworkDefinition, parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from './nad';
 import { parseNetworkRef } from './network-ref';
+import { DELEGATE_ANNOTATION } from './planner';
 import { parseSelection } from './selection';
 import type { NetworkSource } from './source';
 
@@ -64,6 +65,8 @@ function fromFile(path: string): Result<NetworkDefinition> {
   if (parsed.value.plugins.some((p) => p.type === PLEXUS_PLUGIN_TYPE)) {
     return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} is Plexus's own config (type "${PLEXUS_PLUGIN_TYPE}"); using it would call Plexus recursively`));
   }
-  // Named by its CNI network name, as Multus reports a file-based cluster network in network-status.
-  return ok({ namespace: '', name: parsed.value.cniName, key: parsed.value.cniName, annotations: {}, source: path, configFile: path, ...parsed.value });
+  // Named by its CNI network name, as Multus reports a file-based cluster network in network-status. Run by the node's
+  // own plugin binaries, never natively: their IPAM state (host-local's dataDir, say) is the node's, shared with pods
+  // made before Plexus and after it is removed, so addresses are never handed out twice.
+  return ok({ namespace: '', name: parsed.value.cniName, key: parsed.value.cniName, annotations: { [DELEGATE_ANNOTATION]: 'true' }, source: path, configFile: path, ...parsed.value });
 }

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -124,7 +124,8 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
 
   before(async () => {
     mkdirSync(binDir);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    // Copies, not links: plexusd in its container runs the node network's own plugins from this directory.
+    for (const f of readdirSync('/usr/lib/cni')) copyFileSync(join('/usr/lib/cni', f), join(binDir, f));
     imageArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', work], { encoding: 'utf8', env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' }, maxBuffer: 16 << 20 }).trim().split('\n').at(-1)!;
     const third = Math.floor(Math.random() * 200);
     node = await KubeNodeFixture.start({

@@ -69,6 +69,11 @@ export class DaemonFixture {
   stderr = '';
 
   private extraFlags: string[];
+  /**
+   * A command plexusd is started under, e.g. `['ip', 'netns', 'exec', name]` for a simulated node in its own network
+   * namespace; it must exec plexusd (not fork it), so the PID this fixture keeps and stops is plexusd's.
+   */
+  launcher: readonly string[] = [];
 
   constructor(readonly defaultNetwork = 'podnet', extraFlags: readonly string[] = []) {
     this.extraFlags = [...extraFlags];
@@ -108,7 +113,8 @@ export class DaemonFixture {
 
   /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
   async start(readyTimeoutMs = 15000): Promise<void> {
-    const proc = spawn(PLEXUSD, ['--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const [command, ...before] = [...this.launcher, PLEXUSD];
+    const proc = spawn(command!, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;

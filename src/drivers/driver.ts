@@ -76,6 +76,8 @@ export interface AttachmentOptions {
   readonly portMappings?: readonly Readonly<Record<string, unknown>>[];
   /** Extra `args` for the plugin config ("cni-args" in the selection annotation). */
   readonly cniArgs?: Readonly<Record<string, unknown>>;
+  /** The IPAMClaim (in the pod's namespace) that owns the attachment's addresses: the selection's ipam-claim-reference. */
+  readonly ipamClaim?: string;
 }
 
 export interface DriverEnv {

@@ -170,6 +170,7 @@ function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodI
     ...(sel?.portMappings ? { portMappings: sel.portMappings } : {}),
     ...(sel?.cniArgs ? { cniArgs: sel.cniArgs } : {}),
     ...(sel?.infinibandGUID ? { infinibandGUID: sel.infinibandGUID } : {}),
+    ...(sel?.ipamClaimReference ? { ipamClaim: sel.ipamClaimReference } : {}),
   };
   return ok({
     containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,

@@ -9,6 +9,7 @@ import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
 import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
+import { claimNeedsClusterPool } from './cluster/claims';
 import { type Lease, type LeaseOwner, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
 
 export interface IpamRequest {
@@ -23,6 +24,11 @@ export interface IpamRequest {
   readonly owner?: LeaseOwner;
   /** The pod, when the runtime named it (cluster IPAM records it with the lease). */
   readonly pod?: { readonly uid?: string; readonly namespace?: string; readonly name?: string };
+  /**
+   * The IPAMClaim (in the pod's namespace) that owns the addresses instead of the pod: the selection's
+   * ipam-claim-reference. Only cluster IPAM honours it (cluster/claims.ts).
+   */
+  readonly claim?: string;
 }
 
 export interface IpamResult {
@@ -75,6 +81,7 @@ export class Ipam implements IpamBackend {
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
     const bad = checkNetwork(req.network) ?? checkOwner(req.containerId, req.ifname);
     if (bad !== undefined) return err(bad);
+    if (req.claim !== undefined && req.config.type !== 'cluster') return err(claimNeedsClusterPool(req.network, req.config.type));
     if (req.config.type === 'static') return allocateStatic(req.config, req.requestedIps ?? []);
     if (req.config.type === 'cluster') {
       return err(invalid(`ipam type "${req.config.flavour}" allocates cluster-wide on the Kubernetes API: plexusd needs --kubeconfig (or its service account) for network ${req.network}`));

@@ -32,6 +32,8 @@ export interface LeaseOwner {
   readonly podUid?: string;
   /** namespace/name */
   readonly pod?: string;
+  /** namespace/name of the IPAMClaim that owns the address (it outlives this lease: cluster/claims.ts). */
+  readonly claim?: string;
 }
 
 export interface StoredLease {
@@ -109,8 +111,8 @@ function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
 function ownerOf(text: string): { owner?: LeaseOwner } {
   try {
     const parsed = JSON.parse(text) as Record<string, unknown>;
-    const owner: { network?: string; podUid?: string; pod?: string } = {};
-    for (const key of ['network', 'podUid', 'pod'] as const) if (typeof parsed[key] === 'string') owner[key] = parsed[key];
+    const owner: { network?: string; podUid?: string; pod?: string; claim?: string } = {};
+    for (const key of ['network', 'podUid', 'pod', 'claim'] as const) if (typeof parsed[key] === 'string') owner[key] = parsed[key];
     return { owner };
   } catch {
     return {};

@@ -123,5 +123,5 @@ describe('deploy/', () => {
 it('keeps the CRDs in deploy/crds/: `kubectl delete -f deploy/` leaves them, and with them the users\' NADs and pools', () => {
   assert.ok(!objects.some((o) => o.kind === 'CustomResourceDefinition'), 'no CRD directly in deploy/');
   const crds = load(join(ROOT, 'deploy', 'crds')).filter((o) => o.kind === 'CustomResourceDefinition').map((o) => o.metadata.name).sort();
-  assert.deepEqual(crds, ['ipblocks.ipam.plexus.io', 'ippools.ipam.plexus.io', 'network-attachment-definitions.k8s.cni.cncf.io']);
+  assert.deepEqual(crds, ['ipamclaims.k8s.cni.cncf.io', 'ipblocks.ipam.plexus.io', 'ippools.ipam.plexus.io', 'network-attachment-definitions.k8s.cni.cncf.io']);
 });

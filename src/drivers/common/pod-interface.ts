@@ -20,10 +20,11 @@ import type { AttachRequest, DriverEnv } from '../driver';
 export async function allocatePodIps(req: AttachRequest, env: DriverEnv, ipam: IpamConfig | undefined): Promise<Result<IpamResult | undefined>> {
   if (!ipam) {
     if (req.ips.length) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so static IPs ${req.ips.join(', ')} cannot be assigned`));
+    if (req.options?.ipamClaim) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so IPAMClaim ${req.options.ipamClaim} cannot give it addresses`));
     return ok(undefined);
   }
   await env.record({ kind: 'releaseIpam', network: req.network.cniName, containerId: req.containerId, ifname: req.ifname });
-  const allocated = await env.ipam.allocate({ network: req.network.cniName, containerId: req.containerId, ifname: req.ifname, config: ipam, requestedIps: req.ips, pod: req.pod });
+  const allocated = await env.ipam.allocate({ network: req.network.cniName, containerId: req.containerId, ifname: req.ifname, config: ipam, requestedIps: req.ips, pod: req.pod, ...(req.options?.ipamClaim ? { claim: req.options.ipamClaim } : {}) });
   if (!allocated.ok) return err(allocated.error.withContext(`network ${req.network.key}`));
   return ok(allocated.value);
 }

@@ -6,7 +6,7 @@
  * the API server lets exactly one of them have it.
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
-import { type Cidr, type Family, type Ip, bitsOf, formatCidr, formatIp, parseCidr } from '../../common/ip';
+import { type Cidr, type Family, type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from '../../common/ip';
 import { type ClusterIpamConfig, type CompiledRange, type IpRange, allocatableCount, compileRanges, isAllocatable } from '../config';
 
 /** One block of the pool: its CIDR and the part of it that is allocatable, as host-local ranges. */
@@ -158,3 +158,37 @@ export function spreadOf(node: string): bigint {
 }
 
 export const familyOf = (block: PoolBlock): Family => (block.cidr.includes(':') ? 6 : 4);
+
+/**
+ * A block's host-local ranges less some addresses (those IPAMClaims own): each range is cut around them, and a range
+ * left with nothing is dropped. The gateway and subnet stay the range's.
+ */
+export function withoutAddresses(ranges: readonly IpRange[], addresses: readonly string[]): IpRange[] {
+  if (addresses.length === 0) return [...ranges];
+  const out: IpRange[] = [];
+  for (const range of ranges) {
+    const start = range.rangeStart !== undefined ? parseIp(range.rangeStart) : undefined;
+    const end = range.rangeEnd !== undefined ? parseIp(range.rangeEnd) : undefined;
+    if (start === undefined || end === undefined) {
+      out.push(range);
+      continue;
+    }
+    const cut = addresses
+      .map((text) => parseIp(text))
+      .filter((ip): ip is Ip => ip !== undefined && ip.family === start.family && ip.value >= start.value && ip.value <= end.value)
+      .map((ip) => ip.value)
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    // A piece holding only never-allocated addresses (the gateway, network or broadcast address) is no range at all.
+    const subnet = parseCidr(range.subnet);
+    const gateway = range.gateway !== undefined ? parseIp(range.gateway)?.value : undefined;
+    const never = subnet === undefined ? [] : [...excludedInterval(subnet), ...(gateway !== undefined ? [gateway] : [])];
+    const never4 = start.family === 4 ? never : never.filter((_, i) => i !== 1);
+    const hasAllocatable = (s: bigint, e: bigint): boolean => e - s + 1n > BigInt(new Set(never4.filter((v) => v >= s && v <= e)).size);
+    let from = start.value;
+    for (const value of [...cut, end.value + 1n]) {
+      if (value > from && hasAllocatable(from, value - 1n)) out.push({ ...range, rangeStart: formatIp(start.family, from), rangeEnd: formatIp(start.family, value - 1n) });
+      if (value + 1n > from) from = value + 1n;
+    }
+  }
+  return out;
+}

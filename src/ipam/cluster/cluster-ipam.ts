@@ -5,12 +5,15 @@
  * (one directory per pool), with no API request per pod. When its blocks of a range set are full it claims another;
  * empty blocks beyond one per pool and family go back. Leases record the pod (UID, name) and the network.
  *
+ * An attachment whose selection names an IPAMClaim (claims.ts) gets the claim's addresses, wherever they lie, and
+ * new ones are recorded in their block and on the claim: see allocateForClaim.
+ *
  * Host-local and static networks go to the embedded allocator unchanged, so this is the node's one IpamBackend.
  */
 import type { Logger } from 'pino';
 import { join } from 'node:path';
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
-import { contains, parseCidr } from '../../common/ip';
+import { contains, formatIp, parseCidr } from '../../common/ip';
 import { KeyedMutex } from '../../common/keyed-mutex';
 import type { KubeApiClient } from '../../k8s/api-client';
 import { Informer } from '../../k8s/informer';
@@ -19,8 +22,9 @@ import type { IpamBackend } from '../backend';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from '../codes';
 import type { ClusterIpamConfig, IpamConfig } from '../config';
 import type { Lease } from '../store';
-import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf } from './blocks';
-import { type BlockObject, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
+import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf, withoutAddresses } from './blocks';
+import { type ClaimedAddress, type ClaimObject, type ClaimRef, IpamClaims, claimKey, claimNeedsClusterPool, claimedInPool, missingClaim, parseClaimKey, statusIpsWith } from './claims';
+import { type BlockObject, type ClaimEntry, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
 
 export interface ClusterIpamOptions {
   readonly node: string;
@@ -51,6 +55,9 @@ const specOf = (config: ClusterIpamConfig): PoolSpec => ({ ranges: config.ranges
 export class ClusterIpam implements IpamBackend {
   private readonly blocks: Informer<BlockObject>;
   private readonly objects: PoolObjects;
+  private readonly claims: IpamClaims;
+  /** Blocks as this node last wrote them (PUT), until the watch brings that version or a newer one. */
+  private readonly written = new Map<string, BlockObject>();
   private readonly layouts = new Map<string, PoolLayout>();
   /** Pool -> the canonical spec its layout was checked against the API with. */
   private readonly specs = new Map<string, string>();
@@ -73,11 +80,20 @@ export class ClusterIpam implements IpamBackend {
     private readonly log: Logger,
   ) {
     this.objects = new PoolObjects(client);
+    this.claims = new IpamClaims(client);
     this.blocks = new Informer<BlockObject>(client, BLOCKS_PATH, 'ipblocks', {}, (b) => b, {
       error: (message) => log.warn({ err: message }, 'watching IPBlocks failed; retrying'),
+      upsert: (block) => {
+        const name = block.metadata?.name ?? '';
+        const mine = this.written.get(name);
+        if (mine !== undefined && newer(block, mine) === block) this.written.delete(name);
+        // Its claim entries change the block's version: the precondition of returning it must follow.
+        if (this.held.get(name)?.uid === block.metadata?.uid) this.remember(newer(block, mine ?? block));
+      },
       remove: (block) => {
         const name = block.metadata?.name ?? '';
         if (this.held.get(name)?.uid === block.metadata?.uid) this.held.delete(name);
+        this.written.delete(name);
       },
     });
   }
@@ -129,6 +145,7 @@ export class ClusterIpam implements IpamBackend {
   }
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
+    if (req.claim !== undefined && req.config.type !== 'cluster') return err(claimNeedsClusterPool(req.network, req.config.type));
     if (req.config.type !== 'cluster') return this.local.allocate(req);
     if (!this.blocks.ready) {
       return err(new CniError(CniCode.TryAgainLater, 'cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet', 'is deploy/crds/20-crd-ipam.yaml applied, and the API reachable? plexusd logs "watching IPBlocks failed" meanwhile; the runtime retries'));
@@ -137,16 +154,28 @@ export class ClusterIpam implements IpamBackend {
     const layout = await this.poolFor(req.network, config);
     if (!layout.ok) return err(layout.error);
     this.poolOfNetwork.set(req.network, layout.value.name);
-    return this.locks.run(layout.value.name, () => this.allocateInPool(req, config, layout.value));
+    const claim = req.claim;
+    if (claim === undefined) return this.locks.run(layout.value.name, () => this.allocateInPool(req, config, layout.value));
+    if (!req.pod?.namespace) {
+      return err(new CniError(CniCode.InvalidEnvironment, `network ${req.network} names IPAMClaim ${claim}, but the runtime did not name the pod's namespace (K8S_POD_NAMESPACE), where the claim is looked up`));
+    }
+    const ref = { namespace: req.pod.namespace, name: claim };
+    return this.locks.run(layout.value.name, () => this.allocateForClaim(req, config, layout.value, ref));
   }
 
-  private async allocateInPool(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout): Promise<Result<IpamResult>> {
-    const requestedSets = new Set<number>();
+  /**
+   * `claimed`: the sets in which the attachment gets a claim's address (its block may be another node's: the claim's
+   * entry there keeps that node from handing it out), not a new one.
+   */
+  private async allocateInPool(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, claimed: ReadonlyMap<number, ClaimedAddress> = new Map()): Promise<Result<IpamResult>> {
+    const requestedSets = new Set<number>(claimed.keys());
     for (const text of req.requestedIps ?? []) {
       const ip = parseCidr(text) ?? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`);
       if (ip === undefined) return err(new CniError(CniCode.InvalidNetworkConfig, `requested IP ${JSON.stringify(text)} is not a valid IP address`));
       const block = blockOf(layout, ip);
       if (!block.ok) return block;
+      const owner = this.entriesOf(block.value.name).find((e) => e.address === formatIp(ip.family, ip.value));
+      if (owner !== undefined) return err(new CniError(IPAM_ADDRESS_IN_USE, `requested IP ${formatIp(ip.family, ip.value)} is owned by IPAMClaim ${owner.claim} in pool ${layout.name}`));
       requestedSets.add(block.value.set);
       const mine = await this.holdBlock(layout, block.value);
       if (!mine.ok) return mine;
@@ -160,33 +189,197 @@ export class ClusterIpam implements IpamBackend {
     // The common path allocates in the blocks held, reading no lease list (a retried ADD gets what it has: the
     // allocator is idempotent per owner). Only when they are full, once per block filled, are the leases counted to
     // find the sets that need another block.
-    let result = await this.allocateInHeld(req, config, layout);
+    let result = await this.allocateInHeld(req, config, layout, claimed);
     if (result.ok || result.error.code !== IPAM_POOL_EXHAUSTED) return result;
     const leases = await this.pooled.leases(layout.name);
     let claimedAny = false;
     for (const set of layout.sets.keys()) {
       if (requestedSets.has(set)) continue;
       const blocks = this.heldIn(layout, set);
-      const used = leases.filter((l) => blocks.some((b) => inBlock(b, l))).length;
+      // Addresses claims own count as used, whether or not a pod of this node has them now.
+      const used = new Set([...leases.filter((l) => blocks.some((b) => inBlock(b, l))).map((l) => l.address.split('/')[0]), ...blocks.flatMap((b) => this.entriesOf(b.name).map((e) => e.address))]).size;
       const size = blocks.reduce((sum, b) => sum + b.size, 0n);
       if (BigInt(used) < size) continue;
       const claimed = await this.claimNext(layout, set, req.network);
       if (!claimed.ok) return claimed;
       claimedAny = true;
     }
-    if (claimedAny) result = await this.allocateInHeld(req, config, layout);
+    if (claimedAny) result = await this.allocateInHeld(req, config, layout, claimed);
     if (!result.ok && result.error.code === IPAM_POOL_EXHAUSTED) {
       return err(new CniError(IPAM_POOL_EXHAUSTED, `no free address in pool ${layout.name} (network ${req.network}): ${result.error.message}`));
     }
     return result;
   }
 
-  /** Allocates with host-local's rules inside the blocks this node holds. */
-  private allocateInHeld(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout): Promise<Result<IpamResult>> {
-    const ranges = layout.sets.map((_, set) => this.heldIn(layout, set).flatMap((b) => b.ranges));
-    const owner = { network: req.network, ...(req.pod?.uid ? { podUid: req.pod.uid } : {}), ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}) };
+  /**
+   * Allocates with host-local's rules inside the blocks this node holds, less the addresses claims own there (so this
+   * node never hands one out, whichever node's pod uses it now); a claimed set gets the claim's address.
+   */
+  private async allocateInHeld(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, claimed: ReadonlyMap<number, ClaimedAddress>): Promise<Result<IpamResult>> {
+    const ranges = layout.sets.map((_, set) => {
+      const mine = claimed.get(set);
+      return mine !== undefined ? mine.block.ranges : this.heldIn(layout, set).flatMap((b) => withoutAddresses(b.ranges, this.entriesOf(b.name).map((e) => e.address)));
+    });
+    const empty = ranges.findIndex((set) => set.length === 0);
+    if (empty >= 0) return err(new CniError(IPAM_POOL_EXHAUSTED, `range set ${empty} of pool ${layout.name}: every address of this node's blocks is owned by an IPAMClaim`));
+    const owner = {
+      network: req.network,
+      ...(req.pod?.uid ? { podUid: req.pod.uid } : {}),
+      ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}),
+      ...(req.claim !== undefined && req.pod?.namespace ? { claim: `${req.pod.namespace}/${req.claim}` } : {}),
+    };
     const derived: IpamConfig = { type: 'host-local', ranges, routes: config.routes, ...(config.dns ? { dns: config.dns } : {}) };
-    return this.pooled.allocate({ ...req, network: layout.name, config: derived, owner });
+    const requestedIps = [...(req.requestedIps ?? []), ...[...claimed.values()].map((c) => c.address)];
+    return this.pooled.allocate({ network: layout.name, containerId: req.containerId, ifname: req.ifname, config: derived, requestedIps, owner });
+  }
+
+  /**
+   * An attachment whose addresses an IPAMClaim owns, under the pool's lock. In each range set: the claim's address if
+   * it has one in this pool (its status.ips; else an entry for its UID in a block, left by an ADD cut between the two
+   * writes below), wherever it lies; else a new one from this node's blocks, as any pod's. Then, before the ADD
+   * answers: every address is an entry of its block that lists this node (a guarded update of that block, which may
+   * be another node's), and new addresses are added to the claim's status.ips (guarded by its resourceVersion).
+   *
+   * Two pods using one claim at once (a KubeVirt live migration: source and target pods on two nodes) get the same
+   * addresses: when both allocate a first address, the first status write wins, and the other node gives its new
+   * addresses back and takes the winner's.
+   */
+  private async allocateForClaim(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, ref: ClaimRef): Promise<Result<IpamResult>> {
+    for (let attempt = 0; ; attempt++) {
+      const got = await this.claims.get(ref);
+      if (!got.ok) return err(got.error.status === 404 ? missingClaim(ref, req.network) : apiError(`reading IPAMClaim ${claimKey(ref)}`, got.error));
+      const claim = got.value as ClaimObject;
+      const network = claim.spec?.network;
+      if (network && network !== req.network) {
+        return err(new CniError(CniCode.InvalidNetworkConfig, `IPAMClaim ${claimKey(ref)} is for network ${network}, not ${req.network}`, 'each network of the pod needs its own claim (spec.network is the network\'s CNI name)'));
+      }
+      const uid = claim.metadata?.uid ?? '';
+      const claimed = claimedInPool(layout, claim.status?.ips ?? []);
+      for (const block of this.blocks.list()) {
+        if (block.spec?.pool !== layout.name) continue;
+        for (const entry of this.entriesOf(block.metadata?.name ?? '')) {
+          const ip = parseCidr(`${entry.address}/${entry.address.includes(':') ? 128 : 32}`);
+          const found = entry.claimUid === uid && ip !== undefined ? blockOf(layout, ip) : undefined;
+          if (found?.ok && !claimed.has(found.value.set)) claimed.set(found.value.set, { address: entry.address, block: found.value });
+        }
+      }
+      for (const address of claimed.values()) {
+        const used = await this.recordClaimUse(layout, address, ref, uid);
+        if (!used.ok) return used;
+      }
+      const result = await this.allocateInPool(req, config, layout, claimed);
+      if (!result.ok) return result;
+      const fresh = result.value.ips.filter((ip) => ![...claimed.values()].some((c) => c.address === ip.address.split('/')[0]));
+      // Those of an entry but not of status.ips too (an ADD cut between its two writes): the claim shows them.
+      const unlisted = result.value.ips.filter((ip) => !(claim.status?.ips ?? []).some((x) => x.split('/')[0] === ip.address.split('/')[0]));
+      if (unlisted.length === 0) return result;
+      const undo = async (error: CniError): Promise<Result<never>> => {
+        await this.pooled.release(layout.name, req.containerId, req.ifname);
+        for (const ip of fresh) await this.forgetClaimUse(layout, ip.address.split('/')[0] ?? '', uid);
+        return err(error);
+      };
+      for (const ip of fresh) {
+        const text = ip.address.split('/')[0] ?? '';
+        const block = blockOf(layout, parseCidr(ip.address)!);
+        if (!block.ok) return undo(block.error);
+        const recorded = await this.recordClaimUse(layout, { address: text, block: block.value }, ref, uid);
+        if (!recorded.ok) return undo(recorded.error);
+      }
+      const status = { ...claim.status, ips: statusIpsWith(claim.status?.ips ?? [], unlisted.map((ip) => ip.address)), ownerPod: req.pod?.name ?? '' };
+      const wrote = await this.claims.updateStatus(ref, claim, status);
+      if (wrote.ok) {
+        this.log.info({ claim: claimKey(ref), pool: layout.name, ips: status.ips }, 'recorded addresses on an IPAMClaim');
+        return result;
+      }
+      // 409: the claim changed since it was read; another node may have given it addresses first. Read it again.
+      const undone = await undo(apiError(`writing the status of IPAMClaim ${claimKey(ref)}`, wrote.error));
+      if (wrote.error.status !== 409 || attempt >= 3) return undone;
+    }
+  }
+
+  /** A block's claim entries, as this node last saw or wrote them. */
+  private entriesOf(name: string): readonly ClaimEntry[] {
+    const cached = this.blocks.get('', name);
+    const mine = this.written.get(name);
+    const view = cached !== undefined && mine !== undefined ? newer(cached, mine) : (cached ?? mine);
+    return view?.spec?.claims ?? [];
+  }
+
+  /**
+   * Makes `address` an entry of its block owned by the claim, with this node among its users: a resourceVersion-guarded
+   * update of the block object, read fresh, retried on conflict. No entry yet is allowed only in a block this node
+   * holds (then the address must not be leased to anything else here), or in a block no node holds (this node claims
+   * it first): a block of another node's that does not list the address may have it leased, unknown to the API, and
+   * only that node could say.
+   */
+  private async recordClaimUse(layout: PoolLayout, { address, block }: ClaimedAddress, ref: ClaimRef, uid: string): Promise<Result<void>> {
+    const key = claimKey(ref);
+    for (let attempt = 0; attempt < 8; attempt++) {
+      const got = await this.objects.getBlock(block.name);
+      if (!got.ok && got.error.status === 404) {
+        const claimed = await this.claim(layout, block);
+        if (!claimed.ok) return claimed;
+        continue;
+      }
+      if (!got.ok) return err(apiError(`reading block ${block.cidr} of pool ${layout.name}`, got.error));
+      const object = got.value as BlockObject;
+      const entries = object.spec?.claims ?? [];
+      const entry = entries.find((e) => e.address === address);
+      if (entry !== undefined && entry.claimUid !== uid) {
+        return err(new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is owned by IPAMClaim ${entry.claim} (another object) in pool ${layout.name}`));
+      }
+      if (entry === undefined) {
+        const holder = object.spec?.node;
+        if (holder !== this.options.node) {
+          return err(new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds and which does not record the claim: only that node knows whether the address is free`, 'delete the claim\'s status.ips to let it get a new address'));
+        }
+        const leased = (await this.pooled.leases(layout.name)).find((l) => l.address.split('/')[0] === address);
+        if (leased !== undefined && leased.owner?.claim !== key) {
+          return err(new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is leased on this node to container ${leased.containerId} interface ${leased.ifname}`));
+        }
+      }
+      if (entry?.nodes.includes(this.options.node)) return ok(undefined);
+      const claims = entry !== undefined
+        ? entries.map((e) => (e === entry ? { ...e, nodes: [...e.nodes, this.options.node] } : e))
+        : [...entries, { address, claim: key, claimUid: uid, nodes: [this.options.node] }];
+      const put = await this.objects.updateBlock({ ...object, spec: { ...object.spec, claims } });
+      if (put.ok) {
+        this.noteWritten(put.value as BlockObject);
+        return ok(undefined);
+      }
+      if (put.error.status !== 409) return err(apiError(`recording IPAMClaim ${key} in block ${block.cidr}`, put.error));
+    }
+    return err(new CniError(CniCode.TryAgainLater, `block ${block.cidr} of pool ${layout.name} kept changing while IPAMClaim ${key} was recorded in it; try again`));
+  }
+
+  /** Undoes recordClaimUse of a new address (the ADD failed): the entry goes, if it is still the claim's alone. */
+  private async forgetClaimUse(layout: PoolLayout, address: string, uid: string): Promise<void> {
+    const ip = parseCidr(`${address}/${address.includes(':') ? 128 : 32}`);
+    const block = ip && blockOf(layout, ip);
+    if (!block?.ok) return;
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const got = await this.objects.getBlock(block.value.name);
+      if (!got.ok) return;
+      const object = got.value as BlockObject;
+      const entries = object.spec?.claims ?? [];
+      const entry = entries.find((e) => e.address === address && e.claimUid === uid);
+      if (entry === undefined || entry.nodes.some((n) => n !== this.options.node)) return;
+      const put = await this.objects.updateBlock({ ...object, spec: { ...object.spec, claims: entries.filter((e) => e !== entry) } });
+      if (put.ok) {
+        this.noteWritten(put.value as BlockObject);
+        return;
+      }
+      if (put.error.status !== 409) break;
+    }
+    // Left behind, it is harmless: the next ADD with the claim takes it, and deleting the claim frees it.
+    this.log.warn({ pool: layout.name, address }, 'could not remove the entry of an IPAMClaim whose ADD failed; it is reused or freed with the claim');
+  }
+
+  private noteWritten(block: BlockObject): void {
+    const name = block.metadata?.name;
+    if (!name) return;
+    this.written.set(name, block);
+    this.remember(block);
   }
 
   /** The blocks of a set this node holds, in the pool's order. */
@@ -320,7 +513,81 @@ export class ClusterIpam implements IpamBackend {
   private async reconcileOnce(): Promise<void> {
     await this.holdBlocksOfLeases();
     await this.returnEmptyBlocks();
-    await this.reclaimDeadNodesBlocks();
+    const nodes = await this.liveNodes();
+    if (nodes === undefined) return;
+    await this.releaseDeletedClaims(nodes);
+    await this.reclaimDeadNodesBlocks(nodes);
+  }
+
+  /** The names of the Nodes in the API; undefined when it cannot say. */
+  private async liveNodes(): Promise<ReadonlySet<string> | undefined> {
+    const listed = await this.objects.listNodes();
+    if (!listed.ok) return undefined;
+    const nodes = new Set(((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''));
+    for (const name of [...this.missingSince.keys()]) if (nodes.has(name)) this.missingSince.delete(name);
+    return nodes;
+  }
+
+  /** Whether a node has had no Node object for the grace period (counted from when this daemon first saw it absent). */
+  private goneForGood(node: string, nodes: ReadonlySet<string>, now: number): boolean {
+    if (nodes.has(node)) return false;
+    const since = this.missingSince.get(node) ?? now;
+    this.missingSince.set(node, since);
+    return now - since >= this.options.nodeGraceMs;
+  }
+
+  /**
+   * Frees the addresses of deleted IPAMClaims, never one a pod still uses. An entry whose claim is gone (404, or a new
+   * object under its name) loses the nodes that have no lease on it any more (each node answers for itself, under the
+   * pool's lock, so an ADD in flight here is not missed) and those whose Node has been gone for the grace period; with
+   * no node left, the entry goes and the block's node may hand the address out again. This node looks at the entries
+   * of its blocks, those that list it, and those of blocks whose node is gone.
+   */
+  private async releaseDeletedClaims(nodes: ReadonlySet<string>): Promise<void> {
+    const now = Date.now();
+    const claimGone = new Map<string, boolean | undefined>();
+    const isGone = async (entry: ClaimEntry): Promise<boolean | undefined> => {
+      const cacheKey = `${entry.claim}\u0000${entry.claimUid}`;
+      if (claimGone.has(cacheKey)) return claimGone.get(cacheKey);
+      const ref = parseClaimKey(entry.claim);
+      const got = ref ? await this.claims.get(ref) : undefined;
+      const gone = got === undefined ? true : got.ok ? (got.value as ClaimObject).metadata?.uid !== entry.claimUid : got.error.status === 404 ? true : undefined;
+      claimGone.set(cacheKey, gone);
+      return gone;
+    };
+    for (const cached of this.blocks.list()) {
+      const name = cached.metadata?.name ?? '';
+      const pool = cached.spec?.pool ?? '';
+      const holder = cached.spec?.node ?? '';
+      const mine = holder === this.options.node;
+      const orphaned = !mine && this.goneForGood(holder, nodes, now);
+      const relevant = this.entriesOf(name).filter((e) => mine || orphaned || e.nodes.includes(this.options.node));
+      if (relevant.length === 0) continue;
+      const gone: ClaimEntry[] = [];
+      for (const entry of relevant) if ((await isGone(entry)) === true) gone.push(entry);
+      if (gone.length === 0) continue;
+      await this.locks.run(pool, async () => {
+        const leased = new Set((await this.pooled.leases(pool)).map((l) => l.address.split('/')[0]));
+        const got = await this.objects.getBlock(name);
+        if (!got.ok) return;
+        const object = got.value as BlockObject;
+        const entries = object.spec?.claims ?? [];
+        const next: ClaimEntry[] = [];
+        for (const entry of entries) {
+          if (!gone.some((g) => g.address === entry.address && g.claimUid === entry.claimUid)) {
+            next.push(entry);
+            continue;
+          }
+          const users = entry.nodes.filter((n) => (n === this.options.node ? leased.has(entry.address) : !this.goneForGood(n, nodes, now)));
+          if (users.length > 0) next.push({ ...entry, nodes: users });
+          else this.log.info({ pool, address: entry.address, claim: entry.claim }, 'freed the address of a deleted IPAMClaim');
+        }
+        if (next.length === entries.length && next.every((e, i) => e.nodes.length === entries[i]?.nodes.length)) return;
+        const put = await this.objects.updateBlock({ ...object, spec: { ...object.spec, claims: next } });
+        if (put.ok) this.noteWritten(put.value as BlockObject);
+        else this.log.warn({ pool, block: object.spec?.cidr, err: put.error.message }, 'could not update the IPAMClaim entries of a block; the next pass retries');
+      });
+    }
   }
 
   /**
@@ -333,7 +600,8 @@ export class ClusterIpam implements IpamBackend {
     for (const lease of await this.pooled.leases()) byPool.set(lease.network, [...(byPool.get(lease.network) ?? []), lease]);
     for (const [pool, leases] of byPool) {
       const held = [...this.held.values()].filter((b) => b.pool === pool);
-      const strays = leases.filter((l) => !held.some((b) => inCidr(b.cidr, l)));
+      // A claim's address may lie in any node's block: its entry there, not this node's block, keeps it.
+      const strays = leases.filter((l) => l.owner?.claim === undefined && !held.some((b) => inCidr(b.cidr, l)));
       if (strays.length === 0) continue;
       const layout = await this.layoutOf(pool);
       if (!layout.ok) {
@@ -378,7 +646,7 @@ export class ClusterIpam implements IpamBackend {
         const mine = [...this.held.values()].filter((b) => b.pool === pool).sort((a, b) => (a.name < b.name ? -1 : 1));
         const used = (block: HeldBlock): boolean => {
           const cidr = parseCidr(block.cidr);
-          return cidr === undefined || leases.some((l) => inCidr(block.cidr, l));
+          return cidr === undefined || leases.some((l) => inCidr(block.cidr, l)) || this.entriesOf(block.name).length > 0;
         };
         const family = (block: HeldBlock): string => (block.cidr.includes(':') ? 'v6' : 'v4');
         // Each family keeps one block: a used one if it has any, else its first empty one.
@@ -403,24 +671,29 @@ export class ClusterIpam implements IpamBackend {
    * Blocks whose Node has been gone from the API for the grace period go back to the pool. The Node's absence is
    * confirmed by a GET before each deletion, and the deletion is conditional on the block being unchanged.
    */
-  private async reclaimDeadNodesBlocks(): Promise<void> {
-    const listed = await this.objects.listNodes();
-    if (!listed.ok) return;
-    const nodes = new Set(((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''));
+  private async reclaimDeadNodesBlocks(nodes: ReadonlySet<string>): Promise<void> {
     const now = Date.now();
-    for (const name of [...this.missingSince.keys()]) if (nodes.has(name)) this.missingSince.delete(name);
     for (const block of this.blocks.list()) {
       const node = block.spec?.node;
       const { name, uid, resourceVersion } = block.metadata ?? {};
       if (!node || node === this.options.node || nodes.has(node) || !name || !uid || !resourceVersion) continue;
-      const since = this.missingSince.get(node) ?? now;
-      this.missingSince.set(node, since);
-      if (now - since < this.options.nodeGraceMs) continue;
+      if (!this.goneForGood(node, nodes, now)) continue;
+      // A block with claim entries stays until they are freed (releaseDeletedClaims): deleting it would forget them.
+      if (this.entriesOf(name).length > 0) continue;
       const confirmed = await this.objects.getNode(node);
       if (confirmed.ok || confirmed.error.status !== 404) continue;
       const r = await this.objects.deleteBlock(name, uid, resourceVersion);
       if (r.ok) this.log.info({ block: block.spec?.cidr, pool: block.spec?.pool, node }, 'reclaimed a block of a deleted node');
     }
+  }
+}
+
+/** The later of two versions of one block (resourceVersions are etcd revisions: numbers, in practice). */
+function newer(a: BlockObject, b: BlockObject): BlockObject {
+  try {
+    return BigInt(a.metadata?.resourceVersion ?? '0') >= BigInt(b.metadata?.resourceVersion ?? '0') ? a : b;
+  } catch {
+    return a;
   }
 }
 

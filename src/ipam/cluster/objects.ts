@@ -25,8 +25,23 @@ export interface PoolObject {
   readonly spec?: PoolSpec;
 }
 export interface BlockObject {
-  readonly metadata?: ObjectMeta;
-  readonly spec?: { readonly pool?: string; readonly cidr?: string; readonly node?: string };
+  readonly metadata?: ObjectMeta & { readonly labels?: Record<string, string> };
+  readonly spec?: { readonly pool?: string; readonly cidr?: string; readonly node?: string; readonly claims?: readonly ClaimEntry[] };
+}
+
+/**
+ * An address of the block that an IPAMClaim owns (claims.ts): the block's node never hands it out, whoever uses it.
+ * `nodes` are the nodes that gave it to a pod since it was recorded; the entry goes only when the claim is deleted and
+ * none of them still has a lease on it.
+ */
+export interface ClaimEntry {
+  /** The address, without prefix. */
+  readonly address: string;
+  /** namespace/name of the IPAMClaim. */
+  readonly claim: string;
+  /** The claim's UID: a claim deleted and created again under the same name is another claim. */
+  readonly claimUid: string;
+  readonly nodes: readonly string[];
 }
 
 /** An API failure as a CNI error: unreachable, overloaded or timed out is "try again later" (11), the rest an I/O failure. */
@@ -55,6 +70,21 @@ export class PoolObjects {
     return this.client.request('POST', BLOCKS_PATH, 'ipblocks', {
       urgent: true,
       body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPBlock', metadata: { name, labels: { [`${GROUP}/pool`]: pool } }, spec: { pool, cidr, node } },
+    });
+  }
+
+  getBlock(name: string) {
+    return this.client.request('GET', `${BLOCKS_PATH}/${segment(name)}`, 'ipblocks', { urgent: true });
+  }
+
+  /**
+   * Replaces a block's claim entries; the object carries the resourceVersion it was read at, so the API server refuses
+   * (409) the update if anyone changed the block since. pool, cidr and node cannot change (the CRD's rule).
+   */
+  updateBlock(block: BlockObject) {
+    return this.client.request('PUT', `${BLOCKS_PATH}/${segment(block.metadata?.name ?? '')}`, 'ipblocks', {
+      urgent: true,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPBlock', ...block },
     });
   }
 

@@ -17,6 +17,9 @@ packages=(
   clang libclang-rt-14-dev     # libFuzzer: the shim's parsers are fuzzed in the test suite
   etcd-server openssl xz-utils # a real kube-apiserver (../shared/k8s) for the Kubernetes tests, with its etcd and certs
   busybox-static               # the image's shell and tools (scripts/image.sh)
+  openvswitch-switch-dpdk      # a userspace switch (OVS-DPDK) for the memif tests, started privately by each test
+  librte-net-memif23 librte-mempool-ring23  # DPDK's memif driver and mempool for that switch and its clients
+  dpdk-dev                     # dpdk-testpmd: the memif clients of the data-plane test and benchmark
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -26,7 +29,14 @@ if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Packages must not start services on this machine (openvswitch-switch would start a host switch): tests start
+  # their own. policy-rc.d answers "not now" to every service start during the install, then goes.
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
+  fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || { [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d; exit 1; }
+  [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
 fi
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -3,7 +3,7 @@
  * the kubelet's pod-resources API, which tells the engine which device each pod got.
  */
 import type { Logger } from 'pino';
-import { err, ok, type Result } from '../cni/errors';
+import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { loadResources, type ResourceConfig } from './config';
 import { PodResourcesClient } from './pod-resources';
 import { ResourcePlugin, type PluginEvents } from './plugin-server';
@@ -56,6 +56,18 @@ export class DevicePlugins {
     const resources = loadResources(file);
     if (!resources.ok) return err(resources.error);
     return ok(DevicePlugins.create(resources.value, settings, podResources, log));
+  }
+
+  /**
+   * The socket of a memif device the kubelet allocated (for the memif driver): undefined when `resourceName` is not one
+   * of this plexusd's memif resources; an error when the device has no allocation on record.
+   */
+  memifSocket(resourceName: string, deviceID: string): Result<{ hostSocket: string; podSocket: string; secret: string }> | undefined {
+    const resource = this.memif.get(resourceName);
+    if (!resource) return undefined;
+    const a = resource.allocation(deviceID);
+    if (!a) return err(new CniError(CniCode.TryAgainLater, `${resourceName} device ${deviceID} has no allocation on record`, 'the kubelet allocates a device before the pod sandbox is made; was plexusd\'s state dir lost?'));
+    return ok({ hostSocket: a.socket, podSocket: resource.containerSocket(deviceID), secret: a.secret });
   }
 
   async start(): Promise<void> {

@@ -2,7 +2,6 @@
  * The resources plexusd offers: what devices each has, their health, and what Allocate does for them. The gRPC
  * side (plugin-server.ts) knows them only through DeviceResource.
  */
-import { randomInt } from 'node:crypto';
 import { mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
@@ -36,11 +35,9 @@ export interface ResourceEnv {
 /** Environment variable names from a resource name, as the SR-IOV device plugin makes them (plexus.io/fast-nic: PLEXUS_IO_FAST_NIC). */
 export const envSuffix = (resourceName: string): string => resourceName.toUpperCase().replace(/[^A-Z0-9]/g, '_');
 
-/** memif secrets are at most 23 characters (DPDK and VPP); 20 from a 62-letter alphabet is 119 bits. */
-export const MEMIF_SECRET_LENGTH = 20;
-const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
-export const memifSecret = (): string => Array.from({ length: MEMIF_SECRET_LENGTH }, () => ALPHABET[randomInt(ALPHABET.length)]).join('');
-export const MEMIF_SOCKET_FILE = 'memif.sock';
+import { memifSecret, MEMIF_SOCKET_FILE } from '../common/memif';
+
+export { MEMIF_SECRET_LENGTH, memifSecret, MEMIF_SOCKET_FILE } from '../common/memif';
 
 const unknownDevices = (resource: string, ids: readonly string[]): CniError =>
   new CniError(CniCode.InvalidNetworkConfig, `${resource} has no device ${ids.join(', ')}`);

@@ -36,7 +36,14 @@ export type UndoStep =
   /** Moves a host device (e.g. an SR-IOV VF) from the pod back to the host under its original name. */
   | { readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string }
   /** Execs a delegated plugin's DEL with the very config bytes used at ADD. */
-  | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv };
+  | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv }
+  /**
+   * Removes a pod's port from a userspace switch. It keeps everything the port was made with, so a switch that lost
+   * its ports (restarted with an empty database) gets them back from the journal.
+   */
+  | { readonly kind: 'deleteSwitchPort'; readonly ovsdb: string; readonly bridge: string; readonly port: string; readonly devargs: string; readonly rxQueues: number; readonly externalIds: Readonly<Record<string, string>> }
+  /** Removes a memif socket directory Plexus made for a pod interface (not one a kubelet device owns). */
+  | { readonly kind: 'removeSocketDir'; readonly path: string };
 
 export interface PodIdentity {
   readonly namespace?: string;

@@ -13,10 +13,16 @@ import { macvlanDriver } from './macvlan';
 import { createPtpDriver } from './ptp';
 import { tapDriver } from './tap';
 import { createVxlanDriver } from './vxlan';
+import { createMemifDriver, type MemifDriver, type MemifDriverOptions } from './memif';
 import type { NetworkDefinition } from '../networks/nad';
 
 /** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
-const builtIn = (): readonly Driver[] => [createBridgeDriver(), macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, createVxlanDriver(), createPtpDriver()];
+export const builtInDrivers = (memif: MemifDriver = createMemifDriver()): readonly Driver[] => [
+  createBridgeDriver(), macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, createVxlanDriver(), createPtpDriver(), memif,
+];
+const builtIn = (): readonly Driver[] => builtInDrivers();
+export type { MemifDriver, MemifDriverOptions };
+export { createMemifDriver };
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();

@@ -48,6 +48,10 @@ export const describeUndo = (step: UndoStep): string => {
       return `return ${step.name} from ${step.netns} to the host as ${step.hostName}`;
     case 'delegateDel':
       return `DEL via ${step.plugin} for ${step.env.containerId}/${step.env.ifname}`;
+    case 'deleteSwitchPort':
+      return `remove port ${step.port} from switch bridge ${step.bridge}`;
+    case 'removeSocketDir':
+      return `remove socket directory ${step.path}`;
   }
 };
 

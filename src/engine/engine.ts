@@ -100,6 +100,16 @@ export class AttachmentEngine {
     return this.journal.listContainer(containerId);
   }
 
+  /** The userspace-switch ports of every committed attachment (what a switch that lost its ports must get back). */
+  async switchPorts(): Promise<Extract<UndoStep, { kind: 'deleteSwitchPort' }>[]> {
+    const out: Extract<UndoStep, { kind: 'deleteSwitchPort' }>[] = [];
+    for (const record of await this.journal.list()) {
+      if (!record.result || record.deleting || record.changing) continue;
+      for (const step of record.undo) if (step.kind === 'deleteSwitchPort') out.push(step);
+    }
+    return out;
+  }
+
   /** The networks the engine can attach, and the definitions it could not use (for the API). */
   listNetworks(): ReturnType<NetworkSource['list']> {
     return this.networks.list();
@@ -532,7 +542,8 @@ export class AttachmentEngine {
   private async verify(result: CniResult, netns: string): Promise<Result<void>> {
     const problems: string[] = [];
     const sandboxes = [...new Set(result.interfaces.flatMap((i) => (i.sandbox ? [i.sandbox] : [])))];
-    const hostNames = result.interfaces.filter((i) => !i.sandbox).map((i) => i.name);
+    // A memif interface is a socket, neither a host nor a pod link.
+    const hostNames = result.interfaces.filter((i) => !i.sandbox && !i.socketPath).map((i) => i.name);
     const inspect = async (ns: string | undefined): Promise<{ links: { name: string; index: number; mac?: string }[]; addrs: { index: number; address: string }[]; routes: { dst: string; gw?: string }[] } | string> => {
       const r = await this.kernel.batch(ns, [{ op: 'linkList' }, { op: 'addrList' }, { op: 'routeList' }]);
       if (!r.ok) return r.error.message;

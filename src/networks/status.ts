@@ -25,13 +25,15 @@ export interface AttachmentOutcome {
 
 export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
   return outcomes.map((o) => {
-    const index = o.result.interfaces.findIndex((i) => i.sandbox !== undefined && i.name === o.ifname);
+    // The pod's interface: a link in its netns, or (memif) a socket the pod connects to.
+    const index = o.result.interfaces.findIndex((i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname);
     const iface = index >= 0 ? o.result.interfaces[index] : undefined;
     const ips = o.result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address.split('/')[0] ?? ip.address);
     const deviceInfo = iface?.pciID
       ? { type: 'pci', version: '1.1.0', pci: { 'pci-address': iface.pciID } }
       : iface?.socketPath
-        ? { type: 'memif', version: '1.1.0', memif: { path: iface.socketPath } }
+        ? // The pod is the memif client ("slave" in NPWG's words); the node's switch serves the socket.
+          { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: iface.socketPath } }
         : undefined;
     return {
       name: o.network,

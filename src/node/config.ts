@@ -53,6 +53,8 @@ export const DaemonConfigSchema = z
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
     podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
+    ovsdbSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/run/openvswitch/db.sock'),
+    switchResyncSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(1).max(3600)).default(10),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -93,6 +95,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-plugin-dir': 'devicePluginDir',
   '--pod-resources-socket': 'podResourcesSocket',
   '--device-info-dir': 'deviceInfoDir',
+  '--ovsdb-socket': 'ovsdbSocket',
+  '--switch-resync-seconds': 'switchResyncSeconds',
   '--install-cni-config': 'installCniConfig',
   '--metrics-address': 'metricsAddress',
   '--memory-ceiling-mib': 'memoryCeilingMib',
@@ -142,6 +146,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --pod-resources-socket PATH  the kubelet's pod-resources API: <kubelet --root-dir>/pod-resources/kubelet.sock
                             (default /var/lib/kubelet/pod-resources/kubelet.sock)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
+  --ovsdb-socket PATH       the userspace switch's database, for memif networks without "ovsdbSocket"
+                            (default /var/run/openvswitch/db.sock)
+  --switch-resync-seconds S  how often memif ports the journal holds are checked on the switch and made again
+                            if it lost them (also on every reconnection to its database; default 10)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file
   --help                    this text`;

@@ -2,7 +2,7 @@
 import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
-import { DriverRegistry } from '../drivers/registry';
+import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
 import { Ipam } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
@@ -66,7 +66,13 @@ async function main(): Promise<number> {
     log.fatal({ devicePluginConfig: config.devicePluginConfig }, devicePlugins.error.message);
     return 1;
   }
-  const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(), {
+  // memif networks: ports on the node's userspace switch, with sockets from plexusd's own memif devices.
+  const memif = createMemifDriver({
+    defaultOvsdbSocket: config.ovsdbSocket,
+    owner: api?.nodeName ?? 'plexus',
+    ...(devicePlugins?.ok ? { deviceSocket: (resource: string, id: string) => devicePlugins.value.memifSocket(resource, id) } : {}),
+  });
+  const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(builtInDrivers(memif)), {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
     selectionAnnotation: config.selectionAnnotation,
@@ -108,6 +114,8 @@ async function main(): Promise<number> {
   await api?.start();
   await cluster?.start();
   await devicePlugins?.value.start();
+  // A switch that restarted without its database gets the pods' ports back from the journal.
+  const stopResync = memif.startResync(() => engine.switchPorts(), config.switchResyncSeconds * 1000, log.child({ component: 'memif' }));
   state.ready = true;
   log.info({ socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir, ...report }, 'plexusd ready');
   if (conflist?.ok && config.installCniConfig) {
@@ -141,6 +149,8 @@ async function main(): Promise<number> {
   await metricsListener?.close();
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  stopResync();
+  memif.close();
   await devicePlugins?.value.stop();
   podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on

@@ -43,5 +43,5 @@ test('the undo runner refuses a step kind no driver of the registry owns, naming
 
 test('every step kind is owned by the generic handlers or by exactly one built-in driver', () => {
   const owners = [genericUndo, ...[...builtInForTest()].flatMap((d) => (d.undo ? [d.undo] : []))].flatMap((h) => Object.keys(h));
-  assert.deepEqual([...owners].sort(), ['delegateDel', 'deleteLink', 'deleteRoute', 'releaseIpam', 'returnLink']);
+  assert.deepEqual([...owners].sort(), ['delegateDel', 'deleteLink', 'deleteRoute', 'deleteSwitchPort', 'releaseIpam', 'removeSocketDir', 'returnLink']);
 });

@@ -34,6 +34,8 @@ const DEFAULTS: DaemonConfig = {
   devicePluginDir: '/var/lib/kubelet/device-plugins',
   podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock',
   deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo',
+  ovsdbSocket: '/var/run/openvswitch/db.sock',
+  switchResyncSeconds: 10,
   logLevel: 'info',
 };
 

@@ -29,6 +29,8 @@ export interface PortState {
 }
 
 const POLL_MS = 5;
+/** DPDK's ports per process in Debian's build (RTE_MAX_ETHPORTS); a different build may allow more. */
+export const DPDK_MAX_PORTS_HINT = 32;
 
 export class SwitchPorts {
   constructor(private readonly db: OvsdbClient, private readonly applyTimeoutMs = 15_000) {}
@@ -47,8 +49,12 @@ export class SwitchPorts {
     const state = await this.state(spec.port);
     if (!state.ok) return state;
     if (!state.value || state.value.error || state.value.ofport === undefined || state.value.ofport < 0) {
-      const why = state.value?.error ?? 'the switch did not give it an OpenFlow port';
+      let why = state.value?.error ?? 'the switch did not give it an OpenFlow port';
       await this.remove(spec.bridge, spec.port);
+      const dpdkPorts = await this.countDpdkPorts();
+      // DPDK has a build-time ceiling of ports per process (RTE_MAX_ETHPORTS: 32 in Debian's 22.11), and a port past it
+      // fails with nothing more than this generic error.
+      if (dpdkPorts.ok && dpdkPorts.value >= DPDK_MAX_PORTS_HINT) why += `; the switch already has ${dpdkPorts.value} DPDK ports, and DPDK as Debian builds it allows ${DPDK_MAX_PORTS_HINT} per switch (RTE_MAX_ETHPORTS)`;
       return err(new CniError(CniCode.Internal, `the switch could not open port ${spec.port} on bridge ${spec.bridge}: ${why}`, `devargs ${redactSecret(spec.devargs)}; is ovs-vswitchd DPDK-enabled (other_config:dpdk-init=true, hugepages) and ${spec.bridge} of datapath_type netdev?`));
     }
     return ok(state.value);
@@ -83,6 +89,12 @@ export class SwitchPorts {
     const r = await this.db.transact([{ op: 'select', table: 'Interface', where: [], columns: ['name', 'error', 'ofport', 'external_ids'] }]);
     if (!r.ok) return r;
     return ok((r.value[0]?.rows ?? []).map(toPortState).filter((p) => p.externalIds[OWNER_KEY] !== undefined));
+  }
+
+  /** How many DPDK-type interfaces the switch has (each takes one of DPDK's ports). */
+  async countDpdkPorts(): Promise<Result<number>> {
+    const r = await this.db.transact([{ op: 'select', table: 'Interface', where: [['type', '==', 'dpdk']], columns: ['name'] }]);
+    return r.ok ? ok(r.value[0]?.rows?.length ?? 0) : r;
   }
 
   /** Whether the bridge exists (a port's bridge is the operator's, never made by Plexus). */

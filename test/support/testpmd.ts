@@ -18,6 +18,8 @@ export interface TestpmdOptions {
   readonly forwardMode?: 'rxonly' | 'txonly' | 'io';
   /** CPU list (the machine has 2 cores: testpmd needs a main and a forwarding lcore). */
   readonly lcores?: string;
+  /** The lcore of testpmd's main thread (the other one in `lcores` forwards). */
+  readonly mainLcore?: number;
   /** How long the memif link may take to come up (default 20 s). */
   readonly linkTimeoutMs?: number;
 }
@@ -34,7 +36,7 @@ export class Testpmd {
     const vdev = `net_memif0,role=client,id=0,socket=${o.socket},socket-abstract=no,secret=${o.secret}`;
     const prefix = uniquePrefix('pxpmd');
     // stdbuf: testpmd's printf output is block-buffered on a pipe, and its answers must arrive before the next prompt.
-    const proc = spawn('stdbuf', ['-o0', '-e0', 'dpdk-testpmd', '--no-huge', '-m', '256', '--no-pci', '--no-shconf', '--no-telemetry', `--file-prefix=${prefix}`, '-l', o.lcores ?? '0,1', `--vdev=${vdev}`,
+    const proc = spawn('stdbuf', ['-o0', '-e0', 'dpdk-testpmd', '--no-huge', '-m', '256', '--no-pci', '--no-shconf', '--no-telemetry', `--file-prefix=${prefix}`, '-l', o.lcores ?? '0,1', ...(o.mainLcore !== undefined ? [`--main-lcore=${o.mainLcore}`] : []), `--vdev=${vdev}`,
       '--', '-i', `--forward-mode=${o.forwardMode ?? 'rxonly'}`, `--rxq=${o.rxq}`, `--txq=${o.txq}`, '--total-num-mbufs=4096'], { stdio: ['pipe', 'pipe', 'pipe'] });
     const t = new Testpmd(proc, prefix);
     try {

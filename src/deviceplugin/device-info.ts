@@ -31,14 +31,36 @@ export function writeDeviceInfo(baseDir: string, resourceName: string, deviceID:
   return path;
 }
 
-/** The file's content, or undefined when there is none (or it is not JSON: a reader must not fail a pod over it). */
-export function readDeviceInfo(baseDir: string, resourceName: string, deviceID: string): Record<string, unknown> | undefined {
+/** What a reader finds: the file's content, no file, or a file that is not a device-info object (and why). */
+export type DeviceInfoRead =
+  | { readonly kind: 'found'; readonly info: Record<string, unknown> }
+  | { readonly kind: 'absent' }
+  | { readonly kind: 'malformed'; readonly path: string; readonly reason: string };
+
+/** Reads the file of one device, written by any device plugin; a reader must not fail a pod over a bad one. */
+export function loadDeviceInfo(baseDir: string, resourceName: string, deviceID: string): DeviceInfoRead {
+  const path = deviceInfoFile(baseDir, resourceName, deviceID);
+  let text: string;
   try {
-    const v = JSON.parse(readFileSync(deviceInfoFile(baseDir, resourceName, deviceID), 'utf8')) as unknown;
-    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-  } catch {
-    return undefined;
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'absent' };
+    return { kind: 'malformed', path, reason: (e as Error).message };
   }
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) return { kind: 'malformed', path, reason: 'not a JSON object' };
+    if (typeof (v as Record<string, unknown>).type !== 'string') return { kind: 'malformed', path, reason: 'no "type"' };
+    return { kind: 'found', info: v as Record<string, unknown> };
+  } catch (e) {
+    return { kind: 'malformed', path, reason: (e as Error).message };
+  }
+}
+
+/** The file's content, or undefined when there is none (or it is not a device-info object). */
+export function readDeviceInfo(baseDir: string, resourceName: string, deviceID: string): Record<string, unknown> | undefined {
+  const read = loadDeviceInfo(baseDir, resourceName, deviceID);
+  return read.kind === 'found' ? read.info : undefined;
 }
 
 export function removeDeviceInfo(baseDir: string, resourceName: string, deviceID: string): void {

@@ -26,6 +26,7 @@ import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
 import { noStatusSink, type StatusSink } from './status-sink';
+import { loadDeviceInfo } from '../deviceplugin/device-info';
 
 type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 type GcRequest = Extract<CniRequest, { command: 'GC' }>;
@@ -41,6 +42,8 @@ export interface EngineOptions extends PlanSettings {
   readonly pods?: PodSource;
   /** The devices the kubelet allocated to pods, for networks that name a resource (default: none asked). */
   readonly devices?: DeviceSource;
+  /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
+  readonly deviceInfoDir?: string;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
@@ -239,10 +242,24 @@ export class AttachmentEngine {
       return err(attached.error.withContext(`attaching network ${label}`));
     }
     await entry.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
+    const deviceInfo = this.deviceInfoOf(step);
     return ok({
       network: owner.network, ifname: owner.ifname, driver: step.driver.type, isDefault: step.planned.isDefault, result: attached.value,
       ...(delegated.length ? { delegated } : {}),
+      ...(deviceInfo ? { deviceInfo } : {}),
     });
+  }
+
+  /**
+   * The device-info file a device plugin (any, as Multus reads them) wrote for the step's kubelet device. A bad file
+   * is the plugin's problem, not the pod's: it is left out of network-status, with a debug line saying why.
+   */
+  private deviceInfoOf(step: AttachmentStep): Record<string, unknown> | undefined {
+    const device = step.request.options?.kubeletDevice;
+    if (!device || !this.options.deviceInfoDir) return undefined;
+    const read = loadDeviceInfo(this.options.deviceInfoDir, device.resourceName, device.deviceID);
+    if (read.kind === 'malformed') this.log.debug({ network: step.planned.network.key, path: read.path, reason: read.reason }, 'device-info file ignored');
+    return read.kind === 'found' ? read.info : undefined;
   }
 
   /**

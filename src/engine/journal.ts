@@ -47,6 +47,8 @@ export interface NetworkAttachment {
   readonly result: CniResult;
   /** For delegated networks: the plugin invocations (exact bytes), for CHECK. */
   readonly delegated?: readonly Extract<UndoStep, { kind: 'delegateDel' }>[];
+  /** The device plugin's device-info for the attachment's kubelet device, as read at ADD (network-status shows it). */
+  readonly deviceInfo?: Readonly<Record<string, unknown>>;
 }
 
 /** Everything a committed transaction produced besides the CNI result. */

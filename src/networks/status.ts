@@ -21,6 +21,8 @@ export interface AttachmentOutcome {
   readonly ifname: string;
   readonly isDefault: boolean;
   readonly result: CniResult;
+  /** The device-info file the device plugin wrote for the attachment's kubelet device (NPWG); wins over the result's. */
+  readonly deviceInfo?: Readonly<Record<string, unknown>>;
 }
 
 export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
@@ -29,12 +31,12 @@ export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkSt
     const index = o.result.interfaces.findIndex((i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname);
     const iface = index >= 0 ? o.result.interfaces[index] : undefined;
     const ips = o.result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address.split('/')[0] ?? ip.address);
-    const deviceInfo = iface?.pciID
+    const deviceInfo = o.deviceInfo ?? (iface?.pciID
       ? { type: 'pci', version: '1.1.0', pci: { 'pci-address': iface.pciID } }
       : iface?.socketPath
         ? // The pod is the memif client ("slave" in NPWG's words); the node's switch serves the socket.
           { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: iface.socketPath } }
-        : undefined;
+        : undefined);
     return {
       name: o.network,
       interface: o.ifname,

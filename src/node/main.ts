@@ -84,7 +84,7 @@ async function main(): Promise<number> {
     namespaceIsolation: config.namespaceIsolation,
     globalNamespaces: config.globalNamespaces,
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
-    ...(podResources ? { devices: podResources } : {}),
+    ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
   const state = { ready: false };

@@ -4,14 +4,14 @@
  * assignment of kubelet devices to networks.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { codecOf, devicePluginPackage, podResourcesPackage } from '../../src/deviceplugin/api';
 import { AllocationBook } from '../../src/deviceplugin/allocations';
 import { parseResources, type HostDeviceResource, type MemifResource } from '../../src/deviceplugin/config';
-import { deviceInfoFile, readDeviceInfo, writeDeviceInfo } from '../../src/deviceplugin/device-info';
+import { deviceInfoFile, loadDeviceInfo, readDeviceInfo, writeDeviceInfo } from '../../src/deviceplugin/device-info';
 import { devicesOfPod } from '../../src/deviceplugin/pod-resources';
 import { endpointFor } from '../../src/deviceplugin/plugin-server';
 import { HostDevicePool, MemifDevices, envSuffix } from '../../src/deviceplugin/resources';
@@ -49,6 +49,23 @@ describe('NPWG device-info files', () => {
     assert.equal(statSync(path).mode & 0o777, 0o444);
     assert.deepEqual(readDeviceInfo(dir, 'plexus.io/memif', 'memif0'), info);
     assert.equal(readDeviceInfo(dir, 'plexus.io/memif', 'memif9'), undefined);
+  });
+
+  it('read by anyone: a missing file is absent, one that is not a device-info object is malformed and says why', () => {
+    const dir = freshDir();
+    writeDeviceInfo(dir, 'intel.com/sriov', '0000:03:00.1', { type: 'pci', version: '1.1.0', pci: { 'pci-address': '0000:03:00.1' } });
+    assert.deepEqual(loadDeviceInfo(dir, 'intel.com/sriov', '0000:03:00.1'), { kind: 'found', info: { type: 'pci', version: '1.1.0', pci: { 'pci-address': '0000:03:00.1' } } });
+    assert.deepEqual(loadDeviceInfo(dir, 'intel.com/sriov', '0000:03:00.2'), { kind: 'absent' });
+    for (const [id, text, reason] of [['a', '{"type": "pci",', /JSON/], ['b', '["pci"]', /not a JSON object/], ['c', '{"version": "1.1.0"}', /no "type"/]] as const) {
+      writeFileSync(deviceInfoFile(dir, 'intel.com/sriov', id), text);
+      const read = loadDeviceInfo(dir, 'intel.com/sriov', id);
+      assert.equal(read.kind, 'malformed', id);
+      if (read.kind === 'malformed') {
+        assert.equal(read.path, deviceInfoFile(dir, 'intel.com/sriov', id));
+        assert.match(read.reason, reason);
+      }
+      assert.equal(readDeviceInfo(dir, 'intel.com/sriov', id), undefined);
+    }
   });
 });
 

@@ -206,7 +206,8 @@ export class OvsDpdkFixture {
       /* not made */
     }
     if (this.mounted) execFileSync('umount', [this.hugeDir]);
-    if (this.pagesBefore !== undefined) writeFileSync(NR_HUGEPAGES, String(this.pagesBefore));
+    // Give back what this fixture added, not the count it saw: another run's fixture may have added pages since.
+    if (this.pagesBefore !== undefined) writeFileSync(NR_HUGEPAGES, String(Math.max(0, Number(readFileSync(NR_HUGEPAGES, 'utf8')) - PAGES)));
     rmSync(join('/var/run/dpdk', this.filePrefix), { recursive: true, force: true });
     if (!this.dpdkRunDirExisted) rmdirQuietly('/var/run/dpdk');
     rmSync(this.dir, { recursive: true, force: true });

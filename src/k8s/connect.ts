@@ -43,7 +43,7 @@ export async function connectToApi(config: DaemonConfig, log: Logger): Promise<A
   const events = new EventRecorder(client, nodeName, log);
   let hotplug: HotplugController | undefined;
   // The engine is built after this (it takes the sink): the hot-plug hook is bound when it exists.
-  const afterAdd: StatusSink = { attached: (...a) => hotplug?.afterAdd.attached(...a), detached: () => undefined, failed: () => undefined };
+  const afterAdd: StatusSink = { attached: (...a) => hotplug?.afterAdd.attached(...a), detached: (...a) => hotplug?.afterAdd.detached(...a), failed: () => undefined };
   log.info({ server: client.server, kubeconfig: endpoint.value.source, node: nodeName }, 'NetworkAttachmentDefinitions and pods come from the Kubernetes API');
   return {
     networks, pods, client, nodeName, sink: fanOut(status, events, afterAdd),

@@ -40,6 +40,13 @@ const WATCHED = [SELECTION_ANNOTATION];
 export class HotplugController {
   private readonly running = new Map<string, Promise<void>>();
   private readonly again = new Set<string>();
+  /**
+   * The sandboxes that hold attachments, by pod: an annotation change reads only its pod's records, not the whole
+   * journal. Built at resyncAll, kept by the ADD and DEL reports; a pod not in it (or a sandbox gone without a DEL
+   * report, e.g. by GC) falls back to, or is dropped by, a read of the journal.
+   */
+  private readonly sandboxes = new Map<string, Set<string>>();
+  private indexed = false;
   private stopped = false;
 
   constructor(
@@ -57,16 +64,22 @@ export class HotplugController {
 
   /** Compares every cached pod that has networks on this node with its annotation (at start). */
   async resyncAll(): Promise<void> {
-    const attached = new Set((await this.engine.records()).filter((r) => r.result && !r.deleting).map((r) => podKey(r.meta.pod.namespace ?? '', r.meta.pod.name ?? '')));
-    for (const pod of this.pods.list()) if (attached.has(podKey(pod.namespace, pod.name))) this.enqueue(pod.namespace, pod.name);
+    this.sandboxes.clear();
+    for (const r of await this.engine.records()) if (r.result && !r.deleting) this.remember(podKey(r.meta.pod.namespace ?? '', r.meta.pod.name ?? ''), r.meta.containerId);
+    this.indexed = true;
+    for (const pod of this.pods.list()) if (this.sandboxes.has(podKey(pod.namespace, pod.name))) this.enqueue(pod.namespace, pod.name);
   }
 
   /** A StatusSink hook: after a pod's ADD, compare it once more (its annotation may have changed meanwhile). */
   readonly afterAdd: StatusSink = {
     attached: (pod, containerId, status, added) => {
-      if (pod.namespace && pod.name && added.length === status.length) this.enqueue(pod.namespace, pod.name, containerId);
+      if (!pod.namespace || !pod.name) return;
+      this.remember(podKey(pod.namespace, pod.name), containerId);
+      if (added.length === status.length) this.enqueue(pod.namespace, pod.name, containerId);
     },
-    detached: () => undefined,
+    detached: (pod, containerId) => {
+      if (pod.namespace && pod.name) this.forget(podKey(pod.namespace, pod.name), containerId);
+    },
     failed: () => undefined,
   };
 
@@ -92,6 +105,19 @@ export class HotplugController {
     this.running.set(key, run);
   }
 
+  private remember(key: string, containerId: string): void {
+    let set = this.sandboxes.get(key);
+    if (!set) this.sandboxes.set(key, (set = new Set()));
+    set.add(containerId);
+  }
+
+  private forget(key: string, containerId: string): void {
+    const set = this.sandboxes.get(key);
+    if (!set) return;
+    set.delete(containerId);
+    if (set.size === 0) this.sandboxes.delete(key);
+  }
+
   /** Resolves when no change is under way (for shutdown and tests). */
   async settled(): Promise<void> {
     while (this.running.size) await Promise.all([...this.running.values()]);
@@ -105,7 +131,10 @@ export class HotplugController {
   private async apply(namespace: string, name: string, containerId: string | undefined): Promise<void> {
     const pod = this.pods.cachedPod(namespace, name);
     if (!pod) return; // deleted: its DEL removes everything
-    const candidates = containerId ? await this.engine.recordsOf(containerId) : await this.engine.records();
+    const key = podKey(namespace, name);
+    const known = containerId ? [containerId] : this.indexed ? [...(this.sandboxes.get(key) ?? [])] : undefined;
+    const candidates = known ? (await Promise.all(known.map((cid) => this.engine.recordsOf(cid)))).flat() : await this.engine.records();
+    for (const cid of known ?? []) if (!candidates.some((r) => r.meta.containerId === cid && !r.deleting)) this.forget(key, cid);
     const records = candidates.filter((r) => r.result && !r.deleting && r.meta.pod.namespace === namespace && r.meta.pod.name === name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
     for (const record of records) {
       const { containerId, ifname } = record.meta;

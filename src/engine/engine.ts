@@ -68,6 +68,9 @@ export interface SweepReport {
 /** How many pod interfaces a record holds: its committed attachments, or while uncommitted, its planned networks. */
 const attachmentsOf = (record: AttachmentRecord): number => record.details?.attachments.length ?? record.meta.networks.length;
 
+/** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
+const RECENTLY_REMOVED_KEPT = 4096;
+
 const unreadableRecord = (record: AttachmentRecord): CniError =>
   new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
 
@@ -76,6 +79,11 @@ export class AttachmentEngine {
   private readonly podNetnsProblem: (path: string) => CniError | undefined;
   /** Pod interfaces the journal holds; counted once, on first use, then kept as ADDs, DELs and detaches happen. */
   private attachmentsHeld: number | undefined;
+  /**
+   * Attachments this daemon removed lately (container ID and ifname), oldest first: the runtime's repeated DEL of a
+   * sandbox Plexus already cleaned (containerd sends a second one) must not be forwarded to the node's own plugins.
+   */
+  private readonly recentlyRemoved = new Map<string, true>();
 
   constructor(
     private readonly kernel: KernelPort,
@@ -418,6 +426,8 @@ export class AttachmentEngine {
     if (!undone.ok) return undone;
     await this.journal.remove(containerId, ifname);
     this.releaseAttachments(attachmentsOf(record));
+    this.recentlyRemoved.set(`${containerId}\u0000${ifname}`, true);
+    if (this.recentlyRemoved.size > RECENTLY_REMOVED_KEPT) this.recentlyRemoved.delete(this.recentlyRemoved.keys().next().value!);
     return ok(undefined);
   }
 
@@ -513,6 +523,8 @@ export class AttachmentEngine {
   private async forwardUnknownDel(req: AttachRequest): Promise<Result<void>> {
     const configured = configuredDefaultNetwork(req, this.options);
     if (!configured?.startsWith('/')) return ok(undefined);
+    // Plexus had it and removed it (its undo already ran the node's plugins' DEL): this is the runtime repeating itself.
+    if (this.recentlyRemoved.has(`${req.containerId}\u0000${req.ifname}`)) return ok(undefined);
     const network = chooseDefaultNetwork({ configured, annotations: {}, podNamespace: req.args.podNamespace ?? 'default', networks: this.networks, isolation: {} });
     if (!network.ok) {
       this.log.warn({ containerId: req.containerId, err: network.error.message }, 'DEL of an unknown sandbox not forwarded: the node\'s network config cannot be read');

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -22,6 +22,9 @@ describe('the node\'s own CNI config as the default network', () => {
   const dir = mkdtempSync(join(tmpdir(), 'plexus-nodenet-'));
   const dataDir = join(dir, 'cni-data');
   const confFile = join(dir, '10-node.conflist');
+  const binDir = join(dir, 'bin');
+  const callLog = join(dir, 'bridge-calls');
+  const calls = (): string[] => (existsSync(callLog) ? readFileSync(callLog, 'utf8').trim().split('\n') : []);
   const nodeConfig = { cniVersion: '1.0.0', name: 'nodenet', plugins: [{ type: 'bridge', bridge: `${prefix}br`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]], dataDir } }] };
   let daemon: DaemonFixture;
   restoreForwardingAfterwards();
@@ -36,7 +39,11 @@ describe('the node\'s own CNI config as the default network', () => {
   before(async () => {
     fx.trackHostLink(`${prefix}br`);
     writeFileSync(confFile, JSON.stringify(nodeConfig));
-    daemon = new DaemonFixture(confFile, ['--cni-bin-dir', '/usr/lib/cni']);
+    // The node's bridge plugin, through a wrapper that logs each call: which DELs reach the node's plugins.
+    mkdirSync(binDir);
+    for (const p of readdirSync('/usr/lib/cni')) if (p !== 'bridge') symlinkSync(join('/usr/lib/cni', p), join(binDir, p));
+    writeFileSync(join(binDir, 'bridge'), `#!/bin/sh\necho "$CNI_COMMAND $CNI_CONTAINERID" >> ${callLog}\nexec /usr/lib/cni/bridge\n`, { mode: 0o755 });
+    daemon = new DaemonFixture(confFile, ['--cni-bin-dir', binDir]);
     await daemon.start();
   });
   after(async () => {
@@ -73,5 +80,8 @@ describe('the node\'s own CNI config as the default network', () => {
     assert.equal((await daemon.cni({ command: 'DEL', containerId: cid, netns: now.path, ifname: 'eth0', args: podArgs('new', cid), config: daemon.runtimeConfig({}, '1.0.0') })).code, 0);
     assert.deepEqual(leases(), []);
     assert.deepEqual(daemon.journalFiles(), []);
+    // containerd's second DEL of a sandbox Plexus removed: answered without running the node's plugins again.
+    assert.equal((await daemon.cni({ command: 'DEL', containerId: cid, netns: '', ifname: 'eth0', args: podArgs('new', cid), config: daemon.runtimeConfig({}, '1.0.0') })).code, 0);
+    assert.deepEqual(calls().filter((c) => c.endsWith(cid)), [`ADD ${cid}`, `DEL ${cid}`], 'the node plugin saw one ADD and one DEL of the Plexus sandbox');
   });
 });

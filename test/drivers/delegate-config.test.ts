@@ -37,6 +37,12 @@ describe('buildPluginConfig', () => {
     assert.deepEqual(buildPluginConfig(p, request(p, { ips: ['10.0.0.2/24'] }), undefined), p);
   });
 
+  it('puts the selection\'s ipam-claim-reference nowhere in the config, as Multus does', () => {
+    const p = plugin({ type: 'ovn-k8s-cni-overlay', capabilities: { ips: true, mac: true } });
+    assert.equal(JSON.stringify(buildPluginConfig(p, request(p, { options: { ipamClaim: 'vm1.storage' } }), undefined)),
+      '{"cniVersion":"0.4.0","name":"blue","type":"ovn-k8s-cni-overlay","master":"eth0","capabilities":{"ips":true,"mac":true}}');
+  });
+
   it('replaces a static runtimeConfig with the declared capabilities, as libcni does', () => {
     const p = plugin({ capabilities: { ips: true, mac: true, deviceID: true, infinibandGUID: false }, runtimeConfig: { static: true } });
     const req = request(p, { ips: ['10.0.0.2/24'], mac: '0a:00:00:00:00:01', options: { deviceID: '0000:01:00.1', infinibandGUID: 'x' } });

@@ -356,6 +356,33 @@ describe('delegate driver: plugin configs', () => {
     await undo(rec.steps);
   });
 
+  it('refuses an IPAMClaim with code 7 before running or recording anything: Multus passes it to no plugin', async () => {
+    const log = logFile();
+    const net = failPluginNet('1.0.0', [{ logFile: log }, { logFile: log }]);
+    const pod = fx.create('claim');
+    const rec = recording();
+    const e = failure(await attachParsed(delegateDriver, request(net, pod, { options: { ipamClaim: 'vm1.storage' } }), rec.env));
+    assert.equal(e.code, CniCode.InvalidNetworkConfig);
+    assert.equal(e.message, `network ${net.key} is delegated to fail-plugin, fail-plugin, which cannot honour IPAMClaim vm1.storage (ipam-claim-reference): Multus passes it to no plugin`);
+    assert.equal(rec.steps.length, 0);
+    assert.deepEqual(readLog(log), []);
+  });
+
+  it('hands OVN-Kubernetes, which reads the claim from the pod itself, exactly what Multus does: no claim in config or CNI_ARGS', async () => {
+    if (!existsSync(join(binDir, 'ovn-k8s-cni-overlay'))) symlinkSync(FAIL_PLUGIN, join(binDir, 'ovn-k8s-cni-overlay'));
+    const log = logFile();
+    const name = unique('net');
+    const net = network({ cniVersion: '1.0.0', name, type: 'ovn-k8s-cni-overlay', netAttachDefName: `default/${name}`, topology: 'localnet', logFile: log });
+    const pod = fx.create('ovnk');
+    const rec = recording();
+    const req = request(net, pod, { options: { ipamClaim: 'vm1.storage' } });
+    must(await attachParsed(delegateDriver, req, rec.env));
+    const [add] = readLog(log);
+    assert.equal(add?.stdin, JSON.stringify({ cniVersion: '1.0.0', name, type: 'ovn-k8s-cni-overlay', netAttachDefName: `default/${name}`, topology: 'localnet', logFile: log }));
+    assert.equal(add?.env.CNI_ARGS, 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod');
+    await undo(rec.steps);
+  });
+
   it('execs plugins with the CNI environment', async () => {
     const log = logFile();
     const net = failPluginNet('1.0.0', [{ logFile: log }]);

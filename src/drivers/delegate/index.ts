@@ -48,8 +48,26 @@ export function createDelegateDriver(opts: ExecOptions = {}): Driver<readonly Pl
 
 export const delegateDriver: Driver<readonly PluginConfig[]> = createDelegateDriver();
 
+/** Plugins that read a selection's ipam-claim-reference from the pod's annotation themselves (OVN-Kubernetes does). */
+const CLAIM_READERS: ReadonlySet<string> = new Set(['ovn-k8s-cni-overlay']);
+
+/**
+ * An IPAMClaim a delegated chain would not honour. Multus hands ipam-claim-reference to no plugin (not in the config,
+ * not in CNI_ARGS), so the chain's addresses would not follow the claim: refused rather than silently dropped. A chain
+ * with a plugin that reads the claim from the pod itself gets it as under Multus, that is, nothing in its config.
+ */
+function unhonouredClaim(req: AttachRequest, plugins: readonly PluginConfig[]): CniError | undefined {
+  const claim = req.options?.ipamClaim;
+  if (!claim || plugins.some((p) => CLAIM_READERS.has(p.type))) return undefined;
+  return new CniError(CniCode.InvalidNetworkConfig,
+    `network ${req.network.key} is delegated to ${plugins.map((p) => p.type).join(', ')}, which cannot honour IPAMClaim ${claim} (ipam-claim-reference): Multus passes it to no plugin`,
+    'drop ipam-claim-reference from the selection, or give the network plexus or whereabouts IPAM with a driver Plexus runs natively (docs/ipam.md)');
+}
+
 /** Runs the chain `parse` accepted: each plugin's type is a file name, and there is at least one. */
 async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[], env: DriverEnv, opts: ExecOptions): Promise<Result<CniResult>> {
+  const refused = unhonouredClaim(req, plugins);
+  if (refused) return err(refused);
   const delegateEnv: DelegateEnv = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: req.cniArgs ?? '', path: env.cniBinDir };
 
   let result: CniResult | undefined;

@@ -35,10 +35,7 @@ async function main(): Promise<void> {
   try {
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
-    api = await KubeApiFixture.start({ audit: true });
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    api = await KubeApiFixture.startForPlexus({ audit: true });
     const macvlan = (name: string, ipam: Record<string, unknown>): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', ipam });
     const nads: Record<string, string> = {
       ca: macvlan('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/20` }]] }),
@@ -49,7 +46,7 @@ async function main(): Promise<void> {
     for (const [name, config] of Object.entries(nads)) if ((await api.createNad('default', name, config)).status !== 201) throw new Error(`NAD ${name}`);
     const kubeconfig = api.userKubeconfig('plexus');
     for (let i = 0; i < nodeCount; i++) {
-      if ((await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: `${prefix}-n${i}` } })).status !== 201) throw new Error('node');
+      await api.createNode(`${prefix}-n${i}`);
     }
     let podCount = 0;
     const reports = [];

@@ -33,11 +33,8 @@ async function main(): Promise<void> {
     restoreForwardingOnTeardown(teardown);
     const bridge = (name: string, i: number): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.${i * 16}.0/20` }]] } });
     for (let i = 0; i < 2; i++) teardown.add(`delete bridge ${prefix}b${i}`, () => deleteLinkIfPresent(`${prefix}b${i}`));
-    const api = await KubeApiFixture.start();
+    const api = await KubeApiFixture.startForPlexus();
     teardown.add('stop the API server and etcd', () => api.stop());
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
     for (const [i, name] of ['podnet', 'sec'].entries()) if ((await api.createNad('default', name, bridge(name, i))).status !== 201) throw new Error(`NAD ${name}`);
     const root = await mkdtemp(join(tmpdir(), 'plexus-hotplug-bench-'));
     teardown.add(`remove ${root}`, () => rm(root, { recursive: true, force: true }));

@@ -90,16 +90,13 @@ describe('one cluster-IPAM macvlan network across two simulated nodes', { skip }
     ip('-n', nsA.name, 'link', 'add', 'uplink0', 'type', 'veth', 'peer', 'name', 'uplink0', 'netns', nsB.name);
     for (const ns of [nsA, nsB]) ip('-n', ns.name, 'link', 'set', 'uplink0', 'up');
 
-    api = await KubeApiFixture.start();
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    api = await KubeApiFixture.startForPlexus();
     for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, JSON.stringify(config))).status, 201, name);
     hostRelay = await Relay.start({ path: join(dir, 'api.sock') }, { host: '127.0.0.1', port: api.apiPort });
     const kubeconfig = api.userKubeconfig('plexus');
     for (const [ns, suffix] of [[nsA, 'a'], [nsB, 'b']] as const) {
       const nodeName = `${prefix}-node-${suffix}`;
-      assert.equal((await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: nodeName } })).status, 201);
+      await api.createNode(nodeName);
       nodes.push(await SimulatedNode.start({ netns: ns, nodeName, apiSocket: join(dir, 'api.sock'), kubeconfig, defaultNetwork: 'lan', flags: ['--ipam-reconcile-seconds', '1'] }));
     }
   });

@@ -64,15 +64,12 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     fx.trackHostLink(master);
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
-    api = await KubeApiFixture.start({ audit: true });
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    api = await KubeApiFixture.startForPlexus({ audit: true });
     for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, config)).status, 201, name);
     const kubeconfig = api.userKubeconfig('plexus');
     for (let i = 0; i < NODES; i++) {
       const name = `${prefix}-n${i}`;
-      assert.equal((await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } })).status, 201);
+      await api.createNode(name);
       nodes.push(new DaemonFixture('ca', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2']));
     }
     await Promise.all(nodes.map((n) => n.start(60000)));

@@ -40,10 +40,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     for (let i = 0; i < 8; i++) fx.trackHostLink(`${prefix}b${i}`);
     binDir = pluginDirWithSlowBridge();
 
-    api = await KubeApiFixture.start();
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    api = await KubeApiFixture.startForPlexus();
     for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
     const nads: [string, string, string][] = [
       ['default', 'podnet', bridgeConfig('podnet', 0)], ['default', 'sec', bridgeConfig('sec', 1)], ['default', 'alt', bridgeConfig('alt', 3)],

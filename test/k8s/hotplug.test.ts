@@ -36,10 +36,7 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
   before(async () => {
     for (let i = 0; i < 4; i++) fx.trackHostLink(`${prefix}b${i}`);
     binDir = pluginDirWithSlowBridge();
-    api = await KubeApiFixture.start();
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    api = await KubeApiFixture.startForPlexus();
     for (const [name, i, type] of [['podnet', 0], ['sec', 1], ['alt', 2], ['slow', 3, 'slow']] as const) {
       assert.equal((await api.createNad('default', name, bridgeConfig(name, i, type))).status, 201);
     }

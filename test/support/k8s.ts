@@ -6,7 +6,7 @@
  * fixture starts is stopped by PID, and its directory removed, in stop().
  */
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -17,6 +17,10 @@ import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
 
 const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
+
+/** The client-certificate user a test's plexusd runs as, with exactly the RBAC of deploy/10-rbac.yaml. */
+export const PLEXUS_USER = 'plexus';
+
 const onPath = (name: string): string | undefined => (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name)).find((p) => existsSync(p));
 
 /** The path of a Kubernetes binary, decompressed into the cache if it ships as .xz; undefined when it is nowhere. */
@@ -257,6 +261,29 @@ export class KubeApiFixture {
       req.on('error', fail);
       req.end(payload);
     });
+  }
+
+  /**
+   * An API server as a cluster with Plexus installed has it: every CRD of deploy/crds/ (NADs, IPAM pools and blocks,
+   * IPAMClaims) served, and plexusd's RBAC (deploy/10-rbac.yaml) bound to the user `plexus`, whose kubeconfig is
+   * userKubeconfig(PLEXUS_USER).
+   */
+  static async startForPlexus(options: { audit?: boolean } = {}): Promise<KubeApiFixture> {
+    const api = await KubeApiFixture.start(options);
+    try {
+      for (const file of readdirSync(join(ROOT, 'deploy/crds')).filter((f) => f.endsWith('.yaml')).sort()) await api.installCrds(`deploy/crds/${file}`);
+      await api.grantPlexusRbac(PLEXUS_USER);
+    } catch (e) {
+      await api.stop();
+      throw e;
+    }
+    return api;
+  }
+
+  /** Creates a Node object (a simulated node: no kubelet behind it). */
+  async createNode(name: string): Promise<void> {
+    const r = await this.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } });
+    if (r.status !== 201) throw new Error(`creating node ${name}: ${r.status} ${JSON.stringify(r.body)}`);
   }
 
   /** Installs the NetworkAttachmentDefinition CRD from deploy/ and waits until the server serves it. */

@@ -17,6 +17,7 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
+import { until } from '../support/until';
 
 const skip = kubeNodeMissing();
 const prefix = uniquePrefix('dp');
@@ -30,15 +31,6 @@ const t = Math.floor(Math.random() * 200);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () => {
   let node: KubeNodeFixture;

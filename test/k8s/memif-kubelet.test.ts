@@ -19,6 +19,7 @@ import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
+import { until } from '../support/until';
 
 const skipReason = (): string | false => {
   const node = kubeNodeMissing();
@@ -35,15 +36,6 @@ const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 /** A value of an ovs-vsctl `get` (strings come quoted). */
 const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);

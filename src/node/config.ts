@@ -54,6 +54,7 @@ export const DaemonConfigSchema = z
     podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     ovsdbSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/run/openvswitch/db.sock'),
+    orphanSweepSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400)).default(60),
     switchResyncSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(1).max(3600)).default(10),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
@@ -97,6 +98,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-info-dir': 'deviceInfoDir',
   '--ovsdb-socket': 'ovsdbSocket',
   '--switch-resync-seconds': 'switchResyncSeconds',
+  '--orphan-sweep-seconds': 'orphanSweepSeconds',
   '--install-cni-config': 'installCniConfig',
   '--metrics-address': 'metricsAddress',
   '--memory-ceiling-mib': 'memoryCeilingMib',
@@ -130,6 +132,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)
+  --orphan-sweep-seconds S  with an API: how often attachments of pods that are gone (network namespace removed and
+                            no pod of that UID on this node) are removed without a DEL; 0: never (default 60)
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)

@@ -114,6 +114,8 @@ async function main(): Promise<number> {
   await api?.start();
   await cluster?.start();
   await devicePlugins?.value.start();
+  // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
+  const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.
   const stopResync = memif.startResync(() => engine.switchPorts(), config.switchResyncSeconds * 1000, log.child({ component: 'memif' }));
   state.ready = true;
@@ -150,6 +152,7 @@ async function main(): Promise<number> {
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
   stopResync();
+  stopOrphans?.();
   memif.close();
   await devicePlugins?.value.stop();
   podResources?.close();

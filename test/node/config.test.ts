@@ -35,6 +35,7 @@ const DEFAULTS: DaemonConfig = {
   podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock',
   deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo',
   ovsdbSocket: '/var/run/openvswitch/db.sock',
+  orphanSweepSeconds: 60,
   switchResyncSeconds: 10,
   logLevel: 'info',
 };

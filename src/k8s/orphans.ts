@@ -1,0 +1,58 @@
+/**
+ * Attachments whose pod is gone for good, removed without a DEL: the runtime never sent one (a node rebooted while
+ * plexusd was down, a runtime that lost its state, containerd 1.x, which has no CNI GC). An attachment goes only when
+ * both are true, so nothing a running sandbox uses is ever released:
+ *   - its network namespace no longer exists (the sandbox is gone; the runtime removes it only after its teardown), and
+ *   - the API has no pod of that name on this node with that UID (a StatefulSet pod made again under its name has
+ *     another UID, and is a different pod).
+ * Removal is the engine's own undo (links, leases, delegated plugins' DEL), under the container's lock, with the
+ * reason asked again there, so an ADD or DEL that raced in wins.
+ */
+import { existsSync } from 'node:fs';
+import type { Logger } from 'pino';
+import type { AttachmentRecord } from '../engine/journal';
+
+export interface OrphanSweepTarget {
+  records(): Promise<AttachmentRecord[]>;
+  sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<{ readonly removed: readonly unknown[]; readonly failures: readonly { readonly error: string }[] }>;
+}
+
+export interface PodsByName {
+  cachedPod(namespace: string, name: string): { readonly uid: string } | undefined;
+}
+
+/** Why an attachment is an orphan, or undefined to keep it. */
+export function orphanReason(record: AttachmentRecord, pods: PodsByName, netnsExists: (path: string) => boolean = existsSync): string | undefined {
+  // Uncommitted or being deleted: recovery and DEL own those.
+  if (!record.result || record.deleting || record.changing) return undefined;
+  const { namespace, name, uid } = record.meta.pod;
+  if (!namespace || !name) return undefined; // not a Kubernetes pod: only the runtime or an operator may remove it
+  if (record.meta.netns && netnsExists(record.meta.netns)) return undefined;
+  const pod = pods.cachedPod(namespace, name);
+  if (pod && (!uid || pod.uid === uid)) return undefined;
+  return pod ? `its network namespace is gone and pod ${namespace}/${name} is now another pod (UID ${pod.uid}, not ${uid})` : `its network namespace is gone and pod ${namespace}/${name} is no longer on this node`;
+}
+
+/** Sweeps orphans every `intervalMs` (the pod cache must have synced); answers a function that stops it. */
+export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, intervalMs: number, log: Logger): () => void {
+  let running = false;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = true;
+    const stale = (r: AttachmentRecord): string | undefined => orphanReason(r, pods);
+    engine
+      .records()
+      // A sweep also runs the drivers' own GC: only worth it when something is to go.
+      .then((records) => (records.some((r) => stale(r)) ? engine.sweep(stale, false) : { removed: [], failures: [] }))
+      .then((report) => {
+        if (report.removed.length) log.warn({ removed: report.removed }, 'removed attachments of pods that are gone without a DEL');
+        if (report.failures.length) log.warn({ failures: report.failures.map((f) => f.error) }, 'attachments of gone pods could not all be removed; next sweep retries');
+      })
+      .catch((e: unknown) => log.error({ err: (e as Error).message }, 'orphan sweep failed'))
+      .finally(() => {
+        running = false;
+      });
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

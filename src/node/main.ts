@@ -3,7 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
-import { Ipam } from '../ipam';
+import { Ipam, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
@@ -113,6 +113,14 @@ async function main(): Promise<number> {
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
   await cluster?.start();
+  // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
+  if (cluster) {
+    const pools = [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).flatMap((n) => n.plugins.flatMap((p) => {
+      const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
+      return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
+    }));
+    void cluster.preparePools(pools);
+  }
   await devicePlugins?.value.start();
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;

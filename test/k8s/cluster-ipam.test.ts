@@ -112,6 +112,14 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
 
   const live: Added[] = [];
 
+  it('the pools of the API\'s cluster-IPAM networks exist before any pod: started nodes read or create them ahead', async () => {
+    const names = async (): Promise<string[]> => ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ippools')).body as { items: { metadata: { name: string } }[] }).items.map((p) => p.metadata.name).sort();
+    // Prepared in the background once each node is ready: give them a moment.
+    const deadline = Date.now() + 10000;
+    while ((await names()).length < Object.keys(NADS).length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(await names(), ['ca', `${prefix}-cb`, 'overlapping', 'small'].sort(), 'one pool per cluster-IPAM network, before any ADD');
+  });
+
   it(`${NODES} nodes x ${PODS} pods x 2 cluster-IPAM networks (one dual-stack): 0 failures, 0 duplicates, few API writes`, async () => {
     const pods = nodes.map(() => Array.from({ length: PODS }, newPod));
     const writesBefore = api.auditEvents('plexus').filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length;

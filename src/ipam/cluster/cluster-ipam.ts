@@ -59,6 +59,7 @@ export class ClusterIpam implements IpamBackend {
   /** Blocks as this node last wrote them (PUT), until the watch brings that version or a newer one. */
   private readonly written = new Map<string, BlockObject>();
   private readonly layouts = new Map<string, PoolLayout>();
+  private readonly poolLoads = new Map<string, Promise<Result<PoolLayout>>>();
   /** Pool -> the canonical spec its layout was checked against the API with. */
   private readonly specs = new Map<string, string>();
   /** CNI network -> pool: which pool directory a release of the network looks in. */
@@ -180,12 +181,11 @@ export class ClusterIpam implements IpamBackend {
       const mine = await this.holdBlock(layout, block.value);
       if (!mine.ok) return mine;
     }
-    // A set of which this node holds no block yet gets one first.
-    for (const set of layout.sets.keys()) {
-      if (requestedSets.has(set) || this.heldIn(layout, set).length > 0) continue;
-      const claimed = await this.claimNext(layout, set, req.network);
-      if (!claimed.ok) return claimed;
-    }
+    // A set of which this node holds no block yet gets one first (the sets of a dual-stack pool at once).
+    const unheld = [...layout.sets.keys()].filter((set) => !requestedSets.has(set) && this.heldIn(layout, set).length === 0);
+    const claims = await Promise.all(unheld.map((set) => this.claimNext(layout, set, req.network)));
+    const failedClaim = claims.find((c) => !c.ok);
+    if (failedClaim) return failedClaim;
     // The common path allocates in the blocks held, reading no lease list (a retried ADD gets what it has: the
     // allocator is idempotent per owner). Only when they are full, once per block filled, are the leases counted to
     // find the sets that need another block.
@@ -452,6 +452,33 @@ export class ClusterIpam implements IpamBackend {
     const spec = specOf(config);
     const known = this.layouts.get(name);
     if (known !== undefined && this.specs.get(name) === canonical(spec)) return ok(known);
+    // The first ADDs of a pool arrive together: one of them reads (or creates) and checks it, the others wait for that.
+    const key = `${name}\u0000${canonical(spec)}`;
+    let loading = this.poolLoads.get(key);
+    if (!loading) {
+      loading = this.loadPool(network, layout.value, spec).finally(() => this.poolLoads.delete(key));
+      this.poolLoads.set(key, loading);
+    }
+    return loading;
+  }
+
+  /**
+   * Makes the pools of these networks known before their first ADD (at start, for the networks the API already
+   * has), so a cold node's first pods do not wait for the pool to be read, created and checked for overlaps.
+   * A pool that cannot be loaded is logged; its first ADD tries again and fails with the reason. One at a time, in the
+   * order given: of two overlapping pools the one created first wins, so creation order must not be left to chance.
+   */
+  async preparePools(networks: readonly { readonly network: string; readonly config: IpamConfig }[]): Promise<void> {
+    for (const { network, config } of networks) {
+      if (this.stopped) return;
+      if (config.type !== 'cluster') continue;
+      const r = await this.poolFor(network, config);
+      if (!r.ok) this.log.warn({ network, err: r.error.message }, 'cluster IPAM pool not ready; its first ADD tries again');
+    }
+  }
+
+  private async loadPool(network: string, layout: PoolLayout, spec: PoolSpec): Promise<Result<PoolLayout>> {
+    const name = layout.name;
     let got = await this.objects.getPool(name);
     if (!got.ok && got.error.status === 404) {
       const made = await this.objects.createPool(name, spec);
@@ -472,9 +499,9 @@ export class ClusterIpam implements IpamBackend {
         return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} overlaps pool ${other.metadata?.name} (${overlap.subnet}), which came first; overlapping pools are refused`));
       }
     }
-    this.layouts.set(name, layout.value);
+    this.layouts.set(name, layout);
     this.specs.set(name, canonical(spec));
-    return ok(layout.value);
+    return ok(layout);
   }
 
   async release(network: string, containerId: string, ifname: string): Promise<Result<readonly Lease[]>> {

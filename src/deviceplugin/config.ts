@@ -35,6 +35,11 @@ const MemifResourceSchema = z.strictObject({
   containerPath: absolute.default('/run/memif'),
   /** memif mode written to device-info: ethernet, ip or punt (NPWG names). */
   mode: z.enum(['ethernet', 'ip', 'punt']).default('ethernet'),
+  /**
+   * Devices are healthy only while the node's userspace switch (plexusd's --ovsdb-socket) answers with DPDK
+   * initialised, so the scheduler sends no memif pod to a node whose switch is down.
+   */
+  healthFromSwitch: z.boolean().default(false),
 });
 
 const HostDeviceResourceSchema = z.strictObject({

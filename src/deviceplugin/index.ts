@@ -18,6 +18,8 @@ export interface DevicePluginSettings {
   readonly deviceInfoDir: string;
   readonly stateDir?: string;
   readonly healthIntervalMs?: number;
+  /** Whether the node's userspace switch can serve memif ports now (memif resources with healthFromSwitch). */
+  readonly switchReady?: () => Promise<boolean>;
 }
 
 
@@ -35,6 +37,7 @@ export class DevicePlugins {
       deviceInfoDir: settings.deviceInfoDir,
       ...(settings.stateDir ? { stateDir: settings.stateDir } : {}),
       ...(settings.healthIntervalMs ? { healthIntervalMs: settings.healthIntervalMs } : {}),
+      ...(settings.switchReady ? { switchReady: settings.switchReady } : {}),
       inUse: (resource: string, id: string) => podResources.inUse(resource, id),
     };
     const memif = new Map<string, MemifDevices>();

@@ -30,6 +30,8 @@ export interface ResourceEnv {
   /** Whether a device is assigned to a pod now (the kubelet's pod-resources); a host device in a pod is not on the host. */
   readonly inUse?: (resourceName: string, deviceID: string) => Promise<boolean>;
   readonly healthIntervalMs?: number;
+  /** Whether the node's userspace switch can serve memif ports now (for memif resources with healthFromSwitch). */
+  readonly switchReady?: () => Promise<boolean>;
 }
 
 /** Environment variable names from a resource name, as the SR-IOV device plugin makes them (plexus.io/fast-nic: PLEXUS_IO_FAST_NIC). */
@@ -59,12 +61,37 @@ export class MemifDevices implements DeviceResource {
     this.book.retainOnly(new Set(this.ids));
   }
 
+  /** With healthFromSwitch: the switch's state at the last check (unknown until the first: healthy). */
+  private switchHealth = HEALTHY;
+
   devices(): Device[] {
-    return this.ids.map((ID) => ({ ID, health: HEALTHY }));
+    return this.ids.map((ID) => ({ ID, health: this.switchHealth }));
   }
 
-  watch(): () => void {
-    return () => undefined; // a socket's directory has no health to follow
+  /** With healthFromSwitch, every device follows the switch; otherwise a socket's directory has no health to follow. */
+  watch(onChange: () => void): () => void {
+    const ready = this.env.switchReady;
+    if (!this.config.healthFromSwitch || !ready) return () => undefined;
+    let running = false;
+    const check = (): void => {
+      if (running) return;
+      running = true;
+      ready()
+        .catch(() => false)
+        .then((up) => {
+          const health = up ? HEALTHY : UNHEALTHY;
+          if (health === this.switchHealth) return;
+          this.switchHealth = health;
+          onChange();
+        })
+        .finally(() => {
+          running = false;
+        });
+    };
+    const timer = setInterval(check, this.env.healthIntervalMs ?? 2000);
+    timer.unref();
+    check();
+    return () => clearInterval(timer);
   }
 
   preferred(available: readonly string[], mustInclude: readonly string[], size: number): string[] {

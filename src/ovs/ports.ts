@@ -97,6 +97,12 @@ export class SwitchPorts {
     return r.ok ? ok(r.value[0]?.rows?.length ?? 0) : r;
   }
 
+  /** Whether ovs-vswitchd has initialised DPDK (false when it never did, or the database does not answer). */
+  async dpdkReady(): Promise<boolean> {
+    const r = await this.db.transact([{ op: 'select', table: 'Open_vSwitch', where: [], columns: ['dpdk_initialized'] }]);
+    return r.ok && r.value[0]?.rows?.[0]?.['dpdk_initialized'] === true;
+  }
+
   /** Whether the bridge exists (a port's bridge is the operator's, never made by Plexus). */
   async hasBridge(bridge: string): Promise<Result<boolean>> {
     const r = await this.db.transact([{ op: 'select', table: 'Bridge', where: [['name', '==', bridge]], columns: ['name'] }]);

@@ -159,7 +159,7 @@ describe('the device plugin config', () => {
   it('takes memif counts and host-device pools, with defaults', () => {
     const r = parseResources({ resources: [{ name: 'plexus.io/memif', kind: 'memif', count: 4 }, { name: 'plexus.io/fastnic', kind: 'host-device', devices: ['eth3', '0000:03:00.1'] }] });
     assert.ok(r.ok);
-    assert.deepEqual(r.value[0], { name: 'plexus.io/memif', kind: 'memif', count: 4, socketDir: '/run/plexus/memif', containerPath: '/run/memif', mode: 'ethernet' });
+    assert.deepEqual(r.value[0], { name: 'plexus.io/memif', kind: 'memif', count: 4, socketDir: '/run/plexus/memif', containerPath: '/run/memif', mode: 'ethernet', healthFromSwitch: false });
   });
 
   it('refuses what the kubelet would, naming the field', () => {
@@ -183,7 +183,7 @@ describe('the device plugin config', () => {
 describe('Allocate', () => {
   it('memif: a fresh socket directory per device, a new secret of at most 23 characters, env, mount and device-info', () => {
     const [sockets, info, state] = [freshDir(), freshDir(), freshDir()];
-    const config: MemifResource = { name: 'plexus.io/memif', kind: 'memif', count: 3, socketDir: sockets, containerPath: '/run/memif', mode: 'ethernet' };
+    const config: MemifResource = { name: 'plexus.io/memif', kind: 'memif', count: 3, socketDir: sockets, containerPath: '/run/memif', mode: 'ethernet', healthFromSwitch: false };
     const memif = new MemifDevices(config, { deviceInfoDir: info, stateDir: state });
     assert.deepEqual(memif.devices().map((d) => `${d.ID}:${d.health}`), ['memif0:Healthy', 'memif1:Healthy', 'memif2:Healthy']);
     const first = memif.allocate(['memif1']);
@@ -204,6 +204,31 @@ describe('Allocate', () => {
     assert.equal(again.value.envs.MEMIF_SOCKET, '/run/memif/memif1/memif.sock,/run/memif/memif2/memif.sock');
     const unknown = memif.allocate(['memif7']);
     assert.equal(unknown.ok, false);
+  });
+
+  it('memif with healthFromSwitch: every device follows the switch, and a change is announced', async () => {
+    let up = false;
+    const config: MemifResource = { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), containerPath: '/run/memif', mode: 'ethernet', healthFromSwitch: true };
+    const memif = new MemifDevices(config, { deviceInfoDir: freshDir(), healthIntervalMs: 20, switchReady: async () => up });
+    let changes = 0;
+    const stop = memif.watch(() => changes++);
+    try {
+      const health = async (want: string): Promise<void> => {
+        for (let i = 0; i < 100 && memif.devices().some((d) => d.health !== want); i++) await new Promise((r) => setTimeout(r, 10));
+        assert.deepEqual(memif.devices().map((d) => d.health), [want, want]);
+      };
+      await health('Unhealthy');
+      up = true;
+      await health('Healthy');
+      assert.equal(changes, 2, 'down, then up: each announced once');
+    } finally {
+      stop();
+    }
+    // Without the option the switch is not asked.
+    const plain = new MemifDevices({ ...config, healthFromSwitch: false }, { deviceInfoDir: freshDir(), switchReady: () => Promise.reject(new Error('asked')) });
+    const stopPlain = plain.watch(() => assert.fail('no change expected'));
+    stopPlain();
+    assert.deepEqual(plain.devices().map((d) => d.health), ['Healthy', 'Healthy']);
   });
 
   it('host-device pool: env names the devices (PCIDEVICE_ for PCI ones), PCI device-info, unknown devices refused', () => {

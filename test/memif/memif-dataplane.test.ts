@@ -9,6 +9,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { memifPortName } from '../../src/drivers/memif';
+import { OvsdbClient } from '../../src/ovs/ovsdb';
+import { SwitchPorts } from '../../src/ovs/ports';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
 import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
@@ -199,6 +201,18 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     assert.match(error.msg, new RegExp(`no bridge ${prefix}none`));
     assert.equal(daemon.journalFiles().length, before, 'no record is left');
     assert.ok(!existsSync(join(daemon.dir, 'memif', `${pod.cid}-memif0`)), 'no socket directory is left');
+  });
+
+  it('the switch says whether DPDK is up (what memif devices with healthFromSwitch follow); a database that is not there says no', async () => {
+    const db = new OvsdbClient(ovs.dbSocket);
+    const none = new OvsdbClient(join(daemon.dir, 'no-such.sock'));
+    try {
+      assert.equal(await new SwitchPorts(db).dpdkReady(), true);
+      assert.equal(await new SwitchPorts(none).dpdkReady(), false);
+    } finally {
+      db.close();
+      none.close();
+    }
   });
 
   it('DEL removes the ports and socket directories, and the journal forgets the pods', async () => {

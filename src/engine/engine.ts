@@ -251,10 +251,12 @@ export class AttachmentEngine {
     }
     await entry.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
     const deviceInfo = this.deviceInfoOf(step);
+    const kubeletDevice = step.request.options?.kubeletDevice;
     return ok({
       network: owner.network, ifname: owner.ifname, driver: step.driver.type, isDefault: step.planned.isDefault, result: attached.value,
       ...(delegated.length ? { delegated } : {}),
       ...(deviceInfo ? { deviceInfo } : {}),
+      ...(kubeletDevice ? { kubeletDevice } : {}),
     });
   }
 
@@ -290,9 +292,14 @@ export class AttachmentEngine {
       const attachments = record.details?.attachments ?? [];
       const change = planChange(attachments, planned.value, (s) => s.planned);
       if (!change.ok) return change;
-      const { add } = change.value;
       const remove = change.value.remove.map((a) => ({ network: a.network, ifname: a.ifname }));
-      if (add.length === 0 && remove.length === 0) return ok({ added: [], removed: [] });
+      if (change.value.add.length === 0 && remove.length === 0) return ok({ added: [], removed: [] });
+      // Networks added to the running pod take devices the kubelet allocated it that no attachment uses yet (one that
+      // this change removes is still in use until the additions are done).
+      const taken = attachments.flatMap((a) => (a.kubeletDevice ? [a.kubeletDevice] : []));
+      const devised = await assignDevices(change.value.add.map((a) => a.step), record.meta.pod, this.options.devices, taken);
+      if (!devised.ok) return devised;
+      const add = change.value.add.map((a, i) => ({ ...a, step: devised.value[i]! }));
       const netnsProblem = this.podNetnsProblem(record.meta.netns);
       if (netnsProblem) return err(netnsProblem);
       const full = await this.reserveAttachments(add.length);

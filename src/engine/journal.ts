@@ -49,6 +49,8 @@ export interface NetworkAttachment {
   readonly delegated?: readonly Extract<UndoStep, { kind: 'delegateDel' }>[];
   /** The device plugin's device-info for the attachment's kubelet device, as read at ADD (network-status shows it). */
   readonly deviceInfo?: Readonly<Record<string, unknown>>;
+  /** The device the kubelet allocated the pod that this attachment uses (a network added later must take another). */
+  readonly kubeletDevice?: { readonly resourceName: string; readonly deviceID: string };
 }
 
 /** Everything a committed transaction produced besides the CNI result. */

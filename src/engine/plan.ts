@@ -205,7 +205,13 @@ export interface DeviceSource {
  * per network. A default network that already has a runtimeConfig deviceID keeps it. Asks the kubelet only when some
  * network names a resource; without a device source (no kubelet configured), the plan is left as it is.
  */
-export async function assignDevices(steps: readonly AttachmentStep[], pod: PodIdentity, devices: DeviceSource | undefined): Promise<Result<AttachmentStep[]>> {
+export async function assignDevices(
+  steps: readonly AttachmentStep[],
+  pod: PodIdentity,
+  devices: DeviceSource | undefined,
+  /** Devices the pod's attachments already use (a running pod's, when networks are added to it). */
+  taken: readonly { readonly resourceName: string; readonly deviceID: string }[] = [],
+): Promise<Result<AttachmentStep[]>> {
   const resourceOf = (s: AttachmentStep): string | undefined => s.planned.network.annotations[RESOURCE_NAME_ANNOTATION] || undefined;
   const needing = steps.filter((s) => resourceOf(s) && !(s.planned.isDefault && s.request.options?.deviceID));
   if (!devices || needing.length === 0) return ok([...steps]);
@@ -223,12 +229,13 @@ export async function assignDevices(steps: readonly AttachmentStep[], pod: PodId
       continue;
     }
     const index = used.get(resourceName) ?? 0;
-    const ids = allocated.value.get(resourceName) ?? [];
+    const ids = (allocated.value.get(resourceName) ?? []).filter((id) => !taken.some((t) => t.resourceName === resourceName && t.deviceID === id));
     const deviceID = ids[index];
     if (deviceID === undefined) {
       const wanted = needing.filter((s) => resourceOf(s) === resourceName).length;
+      const busy = taken.filter((t) => t.resourceName === resourceName).length;
       return err(new CniError(CniCode.InvalidNetworkConfig,
-        `network ${step.planned.network.key} (${step.planned.ifname}) needs a device of ${resourceName} (its ${RESOURCE_NAME_ANNOTATION}), but the kubelet allocated pod ${pod.namespace}/${pod.name} ${ids.length} for ${wanted} network(s) of that resource`,
+        `network ${step.planned.network.key} (${step.planned.ifname}) needs a device of ${resourceName} (its ${RESOURCE_NAME_ANNOTATION}), but the kubelet allocated pod ${pod.namespace}/${pod.name} ${ids.length}${busy ? ` more (${busy} in use by its networks)` : ''} for ${wanted} network(s) of that resource`,
         `request ${resourceName}: ${wanted} in a container's resources.limits`));
     }
     used.set(resourceName, index + 1);

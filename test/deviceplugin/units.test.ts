@@ -272,6 +272,18 @@ describe('devices for networks that name a resource', () => {
     assert.equal(asked, 1);
   });
 
+  it('a network added to a running pod takes a device no attachment of the pod uses yet, or fails naming the busy ones', async () => {
+    const source = { devicesOf: async () => ({ ok: true as const, value: new Map([['plexus.io/memif', ['memif0', 'memif3']]]) }) };
+    const taken = [{ resourceName: 'plexus.io/memif', deviceID: 'memif0' }];
+    const r = await assignDevices([step('m2', 'net2', 'plexus.io/memif')], pod, source, taken);
+    assert.ok(r.ok);
+    assert.deepEqual(r.value[0]!.request.options?.kubeletDevice, { resourceName: 'plexus.io/memif', deviceID: 'memif3' });
+    const none = await assignDevices([step('m3', 'net3', 'plexus.io/memif')], pod, source, [...taken, { resourceName: 'plexus.io/memif', deviceID: 'memif3' }]);
+    assert.ok(!none.ok);
+    assert.equal(none.error.code, 7);
+    assert.match(none.error.message, /allocated pod default\/p 0 more \(2 in use by its networks\) for 1 network/);
+  });
+
   it('asks nothing when no network names a resource', async () => {
     const r = await assignDevices([step('pod', 'eth0')], pod, { devicesOf: async () => assert.fail('asked') });
     assert.ok(r.ok);

@@ -245,4 +245,23 @@ describe('a memif network on a real node: the kubelet\'s memif device is the swi
     await node.deleteAllPods(120000);
     assert.deepEqual(plexusPorts(), []);
   });
+
+  it('a memif network hot-plugged into a running pod takes the pod\'s other device, not the one its first network uses', async () => {
+    const [name] = await node.createPods(1, { namePrefix: 'plug-', limits: { [MEMIF]: '2' }, annotations: { [NETWORKS]: 'memnet' } });
+    const timings = await node.waitAllRunning([name!], 60000);
+    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
+    await pods.status('default', name!, (st) => st.length === 2);
+    assert.equal(plexusPorts().length, 1);
+    await pods.annotate('default', name!, NETWORKS, 'memnet, memnet@mem2');
+    const status = await pods.status('default', name!, (st) => st.length === 3);
+    assert.deepEqual(status.map((st) => `${st.name}@${st.interface}`), ['default/podnet@eth0', 'default/memnet@net1', 'default/memnet@mem2']);
+    const paths = status.slice(1).map((st) => ((st as unknown as { 'device-info'?: { memif?: { path?: string } } })['device-info']?.memif?.path ?? ''));
+    const listed = await fixtures.podResources!.devicesOf('default', name!);
+    assert.ok(listed.ok);
+    assert.deepEqual(paths.sort(), (listed.value.get(MEMIF) ?? []).map((d) => `/run/memif/${d}/memif.sock`).sort(), 'each memif interface has one of the pod\'s two devices');
+    const sockets = plexusPorts().map((p) => devarg(unquote(ovs.vsctl('get', 'Interface', p, 'options:dpdk-devargs')), 'socket')).sort();
+    assert.deepEqual(sockets, (listed.value.get(MEMIF) ?? []).map((d) => join(work, 'memif', d, 'memif.sock')).sort(), 'two ports, one per device');
+    await node.deleteAllPods(120000);
+    assert.deepEqual(plexusPorts(), []);
+  });
 });

@@ -60,6 +60,8 @@ export interface MemifDriver extends Driver<MemifConfig> {
 }
 
 const SOCKET_PATH_MAX = 107;
+/** How long a port's removal is remembered, so a resync that listed the journal before it does not make it again. */
+const REMOVALS_KEPT_MS = 10 * 60_000;
 
 /** A switch port name for a pod interface: short, unique per container and interface, recognisably Plexus's. */
 export const memifPortName = (containerId: string, ifname: string): string =>
@@ -141,7 +143,10 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
   };
 
   const removePort = async (step: SwitchPortStep): Promise<Result<void>> => {
-    removedAt.set(step.port, Date.now());
+    const now = Date.now();
+    // A resync lists the journal and checks the switch within seconds: older removals no longer matter to one.
+    for (const [port, at] of removedAt) if (at < now - REMOVALS_KEPT_MS) removedAt.delete(port);
+    removedAt.set(step.port, now);
     const r = await switchAt(step.ovsdb).ports.remove(step.bridge, step.port);
     return r.ok ? r : err(r.error.withContext(`removing memif port ${step.port}`));
   };

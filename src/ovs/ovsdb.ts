@@ -50,7 +50,8 @@ export class OvsdbClient {
     const results = r.value as (OvsdbOpResult | null)[];
     const failed = results.find((x) => x?.error !== undefined);
     // RFC 7047: a result list longer than the operations carries a commit error in its last element.
-    if (failed) return err(this.failure(`refused the change: ${failed.error}${failed.details ? ` (${failed.details})` : ''}`, JSON.stringify(operations)));
+    // The operations go into the error's details, memif secrets (in DPDK device arguments) hidden.
+    if (failed) return err(this.failure(`refused the change: ${failed.error}${failed.details ? ` (${failed.details})` : ''}`, JSON.stringify(operations).replace(/secret=[^,"]*/g, 'secret=***')));
     return ok(results.map((x) => x ?? {}));
   }
 

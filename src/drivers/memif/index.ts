@@ -107,7 +107,10 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
     return ok({ hostSocket, podSocket: hostSocket, secret });
   };
 
+  /** Whether this node has memif ports at all (one was made, or the journal had some): else a resync reads nothing. */
+  let portsSeen = false;
   const attach = async (req: AttachRequest, conf: MemifConfig, env: DriverEnv): Promise<Result<CniResult>> => {
+    portsSeen = true;
     const socket = await socketFor(req, conf, env);
     if (!socket.ok) return socket;
     const { hostSocket, podSocket, secret } = socket.value;
@@ -233,13 +236,17 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
     startResync(recorded, intervalMs, log) {
       let running = false;
       let stopped = false;
+      let listed = false;
       const run = async (why: string): Promise<void> => {
-        if (running || stopped) return;
+        // After the first look, a node that never had a memif port does not read its journal every interval.
+        if (running || stopped || (listed && !portsSeen)) return;
         running = true;
         try {
           const listedAt = Date.now();
           const steps = await recorded();
+          listed = true;
           if (steps.length === 0) return;
+          portsSeen = true;
           const report = await resync(steps, listedAt);
           if (report.repaired.length) log.warn({ ports: report.repaired, why }, 'memif ports the switch had lost were made again from the journal');
           if (report.failures.length) log.warn({ failures: report.failures, why }, 'memif ports could not be checked or made again');

@@ -90,7 +90,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       else {
         for (const r of records) {
           out(`${r.meta.containerId} ${r.meta.ifname}  pod ${podOf(r)}  netns ${r.meta.netns}  ${r.state}`);
-          for (const [i, iface] of (r.result?.interfaces ?? []).entries()) out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${iface.sandbox ? ` (in ${iface.sandbox})` : ' (host)'}`);
+          for (const [i, iface] of (r.result?.interfaces ?? []).entries()) out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${iface.sandbox ? ` (in ${iface.sandbox})` : iface.socketPath ? ` (memif socket ${iface.socketPath})` : ' (host)'}`);
           for (const ip of r.result?.ips ?? []) out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
           for (const rt of r.result?.routes ?? []) out(`  route ${rt.dst}${rt.gw ? ` via ${rt.gw}` : ''}`);
           out('  transaction:');

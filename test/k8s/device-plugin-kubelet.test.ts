@@ -81,9 +81,7 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     });
     podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    await api.installPlexus();
     const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
     const fast = JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device', ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 1}.5/24` }] } });

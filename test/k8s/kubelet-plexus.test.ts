@@ -47,9 +47,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
       cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
     });
     const api = node.api;
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    await api.installPlexus();
     for (const [name, i] of [['podnet', 0], ['sec', 1], ['alt', 2]] as const) assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
     daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir);
     pods = new ApiPods(api, node.nodeName, () => {

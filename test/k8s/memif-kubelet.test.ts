@@ -92,9 +92,7 @@ describe('a memif network on a real node: the kubelet\'s memif device is the swi
     fixtures.node = node;
     fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;
-    await api.installNadCrd();
-    await api.installCrds('deploy/crds/20-crd-ipam.yaml');
-    await api.grantPlexusRbac('plexus');
+    await api.installPlexus();
     const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
     const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });

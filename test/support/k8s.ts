@@ -271,13 +271,18 @@ export class KubeApiFixture {
   static async startForPlexus(options: { audit?: boolean } = {}): Promise<KubeApiFixture> {
     const api = await KubeApiFixture.start(options);
     try {
-      for (const file of readdirSync(join(ROOT, 'deploy/crds')).filter((f) => f.endsWith('.yaml')).sort()) await api.installCrds(`deploy/crds/${file}`);
-      await api.grantPlexusRbac(PLEXUS_USER);
+      await api.installPlexus();
     } catch (e) {
       await api.stop();
       throw e;
     }
     return api;
+  }
+
+  /** On a running server (a kubelet node's): every CRD of deploy/crds/ and plexusd's RBAC for PLEXUS_USER. */
+  async installPlexus(): Promise<void> {
+    for (const file of readdirSync(join(ROOT, 'deploy/crds')).filter((f) => f.endsWith('.yaml')).sort()) await this.installCrds(`deploy/crds/${file}`);
+    await this.grantPlexusRbac(PLEXUS_USER);
   }
 
   /** Creates a Node object (a simulated node: no kubelet behind it). */

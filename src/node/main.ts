@@ -3,8 +3,6 @@ import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
-import { OvsdbClient } from '../ovs/ovsdb';
-import { SwitchPorts } from '../ovs/ports';
 import { Ipam, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
@@ -59,15 +57,13 @@ async function main(): Promise<number> {
     : undefined;
   const ipam = cluster ?? hostLocal;
   const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
-  // memif devices may follow the node's switch (healthFromSwitch): one database connection for that check.
-  const switchDb = new OvsdbClient(config.ovsdbSocket, 2000);
-  const switchHealth = new SwitchPorts(switchDb);
   // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
   const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
   const devicePlugins = config.devicePluginConfig && podResources
     ? DevicePlugins.load(config.devicePluginConfig, {
         devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
-        switchReady: () => switchHealth.dpdkReady(),
+        // memif devices may follow the node's switch (healthFromSwitch), through the memif driver's connection to it.
+        switchReady: () => memif.switchReady(),
       }, podResources, log)
     : undefined;
   if (devicePlugins && !devicePlugins.ok) {
@@ -170,7 +166,6 @@ async function main(): Promise<number> {
   stopResync();
   stopOrphans?.();
   memif.close();
-  switchDb.close();
   await devicePlugins?.value.stop();
   podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on

@@ -151,8 +151,3 @@ export function fromOvsMap(value: unknown): Record<string, string> {
   if (Array.isArray(value) && value[0] === 'map' && Array.isArray(value[1])) for (const pair of value[1] as unknown[]) if (Array.isArray(pair) && typeof pair[0] === 'string') out[pair[0]] = String(pair[1]);
   return out;
 }
-
-/** An optional scalar column (an empty set when unset) as a value or undefined. */
-export function fromOvsOptional(value: unknown): unknown {
-  return Array.isArray(value) && value[0] === 'set' && Array.isArray(value[1]) && value[1].length === 0 ? undefined : value;
-}

@@ -15,7 +15,7 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { memifSecret, MEMIF_SOCKET_FILE } from '../../common/memif';
 import { DEFAULT_OVSDB_SOCKET, OvsdbClient } from '../../ovs/ovsdb';
-import { OWNER_KEY, redactSecret, SwitchPorts, type DpdkPortSpec } from '../../ovs/ports';
+import { OWNER_KEY, redactSecret, SwitchPorts, type DpdkPortSpec, type PortState } from '../../ovs/ports';
 import { allocatePodIps } from '../common';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type UndoStep } from '../driver';
 import { parseMemifConfig, type MemifConfig } from './config';
@@ -54,6 +54,8 @@ export interface MemifDriver extends Driver<MemifConfig> {
    * ovsdb-server restarted without them. Ports removed since `listedAt` are left alone (a DEL raced the listing).
    */
   resync(recorded: readonly SwitchPortStep[], listedAt: number): Promise<ResyncReport>;
+  /** Whether the node's switch (the default database socket) has DPDK up: what memif devices' health may follow. */
+  switchReady(): Promise<boolean>;
   /** Runs resync on every reconnection to a switch and every `intervalMs`; answers a function that stops it. */
   startResync(recorded: () => Promise<readonly SwitchPortStep[]>, intervalMs: number, log: Logger): () => void;
   close(): void;
@@ -157,15 +159,27 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
   const resync = async (recorded: readonly SwitchPortStep[], listedAt: number): Promise<ResyncReport> => {
     const repaired: string[] = [];
     const failures: string[] = [];
+    // One listing of Plexus's ports per switch, not one request per port.
+    const listings = new Map<string, Result<ReadonlyMap<string, PortState>>>();
+    const portsOn = async (ovsdb: string): Promise<Result<ReadonlyMap<string, PortState>>> => {
+      let listing = listings.get(ovsdb);
+      if (!listing) {
+        const owned = await switchAt(ovsdb).ports.listOwned();
+        listing = owned.ok ? ok(new Map(owned.value.map((p) => [p.name, p]))) : owned;
+        listings.set(ovsdb, listing);
+      }
+      return listing;
+    };
     for (const step of recorded) {
       if ((removedAt.get(step.port) ?? -Infinity) >= listedAt) continue;
       const { ports } = switchAt(step.ovsdb);
-      const state = await ports.state(step.port);
-      if (!state.ok) {
-        failures.push(`${step.port}: ${state.error.message}`);
+      const listing = await portsOn(step.ovsdb);
+      if (!listing.ok) {
+        failures.push(`${step.port}: ${listing.error.message}`);
         continue;
       }
-      if (state.value && !state.value.error) continue;
+      const state = listing.value.get(step.port);
+      if (state && !state.error) continue;
       if ((removedAt.get(step.port) ?? -Infinity) >= listedAt) continue;
       // A crashed switch leaves its socket file behind, and DPDK will not listen on a path that exists. And a device
       // DPDK failed to attach keeps its name taken until the switch restarts: the port comes back under a new one.
@@ -233,6 +247,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
       },
     },
     resync,
+    switchReady: () => switchAt(options.defaultOvsdbSocket ?? DEFAULT_OVSDB_SOCKET).ports.dpdkReady(),
     startResync(recorded, intervalMs, log) {
       let running = false;
       let stopped = false;

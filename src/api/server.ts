@@ -10,7 +10,7 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { CniCode, CniError, err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
-import { Semaphore } from '../common/semaphore';
+import type { CallSlots } from '../common/call-slots';
 import type { AttachmentEngine } from '../engine/engine';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
@@ -53,8 +53,8 @@ const sendCni = (res: ServerResponse, reply: CniReply): void => send(res, 200, r
 
 export interface ServerOptions {
   readonly socketPath: string;
-  readonly maxConcurrent: number;
-  readonly maxQueued: number;
+  /** The node-wide bound on CNI calls at once (--max-concurrent, --max-queued). */
+  readonly slots: CallSlots;
   /** Told of every CNI call once answered (metrics). */
   readonly observer?: CniCallObserver;
   /** Served on GET /metrics (Prometheus text format). */
@@ -63,7 +63,7 @@ export interface ServerOptions {
 
 export class DaemonServer {
   private readonly server: Server;
-  private readonly limiter: Semaphore;
+  private readonly limiter: CallSlots;
   private inFlight = 0;
   private closing = false;
 
@@ -73,7 +73,7 @@ export class DaemonServer {
     readonly state: ServerState,
     private readonly log: Logger,
   ) {
-    this.limiter = new Semaphore(options.maxConcurrent, options.maxQueued);
+    this.limiter = options.slots;
     this.server = createServer((req, res) => {
       this.inFlight++;
       res.once('close', () => this.inFlight--);

@@ -25,6 +25,8 @@ export const DaemonConfigSchema = z
       .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
       .default([]),
     maxConcurrent: int(1, 1024).default(16),
+    delegateShare: int(1, 1024).default(8),
+    maxDelegateExecs: int(1, 1024).default(32),
     kernelThreads: int(1, 8).default(1),
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
@@ -72,6 +74,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--selection-annotation': 'selectionAnnotation',
   '--default-networks': 'defaultNetworks',
   '--max-concurrent': 'maxConcurrent',
+  '--delegate-share': 'delegateShare',
+  '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
   '--max-queued': 'maxQueued',
   '--state-sync': 'stateSync',
@@ -116,7 +120,9 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --naming SCHEME           names of additional interfaces: multus (net1, net2, ...) or eth (eth1, eth2, ...)
   --selection-annotation B  read the pod's k8s.v1.cni.cncf.io/networks annotation (default true)
   --default-networks LIST   comma-separated [namespace/]name[@ifname] networks every pod also gets
-  --max-concurrent N        CNI calls handled at once (default 16)
+  --max-concurrent N        CNI calls handled at once (default 16); a call waiting on a delegated plugin does not count
+  --delegate-share N        plugins of one delegated network run at once (default 8)
+  --max-delegate-execs N    delegated plugins run at once on the node (default 32)
   --kernel-threads N        threads that make kernel calls, 1-8 (default 1)
   --max-queued N            CNI calls that may wait; more are answered "try again later" (default 1024)
   --state-sync BOOL         fsync journal steps and IPAM leases (default false: see docs/configuration.md)

@@ -3,6 +3,8 @@ import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
+import { createDelegateDriver, ExecLimits } from '../drivers/delegate';
+import { CallSlots } from '../common/call-slots';
 import { Ipam, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
@@ -76,7 +78,14 @@ async function main(): Promise<number> {
     owner: api?.nodeName ?? 'plexus',
     ...(devicePlugins?.ok ? { deviceSocket: (resource: string, id: string) => devicePlugins.value.memifSocket(resource, id) } : {}),
   });
-  const engine = new AttachmentEngine(kernel, ipam, journal, networks, new DriverRegistry(builtInDrivers(memif)), {
+  // CNI calls at once, node-wide; a call waiting on a delegated plugin lends its slot, and each delegated network has
+  // its own share of plugin execs, so one hung plugin stalls only its own network.
+  const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
+  const execLimits = new ExecLimits({
+    perNetwork: config.delegateShare, total: config.maxDelegateExecs, maxQueued: config.maxQueued, lendSlot: (wait) => slots.lendWhile(wait),
+  });
+  const drivers = new DriverRegistry(builtInDrivers(memif), createDelegateDriver({ limits: execLimits }));
+  const engine = new AttachmentEngine(kernel, ipam, journal, networks, drivers, {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
     selectionAnnotation: config.selectionAnnotation,
@@ -97,7 +106,7 @@ async function main(): Promise<number> {
     records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
     calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
   });
-  const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
+  const server = new DaemonServer({ socketPath: config.socket, slots, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
   await server.listen();

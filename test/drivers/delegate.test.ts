@@ -648,7 +648,7 @@ describe('delegate exec: a plugin binary being rewritten', () => {
     writeFileSync(path, readFileSync('/usr/lib/cni/loopback'), { mode: 0o755 });
     return { path, dir, fd: openSync(path, 'r+') };
   };
-  const version = (path: string) => ({ command: 'VERSION' as const, type: 'loopback', path, stdin: '{"cniVersion":"1.0.0"}', cniPath: '/usr/lib/cni' });
+  const version = (path: string) => ({ command: 'VERSION' as const, type: 'loopback', network: 'lo', path, stdin: '{"cniVersion":"1.0.0"}', cniPath: '/usr/lib/cni' });
 
   it('is exec\'d again once the writer is done, and answers', async () => {
     const p = await busyPlugin();

@@ -15,6 +15,8 @@ const DEFAULTS: DaemonConfig = {
   selectionAnnotation: true,
   defaultNetworks: [],
   maxConcurrent: 16,
+  delegateShare: 8,
+  maxDelegateExecs: 32,
   kernelThreads: 1,
   maxQueued: 1024,
   stateSync: false,

@@ -22,7 +22,7 @@
  *                                                       Networks below 1.1.0 have no GC: ok.
  *
  * Every exec is bounded: a timeout (default 60 s) kills the child by PID and returns code 11 (try again later);
- * output beyond 4 MiB kills it too; at most 32 plugins run at once, so a node reboot cannot fork-bomb the host.
+ * output beyond 4 MiB kills it too; how many run at once, per network and node-wide, is ExecLimits' to say.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
@@ -31,9 +31,9 @@ import { join } from 'node:path';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
-import { Semaphore } from '../../common/semaphore';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
 import type { UndoStep } from '../driver';
+import { ExecLimits } from './exec-limits';
 import { parsePluginError } from './result';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -46,13 +46,13 @@ export interface ExecOptions {
   readonly timeoutMs?: number;
   /** How long to keep retrying an exec that fails with "text file busy" (default 5 s). */
   readonly busyRetryMs?: number;
+  /** Shares and caps of concurrent execs; without it, this call is not limited. */
+  readonly limits?: ExecLimits;
 }
 
 export type DelegateDelStep = Extract<UndoStep, { kind: 'delegateDel' }>;
 /** One journaled plugin invocation: which plugin, the exact config bytes, and the environment used at ADD. */
 export type DelegateInvocation = Pick<DelegateDelStep, 'plugin' | 'config' | 'env'>;
-
-const execSlots = new Semaphore(32, 100_000);
 
 /** Plugin types are file names inside the bin dir, never paths. */
 export function validatePluginType(type: string): Result<string> {
@@ -84,6 +84,8 @@ export interface PluginCall {
   readonly command: CniCommand;
   /** The plugin type, for messages. */
   readonly type: string;
+  /** The network the plugin serves: its share of concurrent execs (ExecLimits). */
+  readonly network: string;
   readonly path: string;
   /** The exact bytes to write to stdin. */
   readonly stdin: string;
@@ -104,11 +106,26 @@ export interface PluginOutput {
  * prefixed with `plugin <type>: `), or code 100 with an excerpt of its output when that is not an error object.
  */
 export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Promise<Result<PluginOutput>> {
-  const slot = await execSlots.run(() => execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS));
-  return slot ? slot.value : err(new CniError(CniCode.TryAgainLater, `plugin ${call.type}: too many plugin executions queued`));
+  const exec = (): Promise<Result<PluginOutput>> => execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
+  if (!opts.limits) return exec();
+  const ran = await opts.limits.run(call.network, exec);
+  return ran ? ran.value : err(tooManyQueued(call));
 }
 
 const DEFAULT_BUSY_RETRY_MS = 5000;
+
+const tooManyQueued = (call: PluginCall): CniError =>
+  new CniError(CniCode.TryAgainLater, `plugin ${call.type} of network ${call.network}: too many plugin executions queued`, 'retry later');
+
+/** The network a journaled plugin config belongs to: its CNI "name" (for its share of execs). */
+function networkOfConfig(config: string): string {
+  try {
+    const name = (JSON.parse(config) as { name?: unknown }).name;
+    return typeof name === 'string' ? name : '';
+  } catch {
+    return '';
+  }
+}
 
 /**
  * An installer that rewrites a plugin binary (a DaemonSet upgrading /opt/cni/bin) holds it open for writing for a
@@ -244,7 +261,7 @@ export async function runDelegateDel(step: DelegateDelStep, opts: ExecOptions = 
   if (!path.ok) return err(path.error.withContext(`DEL ${step.env.containerId}/${step.env.ifname}`));
   const netns = step.env.netns !== '' && existsSync(step.env.netns) ? step.env.netns : '';
   const r = await execPlugin(
-    { command: 'DEL', type: step.plugin, path: path.value, stdin: step.config, containerId: step.env.containerId, netns, ifname: step.env.ifname, args: step.env.args, cniPath: step.env.path },
+    { command: 'DEL', type: step.plugin, network: networkOfConfig(step.config), path: path.value, stdin: step.config, containerId: step.env.containerId, netns, ifname: step.env.ifname, args: step.env.args, cniPath: step.env.path },
     opts,
   );
   return r.ok ? ok(undefined) : r;
@@ -267,7 +284,7 @@ export async function delegateCheck(invocations: readonly DelegateInvocation[], 
     if (!path.ok) return err(path.error.withContext(context));
     const stdin = JSON.stringify({ ...config, prevResult: convertResult(prevResult, version) });
     const r = await execPlugin(
-      { command: 'CHECK', type: inv.plugin, path: path.value, stdin, containerId: inv.env.containerId, netns: inv.env.netns, ifname: inv.env.ifname, args: inv.env.args, cniPath: inv.env.path },
+      { command: 'CHECK', type: inv.plugin, network: networkOfConfig(inv.config), path: path.value, stdin, containerId: inv.env.containerId, netns: inv.env.netns, ifname: inv.env.ifname, args: inv.env.args, cniPath: inv.env.path },
       opts,
     );
     if (!r.ok) return err(r.error.withContext(context));
@@ -285,7 +302,7 @@ export async function delegateStatus(network: NetworkDefinition, cniBinDir: stri
       const code = path.error.code === CniCode.InvalidNetworkConfig ? path.error.code : CniCode.PluginNotAvailable;
       return err(new CniError(code, `${context}: ${path.error.message}`, path.error.details));
     }
-    const r = await execPlugin({ command: 'STATUS', type: plugin.type, path: path.value, stdin: JSON.stringify(plugin), cniPath: cniBinDir }, opts);
+    const r = await execPlugin({ command: 'STATUS', type: plugin.type, network: network.cniName, path: path.value, stdin: JSON.stringify(plugin), cniPath: cniBinDir }, opts);
     if (!r.ok) return err(r.error.withContext(context));
   }
   return ok(undefined);
@@ -300,7 +317,7 @@ export async function delegateGc(network: NetworkDefinition, validAttachments: r
     const context = `GC of network ${network.key}, plugin ${i + 1}/${network.plugins.length} (${plugin.type})`;
     const config: PluginConfig = { ...plugin, 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
     const path = await findPlugin(plugin.type, cniBinDir);
-    const r = path.ok ? await execPlugin({ command: 'GC', type: plugin.type, path: path.value, stdin: JSON.stringify(config), cniPath: cniBinDir }, opts) : path;
+    const r = path.ok ? await execPlugin({ command: 'GC', type: plugin.type, network: network.cniName, path: path.value, stdin: JSON.stringify(config), cniPath: cniBinDir }, opts) : path;
     if (!r.ok) first ??= r.error.withContext(context);
   }
   return first ? err(first) : ok(undefined);

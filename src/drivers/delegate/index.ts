@@ -14,6 +14,7 @@ import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
 import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, runDelegateDel, validatePluginType } from './exec';
+import { ExecLimits } from './exec-limits';
 import { parseCniResult } from './result';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
@@ -21,9 +22,12 @@ export {
   DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, runDelegateDel,
   type DelegateDelStep, type DelegateInvocation, type ExecOptions,
 } from './exec';
+export { DEFAULT_EXEC_LIMITS, ExecLimits, type ExecLimitsOptions } from './exec-limits';
 export { parseCniResult, parsePluginError } from './result';
 
-export function createDelegateDriver(opts: ExecOptions = {}): Driver<readonly PluginConfig[]> {
+/** A delegate driver; its plugins run within `opts.limits`, or limits of its own (DEFAULT_EXEC_LIMITS). */
+export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly PluginConfig[]> {
+  const opts: ExecOptions = { ...options, limits: options.limits ?? new ExecLimits() };
   return {
     type: 'delegate',
     // What reaches a delegate depends on the capabilities each plugin declares (see declaredCapabilities).
@@ -81,7 +85,7 @@ async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[],
     const config = JSON.stringify(buildPluginConfig(plugin, req, result));
     await env.record({ kind: 'delegateDel', plugin: plugin.type, config, env: delegateEnv });
     const added = await execPlugin(
-      { command: 'ADD', type: plugin.type, path: path.value, stdin: config, containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: delegateEnv.args, cniPath: env.cniBinDir },
+      { command: 'ADD', type: plugin.type, network: req.network.cniName, path: path.value, stdin: config, containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: delegateEnv.args, cniPath: env.cniBinDir },
       opts,
     );
     if (!added.ok) return err(added.error.withContext(context));

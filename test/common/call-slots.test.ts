@@ -1,0 +1,78 @@
+/** CallSlots: the node-wide bound on CNI calls, and a call lending its slot while it waits elsewhere. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { CallSlots } from '../../src/common/call-slots';
+
+const gate = (): { opened: Promise<void>; open: () => void } => {
+  let open!: () => void;
+  const opened = new Promise<void>((r) => (open = r));
+  return { opened, open };
+};
+const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+describe('CallSlots', () => {
+  it('runs at most `limit` calls and refuses new ones beyond `maxQueued`', async () => {
+    const slots = new CallSlots(1, 1);
+    const g = gate();
+    const first = slots.run(() => g.opened);
+    const second = slots.run(async () => 'second');
+    assert.equal(await slots.run(async () => 'third'), undefined, 'the queue of one is full');
+    assert.equal(slots.inFlight, 1);
+    assert.equal(slots.queued, 1);
+    g.open();
+    await first;
+    assert.deepEqual(await second, { value: 'second' });
+    assert.equal(slots.inFlight, 0);
+  });
+
+  it('gives a lending call\'s slot to a waiting call, and takes it back before the lender goes on', async () => {
+    const slots = new CallSlots(1, 10);
+    const plugin = gate();
+    const order: string[] = [];
+    const lender = slots.run(async () => {
+      await slots.lendWhile(async () => {
+        await plugin.opened;
+        order.push('plugin done');
+      });
+      order.push('lender resumed');
+    });
+    await tick();
+    const other = await slots.run(async () => {
+      order.push('other ran');
+      assert.equal(slots.lending, 1);
+    });
+    assert.ok(other, 'the waiting call ran while the lender waited');
+    plugin.open();
+    await lender;
+    assert.deepEqual(order, ['other ran', 'plugin done', 'lender resumed']);
+    assert.equal(slots.inFlight, 0);
+    assert.equal(slots.lending, 0);
+  });
+
+  it('serves a returning lender before calls that arrived later', async () => {
+    const slots = new CallSlots(1, 10);
+    const plugin = gate();
+    const busy = gate();
+    const order: string[] = [];
+    const lender = slots.run(async () => {
+      await slots.lendWhile(() => plugin.opened);
+      order.push('lender');
+    });
+    await tick();
+    const holder = slots.run(() => busy.opened.then(() => order.push('holder')));
+    await tick();
+    plugin.open(); // the lender wants its slot back while the holder has it
+    await tick();
+    const late = slots.run(async () => order.push('late'));
+    await tick();
+    busy.open();
+    await Promise.all([lender, holder, late]);
+    assert.deepEqual(order, ['holder', 'lender', 'late']);
+  });
+
+  it('outside a call, lending just runs the wait', async () => {
+    const slots = new CallSlots(1, 0);
+    assert.equal(await slots.lendWhile(async () => 42), 42);
+    assert.equal(slots.inFlight, 0);
+  });
+});

@@ -3,6 +3,7 @@
  * io.kubernetes.cri.pod-annotations capability), the selection annotation, the plan, and for each attachment
  * the driver that runs it and the request that driver receives. Nothing here touches the kernel.
  */
+import { existsSync } from 'node:fs';
 import { RuntimeConfig } from '../cni/args';
 import { type CniVersion, LATEST_VERSION } from '../cni/version';
 import type { AttachmentRecord } from './journal';
@@ -24,6 +25,10 @@ export interface PlanSettings extends IsolationSettings {
   readonly naming: NamingScheme;
   readonly selectionAnnotation: boolean;
   readonly defaultNetworks: readonly string[];
+  /** Pods of these namespaces do not get defaultNetworks (Multus's systemNamespaces). */
+  readonly systemNamespaces?: readonly string[];
+  /** While this file does not exist, ADD answers "try again later" (Multus's readinessindicatorfile). */
+  readonly readinessIndicatorFile?: string;
   /** What one pod may ask for (plexusd flags); unbounded where not set. */
   readonly limits?: PodLimits;
 }
@@ -71,6 +76,9 @@ export function runningPodRequest(record: AttachmentRecord): AddRequest {
   };
 }
 
+const clusterNetworkNotReady = (file: string): CniError =>
+  new CniError(CniCode.TryAgainLater, `the cluster network is not ready: ${file} does not exist`, 'the runtime retries; the cluster\'s network plugin writes this file once it serves the node (--readiness-indicator-file)');
+
 /** The CNI config's "defaultNetwork", else plexusd's --default-network. */
 export const configuredDefaultNetwork = (req: { config: Record<string, unknown> }, settings: PlanSettings): string | undefined =>
   typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
@@ -90,6 +98,8 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     annotations = parsed.value;
   }
   const podNamespace = req.args.podNamespace ?? 'default';
+  if (!runningPod && settings.readinessIndicatorFile && !existsSync(settings.readinessIndicatorFile)) return err(clusterNetworkNotReady(settings.readinessIndicatorFile));
+  const defaultNetworks = settings.systemNamespaces?.includes(podNamespace) ? [] : settings.defaultNetworks;
   const defaultNetwork = runningPod ? ok(undefined) : chooseDefaultNetwork({ configured: configuredDefaultNetwork(req, settings), annotations, podNamespace, networks, isolation: settings });
   if (!defaultNetwork.ok) return defaultNetwork;
   const selectionText = settings.selectionAnnotation ? annotations[SELECTION_ANNOTATION] : undefined;
@@ -103,9 +113,9 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     const refused = isolationProblem(settings, podNamespace, sel, `${SELECTION_ANNOTATION}: ${describeSelection(sel)}`);
     if (refused) return err(refused);
   }
-  const interfaces = 1 + settings.defaultNetworks.length + selections.value.length;
+  const interfaces = 1 + defaultNetworks.length + selections.value.length;
   if (limits && interfaces > limits.interfacesPerPod) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `the pod asks for ${interfaces} interfaces (the default network, ${settings.defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
+    return err(new CniError(CniCode.InvalidNetworkConfig, `the pod asks for ${interfaces} interfaces (the default network, ${defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
   }
 
   // The network's config decides (NPWG 4.1.2.1.3.x): a capability counts only where a plugin declares it, for native
@@ -121,7 +131,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
     declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),
-    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation, defaultNetworks: settings.defaultNetworks } },
+    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation, defaultNetworks } },
   });
   if (!plan.ok) return plan;
 

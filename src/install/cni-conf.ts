@@ -6,14 +6,14 @@
  */
 import { closeSync, existsSync, fchmodSync, fsyncSync, openSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, symlinkSync, writeSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { err, ok, type Result } from '../common/result';
+import { ok, type Result } from '../common/result';
 import { parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from '../networks/nad';
+import { CNI_CONF_EXTENSIONS, type InstallProblem, problem } from './conf-files';
+import { MULTUS_TYPES } from './multus-config';
 
 /** Plexus's own conflist: "00-" so it sorts before every other file the runtime reads. */
 export const PLEXUS_CONFLIST = '00-plexus.conflist';
 export const SHIM_NAME = 'plexus-cni';
-/** The file extensions libcni (containerd, CRI-O) loads from the conf dir. */
-const CNI_CONF_EXTENSIONS = ['.conf', '.conflist', '.json'];
 /** A result containerd 1.6/1.7 and CRI-O < 1.31 can read (docs/configuration.md, "Which cniVersion"). */
 export const FALLBACK_CNI_VERSION = '1.0.0';
 
@@ -23,11 +23,7 @@ export const FALLBACK_CNI_VERSION = '1.0.0';
  */
 export const DAEMON_WAIT_SECONDS = 60;
 
-/** An install step that cannot go on, said so that the node's operator knows what to do. */
-export interface InstallProblem {
-  readonly message: string;
-}
-const problem = (message: string): Result<never, InstallProblem> => err({ message });
+export type { InstallProblem };
 
 export interface PrimaryConfig {
   readonly path: string;
@@ -36,19 +32,23 @@ export interface PrimaryConfig {
   readonly name: string;
 }
 
-function isPlexusConfig(text: string): boolean {
+/** Whether a config runs one of these plugin types. */
+function runsPluginOf(text: string, types: ReadonlySet<string>): boolean {
   try {
     const conf = JSON.parse(text) as Record<string, unknown>;
     const plugins = Array.isArray(conf.plugins) ? (conf.plugins as unknown[]) : [conf];
-    return plugins.some((p) => typeof p === 'object' && p !== null && (p as Record<string, unknown>).type === PLEXUS_PLUGIN_TYPE);
+    return plugins.some((p) => typeof p === 'object' && p !== null && types.has((p as Record<string, unknown>).type as string));
   } catch {
     return false;
   }
 }
+const PLEXUS_TYPES: ReadonlySet<string> = new Set([PLEXUS_PLUGIN_TYPE]);
+const isPlexusConfig = (text: string): boolean => runsPluginOf(text, PLEXUS_TYPES);
 
 /**
  * The config file the runtime would use if Plexus were not there: libcni's order (file names sorted, `.conf`,
- * `.conflist` and `.json` only), skipping Plexus's own file and any config that runs plexus-cni. Like the runtime, the
+ * `.conflist` and `.json` only), skipping Plexus's own file and any config that runs plexus-cni, and Multus's (whose
+ * cluster network multus-config.ts resolves, as Multus's own "auto" mode skips them). Like the runtime, the
  * first candidate must parse: a broken primary config is reported, not skipped (the runtime would not skip it either).
  * Undefined when there is none yet (the cluster's network plugin has not written it).
  */
@@ -70,7 +70,7 @@ export function findPrimaryConfig(confDir: string): Result<PrimaryConfig | undef
       if ((e as NodeJS.ErrnoException).code === 'EISDIR' || (e as NodeJS.ErrnoException).code === 'ENOENT') continue;
       return problem(`cannot read ${path}: ${(e as Error).message}`);
     }
-    if (isPlexusConfig(text)) continue;
+    if (isPlexusConfig(text) || runsPluginOf(text, MULTUS_TYPES)) continue;
     const parsed = parseNetworkConfig(text, path, basename(name).replace(/\.[^.]*$/, ''), 'the file');
     if (!parsed.ok) return problem(`the node's primary CNI config ${path} is not usable: ${parsed.error.message}${parsed.error.details ? ` (${parsed.error.details})` : ''}`);
     return ok({ path, cniVersion: parsed.value.cniVersion, name: parsed.value.cniName });

@@ -43,6 +43,12 @@ export const DaemonConfigSchema = z
     globalNamespaces: z
       .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
       .default([]),
+    systemNamespaces: z
+      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .default([]),
+    readinessIndicatorFile: z.string().startsWith('/', 'must be an absolute path').optional(),
+    takeOverMultus: bool.default(false),
+    importedConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -74,6 +80,10 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--selection-annotation': 'selectionAnnotation',
   '--default-networks': 'defaultNetworks',
   '--max-concurrent': 'maxConcurrent',
+  '--system-namespaces': 'systemNamespaces',
+  '--readiness-indicator-file': 'readinessIndicatorFile',
+  '--take-over-multus': 'takeOverMultus',
+  '--imported-config': 'importedConfig',
   '--delegate-share': 'delegateShare',
   '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
@@ -137,6 +147,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --ipam-node-grace-seconds S  how long a Node must be gone before its IPAM blocks are reclaimed (default 600)
   --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
+  --system-namespaces LIST  comma-separated namespaces whose pods do not get --default-networks (default: none)
+  --readiness-indicator-file PATH  ADD answers "try again later" while this file does not exist (default: none)
+  --take-over-multus B      once ready, move Multus's CNI config aside so the runtime calls Plexus; plexus-install
+                            uninstall puts it back (default false: docs/migrate-from-multus.md)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)
   --orphan-sweep-seconds S  with an API: how often attachments of pods that are gone (network namespace removed and
                             no pod of that UID on this node) are removed without a DEL; 0: never (default 60)
@@ -162,6 +176,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
                             if it lost them (also on every reconnection to its database; default 10)
   --log-level LEVEL         silent, fatal, error, warn, info, debug, trace (default info)
   --config FILE             read the same settings (camelCase keys) from a YAML/JSON file
+  --imported-config FILE    settings plexus-install carried over from Multus, over those of --config (absent: none)
   --help                    this text`;
 
 export type ConfigOutcome = { kind: 'config'; config: DaemonConfig } | { kind: 'help' } | { kind: 'error'; message: string };
@@ -191,24 +206,39 @@ export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
       file = token.value;
     } else fromFlags[FLAGS[flag]!] = token.value;
   }
-  let fromFile: Record<string, unknown> = {};
-  if (file !== undefined) {
-    try {
-      const parsed = parseYaml(readFileSync(file, 'utf8')) as unknown;
-      if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) return { kind: 'error', message: `${file}: must be a mapping of settings` };
-      fromFile = (parsed ?? {}) as Record<string, unknown>;
-    } catch (e) {
-      return { kind: 'error', message: `cannot read config file ${file}: ${(e as Error).message}` };
-    }
-  }
-  const r = DaemonConfigSchema.safeParse({ ...fromFile, ...fromFlags });
+  const fromFile = file === undefined ? { settings: {} } : readSettingsFile(file, false);
+  if ('error' in fromFile) return { kind: 'error', message: fromFile.error };
+  // Settings plexus-install carried over from Multus: over the config file's, under the flags. Absent: none.
+  const importedPath = fromFlags.importedConfig ?? fromFile.settings.importedConfig;
+  const imported = typeof importedPath === 'string' && importedPath.startsWith('/') ? readSettingsFile(importedPath, true) : { settings: {} };
+  if ('error' in imported) return { kind: 'error', message: imported.error };
+  if ('importedConfig' in imported.settings) return { kind: 'error', message: `${String(importedPath)}: an imported config may not import another` };
+  const r = DaemonConfigSchema.safeParse({ ...fromFile.settings, ...imported.settings, ...fromFlags });
   if (!r.success) {
     const issue = r.error.issues[0];
     const unknownKey = issue?.code === 'unrecognized_keys' ? issue.keys.join(', ') : undefined;
-    if (unknownKey) return { kind: 'error', message: `unknown setting ${unknownKey} in ${file ?? 'the configuration'}` };
+    if (unknownKey) return { kind: 'error', message: `unknown setting ${unknownKey} in ${[file, importedPath].filter(Boolean).join(' or ') || 'the configuration'}` };
     const key = issue?.path.join('.') ?? '';
     const flag = Object.entries(FLAGS).find(([, k]) => k === key)?.[0];
     return { kind: 'error', message: `invalid setting ${flag ?? key}${flag ? ` (${key})` : ''}: ${issue?.message ?? 'invalid'}` };
   }
   return { kind: 'config', config: r.data };
+}
+
+/** A YAML or JSON mapping of settings; `optional`: a file that does not exist holds none. */
+function readSettingsFile(file: string, optional: boolean): { settings: Record<string, unknown> } | { error: string } {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    if (optional && (e as NodeJS.ErrnoException).code === 'ENOENT') return { settings: {} };
+    return { error: `cannot read config file ${file}: ${(e as Error).message}` };
+  }
+  try {
+    const parsed = parseYaml(text) as unknown;
+    if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) return { error: `${file}: must be a mapping of settings` };
+    return { settings: (parsed ?? {}) as Record<string, unknown> };
+  } catch (e) {
+    return { error: `cannot read config file ${file}: ${(e as Error).message}` };
+  }
 }

@@ -17,6 +17,7 @@ import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
+import { takeOverFromMultus } from '../install/multus-takeover';
 import { DaemonMetrics } from '../metrics/metrics';
 import { listenMetrics } from '../metrics/tcp';
 import { DaemonHealth } from '../metrics/health';
@@ -96,6 +97,8 @@ async function main(): Promise<number> {
     ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
     namespaceIsolation: config.namespaceIsolation,
     globalNamespaces: config.globalNamespaces,
+    systemNamespaces: config.systemNamespaces,
+    ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
@@ -144,6 +147,7 @@ async function main(): Promise<number> {
   if (conflist?.ok && config.installCniConfig) {
     const changed = replaceFile(config.installCniConfig, conflist.value, 0o644);
     log.info({ path: config.installCniConfig, changed }, 'CNI config installed: the runtime sends new pods to plexus-cni');
+    takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
   }
 
   // DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart.

@@ -29,6 +29,8 @@ const DEFAULTS: DaemonConfig = {
   namespaceIsolation: false,
   hotPlug: true,
   globalNamespaces: [],
+  systemNamespaces: [],
+  takeOverMultus: false,
   maxInterfacesPerPod: 32,
   maxAnnotationBytes: 32768,
   maxNodeAttachments: 8192,

@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { parseAllDocuments } from 'yaml';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { loadDaemonConfig } from '../../src/node/config';
 import { splitHostPort } from '../../src/metrics/tcp';
 import { ROOT } from '../support/daemon';
@@ -99,9 +99,22 @@ describe('deploy/', () => {
 
   it('installs before plexusd starts, with the paths plexusd reads', () => {
     const install = pod.initContainers.find((c) => c.name === 'install')!;
-    assert.deepEqual(install.command, ['/usr/local/bin/plexus-install', 'install']);
+    assert.deepEqual(install.command, ['/usr/local/bin/plexus-install', 'install', '--multus-daemon-config', '/etc/multus-daemon/daemon-config.json']);
     assert.equal(install.image, plexusd.image);
     for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/var/lib/plexus']) assert.ok(install.volumeMounts.some((m) => m.mountPath === path), path);
+  });
+
+  it('gives the installer thick Multus\'s daemon config from Multus\'s ConfigMap, where there is one', () => {
+    const install = pod.initContainers.find((c) => c.name === 'install')!;
+    const mount = install.volumeMounts.find((m) => m.mountPath === '/etc/multus-daemon');
+    const volume = pod.volumes.find((v) => v.name === mount?.name) as { configMap?: { name: string; optional?: boolean } } | undefined;
+    assert.deepEqual(volume?.configMap, { name: 'multus-daemon-config', optional: true });
+  });
+
+  it('has plexusd read what the installer carried over from Multus, and leaves the takeover to the operator', () => {
+    const settings = parseYaml(configMap.data['plexusd.yaml']!) as Record<string, unknown>;
+    assert.equal(settings.importedConfig, '/var/lib/plexus/imported-config.json');
+    assert.equal(settings.takeOverMultus, false);
   });
 
   it('runs under the service account the RBAC binds to the plexus ClusterRole', () => {

@@ -22,6 +22,7 @@ import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
+import type { ForeignSandboxes } from './foreign-sandboxes';
 import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
@@ -44,6 +45,8 @@ export interface EngineOptions extends PlanSettings {
   readonly devices?: DeviceSource;
   /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
   readonly deviceInfoDir?: string;
+  /** Sandboxes another plugin made before Plexus served the node (Multus's), torn down as it would (default: none). */
+  readonly foreign?: ForeignSandboxes;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
 }
@@ -512,6 +515,9 @@ export class AttachmentEngine {
           const current = (await this.journal.list()).find((r) => r.meta.pod.namespace === req.args.podNamespace && r.meta.pod.name === req.args.podName && r.meta.ifname === req.ifname);
           if (current) this.log.info({ staleContainerId: req.containerId, currentContainerId: current.meta.containerId, pod: `${req.args.podNamespace}/${req.args.podName}` }, 'stale DEL ignored: the pod is attached under another container ID');
         }
+        // A sandbox Multus made before Plexus served the node is removed as Multus would have removed it.
+        const adopted = await this.options.foreign?.del(req);
+        if (adopted) return adopted;
         // DEL of what does not exist succeeds (CNI spec); a sandbox the node's own network made (before Plexus was
         // installed) is handed to that network's plugins, so its address is released where it was taken.
         return this.forwardUnknownDel(req);

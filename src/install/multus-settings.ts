@@ -40,7 +40,6 @@ const NO_EQUIVALENT: Readonly<Record<string, string>> = {
   auxiliaryCNIChainName: 'no equivalent: use a conflist in the NAD',
   retryDeleteOnError: 'plexusd\'s DEL always goes on past a failing plugin, as this option asks',
   capabilities: 'Plexus\'s conflist declares every capability its networks may use',
-  cniDir: 'Multus\'s per-pod cache; Plexus keeps its own journal',
   chrootDir: 'the Multus daemon\'s own plumbing',
   socketDir: 'the Multus daemon\'s own plumbing',
   daemonSocketDir: 'the Multus daemon\'s own plumbing',
@@ -58,7 +57,7 @@ const NO_EQUIVALENT: Readonly<Record<string, string>> = {
   runtimeConfig: 'not a setting: the runtime sends it per call',
 };
 
-const MULTUS_DEFAULTS = { globalNamespaces: ['default'], systemNamespaces: ['kube-system'], binDir: '/opt/cni/bin' };
+const MULTUS_DEFAULTS = { binDir: '/opt/cni/bin', cniDir: '/var/lib/cni/multus' };
 
 export interface CarryOverOptions {
   /** The link plexusd's defaultNetwork points at when the cluster network is a file. */
@@ -96,9 +95,11 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
   if (s.readinessindicatorfile !== '') carry('readinessindicatorfile', 'readinessIndicatorFile', s.readinessindicatorfile);
   if (s.binDir !== MULTUS_DEFAULTS.binDir) carry('binDir', 'cniBinDir', s.binDir);
   carry('confDir', 'cniConfDir', s.confDir);
+  // Multus's pods are removed as Multus would have removed them, from its cache of each.
+  carry('cniDir', 'multusCacheDir', s.cniDir ?? MULTUS_DEFAULTS.cniDir);
   carried.push({ multus: 'multusNamespace', plexus: `the namespace of clusterNetwork and defaultNetworks (${s.multusNamespace})` });
 
-  const handled = new Set(['clusterNetwork', 'delegates', 'defaultNetworks', 'namespaceIsolation', 'globalNamespaces', 'systemNamespaces', 'readinessindicatorfile', 'binDir', 'confDir', 'multusNamespace']);
+  const handled = new Set(['clusterNetwork', 'delegates', 'defaultNetworks', 'namespaceIsolation', 'globalNamespaces', 'systemNamespaces', 'readinessindicatorfile', 'binDir', 'confDir', 'cniDir', 'multusNamespace']);
   for (const key of Object.keys(s)) {
     if (handled.has(key) || IDENTITY.has(key)) continue;
     dropped.push({ multus: key, why: NO_EQUIVALENT[key] ?? 'not a Multus v4.3 setting Plexus knows' });

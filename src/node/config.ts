@@ -49,6 +49,7 @@ export const DaemonConfigSchema = z
     readinessIndicatorFile: z.string().startsWith('/', 'must be an absolute path').optional(),
     takeOverMultus: bool.default(false),
     importedConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    multusCacheDir: z.string().startsWith('/', 'must be an absolute path').optional(),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -84,6 +85,7 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--readiness-indicator-file': 'readinessIndicatorFile',
   '--take-over-multus': 'takeOverMultus',
   '--imported-config': 'importedConfig',
+  '--multus-cache-dir': 'multusCacheDir',
   '--delegate-share': 'delegateShare',
   '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
@@ -149,6 +151,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --system-namespaces LIST  comma-separated namespaces whose pods do not get --default-networks (default: none)
   --readiness-indicator-file PATH  ADD answers "try again later" while this file does not exist (default: none)
+  --multus-cache-dir DIR    Multus's per-sandbox cache (its cniDir): the DEL of a sandbox Multus made is run as
+                            Multus would have run it (default: none; plexus-install sets it on a Multus node)
   --take-over-multus B      once ready, move Multus's CNI config aside so the runtime calls Plexus; plexus-install
                             uninstall puts it back (default false: docs/migrate-from-multus.md)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)

@@ -3,7 +3,8 @@ import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
-import { createDelegateDriver, ExecLimits } from '../drivers/delegate';
+import { createDelegateDriver, ExecLimits, execPlugin } from '../drivers/delegate';
+import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import { CallSlots } from '../common/call-slots';
 import { Ipam, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
@@ -86,6 +87,10 @@ async function main(): Promise<number> {
     perNetwork: config.delegateShare, total: config.maxDelegateExecs, maxQueued: config.maxQueued, lendSlot: (wait) => slots.lendWhile(wait),
   });
   const drivers = new DriverRegistry(builtInDrivers(memif), createDelegateDriver({ limits: execLimits }));
+  // Sandboxes Multus made before Plexus took the node over: their DEL is run as Multus would have.
+  const foreign = config.multusCacheDir
+    ? new MultusSandboxes({ cacheDir: config.multusCacheDir, cniBinDir: config.cniBinDir, exec: (call) => execPlugin(call, { limits: execLimits }), log: log.child({ component: 'adopt' }) })
+    : undefined;
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, drivers, {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
@@ -98,6 +103,7 @@ async function main(): Promise<number> {
     namespaceIsolation: config.namespaceIsolation,
     globalNamespaces: config.globalNamespaces,
     systemNamespaces: config.systemNamespaces,
+    ...(foreign ? { foreign } : {}),
     ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),

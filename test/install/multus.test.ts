@@ -162,6 +162,7 @@ describe('a node running Multus', () => {
       assert.deepEqual(c.settings, {
         defaultNetwork: 'net-system/podnet', defaultNetworks: ['net-system/sidecar'], namespaceIsolation: true, globalNamespaces: ['default', 'shared'],
         systemNamespaces: ['kube-system', 'infra'], readinessIndicatorFile: '/run/flannel/subnet.env', cniBinDir: '/opt/multus/bin', cniConfDir: '/etc/cni/multus/net.d',
+        multusCacheDir: '/var/lib/cni/multus',
       });
       const dropped = Object.fromEntries(c.dropped.map((d) => [d.multus, d.why]));
       assert.deepEqual(Object.keys(dropped).sort(), ['auxiliaryCNIChainName', 'defaultNetworks (/etc/cni/multus/extra.conf)', 'kubeconfig', 'logFile', 'someFutureKey']);

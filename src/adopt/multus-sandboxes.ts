@@ -1,0 +1,120 @@
+/**
+ * Multus's sandboxes on a node Plexus took over: their DEL, as Multus v4 would have run it. For each delegate in
+ * reverse attach order, libcni's DEL: the plugins of its config last first, each with the network's name and
+ * cniVersion, the result libcni cached at ADD as prevResult (`<cniDir>/results/<network>-<container>-<ifname>`), the
+ * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
+ * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
+ */
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { CniError, err, ok, type Result } from '../cni/errors';
+import { compareVersions } from '../cni/version';
+import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
+import { findPlugin } from '../drivers/delegate/exec';
+import type { AdoptedSandbox, ForeignDel, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
+
+export interface MultusSandboxesOptions {
+  /** Multus's cniDir (its default: /var/lib/cni/multus). */
+  readonly cacheDir: string;
+  /** Where the delegates' plugins are (Multus's binDir). */
+  readonly cniBinDir: string;
+  /** Runs one plugin (the delegate driver's execPlugin, within its limits). */
+  readonly exec: (call: PluginCall) => Promise<Result<PluginOutput>>;
+  readonly log: Logger;
+}
+
+/** What libcni cached of one network's ADD. */
+interface LibcniCache {
+  readonly result?: Record<string, unknown>;
+  readonly cniArgs?: readonly (readonly [string, string])[];
+  readonly capabilityArgs?: Readonly<Record<string, unknown>>;
+}
+
+type Json = Record<string, unknown>;
+
+export class MultusSandboxes implements ForeignSandboxes {
+  constructor(private readonly o: MultusSandboxesOptions) {}
+
+  async del(req: ForeignDel): Promise<Result<void> | undefined> {
+    const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
+    if (cache.kind === 'absent') return undefined;
+    const pod = `${req.args.podNamespace ?? '?'}/${req.args.podName ?? '?'}`;
+    if (cache.kind === 'broken') {
+      this.o.log.warn({ pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
+        'Multus\'s cache of this sandbox cannot be read: only the node\'s primary network is told of its DEL; its other networks\' addresses may stay held');
+      return undefined;
+    }
+    const failures: CniError[] = [];
+    for (const delegate of [...cache.delegates].reverse()) {
+      const r = await this.delDelegate(req, delegate);
+      if (!r.ok) failures.push(r.error);
+    }
+    rmSync(cache.path, { force: true });
+    this.o.log.info({ pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length }, 'a sandbox Multus made is removed as Multus would have removed it');
+    if (failures.length === 0) return ok(undefined);
+    const messages = failures.map((f) => f.message).join(' / ');
+    return err(new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand'));
+  }
+
+  list(): AdoptedSandbox[] {
+    return listMultusCaches(this.o.cacheDir).flatMap((containerId) => {
+      const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
+      if (cache.kind !== 'delegates') return [];
+      return [{ containerId, maker: 'multus', networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })) }];
+    });
+  }
+
+  /** libcni's DEL of one delegate: its plugins last first; stops at the first failure, as libcni does. */
+  private async delDelegate(req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
+    const conf = JSON.parse(d.config) as Json;
+    const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
+    const network = typeof conf.name === 'string' ? conf.name : d.name;
+    const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
+    const cached = this.libcniCache(network, req.containerId, d.ifname);
+    const netns = req.netns !== '' && existsSync(req.netns) ? req.netns : '';
+    const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
+    for (const plugin of [...plugins].reverse()) {
+      const type = String(plugin.type ?? '');
+      const path = await findPlugin(type, this.o.cniBinDir);
+      const context = `network ${network} (${d.ifname}), plugin ${type}`;
+      if (!path.ok) return err(path.error.withContext(context));
+      const stdin = JSON.stringify(pluginConfig(plugin, network, cniVersion, cached));
+      const r = await this.o.exec({ command: 'DEL', type, network, path: path.value, stdin, containerId: req.containerId, netns, ifname: d.ifname, args, cniPath: this.o.cniBinDir });
+      if (!r.ok) return err(r.error.withContext(context));
+    }
+    rmSync(this.libcniCachePath(network, req.containerId, d.ifname), { force: true });
+    return ok(undefined);
+  }
+
+  private libcniCachePath(network: string, containerId: string, ifname: string): string {
+    return join(this.o.cacheDir, 'results', `${network}-${containerId}-${ifname}`);
+  }
+
+  private libcniCache(network: string, containerId: string, ifname: string): LibcniCache {
+    try {
+      const raw = JSON.parse(readFileSync(this.libcniCachePath(network, containerId, ifname), 'utf8')) as Json;
+      return {
+        ...(isRecord(raw.result) ? { result: raw.result } : {}),
+        ...(Array.isArray(raw.cniArgs) ? { cniArgs: raw.cniArgs as [string, string][] } : {}),
+        ...(isRecord(raw.capabilityArgs) ? { capabilityArgs: raw.capabilityArgs } : {}),
+      };
+    } catch {
+      return {}; // libcni goes on without a cached result too
+    }
+  }
+}
+
+const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** What libcni's buildOneConfig makes of a plugin: name, cniVersion, prevResult, the declared capabilities' values. */
+function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniCache): Json {
+  const config: Json = { ...plugin, name: network, cniVersion };
+  // A cached result on DEL came with spec 0.4.0.
+  if (cached.result && compareVersions(cniVersion, '0.4.0') >= 0) config.prevResult = cached.result;
+  const declared = isRecord(plugin.capabilities) ? Object.entries(plugin.capabilities).filter(([, on]) => on === true).map(([c]) => c) : [];
+  const runtimeConfig = Object.fromEntries(declared.flatMap((c) => (cached.capabilityArgs && c in cached.capabilityArgs ? [[c, cached.capabilityArgs[c]]] : [])));
+  if (Object.keys(runtimeConfig).length > 0) config.runtimeConfig = runtimeConfig;
+  return config;
+}

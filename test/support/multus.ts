@@ -1,0 +1,33 @@
+/**
+ * The real Multus (v4.3.0, from ../shared/multus or $PLEXUS_MULTUS_BIN: a directory of plain or .xz binaries), for
+ * tests of moving a node off it. An .xz binary is decompressed once into a cache under the temp directory.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { ROOT } from './daemon';
+
+const multusDir = (): string => process.env.PLEXUS_MULTUS_BIN ?? resolve(ROOT, '../shared/multus');
+
+/** The path of a Multus binary (multus, multus-shim, multus-daemon); undefined when it is nowhere. */
+export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): string | undefined {
+  const plain = join(multusDir(), name);
+  if (existsSync(plain)) return plain;
+  const packed = `${plain}.xz`;
+  if (!existsSync(packed)) return undefined;
+  const st = statSync(packed);
+  const cached = join(tmpdir(), 'plexus-multus-bin', `${name}-${st.size}-${Math.floor(st.mtimeMs)}`);
+  if (!existsSync(cached)) {
+    mkdirSync(join(tmpdir(), 'plexus-multus-bin'), { recursive: true });
+    const partial = `${cached}.${process.pid}.partial`;
+    writeFileSync(partial, execFileSync('xz', ['-dc', packed], { maxBuffer: 256 << 20 }), { mode: 0o755 });
+    renameSync(partial, cached);
+  }
+  return cached;
+}
+
+/** Why the Multus tests cannot run here, or undefined. */
+export function multusMissing(): string | undefined {
+  return multusBinary('multus') ? undefined : `not available: multus (in $PLEXUS_MULTUS_BIN or ${multusDir()}, plain or .xz)`;
+}

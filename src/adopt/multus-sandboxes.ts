@@ -58,6 +58,17 @@ export class MultusSandboxes implements ForeignSandboxes {
     return err(new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand'));
   }
 
+  /** Multus's CHECK: each delegate in attach order, its plugins in order, with libcni's cached result. */
+  async check(req: ForeignDel): Promise<Result<void> | undefined> {
+    const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
+    if (cache.kind !== 'delegates') return undefined;
+    for (const d of cache.delegates) {
+      const r = await this.runDelegate('CHECK', req, d);
+      if (!r.ok) return err(r.error.withContext(`CHECK of ${req.containerId}, which Multus attached`));
+    }
+    return ok(undefined);
+  }
+
   list(): AdoptedSandbox[] {
     return listMultusCaches(this.o.cacheDir).flatMap((containerId) => {
       const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
@@ -68,23 +79,30 @@ export class MultusSandboxes implements ForeignSandboxes {
 
   /** libcni's DEL of one delegate: its plugins last first; stops at the first failure, as libcni does. */
   private async delDelegate(req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
+    const r = await this.runDelegate('DEL', req, d);
+    if (r.ok) rmSync(this.libcniCachePath(networkOf(d), req.containerId, d.ifname), { force: true });
+    return r;
+  }
+
+  /** One verb on a delegate's plugins, as libcni runs it: DEL last plugin first, CHECK in order (from 0.4.0). */
+  private async runDelegate(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
     const conf = JSON.parse(d.config) as Json;
     const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
-    const network = typeof conf.name === 'string' ? conf.name : d.name;
+    const network = networkOf(d);
     const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
+    if (command === 'CHECK' && compareVersions(cniVersion, '0.4.0') < 0) return ok(undefined);
     const cached = this.libcniCache(network, req.containerId, d.ifname);
     const netns = req.netns !== '' && existsSync(req.netns) ? req.netns : '';
     const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
-    for (const plugin of [...plugins].reverse()) {
+    for (const plugin of command === 'DEL' ? [...plugins].reverse() : plugins) {
       const type = String(plugin.type ?? '');
       const path = await findPlugin(type, this.o.cniBinDir);
       const context = `network ${network} (${d.ifname}), plugin ${type}`;
       if (!path.ok) return err(path.error.withContext(context));
       const stdin = JSON.stringify(pluginConfig(plugin, network, cniVersion, cached));
-      const r = await this.o.exec({ command: 'DEL', type, network, path: path.value, stdin, containerId: req.containerId, netns, ifname: d.ifname, args, cniPath: this.o.cniBinDir });
+      const r = await this.o.exec({ command, type, network, path: path.value, stdin, containerId: req.containerId, netns, ifname: d.ifname, args, cniPath: this.o.cniBinDir });
       if (!r.ok) return err(r.error.withContext(context));
     }
-    rmSync(this.libcniCachePath(network, req.containerId, d.ifname), { force: true });
     return ok(undefined);
   }
 
@@ -104,6 +122,12 @@ export class MultusSandboxes implements ForeignSandboxes {
       return {}; // libcni goes on without a cached result too
     }
   }
+}
+
+/** The network's CNI name, as libcni names its cache files. */
+function networkOf(d: CachedDelegate): string {
+  const name = (JSON.parse(d.config) as Json).name;
+  return typeof name === 'string' ? name : d.name;
 }
 
 const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);

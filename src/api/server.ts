@@ -97,6 +97,7 @@ export class DaemonServer {
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
     if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, pid: process.pid, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
     if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
+    if (req.method === 'GET' && url.pathname === '/v1/adopted') return send(res, 200, JSON.stringify(this.engine.adopted()));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.listNetworks();
       return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));

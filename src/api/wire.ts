@@ -44,3 +44,6 @@ export function toWireAttachment(r: AttachmentRecord): WireAttachment {
     ...(r.unreadable ? { unreadable: r.unreadable } : {}),
   };
 }
+
+/** A sandbox another plugin made (Multus's) that plexusd tears down as it would: GET /v1/adopted. */
+export type { AdoptedSandbox as WireAdoptedSandbox } from '../engine/foreign-sandboxes';

@@ -1,7 +1,7 @@
 /** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
-import type { WireAttachment as AttachmentRecord, WireGcReport as SweepReport } from '../api/wire';
+import type { WireAdoptedSandbox as AdoptedSandbox, WireAttachment as AttachmentRecord, WireGcReport as SweepReport } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
@@ -74,8 +74,14 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   switch (command) {
     case 'attachments': {
       const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
+      // Sandboxes Multus made before Plexus took the node over: removed as Multus would, listed after Plexus's own.
+      const adopted = (await call(socket, '/v1/adopted')) as AdoptedSandbox[];
       if (json) out(JSON.stringify(records, null, 2));
-      else out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), r.state])]));
+      else {
+        const own = records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), r.state]);
+        const theirs = adopted.map((a) => [a.containerId, a.networks.map((n) => n.ifname).join(','), '-', a.networks.map((n) => n.name).join(','), '-', `adopted (${a.maker})`]);
+        out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...own, ...theirs]));
+      }
       return 0;
     }
     case 'show': {

@@ -22,7 +22,7 @@ import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
-import type { ForeignSandboxes } from './foreign-sandboxes';
+import type { AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
@@ -551,6 +551,11 @@ export class AttachmentEngine {
     return ok(undefined);
   }
 
+  /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl. */
+  adopted(): AdoptedSandbox[] {
+    return this.options.foreign?.list() ?? [];
+  }
+
   /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */
   private report(tell: (sink: StatusSink) => void): void {
     try {
@@ -563,6 +568,8 @@ export class AttachmentEngine {
   check(req: AttachRequest): Promise<Result<void>> {
     return this.containerLocks.run(req.containerId, async () => {
       const record = await this.journal.load(req.containerId, req.ifname);
+      const adopted = record ? undefined : await this.options.foreign?.check(req);
+      if (adopted) return adopted;
       if (!record?.result || record.deleting) return err(new CniError(CniCode.UnknownContainer, `no attachment ${req.ifname} is known for container ${req.containerId}`));
       const verified = await this.verify(record.result, req.netns);
       if (!verified.ok) return verified;

@@ -25,6 +25,8 @@ export interface AdoptedSandbox {
 export interface ForeignSandboxes {
   /** Tears the sandbox down as its maker would; undefined when it is not one of these sandboxes. */
   del(req: ForeignDel): Promise<Result<void> | undefined>;
+  /** Checks the sandbox as its maker would; undefined when it is not one of these sandboxes. */
+  check(req: ForeignDel): Promise<Result<void> | undefined>;
   /** The sandboxes still held, for plexusctl. */
   list(): AdoptedSandbox[];
 }

@@ -5,11 +5,11 @@
  * Debian's reference plugins as its delegates; plexusd is real and gets the DEL through plexus-cni.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { multusBinary, multusMissing } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
@@ -67,6 +67,9 @@ function multusAdd(pod: Pod): void {
   });
   assert.equal(r.status, 0, `multus ADD: ${r.stdout} ${r.stderr}`);
 }
+const plexusCheck = (pod: Pod) =>
+  daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({}, '1.0.0') });
+const plexusctl = (...args: string[]): string => execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args], { encoding: 'utf8' });
 const plexusDel = (pod: Pod, netns = pod.netns) =>
   daemon.cni({ command: 'DEL', containerId: pod.cid, netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({}, '1.0.0') });
 const leases = (network: string): string[] => {
@@ -86,6 +89,15 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: missi
     assert.equal(leases('podnet').length, 1);
     assert.equal(leases('mvnet').length, 1);
     assert.ok(caches().includes(pod.cid));
+    const line = plexusctl('attachments').split('\n').find((l) => l.startsWith(pod.cid));
+    assert.match(line ?? '', /eth0,net1,net2\s+-\s+podnet,mvnet,staticnet\s+-\s+adopted \(multus\)/);
+    const checked = await plexusCheck(pod);
+    assert.equal(checked.code, 0, `CHECK as Multus would: ${checked.stdout}`);
+    ip('-n', pod.ns, 'link', 'set', 'net1', 'down');
+    ip('-n', pod.ns, 'addr', 'flush', 'dev', 'net1');
+    const broken = await plexusCheck(pod);
+    assert.notEqual(broken.code, 0, 'CHECK fails once net1 lost its address');
+    assert.match(String(broken.json?.msg), /network mvnet \(net1\)/);
     const out = await plexusDel(pod);
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(podLinks(pod.ns), []);

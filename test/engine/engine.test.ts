@@ -98,6 +98,34 @@ describe('the engine on an in-memory kernel', () => {
     assert.deepEqual((await leases()).filter((l) => l.startsWith('blue')), ['blue co eth1:net1'], 'the old lease is released, the new one kept');
   });
 
+  it('a repeated ADD of a committed container and interface that asks for other networks is refused with code 4', async () => {
+    const netns = pod('r');
+    const first = await bed.engine.add(request('ADD', 'cr', netns, 'blue, red'));
+    assert.ok(first.ok);
+    const ops = bed.kernel.log.length;
+    const other = await bed.engine.add(request('ADD', 'cr', netns, 'blue'));
+    assert.ok(!other.ok);
+    assert.equal(other.error.code, 4);
+    assert.match(other.error.message, /CNI_CONTAINERID cr with CNI_IFNAME eth0 is attached already, to other networks/);
+    assert.match(other.error.details, /attached \(runtime network plexus\): default\/podnet as eth0, default\/blue as net1, default\/red as net2; asked: default\/podnet as eth0, default\/blue as net1/);
+    assert.equal(bed.kernel.log.length, ops, 'nothing was touched');
+    const retry = await bed.engine.add(request('ADD', 'cr', netns, 'blue, red'));
+    assert.ok(retry.ok && first.ok);
+    assert.deepEqual(retry.value, first.value, 'the same ADD again is a retry: the stored answer');
+  });
+
+  it('a pod interface name the netns already has is refused with code 7 before anything is recorded or made', async () => {
+    const netns = pod('t');
+    await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net2' } }]);
+    const r = await bed.engine.add(request('ADD', 'ct', netns));
+    assert.ok(!r.ok);
+    assert.equal(r.error.code, 7);
+    assert.match(r.error.message, /^interface net2 already exists in /);
+    assert.deepEqual(bed.kernel.links(netns), ['net2']);
+    assert.deepEqual(await leases(), []);
+    assert.deepEqual(await bed.journal.list(), []);
+  });
+
   it('after a crash before commit, undoUnfinished removes what the cut-off ADD made', async () => {
     const netns = pod('e');
     assert.ok((await bed.engine.add(request('ADD', 'ce', netns))).ok);

@@ -14,3 +14,14 @@ export const attachmentId = (containerId: string, runtimeIfname: string, podIfna
 /** `hex` hexadecimal digits of the attachment identity's SHA-256: a short name part no other attachment has. */
 export const attachmentHash = (containerId: string, runtimeIfname: string, podIfname: string, hex: number): string =>
   createHash('sha256').update(attachmentId(containerId, runtimeIfname, podIfname)).digest('hex').slice(0, hex);
+
+/** Link groups "PY…": beside the "PX…" range the kernel layer uses for batched host deletions, handed out by no tool. */
+const POD_LINK_MARK_BASE = 0x50590000;
+
+/**
+ * The link group Plexus gives a link it creates in a pod for one attachment (set in the same netlink request that
+ * creates it). An undo step deletes a pod link of its name only when the link carries this mark: an interface of that
+ * name that Plexus did not make for this attachment (another plugin's, another pod's) is never deleted.
+ */
+export const podLinkMark = (containerId: string, runtimeIfname: string, podIfname: string): number =>
+  POD_LINK_MARK_BASE + parseInt(attachmentHash(containerId, runtimeIfname, podIfname, 4), 16);

@@ -42,7 +42,7 @@ export const hostDeviceDriver: Driver<HostDeviceConfig> = {
     const ipam = await allocatePodIps(req, env, conf.ipam);
     if (!ipam.ok) return ipam;
 
-    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName });
+    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName, ...(device.value.mac ? { mac: device.value.mac } : {}) });
     const plumbed = await plumbPodInterface(req, env, {
       create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
       createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),

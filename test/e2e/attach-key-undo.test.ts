@@ -4,6 +4,8 @@
  * Real plexusd, real shim, real namespaces.
  */
 import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs, ShimOutput } from '../support/daemon';
 import { ip, NetnsFixture, TestNetns, uniquePrefix } from '../support/netns';
@@ -80,3 +82,27 @@ describe('a pod interface name that is taken', () => {
     assert.deepEqual(daemon.leases('mv'), []);
   });
 });
+
+describe('recovery of a half-done ADD (the daemon killed before commit)', () => {
+  it('deletes the net1 the ADD made, and leaves a net1 someone else made in its place', async () => {
+    const made = newPod();
+    const replaced = newPod();
+    for (const pod of [made, replaced]) assert.equal((await call('ADD', pod, 'mv')).code, 0);
+    await daemon.kill('SIGKILL');
+    // The crash: both records have every step, and no committed line.
+    for (const pod of [made, replaced]) {
+      const file = join(daemon.stateDir, 'journal', `${pod.cid}@eth0.jsonl`);
+      writeFileSync(file, readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"t":"committed"')).join('\n'));
+    }
+    // In the second pod, the macvlan is gone and another plugin's net1 took the name (as if the create never happened).
+    assert.equal(replaced.ns.exec('ip', 'link', 'del', 'net1').status, 0);
+    assert.equal(replaced.ns.exec('ip', 'link', 'add', 'net1', 'type', 'bridge').status, 0);
+    const foreign = linkOf(replaced.ns, 'net1');
+    await daemon.start();
+    assert.equal(linkOf(made.ns, 'net1'), '', 'the macvlan Plexus made is deleted');
+    assert.equal(linkOf(replaced.ns, 'net1'), foreign, 'the net1 Plexus did not make stays');
+    assert.deepEqual(daemon.journalFiles(), []);
+    assert.deepEqual(daemon.leases('mv'), []);
+  });
+});
+

@@ -237,6 +237,19 @@ describe('the engine on an in-memory kernel', () => {
       assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
     });
 
+    it('refuses with code 7 a network whose interface name the running pod\'s netns already has, changing nothing', async () => {
+      const netns = pod('h9');
+      assert.ok((await bed.engine.add(request('ADD', 'h9', netns, 'blue'))).ok);
+      await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net2' } }]);
+      const before = await bed.journal.load('h9', 'eth0');
+      const r = await bed.engine.changeNetworks('h9', 'eth0', networks('blue, red'));
+      assert.ok(!r.ok);
+      assert.equal(r.error.code, 7);
+      assert.match(r.error.message, /^interface net2 already exists in /);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
+      assert.deepEqual(await bed.journal.load('h9', 'eth0'), before);
+    });
+
     it('leaves the pod exactly as it was when an addition fails or the annotation is invalid', async () => {
       const netns = pod('h2');
       assert.ok((await bed.engine.add(request('ADD', 'h2', netns, 'blue'))).ok);

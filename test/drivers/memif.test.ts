@@ -44,6 +44,7 @@ describe('memif ports', () => {
     assert.equal(memifPortName('c0ffee', 'eth0', 'memif0'), a);
     assert.notEqual(memifPortName('c0ffee', 'eth0', 'memif1'), a);
     assert.notEqual(memifPortName('c0ffef', 'eth0', 'memif0'), a);
+    assert.notEqual(memifPortName('c0ffee', 'eth1', 'memif0'), a, 'the same container under another CNI_IFNAME');
   });
 
   it('serves the socket as memif server, on a path (not an abstract socket, which would not cross netns), with the secret', () => {

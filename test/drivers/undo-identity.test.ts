@@ -59,6 +59,16 @@ const kinds: readonly Kind[] = [
 /** `index name` of a link of the pod, or '' when it has none of that name. */
 const linkOf = (ns: TestNetns, name: string): string => ns.exec('ip', '-o', 'link', 'show', name).out.match(/^(\d+): ([^:@]+)/)?.slice(1, 3).join(' ') ?? '';
 
+it('host veth names are the attachment\'s own: another CNI_IFNAME of the same container gets another name', async () => {
+  const { createHash } = await import('node:crypto');
+  const a = hostVethName('c0ffee', 'eth0', 'net1');
+  assert.match(a, /^veth[0-9a-f]{11}$/);
+  assert.notEqual(hostVethName('c0ffee', 'eth1', 'net1'), a);
+  // The default network's (runtime and pod interface are one) is the name plexusd gave it before.
+  const before = `veth${createHash('sha256').update('c0ffee/eth0').digest('hex').slice(0, 11)}`;
+  assert.equal(hostVethName('c0ffee', 'eth0', 'eth0'), before);
+});
+
 describe('undo removes only what Plexus made, for every driver that makes a pod interface', () => {
   let uplinkMade = false;
   const request = (kind: Kind, pod: TestNetns): AttachRequest => {

@@ -44,7 +44,10 @@ export type UndoStep =
   | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec }
   /** Moves a host device (e.g. an SR-IOV VF) from the pod back to the host under its original name. */
   /** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
-  | { readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string; readonly mac?: string }
+  | {
+      readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string;
+      readonly mac?: string;
+    }
   /** Execs a delegated plugin's DEL with the very config bytes used at ADD. */
   | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv }
   /**

@@ -8,7 +8,8 @@ import type { UndoEnv, UndoHandlers, UndoStep } from './driver';
 import type { KernelCallError } from '../kernel/kernel';
 
 /** A pod netns that no longer exists took its links with it. */
-const netnsGone = (netns: string | undefined, e: KernelCallError): boolean => netns !== undefined && e.failure.op === 'open netns' && e.is('ENOENT');
+const netnsGone = (netns: string | undefined, e: KernelCallError): boolean =>
+  netns !== undefined && e.failure.op === 'open netns' && e.is('ENOENT');
 
 /** The step kinds every driver may record. */
 export const genericUndo: UndoHandlers = {

@@ -72,12 +72,12 @@ const attachmentsOf = (record: AttachmentRecord): number => record.details?.atta
 /** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
 const RECENTLY_REMOVED_KEPT = 4096;
 
-const repeatedAddDiffers = (req: AttachRequest, record: AttachmentRecord, recorded: readonly string[], asked: readonly string[]): CniError =>
-  new CniError(
-    CniCode.InvalidEnvironment,
-    `CNI_CONTAINERID ${req.containerId} with CNI_IFNAME ${req.ifname} is attached already, to other networks than this ADD asks for`,
-    `attached (runtime network ${record.meta.cniNetwork}): ${recorded.join(', ') || 'none'}; asked: ${asked.join(', ') || 'none'}. DEL it before adding it again`,
-  );
+function repeatedAddDiffers(req: AttachRequest, record: AttachmentRecord, recorded: readonly string[], asked: readonly string[]): CniError {
+  const what = `CNI_CONTAINERID ${req.containerId} with CNI_IFNAME ${req.ifname}`;
+  const attached = `attached (runtime network ${record.meta.cniNetwork}): ${recorded.join(', ') || 'none'}`;
+  const message = `${what} is attached already, to other networks than this ADD asks for`;
+  return new CniError(CniCode.InvalidEnvironment, message, `${attached}; asked: ${asked.join(', ') || 'none'}. DEL it before adding it again`);
+}
 
 const unreadableRecord = (record: AttachmentRecord): CniError =>
   new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
@@ -175,7 +175,8 @@ export class AttachmentEngine {
     if (existing?.result && !existing.deleting) {
       // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
       if (existing.meta.netns !== req.netns) {
-        return err(new CniError(CniCode.InvalidEnvironment, `container ${req.containerId} already has ${req.ifname} attached in ${existing.meta.netns}`, 'DEL it before adding it again'));
+        const message = `container ${req.containerId} already has ${req.ifname} attached in ${existing.meta.netns}`;
+        return err(new CniError(CniCode.InvalidEnvironment, message, 'DEL it before adding it again'));
       }
       const other = this.otherAttachments(existing, req, podAnnotations);
       return other ? err(other) : ok(existing.result);
@@ -249,7 +250,11 @@ export class AttachmentEngine {
    * per CNI_CONTAINERID and CNI_IFNAME until DEL; only a retry gets the stored answer. A plan that cannot be made now (a
    * network deleted since) cannot be compared: the record's answer stands.
    */
-  private otherAttachments(record: AttachmentRecord, req: AttachRequest, podAnnotations: Readonly<Record<string, string>> | undefined): CniError | undefined {
+  private otherAttachments(
+    record: AttachmentRecord,
+    req: AttachRequest,
+    podAnnotations: Readonly<Record<string, string>> | undefined,
+  ): CniError | undefined {
     const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
     let asked: string[] | undefined;
     if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];

@@ -11,11 +11,16 @@ const nameTaken = (netns: string, taken: readonly string[]): CniError =>
   new CniError(
     CniCode.InvalidNetworkConfig,
     `interface ${taken.join(', ')} already exists in ${netns}`,
-    'another plugin or sandbox made it: ask for another interface name ("@name" or "interface" in the selection), or remove what holds it',
+    'another plugin or sandbox made it: ask for another interface name ("@name" or "interface" in the selection), '
+      + 'or remove what holds it',
   );
 
 /** Fails naming every planned pod interface that `netns` already has. */
-export async function refuseTakenNames(kernel: KernelPort, netns: string, ifnames: readonly string[]): Promise<Result<void>> {
+export async function refuseTakenNames(
+  kernel: KernelPort,
+  netns: string,
+  ifnames: readonly string[],
+): Promise<Result<void>> {
   const listed = await kernel.batch(netns, [{ op: 'linkList' }]);
   if (!listed.ok) return err(kernelError(listed.error, `listing the interfaces of ${netns}`));
   const present = new Set(listed.value[0].map((l) => l.name));

@@ -149,7 +149,8 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   for (const p of pending) {
     if (p.explicit === undefined) continue;
     if (RESERVED_IFNAMES.includes(p.explicit)) {
-      return invalid(`${p.label}: interface "${p.explicit}" is the pod's loopback, which no network may be attached as`, 'choose another interface name');
+      const message = `${p.label}: interface "${p.explicit}" is the pod's loopback, which no network may be attached as`;
+      return invalid(message, 'choose another interface name');
     }
     const earlier = owners.get(p.explicit);
     if (earlier) return invalid(`${p.label}: interface "${p.explicit}" is already taken by ${earlier}`);

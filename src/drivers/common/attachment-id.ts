@@ -15,7 +15,7 @@ export const attachmentId = (containerId: string, runtimeIfname: string, podIfna
 export const attachmentHash = (containerId: string, runtimeIfname: string, podIfname: string, hex: number): string =>
   createHash('sha256').update(attachmentId(containerId, runtimeIfname, podIfname)).digest('hex').slice(0, hex);
 
-/** Link groups "PY…": beside the "PX…" range the kernel layer uses for batched host deletions, handed out by no tool. */
+/** Link groups "PY…": beside the "PX…" range of the kernel layer's batched host deletions; no tool hands them out. */
 const POD_LINK_MARK_BASE = 0x50590000;
 
 /**

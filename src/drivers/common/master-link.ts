@@ -60,7 +60,10 @@ export async function attachMasterLink<Mode extends string>(
   if (!ipam.ok) return ipam;
 
   const group = await recordPodLink(req, env);
-  const base = { name: req.ifname, netns: req.netns, master: master.value, group, ...(conf.mtu ? { mtu: conf.mtu } : {}) };
+  const base = {
+    name: req.ifname, netns: req.netns, master: master.value, group,
+    ...(conf.mtu ? { mtu: conf.mtu } : {}),
+  };
   const link =
     kind === 'macvlan'
       ? { ...base, kind, mode: conf.mode as never, ...(req.mac ? { mac: req.mac } : {}) }

@@ -24,9 +24,11 @@ export async function allocatePodIps(req: AttachRequest, env: DriverEnv, ipam: I
     return ok(undefined);
   }
   // The lease's owner is the whole attachment; the step names it exactly, so its undo releases no other's lease.
-  const owner = { network: req.network.cniName, containerId: req.containerId, ifname: leaseInterface(req.runtimeIfname, req.ifname) };
+  const ifname = leaseInterface(req.runtimeIfname, req.ifname);
+  const owner = { network: req.network.cniName, containerId: req.containerId, ifname };
   await env.record({ kind: 'releaseIpam', ...owner });
-  const allocated = await env.ipam.allocate({ ...owner, config: ipam, requestedIps: req.ips, pod: req.pod, ...(req.options?.ipamClaim ? { claim: req.options.ipamClaim } : {}) });
+  const claim = req.options?.ipamClaim ? { claim: req.options.ipamClaim } : {};
+  const allocated = await env.ipam.allocate({ ...owner, config: ipam, requestedIps: req.ips, pod: req.pod, ...claim });
   if (!allocated.ok) return err(allocated.error.withContext(`network ${req.network.key}`));
   return ok(allocated.value);
 }

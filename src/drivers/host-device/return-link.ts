@@ -24,7 +24,9 @@ export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
 export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: KernelPort): Promise<Result<void>> {
   if (step.mac !== undefined) {
     const found = await kernel.getLink(step.netns, step.name);
-    if (!found.ok) return netnsGone(step, found.error) ? ok(undefined) : err(kernelError(found.error, `looking up ${step.name} in ${step.netns}`));
+    if (!found.ok) {
+      return netnsGone(step, found.error) ? ok(undefined) : err(kernelError(found.error, `looking up ${step.name} in ${step.netns}`));
+    }
     // Gone, or another interface of that name (the move never happened): not the device Plexus moved, so it stays.
     if (found.value?.mac !== step.mac) return ok(undefined);
   }

@@ -69,9 +69,11 @@ const REMOVALS_KEPT_MS = 10 * 60_000;
 export const memifPortName = (containerId: string, runtimeIfname: string, podIfname: string): string =>
   `pxm${attachmentHash(containerId, runtimeIfname, podIfname, 12)}`;
 
-/** The socket directory's name: container and pod interface, and a hash of the whole attachment when the runtime's interface is another. */
-const socketDirName = (req: AttachRequest): string =>
-  `${req.containerId.slice(0, 24)}-${req.ifname}${req.runtimeIfname === req.ifname ? '' : `-${attachmentHash(req.containerId, req.runtimeIfname, req.ifname, 8)}`}`;
+/** The socket directory's name: container and pod interface, and the attachment's hash when the runtime's is another. */
+function socketDirName(req: AttachRequest): string {
+  const base = `${req.containerId.slice(0, 24)}-${req.ifname}`;
+  return req.runtimeIfname === req.ifname ? base : `${base}-${attachmentHash(req.containerId, req.runtimeIfname, req.ifname, 8)}`;
+}
 
 export const memifDevargs = (port: string, socket: string, secret: string): string =>
   `net_memif_${port},role=server,id=0,socket=${socket},socket-abstract=no,secret=${secret}`;

@@ -111,6 +111,20 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
     });
   }
 
+  it('tap: an existing tap of the name (another pod\'s, another plugin\'s) is an error, never taken over', async () => {
+    const pod = fx.create('tapx');
+    assert.equal(pod.exec('ip', 'tuntap', 'add', 'net1', 'mode', 'tap').status, 0);
+    const before = linkOf(pod, 'net1');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const kind = kinds.find((k) => k.name === 'tap')!;
+    const r = await attachParsed(kind.driver(), request(kind, pod), rec.env);
+    assert.ok(!r.ok);
+    assert.match(r.error.message, /net1 already exists/);
+    await rec.undo();
+    assert.equal(linkOf(pod, 'net1'), before);
+    assert.doesNotMatch(ip('-n', pod.name, 'addr', 'show', 'net1'), /inet /, 'no address was put on it');
+  });
+
   it('a pod link of the same name that another attachment made is not deleted by this one\'s undo', async () => {
     const pod = fx.create('other');
     const mine = new RecordingEnv(bed.kernel, bed.ipam);

@@ -5,7 +5,7 @@
  * Real plexusd, real shim, real namespaces.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs, ROOT, ShimOutput } from '../support/daemon';
@@ -120,3 +120,37 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
     assert.deepEqual(daemon.journalFiles(), []);
   });
 });
+
+describe('after an upgrade: a record and leases the previous plexusd wrote (owner: the bare pod interface)', () => {
+  const old: Side = { ...side('old'), ifname: 'eth0' };
+  const fresh: Side = { ...side('new'), ifname: 'eth1' };
+  const oldCid = `${prefix}up`;
+  const callOn = (command: 'ADD' | 'DEL', s: Side): Promise<ShimOutput> =>
+    daemon.cni({ command, containerId: oldCid, netns: s.netns, ifname: s.ifname, args: podArgs('upgraded', oldCid), config: config('lan') });
+  /** Rewrites a file's text: what the previous plexusd wrote differs from this one's only in the owner's interface. */
+  const rewrite = (path: string, from: string, to: string): void => writeFileSync(path, readFileSync(path, 'utf8').split(from).join(to));
+
+  it('keeps those leases at start, gives the same container under eth1 its own, and releases them at the DEL', async () => {
+    assert.equal((await callOn('ADD', old)).code, 0);
+    await daemon.kill('SIGTERM');
+    rewrite(join(daemon.stateDir, 'journal', `${oldCid}@eth0.jsonl`), '"ifname":"eth0:', '"ifname":"');
+    for (const network of ['podnet', 'lan']) {
+      for (const [address, owner] of leases(network)) {
+        if (owner.startsWith(`${oldCid} `)) rewrite(join(daemon.stateDir, 'ipam', network, address), '\neth0:', '\n');
+      }
+    }
+    const oldLan = [...leases('lan')].filter(([, owner]) => owner === `${oldCid} net1`).map(([address]) => address);
+    assert.equal(oldLan.length, 1, 'the lan lease is in the old format');
+    await daemon.start();
+    assert.deepEqual([...leases('lan').keys()].filter((a) => oldLan.includes(a)), oldLan, 'recovery kept it: its record holds it');
+    assert.equal((await callOn('ADD', fresh)).code, 0);
+    const newLan = addressOf(fresh, 'net1');
+    assert.notEqual(newLan, oldLan[0]);
+    assert.equal((await callOn('DEL', old)).code, 0);
+    assert.deepEqual([...leases('lan')].filter(([, owner]) => owner.startsWith(`${oldCid} `)), [[newLan, `${oldCid} eth1:net1`]]);
+    assert.equal((await callOn('DEL', fresh)).code, 0);
+    assert.equal(leases('lan').size, 0);
+    assert.equal(leases('podnet').size, 0);
+  });
+});
+

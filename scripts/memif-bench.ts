@@ -55,8 +55,8 @@ async function main(): Promise<void> {
     // Packets per second from the first pod's client to the second's, through one flow each way.
     const [a, b] = made;
     if (!a || !b) throw new Error('need two pods');
-    const portA = memifPortName(a.cid, 'eth0');
-    const portB = memifPortName(b.cid, 'eth0');
+    const portA = memifPortName(a.cid, 'eth0', 'eth0');
+    const portB = memifPortName(b.cid, 'eth0', 'eth0');
     ovs.ofctl(bridge, 'del-flows');
     ovs.ofctl(bridge, 'add-flow', `in_port=${portA},actions=output:${portB}`);
     ovs.ofctl(bridge, 'add-flow', `in_port=${portB},actions=output:${portA}`);

@@ -30,11 +30,24 @@ export interface DelegateEnv {
 
 /** One step that undoes one change. Undo steps are idempotent: undoing what is already gone succeeds. */
 export type UndoStep =
-  | { readonly kind: 'deleteLink'; readonly netns?: string; readonly name: string }
+  /**
+   * Deletes a link. `mark`: the link group the link was created with (a pod link: common/pod-link.ts); a link of that
+   * name without it is not the one Plexus made, and is left alone. Steps without a mark (host veths, whose names are the
+   * attachment's own, and steps an older plexusd wrote) delete by name.
+   */
+  | { readonly kind: 'deleteLink'; readonly netns?: string; readonly name: string; readonly mark?: number }
+  /**
+   * Releases the leases of one owner: `ifname` is the lease's interface (ipam/lease-key.ts), `<runtime>:<pod>` since
+   * leases are keyed by the whole attachment, the bare pod interface in steps an older plexusd wrote.
+   */
   | { readonly kind: 'releaseIpam'; readonly network: string; readonly containerId: string; readonly ifname: string }
   | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec }
   /** Moves a host device (e.g. an SR-IOV VF) from the pod back to the host under its original name. */
-  | { readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string }
+  /** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
+  | {
+      readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string;
+      readonly mac?: string;
+    }
   /** Execs a delegated plugin's DEL with the very config bytes used at ADD. */
   | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv }
   /**
@@ -54,7 +67,13 @@ export interface PodIdentity {
 export interface AttachRequest {
   readonly containerId: string;
   readonly netns: string;
+  /** The interface in the pod (net1, data0, or the runtime's own for the default network). */
   readonly ifname: string;
+  /**
+   * The runtime's CNI_IFNAME. With the container ID and `ifname` it is the attachment's identity: a container may be
+   * ADDed under several CNI_IFNAMEs, so everything made for an attachment (leases, host names) is keyed by all three.
+   */
+  readonly runtimeIfname: string;
   readonly pod: PodIdentity;
   readonly network: NetworkDefinition;
   readonly plugin: PluginConfig;

@@ -5,13 +5,25 @@
 import { kernelError } from './common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { UndoEnv, UndoHandlers, UndoStep } from './driver';
+import type { KernelCallError } from '../kernel/kernel';
+
+/** A pod netns that no longer exists took its links with it. */
+const netnsGone = (netns: string | undefined, e: KernelCallError): boolean =>
+  netns !== undefined && e.failure.op === 'open netns' && e.is('ENOENT');
 
 /** The step kinds every driver may record. */
 export const genericUndo: UndoHandlers = {
   deleteLink: async (step, { kernel }) => {
+    // Plexus never makes a loopback: a step naming lo (an older plexusd let a pod ask for it) has nothing to undo.
+    if (step.name === 'lo') return ok(undefined);
+    if (step.mark !== undefined) {
+      const found = await kernel.getLink(step.netns, step.name);
+      if (!found.ok) return netnsGone(step.netns, found.error) ? ok(undefined) : err(kernelError(found.error));
+      // Gone, or not the link Plexus made for this attachment (another plugin's, another pod's): nothing of ours.
+      if (found.value?.group !== step.mark) return ok(undefined);
+    }
     const r = await kernel.deleteLink(step.netns, step.name);
-    // A pod netns that no longer exists took its links with it.
-    if (!r.ok && !(step.netns && r.error.failure.op === 'open netns' && r.error.is('ENOENT'))) return err(kernelError(r.error));
+    if (!r.ok && !netnsGone(step.netns, r.error)) return err(kernelError(r.error));
     return ok(undefined);
   },
   releaseIpam: async (step, { ipam }) => {

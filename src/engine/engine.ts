@@ -26,6 +26,7 @@ import type { AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { PodSource } from './pod-source';
 import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
+import { refuseTakenNames } from './taken-names';
 import { noStatusSink, type StatusSink } from './status-sink';
 import { loadDeviceInfo } from '../deviceplugin/device-info';
 
@@ -73,6 +74,13 @@ const attachmentsOf = (record: AttachmentRecord): number => record.details?.atta
 
 /** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
 const RECENTLY_REMOVED_KEPT = 4096;
+
+function repeatedAddDiffers(req: AttachRequest, record: AttachmentRecord, recorded: readonly string[], asked: readonly string[]): CniError {
+  const what = `CNI_CONTAINERID ${req.containerId} with CNI_IFNAME ${req.ifname}`;
+  const attached = `attached (runtime network ${record.meta.cniNetwork}): ${recorded.join(', ') || 'none'}`;
+  const message = `${what} is attached already, to other networks than this ADD asks for`;
+  return new CniError(CniCode.InvalidEnvironment, message, `${attached}; asked: ${asked.join(', ') || 'none'}. DEL it before adding it again`);
+}
 
 const unreadableRecord = (record: AttachmentRecord): CniError =>
   new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
@@ -168,9 +176,13 @@ export class AttachmentEngine {
   private async addLocked(req: AttachRequest, podAnnotations: Readonly<Record<string, string>> | undefined): Promise<Result<CniResult>> {
     const existing = await this.journal.load(req.containerId, req.ifname);
     if (existing?.result && !existing.deleting) {
-      // A retried ADD (e.g. after a lost reply) gets the same answer; a clash with another netns is an error.
-      if (existing.meta.netns === req.netns) return ok(existing.result);
-      return err(new CniError(CniCode.InvalidEnvironment, `container ${req.containerId} already has ${req.ifname} attached in ${existing.meta.netns}`, 'DEL it before adding it again'));
+      // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
+      if (existing.meta.netns !== req.netns) {
+        const message = `container ${req.containerId} already has ${req.ifname} attached in ${existing.meta.netns}`;
+        return err(new CniError(CniCode.InvalidEnvironment, message, 'DEL it before adding it again'));
+      }
+      const other = this.otherAttachments(existing, req, podAnnotations);
+      return other ? err(other) : ok(existing.result);
     }
     if (existing) {
       const cleaned = await this.undoRecord(existing);
@@ -185,6 +197,8 @@ export class AttachmentEngine {
     const steps = withDevices.value;
     const netnsProblem = this.podNetnsProblem(req.netns);
     if (netnsProblem) return err(netnsProblem);
+    const free = await refuseTakenNames(this.kernel, req.netns, steps.map((s) => s.planned.ifname));
+    if (!free.ok) return free;
     const full = await this.reserveAttachments(steps.length);
     if (full) return err(full);
 
@@ -231,6 +245,30 @@ export class AttachmentEngine {
       const cause = e instanceof CniError ? e : new CniError(CniCode.Internal, `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`, (e as Error).stack ?? '');
       return err(await this.rollback(req, cause));
     }
+  }
+
+  /**
+   * Why a repeated ADD of a committed container and interface is not a retry of the one that made it: it names another
+   * runtime network, or its plan (networks and interface names) is another than the record's. The spec allows one ADD
+   * per CNI_CONTAINERID and CNI_IFNAME until DEL; only a retry gets the stored answer. A plan that cannot be made now (a
+   * network deleted since) cannot be compared: the record's answer stands.
+   */
+  private otherAttachments(
+    record: AttachmentRecord,
+    req: AttachRequest,
+    podAnnotations: Readonly<Record<string, string>> | undefined,
+  ): CniError | undefined {
+    const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
+    let asked: string[] | undefined;
+    if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];
+    else {
+      const planned = planPod(req, this.options, this.networks, this.drivers, podAnnotations);
+      if (!planned.ok) return undefined;
+      const steps = planned.value.map((s) => `${s.planned.network.key} as ${s.planned.ifname}`);
+      const mapped = record.details ? steps : planned.value.map((s) => s.planned.network.key);
+      if (mapped.length !== recorded.length || mapped.some((x) => !recorded.includes(x))) asked = steps;
+    }
+    return asked ? repeatedAddDiffers(req, record, recorded, asked) : undefined;
   }
 
   /** Runs one planned attachment, each of its changes journaled (for its network and interface) before it is made. */
@@ -305,6 +343,8 @@ export class AttachmentEngine {
       const add = change.value.add.map((a, i) => ({ ...a, step: devised.value[i]! }));
       const netnsProblem = this.podNetnsProblem(record.meta.netns);
       if (netnsProblem) return err(netnsProblem);
+      const free = await refuseTakenNames(this.kernel, record.meta.netns, add.map((a) => a.ifname));
+      if (!free.ok) return free;
       const full = await this.reserveAttachments(add.length);
       if (full) return err(full);
 

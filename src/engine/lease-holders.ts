@@ -1,8 +1,10 @@
 /**
- * Which IPAM leases the journal's attachments hold. A lease belongs to one attachment of a pod: its network,
- * container and *pod* interface (net1, data0, …), while a journal record is keyed by the runtime's interface
- * (eth0). The record's releaseIpam undo steps name exactly the leases it will release, and each is recorded
- * before its address is reserved, so they are the one complete list of leases a live attachment holds.
+ * Which IPAM leases the journal's attachments hold. A lease belongs to one attachment: its network, its container and
+ * its lease interface (ipam/lease-key.ts: the runtime's interface and the pod's, `eth0:net1`; the bare pod interface
+ * in leases an older plexusd made). The record's releaseIpam undo steps name exactly the leases it will release, and
+ * each is recorded before its address is reserved, so they are the one complete list of leases a live attachment
+ * holds. A lease is compared with a step by the whole owner, so one sandbox's record never holds (or releases) a lease
+ * of another that shares its container ID.
  */
 import type { Lease } from '../ipam';
 import type { AttachmentRecord } from './journal';

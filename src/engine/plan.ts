@@ -167,7 +167,7 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
     ...stringOption(req.runtimeConfig.get('infinibandGUID'), 'infinibandGUID'),
   };
   return ok({
-    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
+    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, runtimeIfname: req.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
     ips: [...req.args.ips, ...((fromRuntime as string[] | undefined) ?? [])], ...(mac ? { mac } : {}),
     runtimeConfig: req.runtimeConfig, options, cniArgs: rawArgs(req),
   });
@@ -183,7 +183,7 @@ function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodI
     ...(sel?.ipamClaimReference ? { ipamClaim: sel.ipamClaimReference } : {}),
   };
   return ok({
-    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
+    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, runtimeIfname: req.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
     ips: sel?.ips ?? [], ...(sel?.mac ? { mac: sel.mac } : {}), runtimeConfig, options, cniArgs: rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS),
   });
 }

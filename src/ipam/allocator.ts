@@ -16,6 +16,7 @@ export interface IpamRequest {
   /** Network name; leases are per network. */
   readonly network: string;
   readonly containerId: string;
+  /** The lease's interface: with the container, the owner a release must name exactly (lease-key.ts). */
   readonly ifname: string;
   readonly config: IpamConfig;
   /** "ip" or "ip/prefix", from CNI_ARGS IP= or runtimeConfig ips. */

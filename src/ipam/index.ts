@@ -3,4 +3,5 @@ export { parseIpamConfig, type DnsSpec, type IpamConfig, type IpRange, type Rout
 export { Ipam, type IpamRequest, type IpamResult } from './allocator';
 export type { IpamBackend } from './backend';
 export { type Lease, isSafeNetworkName } from './store';
+export { leaseInterface } from './lease-key';
 export { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';

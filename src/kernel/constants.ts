@@ -146,3 +146,5 @@ export const IFF_TAP = 0x0002;
 export const IFF_NO_PI = 0x1000;
 export const IFF_MULTI_QUEUE = 0x0100;
 export const IFF_VNET_HDR = 0x4000;
+/** TUNSETIFF fails (EBUSY) when the name exists, rather than attaching to an existing tap of that name. */
+export const IFF_TUN_EXCL = 0x8000;

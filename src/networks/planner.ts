@@ -14,6 +14,9 @@ import type { NetworkDefinition } from './nad';
 import { interfaceNameProblem } from '../cni/ifname';
 import { describeSelection, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
 
+/** Interface names a pod may not ask for: every netns has them, and Plexus neither makes nor deletes them. */
+const RESERVED_IFNAMES: readonly string[] = ['lo'];
+
 /** The prefix for generated interface names of one network (DANM's container_prefix). */
 export const INTERFACE_PREFIX_ANNOTATION = 'plexus.io/interface-prefix';
 /** "true": run this network's plugins as delegates even where a native driver exists. */
@@ -145,6 +148,10 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   if (!defaultNetwork) owners.set(options.defaultIfname, `the default network (${options.defaultIfname})`);
   for (const p of pending) {
     if (p.explicit === undefined) continue;
+    if (RESERVED_IFNAMES.includes(p.explicit)) {
+      const message = `${p.label}: interface "${p.explicit}" is the pod's loopback, which no network may be attached as`;
+      return invalid(message, 'choose another interface name');
+    }
     const earlier = owners.get(p.explicit);
     if (earlier) return invalid(`${p.label}: interface "${p.explicit}" is already taken by ${earlier}`);
     owners.set(p.explicit, p.who);

@@ -19,23 +19,23 @@ describe('bridge driver', () => {
     const pod = fx.create('shape');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, mtu: 1400, ipam: { type: 'host-local', subnet: subnet(1) } }, netns: pod.path, ifname: 'eth0' });
-    fx.trackHostLink(hostVethName(req.containerId, 'eth0'));
+    fx.trackHostLink(hostVethName(req.containerId, req.runtimeIfname, req.ifname));
     const result = must(await attachParsed(driver, req, rec.env));
 
-    assert.deepEqual(result.interfaces.map((i) => [i.name, i.sandbox ?? 'host']), [[bridge, 'host'], [hostVethName(req.containerId, 'eth0'), 'host'], ['eth0', pod.path]]);
+    assert.deepEqual(result.interfaces.map((i) => [i.name, i.sandbox ?? 'host']), [[bridge, 'host'], [hostVethName(req.containerId, req.runtimeIfname, req.ifname), 'host'], ['eth0', pod.path]]);
     assert.equal(result.ips[0]?.interface, 2, 'the IP points at the pod interface');
     assert.equal(result.ips[0]?.gateway, '10.233.1.1');
     assert.deepEqual(result.routes, [{ dst: '0.0.0.0/0', gw: '10.233.1.1' }]);
     assert.match(ip('addr', 'show', bridge), /inet 10\.233\.1\.1\/24/, 'isGateway puts the gateway on the bridge');
-    assert.match(ip('-d', 'link', 'show', hostVethName(req.containerId, 'eth0')), new RegExp(`master ${bridge} `));
+    assert.match(ip('-d', 'link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)), new RegExp(`master ${bridge} `));
     assert.match(ip('-n', pod.name, 'link', 'show', 'eth0'), /mtu 1400.*state UP|mtu 1400/);
     assert.match(ip('-n', pod.name, 'route', 'show', 'default'), /default via 10\.233\.1\.1 dev eth0/);
     assert.equal(ipTry('netns', 'exec', pod.name, 'ping', '-c', '1', '-W', '2', '10.233.1.1').status, 0, 'the pod reaches its gateway');
     const hostVethMac = result.interfaces[1]?.mac;
-    assert.match(ip('link', 'show', hostVethName(req.containerId, 'eth0')), new RegExp(`link/ether ${hostVethMac}`), 'the answered MAC is the kernel\'s');
+    assert.match(ip('link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)), new RegExp(`link/ether ${hostVethMac}`), 'the answered MAC is the kernel\'s');
 
     await rec.undo();
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(req.containerId, 'eth0')), [], 'undo removes the veth');
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(req.containerId, req.runtimeIfname, req.ifname)), [], 'undo removes the veth');
     assert.match(ip('link', 'show', bridge), new RegExp(bridge), 'the bridge stays: it serves every pod of the network');
   });
 

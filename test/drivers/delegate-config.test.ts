@@ -23,6 +23,7 @@ const request = (p: PluginConfig, extra: Partial<AttachRequest> = {}): AttachReq
   containerId: 'c1',
   netns: '/var/run/netns/x',
   ifname: 'net1',
+  runtimeIfname: 'eth0',
   pod: {},
   network: { plugins: [p] } as unknown as NetworkDefinition,
   plugin: p,

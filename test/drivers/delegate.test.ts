@@ -109,6 +109,7 @@ function request(net: NetworkDefinition, pod: TestNetns, extra: Partial<AttachRe
     containerId: unique('ctr'),
     netns: pod.path,
     ifname: 'eth1',
+    runtimeIfname: 'eth0',
     pod: { namespace: 'default', name: 'pod' },
     network: net,
     plugin,

@@ -52,7 +52,7 @@ describe('host-device driver', () => {
     const network = `${prefix}-b`;
     must(await attachParsed(hostDeviceDriver, attachRequest({ network, config: { type: 'host-device', device: dev.name, ipam: { type: 'host-local', subnet: '10.241.1.0/24' } }, netns: pod.path }), rec.env));
     assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'returnLink']);
-    assert.deepEqual(rec.steps[1], { kind: 'returnLink', netns: pod.path, name: 'net1', hostName: dev.name });
+    assert.deepEqual(rec.steps[1], { kind: 'returnLink', netns: pod.path, name: 'net1', hostName: dev.name, mac: dev.mac });
     await rec.undo();
     assert.equal(onHost(dev.name), true, 'back on the host with its name');
     assert.match(ip('link', 'show', dev.name), new RegExp(dev.mac));

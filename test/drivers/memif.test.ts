@@ -39,11 +39,12 @@ describe('memif config', () => {
 
 describe('memif ports', () => {
   it('names a port after its container and interface: short, stable, distinct', () => {
-    const a = memifPortName('c0ffee', 'memif0');
+    const a = memifPortName('c0ffee', 'eth0', 'memif0');
     assert.match(a, /^pxm[0-9a-f]{12}$/);
-    assert.equal(memifPortName('c0ffee', 'memif0'), a);
-    assert.notEqual(memifPortName('c0ffee', 'memif1'), a);
-    assert.notEqual(memifPortName('c0ffef', 'memif0'), a);
+    assert.equal(memifPortName('c0ffee', 'eth0', 'memif0'), a);
+    assert.notEqual(memifPortName('c0ffee', 'eth0', 'memif1'), a);
+    assert.notEqual(memifPortName('c0ffef', 'eth0', 'memif0'), a);
+    assert.notEqual(memifPortName('c0ffee', 'eth1', 'memif0'), a, 'the same container under another CNI_IFNAME');
   });
 
   it('serves the socket as memif server, on a path (not an abstract socket, which would not cross netns), with the secret', () => {

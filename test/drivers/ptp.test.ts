@@ -45,7 +45,7 @@ describe('ptp driver', () => {
     const ref = { pod: fx.create('ref'), s3: `10.${octet}.62`, v6: `fd00:${octet.toString(16)}:62::` };
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-p`, config: ptpConfig(ours.s3, ours.v6), netns: ours.pod.path, ifname: 'eth0' });
-    const host = hostVethName(req.containerId, 'eth0');
+    const host = hostVethName(req.containerId, req.runtimeIfname, req.ifname);
     fx.trackHostLink(host);
     const result = must(await attachParsed(ptpDriver, req, rec.env));
 

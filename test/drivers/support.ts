@@ -34,6 +34,8 @@ export function attachRequest(opts: {
   readonly config: Record<string, unknown>;
   readonly netns: string;
   readonly ifname?: string;
+  /** The runtime's CNI_IFNAME (default: the pod interface, as for a default network). */
+  readonly runtimeIfname?: string;
   readonly containerId?: string;
   readonly ips?: readonly string[];
   readonly mac?: string;
@@ -45,6 +47,7 @@ export function attachRequest(opts: {
     containerId: opts.containerId ?? `c-${Math.random().toString(16).slice(2, 12)}`,
     netns: opts.netns,
     ifname: opts.ifname ?? 'net1',
+    runtimeIfname: opts.runtimeIfname ?? opts.ifname ?? 'net1',
     pod: { namespace: 'default', name: 'test-pod' },
     network: { namespace: 'default', name: opts.network, key: `default/${opts.network}`, annotations: {}, cniVersion: '1.1.0', cniName: opts.network, plugins: [p], source: 'test' },
     plugin: p,

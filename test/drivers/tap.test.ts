@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { podLinkMark } from '../../src/drivers/common/attachment-id';
 import { tapDriver } from '../../src/drivers/tap';
 import { ip } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
@@ -65,10 +66,11 @@ describe('tap driver', () => {
     const pod = fx.create('undo');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-f`;
-    must(await attachParsed(tapDriver, attachRequest({ network, config: { type: 'tap', ipam: { type: 'host-local', subnet: '10.251.1.0/24' } }, netns: pod.path }), rec.env));
+    const req = attachRequest({ network, config: { type: 'tap', ipam: { type: 'host-local', subnet: '10.251.1.0/24' } }, netns: pod.path, runtimeIfname: 'eth0' });
+    must(await attachParsed(tapDriver, req, rec.env));
     assert.deepEqual(rec.steps, [
-      { kind: 'releaseIpam', network, containerId: rec.steps[0]?.kind === 'releaseIpam' ? rec.steps[0].containerId : '', ifname: 'net1' },
-      { kind: 'deleteLink', netns: pod.path, name: 'net1' },
+      { kind: 'releaseIpam', network, containerId: req.containerId, ifname: 'eth0:net1' },
+      { kind: 'deleteLink', netns: pod.path, name: 'net1', mark: podLinkMark(req.containerId, 'eth0', 'net1') },
     ]);
     await rec.undo();
     assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);

@@ -3,6 +3,7 @@ import { describe, it, test } from 'node:test';
 import type { UndoStep } from '../../src/drivers/driver';
 import { genericUndo, undoRunner, undoStages } from '../../src/drivers/undo';
 import { DriverRegistry } from '../../src/drivers/registry';
+import { FakeKernel } from '../support/fake-kernel';
 
 /** The built-in drivers, the delegate included. */
 const builtInForTest = () => {
@@ -45,3 +46,49 @@ test('every step kind is owned by the generic handlers or by exactly one built-i
   const owners = [genericUndo, ...[...builtInForTest()].flatMap((d) => (d.undo ? [d.undo] : []))].flatMap((h) => Object.keys(h));
   assert.deepEqual([...owners].sort(), ['delegateDel', 'deleteLink', 'deleteRoute', 'deleteSwitchPort', 'releaseIpam', 'removeSocketDir', 'returnLink']);
 });
+
+describe('deleting a link by its identity', () => {
+  const netns = '/var/run/netns/pod';
+  const setup = async (): Promise<FakeKernel> => {
+    const kernel = new FakeKernel();
+    kernel.createNetns(netns);
+    return kernel;
+  };
+  const run = (step: UndoStep, kernel: FakeKernel) => undoRunner([genericUndo])(step, { kernel, ipam: undefined as never });
+
+  it('deletes a marked pod link that carries its mark', async () => {
+    const kernel = await setup();
+    await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'macvlan', name: 'net1', master: 'x', mode: 'bridge', group: 7 } }]);
+    assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1', mark: 7 }, kernel)).ok);
+    assert.deepEqual(kernel.links(netns), []);
+  });
+
+  it('leaves a link of that name without the mark (not made by Plexus for this attachment), and succeeds', async () => {
+    const kernel = await setup();
+    await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net1' } }]);
+    assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1', mark: 7 }, kernel)).ok);
+    assert.deepEqual(kernel.links(netns), ['net1']);
+  });
+
+  it('succeeds when the pod netns is gone', async () => {
+    const kernel = await setup();
+    kernel.deleteNetns(netns);
+    assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1', mark: 7 }, kernel)).ok);
+  });
+
+  it('never deletes lo: an older plexusd\'s step naming it has nothing to undo', async () => {
+    const kernel = await setup();
+    await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'lo' } }]);
+    assert.ok((await run({ kind: 'deleteLink', netns, name: 'lo' }, kernel)).ok);
+    assert.deepEqual(kernel.links(netns), ['lo']);
+    assert.equal(kernel.log.filter((e) => e.op.op === 'linkDel').length, 0);
+  });
+
+  it('deletes by name a step without a mark (a host veth, or a step of an older plexusd)', async () => {
+    const kernel = await setup();
+    await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net1' } }]);
+    assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1' }, kernel)).ok);
+    assert.deepEqual(kernel.links(netns), []);
+  });
+});
+

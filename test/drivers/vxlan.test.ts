@@ -45,7 +45,7 @@ describe('vxlan driver', () => {
     const pod = fx.create('host');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const req = attachRequest({ network: `${prefix}-a`, config: { type: 'vxlan', vni, port, bridge, remotes: ['127.0.0.77', '127.0.0.78'], ipam: { type: 'host-local', subnet: '10.252.9.0/24' } }, netns: pod.path });
-    const host = hostVethName(req.containerId, req.ifname);
+    const host = hostVethName(req.containerId, req.runtimeIfname, req.ifname);
     fx.trackHostLink(host);
     const result = must(await attachParsed(vxlanDriver, req, rec.env));
 

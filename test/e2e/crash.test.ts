@@ -22,7 +22,7 @@ after(async () => {
 
 it('a SIGKILL mid-burst followed by a restart leaks no link, IP or journal record once the pods are deleted', async () => {
   const pods = Array.from({ length: PODS }, (_, i) => ({ cid: `${prefix}c${i}`, name: `pod${i}`, netns: fx.create(`p${i}`).path }));
-  for (const p of pods) fx.trackHostLink(hostVethName(p.cid, 'eth0'));
+  for (const p of pods) fx.trackHostLink(hostVethName(p.cid, 'eth0', 'eth0'));
   const config = daemon.runtimeConfig({ daemonWaitSeconds: 30 });
 
   let done = 0;
@@ -59,6 +59,6 @@ it('a SIGKILL mid-burst followed by a restart leaks no link, IP or journal recor
   for (const d of dels) assert.equal(d.code, 0, d.stdout);
   assert.deepEqual(daemon.leases('podnet'), [], 'no leaked IP');
   assert.deepEqual(daemon.journalFiles(), [], 'no journal record left');
-  const leakedLinks = pods.flatMap((p) => hostLinksWithPrefix(hostVethName(p.cid, 'eth0')));
+  const leakedLinks = pods.flatMap((p) => hostLinksWithPrefix(hostVethName(p.cid, 'eth0', 'eth0')));
   assert.deepEqual(leakedLinks, [], 'no leaked host veth');
 });

@@ -75,10 +75,11 @@ describe('pods with three networks', () => {
     for (const pod of pods) {
       const mine = leasesOf(pod);
       assert.deepEqual(mine.map((l) => l.split('/')[0]), [...NETWORKS]);
-      assert.deepEqual(mine.map((l) => l.split(' ')[2]), ['eth0', 'net1', 'net2']);
+      // The owner is the whole attachment: the runtime's interface and the pod's (docs/ipam.md).
+      assert.deepEqual(mine.map((l) => l.split(' ')[2]), ['eth0:eth0', 'eth0:net1', 'eth0:net2']);
       for (const lease of mine) {
         const address = lease.split(' ')[0]!.split('/')[1]!;
-        const ifname = lease.split(' ')[2]!;
+        const ifname = lease.split(' ')[2]!.split(':')[1]!;
         assert.match(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname), new RegExp(`inet ${address.replace(/\./g, '\\.')}/`));
       }
     }

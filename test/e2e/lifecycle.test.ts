@@ -39,7 +39,7 @@ function newPod(): Pod {
   const n = ++counter;
   const ns = fx.create(`p${n}`);
   const cid = `${prefix}c${n}`;
-  const hostVeth = hostVethName(cid, 'eth0');
+  const hostVeth = hostVethName(cid, 'eth0', 'eth0');
   fx.trackHostLink(hostVeth);
   return { cid, name: `pod${n}`, netns: ns.path, nsName: ns.name, hostVeth };
 }

@@ -101,7 +101,7 @@ describe('malformed input', () => {
       assert.deepEqual(daemon.journalFiles(), []);
       assert.deepEqual(daemon.leases('podnet'), []);
       assert.deepEqual(daemon.leases('masq'), []);
-      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0')), []);
+      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0', 'eth0')), []);
     });
   }
 

@@ -81,7 +81,7 @@ function newPod(): Pod {
   const i = ++n;
   const ns = fx.create(`p${i}`);
   const cid = `${prefix}c${i}`;
-  for (const ifname of ['eth0', 'net1', 'net2', 'net3', 'data0']) fx.trackHostLink(hostVethName(cid, ifname));
+  for (const ifname of ['eth0', 'net1', 'net2', 'net3', 'data0']) fx.trackHostLink(hostVethName(cid, 'eth0', ifname));
   return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
 }
 const withNetworks = (annotation: string, cniVersion = '1.1.0'): Record<string, unknown> =>
@@ -166,7 +166,7 @@ describe('a pod with four networks (short form)', () => {
     const out = await del(pod);
     assert.equal(out.code, 0, out.stdout);
     assert.equal(ipTry('-n', pod.ns, 'link', 'show', 'data0').status, 1);
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'net1')), []);
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'net1')), []);
     assert.deepEqual(delegatedLeases('ptpnet'), []);
     assert.deepEqual(daemon.leases('blue'), []);
     assert.deepEqual(daemon.leases('mv'), []);
@@ -275,7 +275,7 @@ describe('selection options', () => {
 
 describe('failures', () => {
   const leftovers = (pod: Pod): unknown => ({
-    hostVeths: ['eth0', 'net1', 'net2', 'net3'].flatMap((i) => hostLinksWithPrefix(hostVethName(pod.cid, i))),
+    hostVeths: ['eth0', 'net1', 'net2', 'net3'].flatMap((i) => hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', i))),
     podLinks: podLinks(pod.ns).length,
     leases: [...daemon.leases('podnet'), ...daemon.leases('blue'), ...daemon.leases('mv'), ...delegatedLeases('ptpnet')],
     journal: daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),

@@ -17,7 +17,7 @@ const ctl = async (...args: string[]): Promise<string> => (await promisify(execF
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  fx.trackHostLink(hostVethName(cid, 'eth0'));
+  fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
   daemon.writeNad('bad.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: Bad_Name}\nspec: {config: "{}"}\n');
   await daemon.start();
@@ -63,7 +63,7 @@ it('fails clearly when the daemon cannot be reached', async () => {
 
 /** Adds a pod on the default network and answers its address (without prefix). */
 async function addPod(id: string): Promise<{ netns: string; nsName: string; address: string }> {
-  fx.trackHostLink(hostVethName(id, 'eth0'));
+  fx.trackHostLink(hostVethName(id, 'eth0', 'eth0'));
   const ns = fx.create(id.slice(-6));
   const out = await daemon.cni({ command: 'ADD', containerId: id, netns: ns.path, ifname: 'eth0', args: podArgs(id, id), config: daemon.runtimeConfig() });
   assert.equal(out.code, 0, out.stdout);
@@ -95,7 +95,7 @@ it('gc --keep removes every attachment not kept, with its host link, and reports
   assert.equal(report.kept, 1);
   assert.deepEqual(report.failures, []);
   assert.deepEqual(await attachedIds(), [cid]);
-  assert.deepEqual(hostLinksWithPrefix(hostVethName(extra, 'eth0')), []);
+  assert.deepEqual(hostLinksWithPrefix(hostVethName(extra, 'eth0', 'eth0')), []);
 });
 
 it('gc rejects a malformed request with a clear error and removes nothing', async () => {

@@ -40,7 +40,7 @@ const addresses = (out: ShimOutput): string[] => ((out.json as { ips?: { address
 const leftovers = (pods: readonly Pod[]): unknown => ({
   leases: [...daemon.leases('podnet'), ...daemon.leases('sec')],
   journal: daemon.journalFiles(),
-  hostVeths: pods.flatMap((p) => ['eth0', 'net1'].flatMap((i) => hostLinksWithPrefix(hostVethName(p.cid, i)))),
+  hostVeths: pods.flatMap((p) => ['eth0', 'net1'].flatMap((i) => hostLinksWithPrefix(hostVethName(p.cid, 'eth0', i)))),
 });
 const nothing = { leases: [], journal: [], hostVeths: [] };
 

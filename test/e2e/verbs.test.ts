@@ -28,7 +28,7 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
 
     it('ADD returns a result in the caller version with the pod interface, address and default route', async () => {
       netns = fx.create(version.replace(/\./g, '')).path;
-      fx.trackHostLink(hostVethName(cid, 'eth0'));
+      fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
       const out = await daemon.cni({ command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
       assert.equal(out.code, 0, out.stdout);
       const result = out.json as { cniVersion: string; interfaces: { name: string; mac?: string; sandbox?: string; mtu?: number }[]; ips: Record<string, unknown>[]; routes: { dst: string }[] };
@@ -70,7 +70,7 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
     it('DEL removes the attachment and succeeds again when repeated', async () => {
       const first = await daemon.cni({ command: 'DEL', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
       assert.equal(first.code, 0, first.stdout);
-      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0')), []);
+      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0', 'eth0')), []);
       const second = await daemon.cni({ command: 'DEL', containerId: cid, netns: '', ifname: 'eth0', config: config() });
       assert.equal(second.code, 0, second.stdout);
     });

@@ -76,7 +76,7 @@ async function attachedPod(): Promise<{ cid: string; ns: string }> {
   n++;
   const ns = fx.create(`p${n}`);
   const cid = `${prefix}c${n}`;
-  for (const i of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, i));
+  for (const i of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, 'eth0', i));
   const r = await engine.add(request('ADD'));
   assert.ok(r.ok, !r.ok ? r.error.message : '');
   return { cid, ns: ns.name };
@@ -87,14 +87,14 @@ describe('detaching one network from a running pod', () => {
   it('removes that interface, its host veth and its lease, and keeps the rest of the pod', async () => {
     const pod = await attachedPod();
     assert.deepEqual(podLinks(pod.ns), ['eth0', 'net1', 'net2']);
-    assert.deepEqual(await leasesOf(pod.cid), ['blue net1', 'mv net2', 'podnet eth0']);
+    assert.deepEqual(await leasesOf(pod.cid), ['blue eth0:net1', 'mv eth0:net2', 'podnet eth0:eth0']);
 
     const r = await engine.detachAttachment(pod.cid, 'eth0', { network: 'default/blue', ifname: 'net1' });
     assert.ok(r.ok, !r.ok ? r.error.message : '');
     assert.deepEqual(podLinks(pod.ns), ['eth0', 'net2']);
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'net1')), []);
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0')), [hostVethName(pod.cid, 'eth0')]);
-    assert.deepEqual(await leasesOf(pod.cid), ['mv net2', 'podnet eth0']);
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'net1')), []);
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), [hostVethName(pod.cid, 'eth0', 'eth0')]);
+    assert.deepEqual(await leasesOf(pod.cid), ['mv eth0:net2', 'podnet eth0:eth0']);
     assert.deepEqual(r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ['eth0', 'net2'], 'the new result lacks net1');
 
     const record = await journal.load(pod.cid, 'eth0');

@@ -27,7 +27,7 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok(r.ok, !r.ok ? r.error.message : '');
     assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
     assert.deepEqual(r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ['eth0', 'net1', 'net2']);
-    assert.deepEqual(await leases(), ['blue ca net1', 'podnet ca eth0', 'red ca net2']);
+    assert.deepEqual(await leases(), ['blue ca eth0:net1', 'podnet ca eth0:eth0', 'red ca eth0:net2']);
     const record = await bed.journal.load('ca', 'eth0');
     assert.deepEqual([...new Set(record!.undoOwners.map((o) => `${o?.network} ${o?.ifname}`))], ['default/podnet eth0', 'default/blue net1', 'default/red net2']);
     assert.deepEqual(record!.result, r.value);
@@ -46,7 +46,7 @@ describe('the engine on an in-memory kernel', () => {
     assert.equal(await bed.journal.load('cb', 'eth0'), undefined);
     const deleted = bed.kernel.log.filter((e) => e.op.op === 'linkDel').map((e) => (e.op as { name: string }).name);
     // net2's deletion was journaled before its creation was tried (journal first), so undo repeats it: gone is fine.
-    assert.deepEqual(deleted, [hostVethName('cb', 'net2'), hostVethName('cb', 'net1'), hostVethName('cb', 'eth0')], 'the host veths, newest first');
+    assert.deepEqual(deleted, [hostVethName('cb', 'eth0', 'net2'), hostVethName('cb', 'eth0', 'net1'), hostVethName('cb', 'eth0', 'eth0')], 'the host veths, newest first');
   });
 
   it('DEL undoes everything; a second DEL of what is gone succeeds', async () => {
@@ -69,6 +69,61 @@ describe('the engine on an in-memory kernel', () => {
     assert.equal(bed.kernel.log.length, opsAfterFirst, 'no kernel operation for the replay');
     const elsewhere = await bed.engine.add(request('ADD', 'cd', pod('d2')));
     assert.ok(!elsewhere.ok && elsewhere.error.code === 4 && /already has eth0 attached/.test(elsewhere.error.message));
+  });
+
+  it('one container ADDed under eth0 and eth1 gets a lease per attachment; DEL of one releases only its own', async () => {
+    const [a, b] = [pod('k1'), pod('k2')];
+    assert.ok((await bed.engine.add(request('ADD', 'ck', a))).ok);
+    const second = await bed.engine.add({ ...request('ADD', 'ck', b), ifname: 'eth1' });
+    assert.ok(second.ok, !second.ok ? second.error.message : '');
+    assert.deepEqual((await leases()).filter((l) => l.startsWith('blue')), ['blue ck eth0:net1', 'blue ck eth1:net1']);
+    assert.ok((await bed.engine.del({ ...request('DEL', 'ck', b), ifname: 'eth1' })).ok);
+    assert.deepEqual(await leases(), ['blue ck eth0:net1', 'podnet ck eth0:eth0', 'red ck eth0:net2']);
+    assert.deepEqual(bed.kernel.links(a), ['eth0', 'net1', 'net2']);
+  });
+
+  it('a record and lease of an older plexusd (owner: the bare pod interface) are held, then released by its DEL', async () => {
+    const netns = pod('old');
+    const config = { type: 'host-local', ranges: [[{ subnet: '10.9.1.0/24' }]] } as never;
+    const entry = await bed.journal.begin({ containerId: 'co', ifname: 'eth0', netns, pod: {}, cniNetwork: 'plexus', networks: ['default/blue'], startedAt: new Date().toISOString() });
+    await entry.record({ kind: 'releaseIpam', network: 'blue', containerId: 'co', ifname: 'net1' }, { network: 'default/blue', ifname: 'net1' });
+    const old = await bed.ipam.allocate({ network: 'blue', containerId: 'co', ifname: 'net1', config });
+    assert.ok(old.ok);
+    await entry.commit({ cniVersion: '1.0.0', interfaces: [], ips: [], routes: [] } as never, '1.0.0');
+    await entry.close();
+    // The same container under another CNI_IFNAME, by this plexusd: its own lease, in the new format.
+    assert.ok((await bed.engine.add({ ...request('ADD', 'co', pod('new')), ifname: 'eth1' })).ok);
+    assert.deepEqual(await bed.engine.releaseOrphanedLeases(), [], 'every lease is held by its record');
+    assert.ok((await bed.engine.del(request('DEL', 'co', netns))).ok);
+    assert.deepEqual((await leases()).filter((l) => l.startsWith('blue')), ['blue co eth1:net1'], 'the old lease is released, the new one kept');
+  });
+
+  it('a repeated ADD of a committed container and interface that asks for other networks is refused with code 4', async () => {
+    const netns = pod('r');
+    const first = await bed.engine.add(request('ADD', 'cr', netns, 'blue, red'));
+    assert.ok(first.ok);
+    const ops = bed.kernel.log.length;
+    const other = await bed.engine.add(request('ADD', 'cr', netns, 'blue'));
+    assert.ok(!other.ok);
+    assert.equal(other.error.code, 4);
+    assert.match(other.error.message, /CNI_CONTAINERID cr with CNI_IFNAME eth0 is attached already, to other networks/);
+    assert.match(other.error.details, /attached \(runtime network plexus\): default\/podnet as eth0, default\/blue as net1, default\/red as net2; asked: default\/podnet as eth0, default\/blue as net1/);
+    assert.equal(bed.kernel.log.length, ops, 'nothing was touched');
+    const retry = await bed.engine.add(request('ADD', 'cr', netns, 'blue, red'));
+    assert.ok(retry.ok && first.ok);
+    assert.deepEqual(retry.value, first.value, 'the same ADD again is a retry: the stored answer');
+  });
+
+  it('a pod interface name the netns already has is refused with code 7 before anything is recorded or made', async () => {
+    const netns = pod('t');
+    await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net2' } }]);
+    const r = await bed.engine.add(request('ADD', 'ct', netns));
+    assert.ok(!r.ok);
+    assert.equal(r.error.code, 7);
+    assert.match(r.error.message, /^interface net2 already exists in /);
+    assert.deepEqual(bed.kernel.links(netns), ['net2']);
+    assert.deepEqual(await leases(), []);
+    assert.deepEqual(await bed.journal.list(), []);
   });
 
   it('after a crash before commit, undoUnfinished removes what the cut-off ADD made', async () => {
@@ -168,7 +223,7 @@ describe('the engine on an in-memory kernel', () => {
       assert.ok(r.ok, r.ok ? '' : r.error.message);
       assert.deepEqual(r.value.removed, [{ network: 'default/blue', ifname: 'net1' }]);
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net2'], 'red keeps net2');
-      assert.deepEqual(await leases(), ['podnet h1 eth0', 'red h1 net2']);
+      assert.deepEqual(await leases(), ['podnet h1 eth0:eth0', 'red h1 eth0:net2']);
       const again = await bed.engine.changeNetworks('h1', 'eth0', networks('red, blue'));
       assert.ok(again.ok);
       assert.deepEqual(again.value.added, [{ network: 'default/blue', ifname: 'net1' }], 'the next free name');
@@ -182,6 +237,19 @@ describe('the engine on an in-memory kernel', () => {
       assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
     });
 
+    it('refuses with code 7 a network whose interface name the running pod\'s netns already has, changing nothing', async () => {
+      const netns = pod('h9');
+      assert.ok((await bed.engine.add(request('ADD', 'h9', netns, 'blue'))).ok);
+      await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net2' } }]);
+      const before = await bed.journal.load('h9', 'eth0');
+      const r = await bed.engine.changeNetworks('h9', 'eth0', networks('blue, red'));
+      assert.ok(!r.ok);
+      assert.equal(r.error.code, 7);
+      assert.match(r.error.message, /^interface net2 already exists in /);
+      assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
+      assert.deepEqual(await bed.journal.load('h9', 'eth0'), before);
+    });
+
     it('leaves the pod exactly as it was when an addition fails or the annotation is invalid', async () => {
       const netns = pod('h2');
       assert.ok((await bed.engine.add(request('ADD', 'h2', netns, 'blue'))).ok);
@@ -190,7 +258,7 @@ describe('the engine on an in-memory kernel', () => {
       const failed = await bed.engine.changeNetworks('h2', 'eth0', networks('red'));
       assert.ok(!failed.ok && /attaching network default\/red as net2/.test(failed.error.message), failed.ok ? '' : failed.error.message);
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1'], 'blue was not removed: additions come first');
-      assert.deepEqual(await leases(), ['blue h2 net1', 'podnet h2 eth0']);
+      assert.deepEqual(await leases(), ['blue h2 eth0:net1', 'podnet h2 eth0:eth0']);
       const after = await bed.journal.load('h2', 'eth0');
       assert.deepEqual(after!.details, before!.details);
       assert.equal(after!.changing, undefined);
@@ -219,7 +287,7 @@ describe('the engine on an in-memory kernel', () => {
       assert.equal(record!.changing, undefined);
       assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/blue@net1']);
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1']);
-      assert.deepEqual(await leases(), ['blue h3 net1', 'podnet h3 eth0'], 'red\'s lease is released');
+      assert.deepEqual(await leases(), ['blue h3 eth0:net1', 'podnet h3 eth0:eth0'], 'red\'s lease is released');
     });
 
     it('after a crash while removing, recovery finishes the change: the additions stay, the removals are completed', async () => {
@@ -236,7 +304,7 @@ describe('the engine on an in-memory kernel', () => {
       assert.equal(record!.changing, undefined);
       assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/red@net2']);
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net2']);
-      assert.deepEqual(await leases(), ['podnet h4 eth0', 'red h4 net2']);
+      assert.deepEqual(await leases(), ['podnet h4 eth0:eth0', 'red h4 eth0:net2']);
     });
   });
 });

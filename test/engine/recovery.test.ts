@@ -39,5 +39,5 @@ it('recover reports what it did: spooled DELs, transactions undone, leases relea
   const report = await recover(spool, bed.engine, log);
   assert.deepEqual(report, { spooledDels: 0, undone: 0, undoFailures: 0, leasesReleased: 1 });
   assert.ok(existsSync(spool), 'the spool directory is made for plexus-cni');
-  assert.deepEqual(await bed.leases(), ['blue ck net1', 'podnet ck eth0', 'red ck net2'], 'the live pod keeps all three');
+  assert.deepEqual(await bed.leases(), ['blue ck eth0:net1', 'podnet ck eth0:eth0', 'red ck eth0:net2'], 'the live pod keeps all three');
 });

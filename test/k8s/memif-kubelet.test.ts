@@ -158,7 +158,7 @@ describe('a memif network on a real node: the kubelet\'s memif device is the swi
     assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'options:n_rxq')), '2');
     assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')), '', 'the switch opened it');
     assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-pod')), `default/${pod}`);
-    assert.equal(port, memifPortName(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-container-id')), 'net1'));
+    assert.equal(port, memifPortName(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-container-id')), 'eth0', 'net1'));
     assert.ok(statSync(hostSocket).isSocket(), `the switch listens on ${hostSocket}`);
     // The device plugin's own book agrees: the allocation on record is the one the port was made with.
     const book = JSON.parse(readFileSync(join(daemon.stateDir, 'devices', 'plexus.io_memif.json'), 'utf8')) as { devices: Record<string, { socket?: string; secret?: string }> };

@@ -40,7 +40,7 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     const i = ++n;
     const ns = fx.create(`p${i}`);
     const cid = `${prefix}c${i}`;
-    fx.trackHostLink(hostVethName(cid, 'eth0'));
+    fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
     return { cid, name: `pod${i}`, netns: ns.path };
   };
   const withNetworks = (annotation: string): Record<string, unknown> =>
@@ -119,7 +119,7 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
       assert.equal(result.interfaces.find((i) => i.name === 'memif0')?.sandbox, undefined, 'memif0 is a socket, not a link in the pod');
       assert.ok(existsSync(socket), `the switch listens on ${socket}`);
       assert.match(secretOf(socket), /^[A-Za-z0-9]{20}$/);
-      const port = memifPortName(pod.cid, 'memif0');
+      const port = memifPortName(pod.cid, 'eth0', 'memif0');
       assert.ok(ovs.ports(bridge).includes(port), `port ${port} is on ${bridge}`);
       assert.ok(portHealthy(port), `the switch opened ${port}`);
       assert.equal(ovs.vsctl('get', 'Interface', port, 'options:n_rxq'), '"2"');
@@ -131,8 +131,8 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
   });
 
   it('two memif clients exchange packets through the switch: every packet sent arrives, counted on both ends', async () => {
-    const portA = memifPortName(a.cid, 'memif0');
-    const portB = memifPortName(b.cid, 'memif0');
+    const portA = memifPortName(a.cid, 'eth0', 'memif0');
+    const portB = memifPortName(b.cid, 'eth0', 'memif0');
     ovs.ofctl(bridge, 'del-flows');
     ovs.ofctl(bridge, 'add-flow', `in_port=${portA},actions=output:${portB}`);
     ovs.ofctl(bridge, 'add-flow', `in_port=${portB},actions=output:${portA}`);
@@ -163,7 +163,7 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
   it('CHECK passes while the port is there; a port removed behind Plexus\'s back fails CHECK and is made again from the journal', async () => {
     const ok = await check(a);
     assert.equal(ok.code, 0, ok.stdout + ok.stderr);
-    const port = memifPortName(a.cid, 'memif0');
+    const port = memifPortName(a.cid, 'eth0', 'memif0');
     // Stop the resync from racing the CHECK below: the removal and the check run back to back.
     ovs.vsctl('del-port', bridge, port);
     const failed = await check(a);
@@ -175,7 +175,7 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
 
   it('a switch restarted with an empty database gets every pod port back, and a client connects again', async () => {
     await ovs.restartEmpty([bridge]);
-    for (const pod of [a, b]) await waitFor(`port of ${pod.cid} to come back`, () => portHealthy(memifPortName(pod.cid, 'memif0')));
+    for (const pod of [a, b]) await waitFor(`port of ${pod.cid} to come back`, () => portHealthy(memifPortName(pod.cid, 'eth0', 'memif0')));
     await connectsWithin(socketA, 30_000);
   });
 
@@ -185,10 +185,10 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     try {
       await connectsWithin(socketA, 30_000);
     } catch (e) {
-      const port = memifPortName(a.cid, 'memif0');
+      const port = memifPortName(a.cid, 'eth0', 'memif0');
       throw new Error(`${(e as Error).message.slice(0, 300)}\nports: ${ovs.ports(bridge).join(' ')} (want ${port})\nplexusd: ${daemon.stderr.slice(-3000)}`);
     }
-    assert.ok(portHealthy(memifPortName(a.cid, 'memif0')));
+    assert.ok(portHealthy(memifPortName(a.cid, 'eth0', 'memif0')));
   });
 
   it('an ADD onto a bridge the switch lacks fails with a clear error and leaves nothing behind', async () => {
@@ -219,7 +219,7 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     for (const pod of [a, b]) {
       const out = await del(pod);
       assert.equal(out.code, 0, out.stdout + out.stderr);
-      assert.ok(!ovs.ports(bridge).includes(memifPortName(pod.cid, 'memif0')));
+      assert.ok(!ovs.ports(bridge).includes(memifPortName(pod.cid, 'eth0', 'memif0')));
     }
     assert.ok(!existsSync(dirname(socketA)) && !existsSync(dirname(socketB)), 'socket directories are gone');
     assert.deepEqual(daemon.journalFiles(), []);

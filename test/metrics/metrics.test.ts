@@ -51,8 +51,8 @@ describe('metrics', () => {
     for (let i = 1; i <= 3; i++) {
       const ns = fx.create(`p${i}`);
       const cid = `${prefix}c${i}`;
-      fx.trackHostLink(hostVethName(cid, 'eth0'));
-      fx.trackHostLink(hostVethName(cid, 'net1'));
+      fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
+      fx.trackHostLink(hostVethName(cid, 'eth0', 'net1'));
       pods.push({ cid, netns: ns.path, name: `pod${i}` });
     }
     const config = (selection?: string): Record<string, unknown> =>

@@ -130,6 +130,12 @@ test('an explicit name equal to the default interface fails, naming both', () =>
   assert.equal(error.message, 'k8s.v1.cni.cncf.io/networks: element 2 (pods/green@eth0): interface "eth0" is already taken by the default network (kube-system/pod-network)');
 });
 
+test('`lo` is a name no network may be attached as: code 7 at planning, before anything is made', () => {
+  const error = errorOf(plan('blue@lo'));
+  assert.equal(error.code, CniCode.InvalidNetworkConfig);
+  assert.equal(error.message, 'k8s.v1.cni.cncf.io/networks: element 1 (pods/blue@lo): interface "lo" is the pod\'s loopback, which no network may be attached as');
+});
+
 test('a duplicate explicit name across defaultNetworks and the annotation fails, naming both', () => {
   const error = errorOf(plan('blue@side0', { sources: { selectionAnnotation: true, defaultNetworks: ['sidecar@side0'] } }));
   assert.equal(error.code, CniCode.InvalidNetworkConfig);

@@ -238,7 +238,7 @@ export function podMaker(fx: NetnsFixture, prefix: string, hostVethsOf: readonly
     const i = ++n;
     const ns = fx.create(`p${i}`);
     const cid = `${prefix}c${i}`;
-    for (const ifname of hostVethsOf) fx.trackHostLink(hostVethName(cid, ifname));
+    for (const ifname of hostVethsOf) fx.trackHostLink(hostVethName(cid, 'eth0', ifname));
     return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
   };
 }

@@ -100,7 +100,7 @@ export class FakeKernel implements KernelPort {
         const target = op.link.netns ? this.namespaces.get(op.link.netns) : ns;
         if (!target) return 'ENOENT';
         if (target.links.has(op.link.name)) return 'EEXIST';
-        target.links.set(op.link.name, link(op.link.name, op.link.kind, op.link.mac));
+        target.links.set(op.link.name, { ...link(op.link.name, op.link.kind, op.link.mac), ...(op.link.group !== undefined ? { group: op.link.group } : {}) });
         if (op.link.kind === 'veth') {
           const peerPath = op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns);
           const peerNs = this.namespaces.get(peerPath);
@@ -124,7 +124,7 @@ export class FakeKernel implements KernelPort {
       case 'linkSet': {
         const existing = ns.links.get(op.name);
         if (!existing) return 'ENODEV';
-        ns.links.set(op.name, { ...existing, ...(op.up !== undefined ? { up: op.up } : {}), ...(op.mac ? { mac: op.mac } : {}), ...(op.mtu ? { mtu: op.mtu } : {}) });
+        ns.links.set(op.name, { ...existing, ...(op.up !== undefined ? { up: op.up } : {}), ...(op.mac ? { mac: op.mac } : {}), ...(op.mtu ? { mtu: op.mtu } : {}), ...(op.group !== undefined ? { group: op.group } : {}) });
         break;
       }
       case 'linkGet':

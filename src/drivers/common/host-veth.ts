@@ -4,11 +4,12 @@
  * born in the pod netns under its final name.
  */
 import { kernelError } from './kernel-error';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { CniCode, CniError } from '../../cni/errors';
 import type { KernelCallError } from '../../kernel/kernel';
 import type { BatchOp } from '../../kernel/types';
 import type { AttachRequest, DriverEnv } from '../driver';
+import { attachmentHash } from './attachment-id';
 
 /**
  * A random unicast, locally administered MAC, as the kernel would pick. Choosing it here means the result needs
@@ -21,9 +22,12 @@ export function randomMac(): string {
   return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
-/** A stable host-side name per attachment, so a retry or recovery finds the same link. */
-export const hostVethName = (containerId: string, ifname: string): string =>
-  `veth${createHash('sha256').update(`${containerId}/${ifname}`).digest('hex').slice(0, 11)}`;
+/**
+ * A stable host-side name per attachment (container, runtime interface, pod interface), so a retry or recovery finds
+ * the same link and no other attachment, even of the same container, ever has it.
+ */
+export const hostVethName = (containerId: string, runtimeIfname: string, podIfname: string): string =>
+  `veth${attachmentHash(containerId, runtimeIfname, podIfname, 11)}`;
 
 export interface HostVeth {
   readonly name: string;
@@ -40,7 +44,7 @@ export async function prepareHostVeth(
   env: DriverEnv,
   opts: { readonly mtu?: number; readonly bridge?: string; readonly node?: string } = {},
 ): Promise<HostVeth> {
-  const name = hostVethName(req.containerId, req.ifname);
+  const name = hostVethName(req.containerId, req.runtimeIfname, req.ifname);
   const mac = randomMac();
   await env.record({ kind: 'deleteLink', ...(opts.node ? { netns: opts.node } : {}), name });
   const what = `network ${req.network.key}`;

@@ -12,6 +12,7 @@ import type { AttachRequest, DriverEnv } from '../driver';
 import { checkLinkName, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, unsupportedField } from './config';
 import { isMissingLink, masterName, masterNotFound } from './host-links';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
+import { recordPodLink } from './pod-link';
 
 export interface MasterLinkConfig<Mode extends string> {
   /** Undefined: the interface of the host's default route, as in the reference plugins. */
@@ -58,8 +59,11 @@ export async function attachMasterLink<Mode extends string>(
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
 
-  await env.record({ kind: 'deleteLink', netns: req.netns, name: req.ifname });
-  const base = { name: req.ifname, netns: req.netns, master: master.value, ...(conf.mtu ? { mtu: conf.mtu } : {}) };
+  const group = await recordPodLink(req, env);
+  const base = {
+    name: req.ifname, netns: req.netns, master: master.value, group,
+    ...(conf.mtu ? { mtu: conf.mtu } : {}),
+  };
   const link =
     kind === 'macvlan'
       ? { ...base, kind, mode: conf.mode as never, ...(req.mac ? { mac: req.mac } : {}) }

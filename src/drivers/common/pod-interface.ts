@@ -8,7 +8,7 @@
 import { kernelError } from './kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniIp, CniResult, CniRoute } from '../../cni/types';
-import type { IpamConfig, IpamResult } from '../../ipam';
+import { leaseInterface, type IpamConfig, type IpamResult } from '../../ipam';
 import type { KernelCallError } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
 import type { AttachRequest, DriverEnv } from '../driver';
@@ -23,8 +23,12 @@ export async function allocatePodIps(req: AttachRequest, env: DriverEnv, ipam: I
     if (req.options?.ipamClaim) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so IPAMClaim ${req.options.ipamClaim} cannot give it addresses`));
     return ok(undefined);
   }
-  await env.record({ kind: 'releaseIpam', network: req.network.cniName, containerId: req.containerId, ifname: req.ifname });
-  const allocated = await env.ipam.allocate({ network: req.network.cniName, containerId: req.containerId, ifname: req.ifname, config: ipam, requestedIps: req.ips, pod: req.pod, ...(req.options?.ipamClaim ? { claim: req.options.ipamClaim } : {}) });
+  // The lease's owner is the whole attachment; the step names it exactly, so its undo releases no other's lease.
+  const ifname = leaseInterface(req.runtimeIfname, req.ifname);
+  const owner = { network: req.network.cniName, containerId: req.containerId, ifname };
+  await env.record({ kind: 'releaseIpam', ...owner });
+  const claim = req.options?.ipamClaim ? { claim: req.options.ipamClaim } : {};
+  const allocated = await env.ipam.allocate({ ...owner, config: ipam, requestedIps: req.ips, pod: req.pod, ...claim });
   if (!allocated.ok) return err(allocated.error.withContext(`network ${req.network.key}`));
   return ok(allocated.value);
 }

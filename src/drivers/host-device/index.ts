@@ -42,7 +42,8 @@ export const hostDeviceDriver: Driver<HostDeviceConfig> = {
     const ipam = await allocatePodIps(req, env, conf.ipam);
     if (!ipam.ok) return ipam;
 
-    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName });
+    const mac = device.value.mac ? { mac: device.value.mac } : {};
+    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName, ...mac });
     const plumbed = await plumbPodInterface(req, env, {
       create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
       createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),

@@ -9,21 +9,32 @@
  */
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
-import type { KernelPort } from '../../kernel/kernel';
+import type { KernelCallError, KernelPort } from '../../kernel/kernel';
 import type { UndoStep } from '../driver';
 
 /**
  * The daemon's netns as a path the kernel worker can open. The worker runs in the daemon's netns, but
  * /proc/thread-self in the worker would be the worker's own; /proc/<pid>/ns/net is the main thread's.
  */
+const netnsGone = (step: { readonly netns: string }, e: KernelCallError): boolean =>
+  (e.failure.op === 'open netns' || e.failure.op === 'setns') && e.failure.target === step.netns;
+
 export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
 
 export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: KernelPort): Promise<Result<void>> {
+  if (step.mac !== undefined) {
+    const found = await kernel.getLink(step.netns, step.name);
+    if (!found.ok) {
+      return netnsGone(step, found.error) ? ok(undefined) : err(kernelError(found.error, `looking up ${step.name} in ${step.netns}`));
+    }
+    // Gone, or another interface of that name (the move never happened): not the device Plexus moved, so it stays.
+    if (found.value?.mac !== step.mac) return ok(undefined);
+  }
   const r = await kernel.batch(step.netns, [{ op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName }]);
   if (r.ok) return ok(undefined);
   const f = r.error.failure;
   // The pod netns is gone (or its bind mount was removed): the kernel already took the device back or destroyed it.
-  if ((f.op === 'open netns' || f.op === 'setns') && f.target === step.netns) return ok(undefined);
+  if (netnsGone(step, r.error)) return ok(undefined);
   // The device is no longer in the pod netns under that name: already returned, or destroyed.
   if (f.op === 'lookup' && f.errnoName === 'ENODEV') return ok(undefined);
   if (f.errnoName === 'EEXIST') {

@@ -7,7 +7,6 @@
  * Plexus makes under the network's socketDir. Each change is recorded before it is made: the socket directory, then
  * the port (with everything it was made with, so a switch that lost its ports gets them back from the journal).
  */
-import { createHash } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -17,6 +16,7 @@ import { memifSecret, MEMIF_SOCKET_FILE } from '../../common/memif';
 import { DEFAULT_OVSDB_SOCKET, OvsdbClient } from '../../ovs/ovsdb';
 import { OWNER_KEY, redactSecret, SwitchPorts, type DpdkPortSpec, type PortState } from '../../ovs/ports';
 import { allocatePodIps } from '../common';
+import { attachmentHash } from '../common/attachment-id';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type UndoStep } from '../driver';
 import { parseMemifConfig, type MemifConfig } from './config';
 
@@ -65,9 +65,15 @@ const SOCKET_PATH_MAX = 107;
 /** How long a port's removal is remembered, so a resync that listed the journal before it does not make it again. */
 const REMOVALS_KEPT_MS = 10 * 60_000;
 
-/** A switch port name for a pod interface: short, unique per container and interface, recognisably Plexus's. */
-export const memifPortName = (containerId: string, ifname: string): string =>
-  `pxm${createHash('sha256').update(`${containerId}/${ifname}`).digest('hex').slice(0, 12)}`;
+/** A switch port name for a pod interface: short, unique per attachment (attachment-id.ts), recognisably Plexus's. */
+export const memifPortName = (containerId: string, runtimeIfname: string, podIfname: string): string =>
+  `pxm${attachmentHash(containerId, runtimeIfname, podIfname, 12)}`;
+
+/** The socket directory's name: container and pod interface, and the attachment's hash when the runtime's is another. */
+function socketDirName(req: AttachRequest): string {
+  const base = `${req.containerId.slice(0, 24)}-${req.ifname}`;
+  return req.runtimeIfname === req.ifname ? base : `${base}-${attachmentHash(req.containerId, req.runtimeIfname, req.ifname, 8)}`;
+}
 
 export const memifDevargs = (port: string, socket: string, secret: string): string =>
   `net_memif_${port},role=server,id=0,socket=${socket},socket-abstract=no,secret=${secret}`;
@@ -94,7 +100,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
       if (!found) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} asks for resource ${device.resourceName}, which is not a memif resource of this node's plexusd`, 'list it under resources (kind: memif) in --device-plugin-config'));
       return found;
     }
-    const dir = join(conf.socketDir, `${req.containerId.slice(0, 24)}-${req.ifname}`);
+    const dir = join(conf.socketDir, socketDirName(req));
     const hostSocket = join(dir, MEMIF_SOCKET_FILE);
     await env.record({ kind: 'removeSocketDir', path: dir });
     const secret = memifSecret();
@@ -117,7 +123,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): MemifDriver
     if (!socket.ok) return socket;
     const { hostSocket, podSocket, secret } = socket.value;
     if (hostSocket.includes(',') || Buffer.byteLength(hostSocket) > SOCKET_PATH_MAX) return err(new CniError(CniCode.InvalidNetworkConfig, `memif socket path ${hostSocket} cannot be used: it must have no comma and at most ${SOCKET_PATH_MAX} bytes`));
-    const port = memifPortName(req.containerId, req.ifname);
+    const port = memifPortName(req.containerId, req.runtimeIfname, req.ifname);
     const spec: DpdkPortSpec = {
       bridge: conf.bridge,
       port,

@@ -9,6 +9,7 @@ import type { CniResult } from '../../cni/types';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
 import { parseTapConfig, type TapConfig } from './config';
+import { recordPodLink } from '../common/pod-link';
 
 export const tapDriver: Driver<TapConfig> = {
   type: 'tap',
@@ -22,7 +23,7 @@ export const tapDriver: Driver<TapConfig> = {
     if (!ipam.ok) return ipam;
 
     const mac = req.mac ?? conf.mac;
-    await env.record({ kind: 'deleteLink', netns: req.netns, name: req.ifname });
+    const group = await recordPodLink(req, env);
     const plumbed = await plumbPodInterface(req, env, {
       node: req.netns, // a tap is created by whichever netns opens /dev/net/tun: the pod's
       create: [
@@ -36,6 +37,8 @@ export const tapDriver: Driver<TapConfig> = {
             ...(mac ? { mac } : {}),
           },
         },
+        // A tap is made by ioctls, which cannot give it a link group: it gets its mark in the next op of the batch.
+        { op: 'linkSet' as const, name: req.ifname, group },
         ...(conf.bridge ? [{ op: 'linkSet' as const, name: req.ifname, bridge: conf.bridge }] : []),
       ],
       createFailed: (e) => {

@@ -51,7 +51,7 @@ function newPod(): { cid: string; name: string; netns: string } {
   const i = ++n;
   const ns = fx.create(`p${i}`);
   const cid = `${prefix}c${i}`;
-  fx.trackHostLink(hostVethName(cid, 'eth0'));
+  fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
   return { cid, name: `pod${i}`, netns: ns.path };
 }
 const add = (pod: ReturnType<typeof newPod>, annotation?: string) => {

@@ -48,7 +48,7 @@ function newPod(namespace: string): { cid: string; name: string; netns: string; 
   const i = ++n;
   const ns = fx.create(`p${i}`);
   const cid = `${prefix}c${i}`;
-  for (const ifname of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, ifname));
+  for (const ifname of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, 'eth0', ifname));
   return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name, namespace };
 }
 type Pod = ReturnType<typeof newPod>;

@@ -17,13 +17,12 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
-import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf, unreadableRecordError as unreadableRecord } from './journal';
 import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import type { PodSource } from './pod-source';
-import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
 import { noStatusSink, type StatusSink } from './status-sink';
 import { loadDeviceInfo } from '../deviceplugin/device-info';
@@ -70,9 +69,6 @@ const attachmentsOf = (record: AttachmentRecord): number => record.details?.atta
 
 /** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
 const RECENTLY_REMOVED_KEPT = 4096;
-
-const unreadableRecord = (record: AttachmentRecord): CniError =>
-  new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
 
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
@@ -134,6 +130,11 @@ export class AttachmentEngine {
     const undone: AttachmentRecord[] = [];
     const failed: { record: AttachmentRecord; error: CniError }[] = [];
     for (const record of await this.journal.list()) {
+      // A record that cannot be read is never undone, nor is its change finished: it stays for an operator.
+      if (record.unreadable) {
+        failed.push({ record, error: unreadableRecord(record) });
+        continue;
+      }
       if (record.result && !record.deleting && record.changing) {
         const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record));
         if (r.ok) undone.push(record);
@@ -164,6 +165,7 @@ export class AttachmentEngine {
 
   private async addLocked(req: AttachRequest, podAnnotations: Readonly<Record<string, string>> | undefined): Promise<Result<CniResult>> {
     const existing = await this.journal.load(req.containerId, req.ifname);
+    if (existing?.unreadable) return err(unreadableRecord(existing));
     if (existing?.result && !existing.deleting) {
       // A retried ADD (e.g. after a lost reply) gets the same answer; a clash with another netns is an error.
       if (existing.meta.netns === req.netns) return ok(existing.result);
@@ -691,7 +693,7 @@ export class AttachmentEngine {
    * then, so an ADD that reserved an address after the first look keeps it.
    */
   async releaseOrphanedLeases(dryRun = false): Promise<Lease[]> {
-    const holders = new LeaseHolders(await this.journal.list());
+    const holders = await this.journal.leaseHolders();
     const orphans = (await this.ipam.leases()).filter((lease) => !holders.holds(lease));
     if (dryRun || orphans.length === 0) return orphans;
     const released: Lease[] = [];
@@ -704,7 +706,7 @@ export class AttachmentEngine {
         continue;
       }
       await this.containerLocks.run(containerId, async () => {
-        const current = new LeaseHolders(await this.journal.listContainer(containerId));
+        const current = await this.journal.leaseHolders(containerId);
         const owners = new Map(leases.filter((l) => !current.holds(l)).map((l) => [`${l.network}\u0000${l.ifname}`, l]));
         for (const { network, ifname } of owners.values()) {
           const r = await this.ipam.release(network, containerId, ifname);

@@ -7,11 +7,14 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
 import type { AttachmentEngine } from './engine';
+import { LOST_MARKER, type Journal } from './journal';
 
 export interface RecoveryReport {
   readonly spooledDels: number;
   readonly undone: number;
   readonly undoFailures: number;
+  /** Records this daemon cannot read: kept, never undone, their containers' leases held. */
+  readonly unusableRecords: number;
   readonly leasesReleased: number;
 }
 
@@ -60,13 +63,44 @@ const safeJson = (text: string): unknown => {
   }
 };
 
-export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger): Promise<RecoveryReport> {
+/** Says which records this daemon cannot use (named by file and line): they are kept, and so are their leases. */
+async function reportUnusable(engine: AttachmentEngine, log: Logger): Promise<number> {
+  let unusable = 0;
+  for (const record of await engine.records()) {
+    const { containerId, ifname } = record.meta;
+    if (record.unreadable) {
+      unusable++;
+      log.error({ containerId, ifname, why: record.unreadable }, `journal record cannot be used, so it is not undone and container ${containerId || '(unknown)'} keeps its leases: ${record.unreadable}`);
+    } else if (record.tornLine !== undefined) {
+      log.warn({ containerId, ifname, line: record.tornLine }, `journal record ${containerId}/${ifname}: line ${record.tornLine} was cut short by a crash in the middle of its append; ignored`);
+    }
+  }
+  return unusable;
+}
+
+/**
+ * A journal directory that had to be made at this start while leases exist lost its records (deleted, or a state
+ * directory restored in part): which pods still hold those leases cannot be told, so none is released.
+ */
+async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log: Logger): Promise<void> {
+  if (journal.missingAtOpen && (await engine.releaseOrphanedLeases(true)).length > 0) {
+    await journal.markLost('the journal directory was missing at start while leases existed');
+  }
+  const lost = await journal.lost();
+  if (lost) log.error({ journal: journal.dir, marker: LOST_MARKER, lost }, `journal records were lost (${lost}): no lease without a record is released until ${join(journal.dir, LOST_MARKER)} is removed`);
+}
+
+export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger, journal?: Journal): Promise<RecoveryReport> {
   await mkdir(spoolDir, { recursive: true, mode: 0o700 });
   const spooledDels = await replaySpooledDels(spoolDir, engine, log);
+  const unusable = await reportUnusable(engine, log);
   const { undone, failed } = await engine.undoUnfinished();
   for (const record of undone) log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
-  for (const { record, error } of failed) log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
+  for (const { record, error } of failed) {
+    if (!record.unreadable) log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
+  }
+  if (journal) await guardLostRecords(journal, engine, log);
   const released = await engine.releaseOrphanedLeases();
   for (const l of released) log.info({ network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname }, 'recovery released a lease no attachment holds');
-  return { spooledDels, undone: undone.length, undoFailures: failed.length, leasesReleased: released.length };
+  return { spooledDels, undone: undone.length, undoFailures: failed.length - unusable, unusableRecords: unusable, leasesReleased: released.length };
 }

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CniResult } from '../../src/cni/types';
@@ -261,7 +261,7 @@ test('a v0 record can be appended to in v1 and still reads whole (an upgrade mid
 test('a line of a newer format makes the record unreadable, naming the line and versions', () => {
   const text = `${V0_RECORD}{"v":2,"t":"undo","step":{"kind":"deleteLink","name":"x"},"at":"y"}\n`;
   const record = parseRecord(text);
-  assert.equal(record?.unreadable, 'line 6 is journal format v2; this plexusd reads up to v1');
+  assert.equal(record?.unreadable, 'line 6: journal format v2; this plexusd reads up to v1');
   assert.deepEqual(record?.undo, [steps[0], steps[1]], 'what it could read is still listed');
 });
 
@@ -279,5 +279,89 @@ test('a detached line retires the steps of that attachment only', async () => {
     assert.deepEqual(record?.undo, [steps[0], steps[1]]);
     assert.deepEqual(record?.undoOwners, [blue, blue]);
     assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'detached team-a/red as net1']);
+  });
+});
+
+// What is on disk is input: a record plexusd cannot use is kept, named by file and line, and never read as less.
+
+const lineOf = (line: Record<string, unknown>): string => `${JSON.stringify({ v: 1, ...line })}\n`;
+const BEGIN = lineOf({ t: 'begin', meta: meta() });
+const UNDO_LEASE = lineOf({ t: 'undo', step: steps[0], a: blue, at: 'x' });
+const UNDO_LINK = lineOf({ t: 'undo', step: steps[1], a: blue, at: 'y' });
+const COMMITTED = lineOf({ t: 'committed', result, cniVersion: '1.0.0', at: 'z' });
+
+test('a line that parses as JSON but lacks a field makes the record unreadable, naming file and line', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), `${BEGIN}${UNDO_LEASE}${lineOf({ t: 'detached', at: 'x' })}`);
+    const [record] = await journal.list();
+    assert.equal(record?.meta.containerId, 'c0ffee01');
+    assert.equal(record?.unreadable, `${join(dir, 'c0ffee01@eth0.jsonl')}, line 3: a: Invalid input: expected object, received undefined`);
+  });
+});
+
+test('a begin line without its fields is unreadable, and the record is known by its file name', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@net%2F1.jsonl'), `${lineOf({ t: 'begin' })}${UNDO_LEASE}`);
+    const [record] = await journal.list();
+    assert.deepEqual([record?.meta.containerId, record?.meta.ifname], ['c0ffee01', 'net/1']);
+    assert.match(record?.unreadable ?? '', /, line 1: meta: /);
+    assert.deepEqual(record?.undo, [], 'nothing of it is offered for undo');
+  });
+});
+
+test('a record whose every line is of a newer format is kept, not dropped as empty', async () => {
+  await withJournal(async (journal, dir) => {
+    const newer = `${BEGIN}${UNDO_LEASE}${COMMITTED}`.replaceAll('{"v":1,', '{"v":2,');
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), newer);
+    const [record] = await journal.list();
+    assert.match(record?.unreadable ?? '', /c0ffee01@eth0\.jsonl, line 1: journal format v2; this plexusd reads up to v1$/);
+    assert.equal(await readFile(join(dir, 'c0ffee01@eth0.jsonl'), 'utf8'), newer, 'the file is kept as it is');
+  });
+});
+
+test('a line cut short in the middle of a record makes it unreadable; only the last line may be torn', async () => {
+  const cut = `${BEGIN}${UNDO_LEASE.slice(0, 30)}\n${UNDO_LINK}${COMMITTED}`;
+  assert.match(parseRecord(cut)?.unreadable ?? '', /^line 2: not JSON/);
+  const torn = parseRecord(`${BEGIN}${UNDO_LEASE}${UNDO_LINK.slice(0, 30)}`);
+  assert.equal(torn?.unreadable, undefined);
+  assert.equal(torn?.tornLine, 3);
+  assert.deepEqual(torn?.undo, [steps[0]]);
+});
+
+test('a complete last line without its newline is used; garbage that is complete JSON is not ignored', () => {
+  assert.deepEqual(parseRecord(`${BEGIN}${UNDO_LEASE.trimEnd()}`)?.undo, [steps[0]]);
+  assert.match(parseRecord(`${BEGIN}{"v":1,"t":"undo","step":{"kind":"deleteLink"}}`)?.unreadable ?? '', /^line 2: step\.name: /);
+  assert.match(parseRecord(`${BEGIN}42\n`)?.unreadable ?? '', /^line 2: /);
+  assert.match(parseRecord(`${BEGIN}null\n`)?.unreadable ?? '', /^line 2: /);
+});
+
+test('a torn last line is cut off when the record is reopened, so what is appended after it stays readable', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), `${BEGIN}${UNDO_LEASE}${UNDO_LINK.slice(0, 30)}`);
+    const entry = await journal.reopen('c0ffee01', 'eth0');
+    await entry.markDeleting();
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.unreadable, undefined);
+    assert.equal(record?.deleting, true);
+    assert.deepEqual(record?.undo, [steps[0]]);
+  });
+});
+
+test('a record file that holds no record (a crash before its first line) does not block a new begin', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), '');
+    assert.equal(await journal.load('c0ffee01', 'eth0'), undefined);
+    await writeCommitted(journal);
+    assert.deepEqual((await journal.load('c0ffee01', 'eth0'))?.result, result);
+  });
+});
+
+test('a file that is not a regular file or cannot be read is an unreadable record of the container its name says', async () => {
+  await withJournal(async (journal, dir) => {
+    await mkdir(join(dir, 'c0ffee01@eth0.jsonl'));
+    const [record] = await journal.list();
+    assert.equal(record?.meta.containerId, 'c0ffee01');
+    assert.match(record?.unreadable ?? '', /not a regular file/);
   });
 });

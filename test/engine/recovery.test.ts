@@ -37,7 +37,7 @@ it('recover reports what it did: spooled DELs, transactions undone, leases relea
   await bed.ipam.allocate({ network: 'red', containerId: 'lost', ifname: 'net2', config: { type: 'host-local', ranges: [[{ subnet: '10.9.2.0/24' }]] } as never, requestedIps: [] });
   const spool = join(bed.dir, 'spool');
   const report = await recover(spool, bed.engine, log);
-  assert.deepEqual(report, { spooledDels: 0, undone: 0, undoFailures: 0, leasesReleased: 1 });
+  assert.deepEqual(report, { spooledDels: 0, undone: 0, undoFailures: 0, unusableRecords: 0, leasesReleased: 1 });
   assert.ok(existsSync(spool), 'the spool directory is made for plexus-cni');
   assert.deepEqual(await bed.leases(), ['blue ck net1', 'podnet ck eth0', 'red ck net2'], 'the live pod keeps all three');
 });

@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, Result, err, ok, toCniError } from '../cni/errors';
 import type { CniResult } from '../cni/types';
 import { kernelError, type DriverEnv, type UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
@@ -66,6 +66,8 @@ export interface SweepReport {
 
 /** How many pod interfaces a record holds: its committed attachments, or while uncommitted, its planned networks. */
 const attachmentsOf = (record: AttachmentRecord): number => record.details?.attachments.length ?? record.meta.networks.length;
+
+const asError = (e: unknown): Result<never> => err(toCniError(e));
 
 /** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
 const RECENTLY_REMOVED_KEPT = 4096;
@@ -136,13 +138,14 @@ export class AttachmentEngine {
         continue;
       }
       if (record.result && !record.deleting && record.changing) {
-        const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record));
+        const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record)).catch(asError);
         if (r.ok) undone.push(record);
         else failed.push({ record, error: r.error });
         continue;
       }
       if (record.result && !record.deleting) continue;
-      const r = await this.undoRecord(record);
+      // A journal that cannot be written (a full disk) fails this record, not the start of the daemon.
+      const r = await this.undoRecord(record).catch(asError);
       if (r.ok) undone.push(record);
       else failed.push({ record, error: r.error });
     }

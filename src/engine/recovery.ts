@@ -5,6 +5,7 @@
 import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { CniCode, err, toCniError } from '../cni/errors';
 import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
 import type { AttachmentEngine } from './engine';
 import { LOST_MARKER, type Journal } from './journal';
@@ -43,7 +44,7 @@ export async function replaySpooledDels(spoolDir: string, engine: AttachmentEngi
       await rename(path, `${path}.bad`).catch(() => undefined);
       continue;
     }
-    const r = await engine.del(req.value);
+    const r = await engine.del(req.value).catch((e: unknown) => err(toCniError(e, CniCode.IoFailure)));
     if (r.ok) {
       await rm(path, { force: true });
       replayed++;
@@ -93,7 +94,14 @@ async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log:
 export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger, journal?: Journal): Promise<RecoveryReport> {
   await mkdir(spoolDir, { recursive: true, mode: 0o700 });
   const spooledDels = await replaySpooledDels(spoolDir, engine, log);
-  const unusable = await reportUnusable(engine, log);
+  let unusable: number;
+  try {
+    unusable = await reportUnusable(engine, log);
+  } catch (e) {
+    // Without a list of records nothing may be undone or released: the daemon serves, and /healthz says why.
+    log.error({ err: (e as Error).message }, 'the journal cannot be listed: nothing is undone and no lease released at this start');
+    return { spooledDels, undone: 0, undoFailures: 0, unusableRecords: 0, leasesReleased: 0 };
+  }
   const { undone, failed } = await engine.undoUnfinished();
   for (const record of undone) log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
   for (const { record, error } of failed) {

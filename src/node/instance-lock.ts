@@ -48,6 +48,16 @@ async function lockFd(fd: number, what: string, busy: () => void, pollMs: number
   }
 }
 
+/** The PID is for the log of a daemon that waits: a full disk must not stop this one from starting. */
+function writePid(fd: number): void {
+  try {
+    ftruncateSync(fd, 0);
+    writeSync(fd, `${process.pid}\n`, 0);
+  } catch {
+    /* a waiting daemon asks /proc/locks instead */
+  }
+}
+
 /**
  * Takes the lock, waiting (without blocking the event loop) while another daemon holds it; `waiting` is told once,
  * with the holder's PID, so the log says why start-up pauses.
@@ -66,8 +76,7 @@ export async function acquireInstanceLock(stateDir: string, waiting: (holderPid:
     await lockFd(dirFd, stateDir, busy, pollMs);
     fileFd = openSync(pidFile, 'a+', 0o600);
     await lockFd(fileFd, pidFile, busy, pollMs);
-    ftruncateSync(fileFd, 0);
-    writeSync(fileFd, `${process.pid}\n`, 0);
+    writePid(fileFd);
   } catch (e) {
     if (fileFd !== undefined) closeSync(fileFd);
     closeSync(dirFd);

@@ -2,9 +2,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { CniError } from '../../src/cni/errors';
 import { join } from 'node:path';
 import type { CniResult } from '../../src/cni/types';
-import { Journal, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
+import { Journal, JournalEntry, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
 import type { UndoStep } from '../../src/drivers/driver';
 
 /** A fresh journal directory, removed even when the test fails. */
@@ -363,5 +366,78 @@ test('a file that is not a regular file or cannot be read is an unreadable recor
     const [record] = await journal.list();
     assert.equal(record?.meta.containerId, 'c0ffee01');
     assert.match(record?.unreadable ?? '', /not a regular file/);
+  });
+});
+
+test('an append the disk has room for only in part is cut back: the record stays readable, the append fails with 5', async () => {
+  const root = await mkdtemp(join(tmpdir(), 'plexus-journal-full-'));
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'plexus-journal-full', root]);
+  let entry: JournalEntry | undefined;
+  try {
+    const journal = await Journal.open(join(root, 'journal'), false);
+    entry = await journal.begin(meta());
+    await entry.record(steps[0]!, blue);
+    const path = join(root, 'journal', 'c0ffee01@eth0.jsonl');
+    const before = await readFile(path, 'utf8');
+    // Fill every other page, so the record's last page has what is left of it (under 4 KiB) and nothing more.
+    const fd = openSync(join(root, 'filler'), 'w');
+    try {
+      for (;;) writeSync(fd, Buffer.alloc(4096));
+    } catch (e) {
+      assert.equal((e as NodeJS.ErrnoException).code, 'ENOSPC');
+    } finally {
+      closeSync(fd);
+    }
+    const big: UndoStep = { kind: 'delegateDel', plugin: 'x', config: 'y'.repeat(8192), env: { containerId: 'c', netns: 'n', ifname: 'i', args: '', path: '' } };
+    await assert.rejects(entry.record(big, blue), (e: unknown) => e instanceof CniError && e.code === 5 && /ENOSPC/.test(e.message) && e.message.includes(path));
+    assert.equal(await readFile(path, 'utf8'), before, 'the part that was written is cut off again');
+    await rm(join(root, 'filler'));
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.unreadable, undefined);
+    assert.deepEqual(record?.undo, [steps[0]]);
+  } finally {
+    await entry?.close();
+    execFileSync('umount', [root]);
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a begin the disk has no room for leaves no file, and the same begin succeeds once there is room', async () => {
+  const root = await mkdtemp(join(tmpdir(), 'plexus-journal-full-'));
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'plexus-journal-full', root]);
+  try {
+    const journal = await Journal.open(join(root, 'journal'), true);
+    const fd = openSync(join(root, 'filler'), 'w');
+    try {
+      for (;;) writeSync(fd, Buffer.alloc(4096));
+    } catch {
+      /* full */
+    } finally {
+      closeSync(fd);
+    }
+    await assert.rejects(journal.begin(meta()), (e: unknown) => e instanceof CniError && e.code === 5 && /free space/.test(e.details));
+    assert.deepEqual(await readdir(join(root, 'journal')), []);
+    assert.match((await journal.writable()) ?? '', /ENOSPC/);
+    await rm(join(root, 'filler'));
+    assert.equal(await journal.writable(), undefined);
+    await writeCommitted(journal);
+    assert.deepEqual((await journal.load('c0ffee01', 'eth0'))?.result, result);
+  } finally {
+    execFileSync('umount', [root]);
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a journal directory removed underneath is made again by the next begin, marked LOST, and then every lease is held', async () => {
+  await withJournal(async (journal, dir) => {
+    await rm(dir, { recursive: true });
+    assert.deepEqual(await journal.list(), []);
+    const lease = { network: 'blue', address: '10.1.0.7/24', containerId: 'c9', ifname: 'eth0' };
+    assert.equal((await journal.leaseHolders()).holds(lease), true, 'a missing directory holds every lease');
+    await writeCommitted(journal);
+    assert.match(await readFile(join(dir, 'LOST'), 'utf8'), /removed while plexusd ran/);
+    assert.equal((await journal.leaseHolders()).holds(lease), true);
+    await rm(join(dir, 'LOST'));
+    assert.equal((await journal.leaseHolders()).holds(lease), false);
   });
 });

@@ -341,6 +341,7 @@ export class Journal {
   }
 
   async remove(containerId: string, ifname: string): Promise<void> {
-    await rm(join(this.dir, fileName(containerId, ifname)), { force: true });
+    const path = join(this.dir, fileName(containerId, ifname));
+    await rm(path, { force: true }).catch((e: unknown) => Promise.reject(journalIoError('remove', path, e)));
   }
 }

@@ -48,6 +48,16 @@ async function lockFd(fd: number, what: string, busy: () => void, pollMs: number
   }
 }
 
+/** The PID file, locked after the directory; on a read-only state dir it is only read (and locked all the same). */
+function openPidFile(path: string): number {
+  try {
+    return openSync(path, 'a+', 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EROFS') throw e;
+    return openSync(path, 'r');
+  }
+}
+
 /** The PID is for the log of a daemon that waits: a full disk must not stop this one from starting. */
 function writePid(fd: number): void {
   try {
@@ -74,7 +84,7 @@ export async function acquireInstanceLock(stateDir: string, waiting: (holderPid:
   let fileFd: number | undefined;
   try {
     await lockFd(dirFd, stateDir, busy, pollMs);
-    fileFd = openSync(pidFile, 'a+', 0o600);
+    fileFd = openPidFile(pidFile);
     await lockFd(fileFd, pidFile, busy, pollMs);
     writePid(fileFd);
   } catch (e) {

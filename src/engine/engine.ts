@@ -17,7 +17,7 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
-import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf, unreadableRecordError as unreadableRecord } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf, unreadableRecordError } from './journal';
 import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
@@ -67,10 +67,13 @@ export interface SweepReport {
 /** How many pod interfaces a record holds: its committed attachments, or while uncommitted, its planned networks. */
 const attachmentsOf = (record: AttachmentRecord): number => record.details?.attachments.length ?? record.meta.networks.length;
 
-const asError = (e: unknown): Result<never> => err(toCniError(e));
-
 /** How many removed attachments the engine remembers, to recognise the runtime's repeated DELs of them. */
 const RECENTLY_REMOVED_KEPT = 4096;
+
+const unreadableRecord = (record: AttachmentRecord): CniError =>
+  unreadableRecordError(record);
+
+const asError = (e: unknown): Result<never> => err(toCniError(e));
 
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();

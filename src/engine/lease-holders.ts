@@ -3,15 +3,16 @@
  * container and *pod* interface (net1, data0, …), while a journal record is keyed by the runtime's interface
  * (eth0). The record's releaseIpam undo steps name exactly the leases it will release, and each is recorded
  * before its address is reserved, so they are the one complete list of leases a live attachment holds.
- *
- * What the journal cannot tell is held: a record this daemon cannot read holds every lease of its container (of
- * every container, when not even its file name says whose it is), and while records are known lost, every lease is.
  */
 import type { Lease } from '../ipam';
-import type { AttachmentRecord } from './journal-record';
+import type { AttachmentRecord } from './journal';
 
 const holderKey = (network: string, containerId: string, ifname: string): string => `${network}\u0000${containerId}\u0000${ifname}`;
 
+/**
+ * What the journal cannot tell is held: a record this daemon cannot read holds every lease of its container (of every
+ * container, when not even its file name says whose it is), and while records are known lost, every lease is.
+ */
 export class LeaseHolders {
   private readonly held = new Set<string>();
   /** Containers with a record this daemon cannot read: which of their leases it holds cannot be told, so all of them. */

@@ -17,6 +17,8 @@ const remedies: Readonly<Record<string, string>> = {
   ENFILE: 'the node has too many open files',
 };
 
+const NOTHING_HALF_DONE = 'nothing was left half done that the journal does not hold, and the call can be retried';
+
 const codeOf = (e: unknown): string => (e as NodeJS.ErrnoException | undefined)?.code ?? 'EIO';
 
 /** The errno name of something thrown by node:fs, if it is one. */
@@ -27,5 +29,6 @@ export function journalIoError(action: string, path: string, e: unknown): CniErr
   if (e instanceof CniError) return e;
   const code = codeOf(e);
   const remedy = remedies[code] ?? `${(e as Error | undefined)?.message ?? String(e)}`;
-  return new CniError(CniCode.IoFailure, `plexusd cannot ${action} its journal record ${path}: ${code}`, `${remedy}; nothing was left half done that the journal does not hold, and the call can be retried`);
+  const message = `plexusd cannot ${action} its journal record ${path}: ${code}`;
+  return new CniError(CniCode.IoFailure, message, `${remedy}; ${NOTHING_HALF_DONE}`);
 }

@@ -22,7 +22,8 @@ import { join } from 'node:path';
 import type { CniResult } from '../cni/types';
 import type { UndoStep } from '../drivers/driver';
 import { journalIoError } from './journal-errors';
-import { JOURNAL_VERSION, readLine, type AttachmentKey, type AttachmentMeta, type CommitDetails, type Line, type NetworkAttachment } from './journal-lines';
+import { JOURNAL_VERSION, readLine, type Line } from './journal-lines';
+import type { AttachmentKey, AttachmentMeta, CommitDetails, NetworkAttachment } from './journal-lines';
 import { headlessRecord, replayRecord, type AttachmentRecord, type PodNetworksChange } from './journal-record';
 import { LeaseHolders } from './lease-holders';
 
@@ -233,7 +234,8 @@ export class Journal {
   /** Why leases without a record must be kept: the marker's text, if records were lost. */
   async lost(): Promise<string | undefined> {
     const text = await readFile(join(this.dir, LOST_MARKER), 'utf8').catch(() => undefined);
-    return text === undefined ? (existsSync(this.dir) ? undefined : 'the journal directory is missing') : text.trim() || 'records were lost';
+    if (text !== undefined) return text.trim() || 'records were lost';
+    return existsSync(this.dir) ? undefined : 'the journal directory is missing';
   }
 
   /** Reopens an existing record to append to it (deletion, recovery). */
@@ -270,7 +272,7 @@ export class Journal {
     return new LeaseHolders(records, lost !== undefined);
   }
 
-  /** Whether a record can be written now (for /healthz): undefined when it can, else why not. The directory is made again if it is gone. */
+  /** Whether a record can be written now (for /healthz): undefined when it can, else why. A removed directory is made again. */
   async writable(): Promise<string | undefined> {
     const path = join(this.dir, `.probe-${process.pid}`);
     try {

@@ -71,9 +71,12 @@ async function reportUnusable(engine: AttachmentEngine, log: Logger): Promise<nu
     const { containerId, ifname } = record.meta;
     if (record.unreadable) {
       unusable++;
-      log.error({ containerId, ifname, why: record.unreadable }, `journal record cannot be used, so it is not undone and container ${containerId || '(unknown)'} keeps its leases: ${record.unreadable}`);
+      const holder = containerId || '(unknown)';
+      const what = `journal record cannot be used, so it is not undone and container ${holder} keeps its leases`;
+      log.error({ containerId, ifname, why: record.unreadable }, `${what}: ${record.unreadable}`);
     } else if (record.tornLine !== undefined) {
-      log.warn({ containerId, ifname, line: record.tornLine }, `journal record ${containerId}/${ifname}: line ${record.tornLine} was cut short by a crash in the middle of its append; ignored`);
+      const what = `line ${record.tornLine} was cut short by a crash in the middle of its append; ignored`;
+      log.warn({ containerId, ifname, line: record.tornLine }, `journal record ${containerId}/${ifname}: ${what}`);
     }
   }
   return unusable;
@@ -83,12 +86,17 @@ async function reportUnusable(engine: AttachmentEngine, log: Logger): Promise<nu
  * A journal directory that had to be made at this start while leases exist lost its records (deleted, or a state
  * directory restored in part): which pods still hold those leases cannot be told, so none is released.
  */
-async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log: Logger): Promise<void> {
-  if (journal.missingAtOpen && (await engine.releaseOrphanedLeases(true)).length > 0) {
-    await journal.markLost('the journal directory was missing at start while leases existed');
+async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log: Logger): Promise<boolean> {
+  let lost = await journal.lost();
+  if (!lost && journal.missingAtOpen && (await engine.releaseOrphanedLeases(true)).length > 0) {
+    lost = 'the journal directory was missing at start while leases existed';
+    const why = lost;
+    await journal.markLost(why).catch((e: unknown) => log.error({ err: (e as Error).message }, `cannot mark the loss: ${why}`));
   }
-  const lost = await journal.lost();
-  if (lost) log.error({ journal: journal.dir, marker: LOST_MARKER, lost }, `journal records were lost (${lost}): no lease without a record is released until ${join(journal.dir, LOST_MARKER)} is removed`);
+  if (!lost) return false;
+  const until = `no lease without a record is released until ${join(journal.dir, LOST_MARKER)} is removed`;
+  log.error({ journal: journal.dir, marker: LOST_MARKER, lost }, `journal records were lost (${lost}): ${until}`);
+  return true;
 }
 
 export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger, journal?: Journal): Promise<RecoveryReport> {
@@ -107,8 +115,8 @@ export async function recover(spoolDir: string, engine: AttachmentEngine, log: L
   for (const { record, error } of failed) {
     if (!record.unreadable) log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
   }
-  if (journal) await guardLostRecords(journal, engine, log);
-  const released = await engine.releaseOrphanedLeases();
+  const lost = journal ? await guardLostRecords(journal, engine, log) : false;
+  const released = lost ? [] : await engine.releaseOrphanedLeases();
   for (const l of released) log.info({ network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname }, 'recovery released a lease no attachment holds');
   return { spooledDels, undone: undone.length, undoFailures: failed.length - unusable, unusableRecords: unusable, leasesReleased: released.length };
 }

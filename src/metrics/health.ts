@@ -52,7 +52,8 @@ export class DaemonHealth {
   private journal(writable: () => Promise<string | undefined>): Promise<string | undefined> {
     const now = Date.now();
     if (!this.lastJournal || now - this.lastJournal.at >= 1000) {
-      this.lastJournal = { at: now, result: writable().catch((e: unknown) => `the journal check failed: ${(e as Error).message}`) };
+      const result = writable().catch((e: unknown) => `the journal check failed: ${(e as Error).message}`);
+      this.lastJournal = { at: now, result };
     }
     return this.lastJournal.result;
   }

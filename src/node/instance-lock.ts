@@ -30,7 +30,9 @@ function holderOf(pidFile: string, stateDir: string): string {
   }
   try {
     const inode = statSync(stateDir).ino;
-    const entry = readFileSync('/proc/locks', 'utf8').split('\n').map((l) => l.trim().split(/\s+/)).find((f) => f[1] === 'FLOCK' && f[5]?.endsWith(`:${inode}`));
+    // "1: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<inode> 0 EOF"; waiters are listed as "1: -> FLOCK ...".
+    const fields = readFileSync('/proc/locks', 'utf8').split('\n').map((l) => l.trim().split(/\s+/));
+    const entry = fields.find((f) => f[1] === 'FLOCK' && f[5]?.endsWith(`:${inode}`));
     return entry?.[4] ?? 'unknown';
   } catch {
     return 'unknown';

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -112,6 +112,35 @@ describe('a journal that cannot be written', () => {
     assert.equal((await del(next)).code, 0);
     assert.equal((await del(live)).code, 0, 'DEL of a pod without a record succeeds');
     assert.deepEqual(readdirSync(join(daemon.stateDir, 'journal')).filter((n) => n.endsWith('.jsonl')), []);
+  });
+
+  it('a read-only state dir with a half-done ADD to undo: plexusd starts, ADD is code 5, and all is undone once writable', async () => {
+    const pod = newPod();
+    const out = await add(pod);
+    assert.equal(out.code, 0, out.stdout);
+    await daemon.kill('SIGTERM');
+    // As if plexusd had died before its commit: complete lines, no committed one.
+    const path = join(daemon.stateDir, 'journal', `${pod.cid}@eth0.jsonl`);
+    const lines = readFileSync(path, 'utf8').split('\n').filter((l) => l && !l.includes('"t":"committed"'));
+    writeFileSync(path, `${lines.join('\n')}\n`);
+    execFileSync('mount', ['-o', 'remount,ro', daemon.stateDir]);
+    try {
+      await startDaemon();
+      assert.ok(existsSync(path), 'the record it could not undo is kept');
+      assert.ok(daemon.leases('podnet').includes(addressOf(out)));
+      const refused = await add(newPod());
+      assert.equal(refused.json?.code, 5, refused.stdout);
+      assert.match(String(refused.json?.msg), /EROFS/);
+      const sick = await healthz();
+      assert.equal(sick.status, 503);
+      assert.match(sick.body.checks?.journal ?? '', /EROFS/);
+      await daemon.kill('SIGTERM');
+    } finally {
+      execFileSync('mount', ['-o', 'remount,rw', daemon.stateDir]);
+    }
+    await startDaemon();
+    assert.ok(!existsSync(path), 'recovery undid it once it could write');
+    assert.ok(!daemon.leases('podnet').includes(addressOf(out)));
   });
 
   it('a journal directory missing at start while leases exist: the leases are kept', async () => {

@@ -441,3 +441,22 @@ test('a journal directory removed underneath is made again by the next begin, ma
     assert.equal((await journal.leaseHolders()).holds(lease), false);
   });
 });
+
+test('no truncation and no garbled character of a record makes the reader throw, and a garbled middle line is never skipped', () => {
+  const text = `${BEGIN}${UNDO_LEASE}${UNDO_LINK}${lineOf({ t: 'event', what: 'x', at: 'y' })}${COMMITTED}`;
+  for (let cut = 0; cut <= text.length; cut++) {
+    const record = parseRecord(text.slice(0, cut));
+    assert.equal(record?.unreadable, undefined, `a cut at ${cut} is a torn tail, not an unreadable record`);
+  }
+  const newlines = [...text].flatMap((c, i) => (c === '\n' ? [i] : []));
+  const lastLineStart = newlines[newlines.length - 2]! + 1;
+  for (let at = 0; at < lastLineStart; at++) {
+    for (const junk of ['\u0000', '}', '"', 'x', '\n']) {
+      const garbled = `${text.slice(0, at)}${junk}${text.slice(at + 1)}`;
+      if (garbled === text) continue;
+      const record = parseRecord(garbled);
+      // Every change either still validates (a string's content) or makes the record unreadable; none throws.
+      if (record && !record.unreadable) assert.equal(record.undo.length, 2, `garbled at ${at} with ${JSON.stringify(junk)}`);
+    }
+  }
+});

@@ -48,6 +48,9 @@ function nameParts(name: string): { containerId: string; ifname: string } {
 /** A record file larger than this is not read (a record is a few KiB; hot-plug churn adds a few lines each). */
 const MAX_RECORD_BYTES = 16 * 1024 * 1024;
 
+/** Where a write() to a file can be cut short (the page cache's unit; larger folios are multiples of it). */
+const PAGE_BYTES = 4096;
+
 /** Written in the journal directory when plexusd had to make it again: the records it held are lost. */
 export const LOST_MARKER = 'LOST';
 
@@ -316,8 +319,10 @@ export class Journal {
     const path = join(this.dir, name);
     const { containerId, ifname } = nameParts(name);
     let text: string;
+    let size: number;
     try {
       const info = await lstat(path);
+      size = info.size;
       if (!info.isFile()) return headlessRecord(containerId, ifname, `${path}: not a regular file`);
       if (info.size > MAX_RECORD_BYTES) return headlessRecord(containerId, ifname, `${path}: larger than ${MAX_RECORD_BYTES} bytes`);
       text = await readFile(path, 'utf8');
@@ -332,10 +337,12 @@ export class Journal {
     }
     if (replayed.kind === 'headless') return headlessRecord(containerId, ifname, replayed.unreadable);
     const record = replayed.record;
-    // A last line cut short is a crash mid-append only if the pod went with the crash (a reboot): while its netns
-    // still exists, the record may have lost whole lines (a truncated file), and undoing what is left would release
-    // addresses its interfaces still have.
-    if (record.tornLine !== undefined && !record.unreadable && record.meta.netns && existsSync(record.meta.netns)) {
+    // A last line cut short is a crash mid-append if the pod went with the crash (a reboot), or if the file ends on a
+    // page boundary: a write cut by a signal or a full disk stops there, nowhere else. A record cut anywhere else while
+    // its netns exists may have lost whole lines (a truncated file): undoing what is left would release addresses its
+    // interfaces still have.
+    const crashCut = size % PAGE_BYTES === 0;
+    if (record.tornLine !== undefined && !record.unreadable && !crashCut && record.meta.netns && existsSync(record.meta.netns)) {
       const why = `${path}, line ${record.tornLine}: cut short while the pod's network namespace ${record.meta.netns} exists`;
       return { ...record, unreadable: why };
     }

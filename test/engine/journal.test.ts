@@ -460,3 +460,18 @@ test('no truncation and no garbled character of a record makes the reader throw,
     }
   }
 });
+
+test('while the pod netns exists, a last line cut on a page boundary is a crash mid-append; cut anywhere else, the record is unreadable', async () => {
+  await withJournal(async (journal, dir) => {
+    const live = lineOf({ t: 'begin', meta: { ...meta(), netns: dir } }); // a path that exists stands for a live netns
+    const complete = `${live}${UNDO_LEASE}`;
+    const pad = lineOf({ t: 'event', what: 'y'.repeat(5000), at: 'x' });
+    const crash = `${complete}${pad}`.slice(0, 4096);
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), crash);
+    const kept = await journal.load('c0ffee01', 'eth0');
+    assert.equal(kept?.unreadable, undefined, 'a write cut by SIGKILL or a full disk stops on a page boundary');
+    assert.deepEqual(kept?.undo, [steps[0]]);
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), crash.slice(0, 4000));
+    assert.match((await journal.load('c0ffee01', 'eth0'))?.unreadable ?? '', /line 3: cut short while the pod's network namespace .* exists/);
+  });
+});

@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { KeyedMutex } from '../common/keyed-mutex';
 import type { CniRequest } from '../cni/request';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, Result, err, ok, toCniError } from '../cni/errors';
 import type { CniResult } from '../cni/types';
 import { kernelError, type DriverEnv, type UndoStep } from '../drivers/driver';
 import type { BatchOp } from '../kernel/types';
@@ -17,14 +17,13 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { delegationForced } from '../networks/planner';
-import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf } from './journal';
+import { AttachmentKey, AttachmentRecord, Journal, JournalEntry, NetworkAttachment, stepsOf, unreadableRecordError } from './journal';
 import { planChange } from './change-plan';
 import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import type { AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { PodSource } from './pod-source';
-import { LeaseHolders } from './lease-holders';
 import { NetnsGuard } from './netns-guard';
 import { refuseTakenNames } from './taken-names';
 import { noStatusSink, type StatusSink } from './status-sink';
@@ -83,7 +82,9 @@ function repeatedAddDiffers(req: AttachRequest, record: AttachmentRecord, record
 }
 
 const unreadableRecord = (record: AttachmentRecord): CniError =>
-  new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
+  unreadableRecordError(record);
+
+const asError = (e: unknown): Result<never> => err(toCniError(e));
 
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
@@ -145,14 +146,20 @@ export class AttachmentEngine {
     const undone: AttachmentRecord[] = [];
     const failed: { record: AttachmentRecord; error: CniError }[] = [];
     for (const record of await this.journal.list()) {
+      // A record that cannot be read is never undone, nor is its change finished: it stays for an operator.
+      if (record.unreadable) {
+        failed.push({ record, error: unreadableRecord(record) });
+        continue;
+      }
       if (record.result && !record.deleting && record.changing) {
-        const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record));
+        const r = await this.containerLocks.run(record.meta.containerId, () => this.finishChange(record)).catch(asError);
         if (r.ok) undone.push(record);
         else failed.push({ record, error: r.error });
         continue;
       }
       if (record.result && !record.deleting) continue;
-      const r = await this.undoRecord(record);
+      // A journal that cannot be written (a full disk) fails this record, not the start of the daemon.
+      const r = await this.undoRecord(record).catch(asError);
       if (r.ok) undone.push(record);
       else failed.push({ record, error: r.error });
     }
@@ -175,6 +182,7 @@ export class AttachmentEngine {
 
   private async addLocked(req: AttachRequest, podAnnotations: Readonly<Record<string, string>> | undefined): Promise<Result<CniResult>> {
     const existing = await this.journal.load(req.containerId, req.ifname);
+    if (existing?.unreadable) return err(unreadableRecord(existing));
     if (existing?.result && !existing.deleting) {
       // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
       if (existing.meta.netns !== req.netns) {
@@ -744,7 +752,7 @@ export class AttachmentEngine {
    * then, so an ADD that reserved an address after the first look keeps it.
    */
   async releaseOrphanedLeases(dryRun = false): Promise<Lease[]> {
-    const holders = new LeaseHolders(await this.journal.list());
+    const holders = await this.journal.leaseHolders();
     const orphans = (await this.ipam.leases()).filter((lease) => !holders.holds(lease));
     if (dryRun || orphans.length === 0) return orphans;
     const released: Lease[] = [];
@@ -757,7 +765,7 @@ export class AttachmentEngine {
         continue;
       }
       await this.containerLocks.run(containerId, async () => {
-        const current = new LeaseHolders(await this.journal.listContainer(containerId));
+        const current = await this.journal.leaseHolders(containerId);
         const owners = new Map(leases.filter((l) => !current.holds(l)).map((l) => [`${l.network}\u0000${l.ifname}`, l]));
         for (const { network, ifname } of owners.values()) {
           const r = await this.ipam.release(network, containerId, ifname);

@@ -7,202 +7,89 @@
  * Format v1: every line carries `v`, and each undo step the network attachment (network and pod interface) it
  * belongs to, so one network can be detached from a running pod (a `detached` line retires its steps), and a `change`
  * line opens a change of a running pod's networks (hot-plug), an `added` line says its additions are complete, and the
- * next `committed` line closes it. Lines
- * without `v` are v0, as plexusd wrote them before: read as they are, their steps belong to no attachment. A line
- * of a newer version makes the record unreadable: an older daemon (a rollback) must not undo half of what it does
- * not understand.
+ * next `committed` line closes it. Lines without `v` are v0, as plexusd wrote them before: read as they are, their
+ * steps belong to no attachment.
+ *
+ * What is on disk is not trusted (journal-lines.ts validates each line): a record with a line this daemon cannot use
+ * (newer format, garbage, a missing field, cut short in the middle) is unreadable: it is never undone, and it holds
+ * every lease of its container. Only the last line may be cut short, by a crash in the middle of its append: that
+ * line was never complete, so the change it announced was never made, and it is ignored.
  */
-import { closeSync, fdatasync, openSync, write, writeSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { closeSync, constants, fdatasync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
+import { lstat, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CniResult } from '../cni/types';
-import type { PodIdentity, UndoStep } from '../drivers/driver';
-import type { NetworkStatusEntry } from '../networks/status';
+import type { UndoStep } from '../drivers/driver';
+import { journalIoError } from './journal-errors';
+import { JOURNAL_VERSION, readLine, type Line } from './journal-lines';
+import type { AttachmentKey, AttachmentMeta, CommitDetails, NetworkAttachment } from './journal-lines';
+import { headlessRecord, replayRecord, type AttachmentRecord, type PodNetworksChange } from './journal-record';
+import { LeaseHolders } from './lease-holders';
 
-export interface AttachmentMeta {
-  readonly containerId: string;
-  readonly ifname: string;
-  readonly netns: string;
-  readonly pod: PodIdentity;
-  /** The CNI network name the runtime used (GC is per runtime network). */
-  readonly cniNetwork: string;
-  /** The network definitions attached, by key ("namespace/name"). */
-  readonly networks: readonly string[];
-  readonly startedAt: string;
-}
-
-export interface TimedEvent {
-  readonly at: string;
-  readonly what: string;
-  readonly ms?: number;
-}
-
-/** What one network of a pod became: kept with the committed record for CHECK, status and plexusctl. */
-export interface NetworkAttachment {
-  readonly network: string;
-  readonly ifname: string;
-  readonly driver: string;
-  readonly isDefault: boolean;
-  readonly result: CniResult;
-  /** For delegated networks: the plugin invocations (exact bytes), for CHECK. */
-  readonly delegated?: readonly Extract<UndoStep, { kind: 'delegateDel' }>[];
-  /** The device plugin's device-info for the attachment's kubelet device, as read at ADD (network-status shows it). */
-  readonly deviceInfo?: Readonly<Record<string, unknown>>;
-  /** The device the kubelet allocated the pod that this attachment uses (a network added later must take another). */
-  readonly kubeletDevice?: { readonly resourceName: string; readonly deviceID: string };
-}
-
-/** Everything a committed transaction produced besides the CNI result. */
-export interface CommitDetails {
-  readonly attachments: readonly NetworkAttachment[];
-  readonly networkStatus: readonly NetworkStatusEntry[];
-}
-
-/** One network of a pod: its network definition (key) and its interface in the pod. */
-export interface AttachmentKey {
-  readonly network: string;
-  readonly ifname: string;
-}
-
-/** The journal format this daemon writes, and the newest it reads. */
-export const JOURNAL_VERSION = 1;
-
-export interface AttachmentRecord {
-  readonly meta: AttachmentMeta;
-  /** The steps still to undo, in the order they were recorded. */
-  readonly undo: readonly UndoStep[];
-  /** For each step of `undo`, the attachment it belongs to; undefined for steps written in format v0. */
-  readonly undoOwners: readonly (AttachmentKey | undefined)[];
-  /** Set when a line is of a newer format than this daemon reads: the record must not be undone by this daemon. */
-  readonly unreadable?: string;
-  readonly events: readonly TimedEvent[];
-  readonly result?: CniResult;
-  readonly cniVersion?: string;
-  readonly details?: CommitDetails;
-  readonly deleting: boolean;
-  /** A change of the running pod's networks (hot-plug) begun and not committed: what it adds and removes. */
-  readonly changing?: PodNetworksChange;
-}
-
-/** The attachments one change of a running pod's networks adds and removes. */
-export interface PodNetworksChange {
-  readonly add: readonly AttachmentKey[];
-  readonly remove: readonly AttachmentKey[];
-  /** Set once every addition is complete (what they became): from then on the change is finished, not undone. */
-  readonly added?: readonly NetworkAttachment[];
-}
-
-type Line = { v?: number } & (
-  | { t: 'begin'; meta: AttachmentMeta }
-  | { t: 'undo'; step: UndoStep; a?: AttachmentKey; at: string }
-  | { t: 'event'; what: string; ms?: number; at: string }
-  | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
-  | { t: 'deleting'; at: string }
-  | { t: 'detached'; a: AttachmentKey; at: string }
-  | { t: 'change'; add: AttachmentKey[]; remove: AttachmentKey[]; at: string }
-  | { t: 'added'; attachments: NetworkAttachment[]; at: string }
-);
-
-const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean => a !== undefined && a.network === b.network && a.ifname === b.ifname;
-
-/** The undo steps a record holds for one of its attachments, in recorded order (none for v0 steps, which name none). */
-export const stepsOf = (record: AttachmentRecord, attachment: AttachmentKey): UndoStep[] => record.undo.filter((_, i) => sameAttachment(record.undoOwners[i], attachment));
+export { JOURNAL_VERSION, type AttachmentKey, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './journal-lines';
+export { parseRecord, stepsOf, unreadableRecordError, type AttachmentRecord, type PodNetworksChange, type TimedEvent } from './journal-record';
 
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
 const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
 
-/** Replays a record's lines; a torn last line (crash mid-write) is ignored. */
-export function parseRecord(text: string): AttachmentRecord | undefined {
-  let meta: AttachmentMeta | undefined;
-  let undo: UndoStep[] = [];
-  let undoOwners: (AttachmentKey | undefined)[] = [];
-  let unreadable: string | undefined;
-  const events: TimedEvent[] = [];
-  let result: CniResult | undefined;
-  let cniVersion: string | undefined;
-  let details: CommitDetails | undefined;
-  let deleting = false;
-  let changing: PodNetworksChange | undefined;
-  for (const [n, raw] of text.split('\n').entries()) {
-    if (!raw) continue;
-    let line: Line;
-    try {
-      line = JSON.parse(raw) as Line;
-    } catch {
-      continue;
-    }
-    if ((line.v ?? 0) > JOURNAL_VERSION) {
-      unreadable ??= `line ${n + 1} is journal format v${line.v}; this plexusd reads up to v${JOURNAL_VERSION}`;
-      continue;
-    }
-    switch (line.t) {
-      case 'begin':
-        meta = line.meta;
-        events.push({ at: line.meta.startedAt, what: 'begin' });
-        break;
-      case 'undo':
-        undo.push(line.step);
-        undoOwners.push(line.a);
-        break;
-      case 'detached': {
-        const gone = line.a;
-        const keep = undoOwners.map((owner) => !sameAttachment(owner, gone));
-        undo = undo.filter((_, i) => keep[i]);
-        undoOwners = undoOwners.filter((_, i) => keep[i]);
-        events.push({ at: line.at, what: `detached ${gone.network} as ${gone.ifname}` });
-        break;
-      }
-      case 'event':
-        events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
-        break;
-      case 'change':
-        changing = { add: line.add, remove: line.remove };
-        events.push({ at: line.at, what: `change: add ${line.add.map((a) => `${a.network} as ${a.ifname}`).join(', ') || 'nothing'}; remove ${line.remove.map((a) => `${a.network} as ${a.ifname}`).join(', ') || 'nothing'}` });
-        break;
-      case 'added':
-        if (changing) changing = { ...changing, added: line.attachments };
-        events.push({ at: line.at, what: `added ${line.attachments.map((a) => `${a.network} as ${a.ifname}`).join(', ')}` });
-        break;
-      case 'committed':
-        changing = undefined;
-        result = line.result;
-        cniVersion = line.cniVersion;
-        details = line.details;
-        events.push({ at: line.at, what: 'committed' });
-        break;
-      case 'deleting':
-        deleting = true;
-        events.push({ at: line.at, what: 'deleting' });
-        break;
-      default:
-        unreadable ??= `line ${n + 1} has an unknown type ${JSON.stringify((line as { t?: unknown }).t)}`;
-    }
+/** The container and interface a record's file name says it is for ('' when the name says nothing). */
+function nameParts(name: string): { containerId: string; ifname: string } {
+  const base = name.slice(0, -'.jsonl'.length);
+  const at = base.indexOf('@');
+  if (at <= 0) return { containerId: '', ifname: '' };
+  try {
+    return { containerId: base.slice(0, at), ifname: decodeURIComponent(base.slice(at + 1)) };
+  } catch {
+    return { containerId: base.slice(0, at), ifname: base.slice(at + 1) };
   }
-  return meta
-    ? { meta, undo, undoOwners, ...(unreadable ? { unreadable } : {}), events, ...(result ? { result } : {}), ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), deleting, ...(changing ? { changing } : {}) }
-    : undefined;
 }
+
+/** A record file larger than this is not read (a record is a few KiB; hot-plug churn adds a few lines each). */
+const MAX_RECORD_BYTES = 16 * 1024 * 1024;
+
+/** Where a write() to a file can be cut short (the page cache's unit; larger folios are multiples of it). */
+const PAGE_BYTES = 4096;
+
+/** Written in the journal directory when plexusd had to make it again: the records it held are lost. */
+export const LOST_MARKER = 'LOST';
 
 /**
  * An open record being written by one transaction. Each line is written before the change it describes is
  * made. With `sync`, lines are also fdatasync'd (async, off the event loop); without it a write is a
- * microsecond syscall done inline, and the page cache keeps it through any crash of the daemon.
+ * microsecond syscall done inline, and the page cache keeps it through any crash of the daemon. A line that cannot be
+ * written whole (a full disk) is cut off again, so the record stays readable, and the append fails with code 5.
  */
 export class JournalEntry {
   constructor(
     private readonly fd: number,
     private readonly sync: boolean,
+    readonly path: string,
+    /** The record's length: where a line that could not be written whole is cut off. */
+    private size: number,
   ) {}
 
   private async append(line: Line, durable = true): Promise<void> {
-    const text = `${JSON.stringify({ v: JOURNAL_VERSION, ...line })}\n`;
-    if (!this.sync) {
-      writeSync(this.fd, text);
-      return;
+    const bytes = Buffer.from(`${JSON.stringify({ v: JOURNAL_VERSION, ...line })}\n`);
+    let written = 0;
+    try {
+      while (written < bytes.length) written += writeSync(this.fd, bytes, written, bytes.length - written);
+    } catch (e) {
+      if (written > 0) this.cutBack();
+      throw journalIoError('append to', this.path, e);
     }
-    await new Promise<void>((resolve, reject) => write(this.fd, text, (e) => (e ? reject(e) : resolve())));
-    if (durable) await new Promise<void>((resolve, reject) => fdatasync(this.fd, (e) => (e ? reject(e) : resolve())));
+    this.size += bytes.length;
+    if (!this.sync || !durable) return;
+    await new Promise<void>((resolve, reject) => fdatasync(this.fd, (e) => (e ? reject(journalIoError('sync', this.path, e)) : resolve())));
+  }
+
+  /** Cuts a line written in part; if even that fails, the reader sees a line cut short and refuses the record. */
+  private cutBack(): void {
+    try {
+      ftruncateSync(this.fd, this.size);
+    } catch {
+      /* the append fails regardless */
+    }
   }
 
   begin(meta: AttachmentMeta): Promise<void> {
@@ -247,45 +134,129 @@ export class JournalEntry {
   }
 }
 
+/** Opens a record for appending, first cutting off a last line that a crash left cut short (the reader ignores it). */
+function openForAppend(path: string): { fd: number; size: number } {
+  const fd = openSync(path, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT, 0o600);
+  try {
+    const size = fstatSync(fd).size;
+    if (size === 0) return { fd, size };
+    const last = Buffer.alloc(1);
+    readSync(fd, last, 0, 1, size - 1);
+    if (last[0] === 0x0a) return { fd, size };
+    const text = Buffer.alloc(Math.min(size, MAX_RECORD_BYTES));
+    const start = size - text.length;
+    readSync(fd, text, 0, text.length, start);
+    const cut = text.lastIndexOf(0x0a) + 1;
+    const tail = text.subarray(cut).toString('utf8');
+    if (readLine(tail).ok) {
+      // A complete line that lacks only its newline is kept: the next line must not join it.
+      writeSync(fd, '\n');
+      return { fd, size: size + 1 };
+    }
+    if (cut === 0 && start > 0) return { fd, size }; // no newline in the last 16 MiB: leave it to the reader
+    ftruncateSync(fd, start + cut);
+    return { fd, size: start + cut };
+  } catch (e) {
+    closeSync(fd);
+    throw e;
+  }
+}
+
 export class Journal {
   private constructor(
     readonly dir: string,
     private readonly sync: boolean,
+    /** Whether the directory was missing when the journal was opened (a fresh state dir, or records lost). */
+    readonly missingAtOpen: boolean,
   ) {}
 
   static async open(dir: string, sync: boolean): Promise<Journal> {
+    const missing = !existsSync(dir);
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    return new Journal(dir, sync);
+    return new Journal(dir, sync, missing);
   }
 
   /** Starts a new record; fails if one exists for the same attachment (callers check first). */
   async begin(meta: AttachmentMeta): Promise<JournalEntry> {
-    const fd = openSync(join(this.dir, fileName(meta.containerId, meta.ifname)), 'wx', 0o600);
-    const entry = new JournalEntry(fd, this.sync);
+    const path = join(this.dir, fileName(meta.containerId, meta.ifname));
+    const fd = await this.create(path);
+    const entry = new JournalEntry(fd, this.sync, path, 0);
     try {
       await entry.begin(meta);
     } catch (e) {
+      // A record without its begin line holds nothing: remove it, so the runtime's retry can begin again.
       await entry.close();
+      await rm(path, { force: true }).catch(() => undefined);
       throw e;
     }
     return entry;
   }
 
+  /**
+   * Creates a record file. A file there that holds no record (a crash or a full disk before its first line) is
+   * replaced; a directory removed underneath is made again, and the loss marked.
+   */
+  private async create(path: string): Promise<number> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return openSync(path, 'wx', 0o600);
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (attempt === 0 && code === 'EEXIST' && (await this.holdsNothing(path))) {
+          await rm(path, { force: true });
+          continue;
+        }
+        if (attempt === 0 && code === 'ENOENT') {
+          await this.remake().catch((made: unknown) => Promise.reject(journalIoError('make the directory of', path, made)));
+          continue;
+        }
+        if (code === 'EEXIST') throw e;
+        throw journalIoError('create', path, e);
+      }
+    }
+  }
+
+  private async holdsNothing(path: string): Promise<boolean> {
+    const text = await readFile(path, 'utf8').catch(() => undefined);
+    return text !== undefined && replayRecord(text).kind === 'empty';
+  }
+
+  /** Makes the journal directory again after it was removed, marking that the records it held are lost. */
+  private async remake(): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    await this.markLost('the journal directory was removed while plexusd ran');
+  }
+
+  /** Says, in the directory, that records were lost: until an operator removes the marker, no orphaned lease is released. */
+  async markLost(why: string): Promise<void> {
+    const path = join(this.dir, LOST_MARKER);
+    if (existsSync(path)) return;
+    await writeFile(path, `${new Date().toISOString()} ${why}\n`, { mode: 0o600 });
+  }
+
+  /** Why leases without a record must be kept: the marker's text, if records were lost. */
+  async lost(): Promise<string | undefined> {
+    const text = await readFile(join(this.dir, LOST_MARKER), 'utf8').catch(() => undefined);
+    if (text !== undefined) return text.trim() || 'records were lost';
+    return existsSync(this.dir) ? undefined : 'the journal directory is missing';
+  }
+
   /** Reopens an existing record to append to it (deletion, recovery). */
   async reopen(containerId: string, ifname: string): Promise<JournalEntry> {
-    return new JournalEntry(openSync(join(this.dir, fileName(containerId, ifname)), 'a', 0o600), this.sync);
+    const path = join(this.dir, fileName(containerId, ifname));
+    try {
+      const { fd, size } = openForAppend(path);
+      return new JournalEntry(fd, this.sync, path, size);
+    } catch (e) {
+      throw journalIoError('open', path, e);
+    }
   }
 
   async load(containerId: string, ifname: string): Promise<AttachmentRecord | undefined> {
-    const path = join(this.dir, fileName(containerId, ifname));
+    const name = fileName(containerId, ifname);
     // Most ADDs find no record: a stat is far cheaper than a failed asynchronous read.
-    if (!existsSync(path)) return undefined;
-    try {
-      return parseRecord(await readFile(path, 'utf8'));
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      throw e;
-    }
+    if (!existsSync(join(this.dir, name))) return undefined;
+    return this.readRecord(name);
   }
 
   list(): Promise<AttachmentRecord[]> {
@@ -297,25 +268,89 @@ export class Journal {
     return this.read((name) => name.startsWith(`${containerId}@`), false);
   }
 
+  /** Who holds which lease: every record (or one container's), or everything while records are known lost. */
+  async leaseHolders(containerId?: string): Promise<LeaseHolders> {
+    const records = containerId === undefined ? await this.list() : await this.listContainer(containerId);
+    const lost = await this.lost();
+    return new LeaseHolders(records, lost !== undefined);
+  }
+
+  /** Whether a record can be written now (for /healthz): undefined when it can, else why. A removed directory is made again. */
+  async writable(): Promise<string | undefined> {
+    const path = join(this.dir, `.probe-${process.pid}`);
+    try {
+      if (!existsSync(this.dir)) await this.remake();
+      const fd = openSync(path, 'w', 0o600);
+      try {
+        writeSync(fd, Buffer.alloc(512, 0x0a));
+      } finally {
+        closeSync(fd);
+      }
+      return undefined;
+    } catch (e) {
+      return journalIoError('write', path, e).message;
+    } finally {
+      await rm(path, { force: true }).catch(() => undefined);
+    }
+  }
+
   /**
-   * The records whose file names match. With `dropEmpty`, a file without even a begin line (a crash between open and
-   * the first write) is removed.
+   * The records whose file names match. With `dropEmpty`, a file that holds no record (a crash between creating it and
+   * writing its first line) is removed. A file that cannot be read or used is an unreadable record of the container its
+   * name says: never undone, holding that container's leases.
    */
   private async read(match: (name: string) => boolean, dropEmpty: boolean): Promise<AttachmentRecord[]> {
+    let names: string[];
+    try {
+      names = await readdir(this.dir);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw journalIoError('list', this.dir, e);
+      return [];
+    }
     const out: AttachmentRecord[] = [];
-    for (const name of (await readdir(this.dir)).filter((n) => n.endsWith('.jsonl') && match(n)).sort()) {
-      try {
-        const rec = parseRecord(await readFile(join(this.dir, name), 'utf8'));
-        if (rec) out.push(rec);
-        else if (dropEmpty) await rm(join(this.dir, name), { force: true });
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-      }
+    for (const name of names.filter((n) => n.endsWith('.jsonl') && match(n)).sort()) {
+      const record = await this.readRecord(name, dropEmpty);
+      if (record) out.push(record);
     }
     return out;
   }
 
+  private async readRecord(name: string, dropEmpty = false): Promise<AttachmentRecord | undefined> {
+    const path = join(this.dir, name);
+    const { containerId, ifname } = nameParts(name);
+    let text: string;
+    let size: number;
+    try {
+      const info = await lstat(path);
+      size = info.size;
+      if (!info.isFile()) return headlessRecord(containerId, ifname, `${path}: not a regular file`);
+      if (info.size > MAX_RECORD_BYTES) return headlessRecord(containerId, ifname, `${path}: larger than ${MAX_RECORD_BYTES} bytes`);
+      text = await readFile(path, 'utf8');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      return headlessRecord(containerId, ifname, `${path}: cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+    }
+    const replayed = replayRecord(text, path);
+    if (replayed.kind === 'empty') {
+      if (dropEmpty) await rm(path, { force: true });
+      return undefined;
+    }
+    if (replayed.kind === 'headless') return headlessRecord(containerId, ifname, replayed.unreadable);
+    const record = replayed.record;
+    // A last line cut short is a crash mid-append if the pod went with the crash (a reboot), or if the file ends on a
+    // page boundary: a write cut by a signal or a full disk stops there, nowhere else. A record cut anywhere else while
+    // its netns exists may have lost whole lines (a truncated file): undoing what is left would release addresses its
+    // interfaces still have.
+    const crashCut = size % PAGE_BYTES === 0;
+    if (record.tornLine !== undefined && !record.unreadable && !crashCut && record.meta.netns && existsSync(record.meta.netns)) {
+      const why = `${path}, line ${record.tornLine}: cut short while the pod's network namespace ${record.meta.netns} exists`;
+      return { ...record, unreadable: why };
+    }
+    return record;
+  }
+
   async remove(containerId: string, ifname: string): Promise<void> {
-    await rm(join(this.dir, fileName(containerId, ifname)), { force: true });
+    const path = join(this.dir, fileName(containerId, ifname));
+    await rm(path, { force: true }).catch((e: unknown) => Promise.reject(journalIoError('remove', path, e)));
   }
 }

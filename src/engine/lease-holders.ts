@@ -11,20 +11,31 @@ import type { AttachmentRecord } from './journal';
 
 const holderKey = (network: string, containerId: string, ifname: string): string => `${network}\u0000${containerId}\u0000${ifname}`;
 
+/**
+ * What the journal cannot tell is held: a record this daemon cannot read holds every lease of its container (of every
+ * container, when not even its file name says whose it is), and while records are known lost, every lease is.
+ */
 export class LeaseHolders {
   private readonly held = new Set<string>();
-  /** Containers with a record written by a newer plexusd: which leases it holds cannot be told, so it holds all of its container's. */
+  /** Containers with a record this daemon cannot read: which of their leases it holds cannot be told, so all of them. */
   private readonly unreadable = new Set<string>();
+  private readonly all: boolean;
 
-  constructor(records: readonly AttachmentRecord[]) {
+  constructor(records: readonly AttachmentRecord[], recordsLost = false) {
+    let all = recordsLost;
     for (const record of records) {
-      if (record.unreadable) this.unreadable.add(record.meta.containerId);
+      if (record.unreadable) {
+        if (record.meta.containerId === '') all = true;
+        this.unreadable.add(record.meta.containerId);
+      }
       for (const step of record.undo) if (step.kind === 'releaseIpam') this.held.add(holderKey(step.network, step.containerId, step.ifname));
     }
+    this.all = all;
   }
 
   holds(lease: Lease): boolean {
     if (lease.containerId === '') return false;
+    if (this.all) return true;
     return this.unreadable.has(lease.containerId) || this.held.has(holderKey(lease.network, lease.containerId, lease.ifname));
   }
 }

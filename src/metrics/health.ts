@@ -6,6 +6,8 @@
  * - live: the kernel worker answers a cheap call (a worker stuck in a syscall would leave every CNI call hanging)
  *   and the resident memory is under --memory-ceiling-mib (a leak ends in a restart with a drain, not an OOM kill
  *   in the middle of a transaction).
+ * - journal (live, when given): a record can be written in the journal directory (not a full or read-only disk, not
+ *   a directory removed underneath: the check makes it again). A daemon that cannot write its journal fails every ADD.
  * - ready: live, recovery done and the API caches synced (plexusd's own readiness).
  */
 
@@ -17,6 +19,8 @@ export interface HealthChecks {
   /** How long the kernel worker may take (a burst queues calls ahead of the probe's). Default 10 s. */
   readonly kernelTimeoutMs?: number;
   readonly rss?: () => number;
+  /** Undefined when a journal record can be written now, else why not. */
+  readonly journalWritable?: () => Promise<string | undefined>;
 }
 
 export interface HealthReport {
@@ -26,6 +30,7 @@ export interface HealthReport {
 
 export class DaemonHealth {
   private lastKernel: { at: number; result: Promise<string | undefined> } | undefined;
+  private lastJournal: { at: number; result: Promise<string | undefined> } | undefined;
 
   constructor(private readonly checks: HealthChecks) {}
 
@@ -43,10 +48,21 @@ export class DaemonHealth {
     return result;
   }
 
+  /** The journal's writability, asked at most once per second. */
+  private journal(writable: () => Promise<string | undefined>): Promise<string | undefined> {
+    const now = Date.now();
+    if (!this.lastJournal || now - this.lastJournal.at >= 1000) {
+      const result = writable().catch((e: unknown) => `the journal check failed: ${(e as Error).message}`);
+      this.lastJournal = { at: now, result };
+    }
+    return this.lastJournal.result;
+  }
+
   async live(): Promise<HealthReport> {
     const checks: Record<string, string> = {};
     const kernel = await this.kernel();
     checks.kernel = kernel ?? 'ok';
+    if (this.checks.journalWritable) checks.journal = (await this.journal(this.checks.journalWritable)) ?? 'ok';
     const ceiling = this.checks.memoryCeilingBytes;
     if (ceiling !== undefined) {
       const rss = (this.checks.rss ?? (() => process.memoryUsage.rss()))();

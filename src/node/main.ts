@@ -126,12 +126,13 @@ async function main(): Promise<number> {
       if (!lo.ok) throw lo.error;
     },
     ready: () => state.ready,
+    journalWritable: () => journal.writable(),
     ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
   });
   const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;
   if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
   const spoolDir = join(dirname(config.socket), 'pending-del');
-  const report = await recover(spoolDir, engine, log);
+  const report = await recover(spoolDir, engine, log, journal);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
   await cluster?.start();

@@ -1,10 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFile, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { closeSync, openSync, writeSync } from 'node:fs';
+import { CniError } from '../../src/cni/errors';
 import { join } from 'node:path';
 import type { CniResult } from '../../src/cni/types';
-import { Journal, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
+import { Journal, JournalEntry, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
 import type { UndoStep } from '../../src/drivers/driver';
 
 /** A fresh journal directory, removed even when the test fails. */
@@ -261,7 +264,7 @@ test('a v0 record can be appended to in v1 and still reads whole (an upgrade mid
 test('a line of a newer format makes the record unreadable, naming the line and versions', () => {
   const text = `${V0_RECORD}{"v":2,"t":"undo","step":{"kind":"deleteLink","name":"x"},"at":"y"}\n`;
   const record = parseRecord(text);
-  assert.equal(record?.unreadable, 'line 6 is journal format v2; this plexusd reads up to v1');
+  assert.equal(record?.unreadable, 'line 6: journal format v2; this plexusd reads up to v1');
   assert.deepEqual(record?.undo, [steps[0], steps[1]], 'what it could read is still listed');
 });
 
@@ -279,5 +282,196 @@ test('a detached line retires the steps of that attachment only', async () => {
     assert.deepEqual(record?.undo, [steps[0], steps[1]]);
     assert.deepEqual(record?.undoOwners, [blue, blue]);
     assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'detached team-a/red as net1']);
+  });
+});
+
+// What is on disk is input: a record plexusd cannot use is kept, named by file and line, and never read as less.
+
+const lineOf = (line: Record<string, unknown>): string => `${JSON.stringify({ v: 1, ...line })}\n`;
+const BEGIN = lineOf({ t: 'begin', meta: meta() });
+const UNDO_LEASE = lineOf({ t: 'undo', step: steps[0], a: blue, at: 'x' });
+const UNDO_LINK = lineOf({ t: 'undo', step: steps[1], a: blue, at: 'y' });
+const COMMITTED = lineOf({ t: 'committed', result, cniVersion: '1.0.0', at: 'z' });
+
+test('a line that parses as JSON but lacks a field makes the record unreadable, naming file and line', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), `${BEGIN}${UNDO_LEASE}${lineOf({ t: 'detached', at: 'x' })}`);
+    const [record] = await journal.list();
+    assert.equal(record?.meta.containerId, 'c0ffee01');
+    assert.equal(record?.unreadable, `${join(dir, 'c0ffee01@eth0.jsonl')}, line 3: a: Invalid input: expected object, received undefined`);
+  });
+});
+
+test('a begin line without its fields is unreadable, and the record is known by its file name', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@net%2F1.jsonl'), `${lineOf({ t: 'begin' })}${UNDO_LEASE}`);
+    const [record] = await journal.list();
+    assert.deepEqual([record?.meta.containerId, record?.meta.ifname], ['c0ffee01', 'net/1']);
+    assert.match(record?.unreadable ?? '', /, line 1: meta: /);
+    assert.deepEqual(record?.undo, [], 'nothing of it is offered for undo');
+  });
+});
+
+test('a record whose every line is of a newer format is kept, not dropped as empty', async () => {
+  await withJournal(async (journal, dir) => {
+    const newer = `${BEGIN}${UNDO_LEASE}${COMMITTED}`.replaceAll('{"v":1,', '{"v":2,');
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), newer);
+    const [record] = await journal.list();
+    assert.match(record?.unreadable ?? '', /c0ffee01@eth0\.jsonl, line 1: journal format v2; this plexusd reads up to v1$/);
+    assert.equal(await readFile(join(dir, 'c0ffee01@eth0.jsonl'), 'utf8'), newer, 'the file is kept as it is');
+  });
+});
+
+test('a line cut short in the middle of a record makes it unreadable; only the last line may be torn', async () => {
+  const cut = `${BEGIN}${UNDO_LEASE.slice(0, 30)}\n${UNDO_LINK}${COMMITTED}`;
+  assert.match(parseRecord(cut)?.unreadable ?? '', /^line 2: not JSON/);
+  const torn = parseRecord(`${BEGIN}${UNDO_LEASE}${UNDO_LINK.slice(0, 30)}`);
+  assert.equal(torn?.unreadable, undefined);
+  assert.equal(torn?.tornLine, 3);
+  assert.deepEqual(torn?.undo, [steps[0]]);
+});
+
+test('a complete last line without its newline is used; garbage that is complete JSON is not ignored', () => {
+  assert.deepEqual(parseRecord(`${BEGIN}${UNDO_LEASE.trimEnd()}`)?.undo, [steps[0]]);
+  assert.match(parseRecord(`${BEGIN}{"v":1,"t":"undo","step":{"kind":"deleteLink"}}`)?.unreadable ?? '', /^line 2: step\.name: /);
+  assert.match(parseRecord(`${BEGIN}42\n`)?.unreadable ?? '', /^line 2: /);
+  assert.match(parseRecord(`${BEGIN}null\n`)?.unreadable ?? '', /^line 2: /);
+});
+
+test('a torn last line is cut off when the record is reopened, so what is appended after it stays readable', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), `${BEGIN}${UNDO_LEASE}${UNDO_LINK.slice(0, 30)}`);
+    const entry = await journal.reopen('c0ffee01', 'eth0');
+    await entry.markDeleting();
+    await entry.close();
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.unreadable, undefined);
+    assert.equal(record?.deleting, true);
+    assert.deepEqual(record?.undo, [steps[0]]);
+  });
+});
+
+test('a record file that holds no record (a crash before its first line) does not block a new begin', async () => {
+  await withJournal(async (journal, dir) => {
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), '');
+    assert.equal(await journal.load('c0ffee01', 'eth0'), undefined);
+    await writeCommitted(journal);
+    assert.deepEqual((await journal.load('c0ffee01', 'eth0'))?.result, result);
+  });
+});
+
+test('a file that is not a regular file or cannot be read is an unreadable record of the container its name says', async () => {
+  await withJournal(async (journal, dir) => {
+    await mkdir(join(dir, 'c0ffee01@eth0.jsonl'));
+    const [record] = await journal.list();
+    assert.equal(record?.meta.containerId, 'c0ffee01');
+    assert.match(record?.unreadable ?? '', /not a regular file/);
+  });
+});
+
+test('an append the disk has room for only in part is cut back: the record stays readable, the append fails with 5', async () => {
+  const root = await mkdtemp(join(tmpdir(), 'plexus-journal-full-'));
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'plexus-journal-full', root]);
+  let entry: JournalEntry | undefined;
+  try {
+    const journal = await Journal.open(join(root, 'journal'), false);
+    entry = await journal.begin(meta());
+    await entry.record(steps[0]!, blue);
+    const path = join(root, 'journal', 'c0ffee01@eth0.jsonl');
+    const before = await readFile(path, 'utf8');
+    // Fill every other page, so the record's last page has what is left of it (under 4 KiB) and nothing more.
+    const fd = openSync(join(root, 'filler'), 'w');
+    try {
+      for (;;) writeSync(fd, Buffer.alloc(4096));
+    } catch (e) {
+      assert.equal((e as NodeJS.ErrnoException).code, 'ENOSPC');
+    } finally {
+      closeSync(fd);
+    }
+    const big: UndoStep = { kind: 'delegateDel', plugin: 'x', config: 'y'.repeat(8192), env: { containerId: 'c', netns: 'n', ifname: 'i', args: '', path: '' } };
+    await assert.rejects(entry.record(big, blue), (e: unknown) => e instanceof CniError && e.code === 5 && /ENOSPC/.test(e.message) && e.message.includes(path));
+    assert.equal(await readFile(path, 'utf8'), before, 'the part that was written is cut off again');
+    await rm(join(root, 'filler'));
+    const record = await journal.load('c0ffee01', 'eth0');
+    assert.equal(record?.unreadable, undefined);
+    assert.deepEqual(record?.undo, [steps[0]]);
+  } finally {
+    await entry?.close();
+    execFileSync('umount', [root]);
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a begin the disk has no room for leaves no file, and the same begin succeeds once there is room', async () => {
+  const root = await mkdtemp(join(tmpdir(), 'plexus-journal-full-'));
+  execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'plexus-journal-full', root]);
+  try {
+    const journal = await Journal.open(join(root, 'journal'), true);
+    const fd = openSync(join(root, 'filler'), 'w');
+    try {
+      for (;;) writeSync(fd, Buffer.alloc(4096));
+    } catch {
+      /* full */
+    } finally {
+      closeSync(fd);
+    }
+    await assert.rejects(journal.begin(meta()), (e: unknown) => e instanceof CniError && e.code === 5 && /free space/.test(e.details));
+    assert.deepEqual(await readdir(join(root, 'journal')), []);
+    assert.match((await journal.writable()) ?? '', /ENOSPC/);
+    await rm(join(root, 'filler'));
+    assert.equal(await journal.writable(), undefined);
+    await writeCommitted(journal);
+    assert.deepEqual((await journal.load('c0ffee01', 'eth0'))?.result, result);
+  } finally {
+    execFileSync('umount', [root]);
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a journal directory removed underneath is made again by the next begin, marked LOST, and then every lease is held', async () => {
+  await withJournal(async (journal, dir) => {
+    await rm(dir, { recursive: true });
+    assert.deepEqual(await journal.list(), []);
+    const lease = { network: 'blue', address: '10.1.0.7/24', containerId: 'c9', ifname: 'eth0' };
+    assert.equal((await journal.leaseHolders()).holds(lease), true, 'a missing directory holds every lease');
+    await writeCommitted(journal);
+    assert.match(await readFile(join(dir, 'LOST'), 'utf8'), /removed while plexusd ran/);
+    assert.equal((await journal.leaseHolders()).holds(lease), true);
+    await rm(join(dir, 'LOST'));
+    assert.equal((await journal.leaseHolders()).holds(lease), false);
+  });
+});
+
+test('no truncation and no garbled character of a record makes the reader throw, and a garbled middle line is never skipped', () => {
+  const text = `${BEGIN}${UNDO_LEASE}${UNDO_LINK}${lineOf({ t: 'event', what: 'x', at: 'y' })}${COMMITTED}`;
+  for (let cut = 0; cut <= text.length; cut++) {
+    const record = parseRecord(text.slice(0, cut));
+    assert.equal(record?.unreadable, undefined, `a cut at ${cut} is a torn tail, not an unreadable record`);
+  }
+  const newlines = [...text].flatMap((c, i) => (c === '\n' ? [i] : []));
+  const lastLineStart = newlines[newlines.length - 2]! + 1;
+  for (let at = 0; at < lastLineStart; at++) {
+    for (const junk of ['\u0000', '}', '"', 'x', '\n']) {
+      const garbled = `${text.slice(0, at)}${junk}${text.slice(at + 1)}`;
+      if (garbled === text) continue;
+      const record = parseRecord(garbled);
+      // Every change either still validates (a string's content) or makes the record unreadable; none throws.
+      if (record && !record.unreadable) assert.equal(record.undo.length, 2, `garbled at ${at} with ${JSON.stringify(junk)}`);
+    }
+  }
+});
+
+test('while the pod netns exists, a last line cut on a page boundary is a crash mid-append; cut anywhere else, the record is unreadable', async () => {
+  await withJournal(async (journal, dir) => {
+    const live = lineOf({ t: 'begin', meta: { ...meta(), netns: dir } }); // a path that exists stands for a live netns
+    const complete = `${live}${UNDO_LEASE}`;
+    const pad = lineOf({ t: 'event', what: 'y'.repeat(5000), at: 'x' });
+    const crash = `${complete}${pad}`.slice(0, 4096);
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), crash);
+    const kept = await journal.load('c0ffee01', 'eth0');
+    assert.equal(kept?.unreadable, undefined, 'a write cut by SIGKILL or a full disk stops on a page boundary');
+    assert.deepEqual(kept?.undo, [steps[0]]);
+    await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), crash.slice(0, 4000));
+    assert.match((await journal.load('c0ffee01', 'eth0'))?.unreadable ?? '', /line 3: cut short while the pod's network namespace .* exists/);
   });
 });

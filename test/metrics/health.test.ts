@@ -28,6 +28,15 @@ describe('health', () => {
     assert.equal((await h.ready()).ok, false);
   });
 
+  it('is not live while the journal cannot be written, saying why, and live again once it can', async () => {
+    let problem: string | undefined = 'plexusd cannot write its journal record /s/journal/.probe: ENOSPC';
+    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, journalWritable: async () => problem });
+    assert.deepEqual(await h.live(), { ok: false, checks: { kernel: 'ok', journal: problem } });
+    problem = undefined;
+    await new Promise((r) => setTimeout(r, 1001)); // asked at most once per second
+    assert.deepEqual(await h.live(), { ok: true, checks: { kernel: 'ok', journal: 'ok' } });
+  });
+
   it('is not live when the kernel worker fails', async () => {
     const h = new DaemonHealth({ kernelAnswers: async () => Promise.reject(new Error('EBADF')), ready: () => true });
     assert.equal((await h.live()).checks.kernel, 'the kernel worker failed: EBADF');

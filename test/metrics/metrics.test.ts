@@ -124,10 +124,10 @@ describe('metrics', () => {
     assert.match(m.body, /^plexus_attachments\{network="default\/podnet"\} 2$/m);
     const live = await get({ host: '127.0.0.1', port: tcpPort, path: '/healthz' });
     assert.equal(live.status, 200, live.body);
-    assert.deepEqual(JSON.parse(live.body), { ok: true, checks: { kernel: 'ok' } });
+    assert.deepEqual(JSON.parse(live.body), { ok: true, checks: { kernel: 'ok', journal: 'ok' } });
     const ready = await get({ host: '127.0.0.1', port: tcpPort, path: '/readyz' });
     assert.equal(ready.status, 200);
-    assert.deepEqual(JSON.parse(ready.body), { ok: true, checks: { kernel: 'ok', started: 'ok' } });
+    assert.deepEqual(JSON.parse(ready.body), { ok: true, checks: { kernel: 'ok', journal: 'ok', started: 'ok' } });
     assert.equal((await get({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status, 404, 'the CNI and plexusctl API stays on the socket');
   });
 });

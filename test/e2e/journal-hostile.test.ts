@@ -49,7 +49,7 @@ async function restartAfter(pod: TestPod, change: (path: string) => void): Promi
 function untouched(pod: TestPod, address: string): void {
   assert.ok(existsSync(recordOf(pod)), 'the record is kept');
   assert.ok(daemon.leases('podnet').includes(address), `the lease of ${address} is kept`);
-  assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0')), [hostVethName(pod.cid, 'eth0')], 'the host veth is kept');
+  assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), [hostVethName(pod.cid, 'eth0', 'eth0')], 'the host veth is kept');
 }
 
 /** The pod's DEL fails (never half undone) and says which file to look at; then the test removes it by hand. */

@@ -1,6 +1,6 @@
 /** plexusd: the Plexus node daemon. */
 import { mkdir } from 'node:fs/promises';
-import { join, dirname } from 'node:path';
+import { join } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
 import { Ipam, parseIpamConfig } from '../ipam';
@@ -13,6 +13,7 @@ import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
+import { prepareSocketDir } from '../api/socket-dir';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
 import { DaemonMetrics } from '../metrics/metrics';
@@ -100,7 +101,17 @@ async function main(): Promise<number> {
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
-  await server.listen();
+  const socketDir = prepareSocketDir(config.socket, process.geteuid?.() ?? 0);
+  if (!socketDir.ok) {
+    log.fatal({ socket: config.socket }, socketDir.error);
+    return 1;
+  }
+  const { spoolDir } = socketDir.value;
+  const listening = await server.listen();
+  if (!listening.ok) {
+    log.fatal({ socket: config.socket }, listening.error);
+    return 1;
+  }
   const health = new DaemonHealth({
     // A cheap rtnetlink call through the worker: what every CNI call waits for.
     kernelAnswers: async () => {
@@ -112,7 +123,6 @@ async function main(): Promise<number> {
   });
   const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;
   if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
-  const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();

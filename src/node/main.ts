@@ -44,7 +44,10 @@ async function main(): Promise<number> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const lock = await acquireInstanceLock(config.stateDir, (holder) => log.info({ holder }, 'waiting for the previous plexusd to finish its calls'));
   const kernel = new Kernel(config.kernelThreads);
-  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
+  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
+    sync: config.stateSync,
+    onSkipped: (file, reason) => log.warn({ file, reason }, 'lease store: skipped an entry that is not a lease file'),
+  });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client

@@ -455,10 +455,22 @@ static bool write_all(int fd, const char *p, size_t n)
     return true;
 }
 
+/* The versions of LOCAL_VERSION_REPLY: an error is answered in the request's version only if it is one of them. */
+static const char *const SUPPORTED_VERSIONS[] = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"};
+
+static bool is_supported_version(const char *v)
+{
+    for (size_t i = 0; v && i < sizeof SUPPORTED_VERSIONS / sizeof SUPPORTED_VERSIONS[0]; i++)
+        if (strcmp(v, SUPPORTED_VERSIONS[i]) == 0)
+            return true;
+    return false;
+}
+
 /* Prints a CNI error object to stdout and returns the exit code the process must use. */
 static int cni_error(const struct config *cfg, int code, const char *msg, const char *details)
 {
-    const char *version = cfg->cni_version ? cfg->cni_version : FALLBACK_CNI_VERSION;
+    /* Never echo a version we do not speak: it may be any string, of any length. */
+    const char *version = is_supported_version(cfg->cni_version) ? cfg->cni_version : FALLBACK_CNI_VERSION;
     struct buf out = {0};
     char num[16];
     buf_puts(&out, "{\"cniVersion\":");

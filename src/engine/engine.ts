@@ -98,6 +98,7 @@ export class AttachmentEngine {
     else {
       const guard = new NetnsGuard();
       this.podNetnsProblem = (path) => guard.problem(path);
+      if (guard.hostUnknown) log.warn(`cannot identify the host's network namespace (${guard.hostUnknown}): a CNI_NETNS naming it is refused only if it is also plexusd's own`);
     }
   }
 

@@ -428,6 +428,15 @@ describe('plexus-cni when plexusd is not there', () => {
 
     assert.equal(parseCniError(run).cniVersion, '0.4.0');
   });
+
+  test('an error never echoes a cniVersion Plexus does not speak: it is answered in 1.1.0', async (t) => {
+    const socketPath = path.join(tempDir(t), 'plexus.sock');
+    for (const version of ['9.9.9', '0.2.0', 'x'.repeat(100000)]) {
+      const run = await runShim({ env: addEnv(socketPath), stdin: JSON.stringify({ cniVersion: version, daemonWaitSeconds: 0 }) });
+      assert.equal(parseCniError(run).cniVersion, '1.1.0');
+      assert.ok(run.stdout.length < 2048, `${run.stdout.length} bytes`);
+    }
+  });
 });
 
 describe('plexus-cni spools a DEL only where nobody but its owner can write', () => {

@@ -49,13 +49,16 @@ export type SocketPathState =
   | { readonly kind: 'symlink'; readonly target: string }
   | { readonly kind: 'other'; readonly problem: string };
 
+const notASocket = (path: string, what: string): string =>
+  `socket path ${path} is ${what}, not a socket: remove it or choose another --socket`;
+
 export function socketPathState(path: string): SocketPathState {
   try {
     const st = lstatSync(path);
     if (st.isSocket()) return { kind: 'socket' };
     if (st.isSymbolicLink()) return { kind: 'symlink', target: readlinkSync(path) };
     const what = st.isDirectory() ? 'a directory' : st.isFile() ? 'a regular file' : 'not a socket';
-    return { kind: 'other', problem: `socket path ${path} is ${what}, not a socket: remove it or choose another --socket` };
+    return { kind: 'other', problem: notASocket(path, what) };
   } catch (thrown) {
     if (code(thrown) === 'ENOENT') return { kind: 'free' };
     return { kind: 'other', problem: `socket path ${path} cannot be checked (${code(thrown)})` };

@@ -54,7 +54,11 @@ const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 export const MAX_CONTAINER_ID_LENGTH = 128;
 
 const containerIdTooLong = (id: string): CniError =>
-  new CniError(CniCode.InvalidEnvironment, `CNI_CONTAINERID is ${id.length} characters long; at most ${MAX_CONTAINER_ID_LENGTH} are allowed`, 'the container ID names files of plexusd\'s state; container runtimes use 64 characters');
+  new CniError(
+    CniCode.InvalidEnvironment,
+    `CNI_CONTAINERID is ${id.length} characters long; at most ${MAX_CONTAINER_ID_LENGTH} are allowed`,
+    "the container ID names files of plexusd's state; container runtimes use 64 characters",
+  );
 
 /** Validates an interface name as the kernel and the CNI spec require (interfaceNameProblem). */
 export function validateIfname(name: string, what = 'CNI_IFNAME'): Result<string> {

@@ -24,9 +24,12 @@ const shownVersion = (v: unknown): string => {
   return text.length > 34 ? `${text.slice(0, 33)}…" (${String(v).length} characters)` : text;
 };
 
+const incompatibleVersion = (v: unknown): CniError =>
+  new CniError(CniCode.IncompatibleVersion, `incompatible CNI version ${shownVersion(v)}`, `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`);
+
 export function requireVersion(v: unknown): Result<CniVersion> {
   if (v === undefined || v === '') return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no cniVersion', `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`));
-  if (!isSupportedVersion(v)) return err(new CniError(CniCode.IncompatibleVersion, `incompatible CNI version ${shownVersion(v)}`, `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`));
+  if (!isSupportedVersion(v)) return err(incompatibleVersion(v));
   return ok(v);
 }
 

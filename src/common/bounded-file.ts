@@ -40,8 +40,10 @@ const openFlags = (followSymlinks: boolean): number =>
 const problem = (path: string, kind: FileReadProblem['kind'], reason: string): Result<never, FileReadProblem> =>
   err({ path, kind, reason });
 
-export const formatBytes = (n: number): string =>
-  n >= 1048576 && n % 1048576 === 0 ? `${n / 1048576} MiB` : n >= 1024 && n % 1024 === 0 ? `${n / 1024} KiB` : `${n} bytes`;
+export const formatBytes = (n: number): string => {
+  if (n >= 1048576 && n % 1048576 === 0) return `${n / 1048576} MiB`;
+  return n >= 1024 && n % 1024 === 0 ? `${n / 1024} KiB` : `${n} bytes`;
+};
 
 export const tooLargeReason = (maxBytes: number): string => `is larger than ${formatBytes(maxBytes)}`;
 
@@ -134,7 +136,10 @@ export function readBoundedFileSync(path: string, options: BoundedReadOptions): 
 }
 
 /** The same as readBoundedFileSync, on the thread pool. */
-export async function readBoundedFile(path: string, options: BoundedReadOptions): Promise<Result<Buffer, FileReadProblem>> {
+export async function readBoundedFile(
+  path: string,
+  options: BoundedReadOptions,
+): Promise<Result<Buffer, FileReadProblem>> {
   const early = precheck(path, options);
   if (early) return early;
   let handle;

@@ -18,6 +18,10 @@ const linkTarget = (path: string): string => {
   }
 };
 
+const ownedByOther = (uid: number): string => `is owned by uid ${uid}, who could replace what is in it`;
+const writableWithoutSticky = (st: Stats, dir: string): string =>
+  `is writable by group or others without the sticky bit (mode ${mode(st)}; chmod go-w ${dir})`;
+
 /** What is wrong with `path` as a directory only `uid` may change, or undefined. */
 export function untrustedDirProblem(path: string, uid: number): string | undefined {
   let st: Stats;
@@ -38,7 +42,12 @@ export function untrustedDirProblem(path: string, uid: number): string | undefin
  * other than root or `uid`, or writable by group or others without the sticky bit (as /tmp has). Symlinks above
  * `path` are resolved first: /var/run -> /run is fine when /run is.
  */
-export function untrustedAncestor(path: string, uid: number): { readonly path: string; readonly problem: string } | undefined {
+export interface UntrustedAncestor {
+  readonly path: string;
+  readonly problem: string;
+}
+
+export function untrustedAncestor(path: string, uid: number): UntrustedAncestor | undefined {
   let dir: string;
   try {
     dir = realpathSync(dirname(path));
@@ -47,10 +56,8 @@ export function untrustedAncestor(path: string, uid: number): { readonly path: s
   }
   for (;;) {
     const st = statSync(dir);
-    if (st.uid !== 0 && st.uid !== uid) return { path: dir, problem: `is owned by uid ${st.uid}, who could replace what is in it` };
-    if (st.mode & 0o022 && !(st.mode & S_ISVTX)) {
-      return { path: dir, problem: `is writable by group or others without the sticky bit (mode ${mode(st)}; chmod go-w ${dir})` };
-    }
+    if (st.uid !== 0 && st.uid !== uid) return { path: dir, problem: ownedByOther(st.uid) };
+    if (st.mode & 0o022 && !(st.mode & S_ISVTX)) return { path: dir, problem: writableWithoutSticky(st, dir) };
     const up = dirname(dir);
     if (up === dir) return undefined;
     dir = up;

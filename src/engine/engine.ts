@@ -74,6 +74,9 @@ const RECENTLY_REMOVED_KEPT = 4096;
 const unreadableRecord = (record: AttachmentRecord): CniError =>
   new CniError(CniCode.Internal, `the journal record of ${record.meta.containerId}/${record.meta.ifname} was written by a newer plexusd; this one does not undo it`, `${record.unreadable}; run the plexusd version that wrote it, or remove the record by hand once its links and leases are gone`);
 
+const hostNetnsUnknown = (why: string): string =>
+  `cannot identify the host's network namespace (${why}): a CNI_NETNS naming it is refused only if it is also plexusd's own`;
+
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
   private readonly podNetnsProblem: (path: string) => CniError | undefined;
@@ -98,7 +101,7 @@ export class AttachmentEngine {
     else {
       const guard = new NetnsGuard();
       this.podNetnsProblem = (path) => guard.problem(path);
-      if (guard.hostUnknown) log.warn(`cannot identify the host's network namespace (${guard.hostUnknown}): a CNI_NETNS naming it is refused only if it is also plexusd's own`);
+      if (guard.hostUnknown) log.warn(hostNetnsUnknown(guard.hostUnknown));
     }
   }
 

@@ -17,6 +17,8 @@ const CONF = /\.(conf|json)$/;
 
 const errno = (e: unknown): string | undefined => (e as NodeJS.ErrnoException).code;
 
+const lookedAt = (files: readonly string[]): string => `looked at: ${files.join(', ') || 'no *.conflist, *.conf or *.json files'}`;
+
 /** A CNI config file: a regular file (or a symlink to one) of at most 1 MiB, as NAD files are. */
 export const readConfigFile = (path: string): ReturnType<typeof readBoundedFileSync> =>
   readBoundedFileSync(path, { maxBytes: 1024 * 1024, followSymlinks: true });
@@ -79,7 +81,7 @@ export class CniConfDir implements NadConfigSource {
       new CniError(
         CniCode.InvalidNetworkConfig,
         `no CNI config file in ${this.dir} has "name": "${name}"${skipped.length ? ` (${skipped.length} file(s) could not be read or parsed)` : ''}`,
-        skipped.length ? `skipped: ${cappedList(skipped)}` : `looked at: ${ordered.join(', ') || 'no *.conflist, *.conf or *.json files'}`,
+        skipped.length ? `skipped: ${cappedList(skipped)}` : lookedAt(ordered),
       ),
     );
   }

@@ -51,10 +51,13 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   return network.ok ? network : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
 }
 
+const unreadableDefault = (path: string, reason: string): CniError =>
+  new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: it ${reason}`);
+
 /** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
 function fromFile(path: string): Result<NetworkDefinition> {
   const read = readConfigFile(path);
-  if (!read.ok) return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: it ${read.error.reason}`));
+  if (!read.ok) return err(unreadableDefault(path, read.error.reason));
   const text = read.value.toString('utf8');
   const parsed = parseNetworkConfig(text, `the default network (${path})`, '', 'the file');
   if (!parsed.ok) return parsed;

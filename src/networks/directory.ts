@@ -93,7 +93,8 @@ export class NetworkDirectory implements NetworkSource {
     const { networks, errors } = this.load();
     const found = networks.get(`${namespace}/${name}`);
     if (found) return ok(found);
-    const broken = errors.length ? ` (problems reading definitions: ${cappedList(errors.map((e) => e.message), BROKEN_SHOWN)})` : '';
+    const listed = cappedList(errors.map((e) => e.message), BROKEN_SHOWN);
+    const broken = errors.length ? ` (problems reading definitions: ${listed})` : '';
     return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined in ${this.dir}${broken}`));
   }
 
@@ -104,9 +105,18 @@ export class NetworkDirectory implements NetworkSource {
 }
 
 const unreadableNad = (path: string, reason: string, maxBytes: number): CniError =>
-  new CniError(CniCode.InvalidNetworkConfig, `${path} ${reason}`, `a definition file must be a regular file (or a symlink to one) of at most ${formatBytes(maxBytes)}`);
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${path} ${reason}`,
+    `a definition file must be a regular file (or a symlink to one) of at most ${formatBytes(maxBytes)}`,
+  );
 
-function parseFile(path: string, configs: NadConfigSource, maxBytes: number): { networks: NetworkDefinition[]; errors: CniError[] } {
+interface ParsedFile {
+  readonly networks: NetworkDefinition[];
+  readonly errors: CniError[];
+}
+
+function parseFile(path: string, configs: NadConfigSource, maxBytes: number): ParsedFile {
   const networks: NetworkDefinition[] = [];
   const errors: CniError[] = [];
   // A ConfigMap mount makes every file a symlink: followed, but only to a regular file.

@@ -1,6 +1,6 @@
 /** plexusd: the Plexus node daemon. */
 import { mkdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
 import { Ipam, parseIpamConfig } from '../ipam';

@@ -455,10 +455,22 @@ static bool write_all(int fd, const char *p, size_t n)
     return true;
 }
 
+/* The versions of LOCAL_VERSION_REPLY: an error is answered in the request's version only if it is one of them. */
+static const char *const SUPPORTED_VERSIONS[] = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"};
+
+static bool is_supported_version(const char *v)
+{
+    for (size_t i = 0; v && i < sizeof SUPPORTED_VERSIONS / sizeof SUPPORTED_VERSIONS[0]; i++)
+        if (strcmp(v, SUPPORTED_VERSIONS[i]) == 0)
+            return true;
+    return false;
+}
+
 /* Prints a CNI error object to stdout and returns the exit code the process must use. */
 static int cni_error(const struct config *cfg, int code, const char *msg, const char *details)
 {
-    const char *version = cfg->cni_version ? cfg->cni_version : FALLBACK_CNI_VERSION;
+    /* Never echo a version we do not speak: it may be any string, of any length. */
+    const char *version = is_supported_version(cfg->cni_version) ? cfg->cni_version : FALLBACK_CNI_VERSION;
     struct buf out = {0};
     char num[16];
     buf_puts(&out, "{\"cniVersion\":");
@@ -840,16 +852,76 @@ static void append_sanitized(struct buf *b, const char *s)
     }
 }
 
+/* Why spooling stopped: the failing step and its errno, or (err 0) why a directory is not trusted. */
+struct spool_failure {
+    const char *step;
+    int err;
+    char why[PATH_MAX + 192];
+};
+
+static int spool_fail(struct spool_failure *f, const char *step, int err)
+{
+    f->step = step;
+    f->err = err;
+    return -1;
+}
+
+/*
+ * plexusd replays what is in the spool as DELs, so it must be a directory only we can change: not a symlink,
+ * owned by our uid, writable by nobody else. Checked on the open fd, so what is checked is what is written to.
+ */
+static int open_trusted_dir(int at, const char *name, const char *shown, struct spool_failure *f)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        int err = errno;
+        if ((err == ELOOP || err == ENOTDIR) && fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+            snprintf(f->why, sizeof f->why, "%s is a symbolic link", shown);
+            return spool_fail(f, "check", 0);
+        }
+        return spool_fail(f, "open", err);
+    }
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return spool_fail(f, "check", err);
+    }
+    if (st.st_uid != geteuid())
+        snprintf(f->why, sizeof f->why, "%s is owned by uid %u, not by uid %u", shown, (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
+        snprintf(f->why, sizeof f->why, "%s is writable by group or others (mode 0%o)", shown,
+                 (unsigned)(st.st_mode & 07777));
+    else
+        return fd;
+    close(fd);
+    return spool_fail(f, "check", 0);
+}
+
+/* Creates a new file in dfd under a fresh temporary name (mkstemp has no *at form). */
+static int create_temp(int dfd, char *name, size_t n)
+{
+    for (unsigned i = 0; i < 100; i++) {
+        snprintf(name, n, ".tmp-%ld-%lld-%u", (long)getpid(), (long long)now_ms(), i);
+        int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1;
+}
+
 /*
  * Saves the DEL request body as <dirname(socket)>/pending-del/<container>-<ifname>.json
  * for plexusd to replay at start-up. Write-to-temp, fsync, rename, fsync(dir): the file
  * either exists complete or not at all, even across a power cut during a reboot.
- * Returns 0 or an errno; *what names the failing step.
+ * Both directories are checked first (open_trusted_dir). Returns 0, or -1 with *f filled.
  */
-static int spool_del(const char *socket_path, const struct buf *body, const char **what)
+static int spool_del(const char *socket_path, const struct buf *body, struct spool_failure *f)
 {
-    struct buf dir = {0}, tmp = {0}, final = {0};
-    int err = 0, fd = -1;
+    struct buf dir = {0}, final = {0}, shown = {0};
+    char tmp[96];
+    int rc = -1, sfd = -1, pfd = -1, fd = -1;
     bool created = false; /* a temp file exists that must go if we fail */
     const char *slash = strrchr(socket_path, '/');
     if (!slash)
@@ -858,68 +930,70 @@ static int spool_del(const char *socket_path, const struct buf *body, const char
         buf_puts(&dir, "/");
     else
         buf_append(&dir, socket_path, (size_t)(slash - socket_path));
-    buf_puts(&dir, dir.len && dir.data[dir.len - 1] == '/' ? "pending-del" : "/pending-del");
     buf_putc(&dir, '\0');
+    buf_puts(&shown, dir.data);
+    buf_puts(&shown, dir.len > 1 && dir.data[dir.len - 2] == '/' ? "pending-del" : "/pending-del");
+    buf_putc(&shown, '\0');
 
-    *what = "mkdir";
-    if ((err = mkdir_p(dir.data, 0700)) != 0)
+    int err = mkdir_p(dir.data, 0700);
+    if (err != 0) {
+        spool_fail(f, "mkdir", err);
+        goto out;
+    }
+    if ((sfd = open_trusted_dir(AT_FDCWD, dir.data, dir.data, f)) < 0)
+        goto out;
+    if (mkdirat(sfd, "pending-del", 0700) != 0 && errno != EEXIST) {
+        spool_fail(f, "mkdir", errno);
+        goto out;
+    }
+    if ((pfd = open_trusted_dir(sfd, "pending-del", shown.data, f)) < 0)
         goto out;
 
-    buf_puts(&final, dir.data);
-    buf_putc(&final, '/');
     append_sanitized(&final, getenv("CNI_CONTAINERID"));
     buf_putc(&final, '-');
     append_sanitized(&final, getenv("CNI_IFNAME"));
     buf_puts(&final, ".json");
     buf_putc(&final, '\0');
 
-    buf_puts(&tmp, dir.data);
-    buf_puts(&tmp, "/.tmp-XXXXXX");
-    buf_putc(&tmp, '\0');
-    *what = "create";
-    fd = mkstemp(tmp.data); /* mode 0600 */
-    if (fd < 0) {
-        err = errno;
+    if ((fd = create_temp(pfd, tmp, sizeof tmp)) < 0) {
+        spool_fail(f, "create", errno);
         goto out;
     }
     created = true;
-    *what = "write";
     if (!write_all(fd, body->data, body->len)) {
-        err = errno;
+        spool_fail(f, "write", errno);
         goto out;
     }
-    *what = "fsync";
     if (fsync(fd) != 0) {
-        err = errno;
+        spool_fail(f, "fsync", errno);
         goto out;
     }
-    *what = "close";
-    int rc = close(fd);
+    int closed = close(fd);
     fd = -1;
-    if (rc != 0) {
-        err = errno;
+    if (closed != 0) {
+        spool_fail(f, "close", errno);
         goto out;
     }
-    *what = "rename";
-    if (rename(tmp.data, final.data) != 0) {
-        err = errno;
+    if (renameat(pfd, tmp, pfd, final.data) != 0) {
+        spool_fail(f, "rename", errno);
         goto out;
     }
     created = false;
-    int dfd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd); /* best effort: the rename itself already succeeded */
-        close(dfd);
-    }
+    fsync(pfd); /* best effort: the rename itself already succeeded */
+    rc = 0;
 out:
     if (fd >= 0)
         close(fd);
     if (created)
-        unlink(tmp.data);
+        unlinkat(pfd, tmp, 0);
+    if (pfd >= 0)
+        close(pfd);
+    if (sfd >= 0)
+        close(sfd);
     buf_free(&dir);
-    buf_free(&tmp);
     buf_free(&final);
-    return err;
+    buf_free(&shown);
+    return rc;
 }
 
 /* ------------------------------------------------------------------- main */
@@ -1065,13 +1139,18 @@ static int run(struct config *cfg, struct buf *in, struct buf *body, struct buf 
          * Spool it instead: plexusd replays the spool at start-up before serving, so the
          * teardown still happens, exactly once, and nothing leaks.
          */
-        const char *what = "";
-        int err = spool_del(path, body, &what);
-        if (err == 0)
+        struct spool_failure f;
+        memset(&f, 0, sizeof f);
+        if (spool_del(path, body, &f) == 0)
             return 0;
-        char spool_details[1024];
-        snprintf(spool_details, sizeof spool_details, "%s; spooling the DEL failed at %s: %s (%s)", details, what,
-                 errno_name(err), strerror(err));
+        char spool_details[sizeof details + sizeof f.why + 128];
+        if (f.err == 0)
+            snprintf(spool_details, sizeof spool_details,
+                     "%s; refusing to spool the DEL: %s (plexusd replays the spool, so only its owner may write there)",
+                     details, f.why);
+        else
+            snprintf(spool_details, sizeof spool_details, "%s; spooling the DEL failed at %s: %s (%s)", details,
+                     f.step, errno_name(f.err), strerror(f.err));
         return cni_error(cfg, CNI_TRY_AGAIN_LATER, msg, spool_details);
     }
     default:

@@ -3,10 +3,9 @@
  * /healthz and /readyz are for probes; /v1/attachments, /v1/networks and /v1/gc are for plexusctl.
  */
 import { isUtf8 } from 'node:buffer';
-import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, unlinkSync } from 'node:fs';
 import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
-import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { CniCode, CniError, err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
@@ -14,6 +13,8 @@ import type { CallSlots } from '../common/call-slots';
 import type { AttachmentEngine } from '../engine/engine';
 import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
+import { ok, type Result } from '../common/result';
+import { removeStale, socketPathState } from './socket-dir';
 import { toWireAttachment, type WireGcReport } from './wire';
 import type { CniCallObserver } from '../metrics/metrics';
 
@@ -153,13 +154,11 @@ export class DaemonServer {
     send(res, 200, JSON.stringify(report));
   }
 
-  async listen(): Promise<void> {
+  /** Listens on the socket, in a directory prepareSocketDir has checked; what stands in the way, as a message. */
+  async listen(): Promise<Result<void, string>> {
     const path = this.options.socketPath;
-    mkdirSync(dirname(path), { recursive: true, mode: 0o755 });
-    if (existsSync(path)) {
-      if (await socketAnswers(path)) throw new Error(`another plexusd is already listening on ${path}`);
-      unlinkSync(path);
-    }
+    const cleared = await this.clearSocketPath(path);
+    if (!cleared.ok) return cleared;
     const oldMask = process.umask(0o177); // the socket is born 0600: no window where others can connect
     try {
       await new Promise<void>((resolve, reject) => {
@@ -170,6 +169,25 @@ export class DaemonServer {
       process.umask(oldMask);
     }
     chmodSync(path, 0o600);
+    return ok(undefined);
+  }
+
+  private async clearSocketPath(path: string): Promise<Result<void, string>> {
+    const found = socketPathState(path);
+    switch (found.kind) {
+      case 'free':
+        return ok(undefined);
+      case 'other':
+        return err(found.problem);
+      case 'symlink':
+        removeStale(path);
+        this.log.warn({ path, target: found.target }, 'removed a symbolic link at the socket path');
+        return ok(undefined);
+      case 'socket':
+        if (await socketAnswers(path)) return err(`another plexusd is already listening on ${path}`);
+        removeStale(path);
+        return ok(undefined);
+    }
   }
 
   /**

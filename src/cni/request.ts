@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
 import { CniCode, CniError, Result, err, ok } from './errors';
 import { AttachmentKey, CniCommand, CNI_COMMANDS } from './types';
-import { compareVersions, CniVersion, LATEST_VERSION, requireVersion } from './version';
+import { compareVersions, CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
 
 /** What plexus-cni sends: the CNI environment and the stdin bytes. */
 export const ForwardedCallSchema = z.object({
@@ -47,6 +47,18 @@ export type CniRequest =
   | (CniRequestBase & { readonly command: 'VERSION' });
 
 const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+/**
+ * The container ID names plexusd's files (journal records, spooled DELs), and a file name has at most 255 bytes.
+ * containerd, CRI-O and podman use 64 characters; 128 leaves room for what is added around the ID.
+ */
+export const MAX_CONTAINER_ID_LENGTH = 128;
+
+const containerIdTooLong = (id: string): CniError =>
+  new CniError(
+    CniCode.InvalidEnvironment,
+    `CNI_CONTAINERID is ${id.length} characters long; at most ${MAX_CONTAINER_ID_LENGTH} are allowed`,
+    "the container ID names files of plexusd's state; container runtimes use 64 characters",
+  );
 
 /** Validates an interface name as the kernel and the CNI spec require (interfaceNameProblem). */
 export function validateIfname(name: string, what = 'CNI_IFNAME'): Result<string> {
@@ -61,11 +73,15 @@ const needEnv = (env: Record<string, string>, key: string, command: string): Res
   return ok(v);
 };
 
-/** The version to answer errors in when the request may be too broken to know it. */
-export function bestEffortVersion(stdin: string): string {
+/**
+ * The version to answer errors in when the request may be too broken to know it: the request's own if Plexus speaks
+ * it, else the latest. A version Plexus does not speak is never echoed (the runtime could not parse an answer in it
+ * anyway, and it may be any string); the error's details name the versions Plexus speaks.
+ */
+export function bestEffortVersion(stdin: string): CniVersion {
   try {
     const v = (JSON.parse(stdin) as { cniVersion?: unknown }).cniVersion;
-    return typeof v === 'string' && v ? v : LATEST_VERSION;
+    return isSupportedVersion(v) ? v : LATEST_VERSION;
   } catch {
     return LATEST_VERSION;
   }
@@ -125,6 +141,7 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
 
   const containerId = needEnv(env, 'CNI_CONTAINERID', cmd);
   if (!containerId.ok) return containerId;
+  if (containerId.value.length > MAX_CONTAINER_ID_LENGTH) return err(containerIdTooLong(containerId.value));
   if (!CONTAINER_ID_RE.test(containerId.value)) {
     return err(new CniError(CniCode.InvalidEnvironment, `CNI_CONTAINERID "${containerId.value}" has invalid characters (allowed: letters, digits, "_", ".", "-", starting with a letter or digit)`));
   }

@@ -18,9 +18,18 @@ export function compareVersions(a: string, b: string): number {
   return 0;
 }
 
+/** A version as the runtime sent it, cut short: it may be any string of any length. */
+const shownVersion = (v: unknown): string => {
+  const text = JSON.stringify(typeof v === 'string' ? v : String(v));
+  return text.length > 34 ? `${text.slice(0, 33)}…" (${String(v).length} characters)` : text;
+};
+
+const incompatibleVersion = (v: unknown): CniError =>
+  new CniError(CniCode.IncompatibleVersion, `incompatible CNI version ${shownVersion(v)}`, `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`);
+
 export function requireVersion(v: unknown): Result<CniVersion> {
   if (v === undefined || v === '') return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no cniVersion', `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`));
-  if (!isSupportedVersion(v)) return err(new CniError(CniCode.IncompatibleVersion, `incompatible CNI version "${String(v)}"`, `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`));
+  if (!isSupportedVersion(v)) return err(incompatibleVersion(v));
   return ok(v);
 }
 

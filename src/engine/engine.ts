@@ -86,6 +86,9 @@ const unreadableRecord = (record: AttachmentRecord): CniError =>
 
 const asError = (e: unknown): Result<never> => err(toCniError(e));
 
+const hostNetnsUnknown = (why: string): string =>
+  `cannot identify the host's network namespace (${why}): a CNI_NETNS naming it is refused only if it is also plexusd's own`;
+
 export class AttachmentEngine {
   private readonly containerLocks = new KeyedMutex();
   private readonly podNetnsProblem: (path: string) => CniError | undefined;
@@ -110,6 +113,7 @@ export class AttachmentEngine {
     else {
       const guard = new NetnsGuard();
       this.podNetnsProblem = (path) => guard.problem(path);
+      if (guard.hostUnknown) log.warn(hostNetnsUnknown(guard.hostUnknown));
     }
   }
 

@@ -11,21 +11,22 @@ import { errnoName, sys } from '../kernel/syscalls';
 /** ioctl(NS_GET_NSTYPE): the CLONE_NEW* type of the namespace an nsfs file refers to. */
 const NS_GET_NSTYPE = 0xb703;
 
-const identity = (path: string): Stats | undefined => {
-  try {
-    return statSync(path);
-  } catch {
-    return undefined; // PID 1's may be out of reach (another user namespace): then only the daemon's own is known
-  }
-};
-
 export class NetnsGuard {
   private readonly own: Stats;
   private readonly host: Stats | undefined;
+  /**
+   * Why the host's namespace could not be identified, e.g. "/proc/1/ns/net: EACCES" (PID 1 in another user
+   * namespace): then only plexusd's own namespace is refused, and the caller says so in its log.
+   */
+  readonly hostUnknown: string | undefined;
 
   constructor(ownPath = '/proc/self/ns/net', hostPath = '/proc/1/ns/net') {
     this.own = statSync(ownPath);
-    this.host = identity(hostPath);
+    try {
+      this.host = statSync(hostPath);
+    } catch (e) {
+      this.hostUnknown = `${hostPath}: ${(e as NodeJS.ErrnoException).code ?? 'EIO'}`;
+    }
   }
 
   /** Undefined when `path` is a pod's network namespace; else the error that says what it is instead. */

@@ -2,11 +2,12 @@
  * Start-up reconciliation, before the daemon serves: replay DELs that plexus-cni spooled while the daemon was
  * away, undo every ADD or DEL a crash left half done, and release leases that no attachment owns.
  */
-import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { CniCode, err, toCniError } from '../cni/errors';
 import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
+import { readBoundedFile } from '../common/bounded-file';
 import type { AttachmentEngine } from './engine';
 import { LOST_MARKER, type Journal } from './journal';
 
@@ -19,7 +20,13 @@ export interface RecoveryReport {
   readonly leasesReleased: number;
 }
 
-/** Replays spooled DELs; a file that cannot be understood is kept aside as `.bad` for an operator. */
+/** A spooled DEL is one request as plexus-cni would have sent it: no bigger than the API accepts. */
+const MAX_SPOOLED_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Replays spooled DELs; a file that cannot be understood is kept aside as `.bad` for an operator. A spooled file is
+ * read only if it is a regular file (a symlink is not followed, a FIFO not waited on) of at most 4 MiB.
+ */
 export async function replaySpooledDels(spoolDir: string, engine: AttachmentEngine, log: Logger): Promise<number> {
   let names: string[];
   try {
@@ -31,12 +38,14 @@ export async function replaySpooledDels(spoolDir: string, engine: AttachmentEngi
   let replayed = 0;
   for (const name of names) {
     const path = join(spoolDir, name);
-    let text: string;
-    try {
-      text = await readFile(path, 'utf8');
-    } catch {
-      continue; // raced with another scan
+    const read = await readBoundedFile(path, { maxBytes: MAX_SPOOLED_BYTES });
+    if (!read.ok && read.error.kind === 'missing') continue; // raced with another scan
+    if (!read.ok) {
+      log.error({ file: path, why: `the spooled file ${read.error.reason}` }, 'spooled DEL is unusable; kept as .bad');
+      await rename(path, `${path}.bad`).catch(() => undefined);
+      continue;
     }
+    const text = read.value.toString('utf8');
     const call = ForwardedCallSchema.safeParse(safeJson(text));
     const req = call.success ? parseCniRequest(call.data) : undefined;
     if (!req?.ok || req.value.command !== 'DEL') {

@@ -10,7 +10,7 @@ import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, comp
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
 import { claimNeedsClusterPool } from './cluster/claims';
-import { type Lease, type LeaseOwner, LeaseStore, type StoredLease, isSafeNetworkName } from './store';
+import { type Lease, type LeaseOwner, LeaseStore, type LeaseStoreOptions, type StoredLease, isSafeNetworkName } from './store';
 
 export interface IpamRequest {
   /** Network name; leases are per network. */
@@ -74,8 +74,8 @@ export class Ipam implements IpamBackend {
 
   private constructor(private readonly store: LeaseStore) {}
 
-  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing. `sync`: fsync each change (default true). */
-  static async open(dir: string, options: { readonly sync?: boolean } = {}): Promise<Ipam> {
+  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing (options: LeaseStoreOptions). */
+  static async open(dir: string, options: LeaseStoreOptions = {}): Promise<Ipam> {
     return new Ipam(await LeaseStore.open(dir, options));
   }
 

@@ -10,8 +10,10 @@
  * change; without it, a lease survives any crash of the daemon (the page cache outlives the process)
  * but not a power loss, which on a node also ends every pod that could hold the address.
  */
-import { closeSync, constants as fsConstants, openSync, promises as fs, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, openSync, promises as fs, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { type FileReadProblem, readBoundedFile, readBoundedFileSync } from '../common/bounded-file';
+import type { Result } from '../common/result';
 import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 
 export interface Lease {
@@ -50,6 +52,9 @@ const HINT_PREFIX = 'last_reserved_ip.';
 /** Longer than any address's text (39 for IPv6), so each write covers the last one; readers trim. */
 const HINT_WIDTH = 48;
 const TEMP_PREFIX = '.lease-';
+/** A lease is four short lines and an owner; anything far bigger is not one. Symlinks are never followed. */
+const LEASE_READ = { maxBytes: 64 * 1024 } as const;
+const HINT_READ = { maxBytes: 256 } as const;
 
 const ipKey = (ip: Ip): bigint => (ip.family === 4 ? ip.value : ip.value | (1n << 128n));
 const ownerKey = (containerId: string, ifname: string): string => `${containerId}\n${ifname}`;
@@ -179,28 +184,31 @@ async function writeNewSynced(path: string, content: string): Promise<void> {
   }
 }
 
+/** The text of a lease file, undefined when it is gone; anything else that is not a small regular file throws. */
+function leaseText(read: Result<Buffer, FileReadProblem>): string | undefined {
+  if (read.ok) return read.value.toString('utf8');
+  if (read.error.kind === 'missing') return undefined;
+  throw new Error(`${read.error.path} ${read.error.reason}`);
+}
+
 const syncedIo: LeaseFileIo = {
-  readText: (path) =>
-    fs.readFile(path, 'utf8').catch((thrown: unknown) => {
-      if (isErrno(thrown, 'ENOENT')) return undefined;
-      throw thrown;
-    }),
+  readText: async (path) => leaseText(await readBoundedFile(path, LEASE_READ)),
   remove: (path) => fs.rm(path, { force: true }),
   syncDir: fsyncDir,
 };
 
 const inlineIo: LeaseFileIo = {
-  readText: async (path) => {
-    try {
-      return readFileSync(path, 'utf8');
-    } catch (thrown) {
-      if (isErrno(thrown, 'ENOENT')) return undefined;
-      throw thrown;
-    }
-  },
+  readText: async (path) => leaseText(readBoundedFileSync(path, LEASE_READ)),
   remove: async (path) => rmSync(path, { force: true }),
   syncDir: async () => undefined,
 };
+
+export interface LeaseStoreOptions {
+  /** fsync each change (default true). */
+  readonly sync?: boolean;
+  /** Told of each entry that is not a lease file it can read (a directory, a FIFO, a symlink, an oversized file). */
+  readonly onSkipped?: (file: string, reason: string) => void;
+}
 
 export class LeaseStore {
   private readonly networks = new Map<string, NetworkLeases>();
@@ -210,14 +218,15 @@ export class LeaseStore {
   private constructor(
     readonly dir: string,
     private readonly sync: boolean,
+    private readonly onSkipped: (file: string, reason: string) => void,
   ) {
     this.io = sync ? syncedIo : inlineIo;
   }
 
   /** Opens (creating it with mode 0700 if missing) the store directory and loads every lease. */
-  static async open(dir: string, options: { readonly sync?: boolean } = {}): Promise<LeaseStore> {
+  static async open(dir: string, options: LeaseStoreOptions = {}): Promise<LeaseStore> {
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
-    const store = new LeaseStore(dir, options.sync ?? true);
+    const store = new LeaseStore(dir, options.sync ?? true, options.onSkipped ?? (() => undefined));
     for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
       if (entry.isDirectory() && isSafeNetworkName(entry.name)) await store.load(entry.name);
     }
@@ -238,18 +247,27 @@ export class LeaseStore {
       }
       if (name.startsWith(HINT_PREFIX)) {
         const set = Number(name.slice(HINT_PREFIX.length));
-        const hint = parseIp((await fs.readFile(join(path, name), 'utf8').catch(() => '')).trim());
+        const hint = parseIp(((await this.readListed(join(path, name), HINT_READ)) ?? '').trim());
         if (Number.isInteger(set) && hint !== undefined) leases.hints.set(set, hint);
         return;
       }
       const ip = parseIp(name);
       if (ip === undefined || formatIp(ip.family, ip.value) !== name) return; // not a lease file (e.g. host-local's lock)
-      const content = await fs.readFile(join(path, name), 'utf8').catch((thrown: unknown) => {
-        if (isErrno(thrown, 'ENOENT')) return undefined; // released concurrently by another process
-        throw thrown;
-      });
+      // Undefined also when released concurrently by another process.
+      const content = await this.readListed(join(path, name), LEASE_READ);
       if (content !== undefined) leases.add({ ip, lease: parseLeaseFile(network, ip, content) });
     });
+  }
+
+  /**
+   * A file found in the store, if it is a small regular file. Anything else is skipped with a warning: its address
+   * stays out of the index, and reserve() treats it as taken when it meets the name (link() fails with EEXIST).
+   */
+  private async readListed(file: string, limits: { readonly maxBytes: number }): Promise<string | undefined> {
+    const read = await readBoundedFile(file, limits);
+    if (read.ok) return read.value.toString('utf8');
+    if (read.error.kind !== 'missing') this.onSkipped(file, read.error.reason);
+    return undefined;
   }
 
   private of(network: string): NetworkLeases {

@@ -4,7 +4,8 @@
  * the conf, whose "name" is the NAD's name) or by id (DANM-style static configs: `<dir>/<id>.conf`).
  * Files are read on every lookup; NetworkDirectory uses stamp() to know when its cached NADs are stale.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
+import { cappedList, readBoundedFileSync } from '../common/bounded-file';
 import { dirname, join, resolve } from 'node:path';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
 import type { ConfigFile, NadConfigSource } from './nad';
@@ -15,6 +16,12 @@ const CONFLIST = /\.conflist$/;
 const CONF = /\.(conf|json)$/;
 
 const errno = (e: unknown): string | undefined => (e as NodeJS.ErrnoException).code;
+
+const lookedAt = (files: readonly string[]): string => `looked at: ${files.join(', ') || 'no *.conflist, *.conf or *.json files'}`;
+
+/** A CNI config file: a regular file (or a symlink to one) of at most 1 MiB, as NAD files are. */
+export const readConfigFile = (path: string): ReturnType<typeof readBoundedFileSync> =>
+  readBoundedFileSync(path, { maxBytes: 1024 * 1024, followSymlinks: true });
 
 export class CniConfDir implements NadConfigSource {
   constructor(readonly dir: string = DEFAULT_CNI_CONF_DIR) {}
@@ -56,8 +63,13 @@ export class CniConfDir implements NadConfigSource {
       const path = join(this.dir, file);
       let text: string;
       let parsed: unknown;
+      const read = readConfigFile(path);
+      if (!read.ok) {
+        skipped.push(`${path} ${read.error.reason}`);
+        continue;
+      }
       try {
-        text = readFileSync(path, 'utf8');
+        text = read.value.toString('utf8');
         parsed = JSON.parse(text);
       } catch (e) {
         skipped.push(`${path}: ${(e as Error).message}`);
@@ -69,7 +81,7 @@ export class CniConfDir implements NadConfigSource {
       new CniError(
         CniCode.InvalidNetworkConfig,
         `no CNI config file in ${this.dir} has "name": "${name}"${skipped.length ? ` (${skipped.length} file(s) could not be read or parsed)` : ''}`,
-        skipped.length ? `skipped: ${skipped.join('; ')}` : `looked at: ${ordered.join(', ') || 'no *.conflist, *.conf or *.json files'}`,
+        skipped.length ? `skipped: ${cappedList(skipped)}` : lookedAt(ordered),
       ),
     );
   }
@@ -83,12 +95,10 @@ export class CniConfDir implements NadConfigSource {
     if (id.includes('\0')) return refuse('may not contain NUL');
     const path = resolve(this.dir, `${id}.conf`);
     if (dirname(path) !== resolve(this.dir)) return refuse(`resolves outside ${this.dir}`);
-    try {
-      return ok({ path, text: readFileSync(path, 'utf8') });
-    } catch (e) {
-      if (errno(e) === 'ENOENT') return err(new CniError(CniCode.InvalidNetworkConfig, `${path} does not exist`));
-      return err(new CniError(CniCode.IoFailure, `cannot read ${path}`, (e as Error).message));
-    }
+    const read = readConfigFile(path);
+    if (read.ok) return ok({ path, text: read.value.toString('utf8') });
+    const code = read.error.kind === 'io' ? CniCode.IoFailure : CniCode.InvalidNetworkConfig;
+    return err(new CniError(code, `${path} ${read.error.reason}`));
   }
 
   /** Changes whenever a config file is added, removed or rewritten (names, mtimes and sizes). */

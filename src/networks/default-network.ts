@@ -4,7 +4,7 @@
  * plexusd's --default-network. A configured default is a NAD reference (`[namespace/]name`) or the absolute path of
  * a CNI config file on the node (Multus's clusterNetwork as a file), which is always run by the node's own plugins.
  */
-import { readFileSync } from 'node:fs';
+import { readConfigFile } from './conf-dir';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { isolationProblem, type IsolationSettings } from './isolation';
 import { type NetworkDefinition, parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from './nad';
@@ -51,14 +51,14 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   return network.ok ? network : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
 }
 
+const unreadableDefault = (path: string, reason: string): CniError =>
+  new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: it ${reason}`);
+
 /** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
 function fromFile(path: string): Result<NetworkDefinition> {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (e) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: ${(e as Error).message}`));
-  }
+  const read = readConfigFile(path);
+  if (!read.ok) return err(unreadableDefault(path, read.error.reason));
+  const text = read.value.toString('utf8');
   const parsed = parseNetworkConfig(text, `the default network (${path})`, '', 'the file');
   if (!parsed.ok) return parsed;
   if (!parsed.value.cniName) return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} has no "name"`));

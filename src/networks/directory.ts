@@ -4,10 +4,11 @@
  * their config from the CNI config dir (empty spec.config, config ids), when that directory changes.
  */
 import type { NetworkSource } from './source';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { cappedList, formatBytes, readBoundedFileSync } from '../common/bounded-file';
 import { CniConfDir, DEFAULT_CNI_CONF_DIR } from './conf-dir';
 import { NadConfigSource, NetworkDefinition, parseNad } from './nad';
 
@@ -22,12 +23,19 @@ interface CachedFile {
 export interface NetworkDirectoryOptions {
   /** Where NADs with an empty spec.config or a config id find their CNI config (default /etc/cni/net.d). */
   readonly cniConfDir?: string;
+  /** The largest NAD file read (default 1 MiB): a bigger one is reported broken, not read. */
+  readonly maxFileBytes?: number;
 }
+
+export const MAX_NAD_FILE_BYTES = 1024 * 1024;
+/** How many broken definitions an error message names before "and N more". */
+const BROKEN_SHOWN = 10;
 
 export class NetworkDirectory implements NetworkSource {
   private readonly cache = new Map<string, CachedFile>();
   readonly cniConfDir: string;
   private readonly confDir: CniConfDir;
+  private readonly maxFileBytes: number;
 
   constructor(
     readonly dir: string,
@@ -35,6 +43,7 @@ export class NetworkDirectory implements NetworkSource {
   ) {
     this.cniConfDir = options.cniConfDir ?? DEFAULT_CNI_CONF_DIR;
     this.confDir = new CniConfDir(this.cniConfDir);
+    this.maxFileBytes = options.maxFileBytes ?? MAX_NAD_FILE_BYTES;
   }
 
   private load(): { networks: Map<string, NetworkDefinition>; errors: CniError[] } {
@@ -66,7 +75,7 @@ export class NetworkDirectory implements NetworkSource {
             byName: (n) => ((used = true), this.confDir.byName(n)),
             byId: (id) => ((used = true), this.confDir.byId(id)),
           };
-          const parsed = parseFile(path, tracked);
+          const parsed = parseFile(path, tracked, this.maxFileBytes);
           entry = { stamp, ...(used ? { confDirStamp: before } : {}), ...parsed };
         }
       } catch (e) {
@@ -84,7 +93,8 @@ export class NetworkDirectory implements NetworkSource {
     const { networks, errors } = this.load();
     const found = networks.get(`${namespace}/${name}`);
     if (found) return ok(found);
-    const broken = errors.length ? ` (problems reading definitions: ${errors.map((e) => e.message).join('; ')})` : '';
+    const listed = cappedList(errors.map((e) => e.message), BROKEN_SHOWN);
+    const broken = errors.length ? ` (problems reading definitions: ${listed})` : '';
     return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined in ${this.dir}${broken}`));
   }
 
@@ -94,10 +104,25 @@ export class NetworkDirectory implements NetworkSource {
   }
 }
 
-function parseFile(path: string, configs: NadConfigSource): { networks: NetworkDefinition[]; errors: CniError[] } {
+const unreadableNad = (path: string, reason: string, maxBytes: number): CniError =>
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${path} ${reason}`,
+    `a definition file must be a regular file (or a symlink to one) of at most ${formatBytes(maxBytes)}`,
+  );
+
+interface ParsedFile {
+  readonly networks: NetworkDefinition[];
+  readonly errors: CniError[];
+}
+
+function parseFile(path: string, configs: NadConfigSource, maxBytes: number): ParsedFile {
   const networks: NetworkDefinition[] = [];
   const errors: CniError[] = [];
-  const docs = parseAllDocuments(readFileSync(path, 'utf8'));
+  // A ConfigMap mount makes every file a symlink: followed, but only to a regular file.
+  const bytes = readBoundedFileSync(path, { maxBytes, followSymlinks: true });
+  if (!bytes.ok) return { networks, errors: [unreadableNad(path, bytes.error.reason, maxBytes)] };
+  const docs = parseAllDocuments(bytes.value.toString('utf8'));
   for (const [i, doc] of (Array.isArray(docs) ? docs : [docs]).entries()) {
     const where = `${path}${i > 0 ? ` (document ${i + 1})` : ''}`;
     if (doc.errors.length) {

@@ -16,6 +16,7 @@ import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
 import { DaemonServer } from '../api/server';
+import { prepareSocketDir } from '../api/socket-dir';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
 import { takeOverFromMultus } from '../install/multus-takeover';
@@ -47,7 +48,10 @@ async function main(): Promise<number> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const lock = await acquireInstanceLock(config.stateDir, (holder) => log.info({ holder }, 'waiting for the previous plexusd to finish its calls'));
   const kernel = new Kernel(config.kernelThreads);
-  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), { sync: config.stateSync });
+  const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
+    sync: config.stateSync,
+    onSkipped: (file, reason) => log.warn({ file, reason }, 'lease store: skipped an entry that is not a lease file'),
+  });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
@@ -118,7 +122,17 @@ async function main(): Promise<number> {
   const server = new DaemonServer({ socketPath: config.socket, slots, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
-  await server.listen();
+  const socketDir = prepareSocketDir(config.socket, process.geteuid?.() ?? 0);
+  if (!socketDir.ok) {
+    log.fatal({ socket: config.socket }, socketDir.error);
+    return 1;
+  }
+  const { spoolDir } = socketDir.value;
+  const listening = await server.listen();
+  if (!listening.ok) {
+    log.fatal({ socket: config.socket }, listening.error);
+    return 1;
+  }
   const health = new DaemonHealth({
     // A cheap rtnetlink call through the worker: what every CNI call waits for.
     kernelAnswers: async () => {
@@ -131,7 +145,6 @@ async function main(): Promise<number> {
   });
   const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;
   if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
-  const spoolDir = join(dirname(config.socket), 'pending-del');
   const report = await recover(spoolDir, engine, log, journal);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();

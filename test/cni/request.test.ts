@@ -199,8 +199,22 @@ test('VERSION answers in the config version when it is supported, else in 1.1.0'
   assert.equal(parse('VERSION', {}, JSON.stringify({ cniVersion: '9.9.9' })).version, '1.1.0');
 });
 
-test('bestEffortVersion takes cniVersion from stdin when it can, else 1.1.0', () => {
+test('bestEffortVersion takes a supported cniVersion from stdin, else 1.1.0: an unsupported one is never echoed', () => {
   assert.equal(bestEffortVersion(config({ cniVersion: '0.3.1' })), '0.3.1');
-  assert.equal(bestEffortVersion('{"cniVersion":"9.9.9"}'), '9.9.9');
+  assert.equal(bestEffortVersion('{"cniVersion":"9.9.9"}'), '1.1.0');
+  assert.equal(bestEffortVersion('{"cniVersion":"0.2.0"}'), '1.1.0');
   for (const stdin of ['', 'not json', '[]', 'null', '42', '{"cniVersion":4}', '{"cniVersion":""}']) assert.equal(bestEffortVersion(stdin), '1.1.0', stdin);
+});
+
+test('a container ID of 128 characters is accepted, one of 129 is code 4: it names files, which have at most 255 bytes', () => {
+  assert.equal((parse('ADD', { CNI_CONTAINERID: 'a'.repeat(128) }) as { containerId: string }).containerId.length, 128);
+  for (const command of ['ADD', 'DEL', 'CHECK']) fails(CniCode.InvalidEnvironment, 'CNI_CONTAINERID is 129 characters long; at most 128', command, { CNI_CONTAINERID: 'a'.repeat(129) });
+});
+
+test('an unsupported cniVersion is quoted cut short in the error', () => {
+  const r = parseCniRequest(call('ADD', {}, config({ cniVersion: 'x'.repeat(5000) })));
+  assert.ok(!r.ok);
+  assert.equal(r.error.code, CniCode.IncompatibleVersion);
+  assert.ok(r.error.message.length < 100, r.error.message);
+  assert.match(r.error.message, /\(5000 characters\)$/);
 });

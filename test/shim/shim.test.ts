@@ -4,7 +4,7 @@
 import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -427,6 +427,74 @@ describe('plexus-cni when plexusd is not there', () => {
     });
 
     assert.equal(parseCniError(run).cniVersion, '0.4.0');
+  });
+
+  test('an error never echoes a cniVersion Plexus does not speak: it is answered in 1.1.0', async (t) => {
+    const socketPath = path.join(tempDir(t), 'plexus.sock');
+    for (const version of ['9.9.9', '0.2.0', 'x'.repeat(100000)]) {
+      const run = await runShim({ env: addEnv(socketPath), stdin: JSON.stringify({ cniVersion: version, daemonWaitSeconds: 0 }) });
+      assert.equal(parseCniError(run).cniVersion, '1.1.0');
+      assert.ok(run.stdout.length < 2048, `${run.stdout.length} bytes`);
+    }
+  });
+});
+
+describe('plexus-cni spools a DEL only where nobody but its owner can write', () => {
+  const NOBODY = 65534;
+  const delEnv = (socketPath: string): Record<string, string> => ({ CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', PLEXUS_SOCKET: socketPath });
+  const stdin = JSON.stringify({ cniVersion: '1.1.0', daemonWaitSeconds: 0 });
+
+  async function assertRefused(socketPath: string, why: RegExp): Promise<void> {
+    const run = await runShim({ env: delEnv(socketPath), stdin });
+    assert.equal(run.code, 1, run.stdout.toString());
+    const error = parseCniError(run);
+    assert.equal(error.code, 11);
+    assert.match(error.details ?? '', /refusing to spool the DEL: /);
+    assert.match(error.details ?? '', why);
+  }
+
+  test('not into a socket directory of mode 0777', async (t) => {
+    const run = path.join(tempDir(t), 'run');
+    mkdirSync(run);
+    chmodSync(run, 0o777);
+    await assertRefused(path.join(run, 'plexus.sock'), new RegExp(`${run} is writable by group or others \\(mode 0777\\)`));
+    assert.deepEqual(readdirSync(run), []);
+  });
+
+  test('not into a socket directory that is a symlink', async (t) => {
+    const dir = tempDir(t);
+    mkdirSync(path.join(dir, 'real'), { mode: 0o700 });
+    symlinkSync(path.join(dir, 'real'), path.join(dir, 'run'));
+    await assertRefused(path.join(dir, 'run', 'plexus.sock'), /run is a symbolic link/);
+    assert.deepEqual(readdirSync(path.join(dir, 'real')), []);
+  });
+
+  test('not into a socket directory owned by another user', async (t) => {
+    const run = path.join(tempDir(t), 'run');
+    mkdirSync(run, { mode: 0o755 });
+    chownSync(run, NOBODY, NOBODY);
+    await assertRefused(path.join(run, 'plexus.sock'), new RegExp(`${run} is owned by uid ${NOBODY}, not by uid 0`));
+    assert.deepEqual(readdirSync(run), []);
+  });
+
+  test('not into a pending-del that is a symlink, so nothing is written where it points', async (t) => {
+    const dir = tempDir(t);
+    mkdirSync(path.join(dir, 'elsewhere'), { mode: 0o700 });
+    symlinkSync(path.join(dir, 'elsewhere'), path.join(dir, 'pending-del'));
+    await assertRefused(path.join(dir, 'plexus.sock'), /pending-del is a symbolic link/);
+    assert.deepEqual(readdirSync(path.join(dir, 'elsewhere')), []);
+  });
+
+  test('not into a pending-del owned by another user or writable by others', async (t) => {
+    const dir = tempDir(t);
+    const spool = path.join(dir, 'pending-del');
+    mkdirSync(spool, { mode: 0o700 });
+    chownSync(spool, NOBODY, NOBODY);
+    await assertRefused(path.join(dir, 'plexus.sock'), /pending-del is owned by uid 65534/);
+    chownSync(spool, 0, 0);
+    chmodSync(spool, 0o733);
+    await assertRefused(path.join(dir, 'plexus.sock'), /pending-del is writable by group or others \(mode 0733\)/);
+    assert.deepEqual(readdirSync(spool), []);
   });
 });
 

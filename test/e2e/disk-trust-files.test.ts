@@ -41,7 +41,7 @@ const peakRssMib = (pid: number): number => Number(/VmHWM:\s+(\d+) kB/.exec(read
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  fx.trackHostLink(hostVethName(cid, 'eth0'));
+  fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet });
   // 10 MB of a valid YAML comment: only its size is wrong.
   writeFileSync(join(daemon.networksDir, 'huge.yaml'), `# ${'x'.repeat(10 * 1024 * 1024)}\n${nad('huge')}\n`);

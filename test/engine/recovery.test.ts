@@ -50,7 +50,7 @@ it('a record recovery cannot read is not undone, and its container keeps every l
   const links = bed.kernel.links(netns);
   const report = await recover(join(bed.dir, 'spool'), bed.engine, log, bed.journal);
   assert.deepEqual(report, { spooledDels: 0, undone: 0, undoFailures: 0, unusableRecords: 1, leasesReleased: 0 });
-  assert.deepEqual(await bed.leases(), ['blue cu net1', 'podnet cu eth0', 'red cu net2']);
+  assert.deepEqual(await bed.leases(), ['blue cu eth0:net1', 'podnet cu eth0:eth0', 'red cu eth0:net2']);
   assert.deepEqual(bed.kernel.links(netns), links);
   const del = await bed.engine.del(cniCall('DEL', 'cu', netns));
   assert.equal(del.ok, false);

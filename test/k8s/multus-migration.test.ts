@@ -1,0 +1,157 @@
+/**
+ * Moving a real node off Multus: a kubelet + containerd node whose runtime calls the real Multus v4.3.0 (thin) for 10
+ * pods with two secondary networks (bridge and macvlan, host-local), then Plexus installed as
+ * docs/migrate-from-multus.md says while pods are created and deleted: no sandbox fails, pods made after the takeover
+ * get their networks from Plexus, deleting the pods Multus made leaves none of their leases or host links, and
+ * uninstall gives Multus its config back byte for byte.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import pino from 'pino';
+import { runInstall } from '../../src/install/main';
+import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
+import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { multusBinary, multusMissing } from '../support/multus';
+import { ip, uniquePrefix } from '../support/netns';
+
+const skip = kubeNodeMissing() ?? multusMissing();
+const prefix = uniquePrefix('mm');
+const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
+const o = 100 + Math.floor(Math.random() * 50);
+const t = Math.floor(Math.random() * 200);
+const uplink = `${prefix}up`;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** The ADDs plexusd answered, from its /metrics. */
+function addsServed(socketPath: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, path: '/metrics' }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve(Number(/^plexus_cni_request_duration_seconds_count\{[^}]*command="ADD"[^}]*\} (\d+)/m.exec(text)?.[1] ?? 0)));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('a Multus node taken over by Plexus while pods come and go', { skip }, () => {
+  let node: KubeNodeFixture;
+  let daemon: DaemonFixture;
+  let dir: string;
+  let binDir: string;
+  let leaseDir: string;
+  let multusCache: string;
+  let multusConf: string;
+  let multusPods: string[] = [];
+  const leases = (network: string): string[] => {
+    try {
+      return readdirSync(join(leaseDir, network)).filter((f) => /^\d/.test(f));
+    } catch {
+      return [];
+    }
+  };
+  const hostVeths = (): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b1`).split('\n').filter(Boolean);
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'plexus-mm-'));
+    binDir = join(dir, 'bin');
+    leaseDir = join(dir, 'leases');
+    multusCache = join(dir, 'multus-cache');
+    mkdirSync(binDir);
+    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    copyFileSync(multusBinary('multus')!, join(binDir, 'multus'));
+    const podnet = { cniVersion: '1.0.0', name: 'podnet', plugins: [{ type: 'bridge', bridge: `${prefix}b0`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } }] };
+    node = await KubeNodeFixture.start({ cniBinDir: binDir, cniConfList: JSON.stringify(podnet), ownedLinks: [`${prefix}b1`, uplink, `${prefix}upp`] });
+    ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
+    ip('link', 'set', uplink, 'up');
+    const api = node.api;
+    await api.installPlexus();
+    const nad = (name: string, config: Record<string, unknown>) => api.createNad('default', name, JSON.stringify({ cniVersion: '1.0.0', name, ...config }));
+    assert.equal((await nad('sec', { type: 'bridge', bridge: `${prefix}b1`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] } })).status, 201);
+    assert.equal((await nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 2}.0/24` }]] } })).status, 201);
+    // Multus thin, as its docs write it: the node's own config is the cluster network.
+    multusConf = `${JSON.stringify({
+      cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', kubeconfig: api.kubeconfig, cniDir: multusCache, binDir,
+      clusterNetwork: join(node.cniConfDir, '10-test.conflist'), capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+    }, null, 2)}\n`;
+    writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
+    daemon = new DaemonFixture(join(dir, 'state', 'default-network'), [
+      '--imported-config', join(dir, 'state', 'imported-config.json'), '--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName,
+      '--install-cni-config', join(node.cniConfDir, '00-plexus.conflist'), '--take-over-multus', 'true', '--log-level', 'info',
+    ]);
+  });
+  after(async () => {
+    await node?.stop({ runtimeStopped: () => daemon?.stop() });
+    await daemon?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs 10 pods with two secondary networks under Multus', async () => {
+    await sleep(1500); // containerd picks up 00-multus.conf
+    multusPods = await node.createPods(10, { namePrefix: 'under-multus-', annotations: { [NETWORKS]: 'sec,mv' } });
+    const timings = await node.waitAllRunning(multusPods, 120_000);
+    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('; '));
+    assert.equal(leases('sec').length, 10);
+    assert.equal(leases('mv').length, 10);
+    assert.equal(readdirSync(multusCache).filter((f) => f !== 'results').length, 10, 'Multus made them (its cache has each)');
+  });
+
+  it('takes the node over while 20 pods are created and deleted, with no failed sandbox', async () => {
+    const churned: string[] = [];
+    // 4 waves of 5 pods, each created, run and deleted: the takeover happens somewhere in the middle.
+    const churn = (async () => {
+      for (let wave = 0; wave < 4; wave++) {
+        const names = await node.createPods(5, { namePrefix: `churn-${wave}-`, annotations: { [NETWORKS]: 'sec' } });
+        churned.push(...names);
+        await node.waitAllRunning(names, 120_000);
+        for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+      }
+    })();
+    await sleep(1000);
+    // The documented steps: the installer carries Multus's settings over, plexusd takes over once ready.
+    const installed = await runInstall(['install', '--cni-conf-dir', node.cniConfDir, '--cni-bin-dir', binDir, '--shim', SHIM,
+      '--default-network-link', join(dir, 'state', 'default-network'), '--imported-config', join(dir, 'state', 'imported-config.json'),
+      '--multus-daemon-config', join(dir, 'absent.json'), '--wait-seconds', '5'], pino({ level: 'silent' }));
+    assert.equal(installed, 0);
+    await daemon.start(60_000);
+    assert.ok(!existsSync(join(node.cniConfDir, '00-multus.conf')), 'Multus\'s config went aside');
+    await churn;
+    assert.equal(churned.length, 20);
+    assert.deepEqual(await node.sandboxFailures('default'), []);
+    const servedByPlexus = await addsServed(daemon.socket);
+    assert.ok(servedByPlexus > 0 && servedByPlexus < 20, `the takeover fell inside the churn: Plexus made ${servedByPlexus} of its 20 sandboxes, Multus the rest`);
+  });
+
+  it('gives new pods their networks from Plexus', async () => {
+    const names = await node.createPods(2, { namePrefix: 'under-plexus-', annotations: { [NETWORKS]: 'sec,mv' } });
+    await node.waitAllRunning(names, 60_000);
+    const attachments = execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'attachments'], { encoding: 'utf8' });
+    for (const name of names) assert.match(attachments, new RegExp(`default/${name}\\s+\\S*sec\\S*mv`), attachments);
+    for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+  });
+
+  it('removes every lease and host link of the pods Multus made when they are deleted', async () => {
+    for (const name of multusPods) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+    await node.deleteAllPods(180_000);
+    const deadline = Date.now() + 30_000;
+    while ((leases('sec').length || leases('mv').length || hostVeths().length) && Date.now() < deadline) await sleep(250);
+    assert.deepEqual(leases('sec'), []);
+    assert.deepEqual(leases('mv'), []);
+    assert.deepEqual(hostVeths(), [], 'no veth is left on the secondary bridge');
+    assert.deepEqual(readdirSync(multusCache).filter((f) => f !== 'results'), []);
+  });
+
+  it('gives Multus its config back byte for byte on uninstall', async () => {
+    assert.equal(await runInstall(['uninstall', '--cni-conf-dir', node.cniConfDir, '--cni-bin-dir', join(dir, 'uninstalled-bin'),
+      '--imported-config', join(dir, 'state', 'imported-config.json')], pino({ level: 'silent' })), 0);
+    assert.equal(readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8'), multusConf);
+    assert.ok(!existsSync(join(node.cniConfDir, '00-plexus.conflist')));
+  });
+});

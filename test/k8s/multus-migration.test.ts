@@ -1,12 +1,12 @@
 /**
- * Moving a real node off Multus: a kubelet + containerd node whose runtime calls the real Multus v4.3.0 (thin) for 10
- * pods with two secondary networks (bridge and macvlan, host-local), then Plexus installed as
+ * Moving a real node off Multus: a kubelet + containerd node whose runtime calls the real Multus v4.3.0 (thin, then
+ * thick with its daemon) for 10 pods with two secondary networks (bridge and macvlan, host-local), then Plexus installed as
  * docs/migrate-from-multus.md says while pods are created and deleted: no sandbox fails, pods made after the takeover
  * get their networks from Plexus, deleting the pods Multus made leaves none of their leases or host links, and
  * uninstall gives Multus its config back byte for byte.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -40,7 +40,61 @@ function addsServed(socketPath: string): Promise<number> {
   });
 }
 
-describe('a Multus node taken over by Plexus while pods come and go', { skip }, () => {
+/**
+ * Thick Multus's daemon, run on the host as its DaemonSet runs it in a pod: an in-cluster client (a service account
+ * token at the fixed path, in a mount namespace of its own so the host's /run is not touched), the node's CNI conf dir
+ * to generate 00-multus.conf in, a socket dir the shim is told of.
+ */
+class MultusDaemon {
+  private proc: ChildProcess | undefined;
+  log = '';
+  constructor(readonly dir: string, readonly config: string) {}
+
+  static async start(node: KubeNodeFixture, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
+    const api = node.api;
+    await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts', { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'multus' } });
+    await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'multus-test' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' }, subjects: [{ kind: 'ServiceAccount', name: 'multus', namespace: 'kube-system' }],
+    });
+    const token = await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts/multus/token', { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } });
+    const secrets = join(dir, 'sa');
+    mkdirSync(secrets, { recursive: true });
+    writeFileSync(join(secrets, 'token'), (token.body as { status: { token: string } }).status.token);
+    copyFileSync(join(api.dir, 'certs', 'ca.crt'), join(secrets, 'ca.crt'));
+    const config = join(dir, 'daemon-config.json');
+    writeFileSync(config, JSON.stringify(settings));
+    const d = new MultusDaemon(dir, config);
+    const sa = '/run/secrets/kubernetes.io/serviceaccount';
+    const script = `mount -t tmpfs tmpfs /run && mkdir -p ${sa} && cp ${secrets}/token ${secrets}/ca.crt ${sa}/ && exec ${multusBinary('multus-daemon')} -config ${config}`;
+    d.proc = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', script], {
+      env: { PATH: process.env.PATH, KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(api.server).port },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    d.proc.stdout?.on('data', (c: Buffer) => (d.log = (d.log + c.toString()).slice(-20000)));
+    d.proc.stderr?.on('data', (c: Buffer) => (d.log = (d.log + c.toString()).slice(-20000)));
+    const generated = join(node.cniConfDir, '00-multus.conf');
+    const deadline = Date.now() + 30_000;
+    while (!existsSync(generated)) {
+      if (Date.now() > deadline || d.proc.exitCode !== null) throw new Error(`multus-daemon wrote no 00-multus.conf: ${d.log}`);
+      await sleep(100);
+    }
+    return d;
+  }
+
+  /** Stops it by its PID (the DaemonSet deleted). */
+  async stop(): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise<void>((r) => p.once('exit', () => r()));
+    p.kill('SIGTERM');
+    const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+for (const mode of ['thin', 'thick'] as const) describe(`a ${mode} Multus node taken over by Plexus while pods come and go`, { skip }, () => {
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
   let dir: string;
@@ -49,6 +103,8 @@ describe('a Multus node taken over by Plexus while pods come and go', { skip }, 
   let multusCache: string;
   let multusConf: string;
   let multusPods: string[] = [];
+  let multusDaemon: MultusDaemon | undefined;
+  let daemonConfig = '';
   const leases = (network: string): string[] => {
     try {
       return readdirSync(join(leaseDir, network)).filter((f) => /^\d/.test(f));
@@ -76,18 +132,31 @@ describe('a Multus node taken over by Plexus while pods come and go', { skip }, 
     const nad = (name: string, config: Record<string, unknown>) => api.createNad('default', name, JSON.stringify({ cniVersion: '1.0.0', name, ...config }));
     assert.equal((await nad('sec', { type: 'bridge', bridge: `${prefix}b1`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] } })).status, 201);
     assert.equal((await nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 2}.0/24` }]] } })).status, 201);
-    // Multus thin, as its docs write it: the node's own config is the cluster network.
-    multusConf = `${JSON.stringify({
-      cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', kubeconfig: api.kubeconfig, cniDir: multusCache, binDir,
-      clusterNetwork: join(node.cniConfDir, '10-test.conflist'), capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-    }, null, 2)}\n`;
-    writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
+    if (mode === 'thin') {
+      // Multus thin, as its docs write it: the node's own config is the cluster network.
+      multusConf = `${JSON.stringify({
+        cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', kubeconfig: api.kubeconfig, cniDir: multusCache, binDir,
+        clusterNetwork: join(node.cniConfDir, '10-test.conflist'), capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+      }, null, 2)}\n`;
+      writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
+    } else {
+      // Multus thick, as its DaemonSet runs it: the daemon finds the node's config and generates 00-multus.conf.
+      copyFileSync(multusBinary('multus-shim')!, join(binDir, 'multus-shim'));
+      const socketDir = join(dir, 'multus-run');
+      multusDaemon = await MultusDaemon.start(node, join(dir, 'multus-daemon'), {
+        cniVersion: '1.0.0', logLevel: 'verbose', logToStderr: true, cniConfigDir: node.cniConfDir, multusAutoconfigDir: node.cniConfDir,
+        multusConfigFile: 'auto', socketDir, daemonSocketDir: socketDir, cniDir: multusCache, binDir,
+      });
+      daemonConfig = multusDaemon.config;
+      multusConf = readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8');
+    }
     daemon = new DaemonFixture(join(dir, 'state', 'default-network'), [
       '--imported-config', join(dir, 'state', 'imported-config.json'), '--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName,
       '--install-cni-config', join(node.cniConfDir, '00-plexus.conflist'), '--take-over-multus', 'true', '--log-level', 'info',
     ]);
   });
   after(async () => {
+    await multusDaemon?.stop();
     await node?.stop({ runtimeStopped: () => daemon?.stop() });
     await daemon?.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -100,7 +169,7 @@ describe('a Multus node taken over by Plexus while pods come and go', { skip }, 
     assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('; '));
     assert.equal(leases('sec').length, 10);
     assert.equal(leases('mv').length, 10);
-    assert.equal(readdirSync(multusCache).filter((f) => f !== 'results').length, 10, 'Multus made them (its cache has each)');
+    assert.equal(readdirSync(multusCache).filter((f) => f !== 'results').length, 10, `Multus made them (its cache has each)${multusDaemon ? `: ${multusDaemon.log.slice(-2000)}` : ''}`);
   });
 
   it('takes the node over while 20 pods are created and deleted, with no failed sandbox', async () => {
@@ -118,10 +187,12 @@ describe('a Multus node taken over by Plexus while pods come and go', { skip }, 
     // The documented steps: the installer carries Multus's settings over, plexusd takes over once ready.
     const installed = await runInstall(['install', '--cni-conf-dir', node.cniConfDir, '--cni-bin-dir', binDir, '--shim', SHIM,
       '--default-network-link', join(dir, 'state', 'default-network'), '--imported-config', join(dir, 'state', 'imported-config.json'),
-      '--multus-daemon-config', join(dir, 'absent.json'), '--wait-seconds', '5'], pino({ level: 'silent' }));
+      '--multus-daemon-config', daemonConfig || join(dir, 'absent.json'), '--wait-seconds', '5'], pino({ level: 'silent' }));
     assert.equal(installed, 0);
     await daemon.start(60_000);
     assert.ok(!existsSync(join(node.cniConfDir, '00-multus.conf')), 'Multus\'s config went aside');
+    // The documented next step: Multus's DaemonSet goes once the node is taken over.
+    await multusDaemon?.stop();
     await churn;
     assert.equal(churned.length, 20);
     assert.deepEqual(await node.sandboxFailures('default'), []);

@@ -75,6 +75,7 @@ export class DaemonFixture {
    */
   launcher: readonly string[] = [];
 
+  /** `defaultNetwork` "": no --default-network flag (a --config or --imported-config file names it). */
   constructor(readonly defaultNetwork = 'podnet', extraFlags: readonly string[] = []) {
     this.extraFlags = [...extraFlags];
     this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
@@ -114,7 +115,7 @@ export class DaemonFixture {
   /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
   async start(readyTimeoutMs = 15000): Promise<void> {
     const [command, ...before] = [...this.launcher, PLEXUSD];
-    const proc = spawn(command!, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, '--default-network', this.defaultNetwork, '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(command!, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;

@@ -30,6 +30,8 @@ interface LibcniCache {
   readonly result?: Record<string, unknown>;
   readonly cniArgs?: readonly (readonly [string, string])[];
   readonly capabilityArgs?: Readonly<Record<string, unknown>>;
+  /** The sandbox's netns at ADD. */
+  readonly netns?: string;
 }
 
 type Json = Record<string, unknown>;
@@ -92,7 +94,9 @@ export class MultusSandboxes implements ForeignSandboxes {
     const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
     if (command === 'CHECK' && compareVersions(cniVersion, '0.4.0') < 0) return ok(undefined);
     const cached = this.libcniCache(network, req.containerId, d.ifname);
-    const netns = req.netns !== '' && existsSync(req.netns) ? req.netns : '';
+    // A GC names no netns: the one libcni cached at ADD, while it exists.
+    const wanted = req.netns !== '' ? req.netns : (cached.netns ?? '');
+    const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
     const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
     for (const plugin of command === 'DEL' ? [...plugins].reverse() : plugins) {
       const type = String(plugin.type ?? '');
@@ -117,6 +121,7 @@ export class MultusSandboxes implements ForeignSandboxes {
         ...(isRecord(raw.result) ? { result: raw.result } : {}),
         ...(Array.isArray(raw.cniArgs) ? { cniArgs: raw.cniArgs as [string, string][] } : {}),
         ...(isRecord(raw.capabilityArgs) ? { capabilityArgs: raw.capabilityArgs } : {}),
+        ...(typeof raw.netns === 'string' ? { netns: raw.netns } : {}),
       };
     } catch {
       return {}; // libcni goes on without a cached result too

@@ -681,6 +681,11 @@ export class AttachmentEngine {
     const valid = new Set(req.validAttachments.map((a) => `${a.containerId}\u0000${a.ifname}`));
     const swept = await this.sweep((r) => (r.meta.cniNetwork !== req.networkName || valid.has(`${r.meta.containerId}\u0000${r.meta.ifname}`) ? undefined : 'not listed by the runtime'), false);
     const failures = swept.failures.map((f) => f.error);
+    // Sandboxes Multus made that the runtime no longer lists go as Multus would remove them.
+    for (const s of this.adopted().filter((a) => !valid.has(`${a.containerId}\u0000${a.networks[0]?.ifname ?? ''}`))) {
+      const r = await this.containerLocks.run(s.containerId, async () => this.options.foreign?.del({ containerId: s.containerId, netns: '', ifname: s.networks[0]?.ifname ?? '', args: { ips: [], ignoreUnknown: true, raw: [] } }));
+      if (r && !r.ok) failures.push(r.error.message);
+    }
     return failures.length ? err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; '))) : ok(undefined);
   }
 
@@ -734,6 +739,8 @@ export class AttachmentEngine {
       const driver = this.drivers.for(network, delegationForced(network));
       if (!driver.gc) continue;
       const live = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === driver.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
+      // Sandboxes Multus made still hold what their plugins gave them on this network.
+      for (const s of this.adopted()) for (const n of s.networks) if (n.name === network.cniName) live.push({ containerId: s.containerId, ifname: n.ifname });
       const r = await driver.gc(network, live, this.options.cniBinDir);
       if (!r.ok) failures.push(r.error.message);
     }

@@ -119,6 +119,22 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: missi
     assert.deepEqual(caches(), []);
   });
 
+  it('removes on GC a sandbox Multus made that the runtime no longer lists, and keeps a listed one', async () => {
+    const keep = newPod();
+    const drop = newPod();
+    multusAdd(keep);
+    multusAdd(drop);
+    const out = await daemon.cni({ command: 'GC', config: daemon.runtimeConfig({ 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] }, '1.1.0') });
+    assert.equal(out.code, 0, out.stdout);
+    assert.deepEqual(podLinks(drop.ns), [], 'the unlisted sandbox lost its interfaces');
+    assert.deepEqual(podLinks(keep.ns), ['eth0', 'net1', 'net2']);
+    assert.equal(leases('podnet').length, 1);
+    assert.equal(leases('mvnet').length, 1);
+    assert.deepEqual(caches().filter((c) => !c.startsWith('results')), [keep.cid]);
+    assert.equal((await plexusDel(keep)).code, 0);
+    assert.deepEqual(leases('podnet'), []);
+  });
+
   it('names a delegate whose plugin is gone, still removes the others, and succeeds when retried', async () => {
     const pod = newPod();
     multusAdd(pod);

@@ -12,7 +12,7 @@ import { CniError, err, ok, type Result } from '../cni/errors';
 import { compareVersions } from '../cni/version';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
-import type { AdoptedSandbox, ForeignDel, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
 import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
 
 export interface MultusSandboxesOptions {
@@ -39,14 +39,15 @@ type Json = Record<string, unknown>;
 export class MultusSandboxes implements ForeignSandboxes {
   constructor(private readonly o: MultusSandboxesOptions) {}
 
-  async del(req: ForeignDel): Promise<Result<void> | undefined> {
+  async del(req: ForeignDel): Promise<ForeignDelOutcome> {
     const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
-    if (cache.kind === 'absent') return undefined;
+    if (cache.kind === 'absent') return { kind: 'not-mine' };
     const pod = `${req.args.podNamespace ?? '?'}/${req.args.podName ?? '?'}`;
     if (cache.kind === 'broken') {
       this.o.log.warn({ pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
-        'Multus\'s cache of this sandbox cannot be read: only the node\'s primary network is told of its DEL; its other networks\' addresses may stay held');
-      return undefined;
+        'Multus\'s cache of this sandbox cannot be read: its DEL follows the pod\'s annotation and its networks as they are now, as Multus does');
+      // Gone once the fallback ran, as Multus removes it: the next DEL is not one of these sandboxes any more.
+      return { kind: 'unreadable', what: cache.path };
     }
     const failures: CniError[] = [];
     for (const delegate of [...cache.delegates].reverse()) {
@@ -55,9 +56,15 @@ export class MultusSandboxes implements ForeignSandboxes {
     }
     rmSync(cache.path, { force: true });
     this.o.log.info({ pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length }, 'a sandbox Multus made is removed as Multus would have removed it');
-    if (failures.length === 0) return ok(undefined);
+    if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
     const messages = failures.map((f) => f.message).join(' / ');
-    return err(new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand'));
+    const error = new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand');
+    return { kind: 'done', result: err(error) };
+  }
+
+  /** Removes an unreadable cache once the engine's fallback DEL ran. */
+  forget(what: string): void {
+    rmSync(what, { force: true });
   }
 
   /** Multus's CHECK: each delegate in attach order, its plugins in order, with libcni's cached result. */

@@ -23,6 +23,7 @@ import { mergeResults, networkStatus } from '../networks/status';
 import { assignDevices, AttachmentStep, configuredDefaultNetwork, type DeviceSource, planPod, PlanSettings, podIdentityOf, runningPodRequest } from './plan';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import type { AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
+import { delByCurrentPlan, type ForeignDelDeps } from './foreign-del';
 import type { PodSource } from './pod-source';
 import { NetnsGuard } from './netns-guard';
 import { refuseTakenNames } from './taken-names';
@@ -569,7 +570,12 @@ export class AttachmentEngine {
         }
         // A sandbox Multus made before Plexus served the node is removed as Multus would have removed it.
         const adopted = await this.options.foreign?.del(req);
-        if (adopted) return adopted;
+        if (adopted?.kind === 'done') return adopted.result;
+        if (adopted?.kind === 'unreadable') {
+          const replanned = await delByCurrentPlan(req, this.foreignDelDeps());
+          this.options.foreign?.forget(adopted.what);
+          if (replanned) return replanned;
+        }
         // DEL of what does not exist succeeds (CNI spec); a sandbox the node's own network made (before Plexus was
         // installed) is handed to that network's plugins, so its address is released where it was taken.
         return this.forwardUnknownDel(req);
@@ -578,6 +584,11 @@ export class AttachmentEngine {
       if (undone.ok) this.report((sink) => sink.detached(record.meta.pod, req.containerId));
       return undone;
     });
+  }
+
+  private foreignDelDeps(): ForeignDelDeps {
+    const { options, networks, drivers, kernel, ipam, log } = this;
+    return { settings: options, networks, drivers, ...(options.pods ? { pods: options.pods } : {}), cniBinDir: options.cniBinDir, undoEnv: { kernel, ipam }, log };
   }
 
   /**
@@ -684,7 +695,7 @@ export class AttachmentEngine {
     // Sandboxes Multus made that the runtime no longer lists go as Multus would remove them.
     for (const s of this.adopted().filter((a) => !valid.has(`${a.containerId}\u0000${a.networks[0]?.ifname ?? ''}`))) {
       const r = await this.containerLocks.run(s.containerId, async () => this.options.foreign?.del({ containerId: s.containerId, netns: '', ifname: s.networks[0]?.ifname ?? '', args: { ips: [], ignoreUnknown: true, raw: [] } }));
-      if (r && !r.ok) failures.push(r.error.message);
+      if (r?.kind === 'done' && !r.result.ok) failures.push(r.result.error.message);
     }
     return failures.length ? err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; '))) : ok(undefined);
   }

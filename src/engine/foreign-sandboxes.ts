@@ -22,9 +22,20 @@ export interface AdoptedSandbox {
   readonly networks: readonly { readonly name: string; readonly ifname: string }[];
 }
 
+/** What a foreign DEL did: not one of these sandboxes, done (or failed), or one whose record cannot be read. */
+export type ForeignDelOutcome =
+  | { readonly kind: 'not-mine' }
+  | { readonly kind: 'done'; readonly result: Result<void> }
+  | { readonly kind: 'unreadable'; readonly what: string };
+
 export interface ForeignSandboxes {
-  /** Tears the sandbox down as its maker would; undefined when it is not one of these sandboxes. */
-  del(req: ForeignDel): Promise<Result<void> | undefined>;
+  /**
+   * Tears the sandbox down as its maker would. An unreadable record of it is for the engine to fall back on what the
+   * maker would (Multus: the pod's annotation and the networks as they are now).
+   */
+  del(req: ForeignDel): Promise<ForeignDelOutcome>;
+  /** Forgets an unreadable record once the engine's fallback DEL ran (`what` from the outcome). */
+  forget(what: string): void;
   /** Checks the sandbox as its maker would; undefined when it is not one of these sandboxes. */
   check(req: ForeignDel): Promise<Result<void> | undefined>;
   /** The sandboxes still held, for plexusctl. */

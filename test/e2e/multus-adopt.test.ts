@@ -40,6 +40,10 @@ before(async () => {
   for (const p of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', p), join(binDir, p));
   symlinkSync(multusBinary('multus')!, join(binDir, 'multus'));
   writeFileSync(primaryFile, JSON.stringify(primary));
+  // The pods' secondary networks as NADs too: Multus falls back on them when its cache of a pod cannot be read.
+  for (const conf of [macvlan, staticNet]) {
+    daemon.writeNad(`${conf.name}.json`, JSON.stringify({ apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: conf.name, namespace: 'default' }, spec: { config: JSON.stringify(conf) } }));
+  }
   for (const l of ['br0', 'br1', 'up', 'upp']) fx.trackHostLink(`${prefix}${l}`);
   ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
   ip('link', 'set', uplink, 'up');
@@ -153,18 +157,19 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: missi
     }
   });
 
-  it('warns, naming the pod and the file, when Multus\'s cache is truncated, and still releases the primary network', async () => {
+  it('falls back on the pod\'s annotation and the networks as they are now when Multus\'s cache is truncated, naming the pod and the file', async () => {
     const pod = newPod();
     multusAdd(pod);
     const cache = join(cacheDir, pod.cid);
     const text = readFileSync(cache, 'utf8');
     writeFileSync(cache, text.slice(0, text.length / 2));
-    const out = await plexusDel(pod);
+    const annotations = { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'mvnet, staticnet' } };
+    const out = await daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({ runtimeConfig: annotations }, '1.0.0') });
     assert.equal(out.code, 0, out.stdout);
     assert.match(daemon.stderr, new RegExp(`"pod":"default/${pod.name}".*"cache":"${cache}".*cannot be read`));
-    assert.deepEqual(leases('podnet'), [], 'the node\'s primary network got the DEL');
-    // Multus would fall back to the pod's annotation here; with no API, what the secondary networks held is cleaned by hand.
-    for (const l of leases('mvnet')) unlinkSync(join(leaseDir, 'mvnet', l));
-    unlinkSync(cache);
+    assert.deepEqual(podLinks(pod.ns), []);
+    assert.deepEqual(leases('podnet'), []);
+    assert.deepEqual(leases('mvnet'), [], 'the annotation\'s networks got the DEL too');
+    assert.ok(!existsSync(cache), 'the unreadable cache goes, as Multus removes it');
   });
 });

@@ -33,7 +33,7 @@ const offer = z
   .array(z.enum(OFFERS))
   .min(1, 'must name at least one of device-plugin, dra')
   .refine((o) => new Set(o).size === o.length, 'names an offer twice')
-  .default(['device-plugin']);
+  .optional(); // absent: device-plugin (offers() below)
 
 const MemifResourceSchema = z.strictObject({
   name: resourceName,
@@ -69,10 +69,8 @@ const ResourcesSchema = z.strictObject({
     .refine((rs) => new Set(rs.map((r) => r.name)).size === rs.length, 'names a resource twice'),
 });
 
-// `offer` is optional in the types (absent: device-plugin), so code that builds a resource by hand need not name it.
-type OfferOptional<T> = Omit<T, 'offer'> & { readonly offer?: readonly Offer[] };
-export type MemifResource = OfferOptional<z.infer<typeof MemifResourceSchema>>;
-export type HostDeviceResource = OfferOptional<z.infer<typeof HostDeviceResourceSchema>>;
+export type MemifResource = z.infer<typeof MemifResourceSchema>;
+export type HostDeviceResource = z.infer<typeof HostDeviceResourceSchema>;
 export type ResourceConfig = MemifResource | HostDeviceResource;
 
 /** The configuration document, already read. */

@@ -61,6 +61,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     const r = await call('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`);
     return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
   };
+  const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
   const phase = async (name: string): Promise<string | undefined> => (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
 
   /** A template for one host device of the pool, chosen by interface name, with this opaque config. */
@@ -198,5 +199,48 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     assert.notEqual(await phase('dra-bad'), 'Running');
     assert.deepEqual(claimFiles(), [], 'nothing recorded for a claim that was refused');
     await deletePod('dra-bad');
+  });
+
+  it('plexusd restarted between Prepare and the pod\'s deletion: the record survives, and the deletion still frees it', async () => {
+    await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('dra-c', 'nic0'));
+    await until('pod dra-c Running', async () => ((await phase('dra-c')) === 'Running' ? true : undefined), 90000, 200);
+    const [before] = claimFiles();
+    assert.ok(before);
+    await daemon.kill('SIGTERM');
+    await daemon.start(30000);
+    assert.deepEqual(claimFiles(), [before], 'the record is still there after the restart');
+    await until('plexusd registered again', () => (registrations() >= 2 ? true : undefined), 30000, 100);
+    await deletePod('dra-c');
+    await until('the record removed by the restarted plexusd', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+  });
+
+  it('a device that leaves the host leaves the slice (the pool\'s generation goes up) and comes back with it', async () => {
+    const pool = async (): Promise<Slice | undefined> => (await slices()).find((s) => s.spec.driver === 'plexus.io');
+    const before = (await pool())!;
+    execFileSync('ip', ['link', 'del', 'dev', NICS[1]!]); // its peer goes with it
+    const without = await until('the slice without the device', async () => {
+      const s = await pool();
+      return s && s.spec.devices.length === 1 ? s : undefined;
+    }, 30000, 250);
+    assert.deepEqual(without.spec.devices.map((d) => d.name), [NICS[0]]);
+    assert.ok(without.spec.pool.generation > before.spec.pool.generation);
+    execFileSync('ip', ['link', 'add', NICS[1]!, 'type', 'veth', 'peer', 'name', PEERS[1]!]);
+    const back = await until('the device published again', async () => {
+      const s = await pool();
+      return s && s.spec.devices.length === 2 ? s : undefined;
+    }, 30000, 250);
+    assert.deepEqual(back.spec.devices.map((d) => d.name), NICS);
+  });
+
+  it('a restarted kubelet registers plexus.io again, and the node\'s slice is there after it wiped it', async () => {
+    const before = registrations();
+    await node.restartKubelet();
+    await until('a new registration', () => (registrations() > before ? true : undefined), 60000, 200);
+    await until('the node\'s plexus.io slice', async () => ((await slices()).some((s) => s.spec.driver === 'plexus.io') ? true : undefined), 30000, 250);
+    // And it prepares again: a pod with a claim runs.
+    await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('dra-d', 'nic0'));
+    await until('pod dra-d Running', async () => ((await phase('dra-d')) === 'Running' ? true : undefined), 90000, 200)
+      .catch(async (e: Error) => assert.fail(`${e.message}: ${(await podEvents('dra-d')).join(' | ')}`));
+    await deletePod('dra-d');
   });
 });

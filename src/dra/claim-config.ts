@@ -77,7 +77,9 @@ const appliesTo = (config: AllocatedConfig, request: string): boolean =>
  * The plexus.io config for one allocated request: the last entry that applies (a claim's own entries come after its
  * class's), undefined when none does. An error says which entry and what is wrong with it.
  */
-export function configForRequest(configs: readonly AllocatedConfig[], request: string, namespace: string): Result<NetworkClaimConfig | undefined, string> {
+export function configForRequest(
+  configs: readonly AllocatedConfig[], request: string, namespace: string,
+): Result<NetworkClaimConfig | undefined, string> {
   let chosen: { index: number; config: AllocatedConfig } | undefined;
   configs.forEach((config, index) => {
     if (config.opaque?.driver === DRIVER_NAME && appliesTo(config, request)) chosen = { index, config };

@@ -29,15 +29,20 @@ export function deviceStatusEntry(d: DeviceNetworkStatus, now: Date): Record<str
   };
   return {
     driver: DRIVER_NAME, pool: d.pool, device: d.device, conditions: [condition],
-    ...(ready && d.network ? { networkData: { interfaceName: d.network.interfaceName, ips: [...d.network.ips], ...(d.network.mac ? { hardwareAddress: d.network.mac } : {}) } } : {}),
+    ...(ready && d.network ? { networkData: networkData(d.network) } : {}),
   };
+}
+
+function networkData(n: NonNullable<DeviceNetworkStatus['network']>): Record<string, unknown> {
+  return { interfaceName: n.interfaceName, ips: [...n.ips], ...(n.mac ? { hardwareAddress: n.mac } : {}) };
 }
 
 /** Applies the entries of these devices to the claim's status (an empty list removes plexusd's entries). */
 export async function applyClaimDeviceStatus(
   api: KubeApiClient, claim: { namespace: string; name: string }, devices: readonly DeviceNetworkStatus[], now = new Date(),
 ): Promise<Result<void, string>> {
-  const path = `/apis/resource.k8s.io/v1/namespaces/${segment(claim.namespace)}/resourceclaims/${segment(claim.name)}/status?fieldManager=${CLAIM_STATUS_MANAGER}&force=true`;
+  const claimPath = `/apis/resource.k8s.io/v1/namespaces/${segment(claim.namespace)}/resourceclaims/${segment(claim.name)}`;
+  const path = `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}&force=true`;
   const body = {
     apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaim', metadata: { name: claim.name, namespace: claim.namespace },
     status: { devices: devices.map((d) => deviceStatusEntry(d, now)) },

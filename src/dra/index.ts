@@ -38,10 +38,14 @@ export class DraDriver {
   readonly slices: SlicePublisher;
   readonly plugin: DraPluginServer;
 
-  private constructor(resources: readonly ResourceConfig[], api: KubeApiClient, private readonly settings: DraSettings, private readonly log: Logger) {
-    this.inventory = new DraInventory(resources, { nodeName: settings.nodeName, ...(settings.sysfsRoot ? { sysfsRoot: settings.sysfsRoot } : {}) });
+  private constructor(
+    resources: readonly ResourceConfig[], api: KubeApiClient, private readonly settings: DraSettings, private readonly log: Logger,
+  ) {
+    const { nodeName, sysfsRoot } = settings;
+    this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
     this.prepared = PreparedClaims.open(settings.stateDir);
-    if (this.prepared.unreadable.length) log.warn({ files: this.prepared.unreadable }, 'prepared-claim records that do not parse are ignored');
+    const unreadable = this.prepared.unreadable;
+    if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     this.slices = new SlicePublisher(api, settings.nodeName, () => this.inventory.pools(held), log.child({ component: 'dra-slices' }));
     const preparer = new ClaimPreparer({

@@ -86,16 +86,19 @@ export class DraPluginServer {
     await this.close();
     for (const path of Object.values(this.sockets)) mkdirSync(join(path, '..'), { recursive: true, mode: 0o750 });
     const server = new grpc.Server();
+    const internal = (e: Error): Partial<grpc.StatusObject> => ({ code: grpc.status.INTERNAL, details: e.message });
     const prepare: Unary<NodePrepareResourcesRequest, NodePrepareResourcesResponse> = (call, cb) => {
-      this.preparer.prepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb({ code: grpc.status.INTERNAL, details: e.message }));
+      this.preparer.prepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb(internal(e)));
     };
     const unprepare: Unary<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse> = (call, cb) => {
-      this.preparer.unprepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb({ code: grpc.status.INTERNAL, details: e.message }));
+      this.preparer.unprepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb(internal(e)));
     };
     for (const version of ['v1', 'v1beta1'] as const) {
       server.addService(this.services.draPlugin[version], { NodePrepareResources: prepare, NodeUnprepareResources: unprepare });
     }
-    const info: PluginInfo = { type: DRA_PLUGIN_TYPE, name: DRIVER_NAME, endpoint: this.sockets.service, supported_versions: [...SUPPORTED_SERVICES] };
+    const info: PluginInfo = {
+      type: DRA_PLUGIN_TYPE, name: DRIVER_NAME, endpoint: this.sockets.service, supported_versions: [...SUPPORTED_SERVICES],
+    };
     const getInfo: Unary<unknown, PluginInfo> = (_call, cb) => cb(null, info);
     const notify: Unary<RegistrationStatus, unknown> = (call, cb) => {
       const status = call.request;
@@ -108,7 +111,9 @@ export class DraPluginServer {
     // The service socket first: the kubelet dials it as soon as it has seen the registration socket.
     for (const path of [this.sockets.service, this.sockets.registration]) {
       rmSync(path, { force: true });
-      await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+      await new Promise<void>((resolve, reject) => {
+        server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve()));
+      });
     }
     this.server = server;
     this.served = { registration: inode(this.sockets.registration) ?? -1, service: inode(this.sockets.service) ?? -1 };

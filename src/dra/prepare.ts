@@ -27,11 +27,15 @@ const failure = (error: string): NodePrepareResourceResponse => ({ devices: [], 
 /** Why a claim cannot be prepared: these say what to fix. */
 const claimErrors = {
   missing: (c: ClaimRef) => `ResourceClaim ${c.namespace}/${c.name} does not exist (deleted before the pod started?)`,
-  otherUid: (c: ClaimRef, uid: string) => `ResourceClaim ${c.namespace}/${c.name} has UID ${uid}, not ${c.uid}: it was deleted and made again`,
+  otherUid: (c: ClaimRef, uid: string) =>
+    `ResourceClaim ${c.namespace}/${c.name} has UID ${uid}, not ${c.uid}: it was deleted and made again`,
   notAllocated: (c: ClaimRef) => `ResourceClaim ${c.namespace}/${c.name} is not allocated`,
-  unknownDevice: (pool: string, device: string) => `device ${device} of pool ${pool} is not offered by this node's plexusd (was the resources file changed?)`,
-  taken: (pool: string, device: string, other: PreparedClaim) => `device ${device} of pool ${pool} is already prepared for ResourceClaim ${other.namespace}/${other.name} (${other.uid})`,
-  devicePlugin: (device: string, resource: string) => `device ${device} of ${resource} is in a pod through the device plugin: offer it one way only`,
+  unknownDevice: (pool: string, device: string) =>
+    `device ${device} of pool ${pool} is not offered by this node's plexusd (was the resources file changed?)`,
+  taken: (pool: string, device: string, other: PreparedClaim) =>
+    `device ${device} of pool ${pool} is already prepared for ResourceClaim ${other.namespace}/${other.name} (${other.uid})`,
+  devicePlugin: (device: string, resource: string) =>
+    `device ${device} of ${resource} is in a pod through the device plugin: offer it one way only`,
 };
 
 export class ClaimPreparer {

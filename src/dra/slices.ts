@@ -58,6 +58,8 @@ export interface SliceChanges {
   readonly failed: string[];
 }
 
+type Answer = { ok: true } | { ok: false; error: { status: number; message: string } };
+
 export class SlicePublisher {
   private running: Promise<SliceChanges> | undefined;
   private again = false;
@@ -120,7 +122,8 @@ export class SlicePublisher {
       const want = sliceFor(this.nodeName, pool, have.spec.pool.generation);
       if (sameDevices(have, want) && have.metadata.name === want.metadata.name) continue;
       want.spec.pool.generation = have.spec.pool.generation + 1;
-      want.metadata = { ...want.metadata, name: have.metadata.name, ...(have.metadata.resourceVersion ? { resourceVersion: have.metadata.resourceVersion } : {}) };
+      const { resourceVersion } = have.metadata;
+      want.metadata = { ...want.metadata, name: have.metadata.name, ...(resourceVersion ? { resourceVersion } : {}) };
       const put = await this.api.request('PUT', `${SLICES}/${encodeURIComponent(have.metadata.name)}`, 'resourceslices', { body: want });
       this.note(changes, put, 'updated', have.metadata.name);
     }
@@ -133,7 +136,7 @@ export class SlicePublisher {
     return changes;
   }
 
-  private note(changes: SliceChanges, r: { ok: true } | { ok: false; error: { status: number; message: string } }, what: 'created' | 'updated' | 'deleted', name: string): void {
+  private note(changes: SliceChanges, r: Answer, what: 'created' | 'updated' | 'deleted', name: string): void {
     if (r.ok) {
       changes[what].push(name);
       return;

@@ -8,6 +8,7 @@
  *     - name: plexus.io/fastnic      # a pool of host devices: interface names or PCI addresses
  *       kind: host-device
  *       devices: [eth3, "0000:03:00.1"]
+ *       offer: [device-plugin, dra]  # how the kubelet gets it (default: device-plugin; dra: docs/dra.md)
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
@@ -25,6 +26,15 @@ const resourceName = z
 
 const absolute = z.string().startsWith('/', 'must be an absolute path');
 
+/** How a resource reaches pods: the kubelet's device-plugin API, DRA ResourceSlices of driver plexus.io, or both. */
+export const OFFERS = ['device-plugin', 'dra'] as const;
+export type Offer = (typeof OFFERS)[number];
+const offer = z
+  .array(z.enum(OFFERS))
+  .min(1, 'must name at least one of device-plugin, dra')
+  .refine((o) => new Set(o).size === o.length, 'names an offer twice')
+  .optional(); // absent: device-plugin (offers() below)
+
 const MemifResourceSchema = z.strictObject({
   name: resourceName,
   kind: z.literal('memif'),
@@ -40,6 +50,7 @@ const MemifResourceSchema = z.strictObject({
    * initialised, so the scheduler sends no memif pod to a node whose switch is down.
    */
   healthFromSwitch: z.boolean().default(false),
+  offer,
 });
 
 const HostDeviceResourceSchema = z.strictObject({
@@ -49,6 +60,7 @@ const HostDeviceResourceSchema = z.strictObject({
     .array(z.string().refine((d) => PCI_ADDRESS.test(d) || IFNAME.test(d), 'must be a host interface name or a PCI address like 0000:3b:00.1'))
     .min(1)
     .refine((ds) => new Set(ds.map((d) => d.toLowerCase())).size === ds.length, 'lists a device twice'),
+  offer,
 });
 
 const ResourcesSchema = z.strictObject({
@@ -72,6 +84,9 @@ export function parseResources(doc: unknown, where = 'the device plugin config')
   const issue = r.error.issues[0];
   return err(new CniError(CniCode.InvalidNetworkConfig, `${where}: ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'invalid'}`));
 }
+
+/** Whether a resource is offered one way (device-plugin or dra). */
+export const offers = (resource: ResourceConfig, how: Offer): boolean => (resource.offer ?? ['device-plugin']).includes(how);
 
 export function loadResources(file: string): Result<ResourceConfig[]> {
   let doc: unknown;

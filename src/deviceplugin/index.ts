@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
-import { loadResources, type ResourceConfig } from './config';
+import { loadResources, offers, type ResourceConfig } from './config';
 import { PodResourcesClient } from './pod-resources';
 import { ResourcePlugin, type PluginEvents } from './plugin-server';
 import { HostDevicePool, MemifDevices, type DeviceResource } from './resources';
@@ -41,7 +41,8 @@ export class DevicePlugins {
       inUse: (resource: string, id: string) => podResources.inUse(resource, id),
     };
     const memif = new Map<string, MemifDevices>();
-    const plugins = resources.map((r) => {
+    // Resources offered only as DRA devices are src/dra's (the same file configures both).
+    const plugins = resources.filter((r) => offers(r, 'device-plugin')).map((r) => {
       let resource: DeviceResource;
       if (r.kind === 'memif') {
         const m = new MemifDevices(r, env);

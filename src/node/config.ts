@@ -60,6 +60,9 @@ export const DaemonConfigSchema = z
     metricsAddress: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port').optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
+    // Optional rather than defaulted (absent: off, /var/lib/kubelet), so configs written before DRA compare equal.
+    dra: bool.optional(),
+    kubeletRootDir: z.string().startsWith('/', 'must be an absolute path').optional(),
     podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     ovsdbSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/run/openvswitch/db.sock'),
@@ -111,6 +114,8 @@ const FLAGS: Record<string, keyof DaemonConfig> = {
   '--device-plugin-config': 'devicePluginConfig',
   '--device-plugin-dir': 'devicePluginDir',
   '--pod-resources-socket': 'podResourcesSocket',
+  '--dra': 'dra',
+  '--kubelet-root-dir': 'kubeletRootDir',
   '--device-info-dir': 'deviceInfoDir',
   '--ovsdb-socket': 'ovsdbSocket',
   '--switch-resync-seconds': 'switchResyncSeconds',
@@ -173,6 +178,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --device-plugin-dir DIR   where the kubelet takes device plugins' registrations (default /var/lib/kubelet/device-plugins)
   --pod-resources-socket PATH  the kubelet's pod-resources API: <kubelet --root-dir>/pod-resources/kubelet.sock
                             (default /var/lib/kubelet/pod-resources/kubelet.sock)
+  --dra B                   offer the resources whose "offer" names dra as DRA devices of driver plexus.io (needs the
+                            API and --device-plugin-config): docs/dra.md (default false)
+  --kubelet-root-dir DIR    the kubelet's --root-dir: DRA sockets go in plugins_registry/ and plugins/ under it
+                            (default /var/lib/kubelet)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --ovsdb-socket PATH       the userspace switch's database, for memif networks without "ovsdbSocket"
                             (default /var/run/openvswitch/db.sock)

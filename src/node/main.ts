@@ -11,7 +11,9 @@ import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentEngine } from '../engine/engine';
-import { loadDaemonConfig, USAGE } from './config';
+import { loadDaemonConfig, USAGE, type DaemonConfig } from './config';
+import { loadResources } from '../deviceplugin/config';
+import type { KubeApiClient } from '../k8s/api-client';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
@@ -158,6 +160,8 @@ async function main(): Promise<number> {
     void cluster.preparePools(pools);
   }
   await devicePlugins?.value.start();
+  // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md).
+  const dra = config.dra ? await startDra(config, api, podResources, log) : undefined;
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.
@@ -200,6 +204,7 @@ async function main(): Promise<number> {
   stopOrphans?.();
   memif.close();
   await devicePlugins?.value.stop();
+  await dra?.stop();
   podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
   await api?.stop();
@@ -207,6 +212,26 @@ async function main(): Promise<number> {
   await kernel.close();
   lock.release();
   return 0;
+}
+
+/** The DRA driver, or undefined (with the reason logged) when --dra cannot work here. */
+async function startDra(
+  config: DaemonConfig, api: { client: KubeApiClient; nodeName: string } | undefined, podResources: PodResourcesClient | undefined, log: pino.Logger,
+): Promise<{ stop(): Promise<void> } | undefined> {
+  if (!api || !config.devicePluginConfig) {
+    log.warn('--dra needs the Kubernetes API and --device-plugin-config (the resources file): DRA is off');
+    return undefined;
+  }
+  const resources = loadResources(config.devicePluginConfig);
+  if (!resources.ok) return undefined; // already reported by the device plugins' load of the same file
+  const { DraDriver, DEFAULT_KUBELET_ROOT } = await import('../dra');
+  const dra = DraDriver.create(resources.value, api.client, {
+    nodeName: api.nodeName, kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT, stateDir: config.stateDir,
+    ...(podResources ? { inUseByDevicePlugin: (r: string, id: string) => podResources.inUse(r, id) } : {}),
+  }, log);
+  if (!dra) log.warn({ devicePluginConfig: config.devicePluginConfig }, '--dra: no resource of the file offers dra');
+  await dra?.start();
+  return dra;
 }
 
 main().then(

@@ -78,6 +78,12 @@ export interface KubeNodeOptions {
   /** Host links the node's networks create besides the conflist's bridges (deleted by stop() if they are there then). */
   readonly ownedLinks?: readonly string[];
   readonly extraApiArgs?: never;
+  /**
+   * Also run kube-controller-manager and kube-scheduler (default false: pods are bound with spec.nodeName). DRA needs
+   * both: the controller-manager makes claims from ResourceClaimTemplates, the scheduler allocates them. They run as
+   * the admin, with their HTTPS ports off (--secure-port=0), so they take no fixed port.
+   */
+  readonly controlPlane?: boolean;
 }
 
 export interface CreatePodsOptions {
@@ -201,6 +207,7 @@ export class KubeNodeFixture {
       writeFileSync(join(fx.cniConfDir, '10-test.conflist'), conflist);
 
       fx.apiFixture = await KubeApiFixture.start();
+      if (options.controlPlane) fx.startControlPlane();
       fx.issueNodeCerts();
       fx.host.watchDirs(['/run/containerd/s']); // the shims' sockets: a path containerd 1.6 hard-codes
       await fx.startContainerd(options.cniBinDir);
@@ -264,6 +271,19 @@ export class KubeNodeFixture {
       users: [{ name: 'node', user: { 'client-certificate-data': b64('kubelet-client.crt'), 'client-key-data': b64('kubelet-client.key') } }],
       contexts: [{ name: 'node', context: { cluster: 'test', user: 'node' } }],
     }), { mode: 0o600 });
+  }
+
+  /** kube-controller-manager and kube-scheduler (NOTES.md section 2), as the admin, no serving port. */
+  private startControlPlane(): void {
+    const certs = join(this.api.dir, 'certs');
+    const kubeconfig = this.api.kubeconfig;
+    this.spawn('kube-controller-manager', k8sBinary('kube-controller-manager')!, [
+      `--kubeconfig=${kubeconfig}`, '--secure-port=0', '--leader-elect=false', '--use-service-account-credentials=false',
+      `--service-account-private-key-file=${join(certs, 'sa.key')}`, `--root-ca-file=${join(certs, 'ca.crt')}`,
+      '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller',
+    ], join(this.dir, 'log', 'kube-controller-manager.log'));
+    this.spawn('kube-scheduler', k8sBinary('kube-scheduler')!, [`--kubeconfig=${kubeconfig}`, '--secure-port=0', '--leader-elect=false'],
+      join(this.dir, 'log', 'kube-scheduler.log'));
   }
 
   private async startContainerd(cniBinDir: string): Promise<void> {
@@ -402,9 +422,10 @@ export class KubeNodeFixture {
     return Object.fromEntries(this.procs.filter((s) => this.running(s.name) && s.proc.pid !== undefined).map((s) => [s.name, s.proc.pid!]));
   }
 
-  logTail(name: 'kubelet' | 'containerd', lines = 40): string {
+  logTail(name: 'kubelet' | 'containerd' | 'kube-scheduler' | 'kube-controller-manager', lines = 40): string {
+    const file = name === 'kubelet' ? this.kubeletLog : name === 'containerd' ? this.containerdLog : join(this.dir, 'log', `${name}.log`);
     try {
-      return readFileSync(name === 'kubelet' ? this.kubeletLog : this.containerdLog, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+      return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
     } catch {
       return '(no log)';
     }
@@ -686,6 +707,8 @@ export class KubeNodeFixture {
       });
     }
     await attempt('stop containerd', () => this.stopProcess('containerd'));
+    await attempt('stop the scheduler', () => this.stopProcess('kube-scheduler'));
+    await attempt('stop the controller-manager', () => this.stopProcess('kube-controller-manager'));
     await attempt('stop shims', () => this.killShims());
     if (hooks.runtimeStopped) await attempt('after the runtime stopped', hooks.runtimeStopped);
     await attempt('stop the API server', () => this.apiFixture?.stop());

@@ -1,0 +1,38 @@
+/** ResourceClaims as the preparer needs them: read one from the API (resource.k8s.io/v1), just the fields used. */
+import { segment, type KubeApiClient } from '../k8s/api-client';
+import { err, ok, type Result } from '../common/result';
+import type { AllocatedConfig } from './claim-config';
+
+export interface AllocationResult {
+  readonly request: string;
+  readonly driver: string;
+  readonly pool: string;
+  readonly device: string;
+}
+
+export interface ResourceClaim {
+  readonly metadata: { readonly name: string; readonly namespace: string; readonly uid: string };
+  readonly status?: {
+    readonly allocation?: {
+      readonly devices?: { readonly results?: readonly AllocationResult[]; readonly config?: readonly AllocatedConfig[] };
+    };
+    readonly reservedFor?: readonly { readonly resource?: string; readonly name: string; readonly uid: string }[];
+  };
+}
+
+export interface ClaimReader {
+  /** The claim now; undefined when the API has none of that name. */
+  get(namespace: string, name: string): Promise<Result<ResourceClaim | undefined, string>>;
+}
+
+export class ApiClaimReader implements ClaimReader {
+  constructor(private readonly api: KubeApiClient) {}
+
+  async get(namespace: string, name: string): Promise<Result<ResourceClaim | undefined, string>> {
+    const path = `/apis/resource.k8s.io/v1/namespaces/${segment(namespace)}/resourceclaims/${segment(name)}`;
+    const got = await this.api.request('GET', path, 'resourceclaims', { urgent: true });
+    if (got.ok) return ok(got.value as ResourceClaim);
+    if (got.error.status === 404) return ok(undefined);
+    return err(`reading ResourceClaim ${namespace}/${name}: ${got.error.status || 'no answer'} ${got.error.message}`);
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * Plexus as a DRA driver (plexus.io): the devices of the resources file that offer `dra`, published as this node's
+ * ResourceSlices; the kubelet plugin (registration + NodePrepareResources/NodeUnprepareResources); the prepared
+ * claims, which the engine reads through ClaimedDevices (claimed-devices.ts) at CNI ADD. docs/dra.md has the model.
+ */
+import type { Logger } from 'pino';
+import type { ResourceConfig } from '../deviceplugin/config';
+import type { KubeApiClient } from '../k8s/api-client';
+import { ApiClaimReader, type ClaimReader } from './claims-api';
+import type { ClaimedDevices } from './claimed-devices';
+import { DraInventory } from './devices';
+import { DraPluginServer, type RegistrationEvents } from './plugin-server';
+import { ClaimPreparer } from './prepare';
+import { PreparedClaims } from './prepared-claims';
+import { SlicePublisher } from './slices';
+
+export { DEFAULT_KUBELET_ROOT, draSockets } from './plugin-server';
+export type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
+
+export interface DraSettings {
+  readonly nodeName: string;
+  /** The kubelet's --root-dir (plugins_registry/ and plugins/ are under it). */
+  readonly kubeletRoot: string;
+  /** plexusd's state dir: prepared claims live in <stateDir>/dra/claims. */
+  readonly stateDir?: string;
+  /** How often the slices are checked against the devices (and brought back if wiped). */
+  readonly resyncMs?: number;
+  readonly sysfsRoot?: string;
+  readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
+  readonly events?: RegistrationEvents;
+  /** Tests read claims another way; default: the API. */
+  readonly claims?: ClaimReader;
+}
+
+export class DraDriver {
+  readonly inventory: DraInventory;
+  readonly prepared: PreparedClaims;
+  readonly slices: SlicePublisher;
+  readonly plugin: DraPluginServer;
+
+  private constructor(
+    resources: readonly ResourceConfig[], api: KubeApiClient, private readonly settings: DraSettings, private readonly log: Logger,
+  ) {
+    const { nodeName, sysfsRoot } = settings;
+    this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
+    this.prepared = PreparedClaims.open(settings.stateDir);
+    const unreadable = this.prepared.unreadable;
+    if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
+    const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
+    this.slices = new SlicePublisher(api, settings.nodeName, () => this.inventory.pools(held), log.child({ component: 'dra-slices' }));
+    const preparer = new ClaimPreparer({
+      claims: settings.claims ?? new ApiClaimReader(api), inventory: this.inventory, prepared: this.prepared,
+      ...(settings.inUseByDevicePlugin ? { inUseByDevicePlugin: settings.inUseByDevicePlugin } : {}),
+      changed: () => void this.slices.reconcile(), log: log.child({ component: 'dra' }),
+    });
+    this.plugin = new DraPluginServer(settings.kubeletRoot, preparer, log.child({ component: 'dra-plugin' }), settings.events);
+  }
+
+  /** Nothing to offer (no resource of the file offers dra): undefined. */
+  static create(resources: readonly ResourceConfig[], api: KubeApiClient, settings: DraSettings, log: Logger): DraDriver | undefined {
+    const driver = new DraDriver(resources, api, settings, log);
+    return driver.inventory.offered.length ? driver : undefined;
+  }
+
+  /** What the engine asks at ADD (the seam; not wired yet). */
+  get claimed(): ClaimedDevices {
+    return this.prepared;
+  }
+
+  /** Publishes the slices, then serves the kubelet plugin. */
+  async start(): Promise<void> {
+    await this.slices.start(this.settings.resyncMs ?? 10000);
+    await this.plugin.start();
+    this.log.info({ pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets }, 'DRA driver plexus.io started');
+  }
+
+  async stop(): Promise<void> {
+    this.slices.stop();
+    await this.plugin.stop();
+  }
+}

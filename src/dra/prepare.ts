@@ -1,0 +1,130 @@
+/**
+ * NodePrepareResources and NodeUnprepareResources, without gRPC: each claim is read from the API, its plexus.io
+ * results matched to this node's devices, its opaque config validated, and the prepared claim recorded before the
+ * answer. A claim that cannot be prepared gets an error naming why; the others are prepared. Calls are serialized, so
+ * two claims never race for one device.
+ */
+import type { Logger } from 'pino';
+import { DRIVER_NAME, type ClaimRef, type NodePrepareResourceResponse, type PreparedDevice } from './api';
+import { configForRequest } from './claim-config';
+import type { ClaimReader, ResourceClaim } from './claims-api';
+import type { DraInventory } from './devices';
+import type { PreparedClaim, PreparedClaims } from './prepared-claims';
+
+export interface PrepareEnv {
+  readonly claims: ClaimReader;
+  readonly inventory: DraInventory;
+  readonly prepared: PreparedClaims;
+  /** Whether the device plugin has a device in a pod now (a resource offered both ways); absent: never. */
+  readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
+  /** Called after a claim was prepared or freed (the slices show held devices). */
+  readonly changed?: () => void;
+  readonly log: Logger;
+}
+
+const failure = (error: string): NodePrepareResourceResponse => ({ devices: [], error });
+
+/** Why a claim cannot be prepared: these say what to fix. */
+const claimErrors = {
+  missing: (c: ClaimRef) => `ResourceClaim ${c.namespace}/${c.name} does not exist (deleted before the pod started?)`,
+  otherUid: (c: ClaimRef, uid: string) =>
+    `ResourceClaim ${c.namespace}/${c.name} has UID ${uid}, not ${c.uid}: it was deleted and made again`,
+  notAllocated: (c: ClaimRef) => `ResourceClaim ${c.namespace}/${c.name} is not allocated`,
+  unknownDevice: (pool: string, device: string) =>
+    `device ${device} of pool ${pool} is not offered by this node's plexusd (was the resources file changed?)`,
+  taken: (pool: string, device: string, other: PreparedClaim) =>
+    `device ${device} of pool ${pool} is already prepared for ResourceClaim ${other.namespace}/${other.name} (${other.uid})`,
+  devicePlugin: (device: string, resource: string) =>
+    `device ${device} of ${resource} is in a pod through the device plugin: offer it one way only`,
+};
+
+export class ClaimPreparer {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly env: PrepareEnv) {}
+
+  prepare(claims: readonly ClaimRef[]): Promise<Record<string, NodePrepareResourceResponse>> {
+    return this.serialized(async () => {
+      const out: Record<string, NodePrepareResourceResponse> = {};
+      for (const ref of claims) out[ref.uid] = await this.prepareOne(ref);
+      this.env.changed?.();
+      return out;
+    });
+  }
+
+  unprepare(claims: readonly ClaimRef[]): Promise<Record<string, { error: string }>> {
+    return this.serialized(async () => {
+      const out: Record<string, { error: string }> = {};
+      for (const ref of claims) {
+        try {
+          const was = this.env.prepared.remove(ref.uid);
+          this.env.log.info({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid, was }, 'claim unprepared');
+          out[ref.uid] = { error: '' };
+        } catch (e) {
+          out[ref.uid] = { error: `removing the prepared record of ${ref.namespace}/${ref.name}: ${(e as Error).message}` };
+        }
+      }
+      this.env.changed?.();
+      return out;
+    });
+  }
+
+  private serialized<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(work, work);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async prepareOne(ref: ClaimRef): Promise<NodePrepareResourceResponse> {
+    const log = this.env.log.child({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid });
+    const done = this.env.prepared.get(ref.uid);
+    if (done) return { devices: done.devices.map(toPreparedDevice), error: '' }; // the kubelet asks again: same answer
+    const read = await this.env.claims.get(ref.namespace, ref.name);
+    if (!read.ok) return failure(read.error);
+    const claim = read.value;
+    if (!claim) return failure(claimErrors.missing(ref));
+    if (claim.metadata.uid !== ref.uid) return failure(claimErrors.otherUid(ref, claim.metadata.uid));
+    const built = await this.build(ref, claim);
+    if (typeof built === 'string') {
+      log.warn({ err: built }, 'claim not prepared');
+      return failure(built);
+    }
+    try {
+      this.env.prepared.record(built);
+    } catch (e) {
+      return failure(`recording the prepared claim under plexusd's state dir: ${(e as Error).message}`);
+    }
+    log.info({ devices: built.devices.map((d) => `${d.pool}/${d.device}`) }, 'claim prepared');
+    return { devices: built.devices.map(toPreparedDevice), error: '' };
+  }
+
+  /** The record to keep for a claim, or why it cannot be prepared. */
+  private async build(ref: ClaimRef, claim: ResourceClaim): Promise<PreparedClaim | string> {
+    const allocation = claim.status?.allocation?.devices;
+    if (!allocation) return claimErrors.notAllocated(ref);
+    const results = (allocation.results ?? []).filter((r) => r.driver === DRIVER_NAME);
+    const devices: PreparedClaim['devices'] = [];
+    for (const r of results) {
+      const device = this.env.inventory.find(r.pool, r.device);
+      if (!device) return claimErrors.unknownDevice(r.pool, r.device);
+      const other = this.env.prepared.holder(r.pool, r.device, ref.uid);
+      if (other) return claimErrors.taken(r.pool, r.device, other);
+      if (await this.env.inUseByDevicePlugin?.(device.resourceName, device.deviceID).catch(() => false)) {
+        return claimErrors.devicePlugin(device.deviceID, device.resourceName);
+      }
+      const config = configForRequest(allocation.config ?? [], r.request, ref.namespace);
+      if (!config.ok) return config.error;
+      const { ips, ...rest } = config.value ?? {};
+      devices.push({
+        request: r.request, pool: r.pool, device: r.device, resourceName: device.resourceName, kind: device.kind, deviceID: device.deviceID,
+        ...rest, ...(ips ? { ips: [...ips] } : {}),
+      });
+    }
+    const pods = (claim.status?.reservedFor ?? []).filter((p) => (p.resource ?? 'pods') === 'pods').map((p) => ({ name: p.name, uid: p.uid }));
+    return { v: 1, uid: ref.uid, namespace: ref.namespace, name: ref.name, pods, devices, preparedAt: new Date().toISOString() };
+  }
+}
+
+const toPreparedDevice = (d: PreparedClaim['devices'][number]): PreparedDevice => ({
+  request_names: [d.request], pool_name: d.pool, device_name: d.device, cdi_device_ids: [],
+});

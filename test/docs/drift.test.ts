@@ -79,6 +79,11 @@ describe('lists of native network types', () => {
     assert.deepEqual(sorted(quoted(text).filter((t) => t !== 'plexus.io')), registered);
   });
 
+  it('README.md: the comparison with Multus', () => {
+    const text = passage(read('README.md'), '| how a network is made |', 'in the daemon over rtnetlink');
+    assert.deepEqual(sorted(quoted(text)), registered);
+  });
+
   it('README.md: one folder per driver in the layout, the delegate driver besides', () => {
     const text = passage(read('README.md'), 'one folder per driver (', ')');
     assert.deepEqual(sorted(text.split(',').map((t) => t.trim())), sorted([...registered, 'delegate']));

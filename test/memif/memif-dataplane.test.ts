@@ -168,14 +168,17 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     // runs on a daemon (same state) whose periodic resync is an hour away, so CHECK meets the removed port.
     daemon.addFlags('--switch-resync-seconds', '3600');
     await daemon.replace();
-    ovs.vsctl('del-port', bridge, port);
-    const failed = await check(a);
-    assert.equal(failed.code, 1, failed.stdout);
-    assert.match(failed.stdout, new RegExp(`switch port ${port} is missing from bridge ${bridge}`));
-    assert.ok(!ovs.ports(bridge).includes(port), 'CHECK itself repairs nothing');
-    // Back on the 1 s resync: the port is made again from the journal.
-    daemon.addFlags('--switch-resync-seconds', '1');
-    await daemon.replace();
+    try {
+      ovs.vsctl('del-port', bridge, port);
+      const failed = await check(a);
+      assert.equal(failed.code, 1, failed.stdout);
+      assert.match(failed.stdout, new RegExp(`switch port ${port} is missing from bridge ${bridge}`));
+      assert.ok(!ovs.ports(bridge).includes(port), 'CHECK itself repairs nothing');
+    } finally {
+      // Back on the 1 s resync (the later tests need it): the port is made again from the journal.
+      daemon.addFlags('--switch-resync-seconds', '1');
+      await daemon.replace();
+    }
     await waitFor(`plexusd to make ${port} again`, () => portHealthy(port));
     const again = await check(a);
     assert.equal(again.code, 0, again.stdout);

@@ -80,7 +80,7 @@ describe('lists of native network types', () => {
   });
 
   it('README.md: the comparison with Multus', () => {
-    const text = passage(read('README.md'), '| how a network is made |', 'in the daemon over rtnetlink');
+    const text = passage(read('README.md'), '| how a network is made |', 'made by the daemon itself');
     assert.deepEqual(sorted(quoted(text)), registered);
   });
 

@@ -163,6 +163,6 @@ describe('the README\'s cluster tour, as written, on a real node', { skip: missi
     assert.match(output, /"name": "default\/blue",\s*"interface": "net1",\s*"ips": \[\s*"10\.77\.0\.\d+"/, 'network-status names blue as net1, with its address');
     assert.match(output, /"name": "podnet",\s*"interface": "eth0"/, 'and the cluster network as eth0');
     assert.match(output, /^\S+ eth0 {2}pod default\/demo {2}netns \S+ {2}attached$/m, 'plexusctl show of the demo pod');
-    assert.match(output, /ip 10\.77\.0\.\d+\/24 on interface \d+/);
+    assert.match(output, /^ {2}ip 10\.77\.0\.\d+\/24 gw 10\.77\.0\.1 on interface \d+$/m, 'plexusctl show lists the address on blue');
   });
 });

@@ -73,7 +73,8 @@ export const DaemonConfigSchema = z
   .strict();
 export type DaemonConfig = z.infer<typeof DaemonConfigSchema>;
 
-const FLAGS: Record<string, keyof DaemonConfig> = {
+/** Every flag plexusd takes (besides --config and --help), and the setting each one sets. */
+export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--socket': 'socket',
   '--state-dir': 'stateDir',
   '--networks-dir': 'networksDir',

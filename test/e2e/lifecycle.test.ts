@@ -65,12 +65,14 @@ describe('DEL', () => {
     assert.equal(ipTry('-n', pod.nsName, 'link', 'show', 'eth0').status, 1, 'the pod side went with its peer');
   });
 
-  it('works after the pod netns is already gone', async () => {
+  it('works after the pod netns is already gone: the lease, the host veth and the record go', async () => {
     const pod = newPod();
-    await add(pod);
+    const address = await add(pod);
     ip('netns', 'del', pod.nsName);
     const out = await del(pod);
     assert.equal(out.code, 0, out.stdout);
+    assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
+    assert.ok(!leaseFiles().includes(address.split('/')[0]!), 'the lease is released');
     assert.deepEqual(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)), []);
   });
 
@@ -200,13 +202,24 @@ describe('CHECK', () => {
     assert.equal((await del(pod)).code, 0);
   });
 
-  it('detects a removed host veth and a removed default route', async () => {
+  it('detects a removed default route', async () => {
     const pod = newPod();
     await add(pod);
     ip('-n', pod.nsName, 'route', 'del', 'default');
     const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), /route 0\.0\.0\.0\/0 via .* is missing/);
+    assert.equal((await del(pod)).code, 0);
+  });
+
+  it('detects a removed host veth', async () => {
+    const pod = newPod();
+    await add(pod);
+    // The pod's eth0 goes with its peer; CHECK must name the host side too, which is what an operator looks for.
+    ip('link', 'del', pod.hostVeth);
+    const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    assert.equal(out.code, 1);
+    assert.match(String(out.json?.msg), new RegExp(`host interface ${pod.hostVeth} is missing`));
     assert.equal((await del(pod)).code, 0);
   });
 

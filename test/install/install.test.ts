@@ -11,10 +11,21 @@ import { join } from 'node:path';
 import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
 import { findPrimaryConfig, installShim, PLEXUS_CONFLIST, plexusConflist, replaceFile, uninstall } from '../../src/install/cni-conf';
-import { runInstall } from '../../src/install/main';
+import { parseInstallArgs, runInstall } from '../../src/install/main';
 import { DaemonFixture, SHIM } from '../support/daemon';
 
 const silent = pino({ level: 'silent' });
+
+/** Captures what is written to stderr (plexus-install's usage errors) until restored. */
+function captureStderr(): { text: () => string; restore: () => void } {
+  const write = process.stderr.write.bind(process.stderr);
+  let text = '';
+  process.stderr.write = ((chunk: string | Uint8Array): boolean => {
+    text += chunk.toString();
+    return true;
+  }) as typeof process.stderr.write;
+  return { text: () => text, restore: () => void (process.stderr.write = write) };
+}
 const bridgeConflist = (name: string, cniVersion = '1.0.0'): string =>
   JSON.stringify({ cniVersion, name, plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } }] });
 
@@ -128,9 +139,18 @@ describe('the installer', () => {
       assert.equal(readlinkSync(link), join(confDir, '10-late.conflist'));
     });
 
-    it('install: fails after --wait-seconds without a primary config', async () => {
-      const code = await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', join(dir, 'l'), '--wait-seconds', '0.3'], silent);
+    it('install: fails after --wait-seconds without a primary config, saying what to install, linking nothing', async () => {
+      const lines: string[] = [];
+      const log = pino({ level: 'info' }, { write: (l: string) => void lines.push(l) });
+      const link = join(dir, 'l');
+      const started = Date.now();
+      const code = await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', link, '--wait-seconds', '0.3'], log);
+      const waited = Date.now() - started;
       assert.equal(code, 1);
+      assert.ok(waited >= 300, `it waited the 0.3 s it was given (${waited} ms)`);
+      const error = lines.map((l) => JSON.parse(l) as { level: number; msg: string }).find((l) => l.level >= 50);
+      assert.equal(error?.msg, `no CNI config other than ${PLEXUS_CONFLIST} in ${confDir}: install the cluster's network plugin first`);
+      assert.equal(existsSync(link), false, 'no link to a config that is not there');
     });
 
     it('install then uninstall: the runtime is back on the node\'s own config, which was never changed', async () => {
@@ -153,9 +173,18 @@ describe('the installer', () => {
       assert.ok(existsSync(join(confDir, PLEXUS_CONFLIST)));
     });
 
-    it('refuses a relative path or an unknown command', async () => {
-      assert.equal(await runInstall(['install', '--cni-conf-dir', 'net.d'], silent), 2);
-      assert.equal(await runInstall(['reinstall'], silent), 2);
+    it('refuses a relative path or an unknown command, saying which, and installs nothing', async () => {
+      assert.deepEqual(parseInstallArgs(['install', '--cni-conf-dir', 'net.d']), { kind: 'error', message: '--cni-conf-dir must be an absolute path' });
+      assert.deepEqual(parseInstallArgs(['reinstall']), { kind: 'error', message: 'expected one command: install or uninstall' });
+      const usage = captureStderr();
+      try {
+        assert.equal(await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', 'net.d', '--shim', SHIM], silent), 2);
+        assert.equal(await runInstall(['reinstall', '--cni-bin-dir', binDir], silent), 2);
+      } finally {
+        usage.restore();
+      }
+      assert.match(usage.text(), /--cni-conf-dir must be an absolute path[\s\S]*expected one command: install or uninstall/);
+      assert.equal(existsSync(binDir), false, 'no shim was installed');
     });
   });
 });

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { type ApiPod, ApiPods, pluginDirWithSlowBridge } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
+import { changeInFlight, recordKinds } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
@@ -118,8 +119,10 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
   it('after plexusd is killed in the middle of a change, the restarted daemon leaves the pod as its annotation says', async () => {
     const p = await running('crash', 'sec');
     await pods.annotate('default', 'crash', NETWORKS, 'slow'); // adds slow (a second), then removes sec
-    await sleep(400);
+    const record = `${p.pod.cid}@eth0.jsonl`;
+    for (let i = 0; i < 200 && !changeInFlight(daemon.stateDir, record); i++) await sleep(10);
     await daemon.kill('SIGKILL');
+    assert.ok(changeInFlight(daemon.stateDir, record), `the kill cut the change: ${recordKinds(daemon.stateDir, record).join(' ')}`);
     await daemon.start(30000);
     // Cut off while adding slow: undone at the restart (the pod as it was), then made again from the annotation.
     assert.deepEqual(await linksBecome(p, ['eth0', 'net2']), ['eth0', 'net2'], 'the change is made again after the restart');

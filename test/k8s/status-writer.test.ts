@@ -63,12 +63,23 @@ describe('network-status write-back on a real API server', { skip }, () => {
       users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'x', user: 'u' } }],
     }));
     const unreachable = apiClientFor(dead);
+    // Every PATCH the writer sends still goes to the real (unreachable) client; this only notes when it was sent.
+    const sentAt: number[] = [];
+    const counted = {
+      request: (...args: Parameters<KubeApiClient['request']>) => {
+        sentAt.push(performance.now());
+        return unreachable.request(...args);
+      },
+    };
     const lines: string[] = [];
     const log = pino({ level: 'debug' }, { write: (l: string) => void lines.push(l) });
-    const writer = new ApiStatusWriter(unreachable, log, { firstDelayMs: 10, attempts: 3 });
+    const writer = new ApiStatusWriter(counted as unknown as KubeApiClient, log, { firstDelayMs: 50, attempts: 3 });
     writer.attached({ namespace: 'default', name: 'p1' }, 'c4', status);
     await writer.settled();
     unreachable.close();
+    assert.equal(sentAt.length, 3, 'the first PATCH and two retries');
+    const gaps = sentAt.slice(1).map((at, i) => at - sentAt[i]!);
+    assert.ok(gaps[0]! >= 45 && gaps[1]! >= 95, `backing off 50 ms, then 100 ms: ${gaps.map((g) => g.toFixed(0)).join(', ')} ms`);
     assert.ok(lines.some((l) => /not written after retries/.test(l)), lines.join('\n'));
   });
 });

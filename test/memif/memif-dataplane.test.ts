@@ -164,10 +164,21 @@ describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK he
     const ok = await check(a);
     assert.equal(ok.code, 0, ok.stdout + ok.stderr);
     const port = memifPortName(a.cid, 'eth0', 'memif0');
-    // Stop the resync from racing the CHECK below: the removal and the check run back to back.
-    ovs.vsctl('del-port', bridge, port);
-    const failed = await check(a);
-    if (failed.code !== 0) assert.match(failed.stdout, new RegExp(`${port}.*missing|missing.*${port}`));
+    // The daemon's 1 s resync would make the port again between the removal and the CHECK now and then: this part
+    // runs on a daemon (same state) whose periodic resync is an hour away, so CHECK meets the removed port.
+    daemon.addFlags('--switch-resync-seconds', '3600');
+    await daemon.replace();
+    try {
+      ovs.vsctl('del-port', bridge, port);
+      const failed = await check(a);
+      assert.equal(failed.code, 1, failed.stdout);
+      assert.match(failed.stdout, new RegExp(`switch port ${port} is missing from bridge ${bridge}`));
+      assert.ok(!ovs.ports(bridge).includes(port), 'CHECK itself repairs nothing');
+    } finally {
+      // Back on the 1 s resync (the later tests need it): the port is made again from the journal.
+      daemon.addFlags('--switch-resync-seconds', '1');
+      await daemon.replace();
+    }
     await waitFor(`plexusd to make ${port} again`, () => portHealthy(port));
     const again = await check(a);
     assert.equal(again.code, 0, again.stdout);

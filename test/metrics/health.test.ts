@@ -39,7 +39,10 @@ describe('health', () => {
 
   it('is not live when the kernel worker fails', async () => {
     const h = new DaemonHealth({ kernelAnswers: async () => Promise.reject(new Error('EBADF')), ready: () => true });
-    assert.equal((await h.live()).checks.kernel, 'the kernel worker failed: EBADF');
+    const live = await h.live();
+    assert.equal(live.ok, false);
+    assert.equal(live.checks.kernel, 'the kernel worker failed: EBADF');
+    assert.equal((await h.ready()).ok, false, 'not ready either: readiness includes liveness');
   });
 
   it('is not live over the memory ceiling, saying by how much', async () => {
@@ -47,6 +50,7 @@ describe('health', () => {
     const live = await h.live();
     assert.equal(live.ok, false);
     assert.equal(live.checks.memory, 'resident memory 350 MiB is over the ceiling of 300 MiB');
+    assert.equal(live.checks.kernel, 'ok', 'the kernel worker is fine: memory alone makes it not live');
   });
 
   it('asks the kernel worker at most once a second, however often it is probed', async () => {

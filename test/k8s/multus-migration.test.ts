@@ -42,7 +42,7 @@ function addsServed(socketPath: string): Promise<number> {
 
 /**
  * Thick Multus's daemon, run on the host as its DaemonSet runs it in a pod: an in-cluster client (a service account
- * token at the fixed path, in a mount namespace of its own so the host's /run is not touched), the node's CNI conf dir
+ * token at the fixed path, in a mount namespace of its own, a slave of the host's, so the host's /run is not touched), the node's CNI conf dir
  * to generate 00-multus.conf in, a socket dir the shim is told of.
  */
 class MultusDaemon {
@@ -65,9 +65,15 @@ class MultusDaemon {
     const config = join(dir, 'daemon-config.json');
     writeFileSync(config, JSON.stringify(settings));
     const d = new MultusDaemon(dir, config);
+    // The sandboxes' network namespaces are bind mounts containerd makes later: the daemon's own mount namespace gets
+    // them only from a shared mount (/ is private here), so their directory is made one (the node's stop unmounts it).
+    const netnsDir = join(node.dir, 'run', 'containerd', 'io.containerd.grpc.v1.cri', 'netns');
+    mkdirSync(netnsDir, { recursive: true });
+    execFileSync('mount', ['--bind', netnsDir, netnsDir]);
+    execFileSync('mount', ['--make-shared', netnsDir]);
     const sa = '/run/secrets/kubernetes.io/serviceaccount';
     const script = `mount -t tmpfs tmpfs /run && mkdir -p ${sa} && cp ${secrets}/token ${secrets}/ca.crt ${sa}/ && exec ${multusBinary('multus-daemon')} -config ${config}`;
-    d.proc = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c', script], {
+    d.proc = spawn('unshare', ['--mount', '--propagation', 'slave', 'sh', '-c', script], {
       env: { PATH: process.env.PATH, KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(api.server).port },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -96,6 +96,7 @@ async function main(): Promise<number> {
   const metrics: DaemonMetrics = new DaemonMetrics({
     records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
     calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
+    ...(api ? { apiForbidden: () => api.refusals.totals() } : {}),
   });
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
 
@@ -108,6 +109,7 @@ async function main(): Promise<number> {
       if (!lo.ok) throw lo.error;
     },
     ready: () => state.ready,
+    ...(api ? { problems: () => api.refusals.problems() } : {}),
     ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
   });
   const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;

@@ -91,6 +91,7 @@ async function main(): Promise<number> {
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
+  api?.keepStatus(engine);
   const state = { ready: false };
   const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
   const metrics: DaemonMetrics = new DaemonMetrics({

@@ -4,7 +4,6 @@
  * shutdown and tests wait for what is under way.
  */
 import type { Logger } from 'pino';
-import type { ApiFailure } from './api-client';
 
 export interface RetryOptions {
   /** First retry delay, doubled each time up to maxDelayMs. */
@@ -16,13 +15,6 @@ export interface RetryOptions {
 
 /** What one attempt came to: written, not worth retrying (the reason is logged), or worth retrying. */
 export type Attempt = { readonly outcome: 'done' } | { readonly outcome: 'stop'; readonly why: string } | { readonly outcome: 'retry'; readonly why: string };
-
-/**
- * What a write that failed with `failure` does next: retry, except after a 403, which RBAC does not take back by itself
- * (the API client has reported the refusal at error level; retrying for minutes would only hide it).
- */
-export const retryUnlessRefused = (failure: ApiFailure): Attempt =>
-  failure.status === 403 ? { outcome: 'stop', why: `refused by RBAC: ${failure.message}` } : { outcome: 'retry', why: failure.message };
 
 export class BackgroundWrites {
   /** Retries made by every BackgroundWrites of the process (plexus_api_write_retries_total). */

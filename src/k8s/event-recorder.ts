@@ -11,7 +11,7 @@ import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
-import { BackgroundWrites, type RetryOptions, retryUnlessRefused } from './background-writes';
+import { BackgroundWrites, type RetryOptions } from './background-writes';
 
 export const ADDED_INTERFACE = 'AddedInterface';
 export const REMOVED_INTERFACE = 'RemovedInterface';
@@ -90,8 +90,7 @@ export class EventRecorder implements StatusSink {
         const r = await this.client.request('PATCH', `${base}/${segment(name)}`, 'events', {
           body: { count, lastTimestamp: new Date(now).toISOString() }, contentType: 'application/merge-patch+json',
         });
-        if (r.ok) return { outcome: 'done' };
-        return r.error.status === 404 ? { outcome: 'stop', why: 'the event expired' } : retryUnlessRefused(r.error);
+        return r.ok ? { outcome: 'done' } : r.error.status === 404 ? { outcome: 'stop', why: 'the event expired' } : { outcome: 'retry', why: r.error.message };
       });
       return;
     }
@@ -115,9 +114,9 @@ export class EventRecorder implements StatusSink {
         written = true;
         return { outcome: 'done' };
       }
-      // 404/422: the namespace is going away or the event is invalid; retrying will not change it.
-      if ([404, 422].includes(r.error.status)) return { outcome: 'stop', why: `refused (HTTP ${r.error.status}): ${r.error.message}` };
-      return retryUnlessRefused(r.error);
+      // 403/404/422: the namespace is going away or the event is refused; retrying will not change it.
+      if ([403, 404, 422].includes(r.error.status)) return { outcome: 'stop', why: `refused (HTTP ${r.error.status}): ${r.error.message}` };
+      return { outcome: 'retry', why: r.error.message };
     }, () => resolveCreated(written));
   }
 

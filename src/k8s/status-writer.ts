@@ -10,7 +10,7 @@ import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
-import { BackgroundWrites, type RetryOptions, retryUnlessRefused } from './background-writes';
+import { BackgroundWrites, type RetryOptions } from './background-writes';
 
 export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
 
@@ -59,7 +59,9 @@ export class ApiStatusWriter implements StatusSink {
       // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
       // the same kind. None of them gets better by retrying.
       if ([404, 409, 422].includes(r.error.status)) return { outcome: 'stop', why: `the pod is gone or was replaced (HTTP ${r.error.status})` };
-      return retryUnlessRefused(r.error);
+      // 403 is retried too: the API client has reported it loudly, and a restarting API server refuses for a moment
+      // until its RBAC cache has loaded.
+      return { outcome: 'retry', why: r.error.message };
     }, () => {
       if (this.latest.get(key) === mine) this.latest.delete(key);
     });

@@ -9,6 +9,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { err, ok, type Result } from '../common/result';
 import type { ApiEndpoint } from './kubeconfig';
 import { RateLimiter } from './rate-limiter';
+import { requestAttributes, type RequestAttributes } from './request-attributes';
 
 export interface ApiClientOptions {
   /** Requests per second once the burst is spent (--kube-api-qps). */
@@ -17,6 +18,32 @@ export interface ApiClientOptions {
   readonly burst: number;
   /** How long one request may take, connection included (--kube-api-timeout). */
   readonly timeoutMs: number;
+  /** Told of every 403 and of every answer that is not one (rbac-refusals.ts reports them). */
+  readonly permissions?: PermissionObserver;
+}
+
+/** A request the API server refused with 403: what RBAC did not grant, and whether serving depends on it. */
+export interface RefusedRequest extends RequestAttributes {
+  readonly path: string;
+  readonly message: string;
+  /** A cache plexusd serves from (a list or watch) or a request a CNI call waits for (`urgent`, `serving`). */
+  readonly blocksServing: boolean;
+}
+
+/** The one place every API answer's permission outcome goes, whichever caller made the request. */
+export interface PermissionObserver {
+  refused(request: RefusedRequest): void;
+  /** An answer other than 403 (a refusal of the same verb and resource has ended). */
+  allowed(request: RequestAttributes): void;
+}
+
+export interface RequestOptions {
+  readonly body?: unknown;
+  readonly contentType?: string;
+  /** A CNI call waits for it: it goes before background writes waiting for the rate limit. */
+  readonly urgent?: boolean;
+  /** Serving depends on it (a refusal shows on /readyz); default: urgent. */
+  readonly serving?: boolean;
 }
 
 /** Why a request failed: the HTTP status (0 when no answer came) and the server's or the socket's message. */
@@ -46,11 +73,8 @@ export class KubeApiClient {
     return this.base.toString();
   }
 
-  /**
-   * Sends one request; a non-2xx answer is a failure carrying the status and the server's message. `urgent`: a CNI
-   * call waits for it, so it goes before background writes waiting for the rate limit.
-   */
-  async request(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean } = {}): Promise<Result<unknown, ApiFailure>> {
+  /** Sends one request; a non-2xx answer is a failure carrying the status and the server's message. */
+  async request(method: string, path: string, resource: string, options: RequestOptions = {}): Promise<Result<unknown, ApiFailure>> {
     const started = await this.start(method, path, resource, options, this.options.timeoutMs);
     if (!started.ok) return started;
     const res = started.value;
@@ -68,15 +92,18 @@ export class KubeApiClient {
           /* not JSON: kept as text */
         }
         const status = res.statusCode ?? 0;
+        const message = (parsed as { message?: string } | undefined)?.message ?? `HTTP ${status}`;
+        this.observe(method, path, status, message, options.serving ?? options.urgent ?? false);
         if (status >= 200 && status < 300) done(ok(parsed));
-        else done(err({ status, message: (parsed as { message?: string } | undefined)?.message ?? `HTTP ${status}` }));
+        else done(err({ status, message }));
       });
     });
   }
 
   /**
    * A watch: calls `onLine` with each line of the answer until the server ends it (ok), or it fails, stays silent
-   * longer than `idleMs`, or `signal` aborts it (an error). close() ends every watch.
+   * longer than `idleMs`, or `signal` aborts it (an error). close() ends every watch. A watch keeps a cache plexusd
+   * serves from: a refusal of it blocks serving.
    */
   async stream(path: string, resource: string, idleMs: number, onLine: (line: string) => void, signal?: AbortSignal): Promise<Result<void, ApiFailure>> {
     const started = await this.start('GET', path, resource, { ...(signal ? { signal } : {}) }, idleMs);
@@ -95,8 +122,10 @@ export class KubeApiClient {
       } catch {
         /* not JSON */
       }
+      this.observe('GET', path, res.statusCode ?? 0, message, true);
       return err({ status: res.statusCode ?? 0, message });
     }
+    this.observe('GET', path, res.statusCode ?? 0, '', true);
     return new Promise((done) => {
       let rest = '';
       res.setEncoding('utf8');
@@ -117,8 +146,17 @@ export class KubeApiClient {
     this.agent.destroy();
   }
 
+  /** Tells the permission observer of an answer: a 403 is a refusal, any other answer an allowance. */
+  private observe(method: string, path: string, status: number, message: string, blocksServing: boolean): void {
+    const permissions = this.options.permissions;
+    if (!permissions || status === 0) return;
+    const attributes = requestAttributes(method, path);
+    if (status === 403) permissions.refused({ ...attributes, path: path.split('?')[0] ?? path, message, blocksServing });
+    else if (status !== 401) permissions.allowed(attributes); // 401: not authenticated, so RBAC was not asked
+  }
+
   /** Sends the request and resolves with the response once its head has arrived. */
-  private async start(method: string, path: string, resource: string, options: { body?: unknown; contentType?: string; urgent?: boolean; signal?: AbortSignal }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
+  private async start(method: string, path: string, resource: string, options: RequestOptions & { signal?: AbortSignal }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
     await this.limiter.take(options.urgent ?? false);
     if (options.signal?.aborted) return err({ status: 0, message: `${method} ${path}: aborted` });
     const key = `${method} ${resource}`;

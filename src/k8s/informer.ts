@@ -115,7 +115,7 @@ export class Informer<T extends ApiObject> {
     let version = '';
     do {
       const query = new URLSearchParams({ ...this.selector, limit: String(PAGE), ...(next ? { continue: next } : {}) });
-      const page = await this.client.request('GET', `${this.path}?${query}`, this.resource);
+      const page = await this.client.request('GET', `${this.path}?${query}`, this.resource, { serving: true });
       if (!page.ok) return page;
       const body = page.value as { items?: T[]; metadata?: { resourceVersion?: string; continue?: string } };
       items.push(...(body.items ?? []));

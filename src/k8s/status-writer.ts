@@ -59,6 +59,8 @@ export class ApiStatusWriter implements StatusSink {
       // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
       // the same kind. None of them gets better by retrying.
       if ([404, 409, 422].includes(r.error.status)) return { outcome: 'stop', why: `the pod is gone or was replaced (HTTP ${r.error.status})` };
+      // 403 is retried too: the API client has reported it loudly, and a restarting API server refuses for a moment
+      // until its RBAC cache has loaded.
       return { outcome: 'retry', why: r.error.message };
     }, () => {
       if (this.latest.get(key) === mine) this.latest.delete(key);

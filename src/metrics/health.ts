@@ -8,13 +8,25 @@
  *   in the middle of a transaction).
  * - journal (live, when given): a record can be written in the journal directory (not a full or read-only disk, not
  *   a directory removed underneath: the check makes it again). A daemon that cannot write its journal fails every ADD.
- * - ready: live, recovery done and the API caches synced (plexusd's own readiness).
+ * - ready: live, recovery done and the API caches synced (plexusd's own readiness), and nothing an operator must fix
+ *   outside the daemon stops it from serving (a permission RBAC refuses it); such problems that do not stop serving
+ *   are listed under `warnings` without failing readiness.
  */
+
+/** A problem outside the daemon that an operator must fix (a permission RBAC refuses), named by its check. */
+export interface ExternalProblem {
+  readonly check: string;
+  readonly problem: string;
+  /** Serving depends on it: readiness fails while it lasts. */
+  readonly blocksServing: boolean;
+}
 
 export interface HealthChecks {
   /** Resolves when the kernel worker has answered a call; rejects or times out otherwise. */
   readonly kernelAnswers: () => Promise<unknown>;
   readonly ready: () => boolean;
+  /** What is wrong outside the daemon now. */
+  readonly problems?: () => readonly ExternalProblem[];
   readonly memoryCeilingBytes?: number;
   /** How long the kernel worker may take (a burst queues calls ahead of the probe's). Default 10 s. */
   readonly kernelTimeoutMs?: number;
@@ -26,6 +38,8 @@ export interface HealthChecks {
 export interface HealthReport {
   readonly ok: boolean;
   readonly checks: Readonly<Record<string, string>>;
+  /** Problems that do not stop serving but want an operator (readiness only). */
+  readonly warnings?: Readonly<Record<string, string>>;
 }
 
 export class DaemonHealth {
@@ -73,7 +87,13 @@ export class DaemonHealth {
 
   async ready(): Promise<HealthReport> {
     const live = await this.live();
-    const checks = { ...live.checks, started: this.checks.ready() ? 'ok' : 'recovering the journal or syncing the API caches' };
-    return { ok: live.ok && checks.started === 'ok', checks };
+    const checks: Record<string, string> = { ...live.checks, started: this.checks.ready() ? 'ok' : 'recovering the journal or syncing the API caches' };
+    const warnings: Record<string, string> = {};
+    for (const p of this.checks.problems?.() ?? []) {
+      const into = p.blocksServing ? checks : warnings;
+      into[p.check] = into[p.check] ? `${into[p.check]}; ${p.problem}` : p.problem;
+    }
+    const ok = Object.values(checks).every((c) => c === 'ok');
+    return { ok, checks, ...(Object.keys(warnings).length ? { warnings } : {}) };
   }
 }

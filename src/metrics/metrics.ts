@@ -8,6 +8,7 @@
  *   plexus_attachments{network}                                        pod interfaces attached now, by network
  *   plexus_journal_records / plexus_journal_bytes                      the journal (one record per sandbox)
  *   plexus_api_write_retries_total                                     network-status and event writes retried
+ *   plexus_api_forbidden_total{verb,resource}                          API requests RBAC refused (HTTP 403)
  *   plexus_cni_calls_in_flight / plexus_cni_calls_queued               the server's concurrency limit
  *   process_*, nodejs_*                                                prom-client's default process metrics
  */
@@ -24,6 +25,8 @@ export interface MetricsSources {
   readonly calls?: () => { readonly inFlight: number; readonly queued: number };
   /** Background API writes retried so far (status and events), when plexusd talks to an API. */
   readonly apiWriteRetries?: () => number;
+  /** API requests refused with 403 so far, by verb and resource, when plexusd talks to an API. */
+  readonly apiForbidden?: () => readonly { readonly verb: string; readonly resource: string; readonly count: number }[];
 }
 
 /** One CNI call as the server answered it. */
@@ -91,6 +94,18 @@ export class DaemonMetrics implements CniCallObserver {
         const now = sources.apiWriteRetries?.() ?? 0;
         if (now > retriesSeen) this.inc(now - retriesSeen);
         retriesSeen = now;
+      },
+    });
+    const forbiddenSeen = new Map<string, number>();
+    new Counter({
+      name: 'plexus_api_forbidden_total', help: 'Kubernetes API requests refused by RBAC (HTTP 403), by verb and resource; each names a permission plexusd lacks', labelNames: ['verb', 'resource'], registers,
+      collect() {
+        for (const { verb, resource, count } of sources.apiForbidden?.() ?? []) {
+          const key = `${verb} ${resource}`;
+          const seen = forbiddenSeen.get(key) ?? 0;
+          if (count > seen) this.inc({ verb, resource }, count - seen);
+          forbiddenSeen.set(key, count);
+        }
       },
     });
     if (sources.calls) {

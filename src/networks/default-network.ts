@@ -36,9 +36,14 @@ export function chooseDefaultNetwork(input: DefaultNetworkInput): Result<Network
   return network.ok ? network : err(network.error.withContext('the default network'));
 }
 
-/** The annotation names exactly one network, with nothing else asked of it (its interface is CNI_IFNAME). */
+/**
+ * The annotation names exactly one network, with nothing else asked of it (its interface is CNI_IFNAME): `name`,
+ * `namespace/name`, a JSON list of one element or that element alone (`{"name": ..., "namespace": ...}`).
+ */
 function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDefinition> {
-  const parsed = parseSelection(text, input.podNamespace, DEFAULT_NETWORK_ANNOTATION);
+  // One JSON object is read as the list of one that the selection annotation's JSON form is.
+  const listed = text.trim().startsWith('{') ? `[${text}]` : text;
+  const parsed = parseSelection(listed, input.podNamespace, DEFAULT_NETWORK_ANNOTATION);
   if (!parsed.ok) return parsed;
   const invalid = (why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `${DEFAULT_NETWORK_ANNOTATION}: ${why}`, `value: ${JSON.stringify(text.slice(0, 200))}`));
   if (parsed.value.length !== 1) return invalid(`must name exactly one network, not ${parsed.value.length}`);

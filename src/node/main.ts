@@ -115,11 +115,13 @@ async function main(): Promise<number> {
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
+  api?.keepStatus(engine);
   const state = { ready: false };
   const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
   const metrics: DaemonMetrics = new DaemonMetrics({
     records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
     calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
+    ...(api ? { apiForbidden: () => api.refusals.totals() } : {}),
   });
   const server = new DaemonServer({ socketPath: config.socket, slots, observer: metrics, metrics }, engine, state, log);
 
@@ -143,6 +145,7 @@ async function main(): Promise<number> {
     },
     ready: () => state.ready,
     journalWritable: () => journal.writable(),
+    ...(api ? { problems: () => api.refusals.problems() } : {}),
     ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
   });
   const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;

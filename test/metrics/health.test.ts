@@ -20,6 +20,18 @@ describe('health', () => {
     assert.match(ready.checks.started!, /syncing the API caches/);
   });
 
+  it('is not ready while a problem outside it blocks serving; a problem that does not is a warning', async () => {
+    const problems = [
+      { check: 'rbac', problem: 'the API refuses list pods', blocksServing: true },
+      { check: 'rbac', problem: 'the API refuses patch pods', blocksServing: false },
+    ];
+    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, problems: () => problems });
+    assert.deepEqual(await h.ready(), { ok: false, checks: { kernel: 'ok', started: 'ok', rbac: 'the API refuses list pods' }, warnings: { rbac: 'the API refuses patch pods' } });
+    const warned = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, problems: () => problems.slice(1) });
+    assert.equal((await warned.ready()).ok, true);
+    assert.equal((await warned.live()).ok, true);
+  });
+
   it('is not live when the kernel worker does not answer in time', async () => {
     const h = new DaemonHealth({ kernelAnswers: () => new Promise(() => undefined), ready: () => true, kernelTimeoutMs: 50 });
     const live = await h.live();

@@ -34,10 +34,28 @@ describe('the default network', () => {
     assert.ok(json.ok && json.value.key === 'team-b/far');
   });
 
+  it('takes the override in each documented form: name, namespace/name, a JSON list of one, one JSON object', () => {
+    const forms: [string, string][] = [
+      ['alt', 'team-a/alt'],
+      [' team-b/far ', 'team-b/far'],
+      ['[{"name":"far","namespace":"team-b"}]', 'team-b/far'],
+      ['[{"name":"alt"}]', 'team-a/alt'],
+      ['{"name":"far","namespace":"team-b"}', 'team-b/far'],
+      [' { "name": "alt" } ', 'team-a/alt'],
+    ];
+    for (const [annotation, key] of forms) {
+      const r = choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: annotation });
+      assert.equal(r.ok ? r.value.key : r.error.message, key, annotation);
+    }
+  });
+
   it('refuses an override that names several networks, asks for more than the network, or crosses isolation', () => {
     const message = (r: ReturnType<typeof choose>): string => (r.ok ? 'ok' : r.error.message);
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt,podnet' })), /must name exactly one network, not 2/);
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt@eth9' })), /only selects the network; interface cannot be set here/);
+    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '{"name":"alt","ips":["10.0.0.9/24"]}' })), /only selects the network; ips cannot be set here/);
+    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '' })), /must name exactly one network, not 0/);
+    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '{"name":"alt"' })), /not valid JSON/);
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'nope' })), /team-a\/nope is not defined/);
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' }, { namespaceIsolation: true })), /namespace isolation is on/);
     assert.equal(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' }, { namespaceIsolation: true, globalNamespaces: ['team-b'] })), 'ok');

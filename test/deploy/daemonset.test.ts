@@ -159,7 +159,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     execFileSync('mount', ['--make-shared', netnsDir]);
     Object.assign(PATHS, {
       '/opt/cni/bin': binDir, '/etc/cni/net.d': node.cniConfDir, '/run/plexus': join(node.dir, 'run/plexus'),
-      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir,
+      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir, '/run/netns': netnsDir,
       '/var/run/k8s.cni.cncf.io/devinfo': join(node.dir, 'run/devinfo'),
     });
   });

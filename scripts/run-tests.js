@@ -52,8 +52,12 @@ const count = (list, kind) => `${list.length} ${kind}${list.length === 1 ? '' : 
 const unexpected = skips.filter((s) => !s.reason.startsWith(OPTIONAL));
 const listed = (places) => (places.length > 3 ? `${places.slice(0, 3).join(', ')} and ${places.length - 3} more` : places.join(', '));
 if (skips.length > 0) {
-  const suites = count(skips.filter((s) => s.suite), 'suite');
-  console.log(`# plexus: skipped ${suites} (none of their tests ran) and ${count(skips.filter((s) => !s.suite), 'test')}:`);
+  const [suites, tests] = [skips.filter((s) => s.suite), skips.filter((s) => !s.suite)];
+  const what = [
+    ...(suites.length ? [`${count(suites, 'suite')} (none of ${suites.length === 1 ? 'its' : 'their'} tests ran)`] : []),
+    ...(tests.length ? [count(tests, 'test')] : []),
+  ];
+  console.log(`# plexus: skipped ${what.join(' and ')}:`);
   const byReason = new Map();
   for (const s of skips) byReason.set(s.reason, [...(byReason.get(s.reason) ?? []), s]);
   for (const [reason, list] of byReason) console.log(`#   ${reason || '(no reason given)'}: ${listed([...new Set(list.map(where))])}`);

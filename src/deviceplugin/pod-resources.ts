@@ -34,7 +34,7 @@ export interface PodResourcesOptions {
   readonly timeoutMs?: number;
   /**
    * How long devicesOf asks again for a pod the kubelet does not list. A restarted kubelet serves pod-resources
-   * before its pod sources have synced: for about a second (1.35, measured) its socket is missing, then its List
+   * before its pod sources have synced: for about a second (1.32 and 1.35 alike, measured) its socket is missing, then its List
    * answers no pods at all, while the pods and their devices live on.
    */
   readonly podListedWithinMs?: number;

@@ -1,6 +1,6 @@
 /**
- * What the Kubernetes API path costs a pod's ADD, on a real kube-apiserver + etcd (test/support/k8s.ts finds them
- * through PLEXUS_K8S_BIN or ../shared/k8s/bin):
+ * What the Kubernetes API path costs a pod's ADD, on a real kube-apiserver + etcd (test/support/k8s-binaries.ts finds
+ * them: v1.35 from ../shared/k8s by default; PLEXUS_K8S_VERSION=1.32 or PLEXUS_K8S_BIN choose others):
  *  - latency: 1-interface ADDs through the shim, standalone plexusd vs plexusd on the API, interleaved, paired;
  *  - API requests per ADD, counted by the API server's own audit log (plexusd runs as its own user, with the RBAC of
  *    deploy/10-rbac.yaml), with a warm cache and with a cache miss, for pods of 1 and 3 interfaces.
@@ -11,7 +11,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { k8sMissing, KubeApiFixture } from '../test/support/k8s';
+import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
 import { invoke, newPod, type Plugin, type Pod, POD_ANNOTATIONS_CAPABILITY } from './lib/cni';
 import { createNetns, deleteLinkIfPresent, freeTenNet, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { Plexusd, shimBinary, writeNetworkDefinition } from './lib/plexusd';
@@ -123,6 +123,7 @@ async function main(): Promise<void> {
       }));
     }
     const report = {
+      kubernetes: k8sVersion()?.text,
       iterations: samples.api.length,
       latencyMs: { standalone: summarize(samples.standalone), api: summarize(samples.api), apiMinusStandalone: summarize(samples.paired) },
       requestsPerAdd: perAdd,

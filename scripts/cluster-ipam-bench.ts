@@ -11,7 +11,7 @@
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { DaemonFixture, type ShimOutput } from '../test/support/daemon';
-import { k8sMissing, KubeApiFixture } from '../test/support/k8s';
+import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
 import { NetnsFixture } from '../test/support/netns';
 import { ip, uniquePrefix } from './lib/host';
 import { mapLimit, summarize } from './lib/stats';
@@ -90,7 +90,7 @@ async function main(): Promise<void> {
       for (const n of nodes) await n.stop();
     }
     const [hl, cl] = reports;
-    const summary = { reports, p99Ratio: Math.round((cl!.addMs.p99 / hl!.addMs.p99) * 100) / 100, throughputRatio: Math.round((cl!.podsPerSecond / hl!.podsPerSecond) * 100) / 100 };
+    const summary = { kubernetes: k8sVersion()?.text, reports, p99Ratio: Math.round((cl!.addMs.p99 / hl!.addMs.p99) * 100) / 100, throughputRatio: Math.round((cl!.podsPerSecond / hl!.podsPerSecond) * 100) / 100 };
     console.log(JSON.stringify(summary, null, 2));
     console.log(`cluster IPAM vs host-local: p99 ADD ${summary.p99Ratio}x, throughput ${summary.throughputRatio}x`);
     if (values.json) await writeFile(values.json, JSON.stringify(summary, null, 2));

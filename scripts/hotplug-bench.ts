@@ -10,7 +10,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { apiClientFor, k8sMissing, KubeApiFixture } from '../test/support/k8s';
+import { apiClientFor, k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
 import { invoke, newPod, type Plugin } from './lib/cni';
 import { createNetns, deleteLinkIfPresent, freeTenNet, podLinks, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { Plexusd, shimBinary } from './lib/plexusd';
@@ -82,7 +82,7 @@ async function main(): Promise<void> {
       const links = podLinks(pod.name);
       if (links.includes('net1') !== adding) throw new Error(`${pod.name}: status says ${adding ? 'added' : 'removed'}, the netns has ${links.join(',')}`);
     }
-    const report = { changes: samples.length, ms: summarize(samples), plexusdPeakRssMiB: Math.round((daemon.peakRssKiB() ?? 0) / 1024) };
+    const report = { kubernetes: k8sVersion()?.text, changes: samples.length, ms: summarize(samples), plexusdPeakRssMiB: Math.round((daemon.peakRssKiB() ?? 0) / 1024) };
     console.log(JSON.stringify(report, null, 2));
     console.log(`annotation change to status written (interface up): median ${report.ms.median} ms, max ${report.ms.max} ms over ${report.changes} changes`);
     if (values.json) await writeFile(values.json, JSON.stringify(report, null, 2));

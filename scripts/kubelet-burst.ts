@@ -4,11 +4,13 @@
  *   npm run build && node dist/scripts/kubelet-burst.js [--pods 110] [--mode bridge|plexus] [--compare] [--json FILE]
  *        [--create-concurrency N] [--timeout S] [--plexusd-args="--max-concurrent 64"]
  *
- * Needs root, the Kubernetes binaries of ../shared/k8s (or $PLEXUS_K8S_BIN), Debian's etcd, containerd, runc and
+ * Needs root, the Kubernetes binaries of ../shared/k8s (v1.35 unless PLEXUS_K8S_VERSION or PLEXUS_K8S_BIN says
+ * otherwise: test/support/k8s-binaries.ts), Debian's etcd, containerd, runc and
  * CNI plugins, and the kubelet's ports 10250 and 10248 free. Exits 1 when a pod failed or something was left behind.
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { k8sVersion } from '../test/support/k8s';
 import { kubeNodeMissing } from '../test/support/kube-node';
 import { type BurstMode, type KubeletBurstReport, runKubeletBurst, summaryLine } from './lib/bench/kubelet-burst';
 import { machine } from './lib/host';
@@ -56,7 +58,8 @@ async function main(): Promise<number> {
     log: (line: string) => console.log(`  ${line}`),
   };
   const m = machine();
-  console.log(`kubelet burst: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
+  const kubernetes = k8sVersion()?.text;
+  console.log(`kubelet burst: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${kubernetes}`);
   const modes: BurstMode[] = values.compare ? ['bridge', 'plexus'] : [mode];
   const reports: KubeletBurstReport[] = [];
   for (const mo of modes) reports.push(await runKubeletBurst(mo, options));
@@ -64,7 +67,7 @@ async function main(): Promise<number> {
   const ratio = bridge && plexus
     ? { allRunning: round(plexus.allRunningSeconds / bridge.allRunningSeconds), p50: round(plexus.p50Seconds / bridge.p50Seconds), p95: round(plexus.p95Seconds / bridge.p95Seconds) }
     : undefined;
-  const out = { machine: m, command: process.argv.slice(2).join(' '), reports, ...(ratio ? { ratio } : {}) };
+  const out = { machine: m, kubernetes, command: process.argv.slice(2).join(' '), reports, ...(ratio ? { ratio } : {}) };
   console.log(JSON.stringify(out, null, 2));
   if (values.json) writeFileSync(values.json, `${JSON.stringify(out, null, 2)}\n`);
   for (const r of reports) console.log(summaryLine(r));

@@ -29,6 +29,35 @@ export function devicesOfPod(pod: PodResources): PodDevices {
 const RETRY_MS = [50, 100, 200, 400, 800];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+export interface PodResourcesOptions {
+  /** The deadline of each List. */
+  readonly timeoutMs?: number;
+  /**
+   * How long devicesOf asks again for a pod the kubelet does not list. A restarted kubelet serves pod-resources
+   * before its pod sources have synced: for about a second (1.32 and 1.35 alike, measured) its socket is missing, then its List
+   * answers no pods at all, while the pods and their devices live on.
+   */
+  readonly podListedWithinMs?: number;
+  /** The pause between those Lists. */
+  readonly relistMs?: number;
+}
+
+interface NotListed {
+  readonly namespace: string;
+  readonly name: string;
+  readonly socket: string;
+  readonly waitedMs: number;
+  /** The last List's error, when it failed. */
+  readonly last: CniError | undefined;
+}
+
+const podNotListed = ({ namespace, name, socket, waitedMs, last }: NotListed): CniError =>
+  new CniError(CniCode.TryAgainLater,
+    `the kubelet does not list pod ${namespace}/${name} in pod-resources ` +
+      `(List on ${socket}, asked for ${waitedMs / 1000} s)${last ? `: ${last.message}` : ''}`,
+    'a kubelet that has just restarted lists its pods once its pod sources have synced; the runtime retries the ADD. ' +
+      'A pod the kubelet never lists is not one of its pods: its devices cannot be known');
+
 export class PodResourcesClient {
   private client: grpc.Client | undefined;
   /** The List running now, and when it started; callers that arrived before that start share it. */
@@ -36,7 +65,15 @@ export class PodResourcesClient {
   /** The one List queued behind it, shared by every caller that arrived while it waits. */
   private queued: Promise<Result<PodResources[]>> | undefined;
 
-  constructor(private readonly socket: string = DEFAULT_POD_RESOURCES_SOCKET, private readonly timeoutMs = 5000) {}
+  private readonly timeoutMs: number;
+  private readonly podListedWithinMs: number;
+  private readonly relistMs: number;
+
+  constructor(private readonly socket: string = DEFAULT_POD_RESOURCES_SOCKET, options: PodResourcesOptions = {}) {
+    this.timeoutMs = options.timeoutMs ?? 5000;
+    this.podListedWithinMs = options.podListedWithinMs ?? 5000;
+    this.relistMs = options.relistMs ?? 100;
+  }
 
   private connection(): grpc.Client {
     if (!this.client) {
@@ -44,6 +81,9 @@ export class PodResourcesClient {
       this.client = new Lister(unixTarget(this.socket), grpc.credentials.createInsecure(), {
         'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
         'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+        // A local socket: when the kubelet restarts, connect again soon (gRPC's default first wait is 1 s).
+        'grpc.initial_reconnect_backoff_ms': 100,
+        'grpc.max_reconnect_backoff_ms': 1000,
       });
     }
     return this.client;
@@ -88,12 +128,23 @@ export class PodResourcesClient {
     }
   }
 
-  /** The devices the kubelet allocated to one pod (none when the kubelet does not list the pod). */
+  /**
+   * The devices the kubelet allocated to one pod. A pod the kubelet does not list (or a kubelet that does not answer)
+   * is asked for again until podListedWithinMs (a kubelet restarting); then it is an error (11), never "no devices".
+   */
   async devicesOf(namespace: string, name: string): Promise<Result<PodDevices>> {
-    const all = await this.list();
-    if (!all.ok) return all;
-    const pod = all.value.find((p) => p.namespace === namespace && p.name === name);
-    return ok(pod ? devicesOfPod(pod) : new Map());
+    const startedAt = performance.now();
+    for (let since = startedAt; ; since = performance.now()) {
+      const all = await this.list(since);
+      const pod = all.ok ? all.value.find((p) => p.namespace === namespace && p.name === name) : undefined;
+      if (pod) return ok(devicesOfPod(pod));
+      const waited = performance.now() - startedAt;
+      if (waited >= this.podListedWithinMs) {
+        const last = all.ok ? undefined : all.error;
+        return err(podNotListed({ namespace, name, socket: this.socket, waitedMs: Math.round(waited), last }));
+      }
+      await sleep(Math.min(this.relistMs, this.podListedWithinMs - waited));
+    }
   }
 
   /** Whether any pod has this device of this resource now. */

@@ -14,9 +14,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
-import { k8sBinary } from '../support/k8s';
+import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
+import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const prefix = uniquePrefix('pd');
@@ -24,7 +25,7 @@ const PROBE_PORT = 9468;
 const missing = (): string | undefined => {
   const node = kubeNodeMissing();
   if (node) return node;
-  for (const b of ['kube-controller-manager', 'kube-scheduler']) if (!k8sBinary(b)) return `not available: ${b} (in $PLEXUS_K8S_BIN or ../shared/k8s/bin)`;
+  for (const b of ['kube-controller-manager', 'kube-scheduler']) if (!k8sBinary(b)) return k8sBinaryMissing(b);
   try {
     execFileSync('busybox', ['true']);
   } catch {
@@ -63,7 +64,7 @@ function getHttp(port: number, path: string): Promise<{ status: number; body: st
   });
 }
 
-describe('deploy/ on a real node', { skip: missing() }, () => {
+describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, () => {
   let node: KubeNodeFixture;
   const procs: { name: string; proc: ChildProcess }[] = [];
   const work = mkdtempSync(join(tmpdir(), `plexus-ds-${prefix}-`));
@@ -158,7 +159,7 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
     execFileSync('mount', ['--make-shared', netnsDir]);
     Object.assign(PATHS, {
       '/opt/cni/bin': binDir, '/etc/cni/net.d': node.cniConfDir, '/run/plexus': join(node.dir, 'run/plexus'),
-      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir,
+      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir, '/run/netns': netnsDir,
       '/var/run/k8s.cni.cncf.io/devinfo': join(node.dir, 'run/devinfo'),
     });
   });
@@ -266,7 +267,7 @@ describe('deploy/ on a real node', { skip: missing() }, () => {
 
   // The issue's figure "daemon RSS after 500 pod creations": PLEXUS_DS_SOAK_PODS=500 (waves of 50, each deleted).
   const soakPods = Number(process.env.PLEXUS_DS_SOAK_PODS ?? 0);
-  it(`creates and deletes ${soakPods} more pods with secondary networks, reporting plexusd's RSS`, { skip: soakPods > 0 ? false : 'set PLEXUS_DS_SOAK_PODS=500 to run' }, async () => {
+  it(`creates and deletes ${soakPods} more pods with secondary networks, reporting plexusd's RSS`, { skip: optionalSkip(soakPods > 0 ? undefined : 'set PLEXUS_DS_SOAK_PODS=500 to run') }, async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
     await deleteTestPods();
     for (let made = 0, w = 0; made < soakPods; made += 50, w++) {

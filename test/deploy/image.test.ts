@@ -12,6 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { ContainerdFixture, containerdMissing } from '../support/containerd';
 import { ROOT } from '../support/daemon';
 import { uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('pi');
 const NAME = `local.test/plexus-${prefix}:test`;
@@ -24,7 +25,7 @@ const busyboxMissing = (): string | undefined => {
   }
 };
 
-describe('the Plexus image', { skip: containerdMissing() ?? busyboxMissing() }, () => {
+describe('the Plexus image', { skip: expectedPrerequisites(containerdMissing(), busyboxMissing()) }, () => {
   const out = mkdtempSync(join(tmpdir(), `plexus-image-${prefix}-`));
   let containerd: ContainerdFixture;
   let archive = '';

@@ -13,9 +13,10 @@ import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
 import { k8sBinary, k8sMissing, KubeApiFixture } from '../support/k8s';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const kubectl = k8sBinary('kubectl');
-const skip = k8sMissing() ?? (kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/bin)');
+const skip = expectedPrerequisites(k8sMissing(), kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.35/bin)');
 
 /** What an install applies, in its order: the CRDs first, then deploy/ itself; the uninstall DaemonSet on its own. */
 const DIRS = ['deploy/crds', 'deploy', 'deploy/uninstall'];

@@ -19,6 +19,7 @@ import { ROOT } from '../support/daemon';
 import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('rt');
 /** The bridge the tour's NAD makes on the node. */
@@ -47,7 +48,7 @@ interface Obj {
   spec?: { template: { spec: { initContainers: { command: string[] }[]; containers: { env?: unknown[] }[] } } };
 }
 
-describe('the README\'s cluster tour, as written, on a real node', { skip: missing(), timeout: 900_000 }, () => {
+describe('the README\'s cluster tour, as written, on a real node', { skip: expectedPrerequisites(missing()), timeout: 900_000 }, () => {
   let node: KubeNodeFixture;
   const procs: ChildProcess[] = [];
   const work = mkdtempSync(join(tmpdir(), `plexus-tour-${prefix}-`));

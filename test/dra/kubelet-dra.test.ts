@@ -18,18 +18,26 @@ import { k8sBinary, PLEXUS_USER } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
+import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
-function draMissing(): string | undefined {
+/** What this node needs that setup.sh and ../shared provide. */
+function draNodeMissing(): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
   for (const b of ['kube-scheduler', 'kube-controller-manager']) if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
+  return undefined;
+}
+
+/** DRA on an older Kubernetes (the PLEXUS_K8S_VERSION=1.32 pass): a skip with its reason, in CI too. */
+function draTooOld(): string | undefined {
   const version = execFileSync(k8sBinary('kubelet')!, ['--version'], { encoding: 'utf8' });
   const minor = Number(/v1\.(\d+)\./.exec(version)?.[1] ?? 0);
   return minor < 34 ? `DRA (resource.k8s.io/v1) needs Kubernetes 1.34 or later; the kubelet is ${version.trim()}` : undefined;
 }
 
-const skip = draMissing();
+const missing = draNodeMissing();
+const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : draTooOld());
 const prefix = uniquePrefix('dra');
 const NIC = 'plexus.io/testnic';
 const NICS = [`${prefix}n0`, `${prefix}n1`];

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { ipvlanDriver } from '../../src/drivers/ipvlan';
 import { ip } from '../support/netns';
+import { skipOptional } from '../support/prerequisites';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink, attachParsed } from './support';
 
 const bed = driverTestbed('piv');
@@ -21,7 +22,7 @@ before(async () => {
 
 describe('ipvlan driver', () => {
   it('creates the ipvlan inside the pod netns with the configured mode, and answers its IPs', async (t) => {
-    if (missing) return t.skip(`ipvlan not built into this kernel: ${missing}`);
+    if (skipOptional(t, missing && `ipvlan not built into this kernel: ${missing}`)) return;
     const pod = fx.create('kind');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const result = must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-a`, config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } }, netns: pod.path }), rec.env));
@@ -33,7 +34,7 @@ describe('ipvlan driver', () => {
   });
 
   it('lets two pods on one master in l2 mode reach each other', async (t) => {
-    if (missing) return t.skip(`ipvlan not built into this kernel: ${missing}`);
+    if (skipOptional(t, missing && `ipvlan not built into this kernel: ${missing}`)) return;
     const a = fx.create('pa');
     const b = fx.create('pb');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
@@ -46,7 +47,7 @@ describe('ipvlan driver', () => {
   });
 
   it('reports the kernel error with context when ipvlan is missing, and undo cleans up', async (t) => {
-    if (!missing) return t.skip('ipvlan is built into this kernel');
+    if (skipOptional(t, missing ? undefined : 'ipvlan is built into this kernel')) return;
     const pod = fx.create('nokernel');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;

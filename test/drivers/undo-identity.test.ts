@@ -18,6 +18,7 @@ import { tapDriver } from '../../src/drivers/tap';
 import { createVxlanDriver } from '../../src/drivers/vxlan';
 import { ip, ipTry, type TestNetns } from '../support/netns';
 import { attachParsed, attachRequest, driverTestbed, hostUplink, must, RecordingEnv } from './support';
+import { skipOptional } from '../support/prerequisites';
 
 const bed = driverTestbed('pui');
 const { prefix, fx } = bed;
@@ -104,7 +105,7 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
   for (const kind of kinds) {
     it(`${kind.name}: a pod interface name that is taken fails the attach, and undo leaves that interface alone`, async (t) => {
       const missing = kind.missing?.();
-      if (missing) return t.skip(missing);
+      if (skipOptional(t, missing)) return;
       const pod = fx.create(`t-${kind.name}`);
       assert.equal(pod.exec('ip', 'link', 'add', 'net1', 'type', 'bridge').status, 0);
       const before = linkOf(pod, 'net1');
@@ -121,7 +122,7 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
 
     it(`${kind.name}: undoing the steps recorded up to a crash after the create removes the interface it made`, async (t) => {
       const missing = kind.missing?.();
-      if (missing) return t.skip(missing);
+      if (skipOptional(t, missing)) return;
       const pod = fx.create(`c-${kind.name}`);
       const rec = new RecordingEnv(bed.kernel, bed.ipam);
       const req = request(kind, pod);

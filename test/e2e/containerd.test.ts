@@ -13,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { ContainerdFixture, containerdMissing, containerdVersion, HostFiles } from '../support/containerd';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const CONF_DIR = '/etc/cni/net.d';
 const prefix = uniquePrefix('pk');
@@ -27,7 +28,7 @@ const firstConf = (): string | undefined => {
   }
 };
 const shadowed = !missing && firstConf() !== undefined && firstConf()! < `00-plexus-${prefix}.conflist` ? `${CONF_DIR}/${firstConf()} sorts before this test's config` : undefined;
-const skip = missing ?? shadowed;
+const skip = expectedPrerequisites(missing, shadowed);
 
 describe('the documented conflist on containerd 1.6', { skip }, () => {
   const fx = new NetnsFixture(prefix);

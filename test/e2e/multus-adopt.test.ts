@@ -13,6 +13,7 @@ import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { multusBinary, multusMissing } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const missing = multusMissing();
 const prefix = uniquePrefix('ma');
@@ -85,7 +86,7 @@ const leases = (network: string): string[] => {
 };
 const caches = (): string[] => (existsSync(cacheDir) ? readdirSync(cacheDir, { recursive: true }).map(String).filter((f) => f !== 'results') : []);
 
-describe('a pod Multus made, deleted once Plexus serves the node', { skip: missing }, () => {
+describe('a pod Multus made, deleted once Plexus serves the node', { skip: expectedPrerequisites(missing) }, () => {
   it('loses every network Multus gave it: leases, links and caches', async () => {
     const pod = newPod();
     multusAdd(pod);

@@ -5,8 +5,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const NADS = '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions';
 
 describe('a real API server with the NetworkAttachmentDefinition CRD', { skip }, () => {

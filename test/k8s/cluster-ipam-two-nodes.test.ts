@@ -18,8 +18,9 @@ import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { Relay } from '../support/relay';
 import { SimulatedNode } from '../support/simulated-node';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('px');
 const PODS_PER_NODE = 5;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

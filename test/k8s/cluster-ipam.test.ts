@@ -13,8 +13,9 @@ import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ci');
 const o = 100 + Math.floor(Math.random() * 100);
 const NODES = 10;

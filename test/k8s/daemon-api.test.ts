@@ -12,8 +12,9 @@ import { restoreForwardingAfterwards } from '../support/forwarding';
 import { type ApiEvent, type ApiPod, ApiPods, pluginDirWithSlowBridge, type StatusEntry } from '../support/api-pods';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('pa');
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);

@@ -13,8 +13,9 @@ import { restoreForwardingAfterwards } from '../support/forwarding';
 import { changeInFlight, recordKinds } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('hp');
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);

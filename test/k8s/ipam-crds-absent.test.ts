@@ -9,13 +9,14 @@ import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('nc');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);
 const bridge = (name: string, i: number, ipam: Record<string, unknown>): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam });
 
-describe('plexusd on an API without the IPAM CRDs', { skip: k8sMissing() }, () => {
+describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisites(k8sMissing()) }, () => {
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   let daemon: DaemonFixture;

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const dir = mkdtempSync(join(tmpdir(), 'plexus-kubeconfig-'));
 const write = (name: string, config: unknown): string => {
@@ -44,7 +45,7 @@ describe('kubeconfig', () => {
   });
 });
 
-describe('kubeconfig credentials on a real API server', { skip: k8sMissing() }, () => {
+describe('kubeconfig credentials on a real API server', { skip: expectedPrerequisites(k8sMissing()) }, () => {
   let api: KubeApiFixture;
   const clients: KubeApiClient[] = [];
   before(async () => {

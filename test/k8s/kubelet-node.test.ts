@@ -9,8 +9,9 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { hostLinksWithPrefix, ip, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = kubeNodeMissing();
+const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kn');
 const bridge = `${prefix}br`;
 

@@ -13,8 +13,9 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = kubeNodeMissing();
+const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kr');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 150 + Math.floor(Math.random() * 50);

@@ -20,14 +20,11 @@ import { uniquePrefix } from '../support/netns';
 import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skipReason = (): string | false => {
-  const node = kubeNodeMissing();
-  if (node) return `no real kubelet node here: ${node}`;
-  const ovs = ovsDpdkMissing();
-  return ovs ? `no private OVS-DPDK here: ${ovs}` : false;
-};
-const skip = skipReason();
+const nodeMissing = kubeNodeMissing();
+const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
+const skip = expectedPrerequisites(nodeMissing && `no real kubelet node here: ${nodeMissing}`, ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`);
 const prefix = uniquePrefix('mk');
 const bridge = `${prefix}ovs`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';

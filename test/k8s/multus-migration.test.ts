@@ -18,8 +18,9 @@ import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { multusBinary, multusMissing } from '../support/multus';
 import { ip, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = kubeNodeMissing() ?? multusMissing();
+const skip = expectedPrerequisites(kubeNodeMissing(), multusMissing());
 const prefix = uniquePrefix('mm');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 100 + Math.floor(Math.random() * 50);

@@ -7,8 +7,9 @@ import { after, before, describe, it } from 'node:test';
 import { ApiNetworkSource } from '../../src/k8s/nad-source';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const config = (name: string, bridge: string): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge, ipam: { type: 'host-local', subnet: '10.91.0.0/24' } });
 
 /** Polls until `check` passes (the informer hears of a change within a moment), or fails with its last error. */

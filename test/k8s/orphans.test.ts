@@ -11,8 +11,9 @@ import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture, PLEXUS_USER } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('po');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);

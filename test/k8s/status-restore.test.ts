@@ -10,8 +10,9 @@ import { type ApiPod, ApiPods, type StatusEntry } from '../support/api-pods';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('sk');
 const NODE = `${prefix}-node`;
 const STATUS = 'k8s.v1.cni.cncf.io/network-status';

@@ -8,8 +8,9 @@ import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ApiStatusWriter, NETWORK_STATUS_ANNOTATION } from '../../src/k8s/status-writer';
 import type { NetworkStatusEntry } from '../../src/networks/status';
 import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const status: NetworkStatusEntry[] = [
   { name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} },
   { name: 'team-a/blue', interface: 'net1', ips: ['10.2.0.9'], mac: '02:00:00:00:00:09', default: false, dns: {} },

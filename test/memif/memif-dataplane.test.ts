@@ -15,6 +15,7 @@ import { DaemonFixture, podArgs } from '../support/daemon';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
 import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
+import { expectedPrerequisites } from '../support/prerequisites';
 import { hostVethName } from '../../src/drivers/bridge';
 
 const missing = ovsDpdkMissing();
@@ -32,7 +33,7 @@ interface AddResult {
   interfaces: { name: string; sandbox?: string; socketPath?: string }[];
 }
 
-describe('memif networks on OVS-DPDK', { skip: missing ? `no private OVS-DPDK here: ${missing}` : false, timeout: 300_000 }, () => {
+describe('memif networks on OVS-DPDK', { skip: expectedPrerequisites(missing && `no private OVS-DPDK here: ${missing}`), timeout: 300_000 }, () => {
   let daemon: DaemonFixture;
   let ovs: OvsDpdkFixture;
   let n = 0;

@@ -12,11 +12,12 @@ import { OvsdbClient } from '../../src/ovs/ovsdb';
 import { SwitchPorts } from '../../src/ovs/ports';
 import { stopProcess } from '../support/ovs-dpdk';
 import { until } from '../support/until';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const SCHEMA = '/usr/share/openvswitch/vswitch.ovsschema';
 const missing = existsSync(SCHEMA) && existsSync('/usr/sbin/ovsdb-server') ? undefined : 'ovsdb-server is not installed (scripts/setup.sh installs openvswitch-switch)';
 
-describe('OVSDB client on a real ovsdb-server', { skip: missing }, () => {
+describe('OVSDB client on a real ovsdb-server', { skip: expectedPrerequisites(missing) }, () => {
   let dir: string;
   let server: ChildProcess | undefined;
   let db: OvsdbClient;

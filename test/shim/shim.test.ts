@@ -8,6 +8,7 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { skipUnlessPresent } from '../support/prerequisites';
 
 const repoRoot = path.resolve(__dirname, '../../..');
 const shimBinary = path.join(repoRoot, 'bin', 'plexus-cni');
@@ -569,10 +570,7 @@ describe('plexus-cni is memory-clean', () => {
   const valgrind = ['valgrind', '-q', '--error-exitcode=99', '--leak-check=full'];
 
   test('an ADD forwarded to the daemon runs clean under valgrind', async (t) => {
-    if (!hasValgrind()) {
-      t.skip('valgrind not installed');
-      return;
-    }
+    if (skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')) return;
     const build = spawnSync('make', ['-s', '-C', 'shim', 'debug'], { cwd: repoRoot, encoding: 'utf8' });
     assert.equal(build.status, 0, build.stderr);
     const dir = tempDir(t);
@@ -587,10 +585,7 @@ describe('plexus-cni is memory-clean', () => {
   });
 
   test('an ADD with no daemon runs clean under valgrind', async (t) => {
-    if (!hasValgrind()) {
-      t.skip('valgrind not installed');
-      return;
-    }
+    if (skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')) return;
     const build = spawnSync('make', ['-s', '-C', 'shim', 'debug'], { cwd: repoRoot, encoding: 'utf8' });
     assert.equal(build.status, 0, build.stderr);
     const socketPath = path.join(tempDir(t), 'plexus.sock');

@@ -1,8 +1,8 @@
 /**
  * A private containerd for tests: its own root, state and socket under a temporary directory, the CRI plugin off,
  * started and stopped by PID. Binaries come from $PLEXUS_CONTAINERD_BIN (a directory holding containerd and ctr) or
- * the PATH; tests skip with `containerdMissing()`'s reason when they are absent. Also builds a tiny pause image
- * (a static C program) as an OCI archive, since no registry is reachable.
+ * the PATH; suites pass `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they
+ * are absent. Also builds a tiny pause image (a static C program) as an OCI archive, since no registry is reachable.
  */
 import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';

@@ -1,54 +1,34 @@
 /**
  * A real Kubernetes control plane for tests: Debian's etcd and the kube-apiserver of ../shared/k8s, on 127.0.0.1 and
- * free ports, with a private CA made by openssl (../shared/k8s/NOTES.md has the flags and quirks). Binaries come from
- * $PLEXUS_K8S_BIN (a directory of plain or .xz binaries) or ../shared/k8s/bin; .xz files are decompressed once into a
- * cache under the temp directory. Tests skip with `k8sMissing()`'s reason where any part is absent. Everything a
- * fixture starts is stopped by PID, and its directory removed, in stop().
+ * free ports, with a private CA made by openssl (../shared/k8s/NOTES.md has the flags and quirks). k8s-binaries.ts
+ * says which Kubernetes (v1.35 by default; $PLEXUS_K8S_VERSION, $PLEXUS_K8S_BIN). Suites pass `k8sMissing()`'s reason
+ * to prerequisites.ts, which skips them (or fails them in CI) where any part is absent. Everything a fixture starts is
+ * stopped by PID, and its directory removed, in stop().
  */
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { delimiter, join, resolve } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
+import { k8sBinary, k8sBinaryMissing } from './k8s-binaries';
 
-const binDir = (): string => process.env.PLEXUS_K8S_BIN ?? resolve(ROOT, '../shared/k8s/bin');
+export { k8sBinary, k8sBinaryMissing, k8sOlderThan, k8sVersion, kubectlBinary } from './k8s-binaries';
 
 /** The client-certificate user a test's plexusd runs as, with exactly the RBAC of deploy/10-rbac.yaml. */
 export const PLEXUS_USER = 'plexus';
 
 const onPath = (name: string): string | undefined => (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name)).find((p) => existsSync(p));
 
-/** The path of a Kubernetes binary, decompressed into the cache if it ships as .xz; undefined when it is nowhere. */
-export function k8sBinary(name: string): string | undefined {
-  const plain = join(binDir(), name);
-  try {
-    accessSync(plain, constants.X_OK);
-    return plain;
-  } catch {
-    /* not there as a plain binary */
-  }
-  const packed = `${plain}.xz`;
-  if (!existsSync(packed) || !onPath('xz')) return undefined;
-  const st = statSync(packed);
-  const cached = join(tmpdir(), 'plexus-k8s-bin', `${name}-${st.size}-${Math.floor(st.mtimeMs)}`);
-  if (!existsSync(cached)) {
-    mkdirSync(join(tmpdir(), 'plexus-k8s-bin'), { recursive: true });
-    const partial = `${cached}.${process.pid}.partial`;
-    writeFileSync(partial, execFileSync('xz', ['-dc', packed], { maxBuffer: 512 << 20 }), { mode: 0o755 });
-    renameSync(partial, cached); // whole or absent, even with two test runs at once
-  }
-  return cached;
-}
-
 /** Why the API server tests cannot run here, or undefined when they can. */
 export function k8sMissing(): string | undefined {
-  const missing = [...['etcd', 'openssl', 'xz'].filter((b) => !onPath(b)), ...(k8sBinary('kube-apiserver') ? [] : [`kube-apiserver (in ${binDir()}, plain or .xz; set PLEXUS_K8S_BIN)`])];
-  return missing.length ? `not available: ${missing.join(', ')} (bash scripts/setup.sh installs etcd-server, openssl and xz-utils)` : undefined;
+  const tools = ['etcd', 'openssl', 'xz'].filter((b) => !onPath(b));
+  if (tools.length) return `not installed: ${tools.join(', ')} (bash scripts/setup.sh installs etcd-server, openssl and xz-utils)`;
+  return k8sBinaryMissing('kube-apiserver');
 }
 
 const freePort = (): Promise<number> =>

@@ -1,6 +1,7 @@
 /**
  * A real single-node Kubernetes for tests and benchmarks: the API server and etcd of KubeApiFixture, Debian's containerd
- * with its CRI plugin, and the kubelet of ../shared/k8s, wired as ../shared/k8s/NOTES.md (sections 3-8) describes.
+ * with its CRI plugin, and the kubelet of ../shared/k8s (the version k8s-binaries.ts picks: v1.35 unless
+ * $PLEXUS_K8S_VERSION or $PLEXUS_K8S_BIN says otherwise), wired as ../shared/k8s/NOTES.md (sections 3-9) describes.
  * Everything lives under one temporary root: containerd's root, state, socket and network namespaces, the CNI config
  * (a private conf_dir, so /etc/cni/net.d is never written), the kubelet's --root-dir and pod logs. The few host paths
  * the kubelet hard-codes are moved aside before it starts and put back by stop(), as are the kernel settings it
@@ -19,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 import { buildPauseImage, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
-import { type ApiReply, k8sBinary, k8sMissing, KubeApiFixture } from './k8s';
+import { type ApiReply, k8sBinary, k8sBinaryMissing, k8sMissing, KubeApiFixture } from './k8s';
 
 export const KUBELET_PORT = 10250;
 export const KUBELET_HEALTHZ_PORT = 10248;
@@ -63,8 +64,7 @@ export function kubeNodeMissing(): string | undefined {
   const runtime = containerdMissing();
   if (runtime) return runtime;
   if (!which('ip')) return 'not installed: iproute2 (ip)';
-  if (!k8sBinary('kubelet')) return `not available: kubelet (in $PLEXUS_K8S_BIN or ../shared/k8s/bin, plain or .xz)`;
-  return undefined;
+  return k8sBinaryMissing('kubelet');
 }
 
 /** Where nodes of this project's test runs take turns: the kubelet's ports and host paths are one per machine. */

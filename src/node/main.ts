@@ -49,10 +49,13 @@ async function main(): Promise<number> {
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
   // library is loaded only where an API may be configured: a standalone node does not pay for it.
   const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
-  // With an API, cluster IPAM (types plexus and whereabouts) allocates in blocks this node claims; host-local stays local.
-  const cluster = api
+  // With an API, this node's Lease says it is alive, and cluster IPAM (types plexus and whereabouts) allocates in blocks
+  // this node claims, reclaiming others' only when their Lease has expired; host-local stays local.
+  const nodeLease = api ? await import('./node-lease') : undefined;
+  const leases = api && nodeLease?.nodeLeaseFor(api.client, api.nodeName, config.stateDir, config.nodeLeaseSeconds, log);
+  const cluster = api && leases
     ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
-        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
+        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000, liveness: leases,
       }, log)
     : undefined;
   const ipam = cluster ?? hostLocal;
@@ -97,6 +100,7 @@ async function main(): Promise<number> {
     records: () => engine.records(), recordsOf: (cid) => engine.recordsOf(cid), journalDir: join(config.stateDir, 'journal'),
     calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
   });
+  if (leases) nodeLease?.leaseMetric(leases, metrics.registry);
   const server = new DaemonServer({ socketPath: config.socket, maxConcurrent: config.maxConcurrent, maxQueued: config.maxQueued, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
@@ -116,6 +120,7 @@ async function main(): Promise<number> {
   const report = await recover(spoolDir, engine, log);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
+  await leases?.start();
   await cluster?.start();
   // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
   if (cluster) {
@@ -169,6 +174,7 @@ async function main(): Promise<number> {
   await devicePlugins?.value.stop();
   podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
+  await leases?.stop(); // released: the next plexusd of this node takes it at once
   await api?.stop();
   await ipamStopped;
   await kernel.close();

@@ -107,8 +107,11 @@ export class NodeLeases implements NodeLiveness {
       const { holder } = this.conflict;
       return `another plexusd (identity ${holder}) holds the lease of node ${this.options.node}: two daemons under one node name would hand out the same blocks' addresses; stop one of them (check --node-name and NODE_NAME)`;
     }
+    // Others may take this node's blocks once its lease has been expired for the grace, timed from when they saw its
+    // last renewal: stopping halfway through the grace leaves that half as the margin (the whole duration if it is 0).
     const silent = this.renewedAt === undefined ? 0 : Date.now() - this.renewedAt;
-    if (silent > graceMs) {
+    if (silent > this.options.durationMs + graceMs / 2) {
+      void this.renew(); // the API may be back: the next call need not wait for the timer
       return `this node could not renew its lease for ${Math.round(silent / 1000)} s: other nodes may by now take its blocks back, so it stops allocating until the API answers`;
     }
     return undefined;
@@ -149,7 +152,7 @@ export class NodeLeases implements NodeLiveness {
     if (lease === undefined) {
       const created = await this.client.request('POST', this.path, 'leases', { urgent: true, body: this.body(undefined, now) });
       if (created.ok) this.held(now);
-      else this.log.warn({ lease: leaseNameOf(node), err: created.error.message }, 'could not create the node lease; retrying');
+      else this.refused('create', created.error);
       return;
     }
     const holder = lease.spec?.holderIdentity ?? '';
@@ -159,7 +162,14 @@ export class NodeLeases implements NodeLiveness {
     }
     const put = await this.put(lease, this.body(lease, now).spec);
     if (put.ok) this.held(now);
-    else if (put.status !== 409) this.log.warn({ lease: leaseNameOf(node), err: put.message }, 'could not renew the node lease; retrying');
+    else if (put.status !== 409) this.refused('update', { status: put.status, message: put.message });
+  }
+
+  /** A failed write of the lease: a 403 (the Role of deploy/10-rbac.yaml not applied) does not go away by itself. */
+  private refused(verb: string, failure: { readonly status: number; readonly message: string }): void {
+    const fields = { lease: leaseNameOf(this.options.node), namespace: this.options.namespace, verb, status: failure.status, err: failure.message };
+    if (failure.status === 403) this.log.error(fields, 'plexusd may not write its node lease (apply the Role in deploy/10-rbac.yaml): other nodes cannot tell it is alive');
+    else this.log.warn(fields, 'could not write the node lease; retrying');
   }
 
   /** Whether a lease another process holds has gone unrenewed for its duration, by this process's clock. */

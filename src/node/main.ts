@@ -3,7 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import pino from 'pino';
 import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/registry';
-import { Ipam, parseIpamConfig } from '../ipam';
+import { Ipam, type IpamConfig, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
@@ -56,6 +56,7 @@ async function main(): Promise<number> {
   const cluster = api && leases
     ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
         node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000, liveness: leases,
+        networks: () => clusterNetworksOf(api.networks),
       }, log)
     : undefined;
   const ipam = cluster ?? hostLocal;
@@ -123,13 +124,7 @@ async function main(): Promise<number> {
   await leases?.start();
   await cluster?.start();
   // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
-  if (cluster) {
-    const pools = [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).flatMap((n) => n.plugins.flatMap((p) => {
-      const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
-      return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
-    }));
-    void cluster.preparePools(pools);
-  }
+  if (cluster) void cluster.preparePools(clusterNetworksOf(networks));
   await devicePlugins?.value.start();
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
@@ -180,6 +175,14 @@ async function main(): Promise<number> {
   await kernel.close();
   lock.release();
   return 0;
+}
+
+/** The networks of a source with their IPAM configs, in name order (the order pools are created in at start). */
+function clusterNetworksOf(networks: NetworkSource): { network: string; config: IpamConfig }[] {
+  return [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).flatMap((n) => n.plugins.flatMap((p) => {
+    const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
+    return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
+  }));
 }
 
 main().then(

@@ -26,7 +26,7 @@ import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLa
 import { type ClaimedAddress, type ClaimObject, type ClaimRef, IpamClaims, claimKey, claimNeedsClusterPool, claimedInPool, missingClaim, parseClaimKey, statusIpsWith } from './claims';
 import { type BlockObject, type ClaimEntry, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
 import type { NodeLiveness } from './node-liveness';
-import { blockLost, notServing } from './refusals';
+import { blockLost, notServing, overlapsOlder } from './refusals';
 
 export interface ClusterIpamOptions {
   readonly node: string;
@@ -39,6 +39,17 @@ export interface ClusterIpamOptions {
   readonly nodeGraceMs: number;
   /** Which nodes are proven dead, and whether this process may allocate for its node (a Lease per node, on the API). */
   readonly liveness: NodeLiveness;
+  /**
+   * The networks with their IPAM configs, as the API has them now: a pool none of them names and no block uses is
+   * deleted after the grace period. Without it, no pool is ever deleted.
+   */
+  readonly networks?: () => readonly ClusterNetwork[];
+}
+
+/** A network and its IPAM config (preparePools, and the pools the API's networks name). */
+export interface ClusterNetwork {
+  readonly network: string;
+  readonly config: IpamConfig;
 }
 
 /** A block this node allocated from that someone else deleted while some of its addresses are leased here. */
@@ -83,6 +94,8 @@ export class ClusterIpam implements IpamBackend {
   private readonly lost = new Map<string, LostBlock>();
   /** Blocks this node is deleting itself: their removal from the watch is no loss. */
   private readonly returning = new Set<string>();
+  /** Pool -> when this node first saw it named by no network and used by no block. */
+  private readonly staleSince = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private reconciling: Promise<void> | undefined;
   private loaded: Promise<void> | undefined;
@@ -517,7 +530,7 @@ export class ClusterIpam implements IpamBackend {
    * A pool that cannot be loaded is logged; its first ADD tries again and fails with the reason. One at a time, in the
    * order given: of two overlapping pools the one created first wins, so creation order must not be left to chance.
    */
-  async preparePools(networks: readonly { readonly network: string; readonly config: IpamConfig }[]): Promise<void> {
+  async preparePools(networks: readonly ClusterNetwork[]): Promise<void> {
     for (const { network, config } of networks) {
       if (this.stopped) return;
       if (config.type !== 'cluster') continue;
@@ -545,7 +558,7 @@ export class ClusterIpam implements IpamBackend {
       if (other.metadata?.name === name || other.spec === undefined) continue;
       const overlap = poolsOverlap(spec.ranges, other.spec.ranges);
       if (overlap !== undefined && age(other) < age(pool)) {
-        return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} overlaps pool ${other.metadata?.name} (${overlap.subnet}), which came first; overlapping pools are refused`));
+        return err(overlapsOlder(network, name, other.metadata?.name ?? '', overlap.subnet));
       }
     }
     this.layouts.set(name, layout);
@@ -593,12 +606,63 @@ export class ClusterIpam implements IpamBackend {
       this.log.warn({ reason: refused }, 'IPAM block reconciliation skipped');
       return;
     }
+    const wanted = this.wantedPools();
     await this.holdBlocksOfLeases();
-    await this.returnEmptyBlocks();
+    await this.returnEmptyBlocks(wanted);
+    if (wanted !== undefined) await this.collectStalePools(wanted);
     const dead = await this.deadNodes();
     if (dead === undefined) return;
     await this.releaseDeletedClaims(dead);
     await this.reclaimDeadNodesBlocks(dead);
+  }
+
+  /** The pools the API's networks name now; undefined when they are not known. */
+  private wantedPools(): ReadonlySet<string> | undefined {
+    const networks = this.options.networks?.();
+    if (networks === undefined) return undefined;
+    const names = new Set<string>();
+    for (const { network, config } of networks) {
+      if (config.type !== 'cluster') continue;
+      const layout = poolLayout(network, config);
+      if (layout.ok) names.add(layout.value.name);
+    }
+    return names;
+  }
+
+  /**
+   * Deletes the IPPools of deleted networks, so that they stop blocking new overlapping pools: a pool no network names
+   * and no IPBlock uses (so no pod has an address of it) for the grace period, checked against etcd just before the
+   * deletion, which is conditional on the pool's version. Layouts of pools no network names or that are gone are
+   * forgotten first, so an ADD of a network naming one again reads it (or creates it, younger than any pool made since).
+   */
+  private async collectStalePools(wanted: ReadonlySet<string>): Promise<void> {
+    const listed = await this.objects.listPools();
+    if (!listed.ok) return;
+    const pools = (listed.value as { items?: PoolObject[] }).items ?? [];
+    for (const name of [...this.layouts.keys()]) {
+      const heldHere = [...this.held.values()].some((b) => b.pool === name);
+      if (!heldHere && (!wanted.has(name) || !pools.some((p) => p.metadata?.name === name))) {
+        this.layouts.delete(name);
+        this.specs.delete(name);
+      }
+    }
+    const used = new Set(this.blocks.list().map((b) => b.spec?.pool));
+    const now = Date.now();
+    const stale = new Set<string>();
+    for (const pool of pools) {
+      const { name, uid, resourceVersion } = pool.metadata ?? {};
+      if (!name || !uid || !resourceVersion || wanted.has(name) || used.has(name)) continue;
+      stale.add(name);
+      const since = this.staleSince.get(name) ?? now;
+      this.staleSince.set(name, since);
+      if (now - since < this.options.nodeGraceMs || (await this.pooled.leases(name)).length > 0) continue;
+      const blocks = await this.objects.listBlocks();
+      if (!blocks.ok || ((blocks.value as { items?: BlockObject[] }).items ?? []).some((b) => b.spec?.pool === name)) continue;
+      const r = await this.objects.deletePool(name, uid, resourceVersion);
+      if (r.ok) this.log.info({ pool: name, ranges: pool.spec?.ranges }, 'deleted a pool no network names and no block uses');
+      else if (r.error.status !== 404 && r.error.status !== 409) this.log.warn({ pool: name, err: r.error.message }, 'could not delete an unused pool; the next pass retries');
+    }
+    for (const name of [...this.staleSince.keys()]) if (!stale.has(name)) this.staleSince.delete(name);
   }
 
   /**
@@ -728,7 +792,7 @@ export class ClusterIpam implements IpamBackend {
    * Gives back blocks with no lease, keeping one per pool and family so the next pod needs no claim. Under the
    * pool's lock, so no allocation is choosing among the blocks meanwhile.
    */
-  private async returnEmptyBlocks(): Promise<void> {
+  private async returnEmptyBlocks(wanted: ReadonlySet<string> | undefined): Promise<void> {
     const pools = new Set([...this.held.values()].map((b) => b.pool));
     for (const pool of pools) {
       await this.locks.run(pool, async () => {
@@ -739,8 +803,9 @@ export class ClusterIpam implements IpamBackend {
           return cidr === undefined || leases.some((l) => inCidr(block.cidr, l)) || this.entriesOf(block.name).length > 0;
         };
         const family = (block: HeldBlock): string => (block.cidr.includes(':') ? 'v6' : 'v4');
-        // Each family keeps one block: a used one if it has any, else its first empty one.
-        const kept = new Set(mine.filter(used).map(family));
+        // Each family keeps one block: a used one if it has any, else its first empty one; a pool no network names
+        // keeps none, so that it can go (collectStalePools).
+        const kept = new Set(wanted === undefined || wanted.has(pool) ? mine.filter(used).map(family) : ['v4', 'v6']);
         for (const block of mine) {
           if (used(block)) continue;
           if (!kept.has(family(block))) {

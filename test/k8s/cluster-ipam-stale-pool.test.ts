@@ -77,6 +77,8 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     const out = await call('ADD', holder, 'old');
     assert.equal(out.code, 0, out.stdout);
     assert.equal((await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/old')).status, 200);
+    // Pools are ordered by creationTimestamp, in whole seconds (then by name, where "new" < "old"): a second apart.
+    await sleep(1100);
     assert.equal((await api.createNad('default', 'new', NEW)).status, 201);
     const until = Date.now() + 3 * GRACE_S * 1000;
     let refused: ShimOutput | undefined;

@@ -38,6 +38,7 @@ export const DaemonConfigSchema = z
     kubeApiTimeout: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(600)).default(10),
     ipamReconcileSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400)).default(30),
     ipamNodeGraceSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400 * 30)).default(600),
+    nodeLeaseSeconds: int(1, 3600).default(40),
     namespaceIsolation: bool.default(false),
     hotPlug: bool.default(true),
     globalNamespaces: z
@@ -105,6 +106,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--kube-api-timeout': 'kubeApiTimeout',
   '--ipam-reconcile-seconds': 'ipamReconcileSeconds',
   '--ipam-node-grace-seconds': 'ipamNodeGraceSeconds',
+  '--node-lease-seconds': 'nodeLeaseSeconds',
   '--namespace-isolation': 'namespaceIsolation',
   '--hot-plug': 'hotPlug',
   '--global-namespaces': 'globalNamespaces',
@@ -152,7 +154,9 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --kube-api-burst N        API requests that may go at once (default 100)
   --kube-api-timeout S      how long one API request may take (default 10)
   --ipam-reconcile-seconds S  how often cluster IPAM returns empty blocks and reclaims deleted nodes' (default 30)
-  --ipam-node-grace-seconds S  how long a Node must be gone before its IPAM blocks are reclaimed (default 600)
+  --ipam-node-grace-seconds S  how long a node must be dead (no Node object and its plexus-node-<node> Lease
+                            expired) before its IPAM blocks are reclaimed (default 600)
+  --node-lease-seconds S    the duration of this node's Lease, renewed every third of it (default 40)
   --namespace-isolation B   pods may use only NADs of their own namespace and the global ones (default false)
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --system-namespaces LIST  comma-separated namespaces whose pods do not get --default-networks (default: none)

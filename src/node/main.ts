@@ -6,7 +6,7 @@ import { builtInDrivers, createMemifDriver, DriverRegistry } from '../drivers/re
 import { createDelegateDriver, ExecLimits, execPlugin } from '../drivers/delegate';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import { CallSlots } from '../common/call-slots';
-import { Ipam, parseIpamConfig } from '../ipam';
+import { Ipam, type IpamConfig, parseIpamConfig } from '../ipam';
 import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
@@ -59,10 +59,14 @@ async function main(): Promise<number> {
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
   // library is loaded only where an API may be configured: a standalone node does not pay for it.
   const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
-  // With an API, cluster IPAM (types plexus and whereabouts) allocates in blocks this node claims; host-local stays local.
-  const cluster = api
+  // With an API, this node's Lease says it is alive, and cluster IPAM (types plexus and whereabouts) allocates in blocks
+  // this node claims, reclaiming others' only when their Lease has expired; host-local stays local.
+  const nodeLease = api ? await import('./node-lease') : undefined;
+  const leases = api && nodeLease?.nodeLeaseFor(api.client, api.nodeName, config.stateDir, config.nodeLeaseSeconds, log);
+  const cluster = api && leases
     ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
-        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
+        node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000, liveness: leases,
+        networks: () => clusterNetworksOf(api.networks),
       }, log)
     : undefined;
   const ipam = cluster ?? hostLocal;
@@ -123,6 +127,7 @@ async function main(): Promise<number> {
     calls: (): DaemonServer['calls'] => server.calls, ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
     ...(api ? { apiForbidden: () => api.refusals.totals() } : {}),
   });
+  if (leases) nodeLease?.leaseMetric(leases, metrics.registry);
   const server = new DaemonServer({ socketPath: config.socket, slots, observer: metrics, metrics }, engine, state, log);
 
   // Listen first (answering 503 while recovering) so plexus-cni waits instead of spooling or failing.
@@ -153,15 +158,10 @@ async function main(): Promise<number> {
   const report = await recover(spoolDir, engine, log, journal);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.
   await api?.start();
+  await leases?.start();
   await cluster?.start();
   // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
-  if (cluster) {
-    const pools = [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).flatMap((n) => n.plugins.flatMap((p) => {
-      const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
-      return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
-    }));
-    void cluster.preparePools(pools);
-  }
+  if (cluster) void cluster.preparePools(clusterNetworksOf(networks));
   await devicePlugins?.value.start();
   // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md).
   const dra = config.dra ? await startDra(config, api, podResources, log) : undefined;
@@ -210,6 +210,7 @@ async function main(): Promise<number> {
   await dra?.stop();
   podResources?.close();
   const ipamStopped = cluster?.stop(); // ends when api.stop() closes the client its watch is on
+  await leases?.stop(); // released: the next plexusd of this node takes it at once
   await api?.stop();
   await ipamStopped;
   await kernel.close();
@@ -235,6 +236,14 @@ async function startDra(
   if (!dra) log.warn({ devicePluginConfig: config.devicePluginConfig }, '--dra: no resource of the file offers dra');
   await dra?.start();
   return dra;
+}
+
+/** The networks of a source with their IPAM configs, in name order (the order pools are created in at start). */
+function clusterNetworksOf(networks: NetworkSource): { network: string; config: IpamConfig }[] {
+  return [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).flatMap((n) => n.plugins.flatMap((p) => {
+    const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
+    return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
+  }));
 }
 
 main().then(

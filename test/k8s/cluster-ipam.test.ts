@@ -3,7 +3,7 @@
  * state dir and socket), allocating concurrently through the real shim and the macvlan driver on one shared segment
  * (a veth the test owns). Required by issue 12: 10 nodes x 100 pods x 2 cluster-IPAM networks with 0 duplicates and 0
  * failures; kill -9 of a node's daemon mid-burst, restart, reconcile: 0 leaked, 0 duplicated; a deleted Node's blocks
- * come back; an API server restart mid-burst; static requests; exhaustion; IPv6.
+ * come back once its daemon is gone too; an API server restart mid-burst; static requests; exhaustion; IPv6.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -73,7 +73,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     for (let i = 0; i < NODES; i++) {
       const name = `${prefix}-n${i}`;
       await api.createNode(name);
-      nodes.push(new DaemonFixture('ca', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2']));
+      nodes.push(new DaemonFixture('ca', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2', '--node-lease-seconds', '2']));
     }
     await Promise.all(nodes.map((n) => n.start(60000)));
   });
@@ -267,7 +267,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     assert.deepEqual(duplicates(addresses), []);
   });
 
-  it('a deleted Node\'s blocks go back to the pool after the grace period', async () => {
+  it('a dead node\'s blocks (its daemon killed, so its Lease expires, and its Node deleted) go back to the pool after the grace period', async () => {
     const gone = nodes[NODES - 1]!;
     const name = `${prefix}-n${NODES - 1}`;
     assert.ok((await blocksOfNode(name)).length > 0);

@@ -26,6 +26,7 @@ const DEFAULTS: DaemonConfig = {
   kubeApiTimeout: 10,
   ipamReconcileSeconds: 30,
   ipamNodeGraceSeconds: 600,
+  nodeLeaseSeconds: 40,
   namespaceIsolation: false,
   hotPlug: true,
   globalNamespaces: [],

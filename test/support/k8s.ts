@@ -334,6 +334,8 @@ export class KubeApiFixture {
       ClusterRole: () => '/apis/rbac.authorization.k8s.io/v1/clusterroles',
       ClusterRoleBinding: () => '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
       ServiceAccount: (ns) => `/api/v1/namespaces/${ns}/serviceaccounts`,
+      Role: (ns) => `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/roles`,
+      RoleBinding: (ns) => `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings`,
     };
     for (const doc of docs) {
       const path = paths[doc.kind];
@@ -346,6 +348,12 @@ export class KubeApiFixture {
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus' }, subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
     });
     if (bound.status !== 201 && bound.status !== 409) throw new Error(`binding plexus to ${user}: ${bound.status} ${JSON.stringify(bound.body)}`);
+    // The node lease's Role (kube-system, where plexusd runs and keeps it).
+    const leaseBound = await this.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings', {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: `plexus-user-${user}` },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' }, subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    if (leaseBound.status !== 201 && leaseBound.status !== 409) throw new Error(`binding the lease Role to ${user}: ${leaseBound.status} ${JSON.stringify(leaseBound.body)}`);
   }
 
   /** Stops the API server, then etcd, each by its PID (SIGTERM, then SIGKILL after 10 s), and removes the directory. */

@@ -25,13 +25,37 @@ import type { Lease } from '../store';
 import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf, withoutAddresses } from './blocks';
 import { type ClaimedAddress, type ClaimObject, type ClaimRef, IpamClaims, claimKey, claimNeedsClusterPool, claimedInPool, missingClaim, parseClaimKey, statusIpsWith } from './claims';
 import { type BlockObject, type ClaimEntry, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
+import type { NodeLiveness } from './node-liveness';
+import { blockLost, notServing, overlapsOlder } from './refusals';
 
 export interface ClusterIpamOptions {
   readonly node: string;
   /** How often blocks are reconciled: empty ones returned, lost ones re-claimed, dead nodes' ones reclaimed. */
   readonly reconcileMs: number;
-  /** How long a block's Node must be gone from the API before its block is reclaimed. */
+  /**
+   * How long a node's liveness must have been expired (and its Node object gone) before its blocks are reclaimed; also
+   * how long this node goes on allocating when it cannot renew its own.
+   */
   readonly nodeGraceMs: number;
+  /** Which nodes are proven dead, and whether this process may allocate for its node (a Lease per node, on the API). */
+  readonly liveness: NodeLiveness;
+  /**
+   * The networks with their IPAM configs, as the API has them now: a pool none of them names and no block uses is
+   * deleted after the grace period. Without it, no pool is ever deleted.
+   */
+  readonly networks?: () => readonly ClusterNetwork[];
+}
+
+/** A network and its IPAM config (preparePools, and the pools the API's networks name). */
+export interface ClusterNetwork {
+  readonly network: string;
+  readonly config: IpamConfig;
+}
+
+/** A block this node allocated from that someone else deleted while some of its addresses are leased here. */
+interface LostBlock {
+  readonly pool: string;
+  readonly cidr: string;
 }
 
 /** A block this node holds, with the version it was read at (the precondition of its deletion). */
@@ -66,8 +90,12 @@ export class ClusterIpam implements IpamBackend {
   private readonly poolOfNetwork = new Map<string, string>();
   private readonly held = new Map<string, HeldBlock>();
   private readonly locks = new KeyedMutex();
-  /** Node name -> when its absence from the API was first seen. */
-  private readonly missingSince = new Map<string, number>();
+  /** Blocks deleted under this node (not returned by it) while its pods may have addresses in them. */
+  private readonly lost = new Map<string, LostBlock>();
+  /** Blocks this node is deleting itself: their removal from the watch is no loss. */
+  private readonly returning = new Set<string>();
+  /** Pool -> when this node first saw it named by no network and used by no block. */
+  private readonly staleSince = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private reconciling: Promise<void> | undefined;
   private loaded: Promise<void> | undefined;
@@ -93,7 +121,11 @@ export class ClusterIpam implements IpamBackend {
       },
       remove: (block) => {
         const name = block.metadata?.name ?? '';
-        if (this.held.get(name)?.uid === block.metadata?.uid) this.held.delete(name);
+        const held = this.held.get(name);
+        if (held?.uid === block.metadata?.uid) {
+          this.held.delete(name);
+          if (held !== undefined && !this.returning.has(name)) this.noteLost(held);
+        }
         this.written.delete(name);
       },
     });
@@ -151,6 +183,8 @@ export class ClusterIpam implements IpamBackend {
     if (!this.blocks.ready) {
       return err(new CniError(CniCode.TryAgainLater, 'cluster IPAM has not loaded its IPBlocks from the Kubernetes API yet', 'is deploy/crds/20-crd-ipam.yaml applied, and the API reachable? plexusd logs "watching IPBlocks failed" meanwhile; the runtime retries'));
     }
+    const refused = this.options.liveness.refusal(this.options.nodeGraceMs);
+    if (refused !== undefined) return err(notServing(refused));
     const config = req.config;
     const layout = await this.poolFor(req.network, config);
     if (!layout.ok) return err(layout.error);
@@ -169,6 +203,8 @@ export class ClusterIpam implements IpamBackend {
    * entry there keeps that node from handing it out), not a new one.
    */
   private async allocateInPool(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, claimed: ReadonlyMap<number, ClaimedAddress> = new Map()): Promise<Result<IpamResult>> {
+    const lost = await this.lostIn(layout.name);
+    if (lost !== undefined) return err(blockLost(lost.block, layout.name, lost.leased));
     const requestedSets = new Set<number>(claimed.keys());
     for (const text of req.requestedIps ?? []) {
       const ip = parseCidr(text) ?? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`);
@@ -295,6 +331,32 @@ export class ClusterIpam implements IpamBackend {
       const undone = await undo(apiError(`writing the status of IPAMClaim ${claimKey(ref)}`, wrote.error));
       if (wrote.error.status !== 409 || attempt >= 3) return undone;
     }
+  }
+
+  /**
+   * A block this node held was deleted by someone else (by hand, or by a node that took this one for dead): this node
+   * stops allocating in its pool at once, and says so. Its pods' addresses in it may be handed out by whoever claims it
+   * next; the reconciler claims it again if it is free (holdBlocksOfLeases).
+   */
+  private noteLost(held: HeldBlock): void {
+    this.lost.set(held.name, { pool: held.pool, cidr: held.cidr });
+    this.log.error(
+      { pool: held.pool, block: held.cidr, ipblock: held.name },
+      'a block this node allocates from was deleted by someone else: no more allocations in its pool until this node holds it again',
+    );
+  }
+
+  /** The first lost block of a pool in which this node still has leases, and how many; lost blocks without are dropped. */
+  private async lostIn(pool: string): Promise<{ readonly block: string; readonly leased: number } | undefined> {
+    const lost = [...this.lost].filter(([, b]) => b.pool === pool);
+    if (lost.length === 0) return undefined;
+    const leases = await this.pooled.leases(pool);
+    for (const [name, block] of lost) {
+      const leased = leases.filter((l) => inCidr(block.cidr, l)).length;
+      if (leased > 0 && !this.held.has(name)) return { block: `${block.cidr} (IPBlock ${name})`, leased };
+      this.lost.delete(name);
+    }
+    return undefined;
   }
 
   /** A block's claim entries, as this node last saw or wrote them. */
@@ -468,7 +530,7 @@ export class ClusterIpam implements IpamBackend {
    * A pool that cannot be loaded is logged; its first ADD tries again and fails with the reason. One at a time, in the
    * order given: of two overlapping pools the one created first wins, so creation order must not be left to chance.
    */
-  async preparePools(networks: readonly { readonly network: string; readonly config: IpamConfig }[]): Promise<void> {
+  async preparePools(networks: readonly ClusterNetwork[]): Promise<void> {
     for (const { network, config } of networks) {
       if (this.stopped) return;
       if (config.type !== 'cluster') continue;
@@ -496,7 +558,7 @@ export class ClusterIpam implements IpamBackend {
       if (other.metadata?.name === name || other.spec === undefined) continue;
       const overlap = poolsOverlap(spec.ranges, other.spec.ranges);
       if (overlap !== undefined && age(other) < age(pool)) {
-        return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} overlaps pool ${other.metadata?.name} (${overlap.subnet}), which came first; overlapping pools are refused`));
+        return err(overlapsOlder(network, name, other.metadata?.name ?? '', overlap.subnet));
       }
     }
     this.layouts.set(name, layout);
@@ -538,29 +600,92 @@ export class ClusterIpam implements IpamBackend {
   }
 
   private async reconcileOnce(): Promise<void> {
+    // Two processes serving one node name would each return blocks the other allocates from: neither writes.
+    const refused = this.options.liveness.refusal(this.options.nodeGraceMs);
+    if (refused !== undefined) {
+      this.log.warn({ reason: refused }, 'IPAM block reconciliation skipped');
+      return;
+    }
+    const wanted = this.wantedPools();
     await this.holdBlocksOfLeases();
-    await this.returnEmptyBlocks();
-    const nodes = await this.liveNodes();
-    if (nodes === undefined) return;
-    await this.releaseDeletedClaims(nodes);
-    await this.reclaimDeadNodesBlocks(nodes);
+    await this.returnEmptyBlocks(wanted);
+    if (wanted !== undefined) await this.collectStalePools(wanted);
+    const dead = await this.deadNodes();
+    if (dead === undefined) return;
+    await this.releaseDeletedClaims(dead);
+    await this.reclaimDeadNodesBlocks(dead);
   }
 
-  /** The names of the Nodes in the API; undefined when it cannot say. */
-  private async liveNodes(): Promise<ReadonlySet<string> | undefined> {
+  /** The pools the API's networks name now; undefined when they are not known. */
+  private wantedPools(): ReadonlySet<string> | undefined {
+    const networks = this.options.networks?.();
+    if (networks === undefined) return undefined;
+    const names = new Set<string>();
+    for (const { network, config } of networks) {
+      if (config.type !== 'cluster') continue;
+      const layout = poolLayout(network, config);
+      if (layout.ok) names.add(layout.value.name);
+    }
+    return names;
+  }
+
+  /**
+   * Deletes the IPPools of deleted networks, so that they stop blocking new overlapping pools: a pool no network names
+   * and no IPBlock uses (so no pod has an address of it) for the grace period, checked against etcd just before the
+   * deletion, which is conditional on the pool's version. Layouts of pools no network names or that are gone are
+   * forgotten first, so an ADD of a network naming one again reads it (or creates it, younger than any pool made since).
+   */
+  private async collectStalePools(wanted: ReadonlySet<string>): Promise<void> {
+    const listed = await this.objects.listPools();
+    if (!listed.ok) return;
+    const pools = (listed.value as { items?: PoolObject[] }).items ?? [];
+    for (const name of [...this.layouts.keys()]) {
+      const heldHere = [...this.held.values()].some((b) => b.pool === name);
+      if (!heldHere && (!wanted.has(name) || !pools.some((p) => p.metadata?.name === name))) {
+        this.layouts.delete(name);
+        this.specs.delete(name);
+      }
+    }
+    const used = new Set(this.blocks.list().map((b) => b.spec?.pool));
+    const now = Date.now();
+    const stale = new Set<string>();
+    for (const pool of pools) {
+      const { name, uid, resourceVersion } = pool.metadata ?? {};
+      if (!name || !uid || !resourceVersion || wanted.has(name) || used.has(name)) continue;
+      stale.add(name);
+      const since = this.staleSince.get(name) ?? now;
+      this.staleSince.set(name, since);
+      if (now - since < this.options.nodeGraceMs || (await this.pooled.leases(name)).length > 0) continue;
+      const blocks = await this.objects.listBlocks();
+      if (!blocks.ok || ((blocks.value as { items?: BlockObject[] }).items ?? []).some((b) => b.spec?.pool === name)) continue;
+      const r = await this.objects.deletePool(name, uid, resourceVersion);
+      if (r.ok) this.log.info({ pool: name, ranges: pool.spec?.ranges }, 'deleted a pool no network names and no block uses');
+      else if (r.error.status !== 404 && r.error.status !== 409) this.log.warn({ pool: name, err: r.error.message }, 'could not delete an unused pool; the next pass retries');
+    }
+    for (const name of [...this.staleSince.keys()]) if (!stale.has(name)) this.staleSince.delete(name);
+  }
+
+  /**
+   * The nodes named by blocks or claim entries that are proven dead: no Node object, and their liveness (a Lease) expired
+   * for the grace period. A Node deleted by hand or by an autoscaler while its plexusd and pods still run is not dead.
+   * Undefined when the Nodes cannot be listed.
+   */
+  private async deadNodes(): Promise<ReadonlySet<string> | undefined> {
     const listed = await this.objects.listNodes();
     if (!listed.ok) return undefined;
     const nodes = new Set(((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''));
-    for (const name of [...this.missingSince.keys()]) if (nodes.has(name)) this.missingSince.delete(name);
-    return nodes;
-  }
-
-  /** Whether a node has had no Node object for the grace period (counted from when this daemon first saw it absent). */
-  private goneForGood(node: string, nodes: ReadonlySet<string>, now: number): boolean {
-    if (nodes.has(node)) return false;
-    const since = this.missingSince.get(node) ?? now;
-    this.missingSince.set(node, since);
-    return now - since >= this.options.nodeGraceMs;
+    const named = new Set<string>();
+    for (const block of this.blocks.list()) {
+      if (block.spec?.node) named.add(block.spec.node);
+      for (const entry of block.spec?.claims ?? []) for (const n of entry.nodes) named.add(n);
+    }
+    const dead = new Set<string>();
+    for (const node of named) {
+      if (node === this.options.node || nodes.has(node)) continue;
+      const expired = await this.options.liveness.expiredForMs(node);
+      if (expired !== undefined && expired >= this.options.nodeGraceMs) dead.add(node);
+    }
+    return dead;
   }
 
   /**
@@ -570,8 +695,7 @@ export class ClusterIpam implements IpamBackend {
    * no node left, the entry goes and the block's node may hand the address out again. This node looks at the entries
    * of its blocks, those that list it, and those of blocks whose node is gone.
    */
-  private async releaseDeletedClaims(nodes: ReadonlySet<string>): Promise<void> {
-    const now = Date.now();
+  private async releaseDeletedClaims(dead: ReadonlySet<string>): Promise<void> {
     const claimGone = new Map<string, boolean | undefined>();
     const isGone = async (entry: ClaimEntry): Promise<boolean | undefined> => {
       const cacheKey = `${entry.claim}\u0000${entry.claimUid}`;
@@ -587,7 +711,7 @@ export class ClusterIpam implements IpamBackend {
       const pool = cached.spec?.pool ?? '';
       const holder = cached.spec?.node ?? '';
       const mine = holder === this.options.node;
-      const orphaned = !mine && this.goneForGood(holder, nodes, now);
+      const orphaned = !mine && dead.has(holder);
       const relevant = this.entriesOf(name).filter((e) => mine || orphaned || e.nodes.includes(this.options.node));
       if (relevant.length === 0) continue;
       const gone: ClaimEntry[] = [];
@@ -605,7 +729,7 @@ export class ClusterIpam implements IpamBackend {
             next.push(entry);
             continue;
           }
-          const users = entry.nodes.filter((n) => (n === this.options.node ? leased.has(entry.address) : !this.goneForGood(n, nodes, now)));
+          const users = entry.nodes.filter((n) => (n === this.options.node ? leased.has(entry.address) : !dead.has(n)));
           if (users.length > 0) next.push({ ...entry, nodes: users });
           else this.log.info({ pool, address: entry.address, claim: entry.claim }, 'freed the address of a deleted IPAMClaim');
         }
@@ -641,6 +765,9 @@ export class ClusterIpam implements IpamBackend {
           const block = ip && blockOf(layout.value, ip);
           if (!block?.ok || this.held.has(block.value.name)) continue;
           const claimed = await this.claim(layout.value, block.value);
+          if (claimed.ok && claimed.value && this.lost.delete(block.value.name)) {
+            this.log.warn({ pool, block: block.value.cidr }, 'claimed again a block deleted under this node while its pods had addresses in it; allocating in the pool again');
+          }
           if (claimed.ok && !claimed.value) {
             const holder = this.blocks.get('', block.value.name)?.spec?.node ?? 'another node';
             this.log.error({ pool, block: block.value.cidr, holder, lease: lease.address }, 'a lease of this node is in a block another node holds');
@@ -665,7 +792,7 @@ export class ClusterIpam implements IpamBackend {
    * Gives back blocks with no lease, keeping one per pool and family so the next pod needs no claim. Under the
    * pool's lock, so no allocation is choosing among the blocks meanwhile.
    */
-  private async returnEmptyBlocks(): Promise<void> {
+  private async returnEmptyBlocks(wanted: ReadonlySet<string> | undefined): Promise<void> {
     const pools = new Set([...this.held.values()].map((b) => b.pool));
     for (const pool of pools) {
       await this.locks.run(pool, async () => {
@@ -676,15 +803,17 @@ export class ClusterIpam implements IpamBackend {
           return cidr === undefined || leases.some((l) => inCidr(block.cidr, l)) || this.entriesOf(block.name).length > 0;
         };
         const family = (block: HeldBlock): string => (block.cidr.includes(':') ? 'v6' : 'v4');
-        // Each family keeps one block: a used one if it has any, else its first empty one.
-        const kept = new Set(mine.filter(used).map(family));
+        // Each family keeps one block: a used one if it has any, else its first empty one; a pool no network names
+        // keeps none, so that it can go (collectStalePools).
+        const kept = new Set(wanted === undefined || wanted.has(pool) ? mine.filter(used).map(family) : ['v4', 'v6']);
         for (const block of mine) {
           if (used(block)) continue;
           if (!kept.has(family(block))) {
             kept.add(family(block));
             continue;
           }
-          const r = await this.objects.deleteBlock(block.name, block.uid, block.resourceVersion);
+          this.returning.add(block.name);
+          const r = await this.objects.deleteBlock(block.name, block.uid, block.resourceVersion).finally(() => this.returning.delete(block.name));
           if (r.ok || r.error.status === 404) {
             this.held.delete(block.name);
             this.log.info({ pool, block: block.cidr }, 'returned an empty block');
@@ -698,19 +827,17 @@ export class ClusterIpam implements IpamBackend {
    * Blocks whose Node has been gone from the API for the grace period go back to the pool. The Node's absence is
    * confirmed by a GET before each deletion, and the deletion is conditional on the block being unchanged.
    */
-  private async reclaimDeadNodesBlocks(nodes: ReadonlySet<string>): Promise<void> {
-    const now = Date.now();
+  private async reclaimDeadNodesBlocks(dead: ReadonlySet<string>): Promise<void> {
     for (const block of this.blocks.list()) {
       const node = block.spec?.node;
       const { name, uid, resourceVersion } = block.metadata ?? {};
-      if (!node || node === this.options.node || nodes.has(node) || !name || !uid || !resourceVersion) continue;
-      if (!this.goneForGood(node, nodes, now)) continue;
+      if (!node || !dead.has(node) || !name || !uid || !resourceVersion) continue;
       // A block with claim entries stays until they are freed (releaseDeletedClaims): deleting it would forget them.
       if (this.entriesOf(name).length > 0) continue;
       const confirmed = await this.objects.getNode(node);
       if (confirmed.ok || confirmed.error.status !== 404) continue;
       const r = await this.objects.deleteBlock(name, uid, resourceVersion);
-      if (r.ok) this.log.info({ block: block.spec?.cidr, pool: block.spec?.pool, node }, 'reclaimed a block of a deleted node');
+      if (r.ok) this.log.info({ block: block.spec?.cidr, pool: block.spec?.pool, node }, 'reclaimed a block of a dead node (no Node object, its lease expired)');
     }
   }
 }

@@ -65,6 +65,18 @@ export class PoolObjects {
     return this.client.request('GET', `${POOLS_PATH}?resourceVersion=0`, 'ippools', { urgent: true });
   }
 
+  /** Deletes a pool only if it is still the object (uid) at the version (resourceVersion) that was read. */
+  deletePool(name: string, uid: string, resourceVersion: string) {
+    return this.client.request('DELETE', `${POOLS_PATH}/${segment(name)}`, 'ippools', {
+      body: { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid, resourceVersion } },
+    });
+  }
+
+  /** Every block, read from etcd (not a cache): the last check before a pool is deleted. */
+  listBlocks() {
+    return this.client.request('GET', BLOCKS_PATH, 'ipblocks');
+  }
+
   /** Claims a block for `node`: 201 means it is ours, 409 that another node has it. */
   createBlock(name: string, pool: string, cidr: string, node: string) {
     return this.client.request('POST', BLOCKS_PATH, 'ipblocks', {

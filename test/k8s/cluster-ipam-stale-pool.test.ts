@@ -1,0 +1,109 @@
+/**
+ * The IPPool of a deleted network does not block a new overlapping pool forever (issue 20, item 13): on a real
+ * kube-apiserver and etcd, with one plexusd as a simulated node, a network's NAD is deleted and a new one whose pool
+ * overlaps it is created. While a pod still has an address of the old pool, the old pool counts and the new one is
+ * refused; once that address is released, the old pool is deleted after the grace period and the new one serves.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { k8sMissing, KubeApiFixture } from '../support/k8s';
+import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+
+const skip = k8sMissing();
+const prefix = uniquePrefix('sp');
+const o = 100 + Math.floor(Math.random() * 100);
+const master = `${prefix}m0`;
+const GRACE_S = 2;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+const macvlan = (name: string, ipam: Record<string, unknown>): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', ipam });
+const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
+const OLD = macvlan('old', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] });
+const NEW = macvlan('new', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/16` }]] });
+
+interface Pod {
+  readonly cid: string;
+  readonly netns: string;
+}
+
+describe('the IPPool of a deleted network stops blocking a new overlapping pool', { skip }, () => {
+  const fx = new NetnsFixture(prefix);
+  let api: KubeApiFixture;
+  let node: DaemonFixture;
+  let podCount = 0;
+  let holder: Pod;
+
+  before(async () => {
+    fx.trackHostLink(master);
+    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
+    ip('link', 'set', master, 'up');
+    api = await KubeApiFixture.startForPlexus();
+    for (const [name, config] of Object.entries({ base: BASE, old: OLD })) assert.equal((await api.createNad('default', name, config)).status, 201);
+    await api.createNode(`${prefix}-x`);
+    node = new DaemonFixture('base', [
+      '--kubeconfig', api.userKubeconfig('plexus'), '--node-name', `${prefix}-x`, '--cni-bin-dir', '/usr/lib/cni',
+      '--ipam-reconcile-seconds', '0.5', '--ipam-node-grace-seconds', String(GRACE_S), '--orphan-sweep-seconds', '0',
+    ]);
+    await node.start(60000);
+  });
+  after(async () => {
+    await node?.stop();
+    await api?.stop();
+    fx.cleanup();
+  });
+
+  const newPod = (): Pod => {
+    const ns = fx.create(`p${++podCount}`);
+    return { cid: `${prefix}c${podCount}`, netns: ns.path };
+  };
+  const call = (command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
+    node.cni({
+      command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
+      config: node.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }, '1.0.0'),
+    });
+  /** An ADD of a new pod on `networks`, DELed at once (the runtime's DEL after a failure, or the test's). */
+  const tryAdd = async (networks: string): Promise<ShimOutput> => {
+    const pod = newPod();
+    const out = await call('ADD', pod, networks);
+    assert.equal((await call('DEL', pod, networks)).code, 0);
+    return out;
+  };
+  const pool = async (name: string): Promise<number> => (await api.request('GET', `/apis/ipam.plexus.io/v1alpha1/ippools/${name}`)).status;
+
+  it('while a pod has an address of a deleted network\'s pool, the pool counts: a new overlapping one is refused', async () => {
+    holder = newPod();
+    const out = await call('ADD', holder, 'old');
+    assert.equal(out.code, 0, out.stdout);
+    assert.equal((await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/old')).status, 200);
+    // Pools are ordered by creationTimestamp, in whole seconds (then by name, where "new" < "old"): a second apart.
+    await sleep(1100);
+    assert.equal((await api.createNad('default', 'new', NEW)).status, 201);
+    const until = Date.now() + 3 * GRACE_S * 1000;
+    let refused: ShimOutput | undefined;
+    while (Date.now() < until) {
+      refused = await tryAdd('new');
+      assert.notEqual(refused.code, 0, 'the old pool still has a pod\'s address');
+      await sleep(500);
+    }
+    assert.match(refused!.stdout, /pool new overlaps pool old/);
+    assert.match(refused!.stdout, /deleted once no block of it has been held for --ipam-node-grace-seconds/);
+    assert.equal(await pool('old'), 200);
+  });
+
+  it('once its last address is released, the old pool is deleted after the grace and the new overlapping pool serves', async () => {
+    assert.equal((await call('DEL', holder, 'old')).code, 0);
+    const released = Date.now();
+    let out = await tryAdd('new');
+    while (out.code !== 0 && Date.now() - released < 30000) {
+      await sleep(250);
+      out = await tryAdd('new');
+    }
+    const took = Date.now() - released;
+    assert.equal(out.code, 0, out.stdout);
+    assert.equal(await pool('old'), 404);
+    assert.ok(took >= GRACE_S * 1000, `the new pool served ${took} ms after the release: not before the grace`);
+    console.log(`# the new overlapping pool served ${took} ms after the old pool's last address was released (grace ${GRACE_S} s)`);
+  });
+});

@@ -9,8 +9,9 @@ import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
 
-const skip = k8sMissing();
+const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('sp');
 const o = 100 + Math.floor(Math.random() * 100);
 const master = `${prefix}m0`;

@@ -215,6 +215,17 @@ for (const mode of ['thin', 'thick'] as const) describe(`a ${mode} Multus node t
     for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
   });
 
+  it('kept the pods Multus made running through the takeover, none restarted', async () => {
+    const list = await node.call('GET', '/api/v1/namespaces/default/pods');
+    type Pod = { metadata: { name: string }; status?: { phase?: string; containerStatuses?: { restartCount: number }[] } };
+    const pods = ((list.body as { items?: Pod[] }).items ?? []).filter((p) => multusPods.includes(p.metadata.name));
+    assert.equal(pods.length, 10);
+    for (const p of pods) {
+      assert.equal(p.status?.phase, 'Running', p.metadata.name);
+      assert.deepEqual((p.status?.containerStatuses ?? []).map((c) => c.restartCount), [0], p.metadata.name);
+    }
+  });
+
   it('removes every lease and host link of the pods Multus made when they are deleted', async () => {
     for (const name of multusPods) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
     await node.deleteAllPods(180_000);

@@ -119,7 +119,7 @@ describe('the README\'s cluster tour, as written, on a real node', { skip: expec
     execFileSync('mount', ['--make-shared', netnsDir]);
     const paths: Record<string, string> = {
       '/opt/cni/bin': binDir, '/etc/cni/net.d': node.cniConfDir, '/run/plexus': join(node.dir, 'run/plexus'),
-      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir,
+      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir, '/run/netns': netnsDir,
       '/var/run/k8s.cni.cncf.io/devinfo': join(node.dir, 'run/devinfo'), '/var/run/openvswitch': join(node.dir, 'run/openvswitch'),
     };
     mkdirSync(tourDir);

@@ -82,7 +82,15 @@ export class MultusSandboxes implements ForeignSandboxes {
     return listMultusCaches(this.o.cacheDir).flatMap((containerId) => {
       const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
       if (cache.kind !== 'delegates') return [];
-      return [{ containerId, maker: 'multus', networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })) }];
+      const first = cache.delegates[0]!;
+      const cached = this.libcniCache(networkOf(first), containerId, first.ifname);
+      const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
+      const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
+      return [{
+        containerId, maker: 'multus', networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
+        ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
+        ...(cached.netns ? { netns: cached.netns } : {}),
+      }];
     });
   }
 

@@ -614,9 +614,19 @@ export class AttachmentEngine {
     return ok(undefined);
   }
 
-  /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl. */
+  /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl and the orphan sweep. */
   adopted(): AdoptedSandbox[] {
     return this.options.foreign?.list() ?? [];
+  }
+
+  /** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */
+  async removeAdopted(sandbox: AdoptedSandbox): Promise<Result<void>> {
+    const ifname = sandbox.networks[0]?.ifname ?? '';
+    const foreign = this.options.foreign;
+    if (!foreign) return ok(undefined);
+    const outcome = await this.containerLocks.run(sandbox.containerId, () =>
+      foreign.del({ containerId: sandbox.containerId, netns: '', ifname, args: { ips: [], ignoreUnknown: true, raw: [] } }));
+    return outcome.kind === 'done' ? outcome.result : ok(undefined);
   }
 
   /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */

@@ -20,6 +20,9 @@ export interface AdoptedSandbox {
   readonly maker: string;
   /** Its networks, in the order they were attached, with the interface each got. */
   readonly networks: readonly { readonly name: string; readonly ifname: string }[];
+  /** The pod it was made for and its network namespace, where its maker recorded them (for the orphan sweep). */
+  readonly pod?: { readonly namespace: string; readonly name: string; readonly uid?: string };
+  readonly netns?: string;
 }
 
 /** What a foreign DEL did: not one of these sandboxes, done (or failed), or one whose record cannot be read. */

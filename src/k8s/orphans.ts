@@ -10,10 +10,15 @@
  */
 import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
+import type { AdoptedSandbox } from '../engine/foreign-sandboxes';
 import type { AttachmentRecord } from '../engine/journal';
+import type { Result } from '../cni/errors';
 
 export interface OrphanSweepTarget {
   records(): Promise<AttachmentRecord[]>;
+  /** Sandboxes Multus made before Plexus took the node over, and their removal as Multus would remove them. */
+  adopted(): AdoptedSandbox[];
+  removeAdopted(sandbox: AdoptedSandbox): Promise<Result<void>>;
   sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<{ readonly removed: readonly unknown[]; readonly failures: readonly { readonly error: string }[] }>;
 }
 
@@ -33,6 +38,26 @@ export function orphanReason(record: AttachmentRecord, pods: PodsByName, netnsEx
   return pod ? `its network namespace is gone and pod ${namespace}/${name} is now another pod (UID ${pod.uid}, not ${uid})` : `its network namespace is gone and pod ${namespace}/${name} is no longer on this node`;
 }
 
+/** Why a sandbox Multus made is an orphan (the same two proofs), or undefined to keep it. */
+export function adoptedOrphanReason(sandbox: AdoptedSandbox, pods: PodsByName, netnsExists: (path: string) => boolean = existsSync): string | undefined {
+  if (!sandbox.pod || !sandbox.netns || netnsExists(sandbox.netns)) return undefined;
+  const { namespace, name, uid } = sandbox.pod;
+  const pod = pods.cachedPod(namespace, name);
+  if (pod && (!uid || pod.uid === uid)) return undefined;
+  return `its network namespace is gone and pod ${namespace}/${name}${uid ? ` (UID ${uid})` : ''} is no longer on this node`;
+}
+
+/** Removes the sandboxes Multus made whose pods are gone; answers what went and what failed. */
+async function sweepAdopted(engine: OrphanSweepTarget, pods: PodsByName, log: Logger): Promise<void> {
+  for (const sandbox of engine.adopted()) {
+    const reason = adoptedOrphanReason(sandbox, pods);
+    if (!reason) continue;
+    const r = await engine.removeAdopted(sandbox);
+    if (r.ok) log.warn({ containerId: sandbox.containerId, reason }, 'removed a sandbox Multus made whose pod is gone without a DEL');
+    else log.warn({ containerId: sandbox.containerId, err: r.error.message }, 'a sandbox Multus made whose pod is gone could not be removed; next sweep retries');
+  }
+}
+
 /** Sweeps orphans every `intervalMs` (the pod cache must have synced); answers a function that stops it. */
 export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, intervalMs: number, log: Logger): () => void {
   let running = false;
@@ -48,6 +73,7 @@ export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, interv
         if (report.removed.length) log.warn({ removed: report.removed }, 'removed attachments of pods that are gone without a DEL');
         if (report.failures.length) log.warn({ failures: report.failures.map((f) => f.error) }, 'attachments of gone pods could not all be removed; next sweep retries');
       })
+      .then(() => sweepAdopted(engine, pods, log))
       .catch((e: unknown) => log.error({ err: (e as Error).message }, 'orphan sweep failed'))
       .finally(() => {
         running = false;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { AttachmentRecord } from '../../src/engine/journal';
-import { orphanReason } from '../../src/k8s/orphans';
+import { adoptedOrphanReason, orphanReason } from '../../src/k8s/orphans';
 
 const record = (over: Partial<AttachmentRecord> = {}, pod = { namespace: 'default', name: 'web-0', uid: 'u1' }): AttachmentRecord =>
   ({
@@ -30,5 +30,23 @@ describe('orphanReason', () => {
     assert.equal(orphanReason(record({ deleting: true }), pods({}), gone), undefined);
     assert.equal(orphanReason(record({ changing: { add: [], remove: [] } }), pods({}), gone), undefined);
     assert.equal(orphanReason(record({}, { namespace: '', name: '', uid: '' }), pods({}), gone), undefined);
+  });
+});
+
+describe('adoptedOrphanReason (sandboxes Multus made)', () => {
+  const sandbox = { containerId: 'm1', maker: 'multus', networks: [{ name: 'podnet', ifname: 'eth0' }], pod: { namespace: 'default', name: 'web-0', uid: 'u1' }, netns: '/var/run/netns/m' };
+  it('keeps one whose netns exists, or whose pod the API still has with that UID', () => {
+    assert.equal(adoptedOrphanReason(sandbox, pods({}), there), undefined);
+    assert.equal(adoptedOrphanReason(sandbox, pods({ 'default/web-0': 'u1' }), gone), undefined);
+  });
+  it('removes one whose netns is gone and whose pod is gone or another pod now', () => {
+    assert.match(adoptedOrphanReason(sandbox, pods({}), gone) ?? '', /no longer on this node/);
+    assert.match(adoptedOrphanReason(sandbox, pods({ 'default/web-0': 'u2' }), gone) ?? '', /no longer on this node/);
+  });
+  it('keeps one whose pod or netns Multus did not record', () => {
+    const { pod: _pod, ...noPod } = sandbox;
+    const { netns: _netns, ...noNetns } = sandbox;
+    assert.equal(adoptedOrphanReason(noPod, pods({}), gone), undefined);
+    assert.equal(adoptedOrphanReason(noNetns, pods({}), gone), undefined);
   });
 });

@@ -1,0 +1,85 @@
+/**
+ * Namespace isolation on a real kubelet and containerd: with --namespace-isolation, a pod whose annotation names a NAD
+ * of another namespace gets no sandbox (the kubelet's event names the rule, code 7) and leaves nothing behind, while a
+ * pod of the same namespace using its own NAD, a NAD of `default` and one of a --global-namespaces namespace runs.
+ */
+import assert from 'node:assert/strict';
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { DaemonFixture, SHIM } from '../support/daemon';
+import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { ip, uniquePrefix } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
+
+const skip = expectedPrerequisites(kubeNodeMissing());
+const prefix = uniquePrefix('ki');
+const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
+const o = 150 + Math.floor(Math.random() * 50);
+const t = Math.floor(Math.random() * 200);
+const bridgeConfig = (name: string, i: number): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const portsOn = (i: number): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
+
+describe('namespace isolation under a real kubelet', { skip }, () => {
+  let node: KubeNodeFixture;
+  let daemon: DaemonFixture;
+  let binDir: string;
+
+  before(async () => {
+    binDir = mkdtempSync(join(tmpdir(), 'plexus-ki-bin-'));
+    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    daemon = new DaemonFixture('podnet', []);
+    node = await KubeNodeFixture.start({
+      cniBinDir: binDir, ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`),
+      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+    });
+    const api = node.api;
+    await api.installPlexus();
+    for (const ns of ['team-a', 'team-b', 'shared']) await api.ensureNamespace(ns);
+    assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
+    assert.equal((await api.createNad('team-a', 'own', bridgeConfig('own', 1))).status, 201);
+    assert.equal((await api.createNad('team-b', 'theirs', bridgeConfig('theirs', 2))).status, 201);
+    assert.equal((await api.createNad('shared', 'common', bridgeConfig('common', 3))).status, 201);
+    assert.equal((await api.createNad('default', 'everyone', bridgeConfig('everyone', 4))).status, 201);
+    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
+      '--namespace-isolation', 'true', '--global-namespaces', 'shared');
+    await daemon.start(30000);
+  });
+  after(async () => {
+    await node?.stop({ runtimeStopped: () => daemon.stop() });
+    await daemon?.stop();
+    if (binDir) rmSync(binDir, { recursive: true, force: true });
+  });
+
+  it('refuses a NAD of another namespace: no sandbox, the event names the rule, nothing left behind', async () => {
+    const [pod] = await node.createPods(1, { namespace: 'team-a', namePrefix: 'cross-', annotations: { [NETWORKS]: 'own,team-b/theirs' } });
+    let failures: string[] = [];
+    for (let i = 0; i < 120 && failures.length < 2; i++) {
+      await sleep(500);
+      failures = await node.sandboxFailures('team-a');
+    }
+    assert.ok(failures.length >= 2, `the kubelet retried the sandbox: ${failures.length} failures`);
+    assert.match(failures[0]!, /team-b\/theirs/);
+    assert.match(failures[0]!, /isolation|namespace/i);
+    assert.notEqual((await node.pod('team-a', pod!)).status?.phase, 'Running');
+    assert.deepEqual(daemon.leases('own'), [], 'refused at planning: nothing of the pod was made');
+    assert.deepEqual(portsOn(1), []);
+    assert.deepEqual(daemon.journalFiles(), []);
+    assert.equal((await node.call('DELETE', `/api/v1/namespaces/team-a/pods/${pod!}`)).status, 200);
+  });
+
+  it('runs a pod that uses its own namespace\'s NAD, one of default and one of a global namespace', async () => {
+    const names = await node.createPods(1, { namespace: 'team-a', namePrefix: 'allowed-', annotations: { [NETWORKS]: 'own,default/everyone,shared/common' } });
+    const timings = await node.waitAllRunning(names, 90_000, 'team-a');
+    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('; '));
+    assert.equal(daemon.leases('own').length, 1);
+    assert.equal(daemon.leases('everyone').length, 1);
+    assert.equal(daemon.leases('common').length, 1);
+    await node.deleteAllPods(120_000);
+    assert.deepEqual([...daemon.leases('own'), ...daemon.leases('everyone'), ...daemon.leases('common')], []);
+  });
+});

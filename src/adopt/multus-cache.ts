@@ -3,9 +3,10 @@
  * list of the sandbox's delegates in attach order, each with the exact config bytes it ran with (`Bytes`, base64, as
  * Go encodes a byte slice) and what the pod asked of it. Multus's own DEL reads it back; so does Plexus's adoption.
  */
-import { closeSync, fstatSync, openSync, readdirSync, readSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { readBoundedFileSync } from '../common/bounded-file';
 
 /** A cache this large is not Multus's (a pod's delegates are a few kilobytes). */
 const MAX_CACHE_BYTES = 4 << 20;
@@ -48,11 +49,11 @@ const isFileName = (id: string): boolean => id !== '' && id !== '.' && id !== '.
 export function readMultusCache(cacheDir: string, containerId: string, ifname: string): CacheRead {
   if (!isFileName(containerId)) return { kind: 'absent' };
   const path = join(cacheDir, containerId);
-  const text = readRegularFile(path);
-  if (text.kind !== 'text') return text.kind === 'absent' ? text : { kind: 'broken', path, reason: text.reason };
+  const read = readBoundedFileSync(path, { maxBytes: MAX_CACHE_BYTES });
+  if (!read.ok) return read.error.kind === 'missing' ? { kind: 'absent' } : { kind: 'broken', path, reason: read.error.reason };
   let json: unknown;
   try {
-    json = JSON.parse(text.text);
+    json = JSON.parse(read.value.toString('utf8'));
   } catch (e) {
     return { kind: 'broken', path, reason: `not JSON (${(e as Error).message})` };
   }
@@ -96,32 +97,5 @@ function decodeConfig(base64: string): { text: string; name: string; isList: boo
     return { text, name: typeof conf.name === 'string' ? conf.name : '', isList: Array.isArray(conf.plugins) };
   } catch {
     return undefined;
-  }
-}
-
-type FileText = { kind: 'text'; text: string } | { kind: 'absent' } | { kind: 'unusable'; reason: string };
-
-function readRegularFile(path: string): FileText {
-  let fd: number;
-  try {
-    fd = openSync(path, 'r');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    return code === 'ENOENT' || code === 'ENOTDIR' ? { kind: 'absent' } : { kind: 'unusable', reason: (e as Error).message };
-  }
-  try {
-    const st = fstatSync(fd);
-    if (!st.isFile()) return { kind: 'unusable', reason: 'not a regular file' };
-    if (st.size > MAX_CACHE_BYTES) return { kind: 'unusable', reason: `${st.size} bytes, more than a Multus cache may be` };
-    const buf = Buffer.alloc(st.size);
-    let off = 0;
-    while (off < buf.length) {
-      const n = readSync(fd, buf, off, buf.length - off, off);
-      if (n === 0) break;
-      off += n;
-    }
-    return { kind: 'text', text: buf.subarray(0, off).toString('utf8') };
-  } finally {
-    closeSync(fd);
   }
 }

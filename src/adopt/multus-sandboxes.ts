@@ -5,10 +5,11 @@
  * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
  * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
  */
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { CniError, err, ok, type Result } from '../cni/errors';
+import { readBoundedFileSync } from '../common/bounded-file';
 import { compareVersions } from '../cni/version';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
@@ -35,6 +36,9 @@ interface LibcniCache {
 }
 
 type Json = Record<string, unknown>;
+
+/** libcni's cache of one network's ADD: its config and result, a few kilobytes. */
+const LIBCNI_CACHE_MAX_BYTES = 4 << 20;
 
 export class MultusSandboxes implements ForeignSandboxes {
   constructor(private readonly o: MultusSandboxesOptions) {}
@@ -130,8 +134,10 @@ export class MultusSandboxes implements ForeignSandboxes {
   }
 
   private libcniCache(network: string, containerId: string, ifname: string): LibcniCache {
+    const file = readBoundedFileSync(this.libcniCachePath(network, containerId, ifname), { maxBytes: LIBCNI_CACHE_MAX_BYTES });
+    if (!file.ok) return {}; // libcni goes on without a cached result too
     try {
-      const raw = JSON.parse(readFileSync(this.libcniCachePath(network, containerId, ifname), 'utf8')) as Json;
+      const raw = JSON.parse(file.value.toString('utf8')) as Json;
       return {
         ...(isRecord(raw.result) ? { result: raw.result } : {}),
         ...(Array.isArray(raw.cniArgs) ? { cniArgs: raw.cniArgs as [string, string][] } : {}),
@@ -139,7 +145,7 @@ export class MultusSandboxes implements ForeignSandboxes {
         ...(typeof raw.netns === 'string' ? { netns: raw.netns } : {}),
       };
     } catch {
-      return {}; // libcni goes on without a cached result too
+      return {}; // not JSON: as absent
     }
   }
 }

@@ -2,8 +2,9 @@
  * Reading the CNI config files of a node for the installer: regular files only (a FIFO would hang it), at most
  * 1 MiB each (a config is a few hundred bytes), in libcni's order.
  */
-import { closeSync, fstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { readBoundedFileSync } from '../common/bounded-file';
 import { err, type Result } from '../common/result';
 
 /** An install step that cannot go on, said so that the node's operator knows what to do. */
@@ -26,28 +27,9 @@ export interface ConfFileReader {
 }
 
 export function readConfFile(path: string): ConfFile {
-  let fd: number;
-  try {
-    fd = openSync(path, 'r');
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    return code === 'ENOENT' ? { kind: 'absent' } : { kind: 'problem', message: `cannot be read: ${(e as Error).message}` };
-  }
-  try {
-    const st = fstatSync(fd);
-    if (!st.isFile()) return { kind: 'problem', message: 'is not a regular file' };
-    if (st.size > MAX_CONF_BYTES) return { kind: 'problem', message: `is ${st.size} bytes, more than a CNI config may be (${MAX_CONF_BYTES})` };
-    const buf = Buffer.alloc(st.size);
-    let off = 0;
-    while (off < buf.length) {
-      const n = readSync(fd, buf, off, buf.length - off, off);
-      if (n === 0) break;
-      off += n;
-    }
-    return { kind: 'file', text: buf.subarray(0, off).toString('utf8') };
-  } finally {
-    closeSync(fd);
-  }
+  const read = readBoundedFileSync(path, { maxBytes: MAX_CONF_BYTES, followSymlinks: true });
+  if (read.ok) return { kind: 'file', text: read.value.toString('utf8') };
+  return read.error.kind === 'missing' ? { kind: 'absent' } : { kind: 'problem', message: read.error.reason };
 }
 
 /**

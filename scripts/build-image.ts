@@ -33,7 +33,7 @@ export const IMAGE_CONFIG = {
   Entrypoint: ['/usr/local/bin/plexusd'],
   Cmd: [] as string[],
   WorkingDir: '/',
-  Labels: { 'org.opencontainers.image.title': 'plexus', 'org.opencontainers.image.version': PKG.version },
+  Labels: { 'org.opencontainers.image.title': 'plexus', 'org.opencontainers.image.version': process.env.PLEXUS_IMAGE_VERSION ?? PKG.version },
 };
 
 const run = (cmd: string, args: readonly string[]): string => execFileSync(cmd, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
@@ -214,7 +214,9 @@ function main(): number {
   for (const f of ['dist/src/node/main.js', 'dist/src/install/main.js', 'bin/plexus-cni']) {
     if (!existsSync(join(ROOT, f)) || lstatSync(join(ROOT, f)).size === 0) throw new Error(`${f} is missing: run npm run build first`);
   }
-  const image = buildImage(values.name ?? `local.test/plexus:${PKG.version}`, resolve(values.out ?? join(ROOT, 'dist/image')));
+  // PLEXUS_IMAGE_VERSION: another version of the same build (the upgrade test rolls from one to the other).
+  const version = process.env.PLEXUS_IMAGE_VERSION ?? PKG.version;
+  const image = buildImage(values.name ?? `local.test/plexus:${version}`, resolve(values.out ?? join(ROOT, 'dist/image')));
   const mib = (n: number): string => `${(n / 1048576).toFixed(1)} MiB`;
   process.stdout.write(`image ${image.name}: archive ${mib(image.archiveBytes)} (gzip layers), ${mib(image.uncompressedBytes)} unpacked\n${image.archive}\n`);
   return 0;

@@ -46,7 +46,10 @@ const PATHS: Record<string, string> = {};
 /** The REST collection of an object of deploy/. */
 function collection(o: Obj): string {
   const [group, version] = o.apiVersion.includes('/') ? o.apiVersion.split('/') : ['', o.apiVersion];
-  const plural = { ServiceAccount: 'serviceaccounts', ConfigMap: 'configmaps', DaemonSet: 'daemonsets', ClusterRole: 'clusterroles', ClusterRoleBinding: 'clusterrolebindings' }[o.kind];
+  const plural = {
+    ServiceAccount: 'serviceaccounts', ConfigMap: 'configmaps', DaemonSet: 'daemonsets', ClusterRole: 'clusterroles',
+    ClusterRoleBinding: 'clusterrolebindings', Role: 'roles', RoleBinding: 'rolebindings',
+  }[o.kind];
   if (!plural) throw new Error(`no collection for ${o.kind}`);
   const base = group ? `/apis/${group}/${version}` : `/api/${version}`;
   return o.metadata.namespace ? `${base}/namespaces/${o.metadata.namespace}/${plural}` : `${base}/${plural}`;
@@ -70,6 +73,8 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
   const work = mkdtempSync(join(tmpdir(), `plexus-ds-${prefix}-`));
   const binDir = join(work, 'cni-bin');
   let imageArchive = '';
+  /** The image the DaemonSet is upgraded to under churn: the same build under another version and tag. */
+  const NEXT_IMAGE = 'local.test/plexus:0.1.1-upgrade';
   let readyMs = 0;
   let dsPodBefore = '';
 
@@ -83,6 +88,13 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     const r = await call('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dplexus');
     const items = (r.body as { items?: { metadata: { name: string; deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string }[] } }[] }).items ?? [];
     return items.map((p) => ({ name: p.metadata.name, deleting: !!p.metadata.deletionTimestamp, ready: (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True') }));
+  };
+  /** The images the DaemonSet's pod runs, as the kubelet reports them: its installer's, then plexusd's. */
+  const dsImages = async (): Promise<string[]> => {
+    const r = await call('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dplexus');
+    type Status = { image: string };
+    const pod = (r.body as { items?: { metadata: { deletionTimestamp?: string }; status?: { initContainerStatuses?: Status[]; containerStatuses?: Status[] } }[] }).items?.find((p) => !p.metadata.deletionTimestamp);
+    return [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])].map((c) => c.image);
   };
   /** Waits until the DaemonSet's current generation runs Ready on the node, with no old pod left. */
   const waitRolledOut = async (timeoutMs: number): Promise<void> => {
@@ -150,6 +162,11 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
 
     const imported = node.ctr(['images', 'import', imageArchive]);
     assert.equal(imported.status, 0, imported.out);
+    const nextArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', join(work, 'next')], {
+      encoding: 'utf8', env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1', PLEXUS_IMAGE_VERSION: '0.1.1-upgrade' }, maxBuffer: 16 << 20,
+    }).trim().split('\n').at(-1)!;
+    const importedNext = node.ctr(['images', 'import', nextArchive]);
+    assert.equal(importedNext.status, 0, importedNext.out);
 
     // Sandboxes' netns are bind mounts containerd makes under its state dir; a shared mount there is what lets them
     // reach plexusd's container (HostToContainer), as / is shared on a systemd host.
@@ -240,11 +257,13 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     assert.match(status[1]!.ips[0]!, /^10\.232\.0\./);
   });
 
-  it('rolls the DaemonSet while pods are created: no sandbox fails, and the pods made before are adopted', async () => {
+  it('upgrades the DaemonSet to another image version while pods are created: no sandbox fails, and the pods made before are adopted', async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
-    const restartedAt = new Date().toISOString();
+    const imageBefore = await dsImages();
+    assert.ok(imageBefore.every((i) => i !== NEXT_IMAGE), `runs the first version: ${imageBefore.join(', ')}`);
     const patched = await call('PATCH', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus',
-      { spec: { template: { metadata: { annotations: { 'kubectl.kubernetes.io/restartedAt': restartedAt } } } } }, 'application/strategic-merge-patch+json');
+      { spec: { template: { spec: { initContainers: [{ name: 'install', image: NEXT_IMAGE }], containers: [{ name: 'plexusd', image: NEXT_IMAGE }] } } } },
+      'application/strategic-merge-patch+json');
     assert.equal(patched.status, 200, JSON.stringify(patched.body).slice(0, 300));
     // Churn: pods created in waves while the old plexusd drains and the new one starts.
     const waves: string[] = [];
@@ -255,6 +274,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     await waitRolledOut(180000);
     const after = (await dsPods())[0]!.name;
     assert.notEqual(after, dsPodBefore, 'a new plexusd pod');
+    assert.deepEqual(await dsImages(), [NEXT_IMAGE, NEXT_IMAGE], 'the new pod runs the new version, installer and daemon');
     const timings = await node.waitAllRunning(waves, 180000);
     process.stdout.write(`# rollout under churn: ${waves.length} pods Running, p50 ${Math.round(timings.p50Ms)} ms, p95 ${Math.round(timings.p95Ms)} ms, sandbox failures ${timings.sandboxFailures}\n`);
     assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));

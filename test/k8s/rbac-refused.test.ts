@@ -89,6 +89,16 @@ class RefusedDaemon {
       subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
     });
     assert.equal(binding.status, 201, JSON.stringify(binding.body));
+    // deploy/10-rbac.yaml's Role (its node's Lease in kube-system), granted whole.
+    const leaseRole = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string }).find((d) => d.kind === 'Role');
+    const roleMade = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles', leaseRole);
+    assert.ok(roleMade.status === 201 || roleMade.status === 409, JSON.stringify(roleMade.body));
+    const roleBinding = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings', {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: user, namespace: 'kube-system' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+    });
+    assert.equal(roleBinding.status, 201, JSON.stringify(roleBinding.body));
     const port = await freePort();
     const node = `${prefix}-${verb}-${resource}`;
     const flags = ['--kubeconfig', api.userKubeconfig(user), '--node-name', node, '--metrics-address', `127.0.0.1:${port}`, ...extra];

@@ -755,13 +755,15 @@ export class AttachmentEngine {
    */
   private async gcDriverState(): Promise<string[]> {
     const records = await this.journal.list();
+    // Read once per GC: listing them reads Multus's cache files.
+    const adopted = this.adopted();
     const failures: string[] = [];
     for (const network of this.networks.list().networks) {
       const driver = this.drivers.for(network, delegationForced(network));
       if (!driver.gc) continue;
       const live = records.flatMap((r) => (r.details?.attachments ?? []).filter((a) => a.network === network.key && a.driver === driver.type).map((a) => ({ containerId: r.meta.containerId, ifname: a.ifname })));
       // Sandboxes Multus made still hold what their plugins gave them on this network.
-      for (const s of this.adopted()) for (const n of s.networks) if (n.name === network.cniName) live.push({ containerId: s.containerId, ifname: n.ifname });
+      for (const s of adopted) for (const n of s.networks) if (n.name === network.cniName) live.push({ containerId: s.containerId, ifname: n.ifname });
       const r = await driver.gc(network, live, this.options.cniBinDir);
       if (!r.ok) failures.push(r.error.message);
     }

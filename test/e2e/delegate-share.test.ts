@@ -7,8 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
+import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
 
@@ -46,14 +45,7 @@ after(async () => {
   fx.cleanup();
 });
 
-let n = 0;
-function newPod(): { cid: string; name: string; netns: string } {
-  const i = ++n;
-  const ns = fx.create(`p${i}`);
-  const cid = `${prefix}c${i}`;
-  fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
-  return { cid, name: `pod${i}`, netns: ns.path };
-}
+const newPod = podMaker(fx, prefix, ['eth0']);
 const add = (pod: ReturnType<typeof newPod>, annotation?: string) => {
   const annotations = annotation ? { 'k8s.v1.cni.cncf.io/networks': annotation } : {};
   const config = daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': annotations } }, '1.0.0');

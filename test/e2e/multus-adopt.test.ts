@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
+import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { multusBinary, multusMissing } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
@@ -56,12 +56,7 @@ after(async () => {
   fx.cleanup();
 });
 
-let n = 0;
-function newPod(): { cid: string; name: string; netns: string; ns: string } {
-  const i = ++n;
-  const ns = fx.create(`p${i}`);
-  return { cid: `${prefix}c${i}`, name: `pod${i}`, netns: ns.path, ns: ns.name };
-}
+const newPod = podMaker(fx, prefix, []);
 type Pod = ReturnType<typeof newPod>;
 
 /** Multus's ADD, exec'd as containerd would exec it. */

@@ -7,9 +7,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { hostVethName } from '../../src/drivers/bridge';
 import { MOVED_ASIDE_SUFFIX } from '../../src/install/multus-takeover';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import { DaemonFixture, podArgs, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
@@ -43,14 +42,8 @@ after(async () => {
   fx.cleanup();
 });
 
-let n = 0;
-function newPod(namespace: string): { cid: string; name: string; netns: string; ns: string; namespace: string } {
-  const i = ++n;
-  const ns = fx.create(`p${i}`);
-  const cid = `${prefix}c${i}`;
-  for (const ifname of ['eth0', 'net1']) fx.trackHostLink(hostVethName(cid, 'eth0', ifname));
-  return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name, namespace };
-}
+const makePod = podMaker(fx, prefix, ['eth0', 'net1']);
+const newPod = (namespace: string) => ({ ...makePod(), namespace });
 type Pod = ReturnType<typeof newPod>;
 const call = (command: 'ADD' | 'DEL', pod: Pod) =>
   daemon.cni({ command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid, pod.namespace), config: daemon.runtimeConfig({}, '1.0.0') });

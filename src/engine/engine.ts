@@ -35,7 +35,8 @@ import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
 export type { EngineOptions, SweepReport, SweptAttachment } from './context';
 
 const hostNetnsUnknown = (why: string): string =>
-  `cannot identify the host's network namespace (${why}): a CNI_NETNS naming it is refused only if it is also plexusd's own`;
+  `cannot identify the host's network namespace (${why}): ` +
+  "a CNI_NETNS naming it is refused only if it is also plexusd's own";
 
 /** Why a CNI_NETNS is not a pod's: the options' check, or a NetnsGuard (which logs when it cannot tell the host's). */
 function netnsCheck(options: EngineOptions, log: Logger): (path: string) => CniError | undefined {
@@ -76,7 +77,8 @@ export class AttachmentEngine {
     };
     const podNetnsProblem = netnsCheck(options, log);
     const locks = new KeyedMutex();
-    this.ctx = { kernel, ipam, networks, drivers, options, log, locks, tx, quota, recentlyRemoved, podNetnsProblem, report };
+    const ports = { kernel, ipam, networks, drivers, options, log };
+    this.ctx = { ...ports, locks, tx, quota, recentlyRemoved, podNetnsProblem, report };
   }
 
   /** Every attachment the journal holds, as recorded (for the API). */

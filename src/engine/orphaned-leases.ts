@@ -10,7 +10,11 @@ import type { Journal } from './journal';
 type OrphanPorts = Pick<EngineContext, 'ipam' | 'locks' | 'log'> & { readonly journal: Journal };
 
 /** Releases one container's orphans that are still orphans under its lock; answers those released. */
-async function releaseContainerOrphans(ctx: OrphanPorts, containerId: string, leases: readonly Lease[]): Promise<Lease[]> {
+async function releaseContainerOrphans(
+  ctx: OrphanPorts,
+  containerId: string,
+  leases: readonly Lease[],
+): Promise<Lease[]> {
   const released: Lease[] = [];
   await ctx.locks.run(containerId, async () => {
     const current = await ctx.journal.leaseHolders(containerId);
@@ -34,7 +38,9 @@ export async function releaseOrphanedLeases(ctx: OrphanPorts, dryRun = false): P
   if (dryRun || orphans.length === 0) return orphans;
   const released: Lease[] = [];
   const byContainer = new Map<string, Lease[]>();
-  for (const lease of orphans) byContainer.set(lease.containerId, [...(byContainer.get(lease.containerId) ?? []), lease]);
+  for (const lease of orphans) {
+    byContainer.set(lease.containerId, [...(byContainer.get(lease.containerId) ?? []), lease]);
+  }
   for (const [containerId, leases] of byContainer) {
     if (containerId === '') {
       // A lease file without an owner (torn by a crash mid-write) blocks its address for nobody.

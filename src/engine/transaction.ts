@@ -17,7 +17,7 @@ export type UndoOne = (step: UndoStep) => Promise<Result<void>>;
 export interface TransactionPorts {
   readonly journal: Journal;
   readonly undo: UndoOne;
-  /** Told of every record that was undone whole and removed (the node's attachment quota, the recently-removed cache). */
+  /** Told of every record undone whole and removed (the node's attachment quota, the recently-removed cache). */
   readonly removed?: (record: AttachmentRecord) => void;
 }
 
@@ -31,7 +31,7 @@ export interface AttachmentsUndone {
 const undoFailed = (failures: readonly string[], what: string): CniError =>
   new CniError(CniCode.Internal, `could not undo ${failures.length} step(s) of ${what}: ${failures.join('; ')}`);
 
-/** Runs undo steps in the stages of undoStages (reverse order), continuing past failures, which are reported together. */
+/** Runs undo steps in the stages of undoStages (reverse order), continuing past failures, reported together. */
 export async function runUndoSteps(undo: UndoOne, steps: readonly UndoStep[], what: string): Promise<Result<void>> {
   const failures: string[] = [];
   for (const stage of undoStages(steps)) {

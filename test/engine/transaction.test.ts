@@ -140,7 +140,8 @@ test('a failing undo step is reported by name, the others still run, and the rec
       const r = await tx.rollback();
       assert.ok(!r.ok);
       assert.equal(r.error.code, CniCode.Internal);
-      assert.match(r.error.message, /could not undo 1 step\(s\) of tx0001\/eth0: delete route 10\.2\.0\.0\/16: kernel said no/);
+      const named = /could not undo 1 step\(s\) of tx0001\/eth0: delete route 10\.2\.0\.0\/16: kernel said no/;
+      assert.match(r.error.message, named);
       assert.equal(undone.length, 2, 'undo continues past a failure');
       const record = await journal.load('tx0001', 'eth0');
       assert.equal(record?.deleting, true, 'the record stays, marked deleting, so recovery or DEL finishes it');

@@ -73,7 +73,11 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   return added;
 }
 
-async function addLocked(ctx: EngineContext, req: AttachRequest, annotations: PodAnnotations): Promise<Result<CniResult>> {
+async function addLocked(
+  ctx: EngineContext,
+  req: AttachRequest,
+  annotations: PodAnnotations,
+): Promise<Result<CniResult>> {
   const existing = await ctx.tx.journal.load(req.containerId, req.ifname);
   if (existing?.unreadable) return err(unreadableRecordError(existing));
   if (existing?.result && !existing.deleting) {

@@ -19,7 +19,7 @@ export interface NetworksChanged {
   readonly removed: readonly AttachmentKey[];
 }
 
-/** A change planned and validated: the steps to add (each under the interface it gets) and the attachments to remove. */
+/** A change planned and validated: the steps to add (each under the interface it gets), the attachments to remove. */
 interface PlannedChange {
   readonly add: readonly { readonly step: AttachmentStep; readonly ifname: string }[];
   readonly remove: readonly AttachmentKey[];
@@ -35,13 +35,15 @@ const unknownAttachment = (containerId: string, ifname: string): CniError =>
 const olderJournal = (): CniError =>
   new CniError(
     CniCode.InvalidNetworkConfig,
-    "the pod's networks cannot change while it runs: it was attached by an older plexusd (journal v0), whose steps name no network",
+    "the pod's networks cannot change while it runs: " +
+      'it was attached by an older plexusd (journal v0), whose steps name no network',
   );
 
 const removalFailed = (failed: readonly AttachmentKey[], error: string): CniError =>
   new CniError(
     CniCode.Internal,
-    `the new networks were added, but removing ${failed.map((f) => `${f.network} as ${f.ifname}`).join(', ')} failed: ${error}`,
+    `the new networks were added, but removing ${failed.map((f) => `${f.network} as ${f.ifname}`).join(', ')} ` +
+      `failed: ${error}`,
     "they stay recorded; the pod's DEL or the next change removes them",
   );
 
@@ -53,7 +55,11 @@ const remaining = (
 ): NetworkAttachment[] => [...before.filter((a) => !gone.some((g) => sameKey(g, a))), ...added];
 
 /** Commits the pod's networks as `final` now are. */
-function commitAttachments(tx: Transaction, record: AttachmentRecord, final: readonly NetworkAttachment[]): Promise<void> {
+function commitAttachments(
+  tx: Transaction,
+  record: AttachmentRecord,
+  final: readonly NetworkAttachment[],
+): Promise<void> {
   const details = { attachments: [...final], networkStatus: networkStatus(final) };
   return tx.commit(mergeResults(final.map((a) => a.result)), record.cniVersion ?? '1.1.0', details);
 }
@@ -76,7 +82,8 @@ export function changeNetworks(
     if (planned.value.add.length === 0 && planned.value.remove.length === 0) return ok({ added: [], removed: [] });
     const full = await ctx.quota.reserve(planned.value.add.length);
     if (full) return err(full);
-    return Transaction.reopened(ctx.tx, containerId, runtimeIfname, (tx) => applyChange(ctx, tx, committed, planned.value));
+    const apply = (tx: Transaction): Promise<Result<NetworksChanged>> => applyChange(ctx, tx, committed, planned.value);
+    return Transaction.reopened(ctx.tx, containerId, runtimeIfname, apply);
   });
 }
 
@@ -119,7 +126,8 @@ async function applyChange(
   await tx.change({ add: addKeys, remove: change.remove });
   const added: NetworkAttachment[] = [];
   for (const { step, ifname } of change.add) {
-    const renamed: AttachmentStep = { ...step, planned: { ...step.planned, ifname }, request: { ...step.request, ifname } };
+    const planned = { ...step.planned, ifname };
+    const renamed: AttachmentStep = { ...step, planned, request: { ...step.request, ifname } };
     const attached = await attachStep(ctx, tx, renamed);
     if (attached.ok) {
       added.push(attached.value);

@@ -59,7 +59,9 @@ function podProblems(result: CniResult, netns: string, pod: Inspected): string[]
       problems.push(`interface ${iface.name} is missing in ${netns}`);
       continue;
     }
-    if (iface.mac && link.mac !== iface.mac) problems.push(`interface ${iface.name} has MAC ${link.mac}, expected ${iface.mac}`);
+    if (iface.mac && link.mac !== iface.mac) {
+      problems.push(`interface ${iface.name} has MAC ${link.mac}, expected ${iface.mac}`);
+    }
     for (const ip of result.ips.filter((x) => x.interface === i)) {
       const held = pod.addrs.some((a) => a.index === link.index && a.address === ip.address);
       if (!held) problems.push(`address ${ip.address} is missing on ${iface.name}`);
@@ -87,7 +89,8 @@ async function verify(ctx: EngineContext, result: CniResult, netns: string): Pro
   if (hostNames.length) {
     const host = await inspect(ctx, undefined);
     if (typeof host === 'string') return err(new CniError(CniCode.Internal, `CHECK: cannot inspect the host: ${host}`));
-    for (const name of hostNames) if (!host.links.some((l) => l.name === name)) problems.push(`host interface ${name} is missing`);
+    const missing = hostNames.filter((name) => !host.links.some((l) => l.name === name));
+    for (const name of missing) problems.push(`host interface ${name} is missing`);
   }
   if (!problems.length) return ok(undefined);
   return err(new CniError(CniCode.Internal, `CHECK failed: ${problems.join('; ')}`, problems.join('\n')));

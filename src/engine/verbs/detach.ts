@@ -28,11 +28,13 @@ function detachable(
     return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the pod has no such attachment`, attached));
   }
   if (target.isDefault) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: the default network cannot be detached from a running pod`));
+    const why = `${label}: the default network cannot be detached from a running pod`;
+    return err(new CniError(CniCode.InvalidNetworkConfig, why));
   }
   if (record.undoOwners.some((o) => o === undefined)) {
     const why = 'the pod was attached by an older plexusd (journal v0), whose steps name no network';
-    return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: ${why}; its networks can only be removed together, by DEL`));
+    const only = 'its networks can only be removed together, by DEL';
+    return err(new CniError(CniCode.InvalidNetworkConfig, `${label}: ${why}; ${only}`));
   }
   return ok(record);
 }

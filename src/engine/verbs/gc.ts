@@ -34,10 +34,11 @@ export async function gc(ctx: EngineContext, req: GcRequest): Promise<Result<voi
     if (r?.kind === 'done' && !r.result.ok) failures.push(r.result.error.message);
   }
   if (!failures.length) return ok(undefined);
-  return err(new CniError(CniCode.Internal, `GC could not remove ${failures.length} attachment(s)`, failures.join('; ')));
+  const what = `GC could not remove ${failures.length} attachment(s)`;
+  return err(new CniError(CniCode.Internal, what, failures.join('; ')));
 }
 
-/** Removes one listed attachment if `stale` still names it under its container's lock (an ADD or DEL that raced in wins). */
+/** Removes a listed attachment if `stale` still names it under its container's lock (an ADD or DEL raced in wins). */
 function sweepOne(ctx: EngineContext, listed: AttachmentRecord, stale: Stale, dryRun: boolean): Promise<Swept> {
   const { containerId, ifname } = listed.meta;
   return ctx.locks.run(containerId, async (): Promise<Swept> => {
@@ -77,7 +78,9 @@ export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): 
     const released = leases.map((l) => `${l.network}/${l.address} (${l.containerId || 'no owner'} ${l.ifname})`);
     ctx.log.info({ released }, 'GC released leases without an attachment');
   }
-  for (const error of await gcDriverState(ctx)) failures.push({ containerId: '', ifname: '', reason: 'driver GC', error });
+  for (const error of await gcDriverState(ctx)) {
+    failures.push({ containerId: '', ifname: '', reason: 'driver GC', error });
+  }
   return { removed, kept, failures, leases, leasesReleased: leases.length, dryRun };
 }
 
@@ -100,7 +103,8 @@ async function gcDriverState(ctx: EngineContext): Promise<string[]> {
     );
     // Sandboxes Multus made still hold what their plugins gave them on this network.
     for (const s of adopted) {
-      for (const n of s.networks) if (n.name === network.cniName) live.push({ containerId: s.containerId, ifname: n.ifname });
+      const held = s.networks.filter((n) => n.name === network.cniName);
+      for (const n of held) live.push({ containerId: s.containerId, ifname: n.ifname });
     }
     const r = await driver.gc(network, live, ctx.options.cniBinDir);
     if (!r.ok) failures.push(r.error.message);

@@ -112,10 +112,10 @@ export class Informer<T extends ApiObject> {
   private async relist(): Promise<Result<void, ApiFailure>> {
     const items: T[] = [];
     let next = '';
-    let version = '';
+    let version: string;
     do {
       const query = new URLSearchParams({ ...this.selector, limit: String(PAGE), ...(next ? { continue: next } : {}) });
-      const page = await this.client.request('GET', `${this.path}?${query}`, this.resource, { serving: true });
+      const page = await this.client.request('GET', `${this.path}?${query.toString()}`, this.resource, { serving: true });
       if (!page.ok) return page;
       const body = page.value as { items?: T[]; metadata?: { resourceVersion?: string; continue?: string } };
       items.push(...(body.items ?? []));
@@ -145,7 +145,7 @@ export class Informer<T extends ApiObject> {
     const timeoutSeconds = 240 + Math.floor(Math.random() * 60);
     const query = new URLSearchParams({ ...this.selector, watch: '1', allowWatchBookmarks: 'true', resourceVersion: this.resourceVersion, timeoutSeconds: String(timeoutSeconds) });
     let failure: ApiFailure | undefined;
-    const r = await this.client.stream(`${this.path}?${query}`, this.resource, (timeoutSeconds + 30) * 1000, (line) => {
+    const r = await this.client.stream(`${this.path}?${query.toString()}`, this.resource, (timeoutSeconds + 30) * 1000, (line) => {
       let event: { type?: string; object?: T & { code?: number; message?: string } };
       try {
         event = JSON.parse(line) as typeof event;

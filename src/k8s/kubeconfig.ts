@@ -94,9 +94,10 @@ function inCluster(env: NodeJS.ProcessEnv): Result<ApiEndpoint> {
     return invalid('(in-cluster)', `cannot read the service account's CA: ${(e as Error).message}`);
   }
   const token = tokenFile(join(SERVICE_ACCOUNT_DIR, 'token'));
-  return ok({ server, source: 'in-cluster', credentials: async () => {
+  return ok({ server, source: 'in-cluster', credentials: () => {
     const t = token();
-    return t.ok ? ok({ tls: { ca, rejectUnauthorized: true }, headers: { Authorization: `Bearer ${t.value}` } }) : t;
+    const auth = t.ok ? ok({ tls: { ca, rejectUnauthorized: true }, headers: { Authorization: `Bearer ${t.value}` } }) : t;
+    return Promise.resolve(auth);
   } });
 }
 
@@ -141,19 +142,19 @@ function fromFile(path: string): Result<ApiEndpoint> {
   };
   const server = new URL(cluster.server);
   if (server.protocol === 'http:' && tls.rejectUnauthorized) return invalid(path, `${cluster.server} is plain HTTP; set insecure-skip-tls-verify to allow that`);
-  let headers: () => Promise<Result<Record<string, string>, string>> = async () => ok({});
+  let headers: () => Promise<Result<Record<string, string>, string>> = () => Promise.resolve(ok({}));
   if (user?.token) {
     const value = user.token;
-    headers = async () => ok({ Authorization: `Bearer ${value}` });
+    headers = () => Promise.resolve(ok({ Authorization: `Bearer ${value}` }));
   } else if (user?.tokenFile) {
     const token = tokenFile(file(user.tokenFile));
-    headers = async () => {
+    headers = () => {
       const t = token();
-      return t.ok ? ok({ Authorization: `Bearer ${t.value}` }) : t;
+      return Promise.resolve(t.ok ? ok({ Authorization: `Bearer ${t.value}` }) : t);
     };
   } else if (user?.username !== undefined) {
     const basic = Buffer.from(`${user.username}:${user.password ?? ''}`).toString('base64');
-    headers = async () => ok({ Authorization: `Basic ${basic}` });
+    headers = () => Promise.resolve(ok({ Authorization: `Basic ${basic}` }));
   }
   if (user?.exec) {
     const exec = execCredential(user.exec, server.toString());

@@ -47,7 +47,7 @@ function differences(wanted: unknown, stored: unknown, path = ''): string[] {
 const nulls = (v: unknown, path = ''): string[] => {
   if (v === null) return [path];
   if (typeof v !== 'object') return [];
-  return Object.entries(v as object).flatMap(([k, x]) => nulls(x, `${path}.${k}`));
+  return Object.entries(v).flatMap(([k, x]) => nulls(x, `${path}.${k}`));
 };
 
 it('has no null field in any manifest of deploy/ (a flow mapping cut by an unquoted comma)', () => {

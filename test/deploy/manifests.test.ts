@@ -60,7 +60,7 @@ describe('deploy/', () => {
       writeFileSync(file, configMap.data['plexusd.yaml']!);
       const loaded = loadDaemonConfig(['--config', file]);
       assert.equal(loaded.kind, 'config', JSON.stringify(loaded));
-      const config = (loaded as Extract<typeof loaded, { kind: 'config' }>).config;
+      const config = (loaded).config;
       const mounted = (path: string): boolean => plexusd.volumeMounts.some((m) => path === m.mountPath || path.startsWith(`${m.mountPath}/`));
       for (const path of [config.socket, config.stateDir, config.cniBinDir, config.cniConfDir, config.installCniConfig!, config.defaultNetwork!]) assert.ok(mounted(path), `${path} is not on a mount`);
       assert.equal(plexusd.command.join(' '), '/usr/local/bin/plexusd --config /etc/plexus/config/plexusd.yaml');

@@ -92,7 +92,7 @@ describe('a run cannot pass by skipping', () => {
     const { status, out } = run({});
     assert.equal(status, 0, out);
     assert.match(out, /^# skipped 0$/m, 'node\'s own summary is intact (it counts tests, not skipped suites)');
-    assert.match(out, /# plexus: skipped 1 suite \(none of its tests ran\):\n#   missing prerequisite: not available: kube-apiserver .*: test\/k8s\/apiserver\.test\.ts/);
+    assert.match(out, /# plexus: skipped 1 suite \(none of its tests ran\):\n# {3}missing prerequisite: not available: kube-apiserver .*: test\/k8s\/apiserver\.test\.ts/);
     assert.match(out, /# plexus: CI \(or PLEXUS_REQUIRE_ALL=1\) fails a run with these skips/);
   });
 });

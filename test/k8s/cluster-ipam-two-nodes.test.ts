@@ -119,7 +119,7 @@ describe('one cluster-IPAM macvlan network across two simulated nodes', { skip }
   /** A node's lease files of a pool: address → the lease's owner line (network, pod UID, namespace/name). */
   const leases = (node: SimulatedNode, pool: string): Map<string, string> => {
     const root = join(node.daemon.stateDir, 'ipam-pools', pool);
-    let files: string[] = [];
+    let files: string[];
     try {
       files = readdirSync(root).filter((f) => !f.startsWith('.') && !f.startsWith('last_reserved'));
     } catch {
@@ -152,12 +152,12 @@ describe('one cluster-IPAM macvlan network across two simulated nodes', { skip }
     for (const pool of Object.values(POOLS)) {
       const ofA = blocksOf(claimed, a, pool);
       const ofB = blocksOf(claimed, b, pool);
-      assert.ok(ofA.length > 0 && ofB.length > 0, `both nodes hold blocks of ${pool}: ${ofA} | ${ofB}`);
+      assert.ok(ofA.length > 0 && ofB.length > 0, `both nodes hold blocks of ${pool}: ${ofA.join(' ')} | ${ofB.join(' ')}`);
       assert.deepEqual(ofA.filter((c) => ofB.includes(c)), [], `no block of ${pool} held by both`);
     }
     for (const node of nodes) {
       // /30 blocks hold at most 4 addresses: 5 pods need a second block of lan; storage's /26 blocks need one.
-      assert.ok(blocksOf(claimed, node, POOLS.lan).length >= 2, `${node.nodeName} lan blocks: ${blocksOf(claimed, node, POOLS.lan)}`);
+      assert.ok(blocksOf(claimed, node, POOLS.lan).length >= 2, `${node.nodeName} lan blocks: ${blocksOf(claimed, node, POOLS.lan).join(' ')}`);
       assert.equal(blocksOf(claimed, node, POOLS.storage).length, 1);
     }
     for (const p of placed) {

@@ -44,7 +44,7 @@ interface Added {
 
 /** Runs `task` over `items`, `limit` at a time. */
 async function pool<T, R>(items: readonly T[], limit: number, task: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
+  const results = new Array<R>(items.length);
   let next = 0;
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
     while (next < items.length) {
@@ -99,7 +99,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     const seen = new Map<string, number>();
     for (const n of nodes) {
       const root = join(n.stateDir, 'ipam-pools');
-      let pools: string[] = [];
+      let pools: string[];
       try {
         pools = readdirSync(root);
       } catch {

@@ -130,7 +130,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const warning = warnings.find((x) => x.reason === 'FailedAttachNetwork');
     assert.equal(warning?.type, 'Warning', JSON.stringify(warnings));
     assert.equal(warning?.count, 2, 'the retry counts on the same event');
-    assert.match(warning!.message, /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/);
+    assert.match(warning.message, /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/);
 
     assert.equal((await api.createNad('default', 'late', bridgeConfig('late', 2))).status, 201);
     let retried = await call(open, 'ADD', p);

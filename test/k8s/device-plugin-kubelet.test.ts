@@ -152,7 +152,7 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     assert.match(env.get('MEMIF_SECRET') ?? '', /^[A-Za-z0-9]{1,23}$/);
     const mount = spec.mounts.find((m) => m.destination === `/run/memif/${device}`);
     assert.equal(mount?.source, join(work, 'memif', device!));
-    assert.ok(statSync(mount!.source).isDirectory());
+    assert.ok(statSync(mount.source).isDirectory());
     assert.deepEqual(readDeviceInfo(join(work, 'devinfo'), MEMIF, device!), { type: 'memif', version: '1.1.0', memif: { role: 'slave', path: `/run/memif/${device}/memif.sock`, mode: 'ethernet' } });
   });
 

@@ -101,7 +101,7 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
     const events = await pods.events('default', 'steady', (e) => e.some((x) => x.type === 'Warning'));
     const warning = events.find((e) => e.type === 'Warning');
     assert.equal(warning?.reason, 'FailedAttachNetwork');
-    assert.match(warning!.message, /changing the networks of the running pod: .*network default\/no-such-network is not defined/);
+    assert.match(warning.message, /changing the networks of the running pod: .*network default\/no-such-network is not defined/);
     assert.deepEqual(podLinks(p.pod.ns), ['eth0', 'net1']);
     assert.deepEqual((await pods.status('default', 'steady')).map((s) => s.interface), ['eth0', 'net1']);
     assert.equal((await call('DEL', p)).code, 0);

@@ -68,7 +68,7 @@ describe('a real node (kubelet + containerd) with the reference bridge network',
       const pod = await node.pod('default', name);
       assert.equal(pod.status?.phase, 'Running');
       assert.match(pod.status?.podIP ?? '', new RegExp(`^${net.replace(/\./g, '\\.')}\\.\\d+$`), `${name}'s IP`);
-      ips.push(pod.status!.podIP!);
+      ips.push(pod.status.podIP!);
       const netns = await node.podNetns('default', name);
       assert.ok(netns.startsWith(root), `${name}'s netns ${netns} is under the node's root`);
     }

@@ -31,7 +31,6 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const MEMIF = 'plexus.io/memif';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 
 /** A value of an ovs-vsctl `get` (strings come quoted). */

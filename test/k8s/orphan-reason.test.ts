@@ -7,7 +7,7 @@ const record = (over: Partial<AttachmentRecord> = {}, pod = { namespace: 'defaul
   ({
     meta: { containerId: 'c1', ifname: 'eth0', netns: '/var/run/netns/x', pod, cniNetwork: 'plexus', networks: [], startedAt: '' },
     undo: [], undoOwners: [], events: [], result: { interfaces: [], ips: [], routes: [] }, deleting: false, ...over,
-  }) as AttachmentRecord;
+  });
 const pods = (uids: Record<string, string>) => ({ cachedPod: (ns: string, name: string) => (uids[`${ns}/${name}`] ? { uid: uids[`${ns}/${name}`]! } : undefined) });
 const gone = (): boolean => false;
 const there = (): boolean => true;

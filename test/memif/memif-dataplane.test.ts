@@ -198,7 +198,7 @@ describe('memif networks on OVS-DPDK', { skip: expectedPrerequisites(missing && 
       await connectsWithin(socketA, 30_000);
     } catch (e) {
       const port = memifPortName(a.cid, 'eth0', 'memif0');
-      throw new Error(`${(e as Error).message.slice(0, 300)}\nports: ${ovs.ports(bridge).join(' ')} (want ${port})\nplexusd: ${daemon.stderr.slice(-3000)}`);
+      throw new Error(`${(e as Error).message.slice(0, 300)}\nports: ${ovs.ports(bridge).join(' ')} (want ${port})\nplexusd: ${daemon.stderr.slice(-3000)}`, { cause: e });
     }
     assert.ok(portHealthy(memifPortName(a.cid, 'eth0', 'memif0')));
   });

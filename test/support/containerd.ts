@@ -4,7 +4,7 @@
  * the PATH; suites pass `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they
  * are absent. Also builds a tiny pause image (a static C program) as an OCI archive, since no registry is reachable.
  */
-import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

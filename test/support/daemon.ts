@@ -2,7 +2,7 @@
  * End-to-end fixtures: a real plexusd process on a private socket and state dir, NAD files, and plexus-cni
  * exec'd exactly as a container runtime execs it. Everything is removed in `stop()`, even after failures.
  */
-import { ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -41,7 +41,7 @@ export function getJson(socketPath: string, path: string): Promise<{ status: num
         try {
           resolvePromise({ status: res.statusCode ?? 0, body: data ? JSON.parse(data) : undefined });
         } catch (e) {
-          reject(e);
+          reject(e instanceof Error ? e : new Error(String(e)));
         }
       });
     });
@@ -115,7 +115,7 @@ export class DaemonFixture {
   /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
   async start(readyTimeoutMs = 15000): Promise<void> {
     const [command, ...before] = [...this.launcher, PLEXUSD];
-    const proc = spawn(command!, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(command, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 
 /** The kinds of line of a record (`t`), in order; a line being written (not yet whole) is left out. */
 export function recordKinds(stateDir: string, file: string): string[] {
-  let text = '';
+  let text: string;
   try {
     text = readFileSync(join(stateDir, 'journal', file), 'utf8');
   } catch {

@@ -5,7 +5,7 @@
  * to prerequisites.ts, which skips them (or fails them in CI) where any part is absent. Everything a fixture starts is
  * stopped by PID, and its directory removed, in stop().
  */
-import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
@@ -113,7 +113,7 @@ export class KubeApiFixture {
 
   /** Audit events (stage ResponseComplete) of requests made by `user`, e.g. "plexus". */
   auditEvents(user: string): { verb: string; resource: string; name?: string; namespace?: string; code: number; userAgent: string }[] {
-    let text = '';
+    let text: string;
     try {
       text = readFileSync(this.auditLog, 'utf8');
     } catch {

@@ -8,7 +8,7 @@
  * changes; the kubelet's fixed ports 10250 and 10248 must be free. Every process is stopped by the PID it was given.
  * (Were the test process killed outright, a path moved aside stays beside the original as `<path>.plexus-aside-<hex>`.)
  */
-import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, rmdirSync, writeFileSync,
@@ -35,7 +35,7 @@ const message = (e: unknown): string => (e instanceof Error ? e.message : String
 function listeningPorts(): Set<number> {
   const ports = new Set<number>();
   for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text = '';
+    let text: string;
     try {
       text = readFileSync(file, 'utf8');
     } catch {
@@ -224,7 +224,7 @@ export class KubeNodeFixture {
       return fx;
     } catch (e) {
       const problems = await fx.stop();
-      throw new Error(`${message(e)}${problems.length ? `\n(clean-up after the failed start: ${problems.join('; ')})` : ''}`);
+      throw new Error(`${message(e)}${problems.length ? `\n(clean-up after the failed start: ${problems.join('; ')})` : ''}`, { cause: e });
     }
   }
 
@@ -495,7 +495,7 @@ export class KubeNodeFixture {
     const now = performance.now();
     let event: { type?: string; object?: { metadata?: { name?: string }; status?: { phase?: string } } };
     try {
-      event = JSON.parse(line);
+      event = JSON.parse(line) as typeof event;
     } catch {
       return;
     }
@@ -829,7 +829,7 @@ class HostPaths {
   restore(): string[] {
     const problems: string[] = [];
     for (const { path, target } of this.linkDirs.splice(0)) {
-      let entries: string[] = [];
+      let entries: string[];
       try {
         entries = readdirSync(path);
       } catch {
@@ -993,8 +993,10 @@ class CriRuntime {
       let status: string | undefined;
       let detail = '';
       const note = (h: Record<string, unknown>): void => {
-        if (h['grpc-status'] !== undefined) status = String(h['grpc-status']);
-        if (h['grpc-message'] !== undefined) detail = decodeURIComponent(String(h['grpc-message']));
+        const code = h['grpc-status'];
+        if (typeof code === 'string' || typeof code === 'number') status = String(code);
+        const text = h['grpc-message'];
+        if (typeof text === 'string') detail = decodeURIComponent(text);
       };
       req.on('response', note);
       req.on('trailers', note);
@@ -1016,7 +1018,7 @@ class CriRuntime {
 
   async listSandboxes(): Promise<Sandbox[]> {
     const reply = decode(await this.call('ListPodSandbox', Buffer.alloc(0)));
-    return (reply.get(1) ?? []).filter(Buffer.isBuffer).map((item) => {
+    return (reply.get(1) ?? []).filter((b) => Buffer.isBuffer(b)).map((item) => {
       const s = decode(item);
       const meta = decode((s.get(2)?.[0] as Buffer | undefined) ?? Buffer.alloc(0));
       // state: SANDBOX_READY = 0 (proto3 leaves it out), SANDBOX_NOTREADY = 1
@@ -1034,7 +1036,7 @@ class CriRuntime {
 
   async netnsPath(id: string): Promise<string> {
     const reply = decode(await this.call('PodSandboxStatus', Buffer.concat([stringField(1, id), varintField(2, 1)])));
-    for (const entry of (reply.get(2) ?? []).filter(Buffer.isBuffer)) {
+    for (const entry of (reply.get(2) ?? []).filter((b) => Buffer.isBuffer(b))) {
       const kv = decode(entry);
       if (str(kv, 1) !== 'info') continue;
       const info = JSON.parse(str(kv, 2)) as { runtimeSpec?: { linux?: { namespaces?: { type: string; path?: string }[] } } };

@@ -4,7 +4,7 @@
  * hugepages reserved on top of what the machine had and given back afterwards, on a hugetlbfs mounted in the test's
  * directory. Everything it starts it stops by PID; everything it makes it removes, even when a test fails.
  */
-import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -3,7 +3,7 @@
  * application. It runs without hugepages (--no-huge: its memory is ordinary, its packet buffers are the memif
  * regions it shares with the switch); the runtime directory DPDK still makes (/var/run/dpdk/<prefix>) goes at stop.
  */
-import { ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { uniquePrefix } from './netns';
 import { stopProcess } from './ovs-dpdk';

@@ -177,7 +177,11 @@ async function main(): Promise<void> {
     rmSync(root, { recursive: true, force: true });
   }
   const keys = [...new Set(parts.flatMap((p) => [...p.keys()]))].filter((k) => k !== 'total');
-  const median = (xs: number[]): number => summarize(xs).median;
+  const median = (xs: readonly number[]): number => {
+    const sorted = [...xs].sort((x, y) => x - y);
+    const mid = Math.floor(sorted.length / 2);
+    return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  };
   const rows: string[][] = [];
   const us = (ms: number): string => fmt(ms * 1000, 0);
   const engineMedian = median(samples.engine);

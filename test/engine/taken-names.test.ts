@@ -25,7 +25,7 @@ describe('taken pod interface names', () => {
     assert.equal(dumpsOf(netns), 0);
   });
 
-  it('eth0 the netns already has is refused by the kernel with code 7 naming it, leaving it, and no veth, lease or record', async () => {
+  it('an eth0 the netns has is refused by the kernel with code 7, and no veth, lease or record is left', async () => {
     const netns = bed.pod('b');
     await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'eth0' } }]);
     const r = await bed.engine.add(cniCall('ADD', 'cb', netns));

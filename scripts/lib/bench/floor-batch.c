@@ -115,7 +115,9 @@ static void veth(int host, const char *name, const char *bridge, int nsfd)
     ifi->ifi_flags = IFF_UP;
     ifi->ifi_change = IFF_UP;
     attr(&m, IFLA_IFNAME, name, strlen(name) + 1);
-    unsigned char mac[6] = {0x02, (unsigned char)rand(), (unsigned char)rand(), (unsigned char)rand(), (unsigned char)rand(), (unsigned char)rand()};
+    unsigned char mac[6] = {0x02};
+    for (int k = 1; k < 6; k++)
+        mac[k] = (unsigned char)rand();
     attr(&m, IFLA_ADDRESS, mac, sizeof mac);
     unsigned master = (unsigned)ifindex(host, bridge);
     attr(&m, IFLA_MASTER, &master, sizeof master);

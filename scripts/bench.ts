@@ -17,8 +17,9 @@ import { fmt, round } from './lib/stats';
 import { type Subject, describeSubject, parseSubjectSpec } from './lib/subject';
 import { Teardown } from './lib/teardown';
 import { type MultiBurstFigures, type MultiVariant, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
-import { type MultiReport, Report, render } from './lib/bench/report';
+import { type MultiReport, type Report, render } from './lib/bench/report';
 import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
+import { type FloorFigures, floorReport, measureFloor } from './lib/bench/floor';
 import { type SoakFigures, measureSoak } from './lib/bench/soak';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated, measureBurst, measureLatency } from './lib/bench/single';
 
@@ -39,6 +40,7 @@ interface Options {
   readonly multi: boolean;
   readonly multiConcurrency: number;
   readonly soak: number;
+  readonly floorRuns: number;
 }
 
 const USAGE = `usage: node dist/scripts/bench.js [options]
@@ -55,13 +57,14 @@ const USAGE = `usage: node dist/scripts/bench.js [options]
   --no-multi             skip the multi-interface sections (4 and 5)
   --multi-concurrency N  concurrency of the multi-interface burst (default 16)
   --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)
+  --floor-runs N         runs of the floor's rtnetlink batch and exec (section 0, default 100; needs plexus)
   --soak N               ADD/DEL cycles of 2-network pods for plexusd's soak, RSS and fds per 1000 (default 3000; 0 skips)`;
 
 const FLAGS = {
   iterations: { type: 'string' }, 'state-parent': { type: 'string' }, burst: { type: 'string' }, 'shim-calls': { type: 'string' },
   concurrency: { type: 'string' }, json: { type: 'string' }, markdown: { type: 'string' }, subject: { type: 'string', multiple: true },
   'no-plexus': { type: 'boolean' }, 'no-reference': { type: 'boolean' }, 'no-multi': { type: 'boolean' }, 'multi-concurrency': { type: 'string' },
-  'state-sync': { type: 'string' }, soak: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+  'state-sync': { type: 'string' }, soak: { type: 'string' }, 'floor-runs': { type: 'string' }, help: { type: 'boolean', short: 'h' },
 } as const;
 
 function parseOptions(argv: readonly string[]): Options {
@@ -69,7 +72,7 @@ function parseOptions(argv: readonly string[]): Options {
   try {
     ({ values } = parseArgs({ args: [...argv], options: FLAGS, strict: true, allowPositionals: false }));
   } catch (e) {
-    throw new Error(`${(e as Error).message}\n${USAGE}`);
+    throw new Error(`${(e as Error).message}\n${USAGE}`, { cause: e });
   }
   if (values.help) {
     console.log(USAGE);
@@ -80,7 +83,7 @@ function parseOptions(argv: readonly string[]): Options {
     if (!Number.isInteger(n) || n < 1) throw new Error(`--${flag} needs a positive integer, got ${v}`);
     return n;
   };
-  const count = (flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency' | 'soak', dflt: number): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
+  const count = (flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency' | 'soak' | 'floor-runs', dflt: number): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
   const stateSync = values['state-sync'];
   if (stateSync !== undefined && stateSync !== 'true' && stateSync !== 'false') throw new Error('--state-sync needs true or false');
   return {
@@ -89,6 +92,7 @@ function parseOptions(argv: readonly string[]): Options {
     shimCalls: count('shim-calls', 50),
     multiConcurrency: count('multi-concurrency', 16),
     soak: values.soak === '0' ? 0 : count('soak', 3000),
+    floorRuns: count('floor-runs', 100),
     concurrency: values.concurrency === undefined ? [1, 4, 16] : values.concurrency.split(',').map((c) => positive('concurrency', c)),
     extra: values.subject ?? [],
     plexus: !values['no-plexus'],
@@ -260,6 +264,11 @@ async function main(): Promise<number> {
       for (const links of hostLinksCreated.values()) for (const l of links) if (present.has(l)) deleteLinkIfPresent(l);
     });
 
+    let floor: FloorFigures | undefined;
+    if (plexus !== undefined) {
+      console.log('\n0. the floor: rtnetlink batch and exec');
+      floor = await measureFloor(teardown, prefix, root, shimBinary(), freeTenNet(150, 199, taken), options.floorRuns);
+    }
     console.log('\n1. ADD/DEL latency');
     const latency = await measureLatency(teardown, prefix, subjects, options.iterations);
     console.log('1c. ADD/DEL latency in churn');
@@ -377,6 +386,7 @@ async function main(): Promise<number> {
       latencyChurn: Object.fromEntries(latencyChurn),
       ratiosChurn: ratiosOf(latencyChurn),
       ...(shim !== undefined ? { shim } : {}),
+      ...(floor !== undefined ? { floor: floorReport(floor, { interleaved: latency.get('plexus')?.add.median, churn: latencyChurn.get('plexus')?.add.median }) } : {}),
       bursts,
       ...(multi !== undefined ? { multi } : {}),
       ...(soak !== undefined ? { soak } : {}),

@@ -58,7 +58,11 @@ export class FakeKernel implements KernelPort {
     return r.ok ? ok(null) : r;
   }
 
-  async batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>> {
+  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>> {
+    return Promise.resolve(this.runBatch(netns, ops));
+  }
+
+  private runBatch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): KernelResult<ResultsOf<Ops>> {
     const results: unknown[] = [];
     for (const [index, op] of ops.entries()) {
       const where = op.at ?? netns ?? HOST;
@@ -100,6 +104,11 @@ export class FakeKernel implements KernelPort {
         const target = op.link.netns ? this.namespaces.get(op.link.netns) : ns;
         if (!target) return 'ENOENT';
         if (target.links.has(op.link.name)) return 'EEXIST';
+        // As in the kernel, a veth is made whole or not at all: a peer name its netns already has fails the create.
+        if (op.link.kind === 'veth') {
+          const peerNs = this.namespaces.get(op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns));
+          if (peerNs?.links.has(op.link.peer.name)) return 'EEXIST';
+        }
         target.links.set(op.link.name, { ...link(op.link.name, op.link.kind, op.link.mac), ...(op.link.group !== undefined ? { group: op.link.group } : {}) });
         if (op.link.kind === 'veth') {
           const peerPath = op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns);

@@ -64,14 +64,14 @@ export interface BurstOptions {
   readonly log: (line: string) => void;
 }
 
-interface Network {
+export interface Network {
   readonly name: string;
   readonly bridge: string;
   /** First three octets of its /24. */
   readonly net: string;
 }
 
-const bridgeConfig = (n: Network, dataDir?: string): Record<string, unknown> => ({
+export const bridgeConfig = (n: Network, dataDir?: string): Record<string, unknown> => ({
   cniVersion: '1.0.0', name: n.name, type: 'bridge', bridge: n.bridge, isGateway: false, ipMasq: false,
   ipam: { type: 'host-local', ranges: [[{ subnet: `${n.net}.0/24` }]], ...(dataDir ? { dataDir } : {}) },
 });
@@ -86,7 +86,7 @@ const kib = (pid: number, field: 'VmHWM' | 'VmRSS'): number | undefined => {
 };
 
 /** plexusd as the brief of this burst runs it: networks from the API, this node's name, the private plugin directory. */
-async function startPlexusd(root: string, socket: string, binDir: string, kubeconfig: string, extra: readonly string[]): Promise<ChildProcess> {
+export async function startPlexusd(root: string, socket: string, binDir: string, kubeconfig: string, extra: readonly string[]): Promise<ChildProcess> {
   const networksDir = join(root, 'networks'); // empty: every network comes from the API
   mkdirSync(networksDir);
   const log = join(root, 'plexusd.log');
@@ -110,7 +110,7 @@ async function startPlexusd(root: string, socket: string, binDir: string, kubeco
   }
 }
 
-async function stopPlexusd(child: ChildProcess): Promise<void> {
+export async function stopPlexusd(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
   child.kill('SIGTERM');

@@ -1,8 +1,9 @@
 /** The report: every figure as data, and its rendering as text or Markdown tables. */
 import { existsSync } from 'node:fs';
 import { TIME_BINARY } from '../cni';
-import { machine } from '../host';
+import type { machine } from '../host';
 import { fmt, markdownTable, table } from '../stats';
+import { type FloorReport, renderFloor } from './floor';
 import { type MultiBurstFigures, type MultiLatency } from './multi';
 import { type ShimFigures } from './shim-cost';
 import { type SoakFigures } from './soak';
@@ -33,6 +34,8 @@ export interface Report {
   readonly latencyChurn: Record<string, LatencyFigures>;
   readonly ratiosChurn: Record<string, { readonly addMedian: number; readonly delMedian: number }>;
   readonly shim?: ShimFigures;
+  /** Section 0: the rtnetlink and exec floor, and plexus's 1-interface ADD over it. */
+  readonly floor?: FloorReport;
   readonly bursts: BurstFigures[];
   readonly multi?: MultiReport;
   readonly soak?: SoakFigures;
@@ -64,6 +67,10 @@ export function render(report: Report, markdown: boolean): string {
   };
   latencyTable(`ADD / DEL latency, 1 interface, ${report.settings.iterations} iterations (ms)`, report.latency, report.ratios);
   latencyTable(`ADD / DEL latency, 1 interface, churn: each ADD right after the same subject's DEL, ${report.settings.iterations} iterations (ms)`, report.latencyChurn, report.ratiosChurn);
+  if (report.floor !== undefined) {
+    head('The floor of a 1-interface ADD on this machine (ms)');
+    out.push(...renderFloor(report.floor, t, markdown));
+  }
   if (report.shim !== undefined) {
     const s = report.shim;
     head(`plexus-cni executable overhead (${report.settings.shimCalls} VERSION calls, ms)`);

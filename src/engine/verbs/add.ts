@@ -10,7 +10,7 @@ import type { AttachRequest, EngineContext, PodAnnotations } from '../context';
 import { applyDefaultRoute } from '../default-route';
 import { unreadableRecordError, type AttachmentRecord, type NetworkAttachment } from '../journal';
 import { assignDevices, planPod, podIdentityOf, type AttachmentStep } from '../plan';
-import { refuseTakenNames } from '../taken-names';
+import { namesCheckedFirst, refuseTakenNames, takenNameOr } from '../taken-names';
 import { Transaction, undoRecord } from '../transaction';
 import { attachStep } from './attach';
 
@@ -108,10 +108,28 @@ async function prepare(
   const steps = withDevices.value;
   const netnsProblem = ctx.podNetnsProblem(req.netns);
   if (netnsProblem) return err(netnsProblem);
-  const free = await refuseTakenNames(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname));
-  if (!free.ok) return free;
+  // Names taken in the netns: checked here only when some driver's create would not refuse them (taken-names.ts).
+  if (namesCheckedFirst(steps.map((s) => s.driver.type))) {
+    const free = await refuseTakenNames(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname));
+    if (!free.ok) return free;
+  }
   const full = await ctx.quota.reserve(steps.length);
   return full ? err(full) : ok(steps);
+}
+
+/**
+ * A failure of an ADD that left taken names to the kernel, once rolled back: the taken-name error if the netns has a
+ * planned name (another's: every link of this ADD is gone), as the check before would have said.
+ */
+async function namedIfTaken(
+  ctx: EngineContext,
+  req: AttachRequest,
+  steps: readonly AttachmentStep[],
+  failure: CniError,
+  undone: Result<void>,
+): Promise<CniError> {
+  if (!undone.ok || namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
+  return takenNameOr(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname), failure);
 }
 
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
@@ -131,7 +149,9 @@ async function attachAll(ctx: EngineContext, req: AttachRequest, steps: Attachme
   });
   try {
     const attached = await attachInTransaction(ctx, tx, req, steps);
-    return attached.ok ? attached : err(afterRollback(ctx, req, attached.error, await tx.rollback()));
+    if (attached.ok) return attached;
+    const undone = await tx.rollback();
+    return err(afterRollback(ctx, req, await namedIfTaken(ctx, req, steps, attached.error, undone), undone));
   } catch (e) {
     await tx.close().catch(() => undefined);
     return err(afterRollback(ctx, req, unexpected(req, e), await tx.rollback()));

@@ -1,0 +1,83 @@
+/**
+ * The rtnetlink floor of a 1-interface bridge ADD, measured in a process that does nothing else (run by floor.ts as
+ * `node dist/scripts/lib/bench/floor-batch.js '<json settings>'`). It sends the very requests plexusd's kernel worker
+ * sends for one bridge attachment (src/drivers/common/bridge-port.ts, pod-interface.ts), through the same
+ * src/kernel code, on the main thread: no worker hop, no journal, no IPAM, no HTTP. Prints one JSON line of samples.
+ *
+ * Per run, timed: a veth with its host end on the bridge (IFLA_MASTER), up, and its peer born in the pod's netns as
+ * eth0 (IFLA_NET_NS_FD); an rtnetlink socket opened in the pod's netns; eth0 up, its address, the default route;
+ * eth0 read back. Untimed: the host veth deleted afterwards, as a DEL would; in churn mode the namespace is made just
+ * before and deleted just after, as section 1c of the bench does.
+ */
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { inNetns, openNetns, rememberHomeNetns } from '../../../src/kernel/netns';
+import { RtnlSocket } from '../../../src/kernel/rtnetlink';
+
+export interface FloorBatchSettings {
+  readonly runs: number;
+  readonly warmup: number;
+  /** Namespaces are named `${prefix}<i>` (i from 0 to warmup + runs - 1). */
+  readonly prefix: string;
+  /** The bridge the host ends are enslaved to (it exists, up). */
+  readonly bridge: string;
+  /** First two octets of the pods' /16 ("10.<n>"); the gateway is .0.1. */
+  readonly net: string;
+  readonly churn: boolean;
+}
+
+function ip(args: readonly string[]): void {
+  const r = spawnSync('ip', args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr.trim()}`);
+}
+
+const randomMac = (): string => {
+  const b = randomBytes(6);
+  b[0] = (b[0]! & 0xfe) | 0x02;
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+};
+
+/** The batch of one bridge attachment, as the kernel worker runs it (worker.ts runBatch). */
+function attach(host: RtnlSocket, s: FloorBatchSettings, netns: string, i: number): void {
+  const hostName = `${s.prefix}v${i}`;
+  host.addLink(
+    { kind: 'veth', name: hostName, mac: randomMac(), up: true, bridge: s.bridge, peer: { name: 'eth0', netns } },
+    openNetns,
+  );
+  const pod = inNetns(netns, () => RtnlSocket.open());
+  try {
+    pod.setLink('eth0', { up: true });
+    pod.addAddress('eth0', `${s.net}.${1 + Math.floor(i / 250)}.${2 + (i % 250)}/16`, { noDad: true });
+    pod.addRoute({ dst: '0.0.0.0/0', dev: 'eth0', gw: `${s.net}.0.1` });
+    pod.getLink('eth0');
+  } finally {
+    pod.close();
+  }
+}
+
+function main(): void {
+  const s = JSON.parse(process.argv[2] ?? '{}') as FloorBatchSettings;
+  rememberHomeNetns();
+  const host = RtnlSocket.open();
+  const samples: number[] = [];
+  const total = s.warmup + s.runs;
+  if (!s.churn) for (let i = 0; i < total; i++) ip(['netns', 'add', `${s.prefix}${i}`]);
+  try {
+    for (let i = 0; i < total; i++) {
+      const name = `${s.prefix}${i}`;
+      if (s.churn) ip(['netns', 'add', name]);
+      const t0 = process.hrtime.bigint();
+      attach(host, s, `/var/run/netns/${name}`, i);
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+      if (i >= s.warmup) samples.push(ms);
+      host.deleteLink(`${s.prefix}v${i}`);
+      if (s.churn) ip(['netns', 'del', name]);
+    }
+  } finally {
+    if (!s.churn) for (let i = 0; i < total; i++) spawnSync('ip', ['netns', 'del', `${s.prefix}${i}`]);
+    host.close();
+  }
+  process.stdout.write(`${JSON.stringify({ samples })}\n`);
+}
+
+main();

@@ -15,16 +15,16 @@ import { join } from 'node:path';
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { contains, formatIp, parseCidr } from '../../common/ip';
 import { KeyedMutex } from '../../common/keyed-mutex';
-import type { KubeApiClient } from '../../k8s/api-client';
-import { Informer } from '../../k8s/informer';
-import { Ipam, type IpamRequest, type IpamResult } from '../allocator';
-import type { IpamBackend } from '../backend';
+import { Ipam } from '../allocator';
+import type { IpamBackend, IpamRequest, IpamResult } from '../backend';
+import { claimNeedsClusterPool } from '../errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from '../codes';
 import type { ClusterIpamConfig, IpamConfig } from '../config';
-import type { Lease } from '../store';
+import type { Lease } from '../lease';
 import { type PoolBlock, type PoolLayout, blockByCidr, blockOf, blocksOf, poolLayout, poolsOverlap, spreadOf, withoutAddresses } from './blocks';
-import { type ClaimedAddress, type ClaimObject, type ClaimRef, IpamClaims, claimKey, claimNeedsClusterPool, claimedInPool, missingClaim, parseClaimKey, statusIpsWith } from './claims';
+import { type ClaimedAddress, type ClaimObject, type ClaimRef, IpamClaims, claimKey, claimedInPool, missingClaim, parseClaimKey, statusIpsWith } from './claims';
 import { type BlockObject, type ClaimEntry, BLOCKS_PATH, IPAM_GROUP_VERSION, type PoolObject, PoolObjects, type PoolSpec, apiError } from './objects';
+import type { ClusterApi, WatchedObjects } from './api-port';
 import type { NodeLiveness } from './node-liveness';
 import { blockLost, notServing, overlapsOlder } from './refusals';
 
@@ -77,7 +77,7 @@ const canonical = (value: unknown): string =>
 const specOf = (config: ClusterIpamConfig): PoolSpec => ({ ranges: config.ranges, exclude: config.exclude, blockPrefix: config.blockPrefix });
 
 export class ClusterIpam implements IpamBackend {
-  private readonly blocks: Informer<BlockObject>;
+  private readonly blocks: WatchedObjects<BlockObject>;
   private readonly objects: PoolObjects;
   private readonly claims: IpamClaims;
   /** Blocks as this node last wrote them (PUT), until the watch brings that version or a newer one. */
@@ -104,13 +104,13 @@ export class ClusterIpam implements IpamBackend {
   private constructor(
     private readonly local: Ipam,
     private readonly pooled: Ipam,
-    private readonly client: KubeApiClient,
+    private readonly client: ClusterApi,
     private readonly options: ClusterIpamOptions,
     private readonly log: Logger,
   ) {
     this.objects = new PoolObjects(client);
     this.claims = new IpamClaims(client);
-    this.blocks = new Informer<BlockObject>(client, BLOCKS_PATH, 'ipblocks', {}, (b) => b, {
+    this.blocks = client.watch<BlockObject>(BLOCKS_PATH, 'ipblocks', {
       error: (message) => log.warn({ err: message }, 'watching IPBlocks failed; retrying'),
       upsert: (block) => {
         const name = block.metadata?.name ?? '';
@@ -132,7 +132,7 @@ export class ClusterIpam implements IpamBackend {
   }
 
   /** `local`: the node's host-local store; pooled leases live in `<stateDir>/ipam-pools/<pool>/`. */
-  static async open(local: Ipam, stateDir: string, sync: boolean, client: KubeApiClient, options: ClusterIpamOptions, log: Logger): Promise<ClusterIpam> {
+  static async open(local: Ipam, stateDir: string, sync: boolean, client: ClusterApi, options: ClusterIpamOptions, log: Logger): Promise<ClusterIpam> {
     const ipam = new ClusterIpam(local, await Ipam.open(join(stateDir, 'ipam-pools'), { sync }), client, options, log.child({ component: 'cluster-ipam' }));
     // Before recovery runs: it releases the leases of ADDs a crash cut short, by network, from the journal.
     for (const lease of await ipam.pooled.leases()) ipam.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);

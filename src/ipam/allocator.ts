@@ -6,7 +6,8 @@
 import type { IpamBackend, IpamRequest, IpamResult } from './backend';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
-import { type CompiledRange, type DnsSpec, type IpamConfig, compileRanges, describeRange, isAllocatable } from './config';
+import type { DnsSpec, IpamConfig } from './config';
+import { type CompiledRange, compileRanges, describeRange, isAllocatable } from './ranges';
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
 import { claimNeedsClusterPool, clusterNeedsApi } from './errors';

@@ -1,5 +1,6 @@
 /** Built-in IPAM: host-local and static config schemas, with a durable per-network lease store. */
-export { parseIpamConfig, type DnsSpec, type IpamConfig, type IpRange, type RouteSpec } from './config';
+export type { DnsSpec, IpamConfig, IpRange, RouteSpec } from './config';
+export { parseIpamConfig } from './parse-config';
 export { Ipam } from './allocator';
 export type { IpamBackend, IpamRequest, IpamResult } from './backend';
 export { type Lease, isSafeNetworkName } from './lease';

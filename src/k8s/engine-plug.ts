@@ -18,7 +18,9 @@ export class EnginePlug implements ApiEngine {
   }
 
   private get plugged(): ApiEngine {
-    if (this.engine === undefined) throw new Error('the API connection was used before the engine was plugged in (src/node/main.ts)');
+    if (this.engine === undefined) {
+      throw new Error('the API connection was used before the engine was plugged in (src/node/main.ts)');
+    }
     return this.engine;
   }
 

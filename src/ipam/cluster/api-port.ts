@@ -45,9 +45,18 @@ export interface WatchedObjects<T> {
 
 export interface ClusterApi {
   /** Sends one request; a non-2xx answer is a failure carrying the status and the server's message. */
-  request(method: string, path: string, resource: string, options?: ApiRequestOptions): Promise<Result<unknown, ApiFailure>>;
+  request(
+    method: string,
+    path: string,
+    resource: string,
+    options?: ApiRequestOptions,
+  ): Promise<Result<unknown, ApiFailure>>;
   /** A cache of the collection at `path` (`resource` names it in request counts). */
-  watch<T extends { readonly metadata?: ObjectMeta }>(path: string, resource: string, handlers: WatchHandlers<T>): WatchedObjects<T>;
+  watch<T extends { readonly metadata?: ObjectMeta }>(
+    path: string,
+    resource: string,
+    handlers: WatchHandlers<T>,
+  ): WatchedObjects<T>;
 }
 
 /** Percent-encodes one path segment (names are DNS labels, but a malformed CNI_ARGS value must not change the path). */

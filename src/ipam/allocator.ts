@@ -3,40 +3,16 @@
  * one address per range set, round-robin after the last reserved address, never the
  * gateway, network or broadcast address; idempotent for the same owner; all or nothing.
  */
-import type { IpamBackend } from './backend';
+import type { IpamBackend, IpamRequest, IpamResult } from './backend';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
-import { type CompiledRange, type DnsSpec, type IpamConfig, type RouteSpec, compileRanges, describeRange, isAllocatable } from './config';
+import type { DnsSpec, IpamConfig } from './config';
+import { type CompiledRange, compileRanges, describeRange, isAllocatable } from './ranges';
 import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
-import { claimNeedsClusterPool } from './cluster/claims';
-import { type Lease, type LeaseOwner, LeaseStore, type LeaseStoreOptions, type StoredLease, isSafeNetworkName } from './store';
-
-export interface IpamRequest {
-  /** Network name; leases are per network. */
-  readonly network: string;
-  readonly containerId: string;
-  /** The lease's interface: with the container, the owner a release must name exactly (lease-key.ts). */
-  readonly ifname: string;
-  readonly config: IpamConfig;
-  /** "ip" or "ip/prefix", from CNI_ARGS IP= or runtimeConfig ips. */
-  readonly requestedIps?: readonly string[];
-  /** Recorded with each lease (the pod's UID and name; the attachment's network when the lease is in a shared pool). */
-  readonly owner?: LeaseOwner;
-  /** The pod, when the runtime named it (cluster IPAM records it with the lease). */
-  readonly pod?: { readonly uid?: string; readonly namespace?: string; readonly name?: string };
-  /**
-   * The IPAMClaim (in the pod's namespace) that owns the addresses instead of the pod: the selection's
-   * ipam-claim-reference. Only cluster IPAM honours it (cluster/claims.ts).
-   */
-  readonly claim?: string;
-}
-
-export interface IpamResult {
-  readonly ips: readonly { readonly address: string; readonly gateway?: string }[];
-  readonly routes: readonly RouteSpec[];
-  readonly dns?: DnsSpec;
-}
+import { claimNeedsClusterPool, clusterNeedsApi } from './errors';
+import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
+import { LeaseStore, type LeaseStoreOptions } from './store';
 
 type HostLocal = Extract<IpamConfig, { type: 'host-local' }>;
 type Static = Extract<IpamConfig, { type: 'static' }>;
@@ -85,7 +61,7 @@ export class Ipam implements IpamBackend {
     if (req.claim !== undefined && req.config.type !== 'cluster') return err(claimNeedsClusterPool(req.network, req.config.type));
     if (req.config.type === 'static') return allocateStatic(req.config, req.requestedIps ?? []);
     if (req.config.type === 'cluster') {
-      return err(invalid(`ipam type "${req.config.flavour}" allocates cluster-wide on the Kubernetes API: plexusd needs --kubeconfig (or its service account) for network ${req.network}`));
+      return err(clusterNeedsApi(req.network, req.config.flavour));
     }
     const config = req.config;
     const sets = compileRanges(config);
@@ -124,7 +100,7 @@ export class Ipam implements IpamBackend {
         if (!outcome.ok) return await fail(outcome.error);
         reserved.push(outcome.value);
         ips.push(resultIpOf(outcome.value.lease));
-        await this.store.setHint(req.network, index, outcome.value.ip);
+        this.store.setHint(req.network, index, outcome.value.ip);
       }
     } catch (thrown) {
       return await fail(toCniError(thrown, CniCode.IoFailure, `IPAM for network ${req.network}`));
@@ -211,8 +187,8 @@ export class Ipam implements IpamBackend {
   }
 
   /** Every lease, or those of one network, ordered by network then address. */
-  async leases(network?: string): Promise<readonly Lease[]> {
-    return sortLeases(this.store.all(network));
+  leases(network?: string): Promise<readonly Lease[]> {
+    return Promise.resolve(sortLeases(this.store.all(network)));
   }
 
   /**

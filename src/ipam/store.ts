@@ -10,128 +10,20 @@
  * change; without it, a lease survives any crash of the daemon (the page cache outlives the process)
  * but not a power loss, which on a node also ends every pod that could hold the address.
  */
-import { closeSync, constants as fsConstants, openSync, promises as fs, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, openSync, promises as fs, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { type FileReadProblem, readBoundedFile, readBoundedFileSync } from '../common/bounded-file';
-import type { Result } from '../common/result';
-import { type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
-
-export interface Lease {
-  readonly network: string;
-  /** The leased address with the prefix of its subnet, e.g. 10.1.0.7/24. */
-  readonly address: string;
-  readonly gateway?: string;
-  /** Empty for a lease file with no valid owner (empty or corrupt): it blocks its address until released. */
-  readonly containerId: string;
-  readonly ifname: string;
-  /** Who holds it beyond the container (recorded by cluster IPAM; absent in host-local's files). */
-  readonly owner?: LeaseOwner;
-}
-
-/** The pod behind a lease, and the network it was allocated for when the lease lives in a shared pool. */
-export interface LeaseOwner {
-  readonly network?: string;
-  readonly podUid?: string;
-  /** namespace/name */
-  readonly pod?: string;
-  /** namespace/name of the IPAMClaim that owns the address (it outlives this lease: cluster/claims.ts). */
-  readonly claim?: string;
-}
-
-export interface StoredLease {
-  readonly lease: Lease;
-  readonly ip: Ip;
-}
-
-const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
-
-/** Network names become directory names. */
-export const isSafeNetworkName = (name: string): boolean => NETWORK_NAME.test(name) && name !== '.' && name !== '..';
+import { readBoundedFile } from '../common/bounded-file';
+import { type Ip, formatIp, parseIp } from '../common/ip';
+import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
+import { leaseFileContent, parseLeaseFile } from './lease-file';
+import { LEASE_READ, type LeaseFileIo, claimInline, fsyncDir, inlineIo, isErrno, syncedIo, writeNewSynced } from './lease-file-io';
+import { NetworkLeases, ipKey, ownerKey } from './lease-index';
 
 const HINT_PREFIX = 'last_reserved_ip.';
 /** Longer than any address's text (39 for IPv6), so each write covers the last one; readers trim. */
 const HINT_WIDTH = 48;
 const TEMP_PREFIX = '.lease-';
-/** A lease is four short lines and an owner; anything far bigger is not one. Symlinks are never followed. */
-const LEASE_READ = { maxBytes: 64 * 1024 } as const;
 const HINT_READ = { maxBytes: 256 } as const;
-
-const ipKey = (ip: Ip): bigint => (ip.family === 4 ? ip.value : ip.value | (1n << 128n));
-const ownerKey = (containerId: string, ifname: string): string => `${containerId}\n${ifname}`;
-const isErrno = (thrown: unknown, code: string): boolean => (thrown as NodeJS.ErrnoException | null)?.code === code;
-
-class NetworkLeases {
-  readonly byIp = new Map<bigint, StoredLease>();
-  readonly byOwner = new Map<string, Set<bigint>>();
-  readonly hints = new Map<number, Ip>();
-  dirReady = false;
-
-  add(stored: StoredLease): void {
-    const key = ipKey(stored.ip);
-    this.delete(key);
-    this.byIp.set(key, stored);
-    const owner = ownerKey(stored.lease.containerId, stored.lease.ifname);
-    const keys = this.byOwner.get(owner) ?? new Set<bigint>();
-    keys.add(key);
-    this.byOwner.set(owner, keys);
-  }
-
-  delete(key: bigint): void {
-    const stored = this.byIp.get(key);
-    if (stored === undefined) return;
-    this.byIp.delete(key);
-    const owner = ownerKey(stored.lease.containerId, stored.lease.ifname);
-    const keys = this.byOwner.get(owner);
-    keys?.delete(key);
-    if (keys?.size === 0) this.byOwner.delete(owner);
-  }
-}
-
-function leaseFileContent(lease: Lease): string {
-  const base = `${lease.containerId}\n${lease.ifname}\n${lease.address}\n${lease.gateway ?? ''}\n`;
-  return lease.owner !== undefined ? `${base}${JSON.stringify(lease.owner)}\n` : base;
-}
-
-/** Reads a lease file; the first two lines are host-local's format, the last two are Plexus's additions. */
-function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
-  const [containerId = '', ifname = '', addressText = '', gatewayText = '', ownerText = ''] = content.split(/\r?\n/).map((line) => line.trim());
-  const recorded = parseCidr(addressText);
-  const address =
-    recorded !== undefined && recorded.family === ip.family && recorded.value === ip.value
-      ? formatCidr(ip.family, ip.value, recorded.prefix)
-      : formatCidr(ip.family, ip.value, bitsOf(ip.family));
-  const gateway = parseIp(gatewayText);
-  const owned = containerId !== '' && ifname !== '';
-  return {
-    network,
-    address,
-    ...(gateway !== undefined && gateway.family === ip.family ? { gateway: formatIp(gateway.family, gateway.value) } : {}),
-    containerId: owned ? containerId : '',
-    ifname: owned ? ifname : '',
-    ...(owned && ownerText !== '' ? ownerOf(ownerText) : {}),
-  };
-}
-
-/** The optional fifth line: a JSON LeaseOwner; anything else (a torn write) is ignored, the lease stays owned. */
-function ownerOf(text: string): { owner?: LeaseOwner } {
-  try {
-    const parsed = JSON.parse(text) as Record<string, unknown>;
-    const owner: { network?: string; podUid?: string; pod?: string; claim?: string } = {};
-    for (const key of ['network', 'podUid', 'pod', 'claim'] as const) if (typeof parsed[key] === 'string') owner[key] = parsed[key];
-    return { owner };
-  } catch {
-    return {};
-  }
-}
-
-async function fsyncDir(path: string): Promise<void> {
-  const handle = await fs.open(path, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
 
 function processIsAlive(pid: number): boolean {
   try {
@@ -146,63 +38,6 @@ async function inChunks<T>(items: readonly T[], size: number, task: (item: T) =>
   for (let i = 0; i < items.length; i += size) await Promise.all(items.slice(i, i + size).map(task));
 }
 
-let tempCounter = 0;
-
-/**
- * Without fsync the lease is created in place with O_EXCL: one syscall, and still never two owners. A crash
- * in the middle of the write leaves a short file, which reads as an unknown owner and is released by recovery.
- */
-function claimInline(file: string, lease: Lease): boolean {
-  try {
-    writeFileSync(file, leaseFileContent(lease), { flag: 'wx', mode: 0o600 });
-    return true;
-  } catch (thrown) {
-    if (isErrno(thrown, 'EEXIST')) return false;
-    throw thrown;
-  }
-}
-
-/**
- * The file operations of the store, in two flavours. Synced: async calls with fsync, for stores that must
- * survive a power loss. Inline: without fsync every call is a microsecond syscall, so it runs on the spot
- * instead of paying a thread-pool round trip for each of them on the ADD path.
- */
-interface LeaseFileIo {
-  readText(path: string): Promise<string | undefined>; // undefined when the file does not exist
-  remove(path: string): Promise<void>;
-  syncDir(path: string): Promise<void>;
-}
-
-/** Creates a file that must not exist yet, with its content on disk before it returns. */
-async function writeNewSynced(path: string, content: string): Promise<void> {
-  const handle = await fs.open(path, 'wx', 0o600);
-  try {
-    await handle.writeFile(content);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-/** The text of a lease file, undefined when it is gone; anything else that is not a small regular file throws. */
-function leaseText(read: Result<Buffer, FileReadProblem>): string | undefined {
-  if (read.ok) return read.value.toString('utf8');
-  if (read.error.kind === 'missing') return undefined;
-  throw new Error(`${read.error.path} ${read.error.reason}`);
-}
-
-const syncedIo: LeaseFileIo = {
-  readText: async (path) => leaseText(await readBoundedFile(path, LEASE_READ)),
-  remove: (path) => fs.rm(path, { force: true }),
-  syncDir: fsyncDir,
-};
-
-const inlineIo: LeaseFileIo = {
-  readText: async (path) => leaseText(readBoundedFileSync(path, LEASE_READ)),
-  remove: async (path) => rmSync(path, { force: true }),
-  syncDir: async () => undefined,
-};
-
 export interface LeaseStoreOptions {
   /** fsync each change (default true). */
   readonly sync?: boolean;
@@ -214,6 +49,8 @@ export class LeaseStore {
   private readonly networks = new Map<string, NetworkLeases>();
 
   private readonly io: LeaseFileIo;
+  /** Temporary files this store has made: each gets a name of its own. */
+  private temps = 0;
 
   private constructor(
     readonly dir: string,
@@ -308,7 +145,7 @@ export class LeaseStore {
    * It is overwritten in place, padded to a fixed width, never truncated: on ext4 an O_TRUNC of a file with
    * data forces its writeback (auto_da_alloc), which cost 0.7 ms on every ADD.
    */
-  async setHint(network: string, set: number, ip: Ip): Promise<void> {
+  setHint(network: string, set: number, ip: Ip): void {
     this.of(network).hints.set(set, ip);
     const fd = openSync(join(this.dir, network, `${HINT_PREFIX}${set}`), fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o600);
     try {
@@ -348,7 +185,7 @@ export class LeaseStore {
    * never leaves a half-written lease there. False when the address was taken meanwhile.
    */
   private async claimSynced(path: string, name: string, lease: Lease): Promise<boolean> {
-    const temp = join(path, `${TEMP_PREFIX}${process.pid}-${tempCounter++}`);
+    const temp = join(path, `${TEMP_PREFIX}${process.pid}-${this.temps++}`);
     try {
       await writeNewSynced(temp, leaseFileContent(lease));
       try {

@@ -58,13 +58,13 @@ async function main(): Promise<number> {
   // With an API, NADs and pods come from it (both caches loaded before the daemon says it is ready), and status and
   // events go to it; standalone, NADs come from the directory and pod annotations from the runtime. The client
   // library is loaded only where an API may be configured: a standalone node does not pay for it.
-  const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? await (await import('../k8s/connect')).connectToApi(config, log) : undefined;
+  const api = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST ? (await import('../k8s/connect')).connectToApi(config, log) : undefined;
   // With an API, this node's Lease says it is alive, and cluster IPAM (types plexus and whereabouts) allocates in blocks
   // this node claims, reclaiming others' only when their Lease has expired; host-local stays local.
   const nodeLease = api ? await import('./node-lease') : undefined;
   const leases = api && nodeLease?.nodeLeaseFor(api.client, api.nodeName, config.stateDir, config.nodeLeaseSeconds, log);
   const cluster = api && leases
-    ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.client, {
+    ? await (await import('../ipam/cluster/cluster-ipam')).ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.ipamApi, {
         node: api.nodeName, reconcileMs: config.ipamReconcileSeconds * 1000, nodeGraceMs: config.ipamNodeGraceSeconds * 1000, liveness: leases,
         networks: () => clusterNetworksOf(api.networks),
       }, log)
@@ -118,8 +118,7 @@ async function main(): Promise<number> {
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
-  if (api && config.hotPlug) api.enableHotplug(engine);
-  api?.keepStatus(engine);
+  api?.plugEngine(engine);
   const state = { ready: false };
   const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
   const metrics: DaemonMetrics = new DaemonMetrics({

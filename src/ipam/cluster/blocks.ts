@@ -7,7 +7,8 @@
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { type Cidr, type Family, type Ip, bitsOf, formatCidr, formatIp, parseCidr, parseIp } from '../../common/ip';
-import { type ClusterIpamConfig, type CompiledRange, type IpRange, allocatableCount, compileRanges, isAllocatable } from '../config';
+import type { ClusterIpamConfig, IpRange } from '../config';
+import { type CompiledRange, allocatableCount, compileRanges, isAllocatable } from '../ranges';
 
 /** One block of the pool: its CIDR and the part of it that is allocatable, as host-local ranges. */
 export interface PoolBlock {

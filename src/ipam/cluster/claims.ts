@@ -11,9 +11,7 @@
  */
 import { CniCode, CniError } from '../../cni/errors';
 import { formatIp, parseCidr, parseIp } from '../../common/ip';
-import type { KubeApiClient } from '../../k8s/api-client';
-import { segment } from '../../k8s/api-client';
-import type { ObjectMeta } from '../../k8s/informer';
+import { type ClusterApi, type ObjectMeta, segment } from './api-port';
 import { type PoolBlock, type PoolLayout, blockOf } from './blocks';
 
 export const CLAIMS_GROUP_VERSION = 'k8s.cni.cncf.io/v1alpha1';
@@ -40,7 +38,7 @@ export function parseClaimKey(key: string): ClaimRef | undefined {
 const claimPath = (ref: ClaimRef): string => `/apis/${CLAIMS_GROUP_VERSION}/namespaces/${segment(ref.namespace)}/ipamclaims/${segment(ref.name)}`;
 
 export class IpamClaims {
-  constructor(private readonly client: KubeApiClient) {}
+  constructor(private readonly client: ClusterApi) {}
 
   get(ref: ClaimRef) {
     return this.client.request('GET', claimPath(ref), 'ipamclaims', { urgent: true });
@@ -94,11 +92,4 @@ export const missingClaim = (ref: ClaimRef, network: string): CniError =>
     CniCode.TryAgainLater,
     `IPAMClaim ${claimKey(ref)} (ipam-claim-reference of network ${network}) does not exist`,
     'create it (kind IPAMClaim, k8s.cni.cncf.io/v1alpha1, in the pod\'s namespace), or remove ipam-claim-reference from the selection; the runtime retries',
-  );
-
-/** Claims keep addresses only where the cluster store keeps them: a node-local (host-local) or static pool cannot. */
-export const claimNeedsClusterPool = (network: string, type: string): CniError =>
-  new CniError(
-    CniCode.InvalidNetworkConfig,
-    `network ${network} has ipam type "${type}", which cannot honour an ipam-claim-reference: addresses follow a claim only in cluster pools (ipam type "plexus" or "whereabouts")`,
   );

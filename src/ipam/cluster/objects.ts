@@ -3,9 +3,7 @@
  * deleted only with a precondition on the version that was read, so a block changes hands once and never silently.
  */
 import { CniCode, CniError } from '../../cni/errors';
-import type { ApiFailure, KubeApiClient } from '../../k8s/api-client';
-import { segment } from '../../k8s/api-client';
-import type { ObjectMeta } from '../../k8s/informer';
+import { type ApiFailure, type ClusterApi, type ObjectMeta, segment } from './api-port';
 import type { IpRange } from '../config';
 
 export const GROUP = 'ipam.plexus.io';
@@ -51,7 +49,7 @@ export function apiError(what: string, failure: ApiFailure): CniError {
 }
 
 export class PoolObjects {
-  constructor(private readonly client: KubeApiClient) {}
+  constructor(private readonly client: ClusterApi) {}
 
   getPool(name: string) {
     return this.client.request('GET', `${POOLS_PATH}/${segment(name)}`, 'ippools', { urgent: true });

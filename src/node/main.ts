@@ -164,7 +164,8 @@ async function main(): Promise<number> {
   if (cluster) void cluster.preparePools(clusterNetworksOf(networks));
   await devicePlugins?.value.start();
   // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md).
-  const dra = config.dra ? await startDra(config, api, podResources, log) : undefined;
+  const attachedPods = async (): Promise<ReadonlySet<string>> => new Set((await engine.records()).flatMap((r) => r.meta.pod.uid ?? []));
+  const dra = config.dra ? await startDra(config, api, podResources, attachedPods, log) : undefined;
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.
@@ -220,7 +221,8 @@ async function main(): Promise<number> {
 
 /** The DRA driver, or undefined (with the reason logged) when --dra cannot work here. */
 async function startDra(
-  config: DaemonConfig, api: { client: KubeApiClient; nodeName: string } | undefined, podResources: PodResourcesClient | undefined, log: pino.Logger,
+  config: DaemonConfig, api: { client: KubeApiClient; nodeName: string; networks: NetworkSource } | undefined,
+  podResources: PodResourcesClient | undefined, attachedPods: () => Promise<ReadonlySet<string>>, log: pino.Logger,
 ): Promise<{ stop(): Promise<void> } | undefined> {
   if (!api || !config.devicePluginConfig) {
     log.warn('--dra needs the Kubernetes API and --device-plugin-config (the resources file): DRA is off');
@@ -231,6 +233,8 @@ async function startDra(
   const { DraDriver, DEFAULT_KUBELET_ROOT } = await import('../dra');
   const dra = DraDriver.create(resources.value, api.client, {
     nodeName: api.nodeName, kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT, stateDir: config.stateDir,
+    networks: api.networks, attachedPods,
+    isolation: { namespaceIsolation: config.namespaceIsolation, globalNamespaces: config.globalNamespaces },
     ...(podResources ? { inUseByDevicePlugin: (r: string, id: string) => podResources.inUse(r, id) } : {}),
   }, log);
   if (!dra) log.warn({ devicePluginConfig: config.devicePluginConfig }, '--dra: no resource of the file offers dra');

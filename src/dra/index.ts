@@ -8,6 +8,7 @@ import type { ResourceConfig } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
 import type { IsolationSettings } from '../networks/isolation';
 import type { NetworkSource } from '../networks/source';
+import { ClaimStatusSink } from './claim-status-sink';
 import { ApiClaimReader, type ClaimReader } from './claims-api';
 import type { ClaimedDevices } from './claimed-devices';
 import { DraInventory } from './devices';
@@ -50,6 +51,8 @@ export class DraDriver {
   readonly prepared: PreparedClaims;
   readonly slices: SlicePublisher;
   readonly plugin: DraPluginServer;
+  /** Where the engine reports what each claimed device became (the claims' status.devices[]). */
+  readonly claimStatus: ClaimStatusSink;
   private readonly preparer: ClaimPreparer;
   private readonly claimReader: ClaimReader;
   private readonly podPresence: PodPresence;
@@ -65,6 +68,7 @@ export class DraDriver {
     if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     this.slices = new SlicePublisher(api, settings.nodeName, () => this.inventory.pools(held), log.child({ component: 'dra-slices' }));
+    this.claimStatus = new ClaimStatusSink(api, log.child({ component: 'dra-claim-status' }));
     this.claimReader = settings.claims ?? new ApiClaimReader(api);
     this.podPresence = settings.pods ?? new ApiPodPresence(api);
     this.preparer = new ClaimPreparer({
@@ -83,7 +87,7 @@ export class DraDriver {
     return driver.inventory.offered.length ? driver : undefined;
   }
 
-  /** What the engine asks at ADD (the seam; not wired yet). */
+  /** What the engine asks at ADD: the devices of a pod's prepared claims. */
   get claimed(): ClaimedDevices {
     return this.prepared;
   }
@@ -112,6 +116,7 @@ export class DraDriver {
   async stop(): Promise<void> {
     if (this.staleTimer) clearInterval(this.staleTimer);
     this.slices.stop();
+    await Promise.race([this.claimStatus.idle(), new Promise((resolve) => setTimeout(resolve, 2000))]);
     await this.plugin.stop();
   }
 }

@@ -112,6 +112,8 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       }),
     });
     await node.api.installPlexus();
+    // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
+    assert.equal((await node.api.createNad(NS, 'fast', JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' }))).status, 201);
     // deploy/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
     for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/50-dra.yaml'), 'utf8'))) {
       const o = doc.toJSON() as { kind: string };

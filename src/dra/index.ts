@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import type { ResourceConfig } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
+import type { StatusSink } from '../engine/status-sink';
 import type { IsolationSettings } from '../networks/isolation';
 import type { NetworkSource } from '../networks/source';
 import { ClaimStatusSink } from './claim-status-sink';
@@ -90,6 +91,21 @@ export class DraDriver {
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */
   get claimed(): ClaimedDevices {
     return this.prepared;
+  }
+
+  /**
+   * The claims' side of the engine's status reports: when a pod's networks are gone (DEL), plexusd's entries leave the
+   * status of the claims whose devices it held.
+   */
+  get statusSink(): StatusSink {
+    return {
+      attached: () => undefined,
+      failed: () => undefined,
+      detached: (pod) => {
+        const devices = pod.uid ? this.prepared.forPod(pod.uid) : [];
+        if (devices.length) this.claimStatus.released(pod, devices);
+      },
+    };
   }
 
   /** Releases stale prepared claims, publishes the slices, then serves the kubelet plugin. */

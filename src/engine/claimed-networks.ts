@@ -5,8 +5,10 @@
  * naming no network gives its device to a network whose NAD names its resource (k8s.v1.cni.cncf.io/resourceName), as
  * Multus 4.3 matches them. Pure: the engine supplies the devices (ClaimedDevices) and applies what comes out.
  */
+import type { PodIdentity } from '../drivers/driver';
 import type { NetworkSelection } from '../networks/selection';
 import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './claims';
+import type { EngineContext } from './context';
 import type { AttachmentStep } from './plan';
 import type { NetworkAttachment } from './journal';
 
@@ -65,23 +67,39 @@ export function withClaimedDevices(
   });
 }
 
-/** What each of the pod's claimed devices became after a committed transaction. */
+/**
+ * What each of the pod's claimed devices became, from its committed attachments: the one that holds the device (the
+ * journal keeps each attachment's device) is its interface, with the addresses its result gives it.
+ */
 export function claimedOutcomes(
   devices: readonly ClaimedNetworkDevice[], attachments: readonly NetworkAttachment[],
-  steps: readonly Pick<AttachmentStep, 'planned' | 'claimed'>[],
 ): ClaimedDeviceOutcome[] {
   return devices.map((device) => {
-    const ifname = steps.find((s) => s.claimed === device)?.planned.ifname;
-    const attachment = ifname === undefined ? undefined : attachments.find((a) => a.ifname === ifname);
+    const attachment = attachments.find((a) => a.kubeletDevice?.resourceName === device.resourceName
+      && a.kubeletDevice.deviceID === device.deviceID);
     if (!attachment) return { device, error: 'no network of the pod took this device (its claim names none, and no NAD names its resource)' };
-    const result = attachment.result;
+    const { ifname, result } = attachment;
     const index = result.interfaces.findIndex((i) => i.name === ifname && (i.sandbox !== undefined || i.socketPath !== undefined));
     const iface = index >= 0 ? result.interfaces[index] : undefined;
     const ips = result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address);
-    return { device, attached: { interfaceName: ifname!, ips, ...(iface?.mac ? { mac: iface.mac } : {}) } };
+    return { device, attached: { interfaceName: ifname, ips, ...(iface?.mac ? { mac: iface.mac } : {}) } };
   });
 }
 
 /** Every claimed device of a failed transaction: the error. */
 export const failedOutcomes = (devices: readonly ClaimedNetworkDevice[], error: string): ClaimedDeviceOutcome[] =>
   devices.map((device) => ({ device, error }));
+
+/** The devices of the pod's prepared claims (none without DRA, or without the pod's UID). */
+export const claimedDevicesOf = (ctx: EngineContext, podUid: string | undefined): readonly ClaimedNetworkDevice[] =>
+  (podUid && ctx.options.claims?.forPod(podUid)) || [];
+
+/** Tells the claim sink, after the fact: a sink that throws is logged, never fails the call. */
+export function reportClaims(ctx: EngineContext, pod: PodIdentity, outcomes: readonly ClaimedDeviceOutcome[]): void {
+  if (outcomes.length === 0 || !ctx.options.claimSink) return;
+  try {
+    ctx.options.claimSink.settled(pod, outcomes);
+  } catch (e) {
+    ctx.log.warn({ err: (e as Error).message }, 'the claim sink failed; the pod is attached regardless');
+  }
+}

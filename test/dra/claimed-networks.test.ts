@@ -58,10 +58,10 @@ describe('claimed devices in a pod\'s plan', () => {
     const a = device('eth3', { network: { namespace: 'ns', name: 'fast' } });
     const idle = device('eth4');
     const attachments = [{
-      network: 'ns/fast', ifname: 'net1', driver: 'host-device', isDefault: false,
+      network: 'ns/fast', ifname: 'net1', driver: 'host-device', isDefault: false, kubeletDevice: { resourceName: 'plexus.io/nic', deviceID: 'eth3' },
       result: { cniVersion: '1.0.0', interfaces: [{ name: 'net1', mac: '02:00:00:00:00:05', sandbox: '/var/run/netns/x' }], ips: [{ address: '10.1.0.5/24', interface: 0 }], routes: [], dns: {} },
     }] as unknown as NetworkAttachment[];
-    const outcomes = claimedOutcomes([a, idle], attachments, [{ planned: { ifname: 'net1' }, claimed: a } as unknown as AttachmentStep]);
+    const outcomes = claimedOutcomes([a, idle], attachments);
     assert.deepEqual(outcomes[0], { device: a, attached: { interfaceName: 'net1', ips: ['10.1.0.5/24'], mac: '02:00:00:00:00:05' } });
     assert.match(outcomes[1]!.error ?? '', /^no network of the pod took this device/);
   });

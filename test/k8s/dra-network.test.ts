@@ -168,7 +168,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     const claim = await until('the claim\'s device status', async () => {
       const c = await claimOf('fast-pod');
       return c.status?.devices?.length ? c : undefined;
-    });
+    }).catch((e: Error) => assert.fail(`${e.message}; plexusd: ${daemon.stderr.split('\n').filter((l) => /claim/i.test(l)).slice(-5).join('\n')}`));
     const [entry] = claim.status!.devices!;
     assert.equal(entry!.driver, 'plexus.io');
     assert.deepEqual(entry!.networkData, { interfaceName: 'net1', ips: net1.ips.map((ip) => `${ip}/24`), hardwareAddress: net1.mac });

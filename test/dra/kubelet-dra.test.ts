@@ -177,7 +177,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     console.log(`# pod with a claim: created to Running in ${Date.now() - startedAt} ms`);
     const [file] = claimFiles();
     assert.ok(file, 'a prepared-claim record');
-    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file!), 'utf8')) as Record<string, unknown>;
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file), 'utf8')) as Record<string, unknown>;
     const pod = await node.pod(NS, 'dra-a');
     assert.deepEqual(record.pods, [{ name: 'dra-a', uid: pod.metadata.uid }]);
     assert.deepEqual(record.devices, [{

@@ -72,6 +72,24 @@ describe('the claim status sink', () => {
     await sink2.idle();
     assert.equal(gone.sent.length, 1, 'not retried');
   });
+  it('an apply refused as a change of status.allocation: the claim is read and its status PUT, others\' entries kept', async () => {
+    const calls: { method: string; body?: { status?: { devices?: { driver: string }[] }; metadata?: unknown } }[] = [];
+    const live = { metadata: { name: 'a', namespace: 'ns', resourceVersion: '7' }, status: { allocation: {}, devices: [{ driver: 'other.example.com' }, { driver: 'plexus.io' }] } };
+    const client = {
+      request: (method: string, _path: string, _resource: string, options: { body?: never } = {}): Promise<Result<unknown, ApiFailure>> => {
+        calls.push({ method, ...(options.body ? { body: options.body } : {}) });
+        if (method === 'PATCH') return Promise.resolve(err({ status: 422, message: 'ResourceClaim "a" is invalid: status.allocation: Invalid value: ...: field is immutable' }));
+        return Promise.resolve(ok(method === 'GET' ? live : {}));
+      },
+    } as unknown as KubeApiClient;
+    const sink = new ClaimStatusSink(client, silent, fast);
+    sink.settled(pod, [{ device: device('a', 'eth1'), attached: { interfaceName: 'net1', ips: [] } }]);
+    await sink.idle();
+    assert.deepEqual(calls.map((c) => c.method), ['PATCH', 'GET', 'PUT']);
+    const put = calls[2]!.body!;
+    assert.deepEqual(put.metadata, live.metadata, 'with the resourceVersion read');
+    assert.deepEqual(put.status!.devices!.map((d) => d.driver), ['other.example.com', 'plexus.io']);
+  });
   it('a newer status of a claim supersedes an older one still retrying', async () => {
     const { client, sent } = fakeApi([503]);
     const sink = new ClaimStatusSink(client, silent, { firstDelayMs: 20, maxDelayMs: 20, attempts: 4 });

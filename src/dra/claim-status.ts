@@ -2,10 +2,10 @@
  * A claim's status.devices[] (KEP-4817): for each plexus.io device, the network interface it became in the pod
  * (networkData: interface name, addresses, MAC) and a Ready condition, or Ready=False with the attach error. Written by
  * server-side apply on the status subresource under plexusd's own field manager, so entries of other drivers are left
- * alone and a device left out of the next apply loses its entry. Called by the engine once the pod's interfaces exist
- * (a later change wires it); nothing in DRA's Prepare path needs it.
+ * alone and a device left out of the next apply loses its entry. Written by ClaimStatusSink (claim-status-sink.ts)
+ * once the pod's interfaces exist; nothing in DRA's Prepare path needs it.
  */
-import { segment, type KubeApiClient } from '../k8s/api-client';
+import { segment, type ApiFailure, type KubeApiClient } from '../k8s/api-client';
 import { err, ok, type Result } from '../common/result';
 import { DRIVER_NAME } from './api';
 
@@ -41,13 +41,42 @@ function networkData(n: NonNullable<DeviceNetworkStatus['network']>): Record<str
 export async function applyClaimDeviceStatus(
   api: KubeApiClient, claim: { namespace: string; name: string }, devices: readonly DeviceNetworkStatus[], now = new Date(),
 ): Promise<Result<void, string>> {
+  const r = await applyClaimStatus(api, claim, devices, now);
+  if (r.ok) return ok(undefined);
+  return err(`writing the status of ResourceClaim ${claim.namespace}/${claim.name}: ${r.error.status || 'no answer'} ${r.error.message}`);
+}
+
+/**
+ * The same, answering the API's failure as it came (its HTTP status decides whether to retry). The API refuses the
+ * apply as a change of the immutable status.allocation when the claim's opaque parameters are stored in another form
+ * than the apply's round trip makes of them (keys not in sorted order, as a client other than kubectl may send them):
+ * then the claim is read and its status written whole (PUT, with its resourceVersion), the other drivers' entries kept.
+ */
+export async function applyClaimStatus(
+  api: KubeApiClient, claim: { namespace: string; name: string }, devices: readonly DeviceNetworkStatus[], now = new Date(),
+): Promise<Result<void, ApiFailure>> {
   const claimPath = `/apis/resource.k8s.io/v1/namespaces/${segment(claim.namespace)}/resourceclaims/${segment(claim.name)}`;
   const path = `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}&force=true`;
+  const entries = devices.map((d) => deviceStatusEntry(d, now));
   const body = {
     apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaim', metadata: { name: claim.name, namespace: claim.namespace },
-    status: { devices: devices.map((d) => deviceStatusEntry(d, now)) },
+    status: { devices: entries },
   };
   const r = await api.request('PATCH', path, 'resourceclaims/status', { body, contentType: 'application/apply-patch+yaml' });
   if (r.ok) return ok(undefined);
-  return err(`writing the status of ResourceClaim ${claim.namespace}/${claim.name}: ${r.error.status || 'no answer'} ${r.error.message}`);
+  if (r.error.status !== 422 || !r.error.message.includes('status.allocation')) return r;
+  return replaceClaimStatus(api, claimPath, entries);
+}
+
+/** Reads the claim and writes its status.devices[] with plexusd's entries replaced (a 409 is retried by the caller). */
+async function replaceClaimStatus(
+  api: KubeApiClient, claimPath: string, entries: readonly Record<string, unknown>[],
+): Promise<Result<void, ApiFailure>> {
+  const got = await api.request('GET', claimPath, 'resourceclaims');
+  if (!got.ok) return got;
+  const live = got.value as { status?: { devices?: { driver?: string }[] } };
+  const others = (live.status?.devices ?? []).filter((d) => d.driver !== DRIVER_NAME);
+  const updated = { ...live, status: { ...live.status, devices: [...others, ...entries] } };
+  const put = await api.request('PUT', `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}`, 'resourceclaims/status', { body: updated });
+  return put.ok ? ok(undefined) : put;
 }

@@ -6,6 +6,10 @@
 import type { Logger } from 'pino';
 import type { ResourceConfig } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
+import type { StatusSink } from '../engine/status-sink';
+import type { IsolationSettings } from '../networks/isolation';
+import type { NetworkSource } from '../networks/source';
+import { ClaimStatusSink } from './claim-status-sink';
 import { ApiClaimReader, type ClaimReader } from './claims-api';
 import type { ClaimedDevices } from './claimed-devices';
 import { DraInventory } from './devices';
@@ -13,6 +17,7 @@ import { DraPluginServer, type RegistrationEvents } from './plugin-server';
 import { ClaimPreparer } from './prepare';
 import { PreparedClaims } from './prepared-claims';
 import { SlicePublisher } from './slices';
+import { ApiPodPresence, type PodPresence } from './stale-claims';
 
 export { DEFAULT_KUBELET_ROOT, draSockets } from './plugin-server';
 export type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
@@ -30,6 +35,16 @@ export interface DraSettings {
   readonly events?: RegistrationEvents;
   /** Tests read claims another way; default: the API. */
   readonly claims?: ClaimReader;
+  /** The NADs a claim's config may name: Prepare refuses a claim naming one that does not exist. */
+  readonly networks?: Pick<NetworkSource, 'get'>;
+  /** The engine's namespace isolation, applied to the NAD a claim names. */
+  readonly isolation?: IsolationSettings;
+  /** UIDs of the pods with networks on this node (the engine's records): their claims are never stale. */
+  readonly attachedPods?: () => Promise<ReadonlySet<string>>;
+  /** How often prepared claims nobody will unprepare are looked for (also once at start). */
+  readonly staleCheckMs?: number;
+  /** Tests ask about pods another way; default: the API. */
+  readonly pods?: PodPresence;
 }
 
 export class DraDriver {
@@ -37,6 +52,12 @@ export class DraDriver {
   readonly prepared: PreparedClaims;
   readonly slices: SlicePublisher;
   readonly plugin: DraPluginServer;
+  /** Where the engine reports what each claimed device became (the claims' status.devices[]). */
+  readonly claimStatus: ClaimStatusSink;
+  private readonly preparer: ClaimPreparer;
+  private readonly claimReader: ClaimReader;
+  private readonly podPresence: PodPresence;
+  private staleTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     resources: readonly ResourceConfig[], api: KubeApiClient, private readonly settings: DraSettings, private readonly log: Logger,
@@ -48,12 +69,17 @@ export class DraDriver {
     if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     this.slices = new SlicePublisher(api, settings.nodeName, () => this.inventory.pools(held), log.child({ component: 'dra-slices' }));
-    const preparer = new ClaimPreparer({
-      claims: settings.claims ?? new ApiClaimReader(api), inventory: this.inventory, prepared: this.prepared,
+    this.claimStatus = new ClaimStatusSink(api, log.child({ component: 'dra-claim-status' }));
+    this.claimReader = settings.claims ?? new ApiClaimReader(api);
+    this.podPresence = settings.pods ?? new ApiPodPresence(api);
+    this.preparer = new ClaimPreparer({
+      claims: this.claimReader, inventory: this.inventory, prepared: this.prepared,
       ...(settings.inUseByDevicePlugin ? { inUseByDevicePlugin: settings.inUseByDevicePlugin } : {}),
+      ...(settings.networks ? { networks: settings.networks } : {}),
+      ...(settings.isolation ? { isolation: settings.isolation } : {}),
       changed: () => void this.slices.reconcile(), log: log.child({ component: 'dra' }),
     });
-    this.plugin = new DraPluginServer(settings.kubeletRoot, preparer, log.child({ component: 'dra-plugin' }), settings.events);
+    this.plugin = new DraPluginServer(settings.kubeletRoot, this.preparer, log.child({ component: 'dra-plugin' }), settings.events);
   }
 
   /** Nothing to offer (no resource of the file offers dra): undefined. */
@@ -62,20 +88,51 @@ export class DraDriver {
     return driver.inventory.offered.length ? driver : undefined;
   }
 
-  /** What the engine asks at ADD (the seam; not wired yet). */
+  /** What the engine asks at ADD: the devices of a pod's prepared claims. */
   get claimed(): ClaimedDevices {
     return this.prepared;
   }
 
-  /** Publishes the slices, then serves the kubelet plugin. */
+  /**
+   * The claims' side of the engine's status reports: when a pod's networks are gone (DEL), plexusd's entries leave the
+   * status of the claims whose devices it held.
+   */
+  get statusSink(): StatusSink {
+    return {
+      attached: () => undefined,
+      failed: () => undefined,
+      detached: (pod) => {
+        const devices = pod.uid ? this.prepared.forPod(pod.uid) : [];
+        if (devices.length) this.claimStatus.released(pod, devices);
+      },
+    };
+  }
+
+  /** Releases stale prepared claims, publishes the slices, then serves the kubelet plugin. */
   async start(): Promise<void> {
+    await this.releaseStale();
     await this.slices.start(this.settings.resyncMs ?? 10000);
     await this.plugin.start();
+    this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
+    this.staleTimer.unref();
     this.log.info({ pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets }, 'DRA driver plexus.io started');
   }
 
+  /** Releases the prepared claims nobody will unprepare (stale-claims.ts); answers their claims. */
+  releaseStale(): Promise<string[]> {
+    const { attachedPods } = this.settings;
+    return this.preparer.releaseStale({
+      claims: this.claimReader, pods: this.podPresence, log: this.log, ...(attachedPods ? { attachedPods } : {}),
+    }).catch((e: unknown) => {
+      this.log.warn({ err: (e as Error).message }, 'looking for stale prepared claims failed; trying again later');
+      return [];
+    });
+  }
+
   async stop(): Promise<void> {
+    if (this.staleTimer) clearInterval(this.staleTimer);
     this.slices.stop();
+    await Promise.race([this.claimStatus.idle(), new Promise((resolve) => setTimeout(resolve, 2000))]);
     await this.plugin.stop();
   }
 }

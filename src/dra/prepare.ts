@@ -5,11 +5,14 @@
  * two claims never race for one device.
  */
 import type { Logger } from 'pino';
+import { isolationProblem, type IsolationSettings } from '../networks/isolation';
+import type { NetworkSource } from '../networks/source';
 import { DRIVER_NAME, type ClaimRef, type NodePrepareResourceResponse, type PreparedDevice } from './api';
 import { configForRequest } from './claim-config';
 import type { ClaimReader, ResourceClaim } from './claims-api';
 import type { DraInventory } from './devices';
 import type { PreparedClaim, PreparedClaims } from './prepared-claims';
+import { staleClaims, type StaleClaimsEnv } from './stale-claims';
 
 export interface PrepareEnv {
   readonly claims: ClaimReader;
@@ -19,6 +22,10 @@ export interface PrepareEnv {
   readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
   /** Called after a claim was prepared or freed (the slices show held devices). */
   readonly changed?: () => void;
+  /** The NADs a claim's config may name (absent: not checked, as in tests of the wire). */
+  readonly networks?: Pick<NetworkSource, 'get'>;
+  /** The engine's namespace isolation: a claim may name only a NAD its pod could select. */
+  readonly isolation?: IsolationSettings;
   readonly log: Logger;
 }
 
@@ -36,6 +43,8 @@ const claimErrors = {
     `device ${device} of pool ${pool} is already prepared for ResourceClaim ${other.namespace}/${other.name} (${other.uid})`,
   devicePlugin: (device: string, resource: string) =>
     `device ${device} of ${resource} is in a pod through the device plugin: offer it one way only`,
+  noNetwork: (request: string, why: string) => `the network named by the opaque config of request ${request}: ${why}`,
+  isolated: (request: string, why: string) => `the opaque config of request ${request}: ${why}`,
 };
 
 export class ClaimPreparer {
@@ -53,7 +62,7 @@ export class ClaimPreparer {
   }
 
   unprepare(claims: readonly ClaimRef[]): Promise<Record<string, { error: string }>> {
-    return this.serialized(async () => {
+    return this.serialized(() => {
       const out: Record<string, { error: string }> = {};
       for (const ref of claims) {
         try {
@@ -65,7 +74,21 @@ export class ClaimPreparer {
         }
       }
       this.env.changed?.();
-      return out;
+      return Promise.resolve(out);
+    });
+  }
+
+  /** Releases the records nobody will unprepare (stale-claims.ts), between Prepare calls; answers their claims. */
+  releaseStale(env: StaleClaimsEnv): Promise<string[]> {
+    return this.serialized(async () => {
+      const stale = await staleClaims(env, this.env.prepared);
+      for (const { record, why } of stale) {
+        this.env.prepared.remove(record.uid);
+        const devices = record.devices.map((d) => `${d.pool}/${d.device}`);
+        this.env.log.warn({ claim: `${record.namespace}/${record.name}`, uid: record.uid, devices, why }, 'stale prepared claim released');
+      }
+      if (stale.length) this.env.changed?.();
+      return stale.map(({ record }) => `${record.namespace}/${record.name}`);
     });
   }
 
@@ -114,6 +137,8 @@ export class ClaimPreparer {
       }
       const config = configForRequest(allocation.config ?? [], r.request, ref.namespace);
       if (!config.ok) return config.error;
+      const unusable = config.value && this.networkProblem(ref.namespace, r.request, config.value.network);
+      if (unusable) return unusable;
       const { ips, ...rest } = config.value ?? {};
       devices.push({
         request: r.request, pool: r.pool, device: r.device, resourceName: device.resourceName, kind: device.kind, deviceID: device.deviceID,
@@ -122,6 +147,18 @@ export class ClaimPreparer {
     }
     const pods = (claim.status?.reservedFor ?? []).filter((p) => (p.resource ?? 'pods') === 'pods').map((p) => ({ name: p.name, uid: p.uid }));
     return { v: 1, uid: ref.uid, namespace: ref.namespace, name: ref.name, pods, devices, preparedAt: new Date().toISOString() };
+  }
+
+  /**
+   * Why the pods of a claim in `namespace` may not have the network its config names: the NAD does not exist, or
+   * namespace isolation keeps it from them (the rule the engine applies to the networks annotation).
+   */
+  private networkProblem(namespace: string, request: string, network: { namespace: string; name: string }): string | undefined {
+    const refused = isolationProblem(this.env.isolation ?? {}, namespace, network, `ResourceClaim of namespace ${namespace}`);
+    if (refused) return claimErrors.isolated(request, refused.details ? `${refused.message}; ${refused.details}` : refused.message);
+    const found = this.env.networks?.get(network.namespace, network.name);
+    if (found && !found.ok) return claimErrors.noNetwork(request, found.error.message);
+    return undefined;
   }
 }
 

@@ -12,6 +12,7 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import type { AttachmentQuota } from './attachment-quota';
+import type { ClaimedDevices, ClaimSink } from './claims';
 import type { ForeignSandboxes } from './foreign-sandboxes';
 import type { DeviceSource, PlanSettings } from './plan';
 import type { PodSource } from './pod-source';
@@ -36,6 +37,10 @@ export interface EngineOptions extends PlanSettings {
   readonly pods?: PodSource;
   /** The devices the kubelet allocated to pods, for networks that name a resource (default: none asked). */
   readonly devices?: DeviceSource;
+  /** The devices of pods' DRA claims, read at ADD and when a running pod's networks change (default: none). */
+  readonly claims?: ClaimedDevices;
+  /** Told what each claimed device became (default: nobody). */
+  readonly claimSink?: ClaimSink;
   /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
   readonly deviceInfoDir?: string;
   /** Sandboxes another plugin made before Plexus served the node (Multus's), torn down as it would (default: none). */

@@ -7,16 +7,19 @@ import { existsSync } from 'node:fs';
 import { RuntimeConfig } from '../cni/args';
 import { type CniVersion, LATEST_VERSION } from '../cni/version';
 import type { AttachmentRecord } from './journal';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
-import type { AttachmentOptions, AttachRequest, Driver, PodIdentity } from '../drivers/driver';
+import type { AttachmentOptions, AttachRequest, PodIdentity } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkSource } from '../networks/source';
 import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
-import { delegationForced, NamingScheme, PlannedAttachment, planAttachments } from '../networks/planner';
+import { delegationForced, type NamingScheme, type PlannedAttachment, planAttachments } from '../networks/planner';
 import { describeSelection, parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
+import type { ClaimedNetworkDevice } from './claims';
+import { withClaimedDevices, withClaimedSelections } from './claimed-networks';
+import type { AttachmentStep } from './attachment-step';
 
 type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 
@@ -40,13 +43,7 @@ export interface PodLimits {
   readonly annotationBytes: number;
 }
 
-export interface AttachmentStep {
-  readonly planned: PlannedAttachment;
-  readonly driver: Driver;
-  /** What driver.parse made of the network's config: attach takes it as it is. */
-  readonly config: unknown;
-  readonly request: AttachRequest;
-}
+export type { AttachmentStep } from './attachment-step';
 
 /** runtimeConfig keys that belong to the pod's default network only (portMappings per the NPWG spec). */
 const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
@@ -86,9 +83,10 @@ export const configuredDefaultNetwork = (req: { config: Record<string, unknown> 
 /**
  * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
  * io.kubernetes.cri.pod-annotations are read instead. `runningPod`: the plan of a running pod's secondary networks
- * (hot-plug): no default network (the pod keeps its own, and its interface name).
+ * (hot-plug): no default network (the pod keeps its own, and its interface name). `claimed`: the devices of the pod's
+ * DRA claims, whose networks join the selected ones (claimed-networks.ts).
  */
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>, runningPod = false): Result<AttachmentStep[]> {
+export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>, runningPod = false, claimed: readonly ClaimedNetworkDevice[] = []): Result<AttachmentStep[]> {
   const delegate = drivers.delegate;
   let annotations: Readonly<Record<string, string>> = podAnnotations ?? {};
   const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);
@@ -107,8 +105,10 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   if (limits && selectionText !== undefined && Buffer.byteLength(selectionText) > limits.annotationBytes) {
     return err(new CniError(CniCode.InvalidNetworkConfig, `${SELECTION_ANNOTATION} is ${Buffer.byteLength(selectionText)} bytes, more than this node allows (--max-annotation-bytes ${limits.annotationBytes})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
   }
-  const selections = settings.selectionAnnotation ? parseSelection(selectionText, podNamespace) : ok([]);
-  if (!selections.ok) return selections;
+  const annotated = settings.selectionAnnotation ? parseSelection(selectionText, podNamespace) : ok([]);
+  if (!annotated.ok) return annotated;
+  const { selections: merged, deviceOf } = withClaimedSelections(annotated.value, claimed);
+  const selections = { value: merged };
   for (const sel of selections.value) {
     const refused = isolationProblem(settings, podNamespace, sel, `${SELECTION_ANNOTATION}: ${describeSelection(sel)}`);
     if (refused) return err(refused);
@@ -131,7 +131,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
     declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),
-    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation, defaultNetworks } },
+    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation || deviceOf.size > 0, defaultNetworks } },
   });
   if (!plan.ok) return plan;
 
@@ -147,7 +147,7 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     if (!request.ok) return err(request.error.withContext(where));
     steps.push({ planned, driver, config: config.value, request: request.value });
   }
-  return ok(steps);
+  return ok(withClaimedDevices(steps, claimed, deviceOf));
 }
 
 function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity): Result<AttachRequest> {
@@ -157,9 +157,9 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
   }
   const runtimeMac = req.runtimeConfig.get('mac');
   if (runtimeMac !== undefined && (typeof runtimeMac !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(runtimeMac))) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac "${String(runtimeMac)}" is not a MAC address`));
+    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac ${JSON.stringify(runtimeMac)} is not a MAC address`));
   }
-  const mac = (req.args.mac ?? (runtimeMac as string | undefined))?.toLowerCase();
+  const mac = (req.args.mac ?? runtimeMac)?.toLowerCase();
   const options: AttachmentOptions = {
     ...objectOption(req.runtimeConfig.get('bandwidth'), 'bandwidth'),
     ...listOption(req.runtimeConfig.get('portMappings'), 'portMappings'),
@@ -168,7 +168,7 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
   };
   return ok({
     containerId: req.containerId, netns: req.netns, ifname: planned.ifname, runtimeIfname: req.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
-    ips: [...req.args.ips, ...((fromRuntime as string[] | undefined) ?? [])], ...(mac ? { mac } : {}),
+    ips: [...req.args.ips, ...(fromRuntime ?? [])], ...(mac ? { mac } : {}),
     runtimeConfig: req.runtimeConfig, options, cniArgs: rawArgs(req),
   });
 }
@@ -223,7 +223,8 @@ export async function assignDevices(
   taken: readonly { readonly resourceName: string; readonly deviceID: string }[] = [],
 ): Promise<Result<AttachmentStep[]>> {
   const resourceOf = (s: AttachmentStep): string | undefined => s.planned.network.annotations[RESOURCE_NAME_ANNOTATION] || undefined;
-  const needing = steps.filter((s) => resourceOf(s) && !(s.planned.isDefault && s.request.options?.deviceID));
+  // A step with a device already (the default network's runtimeConfig deviceID, a DRA-claimed one) keeps it.
+  const needing = steps.filter((s) => resourceOf(s) && !s.request.options?.deviceID);
   if (!devices || needing.length === 0) return ok([...steps]);
   if (!pod.namespace || !pod.name) {
     return err(new CniError(CniCode.InvalidEnvironment, `network ${needing[0]!.planned.network.key} takes its device from the kubelet (${RESOURCE_NAME_ANNOTATION}), but the runtime did not name the pod (K8S_POD_NAMESPACE, K8S_POD_NAME)`));

@@ -11,6 +11,7 @@ import { Kernel } from '../kernel/kernel';
 import { NetworkDirectory } from '../networks/directory';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentEngine } from '../engine/engine';
+import { fanOut } from '../engine/status-sink';
 import { loadDaemonConfig, USAGE, type DaemonConfig } from './config';
 import { loadResources } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
@@ -25,6 +26,7 @@ import { takeOverFromMultus } from '../install/multus-takeover';
 import { DaemonMetrics } from '../metrics/metrics';
 import { listenMetrics } from '../metrics/tcp';
 import { DaemonHealth } from '../metrics/health';
+import type { DraDriver } from '../dra';
 
 async function main(): Promise<number> {
   const outcome = loadDaemonConfig(process.argv.slice(2));
@@ -101,6 +103,10 @@ async function main(): Promise<number> {
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({ cacheDir: config.multusCacheDir, cniBinDir: config.cniBinDir, exec: (call) => execPlugin(call, { limits: execLimits }), log: log.child({ component: 'adopt' }) })
     : undefined;
+  // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md);
+  // made before the engine, which reads the pods' claimed devices at ADD, and started once the caches are.
+  const attachedPods = async (): Promise<ReadonlySet<string>> => new Set((await engine.records()).flatMap((r) => r.meta.pod.uid ?? []));
+  const dra = config.dra ? await createDra(config, api, podResources, attachedPods, log) : undefined;
   const engine = new AttachmentEngine(kernel, ipam, journal, networks, drivers, {
     cniBinDir: config.cniBinDir,
     naming: config.naming,
@@ -115,7 +121,8 @@ async function main(): Promise<number> {
     systemNamespaces: config.systemNamespaces,
     ...(foreign ? { foreign } : {}),
     ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
-    ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
+    ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
+    ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
   api?.plugEngine(engine);
@@ -162,8 +169,7 @@ async function main(): Promise<number> {
   // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
   if (cluster) void cluster.preparePools(clusterNetworksOf(networks));
   await devicePlugins?.value.start();
-  // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md).
-  const dra = config.dra ? await startDra(config, api, podResources, log) : undefined;
+  await dra?.start();
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.
@@ -217,10 +223,11 @@ async function main(): Promise<number> {
   return 0;
 }
 
-/** The DRA driver, or undefined (with the reason logged) when --dra cannot work here. */
-async function startDra(
-  config: DaemonConfig, api: { client: KubeApiClient; nodeName: string } | undefined, podResources: PodResourcesClient | undefined, log: pino.Logger,
-): Promise<{ stop(): Promise<void> } | undefined> {
+/** The DRA driver (not started), or undefined (with the reason logged) when --dra cannot work here. */
+async function createDra(
+  config: DaemonConfig, api: { client: KubeApiClient; nodeName: string; networks: NetworkSource } | undefined,
+  podResources: PodResourcesClient | undefined, attachedPods: () => Promise<ReadonlySet<string>>, log: pino.Logger,
+): Promise<DraDriver | undefined> {
   if (!api || !config.devicePluginConfig) {
     log.warn('--dra needs the Kubernetes API and --device-plugin-config (the resources file): DRA is off');
     return undefined;
@@ -230,10 +237,11 @@ async function startDra(
   const { DraDriver, DEFAULT_KUBELET_ROOT } = await import('../dra');
   const dra = DraDriver.create(resources.value, api.client, {
     nodeName: api.nodeName, kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT, stateDir: config.stateDir,
+    networks: api.networks, attachedPods,
+    isolation: { namespaceIsolation: config.namespaceIsolation, globalNamespaces: config.globalNamespaces },
     ...(podResources ? { inUseByDevicePlugin: (r: string, id: string) => podResources.inUse(r, id) } : {}),
   }, log);
   if (!dra) log.warn({ devicePluginConfig: config.devicePluginConfig }, '--dra: no resource of the file offers dra');
-  await dra?.start();
   return dra;
 }
 

@@ -112,6 +112,8 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       }),
     });
     await node.api.installPlexus();
+    // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
+    assert.equal((await node.api.createNad(NS, 'fast', JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' }))).status, 201);
     // deploy/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
     for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/50-dra.yaml'), 'utf8'))) {
       const o = doc.toJSON() as { kind: string };
@@ -175,7 +177,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     console.log(`# pod with a claim: created to Running in ${Date.now() - startedAt} ms`);
     const [file] = claimFiles();
     assert.ok(file, 'a prepared-claim record');
-    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file!), 'utf8')) as Record<string, unknown>;
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file), 'utf8')) as Record<string, unknown>;
     const pod = await node.pod(NS, 'dra-a');
     assert.deepEqual(record.pods, [{ name: 'dra-a', uid: pod.metadata.uid }]);
     assert.deepEqual(record.devices, [{

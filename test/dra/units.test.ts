@@ -20,6 +20,9 @@ import { DraPluginServer } from '../../src/dra/plugin-server';
 import { ClaimPreparer } from '../../src/dra/prepare';
 import { PreparedClaims } from '../../src/dra/prepared-claims';
 import { sliceFor, sliceName } from '../../src/dra/slices';
+import type { PodPresence } from '../../src/dra/stale-claims';
+import { CniCode, CniError, err, ok } from '../../src/cni/errors';
+import type { NetworkDefinition } from '../../src/networks/nad';
 import { hostDeviceFacts } from '../../src/dra/sysfs';
 import { unary } from '../../src/deviceplugin/api';
 
@@ -64,7 +67,7 @@ describe('the DRA protos on the wire', () => {
   it('NodePrepareResourcesRequest: claims = 1, Claim namespace = 1, uid = 2, name = 3 (v1 and v1beta1 alike)', () => {
     const bytes = ld(1, Buffer.concat([ld(1, 'ns'), ld(2, 'u-1'), ld(3, 'c')]));
     for (const v of ['v1', 'v1beta1'] as const) {
-      const decoded = services.draPlugin[v].NodePrepareResources!.requestDeserialize(bytes);
+      const decoded: unknown = services.draPlugin[v].NodePrepareResources!.requestDeserialize(bytes);
       assert.deepEqual(decoded, { claims: [{ namespace: 'ns', uid: 'u-1', name: 'c' }] });
     }
   });
@@ -196,8 +199,8 @@ describe('opaque claim config', () => {
 /** Claims a test hands the preparer, as the API would answer them. */
 class FakeClaims implements ClaimReader {
   readonly claims = new Map<string, ResourceClaim>();
-  async get(namespace: string, name: string): Promise<{ ok: true; value: ResourceClaim | undefined }> {
-    return { ok: true, value: this.claims.get(`${namespace}/${name}`) };
+  get(namespace: string, name: string): Promise<{ ok: true; value: ResourceClaim | undefined }> {
+    return Promise.resolve({ ok: true, value: this.claims.get(`${namespace}/${name}`) });
   }
   add(name: string, uid: string, device: string, parameters?: unknown, pod = { name: `pod-${name}`, uid: `pod-${uid}` }): { namespace: string; name: string; uid: string } {
     this.claims.set(`ns/${name}`, {
@@ -272,7 +275,7 @@ describe('preparing claims', () => {
   });
   it('a device the device plugin has in a pod is refused (a resource offered both ways)', async () => {
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), log: silent, inUseByDevicePlugin: async (_r, id) => id === 'memif0' });
+    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), log: silent, inUseByDevicePlugin: (_r, id) => Promise.resolve(id === 'memif0') });
     const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'fast' })]);
     assert.equal(answer['uid-a']!.error, 'device memif0 of plexus.io/memif is in a pod through the device plugin: offer it one way only');
   });
@@ -286,6 +289,88 @@ describe('preparing claims', () => {
     assert.deepEqual(store.all(), []);
     assert.deepEqual(store.unreadable, [join(dir, 'uid-2.json')]);
     assert.ok(!existsSync(join(dir, 'uid-1.json.tmp')));
+  });
+});
+
+/** NADs by key: an existing one answers a definition (its content is not read), a missing one the API source's error. */
+const nads = (...keys: string[]) => ({
+  get: (namespace: string, name: string) => (keys.includes(`${namespace}/${name}`)
+    ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
+    : err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`))),
+});
+
+describe('preparing claims: the network a claim names', () => {
+  it('a NAD that does not exist: the claim is refused with the NAD named, and nothing is recorded', async () => {
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(freshDir());
+    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, networks: nads('ns/fast'), log: silent });
+    const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'nope' }), claims.add('b', 'uid-b', 'memif1', { network: 'fast' })]);
+    assert.equal(answer['uid-a']!.error, 'the network named by the opaque config of request nic: network ns/nope is not defined: there is no such NetworkAttachmentDefinition in the API');
+    assert.deepEqual(answer['uid-a']!.devices, []);
+    assert.equal(answer['uid-b']!.error, '');
+    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-b']);
+  });
+  it('namespace isolation: a NAD of another namespace is refused unless that namespace is global; default is shared', async () => {
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(undefined);
+    const isolation = { namespaceIsolation: true, globalNamespaces: ['shared'] };
+    const networks = nads('other/net', 'shared/net', 'default/net');
+    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, networks, isolation, log: silent });
+    const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'other/net' })]);
+    assert.match(answer['uid-a']!.error, /^the opaque config of request nic: ResourceClaim of namespace ns: network other\/net is in namespace other, and namespace isolation is on \(--namespace-isolation\): pods of ns may use only networks of ns and of the global namespaces \(default, shared\); create the NetworkAttachmentDefinition in ns/);
+    assert.deepEqual(prepared.all(), []);
+    for (const [i, network] of ['shared/net', 'default/net'].entries()) {
+      const ok1 = await preparer.prepare([claims.add(`g${i}`, `uid-g${i}`, `memif${i}`, { network })]);
+      assert.equal(ok1[`uid-g${i}`]!.error, '', network);
+    }
+  });
+  it('a claim that names no network (matched by resourceName) needs no NAD at Prepare', async () => {
+    const claims = new FakeClaims();
+    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), networks: nads(), log: silent });
+    assert.equal((await preparer.prepare([claims.add('m', 'uid-m', 'memif0')]))['uid-m']!.error, '');
+  });
+});
+
+/** Pods a test says exist (namespace/name/uid), or an API that cannot answer. */
+const podsThere = (...keys: string[]): PodPresence => ({
+  exists: (namespace, name, uid) => Promise.resolve(ok(keys.includes(`${namespace}/${name}/${uid}`))),
+});
+
+describe('stale prepared claims', () => {
+  const setup = async (): Promise<{ claims: FakeClaims; prepared: PreparedClaims; preparer: ClaimPreparer; state: string }> => {
+    const state = freshDir();
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(state);
+    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent });
+    await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'fast' }), claims.add('b', 'uid-b', 'memif1', { network: 'fast' })]);
+    return { claims, prepared, preparer, state };
+  };
+  it('a record whose claim is gone is released (file removed, device free for the next claim); a live one stays', async () => {
+    const { claims, prepared, preparer, state } = await setup();
+    claims.claims.delete('ns/a');
+    const released = await preparer.releaseStale({ claims, pods: podsThere('ns/pod-a/pod-uid-a', 'ns/pod-b/pod-uid-b'), log: silent });
+    assert.deepEqual(released, ['ns/a']);
+    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-b']);
+    assert.deepEqual(readdirSync(join(state, 'dra', 'claims')), ['uid-b.json']);
+    const next = await preparer.prepare([claims.add('c', 'uid-c', 'memif0', { network: 'fast' })]);
+    assert.equal(next['uid-c']!.error, '', 'memif0 can be prepared again');
+  });
+  it('a record whose claim was made again under its name (another UID), or whose pods are all gone, is released', async () => {
+    const { claims, prepared, preparer } = await setup();
+    claims.add('a', 'uid-a2', 'memif0', { network: 'fast' });
+    const released = await preparer.releaseStale({ claims, pods: podsThere(), log: silent });
+    assert.deepEqual(released.sort(), ['ns/a', 'ns/b']);
+    assert.deepEqual(prepared.all(), []);
+  });
+  it('kept while its pod still has networks on this node (the device may be in its sandbox), or the API cannot say', async () => {
+    const { claims, prepared, preparer } = await setup();
+    claims.claims.clear();
+    const attachedPods = (): Promise<ReadonlySet<string>> => Promise.resolve(new Set(['pod-uid-a']));
+    const failing: typeof claims = Object.assign(Object.create(claims) as FakeClaims, {
+      get: async (ns: string, name: string) => (name === 'b' ? err('reading ResourceClaim ns/b: 503 unavailable') : claims.get(ns, name)),
+    });
+    assert.deepEqual(await preparer.releaseStale({ claims: failing, pods: podsThere(), attachedPods, log: silent }), []);
+    assert.deepEqual(prepared.all().map((c) => c.uid).sort(), ['uid-a', 'uid-b']);
   });
 });
 

@@ -13,6 +13,9 @@ import { assignDevices, planPod, podIdentityOf, type AttachmentStep } from '../p
 import { namesCheckedFirst, refuseTakenNames, takenNameOr } from '../taken-names';
 import { Transaction, undoRecord } from '../transaction';
 import { attachStep } from './attach';
+import { claimedOutcomes, failedOutcomes } from '../claimed-networks';
+import { claimedDevicesOf, reportClaims } from '../claim-reports';
+import type { ClaimedNetworkDevice } from '../claims';
 
 const attachedElsewhere = (req: AttachRequest, netns: string): CniError =>
   new CniError(
@@ -63,13 +66,20 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
   // that cannot be found gets no event: the name may be another pod's now.
   let podAnnotations: PodAnnotations;
+  let podUid = req.args.podUid;
   if (ctx.options.pods && req.args.podNamespace && req.args.podName) {
     const pod = await ctx.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
     if (!pod.ok) return pod;
     podAnnotations = pod.value.annotations;
+    podUid = pod.value.uid || podUid;
   }
-  const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations));
-  if (!added.ok) ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
+  // The devices the pod's DRA claims give its networks: read once, so the plan and the report agree.
+  const claimed = claimedDevicesOf(ctx, podUid);
+  const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations, claimed));
+  if (!added.ok) {
+    ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
+    reportClaims(ctx, podIdentityOf(req), failedOutcomes(claimed, added.error.message));
+  }
   return added;
 }
 
@@ -77,22 +87,23 @@ async function addLocked(
   ctx: EngineContext,
   req: AttachRequest,
   annotations: PodAnnotations,
+  claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
   const existing = await ctx.tx.journal.load(req.containerId, req.ifname);
   if (existing?.unreadable) return err(unreadableRecordError(existing));
   if (existing?.result && !existing.deleting) {
     // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
     if (existing.meta.netns !== req.netns) return err(attachedElsewhere(req, existing.meta.netns));
-    const other = otherAttachments(ctx, existing, req, annotations);
+    const other = otherAttachments(ctx, existing, req, annotations, claimed);
     return other ? err(other) : ok(existing.result);
   }
   if (existing) {
     const cleaned = await undoRecord(ctx.tx, existing);
     if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
   }
-  const prepared = await prepare(ctx, req, annotations);
+  const prepared = await prepare(ctx, req, annotations, claimed);
   if (!prepared.ok) return prepared;
-  return attachAll(ctx, req, prepared.value);
+  return attachAll(ctx, req, prepared.value, claimed);
 }
 
 /** Plans and validates everything before touching anything (a bad request leaves nothing), and reserves room. */
@@ -100,8 +111,9 @@ async function prepare(
   ctx: EngineContext,
   req: AttachRequest,
   annotations: PodAnnotations,
+  claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<AttachmentStep[]>> {
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations);
+  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
   if (!planned.ok) return planned;
   const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.options.devices);
   if (!withDevices.ok) return withDevices;
@@ -133,7 +145,12 @@ async function namedIfTaken(
 }
 
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
-async function attachAll(ctx: EngineContext, req: AttachRequest, steps: AttachmentStep[]): Promise<Result<CniResult>> {
+async function attachAll(
+  ctx: EngineContext,
+  req: AttachRequest,
+  steps: AttachmentStep[],
+  claimed: readonly ClaimedNetworkDevice[],
+): Promise<Result<CniResult>> {
   const meta = {
     containerId: req.containerId,
     ifname: req.ifname,
@@ -148,7 +165,7 @@ async function attachAll(ctx: EngineContext, req: AttachRequest, steps: Attachme
     throw e;
   });
   try {
-    const attached = await attachInTransaction(ctx, tx, req, steps);
+    const attached = await attachInTransaction(ctx, tx, req, steps, claimed);
     if (attached.ok) return attached;
     const undone = await tx.rollback();
     return err(afterRollback(ctx, req, await namedIfTaken(ctx, req, steps, attached.error, undone), undone));
@@ -163,6 +180,7 @@ async function attachInTransaction(
   tx: Transaction,
   req: AttachRequest,
   steps: readonly AttachmentStep[],
+  claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
   // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
   const attachments: NetworkAttachment[] = [];
@@ -179,6 +197,7 @@ async function attachInTransaction(
   await tx.commit(result, req.version, { attachments: final, networkStatus: status });
   await tx.close();
   ctx.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status, status));
+  reportClaims(ctx, steps[0]!.request.pod, claimedOutcomes(claimed, final));
   return ok(result);
 }
 
@@ -193,12 +212,13 @@ function otherAttachments(
   record: AttachmentRecord,
   req: AttachRequest,
   annotations: PodAnnotations,
+  claimed: readonly ClaimedNetworkDevice[],
 ): CniError | undefined {
   const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
   let asked: string[] | undefined;
   if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];
   else {
-    const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations);
+    const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
     if (!planned.ok) return undefined;
     const steps = planned.value.map((s) => `${s.planned.network.key} as ${s.planned.ifname}`);
     const mapped = record.details ? steps : planned.value.map((s) => s.planned.network.key);

@@ -10,6 +10,8 @@ import { planChange } from '../change-plan';
 import type { EngineContext, PodAnnotations } from '../context';
 import { unreadableRecordError, type AttachmentKey, type AttachmentRecord, type NetworkAttachment } from '../journal';
 import { assignDevices, planPod, runningPodRequest, type AttachmentStep } from '../plan';
+import { claimedOutcomes } from '../claimed-networks';
+import { claimedDevicesOf, reportClaims } from '../claim-reports';
 import { refuseTakenNames } from '../taken-names';
 import { Transaction } from '../transaction';
 import { attachStep } from './attach';
@@ -94,7 +96,9 @@ async function planRunningChange(
   annotations: PodAnnotations,
 ): Promise<Result<PlannedChange>> {
   const req = runningPodRequest(record);
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, true);
+  // The networks the pod's DRA claims give it stay: they are in the plan as they were at ADD.
+  const claimed = claimedDevicesOf(ctx, record.meta.pod.uid);
+  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, true, claimed);
   if (!planned.ok) return planned;
   const attachments = record.details?.attachments ?? [];
   const change = planChange(attachments, planned.value, (s) => s.planned);
@@ -149,6 +153,7 @@ async function applyChange(
   const status = networkStatus(final);
   const addedStatus = status.filter((st) => added.some((a) => a.ifname === st.interface));
   ctx.report((sink) => sink.attached(record.meta.pod, containerId, status, addedStatus, gone));
+  reportClaims(ctx, record.meta.pod, claimedOutcomes(claimedDevicesOf(ctx, record.meta.pod.uid), final));
   if (!removed.ok) return err(removalFailed(removed.failed, removed.error));
   return ok({ added: addKeys, removed: gone });
 }

@@ -1,0 +1,205 @@
+/**
+ * Pod-to-Running with one host device as a secondary network, through DRA (a ResourceClaimTemplate naming the NAD)
+ * against the device-plugin path (resources.limits + the networks annotation + a NAD naming the resource), on one real
+ * 1.35 node (kube-apiserver, scheduler, controller-manager, kubelet, containerd; plexus-cni the node's CNI), side by
+ * side in one run: both pools are offered by one plexusd with --dra on, and every pod of both batches goes through the
+ * scheduler. Then plexusd's peak RSS (VmHWM). veth pairs the script creates stand in for NICs.
+ *
+ *   npm run bench:dra -- [--pods 30] [--rounds 1] [--json FILE]
+ *
+ * Needs root and what test/k8s needs (../shared/k8s v1.35, etcd, containerd, runc, CNI plugins); run it under
+ * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { DaemonFixture, SHIM } from '../test/support/daemon';
+import {
+  claimingPod, create, devicePluginPod, draNodeMissing, draTooOld, hostDeviceTemplate, installDra,
+} from '../test/support/dra-node';
+import { PLEXUS_USER } from '../test/support/k8s';
+import { KubeNodeFixture, percentile } from '../test/support/kube-node';
+import { uniquePrefix } from '../test/support/netns';
+
+const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
+const DRA_NIC = 'plexus.io/dranic';
+const DP_NIC = 'plexus.io/dpnic';
+const NS = 'default';
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+interface Batch { readonly path: 'dra' | 'device-plugin'; readonly pods: number; readonly p50Ms: number; readonly p95Ms: number; readonly maxMs: number; readonly totalMs: number }
+
+/** Creates the pods, 10 requests at a time, and times each from its POST to Running (the pod list polled every 50 ms). */
+async function runBatch(node: KubeNodeFixture, path: Batch['path'], objects: { name: string; body: unknown }[]): Promise<Batch> {
+  const createdAt = new Map<string, number>();
+  const runningAt = new Map<string, number>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < objects.length; i = next++) {
+      const { name, body } = objects[i]!;
+      createdAt.set(name, performance.now());
+      await create(node, body);
+    }
+  };
+  const started = performance.now();
+  const creating = Promise.all(Array.from({ length: 10 }, worker));
+  const deadline = Date.now() + 300_000;
+  while (runningAt.size < objects.length) {
+    if (Date.now() > deadline) throw new Error(`${path}: ${objects.length - runningAt.size} pods not Running after 300 s: ${await node.describePods(NS, objects.map((o) => o.name).filter((n) => !runningAt.has(n)).slice(0, 3))}`);
+    const list = await node.call('GET', `/api/v1/namespaces/${NS}/pods`);
+    const now = performance.now();
+    for (const pod of (list.body as { items?: { metadata: { name: string }; status?: { phase?: string } }[] }).items ?? []) {
+      if (pod.status?.phase === 'Running' && createdAt.has(pod.metadata.name) && !runningAt.has(pod.metadata.name)) runningAt.set(pod.metadata.name, now);
+    }
+    await sleep(50);
+  }
+  await creating;
+  const perPod = objects.map((o) => runningAt.get(o.name)! - createdAt.get(o.name)!);
+  return { path, pods: objects.length, p50Ms: percentile(perPod, 50), p95Ms: percentile(perPod, 95), maxMs: Math.max(...perPod), totalMs: performance.now() - started };
+}
+
+/** Every pod of the namespace deleted, and gone from the API. */
+async function deleteAll(node: KubeNodeFixture): Promise<void> {
+  await node.call('DELETE', `/api/v1/namespaces/${NS}/pods`);
+  for (let i = 0; i < 1200; i++) {
+    const left = ((await node.call('GET', `/api/v1/namespaces/${NS}/pods`)).body as { items?: unknown[] }).items ?? [];
+    if (left.length === 0) return;
+    await sleep(100);
+  }
+  throw new Error('pods still there after 120 s');
+}
+
+/** The number of pods whose netns has net1 (the device): every pod must have got it. */
+async function withDevice(node: KubeNodeFixture, names: readonly string[]): Promise<number> {
+  let n = 0;
+  for (const name of names) {
+    const netns = await node.podNetns(NS, name);
+    if (spawnSync('nsenter', [`--net=${netns}`, 'ip', 'link', 'show', 'dev', 'net1']).status === 0) n++;
+  }
+  return n;
+}
+
+const peakRssMib = (pid: number): number => {
+  const kb = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  return Math.round(Number(kb) / 1024);
+};
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({ options: { pods: { type: 'string' }, rounds: { type: 'string' }, json: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  const pods = Number(values.pods ?? 30);
+  const rounds = Number(values.rounds ?? 1);
+  if (!Number.isInteger(pods) || pods < 1 || !Number.isInteger(rounds) || rounds < 1) throw new Error(USAGE);
+  const missing = draNodeMissing() ?? draTooOld();
+  if (missing) {
+    console.error(`dra-bench: cannot run here: ${missing}`);
+    return 2;
+  }
+  const prefix = uniquePrefix('drb');
+  const nics = (tag: string): string[] => Array.from({ length: pods }, (_, i) => `${prefix}${tag}${i}`);
+  const draNics = nics('d');
+  const dpNics = nics('k');
+  const all = [...draNics, ...dpNics];
+  const work = mkdtempSync(join(tmpdir(), 'plexus-drb-'));
+  const daemon = new DaemonFixture('podnet', []);
+  let node: KubeNodeFixture | undefined;
+  const problems: string[] = [];
+  try {
+    const binDir = join(work, 'bin');
+    execFileSync('mkdir', ['-p', binDir]);
+    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    for (const name of all) {
+      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', `${name}p`]);
+      execFileSync('ip', ['link', 'set', 'dev', `${name}p`, 'up']);
+      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
+    }
+    writeFileSync(join(work, 'resources.yaml'), JSON.stringify({ resources: [
+      { name: DRA_NIC, kind: 'host-device', devices: draNics, offer: ['dra'] },
+      { name: DP_NIC, kind: 'host-device', devices: dpNics, offer: ['device-plugin'] },
+    ] }));
+    node = await KubeNodeFixture.start({
+      cniBinDir: binDir, controlPlane: true, ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],
+      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+    });
+    await node.api.installPlexus();
+    await installDra(node);
+    const subnet = `10.${100 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
+    const nad = (name: string, config: unknown, annotations: Record<string, string> = {}): Promise<unknown> => node!.api.createNad(NS, name, JSON.stringify(config), annotations);
+    await nad('podnet', { cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]] } });
+    const fastConfig = (name: string): unknown => ({ cniVersion: '1.0.0', name, type: 'host-device' });
+    await nad('dranet', fastConfig('dranet'));
+    await nad('dpnet', fastConfig('dpnet'), { 'k8s.v1.cni.cncf.io/resourceName': DP_NIC });
+    await create(node, hostDeviceTemplate(NS, 'dranic', `device.attributes["k8s.cni.cncf.io"].resourceName == "${DRA_NIC}"`, { network: 'dranet', interfaceName: 'net1' }));
+    daemon.addFlags('--kubeconfig', node.api.userKubeconfig(PLEXUS_USER), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
+      '--device-plugin-config', join(work, 'resources.yaml'), '--device-info-dir', join(work, 'devinfo'),
+      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--dra', 'true', '--kubelet-root-dir', node.kubeletRoot);
+    await daemon.start(30000);
+    // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
+    for (let i = 0; ; i++) {
+      const n = (await node.call('GET', `/api/v1/nodes/${node.nodeName}`)).body as { status: { allocatable: Record<string, string> } };
+      const slices = (await node.call('GET', '/apis/resource.k8s.io/v1/resourceslices')).body as { items?: unknown[] };
+      if (n.status.allocatable[DP_NIC] === String(pods) && (slices.items ?? []).length > 0) break;
+      if (i > 300) throw new Error('the device plugin or the DRA pool is not ready after 30 s');
+      await sleep(100);
+    }
+    const batches: Batch[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const dp = Array.from({ length: pods }, (_, i) => ({ name: `dp-${r}-${i}`, body: devicePluginPod(NS, `dp-${r}-${i}`, DP_NIC, 'dpnet') }));
+      const dra = Array.from({ length: pods }, (_, i) => ({ name: `dra-${r}-${i}`, body: claimingPod(NS, `dra-${r}-${i}`, { template: 'dranic' }) }));
+      for (const [path, objects] of [['device-plugin', dp], ['dra', dra]] as const) {
+        const batch = await runBatch(node, path, objects);
+        const got = await withDevice(node, objects.map((o) => o.name));
+        if (got !== pods) problems.push(`${path} round ${r + 1}: ${pods - got} pods without net1`);
+        batches.push(batch);
+        await deleteAll(node);
+      }
+    }
+    const rss = peakRssMib(daemon.pid!);
+    const claimsLeft = (() => {
+      const dir = join(daemon.stateDir, 'dra', 'claims');
+      return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')).length : 0;
+    })();
+    if (claimsLeft) problems.push(`${claimsLeft} prepared-claim records left`);
+    print(batches, pods, rss);
+    if (values.json) writeFileSync(values.json, JSON.stringify({ pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2));
+  } catch (e) {
+    problems.push((e as Error).message);
+  } finally {
+    const left = node ? await node.stop({ runtimeStopped: () => daemon.stop() }) : [];
+    problems.push(...left);
+    await daemon.stop();
+    for (const name of all) if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
+    rmSync(work, { recursive: true, force: true });
+  }
+  for (const p of problems) console.error(`problem: ${p}`);
+  return problems.length ? 1 : 0;
+}
+
+function print(batches: readonly Batch[], pods: number, rssMib: number): void {
+  const sum = (path: Batch['path'], key: 'p50Ms' | 'p95Ms' | 'maxMs' | 'totalMs'): number => {
+    const mine = batches.filter((b) => b.path === path);
+    return mine.reduce((a, b) => a + b[key], 0) / mine.length;
+  };
+  const row = (label: string, f: (path: Batch['path']) => number, unit = 'ms'): string => {
+    const dp = f('device-plugin');
+    const dra = f('dra');
+    return `| ${label} | ${dp.toFixed(0)} ${unit} | ${dra.toFixed(0)} ${unit} | ${(dra / dp).toFixed(2)}x |`;
+  };
+  console.log(`\n${pods} pods per path, created 10 at a time, each through the scheduler; one host device as net1`);
+  console.log('| pod created to Running | device plugin | DRA | DRA / device plugin |');
+  console.log('|---|---|---|---|');
+  for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const) console.log(row(key.replace('Ms', '').replace('total', `all ${pods}`), (p) => sum(p, key)));
+  console.log(`\nplexusd peak RSS (VmHWM) with --dra on: ${rssMib} MiB`);
+}
+
+main().then((code) => process.exit(code), (e: unknown) => {
+  console.error(e);
+  process.exit(1);
+});

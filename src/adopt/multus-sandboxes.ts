@@ -37,6 +37,12 @@ interface LibcniCache {
 
 type Json = Record<string, unknown>;
 
+/** A plugin's `type` as text; a non-string one (a malformed config) as its JSON, so the error names what it was. */
+function pluginType(plugin: Json): string {
+  if (typeof plugin.type === 'string') return plugin.type;
+  return plugin.type === undefined || plugin.type === null ? '' : JSON.stringify(plugin.type);
+}
+
 /** libcni's cache of one network's ADD: its config and result, a few kilobytes. */
 const LIBCNI_CACHE_MAX_BYTES = 4 << 20;
 
@@ -118,7 +124,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
     const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
     for (const plugin of command === 'DEL' ? [...plugins].reverse() : plugins) {
-      const type = String(plugin.type ?? '');
+      const type = pluginType(plugin);
       const path = await findPlugin(type, this.o.cniBinDir);
       const context = `network ${network} (${d.ifname}), plugin ${type}`;
       if (!path.ok) return err(path.error.withContext(context));

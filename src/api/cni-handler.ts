@@ -1,7 +1,7 @@
 /** Turns one forwarded CNI call into what plexus-cni prints (stdout bytes) and its exit code. */
 import type { Logger } from 'pino';
 import { CniCode, CniError } from '../cni/errors';
-import { bestEffortVersion, ForwardedCall, parseCniRequest } from '../cni/request';
+import { bestEffortVersion, type ForwardedCall, parseCniRequest } from '../cni/request';
 import { convertResult, SUPPORTED_VERSIONS } from '../cni/version';
 import type { AttachmentEngine } from '../engine/engine';
 

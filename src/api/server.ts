@@ -4,14 +4,14 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { chmodSync, unlinkSync } from 'node:fs';
-import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { Logger } from 'pino';
 import { CniCode, CniError, err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
 import type { CallSlots } from '../common/call-slots';
 import type { AttachmentEngine } from '../engine/engine';
-import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
+import { type CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { parseOperatorGc, staleReason } from './operator-gc';
 import { ok, type Result } from '../common/result';
 import { removeStale, socketPathState } from './socket-dir';

@@ -1,6 +1,6 @@
 /** CNI_ARGS ("K=V;K=V") and runtimeConfig parsing. */
 import { isIP } from 'node:net';
-import { CniCode, CniError, Result, err, ok } from './errors';
+import { CniCode, CniError, type Result, err, ok } from './errors';
 
 export interface CniArgs {
   readonly podNamespace?: string;

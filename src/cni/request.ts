@@ -5,10 +5,10 @@
 import { interfaceNameProblem } from './ifname';
 import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
-import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
-import { CniCode, CniError, Result, err, ok } from './errors';
-import { AttachmentKey, CniCommand, CNI_COMMANDS } from './types';
-import { compareVersions, CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
+import { type CniArgs, parseCniArgs, RuntimeConfig } from './args';
+import { CniCode, CniError, type Result, err, ok } from './errors';
+import { type AttachmentKey, type CniCommand, CNI_COMMANDS } from './types';
+import { compareVersions, type CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
 
 /** What plexus-cni sends: the CNI environment and the stdin bytes. */
 export const ForwardedCallSchema = z.object({

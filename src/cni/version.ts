@@ -1,5 +1,5 @@
 /** CNI spec versions Plexus speaks, and the one place results are converted between them. */
-import { CniCode, CniError, Result, err, ok } from './errors';
+import { CniCode, CniError, type Result, err, ok } from './errors';
 import type { CniResult } from './types';
 
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;

@@ -68,14 +68,14 @@ export class DaemonMetrics implements CniCallObserver {
       labelNames: ['command', 'network_type', 'result'], buckets: BUCKETS, registers,
     });
     this.errors = new Counter({ name: 'plexus_cni_errors_total', help: 'CNI calls answered with an error, by command and CNI error code', labelNames: ['command', 'code'], registers });
-    const self = this;
+    const typesByContainer = this.typesByContainer;
     new Gauge({
       name: 'plexus_attachments', help: 'Pod interfaces attached on this node, by network (namespace/name)', labelNames: ['network'], registers,
       async collect() {
         const records = await sources.records();
         this.reset();
         for (const r of records) {
-          self.typesByContainer.set(r.meta.containerId, typesOf(r));
+          typesByContainer.set(r.meta.containerId, typesOf(r));
           for (const a of r.details?.attachments ?? []) this.inc({ network: a.network });
         }
       },

@@ -7,7 +7,7 @@
 import { readdirSync, statSync } from 'node:fs';
 import { cappedList, readBoundedFileSync } from '../common/bounded-file';
 import { dirname, join, resolve } from 'node:path';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { ConfigFile, NadConfigSource } from './nad';
 
 export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';

@@ -7,10 +7,10 @@ import type { NetworkSource } from './source';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import { cappedList, formatBytes, readBoundedFileSync } from '../common/bounded-file';
 import { CniConfDir, DEFAULT_CNI_CONF_DIR } from './conf-dir';
-import { NadConfigSource, NetworkDefinition, parseNad } from './nad';
+import { type NadConfigSource, type NetworkDefinition, parseNad } from './nad';
 
 interface CachedFile {
   readonly stamp: string;

@@ -1,5 +1,5 @@
 /** References to networks as operators write them: `[namespace/]name`. */
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 
 export interface NetworkRef {
   readonly namespace: string;

@@ -9,10 +9,10 @@
  * that prefix, else net1, net2, ... ("multus") or eth1, eth2, ... ("eth"). Explicit names are reserved before
  * any name is generated, so generated names never collide with them.
  */
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { NetworkDefinition } from './nad';
 import { interfaceNameProblem } from '../cni/ifname';
-import { describeSelection, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
+import { describeSelection, type NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
 
 /** Interface names a pod may not ask for: every netns has them, and Plexus neither makes nor deletes them. */
 const RESERVED_IFNAMES: readonly string[] = ['lo'];

@@ -7,7 +7,7 @@
 import { interfaceNameProblem } from '../cni/ifname';
 import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import { parseCidr, parseIp } from '../common/ip';
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from './nad';
 

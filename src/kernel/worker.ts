@@ -6,7 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import { deleteLinks } from './delete-many';
 import { inNetns, openNetns, rememberHomeNetns } from './netns';
-import { KernelError, RtnlSocket } from './rtnetlink';
+import { KernelCallError } from './failure';
+import { RtnlSocket } from './rtnetlink';
 import { sys } from './syscalls';
 import { createTap } from './tun';
 import type { BatchOp, KernelFailure } from './types';
@@ -88,7 +89,7 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
 }
 
 function toFailure(e: unknown, op: BatchOp): KernelFailure {
-  if (e instanceof KernelError) return e.failure;
+  if (e instanceof KernelCallError) return e.failure;
   const code = (e as NodeJS.ErrnoException).code;
   return { op: op.op, target: '', errno: 22, errnoName: code ?? 'EINVAL', message: e instanceof Error ? e.message : String(e) };
 }

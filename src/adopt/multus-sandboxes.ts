@@ -37,6 +37,16 @@ interface LibcniCache {
 
 type Json = Record<string, unknown>;
 
+/** The DEL of a sandbox Multus made failed in some of its plugins: the first failure's code, every message. */
+function multusDelFailed(containerId: string, failures: readonly CniError[]): CniError {
+  const messages = failures.map((f) => f.message).join(' / ');
+  return new CniError(
+    failures[0]!.code,
+    `DEL of ${containerId}, which Multus attached: ${messages}`,
+    "Multus's cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand",
+  );
+}
+
 /** A plugin's `type` as text; a non-string one (a malformed config) as its JSON, so the error names what it was. */
 function pluginType(plugin: Json): string {
   if (typeof plugin.type === 'string') return plugin.type;
@@ -67,9 +77,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     rmSync(cache.path, { force: true });
     this.o.log.info({ pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length }, 'a sandbox Multus made is removed as Multus would have removed it');
     if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
-    const messages = failures.map((f) => f.message).join(' / ');
-    const error = new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand');
-    return { kind: 'done', result: err(error) };
+    return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
   }
 
   /** Removes an unreadable cache once the engine's fallback DEL ran. */

@@ -5,6 +5,7 @@
  * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
  * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
  */
+import { definedFields } from '../common/defined-fields';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -152,12 +153,12 @@ export class MultusSandboxes implements ForeignSandboxes {
     if (!file.ok) return {}; // libcni goes on without a cached result too
     try {
       const raw = JSON.parse(file.value.toString('utf8')) as Json;
-      return {
-        ...(isRecord(raw.result) ? { result: raw.result } : {}),
-        ...(Array.isArray(raw.cniArgs) ? { cniArgs: raw.cniArgs as [string, string][] } : {}),
-        ...(isRecord(raw.capabilityArgs) ? { capabilityArgs: raw.capabilityArgs } : {}),
-        ...(typeof raw.netns === 'string' ? { netns: raw.netns } : {}),
-      };
+      return definedFields({
+        result: isRecord(raw.result) ? raw.result : undefined,
+        cniArgs: Array.isArray(raw.cniArgs) ? (raw.cniArgs as [string, string][]) : undefined,
+        capabilityArgs: isRecord(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
+        netns: typeof raw.netns === 'string' ? raw.netns : undefined,
+      });
     } catch {
       return {}; // not JSON: as absent
     }

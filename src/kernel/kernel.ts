@@ -159,10 +159,10 @@ export class Kernel implements KernelPort {
     return this.one(netns, { op: 'linkList' });
   }
   listAddresses(netns: string | undefined, name?: string): Promise<KernelResult<AddrInfo[]>> {
-    return this.one(netns, { op: 'addrList', ...(name ? { name } : {}) });
+    return this.one(netns, { op: 'addrList', name: name || undefined });
   }
   listRoutes(netns: string | undefined, family?: 4 | 6): Promise<KernelResult<RouteInfo[]>> {
-    return this.one(netns, { op: 'routeList', ...(family ? { family } : {}) });
+    return this.one(netns, { op: 'routeList', family });
   }
   /**
    * Deletes a link; a missing one counts as deleted. Host links are deleted in batches (HostLinkDeletions), links in

@@ -119,7 +119,8 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
     if (!network.ok) return err(network.error.withContext(label));
     const delegate = forceDelegate(network.value, label);
     if (!delegate.ok) return delegate;
-    pending.push({ who: label, label, network: network.value, ...(ref.value.interface !== undefined ? { explicit: ref.value.interface } : {}), isDefault: false, forceDelegate: delegate.value });
+    const explicit = ref.value.interface;
+    pending.push({ who: label, label, network: network.value, explicit, isDefault: false, forceDelegate: delegate.value });
   }
 
   if (options.sources.selectionAnnotation) {
@@ -139,7 +140,8 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
       }
       const delegate = forceDelegate(network.value, label);
       if (!delegate.ok) return delegate;
-      pending.push({ who, label, network: network.value, ...(sel.interface !== undefined ? { explicit: sel.interface } : {}), selection: sel, isDefault: false, forceDelegate: delegate.value });
+      const entry = { who, label, network: network.value, explicit: sel.interface, selection: sel, isDefault: false };
+      pending.push({ ...entry, forceDelegate: delegate.value });
     }
   }
 

@@ -4,6 +4,7 @@
  * and the JSON list form with per-attachment requests (ips, mac, default-route, ...). An invalid annotation fails
  * the pod with code 7 and a message naming the offending element, so the pod's owner can fix it.
  */
+import { definedFields } from '../common/defined-fields';
 import { interfaceNameProblem } from '../cni/ifname';
 import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
@@ -137,20 +138,23 @@ function validateElement(raw: RawElement, index: number, podNamespace: string): 
     if (claim.length > 253 || !DNS1123_SUBDOMAIN.test(claim)) return err(`ipam-claim-reference "${claim}" is not a DNS-1123 subdomain`);
     if (raw.ips !== undefined) return err('"ipam-claim-reference" and "ips" may not be used together: the claim decides the addresses');
   }
-  return ok({
-    namespace,
-    name: raw.name,
-    ...(ifname !== undefined ? { interface: ifname } : {}),
-    ...(raw.ips !== undefined ? { ips: [...raw.ips] } : {}),
-    ...(mac !== undefined ? { mac } : {}),
-    ...(gateways !== undefined ? { defaultRoute: [...gateways] } : {}),
-    ...(raw.portMappings !== undefined ? { portMappings: raw.portMappings.map((m) => ({ ...m })) } : {}),
-    ...(raw.bandwidth !== undefined ? { bandwidth: { ...raw.bandwidth } } : {}),
-    ...(raw['cni-args'] !== undefined ? { cniArgs: { ...raw['cni-args'] } } : {}),
-    ...(guid !== undefined ? { infinibandGUID: guid } : {}),
-    ...(claim !== undefined ? { ipamClaimReference: claim } : {}),
-    index,
-  });
+  const cniArgs = raw['cni-args'];
+  return ok(
+    definedFields({
+      namespace,
+      name: raw.name,
+      interface: ifname,
+      ips: raw.ips && [...raw.ips],
+      mac,
+      defaultRoute: gateways && [...gateways],
+      portMappings: raw.portMappings?.map((m) => ({ ...m })),
+      bandwidth: raw.bandwidth && { ...raw.bandwidth },
+      cniArgs: cniArgs && { ...cniArgs },
+      infinibandGUID: guid,
+      ipamClaimReference: claim,
+      index,
+    }),
+  );
 }
 
 /** One short-form reference, `[namespace/]name[@interface]` (already trimmed); parts are trimmed as Multus does. */
@@ -165,7 +169,7 @@ function parseShortElement(text: string): Result<RawElement, string> {
   const name = (at[0] ?? '').trim();
   const ifname = at.length === 2 ? (at[1] ?? '').trim() : undefined;
   if (ifname === '') return err('the interface after "@" is empty');
-  return ok({ name, ...(namespace !== undefined ? { namespace } : {}), ...(ifname !== undefined ? { interface: ifname } : {}) });
+  return ok(definedFields({ name, namespace, interface: ifname }));
 }
 
 /**

@@ -50,7 +50,12 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   if (parsed.value.length !== 1) return invalid(`must name exactly one network, not ${parsed.value.length}`);
   const sel = parsed.value[0]!;
   const extras = (['interface', 'ips', 'mac', 'defaultRoute', 'portMappings', 'bandwidth', 'cniArgs', 'infinibandGUID'] as const).filter((k) => sel[k] !== undefined);
-  if (extras.length) return invalid(`only selects the network; ${extras.join(', ')} cannot be set here (the default network's interface is the runtime's, its requests come from the runtime)`);
+  if (extras.length) {
+    return invalid(
+      `only selects the network; ${extras.join(', ')} cannot be set here ` +
+        "(the default network's interface is the runtime's, its requests come from the runtime)",
+    );
+  }
   const refused = isolationProblem(input.isolation, input.podNamespace, sel, DEFAULT_NETWORK_ANNOTATION);
   if (refused) return err(refused);
   const network = input.networks.get(sel.namespace, sel.name);

@@ -132,8 +132,10 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
       const declared = input.declaredCapabilities(network.value);
       for (const { field, capability, present } of CAPABILITY_FIELDS) {
         if (present(sel) && !declared.has(capability)) {
+          const plugins = network.value.plugins.map((p) => p.type).join(', ');
           return invalid(
-            `${label}: "${field}" needs a plugin with the "${capability}" capability, and network ${network.value.key} (${network.value.plugins.map((p) => p.type).join(', ')}) does not declare it`,
+            `${label}: "${field}" needs a plugin with the "${capability}" capability, ` +
+              `and network ${network.value.key} (${plugins}) does not declare it`,
             `declared capabilities: ${[...declared].sort().join(', ') || 'none'}`,
           );
         }

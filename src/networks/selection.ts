@@ -228,7 +228,8 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
   const routed = selections.filter((s) => s.defaultRoute !== undefined);
   if (routed.length > 1) {
     const [first, second] = routed as [NetworkSelection, NetworkSelection];
-    return err(invalid(`${annotationName}: ${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}; only one element may carry the default route`));
+    const again = `${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}`;
+    return err(invalid(`${annotationName}: ${again}; only one element may carry the default route`));
   }
   const byInterface = new Map<string, NetworkSelection>();
   for (const sel of selections) {
@@ -251,7 +252,10 @@ export function parsePodAnnotations(runtimeConfigValue: unknown): Result<Record<
   }
   const annotations: Record<string, string> = {};
   for (const [key, value] of Object.entries(runtimeConfigValue)) {
-    if (typeof value !== 'string') return err(invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value}`));
+    if (typeof value !== 'string') {
+      const kind = value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value;
+      return err(invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${kind}`));
+    }
     annotations[key] = value;
   }
   return ok(annotations);

@@ -166,7 +166,8 @@ export function describeFailure(outcome: Outcome): string {
   try {
     const e = JSON.parse(outcome.stdout) as unknown;
     if (isRecord(e) && typeof e['code'] === 'number') {
-      return `code ${e['code']}: ${String(e['msg'])}${e['details'] ? ` (${String(e['details'])})` : ''}`;
+      const details = typeof e['details'] === 'string' ? e['details'] : JSON.stringify(e['details']);
+      return `code ${e['code']}: ${String(e['msg'])}${e['details'] ? ` (${details})` : ''}`;
     }
   } catch {
     // not a CNI error object: fall through to the raw output

@@ -5,6 +5,7 @@
  * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
  * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
  */
+import { definedFields } from '../common/defined-fields';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -37,6 +38,22 @@ interface LibcniCache {
 
 type Json = Record<string, unknown>;
 
+/** The DEL of a sandbox Multus made failed in some of its plugins: the first failure's code, every message. */
+function multusDelFailed(containerId: string, failures: readonly CniError[]): CniError {
+  const messages = failures.map((f) => f.message).join(' / ');
+  return new CniError(
+    failures[0]!.code,
+    `DEL of ${containerId}, which Multus attached: ${messages}`,
+    "Multus's cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand",
+  );
+}
+
+/** A plugin's `type` as text; a non-string one (a malformed config) as its JSON, so the error names what it was. */
+function pluginType(plugin: Json): string {
+  if (typeof plugin.type === 'string') return plugin.type;
+  return plugin.type === undefined || plugin.type === null ? '' : JSON.stringify(plugin.type);
+}
+
 /** libcni's cache of one network's ADD: its config and result, a few kilobytes. */
 const LIBCNI_CACHE_MAX_BYTES = 4 << 20;
 
@@ -61,9 +78,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     rmSync(cache.path, { force: true });
     this.o.log.info({ pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length }, 'a sandbox Multus made is removed as Multus would have removed it');
     if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
-    const messages = failures.map((f) => f.message).join(' / ');
-    const error = new CniError(failures[0]!.code, `DEL of ${req.containerId}, which Multus attached: ${messages}`, 'Multus\'s cache of it is removed: a retry succeeds; what the failing plugin held stays until removed by hand');
-    return { kind: 'done', result: err(error) };
+    return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
   }
 
   /** Removes an unreadable cache once the engine's fallback DEL ran. */
@@ -118,7 +133,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
     const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
     for (const plugin of command === 'DEL' ? [...plugins].reverse() : plugins) {
-      const type = String(plugin.type ?? '');
+      const type = pluginType(plugin);
       const path = await findPlugin(type, this.o.cniBinDir);
       const context = `network ${network} (${d.ifname}), plugin ${type}`;
       if (!path.ok) return err(path.error.withContext(context));
@@ -138,12 +153,12 @@ export class MultusSandboxes implements ForeignSandboxes {
     if (!file.ok) return {}; // libcni goes on without a cached result too
     try {
       const raw = JSON.parse(file.value.toString('utf8')) as Json;
-      return {
-        ...(isRecord(raw.result) ? { result: raw.result } : {}),
-        ...(Array.isArray(raw.cniArgs) ? { cniArgs: raw.cniArgs as [string, string][] } : {}),
-        ...(isRecord(raw.capabilityArgs) ? { capabilityArgs: raw.capabilityArgs } : {}),
-        ...(typeof raw.netns === 'string' ? { netns: raw.netns } : {}),
-      };
+      return definedFields({
+        result: isRecord(raw.result) ? raw.result : undefined,
+        cniArgs: Array.isArray(raw.cniArgs) ? (raw.cniArgs as [string, string][]) : undefined,
+        capabilityArgs: isRecord(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
+        netns: typeof raw.netns === 'string' ? raw.netns : undefined,
+      });
     } catch {
       return {}; // not JSON: as absent
     }

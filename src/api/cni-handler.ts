@@ -1,8 +1,9 @@
 /** Turns one forwarded CNI call into what plexus-cni prints (stdout bytes) and its exit code. */
 import type { Logger } from 'pino';
-import { CniCode, CniError } from '../cni/errors';
-import { bestEffortVersion, ForwardedCall, parseCniRequest } from '../cni/request';
+import { CniError } from '../cni/errors';
+import { bestEffortVersion, type ForwardedCall, parseCniRequest } from '../cni/request';
 import { convertResult, SUPPORTED_VERSIONS } from '../cni/version';
+import { apiErrors } from './errors';
 import type { AttachmentEngine } from '../engine/engine';
 
 export interface CniReply {
@@ -61,4 +62,4 @@ export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngin
 }
 
 export const internalErrorReply = (stdin: string, e: unknown): CniReply =>
-  errorReply(bestEffortVersion(stdin), e instanceof CniError ? e : new CniError(CniCode.Internal, `plexusd failed: ${(e as Error)?.message ?? String(e)}`));
+  errorReply(bestEffortVersion(stdin), e instanceof CniError ? e : apiErrors.internal(e));

@@ -6,7 +6,7 @@
 import { allIssues } from '../common/schema-issues';
 import { existsSync } from 'node:fs';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { AttachmentRecord } from '../engine/journal';
 
 export const OperatorGcSchema = z

@@ -4,14 +4,15 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { chmodSync, unlinkSync } from 'node:fs';
-import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { Logger } from 'pino';
-import { CniCode, CniError, err } from '../cni/errors';
+import { err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
 import type { CallSlots } from '../common/call-slots';
 import type { AttachmentEngine } from '../engine/engine';
-import { CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
+import { type CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
+import { apiErrors } from './errors';
 import { parseOperatorGc, staleReason } from './operator-gc';
 import { ok, type Result } from '../common/result';
 import { removeStale, socketPathState } from './socket-dir';
@@ -117,14 +118,14 @@ export class DaemonServer {
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
     const started = process.hrtime.bigint();
     const body = await readBody(req);
-    if (body === undefined) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidNetworkConfig, `CNI request larger than ${MAX_BODY} bytes`)));
+    if (body === undefined) return sendCni(res, errorReply('1.1.0', apiErrors.tooLarge('CNI request', MAX_BODY)));
     // Decoding would turn invalid bytes into U+FFFD: an interface or container named by the runtime could not be named again.
-    if (!isUtf8(body)) return sendCni(res, errorReply('1.1.0', new CniError(CniCode.InvalidEnvironment, 'the CNI environment or network configuration is not valid UTF-8', 'CNI_IFNAME, CNI_CONTAINERID, CNI_ARGS and the config on stdin must be text')));
+    if (!isUtf8(body)) return sendCni(res, errorReply('1.1.0', apiErrors.notUtf8()));
     let call;
     try {
       call = ForwardedCallSchema.parse(JSON.parse(body.toString('utf8')));
     } catch (e) {
-      return sendCni(res, errorReply('1.1.0', new CniError(CniCode.DecodeFailure, 'malformed request from plexus-cni', (e as Error).message)));
+      return sendCni(res, errorReply('1.1.0', apiErrors.malformed((e as Error).message)));
     }
     const ran = await this.limiter.run(async () => {
       try {
@@ -135,8 +136,11 @@ export class DaemonServer {
       }
     });
     if (!ran) {
-      this.options.observer?.observe({ command: call.env.CNI_COMMAND ?? '', containerId: call.env.CNI_CONTAINERID, code: CniCode.TryAgainLater, seconds: Number(process.hrtime.bigint() - started) / 1e9 });
-      return sendCni(res, errorReply('1.1.0', new CniError(CniCode.TryAgainLater, `plexusd is busy (${this.limiter.inFlight} calls running, ${this.limiter.queued} queued)`, 'retry later')));
+      const busy = apiErrors.busy(this.limiter.inFlight, this.limiter.queued);
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const command = call.env.CNI_COMMAND ?? '';
+      this.options.observer?.observe({ command, containerId: call.env.CNI_CONTAINERID, code: busy.code, seconds });
+      return sendCni(res, errorReply('1.1.0', busy));
     }
     sendCni(res, ran.value);
     this.options.observer?.observe({
@@ -148,7 +152,7 @@ export class DaemonServer {
   private async gc(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
     const body = await readBody(req);
-    const parsed = body === undefined ? err(new CniError(CniCode.InvalidNetworkConfig, `GC request larger than ${MAX_BODY} bytes`)) : parseOperatorGc(body.toString('utf8'));
+    const parsed = body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok) return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
     const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
     send(res, 200, JSON.stringify(report));

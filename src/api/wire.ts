@@ -2,6 +2,7 @@
  * What the daemon's API answers, as JSON: the contract between plexusd and plexusctl (and any script that reads
  * `plexusctl -o json`). The engine's own types may change; these change only on purpose, and server.ts maps to them.
  */
+import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
 import type { SweepReport } from '../engine/engine';
 import type { AttachmentRecord } from '../engine/journal';
@@ -37,11 +38,9 @@ export function toWireAttachment(r: AttachmentRecord): WireAttachment {
     meta: r.meta,
     state: r.deleting ? 'deleting' : r.result ? 'attached' : 'adding',
     events: r.events,
-    ...(r.result ? { result: r.result } : {}),
-    ...(r.cniVersion ? { cniVersion: r.cniVersion } : {}),
-    ...(r.details ? { details: r.details } : {}),
+    ...definedFields({ result: r.result, cniVersion: r.cniVersion || undefined, details: r.details }),
     undo: r.undo,
-    ...(r.unreadable ? { unreadable: r.unreadable } : {}),
+    ...definedFields({ unreadable: r.unreadable || undefined }),
   };
 }
 

@@ -1,4 +1,7 @@
-/** plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default, `-o json` for scripts. */
+/**
+ * plexusctl: inspect what plexusd has attached, and collect what it should not have. Human-readable by default,
+ * `-o json` for scripts.
+ */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
 import type { WireAdoptedSandbox as AdoptedSandbox, WireAttachment as AttachmentRecord, WireGcReport as SweepReport } from '../api/wire';
@@ -34,6 +37,22 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
 
 const podOf = (r: AttachmentRecord): string => (r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-');
 const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
+
+type CniInterface = NonNullable<AttachmentRecord['result']>['interfaces'][number];
+/** Where an interface is: in a netns, a memif socket, or on the host. */
+function whereIs(iface: CniInterface): string {
+  if (iface.sandbox) return ` (in ${iface.sandbox})`;
+  return iface.socketPath ? ` (memif socket ${iface.socketPath})` : ' (host)';
+}
+
+const leaseOwner = (l: SweepReport['leases'][number]): string =>
+  l.containerId ? `held for ${l.containerId} ${l.ifname}, which has no attachment` : 'no owner recorded';
+
+function gcSummary(report: SweepReport, dryRun: boolean): string {
+  const removed = `${report.removed.length} ${dryRun ? 'to remove' : 'removed'}`;
+  const leases = `${report.leases.length} orphaned lease(s) ${dryRun ? 'to release' : 'released'}`;
+  return `${removed}, ${report.kept} kept, ${report.failures.length} failed, ${leases}`;
+}
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
@@ -96,7 +115,9 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       else {
         for (const r of records) {
           out(`${r.meta.containerId} ${r.meta.ifname}  pod ${podOf(r)}  netns ${r.meta.netns}  ${r.state}`);
-          for (const [i, iface] of (r.result?.interfaces ?? []).entries()) out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${iface.sandbox ? ` (in ${iface.sandbox})` : iface.socketPath ? ` (memif socket ${iface.socketPath})` : ' (host)'}`);
+          for (const [i, iface] of (r.result?.interfaces ?? []).entries()) {
+            out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${whereIs(iface)}`);
+          }
           for (const ip of r.result?.ips ?? []) out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
           for (const rt of r.result?.routes ?? []) out(`  route ${rt.dst}${rt.gw ? ` via ${rt.gw}` : ''}`);
           out('  transaction:');
@@ -126,9 +147,11 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       if (json) out(JSON.stringify(report, null, 2));
       else {
         for (const r of report.removed) out(`${dryRun ? 'would remove' : 'removed'} ${r.containerId} ${r.ifname}: ${r.reason}`);
-        for (const l of report.leases) out(`${dryRun ? 'would release' : 'released'} lease ${l.address} in network ${l.network}: ${l.containerId ? `held for ${l.containerId} ${l.ifname}, which has no attachment` : 'no owner recorded'}`);
+        for (const l of report.leases) {
+          out(`${dryRun ? 'would release' : 'released'} lease ${l.address} in network ${l.network}: ${leaseOwner(l)}`);
+        }
         for (const f of report.failures) out(`failed ${f.containerId || '-'} ${f.ifname || '-'}: ${f.error}`);
-        out(`${report.removed.length} ${dryRun ? 'to remove' : 'removed'}, ${report.kept} kept, ${report.failures.length} failed, ${report.leases.length} orphaned lease(s) ${dryRun ? 'to release' : 'released'}`);
+        out(gcSummary(report, dryRun));
       }
       return report.failures.length ? 1 : 0;
     }

@@ -1,6 +1,7 @@
 /** CNI_ARGS ("K=V;K=V") and runtimeConfig parsing. */
+import { definedFields } from '../common/defined-fields';
 import { isIP } from 'node:net';
-import { CniCode, CniError, Result, err, ok } from './errors';
+import { CniCode, CniError, type Result, err, ok } from './errors';
 
 export interface CniArgs {
   readonly podNamespace?: string;
@@ -50,10 +51,12 @@ export function parseCniArgs(text: string | undefined): Result<CniArgs> {
     return v === undefined || v === '' ? undefined : v;
   };
   return ok({
-    ...(opt('K8S_POD_NAMESPACE') ? { podNamespace: opt('K8S_POD_NAMESPACE') } : {}),
-    ...(opt('K8S_POD_NAME') ? { podName: opt('K8S_POD_NAME') } : {}),
-    ...(opt('K8S_POD_UID') ? { podUid: opt('K8S_POD_UID') } : {}),
-    ...(opt('K8S_POD_INFRA_CONTAINER_ID') ? { podInfraContainerId: opt('K8S_POD_INFRA_CONTAINER_ID') } : {}),
+    ...definedFields({
+      podNamespace: opt('K8S_POD_NAMESPACE'),
+      podName: opt('K8S_POD_NAME'),
+      podUid: opt('K8S_POD_UID'),
+      podInfraContainerId: opt('K8S_POD_INFRA_CONTAINER_ID'),
+    }),
     ips,
     ...(mac ? { mac: mac.toLowerCase().replace(/-/g, ':') } : {}),
     ignoreUnknown,

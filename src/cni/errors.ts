@@ -49,9 +49,12 @@ export { ok, err } from '../common/result';
 
 /** Turns anything thrown into a CniError, keeping CNI errors as they are. */
 export function toCniError(thrown: unknown, code: number = CniCode.Internal, context?: string): CniError {
-  const base =
-    thrown instanceof CniError
-      ? thrown
-      : new CniError(code, thrown instanceof Error ? thrown.message : String(thrown), thrown instanceof Error && thrown.stack ? thrown.stack.split('\n').slice(0, 3).join(' | ') : '');
+  const base = thrown instanceof CniError ? thrown : new CniError(code, messageOf(thrown), stackTop(thrown));
   return context ? base.withContext(context) : base;
 }
+
+const messageOf = (thrown: unknown): string => (thrown instanceof Error ? thrown.message : String(thrown));
+
+/** The first three lines of a stack, on one line: enough to find where an unexpected error came from. */
+const stackTop = (thrown: unknown): string =>
+  thrown instanceof Error && thrown.stack ? thrown.stack.split('\n').slice(0, 3).join(' | ') : '';

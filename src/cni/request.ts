@@ -5,10 +5,11 @@
 import { interfaceNameProblem } from './ifname';
 import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
-import { CniArgs, parseCniArgs, RuntimeConfig } from './args';
-import { CniCode, CniError, Result, err, ok } from './errors';
-import { AttachmentKey, CniCommand, CNI_COMMANDS } from './types';
-import { compareVersions, CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
+import { type CniArgs, parseCniArgs, RuntimeConfig } from './args';
+import { type Result, err, ok } from './errors';
+import { requestErrors } from './request-errors';
+import { type AttachmentKey, type CniCommand, CNI_COMMANDS } from './types';
+import { compareVersions, type CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
 
 /** What plexus-cni sends: the CNI environment and the stdin bytes. */
 export const ForwardedCallSchema = z.object({
@@ -53,23 +54,16 @@ const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
  */
 export const MAX_CONTAINER_ID_LENGTH = 128;
 
-const containerIdTooLong = (id: string): CniError =>
-  new CniError(
-    CniCode.InvalidEnvironment,
-    `CNI_CONTAINERID is ${id.length} characters long; at most ${MAX_CONTAINER_ID_LENGTH} are allowed`,
-    "the container ID names files of plexusd's state; container runtimes use 64 characters",
-  );
-
 /** Validates an interface name as the kernel and the CNI spec require (interfaceNameProblem). */
 export function validateIfname(name: string, what = 'CNI_IFNAME'): Result<string> {
   const problem = interfaceNameProblem(name);
   if (problem === undefined) return ok(name);
-  return err(new CniError(CniCode.InvalidEnvironment, name === '' ? `${what} is empty` : `${what} ${JSON.stringify(name)} ${problem}`));
+  return err(requestErrors.badIfname(what, name, problem));
 }
 
 const needEnv = (env: Record<string, string>, key: string, command: string): Result<string> => {
   const v = env[key];
-  if (v === undefined || v === '') return err(new CniError(CniCode.InvalidEnvironment, `${key} is required for ${command} but is not set`));
+  if (v === undefined || v === '') return err(requestErrors.missingEnv(key, command));
   return ok(v);
 };
 
@@ -90,9 +84,9 @@ export function bestEffortVersion(stdin: string): CniVersion {
 export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   const { env, stdin } = call;
   const command = env.CNI_COMMAND;
-  if (command === undefined || command === '') return err(new CniError(CniCode.InvalidEnvironment, 'CNI_COMMAND is not set'));
+  if (command === undefined || command === '') return err(requestErrors.noCommand());
   if (!(CNI_COMMANDS as readonly string[]).includes(command)) {
-    return err(new CniError(CniCode.InvalidEnvironment, `CNI_COMMAND "${command}" is not one of ${CNI_COMMANDS.join(', ')}`));
+    return err(requestErrors.unknownCommand(command, CNI_COMMANDS));
   }
   const cmd = command as CniCommand;
 
@@ -101,12 +95,10 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
     json = JSON.parse(stdin);
   } catch (e) {
     if (cmd === 'VERSION' && stdin.trim() === '') json = {};
-    else return err(new CniError(CniCode.DecodeFailure, 'network configuration on stdin is not valid JSON', (e as Error).message));
+    else return err(requestErrors.stdinNotJson((e as Error).message));
   }
   const parsed = PluginConfigSchema.safeParse(json);
-  if (!parsed.success) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `network configuration: ${firstIssue(parsed.error, '(top level)')}`));
-  }
+  if (!parsed.success) return err(requestErrors.badConfig(firstIssue(parsed.error, '(top level)')));
   const config = parsed.data;
 
   if (cmd === 'VERSION') {
@@ -116,13 +108,11 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
 
   const version = requireVersion(config.cniVersion);
   if (!version.ok) return version;
-  if (!config.name) return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no "name"'));
-  if (!config.type) return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no "type"'));
+  if (!config.name) return err(requestErrors.configWithout('name'));
+  if (!config.type) return err(requestErrors.configWithout('type'));
   const minimum: Partial<Record<CniCommand, string>> = { CHECK: '0.4.0', STATUS: '1.1.0', GC: '1.1.0' };
   const min = minimum[cmd];
-  if (min && compareVersions(version.value, min) < 0) {
-    return err(new CniError(CniCode.IncompatibleVersion, `${cmd} needs CNI version ${min} or later, the configuration says ${version.value}`));
-  }
+  if (min && compareVersions(version.value, min) < 0) return err(requestErrors.commandNeedsVersion(cmd, min, version.value));
   const base: CniRequestBase = {
     version: version.value,
     rawConfig: stdin,
@@ -135,16 +125,16 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (cmd === 'GC') {
     const list = config['cni.dev/valid-attachments'] ?? config['cni.dev/attachments'] ?? [];
     const attachments = z.array(z.object({ containerID: z.string(), ifname: z.string() }).passthrough()).safeParse(list);
-    if (!attachments.success) return err(new CniError(CniCode.InvalidNetworkConfig, 'GC: cni.dev/valid-attachments must be a list of {containerID, ifname}'));
+    if (!attachments.success) return err(requestErrors.badGcAttachments());
     return ok({ ...base, command: 'GC', validAttachments: attachments.data.map((a) => ({ containerId: a.containerID, ifname: a.ifname })) });
   }
 
   const containerId = needEnv(env, 'CNI_CONTAINERID', cmd);
   if (!containerId.ok) return containerId;
-  if (containerId.value.length > MAX_CONTAINER_ID_LENGTH) return err(containerIdTooLong(containerId.value));
-  if (!CONTAINER_ID_RE.test(containerId.value)) {
-    return err(new CniError(CniCode.InvalidEnvironment, `CNI_CONTAINERID "${containerId.value}" has invalid characters (allowed: letters, digits, "_", ".", "-", starting with a letter or digit)`));
+  if (containerId.value.length > MAX_CONTAINER_ID_LENGTH) {
+    return err(requestErrors.containerIdTooLong(containerId.value, MAX_CONTAINER_ID_LENGTH));
   }
+  if (!CONTAINER_ID_RE.test(containerId.value)) return err(requestErrors.containerIdCharacters(containerId.value));
   const ifnameRaw = needEnv(env, 'CNI_IFNAME', cmd);
   if (!ifnameRaw.ok) return ifnameRaw;
   const ifname = validateIfname(ifnameRaw.value);
@@ -154,6 +144,6 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (cmd === 'DEL') return ok({ ...base, command: 'DEL', containerId: containerId.value, netns: env.CNI_NETNS ?? '', ifname: ifname.value, args: args.value });
   const netns = needEnv(env, 'CNI_NETNS', cmd);
   if (!netns.ok) return netns;
-  if (!netns.value.startsWith('/')) return err(new CniError(CniCode.InvalidEnvironment, `CNI_NETNS "${netns.value}" is not an absolute path`));
+  if (!netns.value.startsWith('/')) return err(requestErrors.relativeNetns(netns.value));
   return ok({ ...base, command: cmd, containerId: containerId.value, netns: netns.value, ifname: ifname.value, args: args.value });
 }

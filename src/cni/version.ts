@@ -1,5 +1,5 @@
 /** CNI spec versions Plexus speaks, and the one place results are converted between them. */
-import { CniCode, CniError, Result, err, ok } from './errors';
+import { CniCode, CniError, type Result, err, ok } from './errors';
 import type { CniResult } from './types';
 
 export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] as const;
@@ -24,11 +24,14 @@ const shownVersion = (v: unknown): string => {
   return text.length > 34 ? `${text.slice(0, 33)}…" (${String(v).length} characters)` : text;
 };
 
+const supported = (): string => `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`;
 const incompatibleVersion = (v: unknown): CniError =>
-  new CniError(CniCode.IncompatibleVersion, `incompatible CNI version ${shownVersion(v)}`, `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`);
+  new CniError(CniCode.IncompatibleVersion, `incompatible CNI version ${shownVersion(v)}`, supported());
+const noVersion = (): CniError =>
+  new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no cniVersion', supported());
 
 export function requireVersion(v: unknown): Result<CniVersion> {
-  if (v === undefined || v === '') return err(new CniError(CniCode.InvalidNetworkConfig, 'network configuration has no cniVersion', `supported versions: ${SUPPORTED_VERSIONS.join(', ')}`));
+  if (v === undefined || v === '') return err(noVersion());
   if (!isSupportedVersion(v)) return err(incompatibleVersion(v));
   return ok(v);
 }

@@ -72,7 +72,10 @@ export function findPrimaryConfig(confDir: string): Result<PrimaryConfig | undef
     }
     if (isPlexusConfig(text) || runsPluginOf(text, MULTUS_TYPES)) continue;
     const parsed = parseNetworkConfig(text, path, basename(name).replace(/\.[^.]*$/, ''), 'the file');
-    if (!parsed.ok) return problem(`the node's primary CNI config ${path} is not usable: ${parsed.error.message}${parsed.error.details ? ` (${parsed.error.details})` : ''}`);
+    if (!parsed.ok) {
+      const details = parsed.error.details ? ` (${parsed.error.details})` : '';
+      return problem(`the node's primary CNI config ${path} is not usable: ${parsed.error.message}${details}`);
+    }
     return ok({ path, cniVersion: parsed.value.cniVersion, name: parsed.value.cniName });
   }
   return ok(undefined);

@@ -89,7 +89,11 @@ export function readMultus(confDirFiles: readonly ConfFileReader[], daemonConfig
   const found = findMultusConfigs(confDirFiles);
   if (found.length === 0) return ok(undefined);
   if (found.length > 1) {
-    return problem(`${found.length} Multus configs in the CNI conf dir (${found.map((f) => basename(f.path)).join(', ')}): the runtime uses only the first; remove the stale ones, then install again`);
+    const names = found.map((f) => basename(f.path)).join(', ');
+    return problem(
+      `${found.length} Multus configs in the CNI conf dir (${names}): the runtime uses only the first; ` +
+        'remove the stale ones, then install again',
+    );
   }
   const { path, text } = found[0]!;
   const own = ownSettings(path, text);

@@ -79,7 +79,10 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
   const where = clusterNetworkSetting(cluster, options.defaultNetworkLink);
   carry(s.clusterNetwork === undefined ? 'delegates[0]' : 'clusterNetwork', 'defaultNetwork', where);
   if (cluster.kind === 'nad' && cluster.alsoFile) {
-    warnings.push(`clusterNetwork "${s.clusterNetwork}" is also the name of ${cluster.alsoFile}: Multus uses it when the NAD ${cluster.reference} does not exist; plexusd reads the NAD only`);
+    warnings.push(
+      `clusterNetwork "${s.clusterNetwork}" is also the name of ${cluster.alsoFile}: ` +
+        `Multus uses it when the NAD ${cluster.reference} does not exist; plexusd reads the NAD only`,
+    );
   }
   for (const [i] of (s.delegates ?? []).entries()) {
     if (i === 0 && s.clusterNetwork === undefined) continue;

@@ -19,6 +19,7 @@ export const CLONE_NEWNET = 0x40000000;
 export const IFNAMSIZ = 16;
 export const SIOCGIFINDEX = 0x8933;
 export const ENODEV = 19;
+export const EINVAL = 22;
 export const O_RDONLY = 0;
 export const O_RDWR = 2;
 export const O_CLOEXEC = 0o2000000;

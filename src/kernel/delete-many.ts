@@ -4,13 +4,14 @@
  * So the links are put in a link group of their own and the group is deleted, unless some other link is in that
  * group too: then they are deleted one by one, and nothing that is not ours is ever touched.
  */
-import { KernelError, RtnlSocket } from './rtnetlink';
+import { KernelCallError } from './failure';
+import type { RtnlSocket } from './rtnetlink';
 import type { DeleteManyOutcome, KernelFailure } from './types';
 
 /** Per link that could not be deleted, why; a link that is already gone counts as deleted. */
 export type { DeleteManyOutcome } from './types';
 
-const isGone = (e: unknown): boolean => e instanceof KernelError && (e.failure.errnoName === 'ENODEV' || e.failure.errnoName === 'ENOENT');
+const isGone = (e: unknown): boolean => e instanceof KernelCallError && (e.is('ENODEV') || e.is('ENOENT'));
 
 export function deleteLinks(sock: RtnlSocket, names: readonly string[], group: number): DeleteManyOutcome {
   const failed: { name: string; failure: KernelFailure }[] = [];
@@ -21,7 +22,7 @@ export function deleteLinks(sock: RtnlSocket, names: readonly string[], group: n
       return true;
     } catch (e) {
       if (!isGone(e)) {
-        if (!(e instanceof KernelError)) throw e;
+        if (!(e instanceof KernelCallError)) throw e;
         failed.push({ name, failure: e.failure });
       }
       return false;
@@ -38,7 +39,7 @@ export function deleteLinks(sock: RtnlSocket, names: readonly string[], group: n
       sock.deleteGroup(group);
       return { failed };
     } catch (e) {
-      if (!(e instanceof KernelError)) throw e;
+      if (!(e instanceof KernelCallError)) throw e;
       // e.g. a kind of link that cannot be deleted by group: fall through to one by one.
     }
   }

@@ -4,27 +4,15 @@
  */
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { Result, err, ok } from '../common/result';
-import type { AddrInfo, BatchOp, KernelFailure, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
+import { type Result, err, ok } from '../common/result';
+import { KernelCallError } from './failure';
+import type { AddrInfo, BatchOp, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
 import type { BatchReply, BatchRequest } from './worker';
 import { closeFd, deleteLinkOnPool } from './pod-link-deletions';
 
+/** A failed kernel operation is a KernelCallError (failure.ts); CNI codes are the drivers' business. */
+export { KernelCallError };
 export type KernelResult<T> = Result<T, KernelCallError>;
-
-/** A failed kernel operation, with the failure as the kernel reported it. CNI codes are the drivers' business. */
-export class KernelCallError extends Error {
-  /** errno and extended ack, for a CNI error's details. */
-  readonly details: string;
-
-  constructor(readonly failure: KernelFailure, readonly index: number) {
-    super(`${failure.op}${failure.target ? ` ${failure.target}` : ''} failed: ${failure.errnoName} (${failure.message})${failure.extack ? ` - kernel says: ${failure.extack}` : ''}`);
-    this.name = 'KernelCallError';
-    this.details = `errno=${failure.errno} ${failure.errnoName}${failure.extack ? ` extack="${failure.extack}"` : ''}`;
-  }
-  is(errnoName: string): boolean {
-    return this.failure.errnoName === errnoName;
-  }
-}
 
 /** One kernel worker thread and the replies it still owes. */
 class KernelWorker {
@@ -171,10 +159,10 @@ export class Kernel implements KernelPort {
     return this.one(netns, { op: 'linkList' });
   }
   listAddresses(netns: string | undefined, name?: string): Promise<KernelResult<AddrInfo[]>> {
-    return this.one(netns, { op: 'addrList', ...(name ? { name } : {}) });
+    return this.one(netns, { op: 'addrList', name: name || undefined });
   }
   listRoutes(netns: string | undefined, family?: 4 | 6): Promise<KernelResult<RouteInfo[]>> {
-    return this.one(netns, { op: 'routeList', ...(family ? { family } : {}) });
+    return this.one(netns, { op: 'routeList', family });
   }
   /**
    * Deletes a link; a missing one counts as deleted. Host links are deleted in batches (HostLinkDeletions), links in

@@ -8,8 +8,9 @@
  */
 import { Semaphore } from '../common/semaphore';
 import * as C from './constants';
-import { attrString, encodeMessage, ifinfomsg, RawMessage } from './message';
-import { collectReplies, failure, KernelError } from './rtnetlink';
+import { failure, KernelCallError } from './failure';
+import { attrString, encodeMessage, ifinfomsg, type RawMessage } from './message';
+import { collectReplies } from './replies';
 import { sys, sysAsync } from './syscalls';
 import type { KernelFailure } from './types';
 
@@ -35,7 +36,7 @@ export async function deleteLinkOnPool(fd: number, name: string): Promise<Kernel
       try {
         if (collectReplies(buf.subarray(0, n), mySeq, replies, 'RTM_DELLINK', name)) return undefined;
       } catch (e) {
-        if (e instanceof KernelError) return e.failure;
+        if (e instanceof KernelCallError) return e.failure;
         throw e;
       }
     }

@@ -18,8 +18,10 @@ export const sysAsync = {
   recv: (fd: number, buf: Buffer, len: number, flags: number): Promise<number> => onPool(recv.async as AsyncCall, fd, buf, len, flags),
 };
 
+const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
+
 function onPool(call: AsyncCall, ...args: unknown[]): Promise<number> {
-  return new Promise((resolve, reject) => call(...args, (error: unknown, result: number) => (error ? reject(error) : resolve(result))));
+  return new Promise((resolve, reject) => call(...args, (error: unknown, result: number) => (error ? reject(asError(error)) : resolve(result))));
 }
 
 export const sys = {
@@ -34,7 +36,7 @@ export const sys = {
   ioctlPtr: libc.func('ioctl', 'int', ['int', 'unsigned long', 'void *']) as (fd: number, req: number, arg: Buffer) => number,
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']) as (fd: number, req: number, arg: number) => number,
   flock: libc.func('int flock(int fd, int operation)') as (fd: number, operation: number) => number,
-  errno: (): number => koffi.errno() as number,
+  errno: (): number => koffi.errno(),
 };
 
 const errnoNames = new Map<number, string>(Object.entries(constants.errno).map(([name, num]) => [num, name]));

@@ -1,14 +1,14 @@
 /** Persistent tap devices through the tun driver's ioctls (the only way the kernel offers to make them). */
 import * as C from './constants';
-import { failure, KernelError } from './rtnetlink';
+import { callFailed, invalidRequest } from './failure';
 import { sys } from './syscalls';
 import type { TapSpec } from './types';
 
 /** Creates a persistent tap in the calling thread's netns; the caller sets MTU, MAC and state over rtnetlink. */
 export function createTap(tap: TapSpec): void {
-  if (Buffer.byteLength(tap.name) > 15) throw new KernelError(failure('tap', tap.name, 22, 'interface name longer than 15 bytes'));
+  if (Buffer.byteLength(tap.name) > 15) throw invalidRequest('tap', tap.name, 'interface name longer than 15 bytes');
   const fd = sys.open('/dev/net/tun', C.O_RDWR | C.O_CLOEXEC);
-  if (fd < 0) throw new KernelError(failure('open', '/dev/net/tun', sys.errno()));
+  if (fd < 0) throw callFailed('open', '/dev/net/tun', sys.errno());
   try {
     const ifr = Buffer.alloc(40);
     ifr.write(tap.name, 0, 'utf8');
@@ -18,7 +18,7 @@ export function createTap(tap: TapSpec): void {
     if (tap.vnetHdr) flags |= C.IFF_VNET_HDR;
     ifr.writeUInt16LE(flags, 16);
     const check = (rc: number, what: string): void => {
-      if (rc < 0) throw new KernelError(failure(what, tap.name, sys.errno()));
+      if (rc < 0) throw callFailed(what, tap.name, sys.errno());
     };
     check(sys.ioctlPtr(fd, C.TUNSETIFF, ifr), 'TUNSETIFF');
     if (tap.owner !== undefined) check(sys.ioctlInt(fd, C.TUNSETOWNER, tap.owner), 'TUNSETOWNER');

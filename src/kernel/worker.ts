@@ -6,7 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { parentPort } from 'node:worker_threads';
 import { deleteLinks } from './delete-many';
 import { inNetns, openNetns, rememberHomeNetns } from './netns';
-import { KernelError, RtnlSocket } from './rtnetlink';
+import { KernelCallError } from './failure';
+import { RtnlSocket } from './rtnetlink';
 import { sys } from './syscalls';
 import { createTap } from './tun';
 import type { BatchOp, KernelFailure } from './types';
@@ -41,7 +42,7 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
     case 'linkSet': {
       const fd = op.netns ? openNetns(op.netns) : undefined;
       try {
-        sock.setLink(op.name, { ...op, ...(fd !== undefined ? { netnsFd: fd } : {}) });
+        sock.setLink(op.name, { ...op, netnsFd: fd });
       } finally {
         if (fd !== undefined) sys.close(fd);
       }
@@ -52,7 +53,7 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
     case 'linkList':
       return sock.listLinks();
     case 'addrAdd':
-      sock.addAddress(op.name, op.address, { ...(op.noDad ? { noDad: true } : {}), ...(op.noPrefixRoute ? { noPrefixRoute: true } : {}) });
+      sock.addAddress(op.name, op.address, { noDad: op.noDad, noPrefixRoute: op.noPrefixRoute });
       return null;
     case 'addrDel':
       sock.deleteAddress(op.name, op.address);
@@ -74,7 +75,8 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
       const create = (): void => createTap(op.tap);
       if (netns) inNetns(netns, create);
       else create();
-      sock.setLink(op.tap.name, { ...(op.tap.mtu ? { mtu: op.tap.mtu } : {}), ...(op.tap.mac ? { mac: op.tap.mac } : {}), ...(op.tap.up ? { up: true } : {}) });
+      // Only what the tap asks for: `up: false` would take it down.
+      sock.setLink(op.tap.name, { mtu: op.tap.mtu, mac: op.tap.mac, up: op.tap.up || undefined });
       return null;
     }
     case 'sysctlWrite': {
@@ -88,7 +90,7 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
 }
 
 function toFailure(e: unknown, op: BatchOp): KernelFailure {
-  if (e instanceof KernelError) return e.failure;
+  if (e instanceof KernelCallError) return e.failure;
   const code = (e as NodeJS.ErrnoException).code;
   return { op: op.op, target: '', errno: 22, errnoName: code ?? 'EINVAL', message: e instanceof Error ? e.message : String(e) };
 }

@@ -5,9 +5,10 @@
  * Files are read on every lookup; NetworkDirectory uses stamp() to know when its cached NADs are stale.
  */
 import { readdirSync, statSync } from 'node:fs';
-import { cappedList, readBoundedFileSync } from '../common/bounded-file';
+import { readBoundedFileSync } from '../common/bounded-file';
 import { dirname, join, resolve } from 'node:path';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { type Result, err, ok } from '../cni/errors';
+import { confDirErrors } from './errors';
 import type { ConfigFile, NadConfigSource } from './nad';
 
 export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
@@ -32,8 +33,8 @@ export class CniConfDir implements NadConfigSource {
     try {
       names = readdirSync(this.dir);
     } catch (e) {
-      if (errno(e) === 'ENOENT' || errno(e) === 'ENOTDIR') return err(new CniError(CniCode.InvalidNetworkConfig, `the CNI config directory ${this.dir} does not exist`));
-      return err(new CniError(CniCode.IoFailure, `cannot read the CNI config directory ${this.dir}`, (e as Error).message));
+      if (errno(e) === 'ENOENT' || errno(e) === 'ENOTDIR') return err(confDirErrors.missing(this.dir));
+      return err(confDirErrors.unreadable(this.dir, (e as Error).message));
     }
     return ok(
       names
@@ -77,18 +78,12 @@ export class CniConfDir implements NadConfigSource {
       }
       if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === name) return ok({ path, text });
     }
-    return err(
-      new CniError(
-        CniCode.InvalidNetworkConfig,
-        `no CNI config file in ${this.dir} has "name": "${name}"${skipped.length ? ` (${skipped.length} file(s) could not be read or parsed)` : ''}`,
-        skipped.length ? `skipped: ${cappedList(skipped)}` : lookedAt(ordered),
-      ),
-    );
+    return err(confDirErrors.noSuchName(this.dir, name, skipped, lookedAt(ordered)));
   }
 
   /** `<dir>/<id>.conf`. An id that could name a file elsewhere (with "/", "..", NUL) is refused, not cleaned. */
   byId(id: string): Result<ConfigFile> {
-    const refuse = (why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `config id "${id}" ${why}`));
+    const refuse = (why: string): Result<never> => err(confDirErrors.badId(id, why));
     if (id === '') return refuse('is empty');
     if (id.includes('/')) return refuse('may not contain "/"');
     if (id.includes('..')) return refuse('may not contain ".."');
@@ -97,8 +92,7 @@ export class CniConfDir implements NadConfigSource {
     if (dirname(path) !== resolve(this.dir)) return refuse(`resolves outside ${this.dir}`);
     const read = readConfigFile(path);
     if (read.ok) return ok({ path, text: read.value.toString('utf8') });
-    const code = read.error.kind === 'io' ? CniCode.IoFailure : CniCode.InvalidNetworkConfig;
-    return err(new CniError(code, `${path} ${read.error.reason}`));
+    return err(confDirErrors.unreadableFile(path, read.error.reason, read.error.kind === 'io'));
   }
 
   /** Changes whenever a config file is added, removed or rewritten (names, mtimes and sizes). */

@@ -6,6 +6,7 @@
  */
 import { readConfigFile } from './conf-dir';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { defaultNetworkErrors } from './errors';
 import { isolationProblem, type IsolationSettings } from './isolation';
 import { type NetworkDefinition, parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from './nad';
 import { parseNetworkRef } from './network-ref';
@@ -28,7 +29,7 @@ export function chooseDefaultNetwork(input: DefaultNetworkInput): Result<Network
   const override = input.annotations[DEFAULT_NETWORK_ANNOTATION];
   if (override !== undefined) return podOverride(override, input);
   const configured = input.configured;
-  if (!configured) return err(new CniError(CniCode.InvalidNetworkConfig, 'no default network: set "defaultNetwork" in the CNI config or start plexusd with --default-network'));
+  if (!configured) return err(defaultNetworkErrors.unset());
   if (configured.startsWith('/')) return fromFile(configured);
   const ref = parseNetworkRef(configured);
   if (!ref.ok) return ref;
@@ -49,26 +50,28 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   if (parsed.value.length !== 1) return invalid(`must name exactly one network, not ${parsed.value.length}`);
   const sel = parsed.value[0]!;
   const extras = (['interface', 'ips', 'mac', 'defaultRoute', 'portMappings', 'bandwidth', 'cniArgs', 'infinibandGUID'] as const).filter((k) => sel[k] !== undefined);
-  if (extras.length) return invalid(`only selects the network; ${extras.join(', ')} cannot be set here (the default network's interface is the runtime's, its requests come from the runtime)`);
+  if (extras.length) {
+    return invalid(
+      `only selects the network; ${extras.join(', ')} cannot be set here ` +
+        "(the default network's interface is the runtime's, its requests come from the runtime)",
+    );
+  }
   const refused = isolationProblem(input.isolation, input.podNamespace, sel, DEFAULT_NETWORK_ANNOTATION);
   if (refused) return err(refused);
   const network = input.networks.get(sel.namespace, sel.name);
   return network.ok ? network : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
 }
 
-const unreadableDefault = (path: string, reason: string): CniError =>
-  new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} cannot be read: it ${reason}`);
-
 /** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
 function fromFile(path: string): Result<NetworkDefinition> {
   const read = readConfigFile(path);
-  if (!read.ok) return err(unreadableDefault(path, read.error.reason));
+  if (!read.ok) return err(defaultNetworkErrors.unreadableFile(path, read.error.reason));
   const text = read.value.toString('utf8');
   const parsed = parseNetworkConfig(text, `the default network (${path})`, '', 'the file');
   if (!parsed.ok) return parsed;
-  if (!parsed.value.cniName) return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} has no "name"`));
+  if (!parsed.value.cniName) return err(defaultNetworkErrors.fileWithoutName(path));
   if (parsed.value.plugins.some((p) => p.type === PLEXUS_PLUGIN_TYPE)) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `the default network's CNI config file ${path} is Plexus's own config (type "${PLEXUS_PLUGIN_TYPE}"); using it would call Plexus recursively`));
+    return err(defaultNetworkErrors.fileIsPlexus(path, PLEXUS_PLUGIN_TYPE));
   }
   // Named by its CNI network name, as Multus reports a file-based cluster network in network-status. Run by the node's
   // own plugin binaries, never natively: their IPAM state (host-local's dataDir, say) is the node's, shared with pods

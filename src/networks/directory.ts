@@ -7,10 +7,11 @@ import type { NetworkSource } from './source';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
-import { cappedList, formatBytes, readBoundedFileSync } from '../common/bounded-file';
+import { type CniError, type Result, err, ok } from '../cni/errors';
+import { directoryErrors } from './errors';
+import { cappedList, readBoundedFileSync } from '../common/bounded-file';
 import { CniConfDir, DEFAULT_CNI_CONF_DIR } from './conf-dir';
-import { NadConfigSource, NetworkDefinition, parseNad } from './nad';
+import { type NadConfigSource, type NetworkDefinition, parseNad } from './nad';
 
 interface CachedFile {
   readonly stamp: string;
@@ -53,7 +54,7 @@ export class NetworkDirectory implements NetworkSource {
     try {
       names = readdirSync(this.dir).filter((n) => /\.(ya?ml|json)$/.test(n)).sort();
     } catch (e) {
-      errors.push(new CniError(CniCode.IoFailure, `cannot read networks directory ${this.dir}`, (e as Error).message));
+      errors.push(directoryErrors.unreadableDir(this.dir, (e as Error).message));
     }
     let confStamp: string | undefined;
     const confDirStamp = (): string => (confStamp ??= this.confDir.stamp());
@@ -79,7 +80,7 @@ export class NetworkDirectory implements NetworkSource {
           entry = { stamp, ...(used ? { confDirStamp: before } : {}), ...parsed };
         }
       } catch (e) {
-        entry = { stamp: '', networks: [], errors: [new CniError(CniCode.IoFailure, `cannot read ${path}`, (e as Error).message)] };
+        entry = { stamp: '', networks: [], errors: [directoryErrors.unreadableFile(path, (e as Error).message)] };
       }
       this.cache.set(path, entry);
       errors.push(...entry.errors);
@@ -95,7 +96,7 @@ export class NetworkDirectory implements NetworkSource {
     if (found) return ok(found);
     const listed = cappedList(errors.map((e) => e.message), BROKEN_SHOWN);
     const broken = errors.length ? ` (problems reading definitions: ${listed})` : '';
-    return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined in ${this.dir}${broken}`));
+    return err(directoryErrors.undefinedNetwork(namespace, name, this.dir, broken));
   }
 
   list(): { networks: NetworkDefinition[]; errors: CniError[] } {
@@ -103,13 +104,6 @@ export class NetworkDirectory implements NetworkSource {
     return { networks: [...networks.values()], errors };
   }
 }
-
-const unreadableNad = (path: string, reason: string, maxBytes: number): CniError =>
-  new CniError(
-    CniCode.InvalidNetworkConfig,
-    `${path} ${reason}`,
-    `a definition file must be a regular file (or a symlink to one) of at most ${formatBytes(maxBytes)}`,
-  );
 
 interface ParsedFile {
   readonly networks: NetworkDefinition[];
@@ -121,12 +115,12 @@ function parseFile(path: string, configs: NadConfigSource, maxBytes: number): Pa
   const errors: CniError[] = [];
   // A ConfigMap mount makes every file a symlink: followed, but only to a regular file.
   const bytes = readBoundedFileSync(path, { maxBytes, followSymlinks: true });
-  if (!bytes.ok) return { networks, errors: [unreadableNad(path, bytes.error.reason, maxBytes)] };
+  if (!bytes.ok) return { networks, errors: [directoryErrors.refusedFile(path, bytes.error.reason, maxBytes)] };
   const docs = parseAllDocuments(bytes.value.toString('utf8'));
   for (const [i, doc] of (Array.isArray(docs) ? docs : [docs]).entries()) {
     const where = `${path}${i > 0 ? ` (document ${i + 1})` : ''}`;
     if (doc.errors.length) {
-      errors.push(new CniError(CniCode.DecodeFailure, `${where}: not valid YAML/JSON`, doc.errors[0]?.message ?? ''));
+      errors.push(directoryErrors.notYaml(where, doc.errors[0]?.message ?? ''));
       continue;
     }
     const obj = doc.toJS() as unknown;
@@ -134,7 +128,7 @@ function parseFile(path: string, configs: NadConfigSource, maxBytes: number): Pa
     const isList = (obj as { kind?: unknown }).kind === 'List';
     const listItems = (obj as { items?: unknown }).items;
     if (isList && listItems !== undefined && !Array.isArray(listItems)) {
-      errors.push(new CniError(CniCode.InvalidNetworkConfig, `${where}: "items" of a List must be a list`));
+      errors.push(directoryErrors.itemsNotList(where));
       continue;
     }
     const items = isList ? ((listItems as unknown[] | undefined) ?? []) : [obj];

@@ -4,7 +4,8 @@
  * node's operator configures (the cluster default network, --default-networks) is not the pod's choice and is not
  * checked; what the pod's annotations ask for is.
  */
-import { CniCode, CniError } from '../cni/errors';
+import type { CniError } from '../cni/errors';
+import { isolatedNetwork } from './errors';
 
 export interface IsolationSettings {
   /** --namespace-isolation */
@@ -14,13 +15,14 @@ export interface IsolationSettings {
 }
 
 /** Why a pod of `podNamespace` may not use network `namespace/name`, or undefined when it may. */
-export function isolationProblem(settings: IsolationSettings, podNamespace: string, network: { namespace: string; name: string }, who: string): CniError | undefined {
+export function isolationProblem(
+  settings: IsolationSettings,
+  podNamespace: string,
+  network: { namespace: string; name: string },
+  who: string,
+): CniError | undefined {
   if (!settings.namespaceIsolation || network.namespace === podNamespace) return undefined;
   const shared = ['default', ...(settings.globalNamespaces ?? [])];
   if (shared.includes(network.namespace)) return undefined;
-  return new CniError(
-    CniCode.InvalidNetworkConfig,
-    `${who}: network ${network.namespace}/${network.name} is in namespace ${network.namespace}, and namespace isolation is on (--namespace-isolation): pods of ${podNamespace} may use only networks of ${podNamespace} and of the global namespaces (${[...new Set(shared)].join(', ')})`,
-    `create the NetworkAttachmentDefinition in ${podNamespace}, or ask the node's operator to add ${network.namespace} to --global-namespaces`,
-  );
+  return isolatedNetwork(who, network, podNamespace, shared);
 }

@@ -9,8 +9,8 @@
  */
 import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
-import { requireVersion, CniVersion } from '../cni/version';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
+import { requireVersion, type CniVersion } from '../cni/version';
 
 export const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;

@@ -1,5 +1,6 @@
 /** References to networks as operators write them: `[namespace/]name`. */
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { type Result, err, ok } from '../cni/errors';
+import { notANetworkRef } from './errors';
 
 export interface NetworkRef {
   readonly namespace: string;
@@ -9,6 +10,6 @@ export interface NetworkRef {
 export function parseNetworkRef(text: string, defaultNamespace = 'default'): Result<NetworkRef> {
   const parts = text.split('/');
   const [a, b] = parts;
-  if (parts.length > 2 || !a || (parts.length === 2 && !b)) return err(new CniError(CniCode.InvalidNetworkConfig, `"${text}" is not a network reference ([namespace/]name)`));
+  if (parts.length > 2 || !a || (parts.length === 2 && !b)) return err(notANetworkRef(text));
   return ok(b ? { namespace: a, name: b } : { namespace: defaultNamespace, name: a });
 }

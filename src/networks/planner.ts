@@ -9,10 +9,10 @@
  * that prefix, else net1, net2, ... ("multus") or eth1, eth2, ... ("eth"). Explicit names are reserved before
  * any name is generated, so generated names never collide with them.
  */
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { NetworkDefinition } from './nad';
 import { interfaceNameProblem } from '../cni/ifname';
-import { describeSelection, NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
+import { describeSelection, type NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
 
 /** Interface names a pod may not ask for: every netns has them, and Plexus neither makes nor deletes them. */
 const RESERVED_IFNAMES: readonly string[] = ['lo'];
@@ -119,7 +119,8 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
     if (!network.ok) return err(network.error.withContext(label));
     const delegate = forceDelegate(network.value, label);
     if (!delegate.ok) return delegate;
-    pending.push({ who: label, label, network: network.value, ...(ref.value.interface !== undefined ? { explicit: ref.value.interface } : {}), isDefault: false, forceDelegate: delegate.value });
+    const explicit = ref.value.interface;
+    pending.push({ who: label, label, network: network.value, explicit, isDefault: false, forceDelegate: delegate.value });
   }
 
   if (options.sources.selectionAnnotation) {
@@ -131,15 +132,18 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
       const declared = input.declaredCapabilities(network.value);
       for (const { field, capability, present } of CAPABILITY_FIELDS) {
         if (present(sel) && !declared.has(capability)) {
+          const plugins = network.value.plugins.map((p) => p.type).join(', ');
           return invalid(
-            `${label}: "${field}" needs a plugin with the "${capability}" capability, and network ${network.value.key} (${network.value.plugins.map((p) => p.type).join(', ')}) does not declare it`,
+            `${label}: "${field}" needs a plugin with the "${capability}" capability, ` +
+              `and network ${network.value.key} (${plugins}) does not declare it`,
             `declared capabilities: ${[...declared].sort().join(', ') || 'none'}`,
           );
         }
       }
       const delegate = forceDelegate(network.value, label);
       if (!delegate.ok) return delegate;
-      pending.push({ who, label, network: network.value, ...(sel.interface !== undefined ? { explicit: sel.interface } : {}), selection: sel, isDefault: false, forceDelegate: delegate.value });
+      const entry = { who, label, network: network.value, explicit: sel.interface, selection: sel, isDefault: false };
+      pending.push({ ...entry, forceDelegate: delegate.value });
     }
   }
 

@@ -4,10 +4,11 @@
  * and the JSON list form with per-attachment requests (ips, mac, default-route, ...). An invalid annotation fails
  * the pod with code 7 and a message naming the offending element, so the pod's owner can fix it.
  */
+import { definedFields } from '../common/defined-fields';
 import { interfaceNameProblem } from '../cni/ifname';
 import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import { parseCidr, parseIp } from '../common/ip';
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from './nad';
 
@@ -137,20 +138,23 @@ function validateElement(raw: RawElement, index: number, podNamespace: string): 
     if (claim.length > 253 || !DNS1123_SUBDOMAIN.test(claim)) return err(`ipam-claim-reference "${claim}" is not a DNS-1123 subdomain`);
     if (raw.ips !== undefined) return err('"ipam-claim-reference" and "ips" may not be used together: the claim decides the addresses');
   }
-  return ok({
-    namespace,
-    name: raw.name,
-    ...(ifname !== undefined ? { interface: ifname } : {}),
-    ...(raw.ips !== undefined ? { ips: [...raw.ips] } : {}),
-    ...(mac !== undefined ? { mac } : {}),
-    ...(gateways !== undefined ? { defaultRoute: [...gateways] } : {}),
-    ...(raw.portMappings !== undefined ? { portMappings: raw.portMappings.map((m) => ({ ...m })) } : {}),
-    ...(raw.bandwidth !== undefined ? { bandwidth: { ...raw.bandwidth } } : {}),
-    ...(raw['cni-args'] !== undefined ? { cniArgs: { ...raw['cni-args'] } } : {}),
-    ...(guid !== undefined ? { infinibandGUID: guid } : {}),
-    ...(claim !== undefined ? { ipamClaimReference: claim } : {}),
-    index,
-  });
+  const cniArgs = raw['cni-args'];
+  return ok(
+    definedFields({
+      namespace,
+      name: raw.name,
+      interface: ifname,
+      ips: raw.ips && [...raw.ips],
+      mac,
+      defaultRoute: gateways && [...gateways],
+      portMappings: raw.portMappings?.map((m) => ({ ...m })),
+      bandwidth: raw.bandwidth && { ...raw.bandwidth },
+      cniArgs: cniArgs && { ...cniArgs },
+      infinibandGUID: guid,
+      ipamClaimReference: claim,
+      index,
+    }),
+  );
 }
 
 /** One short-form reference, `[namespace/]name[@interface]` (already trimmed); parts are trimmed as Multus does. */
@@ -165,7 +169,7 @@ function parseShortElement(text: string): Result<RawElement, string> {
   const name = (at[0] ?? '').trim();
   const ifname = at.length === 2 ? (at[1] ?? '').trim() : undefined;
   if (ifname === '') return err('the interface after "@" is empty');
-  return ok({ name, ...(namespace !== undefined ? { namespace } : {}), ...(ifname !== undefined ? { interface: ifname } : {}) });
+  return ok(definedFields({ name, namespace, interface: ifname }));
 }
 
 /**
@@ -224,7 +228,8 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
   const routed = selections.filter((s) => s.defaultRoute !== undefined);
   if (routed.length > 1) {
     const [first, second] = routed as [NetworkSelection, NetworkSelection];
-    return err(invalid(`${annotationName}: ${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}; only one element may carry the default route`));
+    const again = `${describeSelection(second)}: "default-route" is already set by ${describeSelection(first)}`;
+    return err(invalid(`${annotationName}: ${again}; only one element may carry the default route`));
   }
   const byInterface = new Map<string, NetworkSelection>();
   for (const sel of selections) {
@@ -247,7 +252,10 @@ export function parsePodAnnotations(runtimeConfigValue: unknown): Result<Record<
   }
   const annotations: Record<string, string> = {};
   for (const [key, value] of Object.entries(runtimeConfigValue)) {
-    if (typeof value !== 'string') return err(invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value}`));
+    if (typeof value !== 'string') {
+      const kind = value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value;
+      return err(invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${kind}`));
+    }
     annotations[key] = value;
   }
   return ok(annotations);

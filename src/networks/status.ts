@@ -2,6 +2,7 @@
  * The NPWG network-status document (k8s.v1.cni.cncf.io/network-status) for one pod, computed from the
  * results of its attachments. Exactly one entry is `default: true`: the cluster default network.
  */
+import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
 
 export interface NetworkStatusEntry {
@@ -37,16 +38,16 @@ export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkSt
         ? // The pod is the memif client ("slave" in NPWG's words); the node's switch serves the socket.
           { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: iface.socketPath } }
         : undefined);
-    return {
+    return definedFields({
       name: o.network,
       interface: o.ifname,
       ips,
-      ...(iface?.mac ? { mac: iface.mac } : {}),
-      ...(iface?.mtu ? { mtu: iface.mtu } : {}),
+      mac: iface?.mac || undefined,
+      mtu: iface?.mtu || undefined,
       default: o.isDefault,
       dns: { ...(o.result.dns ?? {}) },
-      ...(deviceInfo ? { 'device-info': deviceInfo } : {}),
-    };
+      'device-info': deviceInfo,
+    });
   });
 }
 

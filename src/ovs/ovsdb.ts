@@ -5,6 +5,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { ovsErrors } from './errors';
 import { JsonStreamSplitter } from './json-stream';
 
 /** An OVSDB operation (RFC 7047 section 5.2), as JSON. */
@@ -99,7 +100,7 @@ export class OvsdbClient {
       socket.on('error', (e) => {
         if (this.connecting && this.socket !== socket) {
           this.connecting = undefined;
-          resolve(err(new CniError(CniCode.TryAgainLater, `the Open vSwitch database at ${this.path} cannot be reached: ${e.message}`, 'is ovsdb-server running, and is this its socket? (the memif network\'s "ovsdbSocket", or plexusd\'s --ovsdb-socket)')));
+          resolve(err(ovsErrors.unreachable(this.path, e.message)));
         }
       });
       socket.on('close', () => {

@@ -4,7 +4,8 @@
  * ADD answers only once the port's socket listens, and a port the switch could not open is an error, not a silent
  * half-made port. Every port carries external_ids that say it is Plexus's and whose it is.
  */
-import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { err, ok, type Result } from '../cni/errors';
+import { dpdkCeilingHint, ovsErrors } from './errors';
 import { fromOvsMap, namedUuid, ovsMap, ovsSet, type OvsdbClient, type OvsdbOperation } from './ovsdb';
 
 /** external_ids key that marks a port as Plexus's (value: the node's name, or "plexus"). */
@@ -54,8 +55,10 @@ export class SwitchPorts {
       const dpdkPorts = await this.countDpdkPorts();
       // DPDK has a build-time ceiling of ports per process (RTE_MAX_ETHPORTS: 32 in Debian's 22.11), and a port past it
       // fails with nothing more than this generic error.
-      if (dpdkPorts.ok && dpdkPorts.value >= DPDK_MAX_PORTS_HINT) why += `; the switch already has ${dpdkPorts.value} DPDK ports, and DPDK as Debian builds it allows ${DPDK_MAX_PORTS_HINT} per switch (RTE_MAX_ETHPORTS)`;
-      return err(new CniError(CniCode.Internal, `the switch could not open port ${spec.port} on bridge ${spec.bridge}: ${why}`, `devargs ${redactSecret(spec.devargs)}; is ovs-vswitchd DPDK-enabled (other_config:dpdk-init=true, hugepages) and ${spec.bridge} of datapath_type netdev?`));
+      if (dpdkPorts.ok && dpdkPorts.value >= DPDK_MAX_PORTS_HINT) {
+        why += dpdkCeilingHint(dpdkPorts.value, DPDK_MAX_PORTS_HINT);
+      }
+      return err(ovsErrors.portNotOpened(spec.port, spec.bridge, why, redactSecret(spec.devargs)));
     }
     return ok(state.value);
   }
@@ -119,7 +122,7 @@ export class SwitchPorts {
       { op: 'mutate', table: 'Bridge', where: [['name', '==', spec.bridge]], mutations: [['ports', 'insert', ovsSet([namedUuid('port')])]] },
       ...bumpConfig(),
     ]);
-    if (!r.ok && /timed out/.test(r.error.message)) return err(new CniError(CniCode.InvalidNetworkConfig, `the switch has no bridge ${spec.bridge}`, 'create it first: ovs-vsctl add-br BRIDGE -- set bridge BRIDGE datapath_type=netdev'));
+    if (!r.ok && /timed out/.test(r.error.message)) return err(ovsErrors.noBridge(spec.bridge));
     return r;
   }
 
@@ -134,7 +137,7 @@ export class SwitchPorts {
       const cur = Number(r.value[0]?.rows?.[0]?.['cur_cfg']);
       // cur_cfg also moves past the target when others change the switch meanwhile.
       if (cur >= target) return ok(undefined);
-      if (Date.now() > deadline) return err(new CniError(CniCode.TryAgainLater, `ovs-vswitchd did not apply the change within ${this.applyTimeoutMs} ms (cur_cfg ${cur}, waiting for ${target})`, 'is ovs-vswitchd running and connected to this database?'));
+      if (Date.now() > deadline) return err(ovsErrors.notApplied(this.applyTimeoutMs, cur, target));
       await new Promise((r) => setTimeout(r, POLL_MS));
     }
   }

@@ -14,7 +14,7 @@ const file = (name: string, content: string): string => {
 };
 
 const readers = [
-  ['sync', async (p: string, o: BoundedReadOptions) => readBoundedFileSync(p, o)],
+  ['sync', (p: string, o: BoundedReadOptions) => Promise.resolve(readBoundedFileSync(p, o))],
   ['async', readBoundedFile],
 ] as const;
 

@@ -15,8 +15,8 @@ describe('CallSlots', () => {
     const slots = new CallSlots(1, 1);
     const g = gate();
     const first = slots.run(() => g.opened);
-    const second = slots.run(async () => 'second');
-    assert.equal(await slots.run(async () => 'third'), undefined, 'the queue of one is full');
+    const second = slots.run(() => Promise.resolve('second'));
+    assert.equal(await slots.run(() => Promise.resolve('third')), undefined, 'the queue of one is full');
     assert.equal(slots.inFlight, 1);
     assert.equal(slots.queued, 1);
     g.open();
@@ -37,9 +37,10 @@ describe('CallSlots', () => {
       order.push('lender resumed');
     });
     await tick();
-    const other = await slots.run(async () => {
+    const other = await slots.run(() => {
       order.push('other ran');
       assert.equal(slots.lending, 1);
+      return Promise.resolve();
     });
     assert.ok(other, 'the waiting call ran while the lender waited');
     plugin.open();
@@ -63,7 +64,7 @@ describe('CallSlots', () => {
     await tick();
     plugin.open(); // the lender wants its slot back while the holder has it
     await tick();
-    const late = slots.run(async () => order.push('late'));
+    const late = slots.run(() => Promise.resolve(order.push('late')));
     await tick();
     busy.open();
     await Promise.all([lender, holder, late]);
@@ -72,7 +73,7 @@ describe('CallSlots', () => {
 
   it('outside a call, lending just runs the wait', async () => {
     const slots = new CallSlots(1, 0);
-    assert.equal(await slots.lendWhile(async () => 42), 42);
+    assert.equal(await slots.lendWhile(() => Promise.resolve(42)), 42);
     assert.equal(slots.inFlight, 0);
   });
 });

@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podArgs, ShimOutput } from '../support/daemon';
-import { ip, NetnsFixture, TestNetns, uniquePrefix } from '../support/netns';
+import { DaemonFixture, podArgs, type ShimOutput } from '../support/daemon';
+import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('au');
 const fx = new NetnsFixture(prefix);

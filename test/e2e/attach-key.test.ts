@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podArgs, ROOT, ShimOutput } from '../support/daemon';
+import { DaemonFixture, podArgs, ROOT, type ShimOutput } from '../support/daemon';
 import { ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('ak');

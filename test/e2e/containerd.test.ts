@@ -71,7 +71,7 @@ describe('the documented conflist on containerd 1.6', { skip }, () => {
       pid = await containerd.taskPid(id);
     } catch (e) {
       run.proc.kill();
-      throw new Error(`${(e as Error).message}\nctr run: ${(await run.done).out}`);
+      throw new Error(`${(e as Error).message}\nctr run: ${(await run.done).out}`, { cause: e });
     }
     const addrs = execFileSync('nsenter', ['-t', String(pid), '-n', 'ip', '-o', '-4', 'addr', 'show'], { encoding: 'utf8' });
     assert.match(addrs, new RegExp(`eth0\\s+inet 10\\.${o}\\.${t}\\.\\d+/24`), addrs);

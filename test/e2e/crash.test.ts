@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ShimOutput } from '../support/daemon';
+import { DaemonFixture, podArgs, type ShimOutput } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pc');

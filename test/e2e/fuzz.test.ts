@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import fc from 'fast-check';
-import { DaemonFixture, getJson, ShimOutput } from '../support/daemon';
+import { DaemonFixture, getJson, type ShimOutput } from '../support/daemon';
 import { hostLinksWithPrefix, ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const SEED = Number(process.env.PLEXUS_FUZZ_SEED ?? 20261123);
@@ -96,7 +96,7 @@ it(`${CASES} fuzzed ADDs, each followed by its DEL, through the real shim and da
   await Promise.all([...byPod.values()].map(async (mine) => {
     for (const c of mine) {
       // An environment variable is a C string: no runtime can pass a NUL in one (the config can, as a JSON escape).
-      const env = (v: string): string => v.replace(/\u0000/g, '');
+      const env = (v: string): string => v.replaceAll('\u0000', '');
       const call = { containerId: env(c.cid), netns: netnsOf(c), ifname: env(c.ifname), args: env(c.args), config: config(c) };
       const add = await daemon.cni({ command: 'ADD', ...call });
       assert.ok(daemon.alive, `the daemon died on ADD ${JSON.stringify(c)}: ${daemon.stderr.slice(-3000)}`);

@@ -8,7 +8,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, podCall, podMaker, ROOT, ShimOutput, TestPod } from '../support/daemon';
+import { DaemonFixture, podCall, podMaker, ROOT, type ShimOutput, type TestPod } from '../support/daemon';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pl');
@@ -53,7 +53,7 @@ const leasesOf = (pod: Pod): string[] => leasesOnDisk().filter((l) => l.includes
 
 async function ctlJson(...args: string[]): Promise<{ removed: unknown[]; leases: { network: string; address: string; containerId: string; ifname: string }[]; leasesReleased: number }> {
   const { stdout } = await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, '-o', 'json', ...args]);
-  return JSON.parse(stdout);
+  return JSON.parse(stdout) as Awaited<ReturnType<typeof ctlJson>>;
 }
 
 describe('pods with three networks', () => {

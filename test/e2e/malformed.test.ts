@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { spawnSync } from 'node:child_process';
-import { DaemonFixture, podArgs, SHIM, ShimCall } from '../support/daemon';
+import { DaemonFixture, podArgs, SHIM, type ShimCall } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pm');

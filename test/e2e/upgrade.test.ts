@@ -5,11 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
-import { createConnection, createServer, Socket } from 'node:net';
+import { createConnection, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podCall, podMaker, ShimOutput, TestPod } from '../support/daemon';
+import { DaemonFixture, podCall, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pu');
@@ -48,7 +48,7 @@ describe('plexusd replaced during a burst', () => {
   it('60 pods, 8 at a time, daemon replaced after 15: every ADD succeeds, no address twice, nothing leaked', async () => {
     const PODS = 60;
     const pods = Array.from({ length: PODS }, () => newPod());
-    const results: ShimOutput[] = new Array(PODS);
+    const results = new Array<ShimOutput>(PODS);
     let next = 0;
     let succeeded = 0;
     let replaced: Promise<Awaited<ReturnType<DaemonFixture['replace']>>> | undefined;
@@ -60,7 +60,7 @@ describe('plexusd replaced during a burst', () => {
         inFlight++;
         results[i] = await add(pods[i]!);
         inFlight--;
-        if (results[i]!.code === 0 && ++succeeded === 15) {
+        if (results[i].code === 0 && ++succeeded === 15) {
           inFlightAtReplace = inFlight;
           replaced = daemon.replace();
         }

@@ -79,7 +79,7 @@ test('the plan: never a throw; interfaces the kernel takes, each once in the pod
       if (!selections.ok) return;
       const plan = planAttachments({
         defaultNetwork: known('kube-system', 'pods'), selections: selections.value, resolve, declaredCapabilities: () => new Set(['ips', 'mac']),
-        options: { naming: naming as 'multus' | 'eth', defaultIfname, sources: { selectionAnnotation: true, defaultNetworks: [] } },
+        options: { naming: naming, defaultIfname, sources: { selectionAnnotation: true, defaultNetworks: [] } },
       });
       if (!plan.ok) return assertCniError(plan.error, [CniCode.InvalidNetworkConfig]);
       const names = plan.value.map((a) => a.ifname);
@@ -155,7 +155,7 @@ const cniStdin = fc.oneof(
 test('a CNI request from plexus-cni: never a throw; a request, or error 1, 4, 6 or 7', () => {
   fc.assert(
     fc.property(cniEnv, cniStdin, (env, stdin) => {
-      const r = parseCniRequest({ env: env as Record<string, string>, stdin });
+      const r = parseCniRequest({ env: env, stdin });
       if (!r.ok) return assertCniError(r.error, [CniCode.IncompatibleVersion, CniCode.InvalidEnvironment, CniCode.DecodeFailure, CniCode.InvalidNetworkConfig]);
       if (r.value.command === 'ADD' || r.value.command === 'DEL' || r.value.command === 'CHECK') assert.equal(interfaceNameProblem(r.value.ifname), undefined);
     }),

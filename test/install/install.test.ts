@@ -23,7 +23,7 @@ function captureStderr(): { text: () => string; restore: () => void } {
   process.stderr.write = ((chunk: string | Uint8Array): boolean => {
     text += chunk.toString();
     return true;
-  }) as typeof process.stderr.write;
+  });
   return { text: () => text, restore: () => void (process.stderr.write = write) };
 }
 const bridgeConflist = (name: string, cniVersion = '1.0.0'): string =>

@@ -51,8 +51,8 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
       ...(haveDummy ? [{ op: 'routeAdd' as const, route: { dst: '10.78.0.0/16', gw: '10.77.0.1' } }] : []),
     ]));
     const addrs = must(await kernel.listAddresses(pod.path, dev)).map((a) => a.address);
-    assert.ok(addrs.includes('10.77.0.2/24'), `addresses: ${addrs}`);
-    assert.ok(addrs.includes('fd77::2/64'), `addresses: ${addrs}`);
+    assert.ok(addrs.includes('10.77.0.2/24'), `addresses: ${addrs.join(', ')}`);
+    assert.ok(addrs.includes('fd77::2/64'), `addresses: ${addrs.join(', ')}`);
     if (haveDummy) {
       const routes = must(await kernel.listRoutes(pod.path, 4));
       assert.ok(routes.some((r) => r.dst === '10.78.0.0/16' && r.gw === '10.77.0.1'), JSON.stringify(routes));

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as C from '../../src/kernel/constants';
 import { attrNested, attrString, attrU32, attrU8, encodeAttrs, encodeMessage, formatMac, ifinfomsg, parseAttrs, parseMac, readCString, splitMessages } from '../../src/kernel/message';
-import { collectReplies, KernelError } from '../../src/kernel/rtnetlink';
+import { KernelCallError } from '../../src/kernel/failure';
+import { collectReplies } from '../../src/kernel/replies';
 
 test('a request is nlmsghdr (length, type, flags, seq, pid 0), the family header, then attributes padded to 4 bytes', () => {
   const msg = encodeMessage(C.RTM_DELLINK, C.NLM_F_REQUEST | C.NLM_F_ACK, 7, ifinfomsg(C.AF_UNSPEC, 0), [attrString(C.IFLA_IFNAME, 'eth0')]);
@@ -50,7 +51,7 @@ test('collectReplies: an ack ends the request, a stale reply is skipped, an erro
   assert.equal(collectReplies(encodeMessage(C.RTM_NEWLINK, 0, 42, ifinfomsg(0, 3), []), 42, replies, 'RTM_GETLINK', 'x'), false, 'a data reply: more to come');
   assert.equal(replies.length, 1);
   assert.throws(() => collectReplies(errorReply(43, 17, 'File exists'), 43, [], 'RTM_NEWLINK', 'eth0'), (e: unknown) => {
-    assert.ok(e instanceof KernelError);
+    assert.ok(e instanceof KernelCallError);
     assert.equal(e.failure.errnoName, 'EEXIST');
     assert.equal(e.failure.extack, 'File exists');
     assert.equal(e.failure.target, 'eth0');

@@ -7,13 +7,13 @@ const MiB = 1048576;
 
 describe('health', () => {
   it('is live and ready when the kernel worker answers, memory is under the ceiling and start-up is done', async () => {
-    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 120 * MiB });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 120 * MiB });
     assert.deepEqual(await h.live(), { ok: true, checks: { kernel: 'ok', memory: 'ok' } });
     assert.equal((await h.ready()).ok, true);
   });
 
   it('is live but not ready while recovering or syncing the API caches', async () => {
-    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => false });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => false });
     assert.equal((await h.live()).ok, true);
     const ready = await h.ready();
     assert.equal(ready.ok, false);
@@ -25,9 +25,9 @@ describe('health', () => {
       { check: 'rbac', problem: 'the API refuses list pods', blocksServing: true },
       { check: 'rbac', problem: 'the API refuses patch pods', blocksServing: false },
     ];
-    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, problems: () => problems });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, problems: () => problems });
     assert.deepEqual(await h.ready(), { ok: false, checks: { kernel: 'ok', started: 'ok', rbac: 'the API refuses list pods' }, warnings: { rbac: 'the API refuses patch pods' } });
-    const warned = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, problems: () => problems.slice(1) });
+    const warned = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, problems: () => problems.slice(1) });
     assert.equal((await warned.ready()).ok, true);
     assert.equal((await warned.live()).ok, true);
   });
@@ -42,7 +42,7 @@ describe('health', () => {
 
   it('is not live while the journal cannot be written, saying why, and live again once it can', async () => {
     let problem: string | undefined = 'plexusd cannot write its journal record /s/journal/.probe: ENOSPC';
-    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, journalWritable: async () => problem });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, journalWritable: () => Promise.resolve(problem) });
     assert.deepEqual(await h.live(), { ok: false, checks: { kernel: 'ok', journal: problem } });
     problem = undefined;
     await new Promise((r) => setTimeout(r, 1001)); // asked at most once per second
@@ -50,7 +50,7 @@ describe('health', () => {
   });
 
   it('is not live when the kernel worker fails', async () => {
-    const h = new DaemonHealth({ kernelAnswers: async () => Promise.reject(new Error('EBADF')), ready: () => true });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.reject(new Error('EBADF')), ready: () => true });
     const live = await h.live();
     assert.equal(live.ok, false);
     assert.equal(live.checks.kernel, 'the kernel worker failed: EBADF');
@@ -58,7 +58,7 @@ describe('health', () => {
   });
 
   it('is not live over the memory ceiling, saying by how much', async () => {
-    const h = new DaemonHealth({ kernelAnswers: async () => undefined, ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 350 * MiB });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 350 * MiB });
     const live = await h.live();
     assert.equal(live.ok, false);
     assert.equal(live.checks.memory, 'resident memory 350 MiB is over the ceiling of 300 MiB');
@@ -67,7 +67,7 @@ describe('health', () => {
 
   it('asks the kernel worker at most once a second, however often it is probed', async () => {
     let calls = 0;
-    const h = new DaemonHealth({ kernelAnswers: async () => void calls++, ready: () => true });
+    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(void calls++), ready: () => true });
     await Promise.all([h.live(), h.ready(), h.live()]);
     await h.live();
     assert.equal(calls, 1);

@@ -84,7 +84,7 @@ describe('namespace isolation', () => {
     assert.equal(isolationProblem(on, 'a', net('g'), 'x'), undefined);
     const refused = isolationProblem(on, 'a', net('b'), 'element 1');
     assert.equal(refused?.code, 7);
-    assert.match(refused!.message, /^element 1: network b\/n is in namespace b/);
-    assert.match(refused!.details, /add b to --global-namespaces/);
+    assert.match(refused.message, /^element 1: network b\/n is in namespace b/);
+    assert.match(refused.details, /add b to --global-namespaces/);
   });
 });

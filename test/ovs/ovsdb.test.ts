@@ -3,7 +3,7 @@
  * transactions, errors with their codes, and memif secrets kept out of error details.
  */
 import assert from 'node:assert/strict';
-import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -40,6 +40,7 @@ export async function delPod(subject: Subject, added: Pick<PodRun, 'pod' | 'resu
 
 /** What a subject left on the host and in its IPAM after all its pods were deleted (netns still present). */
 export async function leaksOf(subject: Subject, runs: readonly PodRun[], before: ReadonlySet<string>): Promise<string[]> {
+  await subject.settled?.();
   const present = hostLinks();
   const links = new Set<string>();
   for (const r of runs) for (const l of r.result !== undefined ? hostSideLinksOf(r.result, subject.bridge) : []) if (present.has(l)) links.add(l);

@@ -77,6 +77,15 @@ export class BackgroundTeardown {
     return this.queue.settle(containerId, ifname);
   }
 
+  /**
+   * Before an ADD: waits for the teardown of the same attachment (its outcome; a failed one is the ADD's to undo) and
+   * for those of other sandboxes in the same netns, whose interface names the new one may take.
+   */
+  async beforeAdd(containerId: string, ifname: string, netns: string): Promise<TeardownOutcome | undefined> {
+    const [own] = await Promise.all([this.queue.settle(containerId, ifname), this.queue.settleNetns(netns)]);
+    return own;
+  }
+
   /** For a stopping daemon: see TeardownQueue.drain. */
   drain(timeoutMs: number): Promise<number> {
     return this.queue.drain(timeoutMs);

@@ -44,8 +44,8 @@ interface Pending {
   readonly job: TeardownJob;
   state: 'queued' | 'running' | 'waiting';
   attempts: number;
-  /** Callers of settle() waiting for the next attempt's outcome. */
-  readonly waiters: ((outcome: TeardownOutcome) => void)[];
+  /** Callers waiting for the next attempt's outcome; with `handBack`, a failed job is theirs to undo. */
+  readonly waiters: { readonly resolve: (outcome: TeardownOutcome) => void; readonly handBack: boolean }[];
   retry?: NodeJS.Timeout;
 }
 
@@ -95,8 +95,21 @@ export class TeardownQueue {
   settle(containerId: string, ifname: string): Promise<TeardownOutcome | undefined> {
     const entry = this.pending.get(keyOf(containerId, ifname));
     if (!entry) return Promise.resolve(undefined);
+    return this.nextOutcome(entry, true);
+  }
+
+  /**
+   * Waits for the next attempt of every pending teardown in `netns` (a runtime that puts a new sandbox's interfaces
+   * in a netns it keeps must find the old ones gone). A failed one stays queued, retried.
+   */
+  async settleNetns(netns: string): Promise<void> {
+    const inNetns = [...this.pending.values()].filter((e) => e.job.record.meta.netns === netns);
+    await Promise.all(inNetns.map((e) => this.nextOutcome(e, false)));
+  }
+
+  private nextOutcome(entry: Pending, handBack: boolean): Promise<TeardownOutcome> {
     if (entry.state === 'waiting') this.requeue(entry);
-    return new Promise((resolve) => entry.waiters.push(resolve));
+    return new Promise((resolve) => entry.waiters.push({ resolve, handBack }));
   }
 
   /**
@@ -184,7 +197,7 @@ export class TeardownQueue {
   private settled(entry: Pending, outcome: TeardownOutcome): void {
     entry.attempts++;
     const waiters = entry.waiters.splice(0);
-    if (outcome.ok || waiters.length > 0 || this.closed) {
+    if (outcome.ok || waiters.some((w) => w.handBack) || this.closed) {
       // Gone from the queue before anyone waiting hears of it: an ADD that waited finds the attachment settled.
       this.pending.delete(entry.key);
       entry.job.release?.();
@@ -198,7 +211,7 @@ export class TeardownQueue {
       const { containerId, ifname } = entry.job.record.meta;
       this.deps.log.error({ containerId, ifname, attempts: entry.attempts, err: outcome.error.message }, 'background teardown failed');
     }
-    for (const resolve of waiters) resolve(outcome);
+    for (const w of waiters) w.resolve(outcome);
     if (this.pending.size === 0) for (const resolve of this.idle.splice(0)) resolve();
   }
 }

@@ -162,6 +162,25 @@ describe('the background teardown', () => {
     assert.equal((await bed.journal.load('cf', 'eth0'))?.deleting, true, 'its record stays for the caller');
   });
 
+  it('settleNetns waits for every teardown in that netns; a failed one stays queued and is retried', async () => {
+    const held = gate();
+    const queue = queueOn({ hold: held.hold });
+    const first = await attached('cj');
+    const other = await attached('ck');
+    queue.add(first);
+    queue.add(other);
+    bed.kernel.failWhen((e) => e.op.op === 'linkDel');
+    let settled = false;
+    const waiting = queue.settleNetns(first.record.meta.netns).then(() => (settled = true));
+    await new Promise((r) => setTimeout(r, 10));
+    assert.equal(settled, false, 'held: still waiting');
+    held.open();
+    await waiting;
+    assert.equal(queue.has('cj', 'eth0'), true, 'its failed attempt is retried, not handed back');
+    assert.equal(queue.has('ck', 'eth0'), false, 'another netns\'s teardown was not waited for, but went on its own');
+    await until(() => queue.size === 0);
+  });
+
   it('drain finishes pending teardowns before a stop, and answers how many were left when it runs out of time', async () => {
     const queue = queueOn();
     queue.add(await attached('cg'));

@@ -17,7 +17,7 @@ import { fmt, round } from './lib/stats';
 import { type Subject, describeSubject, parseSubjectSpec } from './lib/subject';
 import { Teardown } from './lib/teardown';
 import { type MultiBurstFigures, type MultiVariant, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
-import { type MultiReport, Report, render } from './lib/bench/report';
+import { type MultiReport, type Report, render } from './lib/bench/report';
 import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
 import { type SoakFigures, measureSoak } from './lib/bench/soak';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated, measureBurst, measureLatency } from './lib/bench/single';
@@ -71,7 +71,7 @@ function parseOptions(argv: readonly string[]): Options {
   try {
     ({ values } = parseArgs({ args: [...argv], options: FLAGS, strict: true, allowPositionals: false }));
   } catch (e) {
-    throw new Error(`${(e as Error).message}\n${USAGE}`);
+    throw new Error(`${(e as Error).message}\n${USAGE}`, { cause: e });
   }
   if (values.help) {
     console.log(USAGE);

@@ -2,9 +2,9 @@
 import { type Pod, newPod } from '../cni';
 import { createNetns, deleteNetns, hostLinks, linksOfBridge, netnsPath, podLinks } from '../host';
 import { type MultiAdd, type MultiRuntime, addressesOfAdd, hostLinksOfAdd } from '../multinet';
-import { Plexusd } from '../plexusd';
+import { type Plexusd } from '../plexusd';
 import { mapLimit, round, summarize } from '../stats';
-import { Teardown } from '../teardown';
+import { type Teardown } from '../teardown';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated } from './single';
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /** The report: every figure as data, and its rendering as text or Markdown tables. */
 import { existsSync } from 'node:fs';
 import { TIME_BINARY } from '../cni';
-import { machine } from '../host';
+import { type machine } from '../host';
 import { fmt, markdownTable, table } from '../stats';
 import { type MultiBurstFigures, type MultiLatency } from './multi';
 import { type ShimFigures } from './shim-cost';

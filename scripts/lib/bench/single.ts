@@ -3,7 +3,7 @@ import { type AddResult, type Outcome, type Pod, addressesOf, describeFailure, h
 import { createNetns, deleteNetns, hostLinks, ipBatch, linksOfBridge, netnsPath } from '../host';
 import { type Summary, mapLimit, round, summarize } from '../stats';
 import { type Subject } from '../subject';
-import { Teardown } from '../teardown';
+import { type Teardown } from '../teardown';
 
 export const WARMUP = 3;
 
@@ -158,7 +158,7 @@ export async function measureBurst(teardown: Teardown, prefix: string, subject: 
     t0 = process.hrtime.bigint();
     const deleted = await mapLimit(added, concurrency, (a) => delPod(subject, a));
     const delWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
-    const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }) as PodRun);
+    const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }));
     const owners = new Map<string, number>();
     for (const r of runs) for (const a of r.result !== undefined ? addressesOf(r.result) : []) owners.set(a, (owners.get(a) ?? 0) + 1);
     const ok = runs.filter((r) => r.addError === undefined);

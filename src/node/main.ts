@@ -17,6 +17,7 @@ import type { KubeApiClient } from '../k8s/api-client';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
+import { daemonTeardownSettings } from '../engine/teardown/background';
 import { DaemonServer } from '../api/server';
 import { prepareSocketDir } from '../api/socket-dir';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
@@ -117,6 +118,8 @@ async function main(): Promise<number> {
     ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
+    // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
+    teardown: daemonTeardownSettings(),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
   api?.keepStatus(engine);
@@ -203,6 +206,9 @@ async function main(): Promise<number> {
   await metricsListener?.close();
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
+  const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
+  if (teardownsLeft) log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
   stopResync();
   stopOrphans?.();
   memif.close();

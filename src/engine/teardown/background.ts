@@ -5,10 +5,10 @@
  * answers at once, an ADD waits for it (settle), and CHECK and GC see a record being deleted.
  */
 import type { Logger } from 'pino';
-import { type CniError, type Result, ok } from '../../cni/errors';
+import { type CniError, type Result, err, ok } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
 import type { Journal } from '../journal';
-import type { AttachmentRecord } from '../journal-record';
+import { unreadableRecordError, type AttachmentRecord } from '../journal-record';
 import { nsfsDevice, pinNetns, type PinnedNetns } from './pinned-netns';
 import { TeardownQueue, type TeardownOutcome } from './queue';
 import { placeForBackground, splitTeardown } from './steps';
@@ -98,6 +98,7 @@ export class BackgroundTeardown {
   async start(record: AttachmentRecord, runNow: (steps: readonly UndoStep[]) => Promise<Result<void, CniError>>): Promise<Result<void, CniError>> {
     const { containerId, ifname, netns } = record.meta;
     if (this.queue.has(containerId, ifname)) return ok(undefined);
+    if (record.unreadable) return err(unreadableRecordError(record));
     const entry = await this.deps.journal.reopen(containerId, ifname);
     try {
       if (!record.deleting) await entry.markDeleting();

@@ -13,6 +13,7 @@ import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, podLinks, uniquePrefix } 
 const prefix = uniquePrefix('ptc');
 const fx = new NetnsFixture(prefix);
 const daemon = new DaemonFixture('podnet');
+daemon.settleDels = false;
 const HOLD = 'PLEXUS_TEST_TEARDOWN_HOLD_MS';
 /** A /27: 29 addresses after the gateway, so the ADDs after the DELs run out unless addresses are reused early. */
 const DELETED = 24;

@@ -13,6 +13,7 @@ import { hostLinksWithPrefix, NetnsFixture, podLinks, uniquePrefix } from '../su
 const prefix = uniquePrefix('ptv');
 const fx = new NetnsFixture(prefix);
 const daemon = new DaemonFixture('podnet');
+daemon.settleDels = false;
 const HOLD = 'PLEXUS_TEST_TEARDOWN_HOLD_MS';
 const HOLD_MS = 1500;
 const newPod = podMaker(fx, prefix, ['eth0']);

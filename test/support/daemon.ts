@@ -2,8 +2,8 @@
  * End-to-end fixtures: a real plexusd process on a private socket and state dir, NAD files, and plexus-cni
  * exec'd exactly as a container runtime execs it. Everything is removed in `stop()`, even after failures.
  */
-import { ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -41,7 +41,7 @@ export function getJson(socketPath: string, path: string): Promise<{ status: num
         try {
           resolvePromise({ status: res.statusCode ?? 0, body: data ? JSON.parse(data) : undefined });
         } catch (e) {
-          reject(e);
+          reject(e instanceof Error ? e : new Error(String(e)));
         }
       });
     });
@@ -94,6 +94,13 @@ export class DaemonFixture {
     return this.proc?.pid;
   }
 
+  /**
+   * plexusd answers DEL before the kernel has deleted the links; the rest goes in the background. By default cni()
+   * returns from a DEL only once that is done too (at most 10 s), so a test looks at what the DEL left, not at what
+   * is still going. The tests of the background teardown itself turn this off.
+   */
+  settleDels = true;
+
   /** Whether the daemon this fixture started is still running. */
   get alive(): boolean {
     return this.proc !== undefined && this.proc.exitCode === null && this.proc.signalCode === null;
@@ -115,7 +122,7 @@ export class DaemonFixture {
   /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
   async start(readyTimeoutMs = 15000): Promise<void> {
     const [command, ...before] = [...this.launcher, PLEXUSD];
-    const proc = spawn(command!, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(command, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;
@@ -161,8 +168,29 @@ export class DaemonFixture {
     return { cniVersion, name: 'plexus', type: 'plexus-cni', socketPath: this.socket, ...extra };
   }
 
-  /** Execs bin/plexus-cni the way containerd does. */
-  cni(call: ShimCall): Promise<ShimOutput> {
+  /** Execs bin/plexus-cni the way containerd does (see settleDels). */
+  async cni(call: ShimCall): Promise<ShimOutput> {
+    const out = await this.execShim(call);
+    if (this.settleDels && call.command === 'DEL' && out.code === 0 && call.containerId && call.ifname) {
+      await this.teardownDone(call.containerId, call.ifname);
+    }
+    return out;
+  }
+
+  /** Waits (at most `ms`) until the record of a DEL'd attachment is gone or no longer says it is being deleted. */
+  async teardownDone(containerId: string, ifname: string, ms = 10_000): Promise<void> {
+    const path = join(this.stateDir, 'journal', `${containerId}@${encodeURIComponent(ifname)}.jsonl`);
+    const deleting = (): boolean => {
+      try {
+        return readFileSync(path, 'utf8').includes('"t":"deleting"');
+      } catch {
+        return false;
+      }
+    };
+    for (const deadline = Date.now() + ms; deleting() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  private execShim(call: ShimCall): Promise<ShimOutput> {
     const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: call.command, CNI_PATH: '/usr/lib/cni' };
     if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
     if (call.netns !== undefined) env.CNI_NETNS = call.netns;

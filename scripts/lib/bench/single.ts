@@ -83,8 +83,10 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
     if (delError !== undefined) acc.failures.push(`DEL ${added.pod.name}: ${delError}`);
     if (measured && added.addError === undefined && delError === undefined) acc.del.push(del.ms);
     if (!churn) return;
-    // The namespace goes now, and a host veth left behind would go with it: look for one first.
-    const present = hostLinks();
+    // The namespace goes now, and a host veth left behind would go with it: look for one first. A subject that tears
+    // down after it answered (plexusd) still has it now; its records tell after it settled (leaksOf), as a veth
+    // plexusd could not delete keeps its record open.
+    const present = subject.settled === undefined ? hostLinks() : new Set<string>();
     const left = added.result !== undefined ? hostSideLinksOf(added.result, subject.bridge).filter((l) => present.has(l)) : [];
     if (left.length) churnLeaks.set(subject.name, [...(churnLeaks.get(subject.name) ?? []), ...left.map((l) => `link ${l}`)]);
     const r = ipBatch([`netns del ${added.pod.netns.split('/').pop()}`]);

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
+import { CniCode, CniError, err } from '../../../src/cni/errors';
 import { DriverRegistry } from '../../../src/drivers/registry';
 import type { UndoStep } from '../../../src/drivers/driver';
 import { TeardownQueue, type TeardownDeps, type TeardownJob } from '../../../src/engine/teardown/queue';
@@ -130,13 +131,24 @@ describe('the background teardown', () => {
   });
 
   it('a link that cannot be deleted keeps the pod\'s leases and record; the retry finishes the teardown', async () => {
-    const queue = queueOn();
     const job = await attached('cd');
-    bed.kernel.failWhen((e) => e.op.op === 'linkDel');
+    const stubborn = job.steps.find((s) => s.kind === 'deleteLink')!;
+    let refusals = 0;
+    const queue = queueOn({
+      runStep: async (step) => {
+        if (step === stubborn && refusals < 3) {
+          refusals++;
+          return err(new CniError(CniCode.Internal, 'EBUSY'));
+        }
+        return drivers.undo(step, { kernel: bed.kernel, ipam: bed.ipam });
+      },
+    });
     queue.add(job);
-    await until(async () => (await bed.leases()).length === 3 && hostVeths().length === 1 && queue.size === 1);
+    await until(() => refusals >= 2);
+    assert.equal((await bed.leases()).length, 3, 'after two failed attempts every lease is still held');
     assert.equal((await bed.journal.load('cd', 'eth0'))?.deleting, true, 'the record stays, deleting');
     await until(() => queue.size === 0);
+    assert.equal(refusals, 3);
     assert.deepEqual(hostVeths(), []);
     assert.deepEqual(await bed.leases(), []);
     assert.deepEqual(await bed.journal.list(), []);

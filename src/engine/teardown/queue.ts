@@ -54,8 +54,8 @@ const keyOf = (containerId: string, ifname: string): string => `${containerId}\u
 const teardownFailed = (record: AttachmentRecord, failures: readonly string[]): CniError =>
   new CniError(
     CniCode.Internal,
-    `the background teardown of ${record.meta.containerId}/${record.meta.ifname} could not undo ${failures.length} step(s): ` +
-      failures.join('; '),
+    `the background teardown of ${record.meta.containerId}/${record.meta.ifname} ` +
+      `could not undo ${failures.length} step(s): ${failures.join('; ')}`,
     'its record stays (deleting) and keeps its leases; the teardown is retried, and the next start of plexusd finishes it',
   );
 
@@ -176,7 +176,8 @@ export class TeardownQueue {
           await this.deps.finish(job);
           return ok(undefined);
         } catch (e) {
-          return err(toCniError(e, CniCode.IoFailure, `closing the record of ${job.record.meta.containerId}/${job.record.meta.ifname}`));
+          const { containerId, ifname } = job.record.meta;
+          return err(toCniError(e, CniCode.IoFailure, `closing the record of ${containerId}/${ifname}`));
         }
       }),
     );

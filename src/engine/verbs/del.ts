@@ -1,8 +1,8 @@
 /**
- * DEL: undoes the container's record: with the background teardown, what cannot wait at once and the links and
- * leases after the answer (teardown/background.ts); without it, whole (undoRecord). A sandbox without a record is another's: a stale DEL of a
- * pod attached under another container ID is only logged; one Multus made is removed as Multus would; one the node's
- * own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
+ * DEL: undoes the container's record: with the background teardown, what cannot wait at once, and the links and
+ * leases after the answer (teardown/background.ts); without it, whole (undoRecord). A sandbox without a record is
+ * another's: a stale DEL of a pod attached under another container ID is only logged; one Multus made is removed as
+ * Multus would; one the node's own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
  */
 import { ok, type Result } from '../../cni/errors';
 import type { AttachRequest, EngineContext } from '../context';

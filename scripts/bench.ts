@@ -22,6 +22,8 @@ import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
 import { type FloorFigures, floorReport, measureFloor } from './lib/bench/floor';
 import { type SoakFigures, measureSoak } from './lib/bench/soak';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated, measureBurst, measureLatency } from './lib/bench/single';
+import { AddressOverlapCheck } from './lib/bench/del-overlap';
+import { teardownWaits, teardownsSettled } from './lib/bench/del-teardown';
 
 const REFERENCE_DIR = '/usr/lib/cni';
 
@@ -131,7 +133,7 @@ async function main(): Promise<number> {
     // Multi-interface sections: a veth standing in for a host uplink (the macvlan master), shared by both runtimes.
     const uplink = `${prefix}up`;
     if (options.multi && (options.plexus || options.reference)) createUplink(teardown, uplink, `${prefix}upp`);
-    const plexusMulti: { plugin?: Plugin; bridges: string[]; leftovers?: () => Promise<string[]>; subnet?: number } = { bridges: [] };
+    const plexusMulti: { plugin?: Plugin; bridges: string[]; leftovers?: () => Promise<string[]>; settled?: () => Promise<unknown>; subnet?: number } = { bridges: [] };
     const referenceMulti: { networks: Record<string, Plugin>; bridges: string[]; leftovers?: () => Promise<string[]>; subnet?: number } = { networks: {}, bridges: [] };
     if (options.plexus) {
       const second = freeTenNet(150, 199, taken);
@@ -174,9 +176,11 @@ async function main(): Promise<number> {
         },
         bridge,
         leftovers: () => d.leftovers(),
+        settled: () => teardownsSettled(d.stateDir),
       };
       subjects.push(plexus);
       plexusMulti.plugin = plexus.plugin;
+      plexusMulti.settled = () => teardownsSettled(d.stateDir);
       plexusMulti.leftovers = async () => [...(await d.leftovers()), ...(await hostLocalLeftovers(pxHostLocal, 'ptpdel'))];
       console.log(`  plexus:    bin/plexus-cni -> plexusd pid ${d.pid}, bridge ${bridge}, 10.${second}.0.0/16`);
     }
@@ -232,7 +236,7 @@ async function main(): Promise<number> {
       const build = (d: (typeof defs)[number]): MultiRuntime[] => {
         const out: MultiRuntime[] = [];
         if (plexusMulti.plugin !== undefined && plexusMulti.leftovers !== undefined) {
-          out.push(plexusRuntime({ name: 'plexus', tag: 'px', plugin: plexusMulti.plugin, selection: d.selection.join(', '), interfaces: d.reference.length, bridges: plexusMulti.bridges, leftovers: plexusMulti.leftovers }));
+          out.push(plexusRuntime({ name: 'plexus', tag: 'px', plugin: plexusMulti.plugin, selection: d.selection.join(', '), interfaces: d.reference.length, bridges: plexusMulti.bridges, leftovers: plexusMulti.leftovers, ...(plexusMulti.settled ? { settled: plexusMulti.settled } : {}) }));
         }
         if (referenceMulti.leftovers !== undefined) {
           const networks = d.reference.map((k, i) => ({ ifname: i === 0 ? 'eth0' : `net${i}`, plugin: referenceMulti.networks[k] as Plugin }));
@@ -269,6 +273,8 @@ async function main(): Promise<number> {
       console.log('\n0. the floor: rtnetlink batch and exec');
       floor = await measureFloor(teardown, prefix, root, shimBinary(), freeTenNet(150, 199, taken), options.floorRuns);
     }
+    // While everything runs: no address may be on two interfaces (DEL answers before the links are gone).
+    const overlapCheck = new AddressOverlapCheck(teardown, prefix);
     console.log('\n1. ADD/DEL latency');
     const latency = await measureLatency(teardown, prefix, subjects, options.iterations);
     console.log('1c. ADD/DEL latency in churn');
@@ -349,6 +355,9 @@ async function main(): Promise<number> {
     }
 
     const daemonExit = daemon !== undefined ? await daemon.stop() : undefined;
+    const overlap = await overlapCheck.stop();
+    for (const e of overlap.examples) problems.push(`address on two interfaces: ${e}`);
+    if (overlap.overlaps > overlap.examples.length) problems.push(`${overlap.overlaps} samples found an address on two interfaces`);
 
     for (const [section, figures] of [['latency', latency], ['churn latency', latencyChurn]] as const) {
       for (const [name, f] of figures) {
@@ -391,6 +400,7 @@ async function main(): Promise<number> {
       ...(multi !== undefined ? { multi } : {}),
       ...(soak !== undefined ? { soak } : {}),
       ...(daemon !== undefined ? { daemon: { ...(daemonPeak !== undefined ? { peakRssKiB: daemonPeak } : {}), exitCode: daemonExit ?? null } } : {}),
+      del: { overlap, teardownWaitsMs: teardownWaits },
       problems,
     };
     console.log(render(report, false));

@@ -33,6 +33,8 @@ export interface MultiRuntime {
   del(pod: Pod, added: MultiAdd): Promise<MultiDel>;
   /** Leases and records its IPAM/state still holds. */
   leftovers(): Promise<string[]>;
+  /** Waits for work it does after DEL answered (plexusd's background teardown), before leaks are looked for. */
+  settled?(): Promise<unknown>;
 }
 
 export const addressesOfAdd = (added: MultiAdd): string[] => added.results.flatMap(addressesOf);
@@ -48,6 +50,7 @@ export function plexusRuntime(options: {
   interfaces: number;
   bridges: readonly string[];
   leftovers: () => Promise<string[]>;
+  settled?: () => Promise<unknown>;
 }): MultiRuntime {
   const plugin = withPodAnnotations(options.plugin, options.selection !== '' ? { [SELECTION_ANNOTATION]: options.selection } : {});
   return {
@@ -56,6 +59,7 @@ export function plexusRuntime(options: {
     bridges: options.bridges,
     interfaces: options.interfaces,
     leftovers: options.leftovers,
+    ...(options.settled ? { settled: options.settled } : {}),
     async add(pod) {
       const outcome = await invoke(plugin, 'ADD', pod);
       const parsed = parseAdd(outcome);

@@ -15,6 +15,8 @@ export interface Subject {
   readonly bridge?: string;
   /** Addresses or records its IPAM still holds (call after every pod was deleted). */
   leftovers(): Promise<string[]>;
+  /** Waits for work it does after DEL answered (plexusd's background teardown), before leaks are looked for. */
+  settled?(): Promise<unknown>;
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);

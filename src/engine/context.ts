@@ -18,6 +18,7 @@ import type { DeviceSource, PlanSettings } from './plan';
 import type { PodSource } from './pod-source';
 import type { RecentlyRemoved } from './recently-removed';
 import type { StatusSink } from './status-sink';
+import type { BackgroundTeardown, TeardownSettings } from './teardown/background';
 import type { TransactionPorts } from './transaction';
 
 /** A call about one container's attachment. */
@@ -47,6 +48,11 @@ export interface EngineOptions extends PlanSettings {
   readonly foreign?: ForeignSandboxes;
   /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
+  /**
+   * DEL answers once the record says the attachment is being torn down; its links, then its leases, go in the
+   * background (teardown/). Without it (the in-memory kernel's tests), DEL undoes everything before it answers.
+   */
+  readonly teardown?: TeardownSettings;
 }
 
 export interface SweptAttachment {
@@ -83,4 +89,6 @@ export interface EngineContext {
   readonly podNetnsProblem: (path: string) => CniError | undefined;
   /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */
   readonly report: (tell: (sink: StatusSink) => void) => void;
+  /** The background teardown, when DEL answers before the links are gone (EngineOptions.teardown). */
+  readonly teardown?: BackgroundTeardown;
 }

@@ -23,6 +23,7 @@ import { releaseOrphanedLeases } from './orphaned-leases';
 import { RecentlyRemoved } from './recently-removed';
 import { noStatusSink, type StatusSink } from './status-sink';
 import { switchPorts, type SwitchPortStep } from './switch-ports';
+import { BackgroundTeardown } from './teardown/background';
 import { add } from './verbs/add';
 import { changeNetworks, type NetworksChanged } from './verbs/change';
 import { check } from './verbs/check';
@@ -78,7 +79,10 @@ export class AttachmentEngine {
     const podNetnsProblem = netnsCheck(options, log);
     const locks = new KeyedMutex();
     const ports = { kernel, ipam, networks, drivers, options, log };
-    this.ctx = { ...ports, locks, tx, quota, recentlyRemoved, podNetnsProblem, report };
+    const teardown = options.teardown
+      ? new BackgroundTeardown({ journal, undo: tx.undo, closed: tx.removed, log }, options.teardown)
+      : undefined;
+    this.ctx = { ...ports, locks, tx, quota, recentlyRemoved, podNetnsProblem, report, ...(teardown ? { teardown } : {}) };
   }
 
   /** Every attachment the journal holds, as recorded (for the API). */
@@ -104,6 +108,14 @@ export class AttachmentEngine {
   /** After a crash: undoes (or finishes) every transaction a crash cut off (verbs/unfinished.ts). */
   undoUnfinished(): Promise<UnfinishedUndone> {
     return undoUnfinished(this.ctx);
+  }
+
+  /**
+   * For a stopping daemon: finishes the teardowns DELs left to the background, for at most `timeoutMs`. Answers how
+   * many are left: their records say deleting, and the next start finishes them.
+   */
+  drainTeardowns(timeoutMs: number): Promise<number> {
+    return this.ctx.teardown?.drain(timeoutMs) ?? Promise.resolve(0);
   }
 
   add(req: AttachRequest): Promise<Result<CniResult>> {

@@ -18,6 +18,7 @@ import type { KubeApiClient } from '../k8s/api-client';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
+import { daemonTeardownSettings } from '../engine/teardown/background';
 import { DaemonServer } from '../api/server';
 import { prepareSocketDir } from '../api/socket-dir';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
@@ -124,6 +125,8 @@ async function main(): Promise<number> {
     ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
     ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
     ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
+    // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
+    teardown: daemonTeardownSettings(),
   }, log);
   api?.plugEngine(engine);
   const state = { ready: false };
@@ -208,6 +211,9 @@ async function main(): Promise<number> {
   await metricsListener?.close();
   if (cut) log.warn({ cut, drainSeconds: config.drainSeconds }, 'calls still running after the drain time were cut off; plexus-cni retries them');
   else log.info('drained: every accepted call was answered');
+  // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
+  const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
+  if (teardownsLeft) log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
   stopResync();
   stopOrphans?.();
   memif.close();

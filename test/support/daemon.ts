@@ -3,7 +3,7 @@
  * exec'd exactly as a container runtime execs it. Everything is removed in `stop()`, even after failures.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -94,6 +94,13 @@ export class DaemonFixture {
     return this.proc?.pid;
   }
 
+  /**
+   * plexusd answers DEL before the kernel has deleted the links; the rest goes in the background. By default cni()
+   * returns from a DEL only once that is done too (at most 10 s), so a test looks at what the DEL left, not at what
+   * is still going. The tests of the background teardown itself turn this off.
+   */
+  settleDels = true;
+
   /** Whether the daemon this fixture started is still running. */
   get alive(): boolean {
     return this.proc !== undefined && this.proc.exitCode === null && this.proc.signalCode === null;
@@ -161,8 +168,35 @@ export class DaemonFixture {
     return { cniVersion, name: 'plexus', type: 'plexus-cni', socketPath: this.socket, ...extra };
   }
 
-  /** Execs bin/plexus-cni the way containerd does. */
-  cni(call: ShimCall): Promise<ShimOutput> {
+  /** Execs bin/plexus-cni the way containerd does (see settleDels). */
+  async cni(call: ShimCall): Promise<ShimOutput> {
+    const out = await this.execShim(call);
+    if (this.settleDels && call.command === 'DEL' && out.code === 0 && call.containerId && call.ifname) {
+      await this.teardownDone(call.containerId, call.ifname);
+    }
+    return out;
+  }
+
+  /** Waits (at most `ms`) until the record of a DEL'd attachment is gone or no longer says it is being deleted. */
+  async teardownDone(containerId: string, ifname: string, ms = 10_000): Promise<void> {
+    let name: string;
+    try {
+      name = `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
+    } catch {
+      return; // not a name plexusd could have a record under (a lone surrogate, say)
+    }
+    const path = join(this.stateDir, 'journal', name);
+    const deleting = (): boolean => {
+      try {
+        return readFileSync(path, 'utf8').includes('"t":"deleting"');
+      } catch {
+        return false;
+      }
+    };
+    for (const deadline = Date.now() + ms; deleting() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  private execShim(call: ShimCall): Promise<ShimOutput> {
     const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: call.command, CNI_PATH: '/usr/lib/cni' };
     if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
     if (call.netns !== undefined) env.CNI_NETNS = call.netns;

@@ -2,9 +2,9 @@
 import { type Pod, newPod } from '../cni';
 import { createNetns, deleteNetns, hostLinks, linksOfBridge, netnsPath, podLinks } from '../host';
 import { type MultiAdd, type MultiRuntime, addressesOfAdd, hostLinksOfAdd } from '../multinet';
-import { Plexusd } from '../plexusd';
+import { type Plexusd } from '../plexusd';
 import { mapLimit, round, summarize } from '../stats';
-import { Teardown } from '../teardown';
+import { type Teardown } from '../teardown';
 import { type BurstFigures, type LatencyFigures, WARMUP, hostLinksCreated } from './single';
 
 // ---------------------------------------------------------------------------------------------
@@ -78,6 +78,7 @@ export async function measureMultiLatency(teardown: Teardown, prefix: string, va
       if (process.stdout.isTTY) process.stdout.write(`\r  ${i + 1}/${total} iterations (${WARMUP} warm-up)`);
     }
     if (process.stdout.isTTY) process.stdout.write('\n');
+    for (const rs of families.values()) await rs[0]?.settled?.();
     const figures: Record<string, Record<string, LatencyFigures>> = {};
     for (const v of variants) {
       const row: Record<string, LatencyFigures> = {};
@@ -130,6 +131,7 @@ export async function measureMultiBurst(teardown: Teardown, prefix: string, runt
     const owners = new Map<string, number>();
     for (const a of added) for (const address of addressesOfAdd(a)) owners.set(address, (owners.get(address) ?? 0) + 1);
     const ok = added.filter((a) => a.error === undefined);
+    await runtime.settled?.();
     const leaks = [
       ...multiLinkLeaks(runtime, added, names),
       ...bridgePorts(runtime.bridges),

@@ -8,6 +8,7 @@ import { type MultiBurstFigures, type MultiLatency } from './multi';
 import { type ShimFigures } from './shim-cost';
 import { type SoakFigures } from './soak';
 import { type BurstFigures, type LatencyFigures } from './single';
+import { type DelFigures, renderDel } from './del-report';
 
 // ---------------------------------------------------------------------------------------------
 
@@ -40,6 +41,7 @@ export interface Report {
   readonly multi?: MultiReport;
   readonly soak?: SoakFigures;
   readonly daemon?: { readonly peakRssKiB?: number; readonly exitCode?: number | null };
+  readonly del?: DelFigures;
   readonly problems: string[];
 }
 
@@ -165,5 +167,6 @@ export function render(report: Report, markdown: boolean): string {
     );
     out.push('', `${markdown ? '- ' : ''}leaks after the soak (leases, journal records, bridge ports): ${soak.leaks.length === 0 ? 'none' : soak.leaks.length}`);
   }
+  out.push(...renderDel(report, markdown));
   return out.join('\n');
 }

@@ -3,7 +3,7 @@ import { type AddResult, type Outcome, type Pod, addressesOf, describeFailure, h
 import { createNetns, deleteNetns, hostLinks, ipBatch, linksOfBridge, netnsPath } from '../host';
 import { type Summary, mapLimit, round, summarize } from '../stats';
 import { type Subject } from '../subject';
-import { Teardown } from '../teardown';
+import { type Teardown } from '../teardown';
 
 export const WARMUP = 3;
 
@@ -40,6 +40,7 @@ export async function delPod(subject: Subject, added: Pick<PodRun, 'pod' | 'resu
 
 /** What a subject left on the host and in its IPAM after all its pods were deleted (netns still present). */
 export async function leaksOf(subject: Subject, runs: readonly PodRun[], before: ReadonlySet<string>): Promise<string[]> {
+  await subject.settled?.();
   const present = hostLinks();
   const links = new Set<string>();
   for (const r of runs) for (const l of r.result !== undefined ? hostSideLinksOf(r.result, subject.bridge) : []) if (present.has(l)) links.add(l);
@@ -82,8 +83,10 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
     if (delError !== undefined) acc.failures.push(`DEL ${added.pod.name}: ${delError}`);
     if (measured && added.addError === undefined && delError === undefined) acc.del.push(del.ms);
     if (!churn) return;
-    // The namespace goes now, and a host veth left behind would go with it: look for one first.
-    const present = hostLinks();
+    // The namespace goes now, and a host veth left behind would go with it: look for one first. A subject that tears
+    // down after it answered (plexusd) still has it now; its records tell after it settled (leaksOf), as a veth
+    // plexusd could not delete keeps its record open.
+    const present = subject.settled === undefined ? hostLinks() : new Set<string>();
     const left = added.result !== undefined ? hostSideLinksOf(added.result, subject.bridge).filter((l) => present.has(l)) : [];
     if (left.length) churnLeaks.set(subject.name, [...(churnLeaks.get(subject.name) ?? []), ...left.map((l) => `link ${l}`)]);
     const r = ipBatch([`netns del ${added.pod.netns.split('/').pop()}`]);
@@ -157,7 +160,7 @@ export async function measureBurst(teardown: Teardown, prefix: string, subject: 
     t0 = process.hrtime.bigint();
     const deleted = await mapLimit(added, concurrency, (a) => delPod(subject, a));
     const delWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
-    const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }) as PodRun);
+    const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }));
     const owners = new Map<string, number>();
     for (const r of runs) for (const a of r.result !== undefined ? addressesOf(r.result) : []) owners.set(a, (owners.get(a) ?? 0) + 1);
     const ok = runs.filter((r) => r.addError === undefined);

@@ -54,6 +54,7 @@ export async function measureSoak(teardown: Teardown, prefix: string, runtime: M
     }
   };
   await Promise.all(Array.from({ length: concurrency }, (_, w) => worker(w)));
+  await runtime.settled?.();
   const leaks = [...(await runtime.leftovers()), ...runtime.bridges.flatMap((b) => linksOfBridge(b).map((l) => `port ${l} on ${b}`))];
   deleteNetns(names);
   return { cycles, concurrency, networks, segments, leaks, errors: [...errors].slice(0, 5) };

@@ -89,6 +89,9 @@ async function addLocked(
   annotations: PodAnnotations,
   claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
+  // A teardown still under way, of this attachment or in its netns, is waited for: nothing of it is reused. One that
+  // failed is handed back, and its record undone here.
+  await ctx.teardown?.beforeAdd(req.containerId, req.ifname, req.netns);
   const existing = await ctx.tx.journal.load(req.containerId, req.ifname);
   if (existing?.unreadable) return err(unreadableRecordError(existing));
   if (existing?.result && !existing.deleting) {

@@ -1,23 +1,35 @@
 /**
- * DEL: undoes the container's record, whole (undoRecord). A sandbox without a record is another's: a stale DEL of a
- * pod attached under another container ID is only logged; one Multus made is removed as Multus would; one the node's
- * own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
+ * DEL: undoes the container's record: with the background teardown, what cannot wait at once, and the links and
+ * leases after the answer (teardown/background.ts); without it, whole (undoRecord). A sandbox without a record is
+ * another's: a stale DEL of a pod attached under another container ID is only logged; one Multus made is removed as
+ * Multus would; one the node's own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
  */
 import { ok, type Result } from '../../cni/errors';
 import type { AttachRequest, EngineContext } from '../context';
 import type { AdoptedSandbox, ForeignDel } from '../foreign-sandboxes';
 import { delByCurrentPlan, type ForeignDelDeps } from '../foreign-del';
 import { forwardUnknownDel } from '../node-plugins-del';
-import { undoRecord } from '../transaction';
+import type { AttachmentRecord } from '../journal';
+import { runUndoSteps, undoRecord } from '../transaction';
 
 export function del(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
   return ctx.locks.run(req.containerId, async () => {
     const record = await ctx.tx.journal.load(req.containerId, req.ifname);
     if (!record) return delUnknown(ctx, req);
-    const undone = await undoRecord(ctx.tx, record);
+    const undone = await tearDown(ctx, record);
     if (undone.ok) ctx.report((sink) => sink.detached(record.meta.pod, req.containerId));
     return undone;
   });
+}
+
+/**
+ * Tears a record down: in the background when the engine has one (a repeated DEL of an attachment being torn down
+ * answers at once), else whole before answering. GC and recovery tear down the same way.
+ */
+export function tearDown(ctx: EngineContext, record: AttachmentRecord): Promise<Result<void>> {
+  if (!ctx.teardown) return undoRecord(ctx.tx, record);
+  const what = `${record.meta.containerId}/${record.meta.ifname}`;
+  return ctx.teardown.start(record, (steps) => runUndoSteps(ctx.tx.undo, steps, what));
 }
 
 /** The DEL of a sandbox Plexus has no record of (under the container's lock). */

@@ -46,6 +46,8 @@ function sweepOne(ctx: EngineContext, listed: AttachmentRecord, stale: Stale, dr
     const reason = record && stale(record);
     if (!record || !reason) return undefined;
     if (dryRun) return { containerId, ifname, reason };
+    // Being torn down in the background already: it goes without another undo.
+    if (ctx.teardown?.pending(containerId, ifname)) return { containerId, ifname, reason };
     const r = await undoRecord(ctx.tx, record);
     return r.ok ? { containerId, ifname, reason } : { reason, error: r.error.message };
   });

@@ -4,7 +4,7 @@
  * each device's attributes, the kubelet calls NodePrepareResources for a pod whose ResourceClaimTemplate asks for a
  * plexus.io device (the prepared claim is recorded under the state dir) and NodeUnprepareResources when the pod goes
  * (the device goes to the next claim), and opaque config that does not parse keeps the pod from starting with an
- * error that names the field. plexusd runs as the `plexus` user with deploy/10-rbac.yaml and deploy/50-dra.yaml.
+ * error that names the field. plexusd runs as the `plexus` user with deploy/10-rbac.yaml and deploy/dra/50-dra.yaml.
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -112,11 +112,11 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       }),
     });
     await node.api.installPlexus();
-    // deploy/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
-    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/50-dra.yaml'), 'utf8'))) {
+    // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
+    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/dra/50-dra.yaml'), 'utf8'))) {
       const o = doc.toJSON() as { kind: string };
       const path = { DeviceClass: `${RESOURCE}/deviceclasses`, ClusterRole: '/apis/rbac.authorization.k8s.io/v1/clusterroles', ClusterRoleBinding: '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings' }[o.kind];
-      assert.ok(path, `deploy/50-dra.yaml: unexpected kind ${o.kind}`);
+      assert.ok(path, `deploy/dra/50-dra.yaml: unexpected kind ${o.kind}`);
       await created(path, o);
     }
     await created('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
@@ -175,7 +175,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     console.log(`# pod with a claim: created to Running in ${Date.now() - startedAt} ms`);
     const [file] = claimFiles();
     assert.ok(file, 'a prepared-claim record');
-    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file!), 'utf8')) as Record<string, unknown>;
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', file), 'utf8')) as Record<string, unknown>;
     const pod = await node.pod(NS, 'dra-a');
     assert.deepEqual(record.pods, [{ name: 'dra-a', uid: pod.metadata.uid }]);
     assert.deepEqual(record.devices, [{

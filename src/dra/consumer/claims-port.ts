@@ -4,7 +4,9 @@
  */
 import { segment, type KubeApiClient } from '../../k8s/api-client';
 import { err, ok, type Result } from '../../common/result';
-import { ClaimSchema, PodSchema, SliceListSchema, type AllocatedClaim, type ClaimingPod, type PublishedSlice } from './shapes';
+import {
+  ClaimSchema, PodSchema, SliceListSchema, type AllocatedClaim, type ClaimingPod, type PublishedSlice,
+} from './shapes';
 
 export interface ClaimsPort {
   /** The pod now; undefined when the API has none of that name. */
@@ -17,7 +19,8 @@ export interface ClaimsPort {
 
 const RESOURCE = '/apis/resource.k8s.io/v1';
 
-const malformed = (what: string, issues: string): string => `${what}: the API's answer has unexpected fields: ${issues}`;
+const malformed = (what: string, issues: string): string =>
+  `${what}: the API's answer has unexpected fields: ${issues}`;
 
 export class ApiClaimsPort implements ClaimsPort {
   constructor(private readonly api: KubeApiClient) {}
@@ -44,7 +47,8 @@ export class ApiClaimsPort implements ClaimsPort {
   async slices(driver: string, nodeName: string | undefined): Promise<Result<PublishedSlice[], string>> {
     const selector = [...(nodeName ? [`spec.nodeName=${nodeName}`] : []), `spec.driver=${driver}`].join(',');
     const what = `listing the ResourceSlices of driver ${driver}`;
-    const got = await this.get(`${RESOURCE}/resourceslices?fieldSelector=${encodeURIComponent(selector)}`, 'resourceslices', what);
+    const path = `${RESOURCE}/resourceslices?fieldSelector=${encodeURIComponent(selector)}`;
+    const got = await this.get(path, 'resourceslices', what);
     if (!got.ok) return got;
     const parsed = SliceListSchema.safeParse(got.value ?? {});
     return parsed.success ? ok(parsed.data.items ?? []) : err(malformed(what, parsed.error.message));

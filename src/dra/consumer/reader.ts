@@ -51,7 +51,8 @@ export class ClaimDeviceReader implements PodDeviceSource {
     const podRef = { key: `${namespace}/${name}`, ...(pod.metadata.uid ? { uid: pod.metadata.uid } : {}) };
     const resolved = resolveClaimDevices(podRef, claims.value, new SliceIndex(slices.value), this.skipDrivers);
     if (!resolved.ok) return resolved;
-    if (resolved.value.skipped.length) this.options.log?.info({ pod: podRef.key, skipped: resolved.value.skipped }, 'claimed devices without a CNI device ID');
+    const skipped = resolved.value.skipped;
+    if (skipped.length) this.options.log?.info({ pod: podRef.key, skipped }, 'claimed devices without a CNI device ID');
     return ok(resolved.value.devices);
   }
 
@@ -82,7 +83,9 @@ export class ClaimDeviceReader implements PodDeviceSource {
 export function withClaimedDevices(kubelet: PodDeviceSource, claims: PodDeviceSource): PodDeviceSource {
   return {
     async devicesOf(namespace, name) {
-      const [fromKubelet, fromClaims] = await Promise.all([kubelet.devicesOf(namespace, name), claims.devicesOf(namespace, name)]);
+      const [fromKubelet, fromClaims] = await Promise.all([
+        kubelet.devicesOf(namespace, name), claims.devicesOf(namespace, name),
+      ]);
       if (!fromKubelet.ok) return fromKubelet;
       if (!fromClaims.ok) return fromClaims;
       if (fromClaims.value.size === 0) return fromKubelet;

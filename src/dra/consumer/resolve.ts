@@ -81,7 +81,8 @@ export class SliceIndex {
         const attrs = d.attributes ?? {};
         const deviceID = attrs[ATTRIBUTES.deviceID]?.string;
         const resourceName = attrs[ATTRIBUTES.resourceName]?.string;
-        this.devices.set(`${pool}\u0000${d.name}`, { ...(deviceID ? { deviceID } : {}), ...(resourceName ? { resourceName } : {}) });
+        const facts = { ...(deviceID ? { deviceID } : {}), ...(resourceName ? { resourceName } : {}) };
+        this.devices.set(`${pool}\u0000${d.name}`, facts);
       }
     }
   }

@@ -29,7 +29,9 @@ export const ClaimSchema = z.object({
   status: z.object({
     allocation: z.object({
       devices: z.object({
-        results: z.array(z.object({ request: z.string(), driver: z.string(), pool: z.string(), device: z.string() })).nullish(),
+        results: z.array(z.object({
+          request: z.string(), driver: z.string(), pool: z.string(), device: z.string(),
+        })).nullish(),
       }).nullish(),
     }).nullish(),
     reservedFor: z.array(z.object({ resource: z.string().optional(), name: z.string(), uid: z.string() })).nullish(),

@@ -14,6 +14,7 @@ import { AttachmentEngine } from '../engine/engine';
 import { loadDaemonConfig, USAGE, type DaemonConfig } from './config';
 import { loadResources } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
+import type { DraDriver } from '../dra';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
@@ -73,11 +74,20 @@ async function main(): Promise<number> {
   const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
   const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  // ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's.
+  const consumer = api && podResources ? await import('../dra/consumer') : undefined;
+  const claimed = consumer && api && new consumer.ClaimDeviceReader(new consumer.ApiClaimsPort(api.client), {
+    log: log.child({ component: 'dra-consumer' }),
+  });
+  const devices = claimed && podResources ? consumer.withClaimedDevices(podResources, claimed) : podResources;
+  // A device prepared for a plexus.io claim is not offered by the device plugin meanwhile (set once DRA runs).
+  const draHolds: { check?: (resourceName: string, deviceID: string) => boolean } = {};
   const devicePlugins = config.devicePluginConfig && podResources
     ? DevicePlugins.load(config.devicePluginConfig, {
         devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
         // memif devices may follow the node's switch (healthFromSwitch), through the memif driver's connection to it.
         switchReady: () => memif.switchReady(),
+        heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
       }, podResources, log)
     : undefined;
   if (devicePlugins && !devicePlugins.ok) {
@@ -116,7 +126,7 @@ async function main(): Promise<number> {
     ...(foreign ? { foreign } : {}),
     ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
     ...(api ? { statusSink: api.sink, pods: api.pods } : {}),
-    ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
+    ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
   }, log);
   if (api && config.hotPlug) api.enableHotplug(engine);
   api?.keepStatus(engine);
@@ -165,6 +175,10 @@ async function main(): Promise<number> {
   await devicePlugins?.value.start();
   // DRA (--dra): the same resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md).
   const dra = config.dra ? await startDra(config, api, podResources, log) : undefined;
+  if (dra) {
+    draHolds.check = (r, id) =>
+      dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
+  }
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.
@@ -221,7 +235,7 @@ async function main(): Promise<number> {
 /** The DRA driver, or undefined (with the reason logged) when --dra cannot work here. */
 async function startDra(
   config: DaemonConfig, api: { client: KubeApiClient; nodeName: string } | undefined, podResources: PodResourcesClient | undefined, log: pino.Logger,
-): Promise<{ stop(): Promise<void> } | undefined> {
+): Promise<DraDriver | undefined> {
   if (!api || !config.devicePluginConfig) {
     log.warn('--dra needs the Kubernetes API and --device-plugin-config (the resources file): DRA is off');
     return undefined;

@@ -60,11 +60,11 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
   };
   const phase = async (name: string): Promise<string | undefined> => (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
-  /** A template for one device of the test driver, chosen by its name in the slice. */
-  const template = (name: string, device: string): unknown => ({
+  /** A template for one device of the test driver, chosen by its deviceID attribute (CEL has no device name). */
+  const template = (name: string, deviceID: string): unknown => ({
     apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaimTemplate', metadata: { name, namespace: NS },
     spec: { spec: { devices: { requests: [{ name: 'nic', exactly: {
-      deviceClassName: 'nics.plexus-test.example', selectors: [{ cel: { expression: `device.name == "${device}"` } }],
+      deviceClassName: 'nics.plexus-test.example', selectors: [{ cel: { expression: `device.attributes["k8s.cni.cncf.io"].deviceID == "${deviceID}"` } }],
     } }] } } },
   });
   /** A pod the scheduler places (with claims it must), on the network `network`. */
@@ -146,7 +146,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   });
 
   it('a pod claiming the driver\'s device runs with that device as the NAD\'s interface, moved in by plexusd', async () => {
-    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('fast0', 'nic0'));
+    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('fast0', NICS[0]!));
     const startedAt = Date.now();
     await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-a', 'fast0', 'fast'));
     await until('pod drc-a Running', async () => ((await phase('drc-a')) === 'Running' ? true : undefined), 90000, 200)
@@ -172,7 +172,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   });
 
   it('a claimed device of another resource does not serve the NAD: the attach fails naming the resource', async () => {
-    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('slow1', 'nic1'));
+    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('slow1', NICS[1]!));
     await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-b', 'slow1', 'fast'));
     const events = await until('a FailedAttachNetwork event', async () => {
       const all = await podEvents('drc-b');

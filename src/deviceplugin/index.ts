@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { loadResources, offers, type ResourceConfig } from './config';
-import { PodResourcesClient } from './pod-resources';
+import type { PodResourcesClient } from './pod-resources';
 import { ResourcePlugin, type PluginEvents } from './plugin-server';
 import { HostDevicePool, MemifDevices, type DeviceResource } from './resources';
 
@@ -20,6 +20,8 @@ export interface DevicePluginSettings {
   readonly healthIntervalMs?: number;
   /** Whether the node's userspace switch can serve memif ports now (memif resources with healthFromSwitch). */
   readonly switchReady?: () => Promise<boolean>;
+  /** Whether a prepared DRA claim holds a device (resources offered both ways): it is not offered meanwhile. */
+  readonly heldByDra?: (resourceName: string, deviceID: string) => boolean;
 }
 
 
@@ -38,6 +40,7 @@ export class DevicePlugins {
       ...(settings.stateDir ? { stateDir: settings.stateDir } : {}),
       ...(settings.healthIntervalMs ? { healthIntervalMs: settings.healthIntervalMs } : {}),
       ...(settings.switchReady ? { switchReady: settings.switchReady } : {}),
+      ...(settings.heldByDra ? { heldByDra: settings.heldByDra } : {}),
       inUse: (resource: string, id: string) => podResources.inUse(resource, id),
     };
     const memif = new Map<string, MemifDevices>();

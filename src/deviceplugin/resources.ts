@@ -32,6 +32,11 @@ export interface ResourceEnv {
   readonly healthIntervalMs?: number;
   /** Whether the node's userspace switch can serve memif ports now (for memif resources with healthFromSwitch). */
   readonly switchReady?: () => Promise<boolean>;
+  /**
+   * Whether a prepared DRA claim holds a device now (a resource offered both ways): such a device is not offered to
+   * the kubelet's device manager (Unhealthy, refused by Allocate) until the claim is unprepared.
+   */
+  readonly heldByDra?: (resourceName: string, deviceID: string) => boolean;
 }
 
 /** Environment variable names from a resource name, as the SR-IOV device plugin makes them (plexus.io/fast-nic: PLEXUS_IO_FAST_NIC). */
@@ -43,6 +48,30 @@ export { MEMIF_SECRET_LENGTH, memifSecret, MEMIF_SOCKET_FILE } from '../common/m
 
 const unknownDevices = (resource: string, ids: readonly string[]): CniError =>
   new CniError(CniCode.InvalidNetworkConfig, `${resource} has no device ${ids.join(', ')}`);
+const heldByClaim = (resource: string, ids: readonly string[]): CniError => new CniError(CniCode.InvalidNetworkConfig,
+  `${resource} device ${ids.join(', ')} is prepared for a DRA claim: not the device plugin's until the claim is unprepared`,
+  'a resource offered both as a device plugin and as DRA devices gives each device one way at a time');
+
+/** The devices of `ids` a DRA claim holds now. */
+const heldOf = (env: ResourceEnv, resource: string, ids: readonly string[]): string[] =>
+  env.heldByDra ? ids.filter((id) => env.heldByDra!(resource, id)) : [];
+
+/**
+ * Calls `onChange` when the set of devices DRA holds changes (polled: prepared claims change in another part of
+ * plexusd); answers how to stop. Without heldByDra there is nothing to follow.
+ */
+function watchHeld(env: ResourceEnv, resource: string, ids: readonly string[], onChange: () => void): () => void {
+  if (!env.heldByDra) return () => undefined;
+  let last = heldOf(env, resource, ids).join(',');
+  const timer = setInterval(() => {
+    const now = heldOf(env, resource, ids).join(',');
+    if (now === last) return;
+    last = now;
+    onChange();
+  }, env.healthIntervalMs ?? 2000);
+  timer.unref();
+  return () => clearInterval(timer);
+}
 
 /**
  * plexus.io/memif-style resources: `count` sockets. Allocate makes the device's directory anew on the host (an old
@@ -65,18 +94,31 @@ export class MemifDevices implements DeviceResource {
   private switchHealth = HEALTHY;
 
   devices(): Device[] {
-    return this.ids.map((ID) => ({ ID, health: this.switchHealth }));
+    const held = heldOf(this.env, this.name, this.ids);
+    return this.ids.map((ID) => ({ ID, health: held.includes(ID) ? UNHEALTHY : this.switchHealth }));
   }
 
-  /** With healthFromSwitch, every device follows the switch; otherwise a socket's directory has no health to follow. */
+  /**
+   * With healthFromSwitch, every device follows the switch; otherwise a socket's directory has no health to follow.
+   * A device DRA holds is Unhealthy either way.
+   */
   watch(onChange: () => void): () => void {
+    const stopHeld = watchHeld(this.env, this.name, this.ids, onChange);
+    const stopSwitch = this.watchSwitch(onChange);
+    return () => {
+      stopHeld();
+      stopSwitch();
+    };
+  }
+
+  private watchSwitch(onChange: () => void): () => void {
     const ready = this.env.switchReady;
     if (!this.config.healthFromSwitch || !ready) return () => undefined;
     let running = false;
     const check = (): void => {
       if (running) return;
       running = true;
-      ready()
+      void ready()
         .catch(() => false)
         .then((up) => {
           const health = up ? HEALTHY : UNHEALTHY;
@@ -115,6 +157,8 @@ export class MemifDevices implements DeviceResource {
   allocate(deviceIDs: readonly string[]): Result<ContainerAllocateResponse> {
     const unknown = deviceIDs.filter((id) => !this.ids.includes(id));
     if (unknown.length) return err(unknownDevices(this.name, unknown));
+    const held = heldOf(this.env, this.name, deviceIDs);
+    if (held.length) return err(heldByClaim(this.name, held));
     const made = new Map<string, { secret: string; socket: string }>();
     const mounts: ContainerAllocateResponse['mounts'] = [];
     try {
@@ -141,7 +185,7 @@ export class MemifDevices implements DeviceResource {
 
   /** Device-info files and socket directories of devices no longer offered (a smaller count) are removed at start. */
   removeStale(): void {
-    let entries: string[] = [];
+    let entries: string[];
     try {
       entries = readdirSync(this.config.socketDir);
     } catch {
@@ -180,7 +224,7 @@ function pciUp(address: string): boolean | undefined {
   } catch {
     return undefined;
   }
-  let netdevs: string[] = [];
+  let netdevs: string[];
   try {
     netdevs = readdirSync(join(dir, 'net'));
   } catch {
@@ -192,7 +236,8 @@ function pciUp(address: string): boolean | undefined {
 /**
  * A pool of host devices (interface names or PCI addresses). A device is healthy while it is up with carrier; one
  * that is missing from the host is healthy only while the kubelet has it assigned to a pod (it is in that pod's
- * network namespace then). Health is polled; ListAndWatch is told of changes.
+ * network namespace then); one a DRA claim holds is unhealthy whatever the host shows. Health is polled;
+ * ListAndWatch is told of changes.
  */
 export class HostDevicePool implements DeviceResource {
   readonly name: string;
@@ -205,7 +250,11 @@ export class HostDevicePool implements DeviceResource {
     this.ids = config.devices.map((d) => (PCI_ADDRESS.test(d) ? d.toLowerCase() : d));
     this.book = AllocationBook.forResource(env.stateDir, config.name);
     this.book.retainOnly(new Set(this.ids));
-    for (const id of this.ids) this.health.set(id, this.presentHealth(id) ?? UNHEALTHY);
+    for (const id of this.ids) this.health.set(id, this.heldByDra(id) ? UNHEALTHY : (this.presentHealth(id) ?? UNHEALTHY));
+  }
+
+  private heldByDra(id: string): boolean {
+    return this.env.heldByDra?.(this.name, id) ?? false;
   }
 
   devices(): Device[] {
@@ -222,7 +271,7 @@ export class HostDevicePool implements DeviceResource {
   async refresh(): Promise<boolean> {
     let changed = false;
     for (const id of this.ids) {
-      let health = this.presentHealth(id);
+      let health = this.heldByDra(id) ? UNHEALTHY : this.presentHealth(id);
       if (health === undefined) health = (await this.env.inUse?.(this.name, id).catch(() => false)) ? HEALTHY : UNHEALTHY;
       if (this.health.get(id) !== health) {
         this.health.set(id, health);
@@ -255,6 +304,8 @@ export class HostDevicePool implements DeviceResource {
   allocate(deviceIDs: readonly string[]): Result<ContainerAllocateResponse> {
     const unknown = deviceIDs.filter((id) => !this.ids.includes(id));
     if (unknown.length) return err(unknownDevices(this.name, unknown));
+    const held = heldOf(this.env, this.name, deviceIDs);
+    if (held.length) return err(heldByClaim(this.name, held));
     const pci = deviceIDs.filter((id) => PCI_ADDRESS.test(id));
     try {
       for (const id of pci) writeDeviceInfo(this.env.deviceInfoDir, this.name, id, { type: 'pci', version: '1.1.0', pci: { 'pci-address': id } });

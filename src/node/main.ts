@@ -15,6 +15,7 @@ import { fanOut } from '../engine/status-sink';
 import { loadDaemonConfig, USAGE, type DaemonConfig } from './config';
 import { loadResources } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
+import type { DraDriver } from '../dra';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';
@@ -76,11 +77,20 @@ async function main(): Promise<number> {
   const networks: NetworkSource = api?.networks ?? new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
   // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
   const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  // ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's.
+  const consumer = api && podResources ? await import('../dra/consumer') : undefined;
+  const claimed = consumer && api && new consumer.ClaimDeviceReader(new consumer.ApiClaimsPort(api.client), {
+    log: log.child({ component: 'dra-consumer' }),
+  });
+  const devices = claimed && podResources ? consumer.withClaimedDevices(podResources, claimed) : podResources;
+  // A device prepared for a plexus.io claim is not offered by the device plugin meanwhile (set once DRA runs).
+  const draHolds: { check?: (resourceName: string, deviceID: string) => boolean } = {};
   const devicePlugins = config.devicePluginConfig && podResources
     ? DevicePlugins.load(config.devicePluginConfig, {
         devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
         // memif devices may follow the node's switch (healthFromSwitch), through the memif driver's connection to it.
         switchReady: () => memif.switchReady(),
+        heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
       }, podResources, log)
     : undefined;
   if (devicePlugins && !devicePlugins.ok) {
@@ -124,7 +134,7 @@ async function main(): Promise<number> {
     ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
     ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
     ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
-    ...(podResources ? { devices: podResources, deviceInfoDir: config.deviceInfoDir } : {}),
+    ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
     // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
     teardown: daemonTeardownSettings(),
   }, log);
@@ -173,6 +183,10 @@ async function main(): Promise<number> {
   if (cluster) void cluster.preparePools(clusterNetworksOf(networks));
   await devicePlugins?.value.start();
   await dra?.start();
+  if (dra) {
+    draHolds.check = (r, id) =>
+      dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
+  }
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const stopOrphans = api && config.orphanSweepSeconds > 0 ? (await import('../k8s/orphans')).sweepOrphans(engine, api.pods, config.orphanSweepSeconds * 1000, log.child({ component: 'orphans' })) : undefined;
   // A switch that restarted without its database gets the pods' ports back from the journal.

@@ -12,14 +12,18 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
-import { k8sBinary, k8sMissing, KubeApiFixture } from '../support/k8s';
+import { k8sBinary, k8sMissing, k8sOlderThan, KubeApiFixture } from '../support/k8s';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const kubectl = k8sBinary('kubectl');
 const skip = expectedPrerequisites(k8sMissing(), kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.35/bin)');
 
-/** What an install applies, in its order: the CRDs first, then deploy/ itself; the uninstall DaemonSet on its own. */
-const DIRS = ['deploy/crds', 'deploy', 'deploy/uninstall'];
+/**
+ * What an install applies, in its order: the CRDs first, then deploy/ itself; the uninstall DaemonSet on its own; the
+ * opt-in DRA objects (resource.k8s.io/v1, served from 1.34 on) only where the API server has them.
+ */
+const draTooOld = k8sBinary('kube-apiserver') ? k8sOlderThan('1.34') : undefined;
+const DIRS = ['deploy/crds', 'deploy', 'deploy/uninstall', ...(draTooOld ? [] : ['deploy/dra'])];
 
 const filesOf = (dir: string): string[] =>
   readdirSync(join(ROOT, dir)).filter((f) => f.endsWith('.yaml')).sort().map((f) => join(ROOT, dir, f));
@@ -51,7 +55,7 @@ const nulls = (v: unknown, path = ''): string[] => {
 };
 
 it('has no null field in any manifest of deploy/ (a flow mapping cut by an unquoted comma)', () => {
-  const found = DIRS.flatMap(filesOf).flatMap((file) =>
+  const found = [...DIRS, 'deploy/dra'].flatMap(filesOf).flatMap((file) =>
     parseAllDocuments(readFileSync(file, 'utf8')).flatMap((d) => nulls(d.toJSON()).map((p) => `${file.slice(ROOT.length + 1)}: ${p}`)));
   assert.deepEqual(found, []);
 });

@@ -1,6 +1,6 @@
 /**
  * A claim's status.devices[] written by plexusd (applyClaimDeviceStatus) on a real API server, as the `plexus` user
- * with deploy/50-dra.yaml's role: networkData and Ready for a device, Ready=False with the error for a failed attach,
+ * with deploy/dra/50-dra.yaml's role: networkData and Ready for a device, Ready=False with the error for a failed attach,
  * another driver's entry left alone, and plexusd's entries removed by an empty apply. (The engine calls it once a
  * pod's interfaces exist; that wiring is a later change.)
  */
@@ -32,7 +32,7 @@ describe('a claim\'s status.devices[] written by plexusd', { skip }, () => {
     api = await KubeApiFixture.startForPlexus();
     const served = await api.request('GET', '/apis/resource.k8s.io/v1');
     if (served.status !== 200) throw new Error(`this API server does not serve resource.k8s.io/v1 (DRA needs 1.34+): ${served.status}`);
-    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/50-dra.yaml'), 'utf8'))) {
+    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/dra/50-dra.yaml'), 'utf8'))) {
       const o = doc.toJSON() as { kind: string };
       if (o.kind !== 'ClusterRole') continue;
       assert.equal((await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterroles', o)).status, 201);

@@ -4,7 +4,7 @@
  * each device's attributes, the kubelet calls NodePrepareResources for a pod whose ResourceClaimTemplate asks for a
  * plexus.io device (the prepared claim is recorded under the state dir) and NodeUnprepareResources when the pod goes
  * (the device goes to the next claim), and opaque config that does not parse keeps the pod from starting with an
- * error that names the field. plexusd runs as the `plexus` user with deploy/10-rbac.yaml and deploy/50-dra.yaml.
+ * error that names the field. plexusd runs as the `plexus` user with deploy/10-rbac.yaml and deploy/dra/50-dra.yaml.
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -114,11 +114,11 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     await node.api.installPlexus();
     // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
     assert.equal((await node.api.createNad(NS, 'fast', JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' }))).status, 201);
-    // deploy/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
-    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/50-dra.yaml'), 'utf8'))) {
+    // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
+    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/dra/50-dra.yaml'), 'utf8'))) {
       const o = doc.toJSON() as { kind: string };
       const path = { DeviceClass: `${RESOURCE}/deviceclasses`, ClusterRole: '/apis/rbac.authorization.k8s.io/v1/clusterroles', ClusterRoleBinding: '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings' }[o.kind];
-      assert.ok(path, `deploy/50-dra.yaml: unexpected kind ${o.kind}`);
+      assert.ok(path, `deploy/dra/50-dra.yaml: unexpected kind ${o.kind}`);
       await created(path, o);
     }
     await created('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {

@@ -15,7 +15,6 @@ import { fanOut } from '../engine/status-sink';
 import { loadDaemonConfig, USAGE, type DaemonConfig } from './config';
 import { loadResources } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
-import type { DraDriver } from '../dra';
 import { Journal } from '../engine/journal';
 import { acquireInstanceLock } from './instance-lock';
 import { recover, replaySpooledDels } from '../engine/recovery';

@@ -28,12 +28,12 @@ import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
 import type { UndoStep } from '../driver';
-import { ExecLimits } from './exec-limits';
+import { type ExecLimits } from './exec-limits';
 import { parsePluginError } from './result';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -142,8 +142,19 @@ async function execRetryingBusy(call: PluginCall, timeoutMs: number, budgetMs: n
 }
 
 function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    child = spawn(call.path, [], { env: pluginEnv(call), stdio: ['pipe', 'pipe', 'pipe'] });
+  } catch (e) {
+    // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
+    return Promise.resolve(err(cannotExec(call, e as NodeJS.ErrnoException)));
+  }
+  return new PluginRun(call, child, timeoutMs).outcome;
+}
+
+/** The plugin inherits the daemon's environment (PATH for iptables and friends), less any stray CNI_* variables. */
+function pluginEnv(call: PluginCall): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
-  // The plugin inherits the daemon's environment (PATH for iptables and friends), minus any stray CNI_* variables.
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CNI_')) env[k] = v;
   env.CNI_COMMAND = call.command;
   env.CNI_PATH = call.cniPath;
@@ -151,100 +162,133 @@ function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOut
   if (call.netns !== undefined) env.CNI_NETNS = call.netns;
   if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
   if (call.args !== undefined) env.CNI_ARGS = call.args;
-  const what = `plugin ${call.type}`;
-  const cannotExec = (e: NodeJS.ErrnoException): Result<never> => err(new CniError(CniCode.Internal, `${what}: cannot exec ${call.path}: ${e.message}`, e.code ?? ''));
-  let child: ChildProcessWithoutNullStreams;
-  try {
-    child = spawn(call.path, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-  } catch (e) {
-    // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
-    return Promise.resolve(cannotExec(e as NodeJS.ErrnoException));
-  }
+  return env;
+}
 
-  return new Promise((resolve) => {
-    let settled = false;
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    let size = 0;
-    let overflow = false;
-    let timer: NodeJS.Timeout | undefined;
-    let graceTimer: NodeJS.Timeout | undefined;
-    let exitCode: number | null = null;
-    let exitSignal: NodeJS.Signals | null = null;
+/** How a plugin process ended. */
+interface PluginExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
 
-    const finish = (r: Result<PluginOutput>): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      clearTimeout(graceTimer);
-      child.stdout?.destroy();
-      child.stderr?.destroy();
-      resolve(r);
-    };
-    const text = (bufs: Buffer[]): string => Buffer.concat(bufs).toString('utf8');
-    const kill = (): void => {
-      if (child.pid !== undefined && exitCode === null && exitSignal === null) {
-        try {
-          process.kill(child.pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    };
-    const collect = (into: Buffer[]) => (chunk: Buffer): void => {
-      size += chunk.length;
-      if (size > MAX_OUTPUT_BYTES) {
-        overflow = true;
-        kill();
-        return;
-      }
-      into.push(chunk);
-    };
-    child.stdout.on('data', collect(stdout));
-    child.stderr.on('data', collect(stderr));
+/**
+ * One running plugin: its output collected up to MAX_OUTPUT_BYTES (beyond that it is killed), killed at its deadline,
+ * and answered once. After the child exits, its output may still be arriving: the answer waits for the pipes to close,
+ * at most CLOSE_GRACE_MS (a daemonised grandchild may hold them open).
+ */
+class PluginRun {
+  readonly outcome: Promise<Result<PluginOutput>>;
+  private resolve: (r: Result<PluginOutput>) => void = () => undefined;
+  private readonly stdout: Buffer[] = [];
+  private readonly stderr: Buffer[] = [];
+  private size = 0;
+  private overflow = false;
+  private exit: PluginExit | undefined;
+  private timedOut = false;
+  private settled = false;
+  private readonly deadline: NodeJS.Timeout;
+  private grace: NodeJS.Timeout | undefined;
 
-    let timedOut = false;
-    const finishTimedOut = (): void =>
-      finish(err(new CniError(CniCode.TryAgainLater, `${what} timed out after ${timeoutMs} ms during ${call.command} and was killed`, excerpt(text(stderr), text(stdout)))));
-    timer = setTimeout(() => {
-      if (exitCode !== null || exitSignal !== null) return done(); // exited in time; only its output is late
-      timedOut = true;
-      kill();
-      // Answer once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
-      graceTimer = setTimeout(finishTimedOut, CLOSE_GRACE_MS);
-    }, timeoutMs);
-
-    child.on('error', (e: NodeJS.ErrnoException) => finish(cannotExec(e)));
+  constructor(
+    private readonly call: PluginCall,
+    private readonly child: ChildProcessWithoutNullStreams,
+    private readonly timeoutMs: number,
+  ) {
+    this.outcome = new Promise((resolve) => (this.resolve = resolve));
+    child.stdout.on('data', (chunk: Buffer) => this.collect(this.stdout, chunk));
+    child.stderr.on('data', (chunk: Buffer) => this.collect(this.stderr, chunk));
+    this.deadline = setTimeout(() => this.onDeadline(), timeoutMs);
+    child.on('error', (e: NodeJS.ErrnoException) => this.finish(err(cannotExec(call, e))));
     // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
     child.stdin.on('error', () => undefined);
     child.stdin.end(call.stdin);
+    child.on('exit', (code, signal) => this.onExit({ code, signal }));
+    // 'exit' always comes first; a close without one is ignored all the same.
+    child.on('close', () => this.exit && this.answer());
+  }
 
-    const done = (): void => {
-      if (timedOut) return finishTimedOut();
-      const out = text(stdout);
-      const errText = text(stderr);
-      if (overflow) return finish(err(new CniError(CniCode.Internal, `${what} printed more than ${MAX_OUTPUT_BYTES} bytes during ${call.command} and was killed`, excerpt(errText, out))));
-      if (exitCode === 0) return finish(ok({ stdout: out, stderr: errText }));
-      const pluginError = parsePluginError(out) ?? parsePluginError(errText);
-      if (pluginError) {
-        return finish(err(new CniError(pluginError.code > 0 ? pluginError.code : CniCode.Internal, `${what}: ${pluginError.msg}`, pluginError.details)));
-      }
-      const how = exitSignal ? `was killed by ${exitSignal}` : `exited with status ${exitCode}`;
-      finish(err(new CniError(CniCode.Internal, `${what} ${how} during ${call.command} without a CNI error object`, excerpt(errText, out))));
-    };
-    child.on('exit', (code, signal) => {
-      exitCode = code;
-      exitSignal = signal;
-      if (timedOut) return finishTimedOut();
-      clearTimeout(graceTimer);
-      graceTimer = setTimeout(done, CLOSE_GRACE_MS);
-    });
-    child.on('close', () => {
-      if (exitCode === null && exitSignal === null) return; // 'exit' always comes first; be safe anyway
-      done();
-    });
-  });
+  private collect(into: Buffer[], chunk: Buffer): void {
+    this.size += chunk.length;
+    if (this.size <= MAX_OUTPUT_BYTES) into.push(chunk);
+    else {
+      this.overflow = true;
+      this.kill();
+    }
+  }
+
+  private onDeadline(): void {
+    if (this.exit) return this.answer(); // exited in time; only its output is late
+    this.timedOut = true;
+    this.kill();
+    // Answered once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
+    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+  }
+
+  private onExit(exit: PluginExit): void {
+    this.exit = exit;
+    if (this.timedOut) return this.answer();
+    clearTimeout(this.grace);
+    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+  }
+
+  private answer(): void {
+    const output = { stdout: text(this.stdout), stderr: text(this.stderr) };
+    if (this.timedOut) return this.finish(err(timedOut(this.call, this.timeoutMs, output)));
+    if (this.overflow) return this.finish(err(overflowed(this.call, output)));
+    this.finish(outcomeOf(this.call, this.exit ?? { code: null, signal: null }, output));
+  }
+
+  private kill(): void {
+    if (this.child.pid === undefined || this.exit) return;
+    try {
+      process.kill(this.child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+
+  private finish(r: Result<PluginOutput>): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.deadline);
+    clearTimeout(this.grace);
+    this.child.stdout.destroy();
+    this.child.stderr.destroy();
+    this.resolve(r);
+  }
 }
+
+const text = (bufs: Buffer[]): string => Buffer.concat(bufs).toString('utf8');
+
+/** What a plugin that exited says: its stdout on exit 0, else its own error object, else how it ended. */
+function outcomeOf(call: PluginCall, exit: PluginExit, output: PluginOutput): Result<PluginOutput> {
+  if (exit.code === 0) return ok(output);
+  const pluginError = parsePluginError(output.stdout) ?? parsePluginError(output.stderr);
+  if (pluginError) {
+    const code = pluginError.code > 0 ? pluginError.code : CniCode.Internal;
+    return err(new CniError(code, `plugin ${call.type}: ${pluginError.msg}`, pluginError.details));
+  }
+  const how = exit.signal ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
+  const message = `plugin ${call.type} ${how} during ${call.command} without a CNI error object`;
+  return err(new CniError(CniCode.Internal, message, excerpt(output.stderr, output.stdout)));
+}
+
+const cannotExec = (call: PluginCall, e: NodeJS.ErrnoException): CniError =>
+  new CniError(CniCode.Internal, `plugin ${call.type}: cannot exec ${call.path}: ${e.message}`, e.code ?? '');
+
+const timedOut = (call: PluginCall, timeoutMs: number, output: PluginOutput): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `plugin ${call.type} timed out after ${timeoutMs} ms during ${call.command} and was killed`,
+    excerpt(output.stderr, output.stdout),
+  );
+
+const overflowed = (call: PluginCall, output: PluginOutput): CniError =>
+  new CniError(
+    CniCode.Internal,
+    `plugin ${call.type} printed more than ${MAX_OUTPUT_BYTES} bytes during ${call.command} and was killed`,
+    excerpt(output.stderr, output.stdout),
+  );
 
 const excerpt = (stderr: string, stdout: string): string => {
   const cut = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}…` : s);

@@ -6,6 +6,7 @@
  * The journal keeps those steps, so rollback, DEL, recovery and GC work from the journal alone, even when
  * the network definition or the driver's config are gone.
  */
+import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../cni/args';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
@@ -152,6 +153,29 @@ export interface Driver<C = unknown> {
   status?(network: NetworkDefinition, cniBinDir: string): Promise<Result<void>>;
   /** How to undo the step kinds only this driver records (the generic ones are in undo.ts). */
   readonly undo?: UndoHandlers;
+  /**
+   * Starts what the driver keeps running besides attachments (connections, watches). The registry calls it once at
+   * daemon start, after recovery and before the daemon says it is ready; `ctx` stays the driver's until stop.
+   */
+  start?(ctx: DriverContext): Promise<void> | void;
+  /**
+   * Makes state the dataplane lost (outside the journal) again from the journal: the registry runs it every resync
+   * interval and whenever the driver asks (DriverContext.requestResync), never two at once for one driver.
+   */
+  resync?(why: string): Promise<void>;
+  /** Whether the dataplane the driver depends on is up now (memif: the node's switch has DPDK), for device health. */
+  ready?(): Promise<boolean>;
+  /** Ends what start started and closes the driver's connections. */
+  stop?(): Promise<void> | void;
+}
+
+/** What the registry hands a driver at start: the daemon's log and the journal's view of what was made. */
+export interface DriverContext {
+  readonly log: Logger;
+  /** The undo steps of every committed attachment, as the journal holds them now (a resync reads its own kinds). */
+  readonly recordedSteps: () => Promise<readonly UndoStep[]>;
+  /** Asks the registry to run this driver's resync soon (its dataplane reconnected and may have lost state). */
+  readonly requestResync: (why: string) => void;
 }
 
 /** What an undo step may use. */
@@ -163,8 +187,24 @@ export interface UndoEnv {
 /** Runs one kind of undo step; each tolerates what is already gone, so undo can repeat. */
 export type UndoHandlers = { readonly [K in UndoStep['kind']]?: (step: Extract<UndoStep, { kind: K }>, env: UndoEnv) => Promise<Result<void>> };
 
-/** The parse of a native driver, which runs a network of exactly one plugin. */
-export const onePlugin =
-  <C>(parse: (plugin: PluginConfig) => Result<C>) =>
-  (plugins: readonly PluginConfig[]): Result<C> =>
-    plugins.length === 1 ? parse(plugins[0]!) : err(new CniError(CniCode.InvalidNetworkConfig, `a native driver runs a network of one plugin, not ${plugins.length}`));
+/**
+ * The parse of a native driver, which runs a network of exactly one plugin. Each call makes a parser with a cache of its
+ * own (a driver instance's): network definitions are kept until their file changes, so every ADD of a network hands
+ * the driver the same plugin object, and it is validated once.
+ */
+export function onePlugin<C>(parse: (plugin: PluginConfig) => Result<C>): (plugins: readonly PluginConfig[]) => Result<C> {
+  const parsed = new WeakMap<PluginConfig, Result<C>>();
+  return (plugins) => {
+    const [only] = plugins;
+    if (plugins.length !== 1 || !only) return err(notOnePlugin(plugins.length));
+    let r = parsed.get(only);
+    if (!r) {
+      r = parse(only);
+      parsed.set(only, r);
+    }
+    return r;
+  };
+}
+
+const notOnePlugin = (count: number): CniError =>
+  new CniError(CniCode.InvalidNetworkConfig, `a native driver runs a network of one plugin, not ${count}`);

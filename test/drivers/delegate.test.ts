@@ -14,7 +14,7 @@ import { CniCode, type Result } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { convertResult } from '../../src/cni/version';
 import type { AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
-import { createDelegateDriver, delegateCheck, delegateDriver, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
+import { createDelegateDriver, delegateCheck, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
 import { execPlugin } from '../../src/drivers/delegate/exec';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
@@ -22,6 +22,8 @@ import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/n
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 import { attachParsed } from './support';
+
+const delegateDriver = createDelegateDriver();
 
 const prefix = uniquePrefix('pdg');
 const fx = new NetnsFixture(prefix);
@@ -130,10 +132,11 @@ function recording(cniBinDir = binDir): Recording {
     kernel,
     ipam,
     cniBinDir,
-    record: async (step: UndoStep) => {
+    record: (step: UndoStep) => {
       assert.equal(step.kind, 'delegateDel');
-      steps.push(step as DelegateDelStep);
-      leftovers.push(step as DelegateDelStep);
+      steps.push(step);
+      leftovers.push(step);
+      return Promise.resolve();
     },
   };
   return { env, steps };

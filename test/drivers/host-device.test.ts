@@ -9,10 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { selectorFor, parseHostDeviceConfig } from '../../src/drivers/host-device/config';
-import { findHostDevice, hostDeviceDriver, returnLinkToHost } from '../../src/drivers/host-device';
+import { findHostDevice, createHostDeviceDriver, returnLinkToHost } from '../../src/drivers/host-device';
 import type { LinkInfo } from '../../src/kernel/types';
 import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
+
+const hostDeviceDriver = createHostDeviceDriver();
 
 const bed = driverTestbed('phd');
 const { prefix, fx } = bed;

@@ -7,13 +7,13 @@
  * is recorded, so a crash mid-ADD still DELs it, and DEL (steps undone in reverse) runs the chain backwards
  * with byte-identical configs.
  */
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { isSupportedVersion } from '../../cni/version';
 import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
-import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, runDelegateDel, validatePluginType } from './exec';
+import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, type ExecOptions, execPlugin, findPlugin, runDelegateDel, validatePluginType } from './exec';
 import { ExecLimits } from './exec-limits';
 import { parseCniResult } from './result';
 
@@ -25,7 +25,7 @@ export {
 export { DEFAULT_EXEC_LIMITS, ExecLimits, type ExecLimitsOptions } from './exec-limits';
 export { parseCniResult, parsePluginError } from './result';
 
-/** A delegate driver; its plugins run within `opts.limits`, or limits of its own (DEFAULT_EXEC_LIMITS). */
+/** A delegate driver; its plugins run within `options.limits` (plexusd's), or limits of its own (DEFAULT_EXEC_LIMITS). */
 export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly PluginConfig[]> {
   const opts: ExecOptions = { ...options, limits: options.limits ?? new ExecLimits() };
   return {
@@ -49,8 +49,6 @@ export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly
     undo: { delegateDel: (step) => runDelegateDel(step, opts) },
   };
 }
-
-export const delegateDriver: Driver<readonly PluginConfig[]> = createDelegateDriver();
 
 /** Plugins that read a selection's ipam-claim-reference from the pod's annotation themselves (OVN-Kubernetes does). */
 const CLAIM_READERS: ReadonlySet<string> = new Set(['ovn-k8s-cni-overlay']);

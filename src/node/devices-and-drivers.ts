@@ -1,0 +1,70 @@
+/**
+ * The kubelet's devices (device plugins and the pod-resources API) and the drivers, with the process-wide limits
+ * they run within: CNI call slots and delegated plugin execs, made here and handed in. Devices and drivers know each
+ * other: memif devices' health may follow the node's switch, through the memif driver, and the memif driver takes the
+ * sockets of the memif devices a pod was allocated. Both are looked up at call time, when each exists.
+ */
+import type { Logger } from 'pino';
+import { MultusSandboxes } from '../adopt/multus-sandboxes';
+import { CallSlots } from '../common/call-slots';
+import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
+import { ExecLimits, execPlugin } from '../drivers/delegate';
+import type { MemifDriverOptions } from '../drivers/memif';
+import { DriverRegistry } from '../drivers/registry';
+import type { ApiConnection } from '../k8s/connect';
+import type { DaemonConfig } from './config';
+
+export interface DevicesAndDrivers {
+  readonly podResources?: PodResourcesClient;
+  readonly devicePlugins?: DevicePlugins;
+  readonly slots: CallSlots;
+  readonly drivers: DriverRegistry;
+  /** Sandboxes Multus made before Plexus took the node over: their DEL is run as Multus would have. */
+  readonly foreign?: MultusSandboxes;
+}
+
+/** Undefined (logged as fatal) when the device plugins' resources file cannot be used. */
+export function devicesAndDrivers(config: DaemonConfig, log: Logger, api?: ApiConnection): DevicesAndDrivers | undefined {
+  // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
+  const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  const loaded = config.devicePluginConfig && podResources
+    ? DevicePlugins.load(config.devicePluginConfig, {
+        devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
+        switchReady: () => drivers.ready('memif'),
+      }, podResources, log)
+    : undefined;
+  if (loaded && !loaded.ok) {
+    log.fatal({ devicePluginConfig: config.devicePluginConfig }, loaded.error.message);
+    return undefined;
+  }
+  const devicePlugins = loaded?.value;
+  // CNI calls at once, node-wide; a call waiting on a delegated plugin lends its slot, and each delegated network has
+  // its own share of plugin execs, so one hung plugin stalls only its own network.
+  const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
+  const execLimits = new ExecLimits({
+    perNetwork: config.delegateShare, total: config.maxDelegateExecs, maxQueued: config.maxQueued,
+    lendSlot: (wait) => slots.lendWhile(wait),
+  });
+  const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, api, devicePlugins) });
+  const foreign = config.multusCacheDir ? new MultusSandboxes({
+    cacheDir: config.multusCacheDir, cniBinDir: config.cniBinDir, log: log.child({ component: 'adopt' }),
+    exec: (call) => execPlugin(call, { limits: execLimits }),
+  }) : undefined;
+  return { slots, drivers, ...optional({ podResources, devicePlugins, foreign }) };
+}
+
+/** memif networks: ports on the node's userspace switch, with sockets from plexusd's own memif devices. */
+function memifOptions(config: DaemonConfig, api?: ApiConnection, devices?: DevicePlugins): MemifDriverOptions {
+  return {
+    defaultOvsdbSocket: config.ovsdbSocket,
+    owner: api?.nodeName ?? 'plexus',
+    ...(devices ? { deviceSocket: (resource: string, id: string) => devices.memifSocket(resource, id) } : {}),
+  };
+}
+
+type Defined<T> = { [K in keyof T]?: Exclude<T[K], undefined> };
+
+/** The entries of `parts` that are defined (optional fields here may be absent, never undefined). */
+function optional<T extends object>(parts: T): Defined<T> {
+  return Object.fromEntries(Object.entries(parts).filter(([, v]) => v !== undefined)) as Defined<T>;
+}

@@ -1,0 +1,81 @@
+/**
+ * What the engine's verbs work with: its ports (kernel, IPAM, journal, networks, drivers), its settings, the
+ * per-container locks, and the small pieces of state the engine keeps (the node's attachment quota, the recently
+ * removed attachments). The engine (engine.ts) makes one of these and hands it to every verb; no verb sees the engine.
+ */
+import type { Logger } from 'pino';
+import type { CniError } from '../cni/errors';
+import type { CniRequest } from '../cni/request';
+import type { KeyedMutex } from '../common/keyed-mutex';
+import type { DriverRegistry } from '../drivers/registry';
+import type { IpamBackend, Lease } from '../ipam';
+import type { KernelPort } from '../kernel/kernel';
+import type { NetworkSource } from '../networks/source';
+import type { AttachmentQuota } from './attachment-quota';
+import type { ForeignSandboxes } from './foreign-sandboxes';
+import type { DeviceSource, PlanSettings } from './plan';
+import type { PodSource } from './pod-source';
+import type { RecentlyRemoved } from './recently-removed';
+import type { StatusSink } from './status-sink';
+import type { TransactionPorts } from './transaction';
+
+/** A call about one container's attachment. */
+export type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
+
+/** Pod annotations from the API (undefined: the runtime's are used). */
+export type PodAnnotations = Readonly<Record<string, string>> | undefined;
+
+export interface EngineOptions extends PlanSettings {
+  readonly hostLinkGroup?: number;
+  readonly cniBinDir: string;
+  /** Told what each pod's networks became (default: nobody). */
+  readonly statusSink?: StatusSink;
+  /** Pod interfaces this node may hold at once (--max-node-attachments); unbounded when not set. */
+  readonly maxNodeAttachments?: number;
+  /** The Kubernetes API's view of pods (their UID and annotations); without it, the runtime's annotations are used. */
+  readonly pods?: PodSource;
+  /** The devices the kubelet allocated to pods, for networks that name a resource (default: none asked). */
+  readonly devices?: DeviceSource;
+  /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
+  readonly deviceInfoDir?: string;
+  /** Sandboxes another plugin made before Plexus served the node (Multus's), torn down as it would (default: none). */
+  readonly foreign?: ForeignSandboxes;
+  /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
+  readonly podNetnsProblem?: (path: string) => CniError | undefined;
+}
+
+export interface SweptAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly reason: string;
+}
+
+/** What a GC removed (or, dry, would remove), what it kept, and what it could not remove. */
+export interface SweepReport {
+  readonly removed: readonly SweptAttachment[];
+  readonly kept: number;
+  readonly failures: readonly (SweptAttachment & { readonly error: string })[];
+  /** Leases no attachment holds: released, or with dryRun, those a GC would release. */
+  readonly leases: readonly Lease[];
+  readonly leasesReleased: number;
+  readonly dryRun: boolean;
+}
+
+export interface EngineContext {
+  readonly kernel: KernelPort;
+  readonly ipam: IpamBackend;
+  readonly networks: NetworkSource;
+  readonly drivers: DriverRegistry;
+  readonly options: EngineOptions;
+  readonly log: Logger;
+  /** Calls for one container run one at a time. */
+  readonly locks: KeyedMutex;
+  /** The journal and the undo runner, as transactions use them. */
+  readonly tx: TransactionPorts;
+  readonly quota: AttachmentQuota;
+  readonly recentlyRemoved: RecentlyRemoved;
+  /** Why a CNI_NETNS is not a pod's network namespace (undefined when it is one). */
+  readonly podNetnsProblem: (path: string) => CniError | undefined;
+  /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */
+  readonly report: (tell: (sink: StatusSink) => void) => void;
+}

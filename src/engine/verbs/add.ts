@@ -1,0 +1,188 @@
+/**
+ * ADD: plans the pod's networks and validates everything before touching anything, then attaches them one after
+ * another (plan order, NPWG) in one transaction; the first failure rolls the whole record back. A retried ADD of a
+ * committed attachment gets the stored answer.
+ */
+import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
+import type { CniResult } from '../../cni/types';
+import { mergeResults, networkStatus } from '../../networks/status';
+import type { AttachRequest, EngineContext, PodAnnotations } from '../context';
+import { applyDefaultRoute } from '../default-route';
+import { unreadableRecordError, type AttachmentRecord, type NetworkAttachment } from '../journal';
+import { assignDevices, planPod, podIdentityOf, type AttachmentStep } from '../plan';
+import { refuseTakenNames } from '../taken-names';
+import { Transaction, undoRecord } from '../transaction';
+import { attachStep } from './attach';
+
+const attachedElsewhere = (req: AttachRequest, netns: string): CniError =>
+  new CniError(
+    CniCode.InvalidEnvironment,
+    `container ${req.containerId} already has ${req.ifname} attached in ${netns}`,
+    'DEL it before adding it again',
+  );
+
+const leftoversRemain = (req: AttachRequest, why: string): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `leftovers of an earlier ADD of ${req.containerId}/${req.ifname} could not be removed`,
+    why,
+  );
+
+function repeatedAddDiffers(
+  req: AttachRequest,
+  record: AttachmentRecord,
+  recorded: readonly string[],
+  asked: readonly string[],
+): CniError {
+  const what = `CNI_CONTAINERID ${req.containerId} with CNI_IFNAME ${req.ifname}`;
+  const attached = `attached (runtime network ${record.meta.cniNetwork}): ${recorded.join(', ') || 'none'}`;
+  const message = `${what} is attached already, to other networks than this ADD asks for`;
+  const details = `${attached}; asked: ${asked.join(', ') || 'none'}. DEL it before adding it again`;
+  return new CniError(CniCode.InvalidEnvironment, message, details);
+}
+
+const unexpected = (req: AttachRequest, e: unknown): CniError =>
+  e instanceof CniError
+    ? e
+    : new CniError(
+        CniCode.Internal,
+        `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`,
+        (e as Error).stack ?? '',
+      );
+
+/** The failure, with what a rollback that did not finish left behind. */
+function afterRollback(ctx: EngineContext, req: AttachRequest, cause: CniError, undone: Result<void>): CniError {
+  if (undone.ok) return cause;
+  const { containerId, ifname } = req;
+  ctx.log.error({ containerId, ifname, err: undone.error.message }, 'rollback incomplete; recovery will retry');
+  const left = `rollback incomplete (will be retried): ${undone.error.message}`;
+  return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}${left}`);
+}
+
+export async function add(ctx: EngineContext, req: AttachRequest): Promise<Result<CniResult>> {
+  // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
+  // that cannot be found gets no event: the name may be another pod's now.
+  let podAnnotations: PodAnnotations;
+  if (ctx.options.pods && req.args.podNamespace && req.args.podName) {
+    const pod = await ctx.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
+    if (!pod.ok) return pod;
+    podAnnotations = pod.value.annotations;
+  }
+  const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations));
+  if (!added.ok) ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
+  return added;
+}
+
+async function addLocked(
+  ctx: EngineContext,
+  req: AttachRequest,
+  annotations: PodAnnotations,
+): Promise<Result<CniResult>> {
+  const existing = await ctx.tx.journal.load(req.containerId, req.ifname);
+  if (existing?.unreadable) return err(unreadableRecordError(existing));
+  if (existing?.result && !existing.deleting) {
+    // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
+    if (existing.meta.netns !== req.netns) return err(attachedElsewhere(req, existing.meta.netns));
+    const other = otherAttachments(ctx, existing, req, annotations);
+    return other ? err(other) : ok(existing.result);
+  }
+  if (existing) {
+    const cleaned = await undoRecord(ctx.tx, existing);
+    if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
+  }
+  const prepared = await prepare(ctx, req, annotations);
+  if (!prepared.ok) return prepared;
+  return attachAll(ctx, req, prepared.value);
+}
+
+/** Plans and validates everything before touching anything (a bad request leaves nothing), and reserves room. */
+async function prepare(
+  ctx: EngineContext,
+  req: AttachRequest,
+  annotations: PodAnnotations,
+): Promise<Result<AttachmentStep[]>> {
+  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations);
+  if (!planned.ok) return planned;
+  const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.options.devices);
+  if (!withDevices.ok) return withDevices;
+  const steps = withDevices.value;
+  const netnsProblem = ctx.podNetnsProblem(req.netns);
+  if (netnsProblem) return err(netnsProblem);
+  const free = await refuseTakenNames(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname));
+  if (!free.ok) return free;
+  const full = await ctx.quota.reserve(steps.length);
+  return full ? err(full) : ok(steps);
+}
+
+/** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
+async function attachAll(ctx: EngineContext, req: AttachRequest, steps: AttachmentStep[]): Promise<Result<CniResult>> {
+  const meta = {
+    containerId: req.containerId,
+    ifname: req.ifname,
+    netns: req.netns,
+    pod: steps[0]!.request.pod,
+    cniNetwork: req.networkName,
+    networks: steps.map((s) => s.planned.network.key),
+    startedAt: new Date().toISOString(),
+  };
+  const tx = await Transaction.begin(ctx.tx, meta).catch((e: unknown) => {
+    ctx.quota.release(steps.length);
+    throw e;
+  });
+  try {
+    const attached = await attachInTransaction(ctx, tx, req, steps);
+    return attached.ok ? attached : err(afterRollback(ctx, req, attached.error, await tx.rollback()));
+  } catch (e) {
+    await tx.close().catch(() => undefined);
+    return err(afterRollback(ctx, req, unexpected(req, e), await tx.rollback()));
+  }
+}
+
+async function attachInTransaction(
+  ctx: EngineContext,
+  tx: Transaction,
+  req: AttachRequest,
+  steps: readonly AttachmentStep[],
+): Promise<Result<CniResult>> {
+  // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
+  const attachments: NetworkAttachment[] = [];
+  for (const step of steps) {
+    const attached = await attachStep(ctx, tx, step);
+    if (!attached.ok) return attached;
+    attachments.push(attached.value);
+  }
+  const routed = await applyDefaultRoute(ctx.kernel, req.netns, steps, attachments);
+  if (!routed.ok) return routed;
+  const final = routed.value;
+  const result = mergeResults(final.map((a) => a.result));
+  const status = networkStatus(final);
+  await tx.commit(result, req.version, { attachments: final, networkStatus: status });
+  await tx.close();
+  ctx.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status, status));
+  return ok(result);
+}
+
+/**
+ * Why a repeated ADD of a committed container and interface is not a retry of the one that made it: it names another
+ * runtime network, or its plan (networks and interface names) is another than the record's. The spec allows one ADD
+ * per CNI_CONTAINERID and CNI_IFNAME until DEL; only a retry gets the stored answer. A plan that cannot be made now (a
+ * network deleted since) cannot be compared: the record's answer stands.
+ */
+function otherAttachments(
+  ctx: EngineContext,
+  record: AttachmentRecord,
+  req: AttachRequest,
+  annotations: PodAnnotations,
+): CniError | undefined {
+  const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
+  let asked: string[] | undefined;
+  if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];
+  else {
+    const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations);
+    if (!planned.ok) return undefined;
+    const steps = planned.value.map((s) => `${s.planned.network.key} as ${s.planned.ifname}`);
+    const mapped = record.details ? steps : planned.value.map((s) => s.planned.network.key);
+    if (mapped.length !== recorded.length || mapped.some((x) => !recorded.includes(x))) asked = steps;
+  }
+  return asked ? repeatedAddDiffers(req, record, recorded, asked) : undefined;
+}

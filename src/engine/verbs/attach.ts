@@ -1,0 +1,52 @@
+/**
+ * One planned attachment, run by its driver inside a transaction: each change the driver makes is journaled first,
+ * tagged with its network and interface. Shared by ADD and by a change of a running pod's networks.
+ */
+import { performance } from 'node:perf_hooks';
+import { err, ok, type Result } from '../../cni/errors';
+import type { DriverEnv, UndoStep } from '../../drivers/driver';
+import type { EngineContext } from '../context';
+import { deviceInfoOf } from '../device-info';
+import type { NetworkAttachment } from '../journal';
+import type { AttachmentStep } from '../plan';
+import type { Transaction } from '../transaction';
+
+export async function attachStep(
+  ctx: EngineContext,
+  tx: Transaction,
+  step: AttachmentStep,
+): Promise<Result<NetworkAttachment>> {
+  const label = `${step.planned.network.key} as ${step.planned.ifname}`;
+  const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
+  const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
+  const { hostLinkGroup, cniBinDir } = ctx.options;
+  const env: DriverEnv = {
+    kernel: ctx.kernel,
+    ipam: ctx.ipam,
+    cniBinDir,
+    record: (undo) => {
+      if (undo.kind === 'delegateDel') delegated.push(undo);
+      return tx.record(undo, owner);
+    },
+    ...(hostLinkGroup !== undefined ? { hostLinkGroup } : {}),
+  };
+  const started = performance.now();
+  const attached = await step.driver.attach(step.request, step.config, env);
+  if (!attached.ok) {
+    await tx.event(`attach ${label} failed: ${attached.error.message}`, performance.now() - started);
+    return err(attached.error.withContext(`attaching network ${label}`));
+  }
+  await tx.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
+  const deviceInfo = deviceInfoOf(step, ctx.options.deviceInfoDir, ctx.log);
+  const kubeletDevice = step.request.options?.kubeletDevice;
+  return ok({
+    network: owner.network,
+    ifname: owner.ifname,
+    driver: step.driver.type,
+    isDefault: step.planned.isDefault,
+    result: attached.value,
+    ...(delegated.length ? { delegated } : {}),
+    ...(deviceInfo ? { deviceInfo } : {}),
+    ...(kubeletDevice ? { kubeletDevice } : {}),
+  });
+}

@@ -1,0 +1,77 @@
+/**
+ * DEL: undoes the container's record, whole (undoRecord). A sandbox without a record is another's: a stale DEL of a
+ * pod attached under another container ID is only logged; one Multus made is removed as Multus would; one the node's
+ * own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
+ */
+import { ok, type Result } from '../../cni/errors';
+import type { AttachRequest, EngineContext } from '../context';
+import type { AdoptedSandbox, ForeignDel } from '../foreign-sandboxes';
+import { delByCurrentPlan, type ForeignDelDeps } from '../foreign-del';
+import { forwardUnknownDel } from '../node-plugins-del';
+import { undoRecord } from '../transaction';
+
+export function del(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+  return ctx.locks.run(req.containerId, async () => {
+    const record = await ctx.tx.journal.load(req.containerId, req.ifname);
+    if (!record) return delUnknown(ctx, req);
+    const undone = await undoRecord(ctx.tx, record);
+    if (undone.ok) ctx.report((sink) => sink.detached(record.meta.pod, req.containerId));
+    return undone;
+  });
+}
+
+/** The DEL of a sandbox Plexus has no record of (under the container's lock). */
+async function delUnknown(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+  const { podNamespace, podName } = req.args;
+  if (podNamespace && podName) {
+    const records = await ctx.tx.journal.list();
+    const current = records.find(
+      (r) => r.meta.pod.namespace === podNamespace && r.meta.pod.name === podName && r.meta.ifname === req.ifname,
+    );
+    if (current) {
+      const seen = { staleContainerId: req.containerId, currentContainerId: current.meta.containerId };
+      const why = 'stale DEL ignored: the pod is attached under another container ID';
+      ctx.log.info({ ...seen, pod: `${podNamespace}/${podName}` }, why);
+    }
+  }
+  // A sandbox Multus made before Plexus served the node is removed as Multus would have removed it.
+  const adopted = await ctx.options.foreign?.del(req);
+  if (adopted?.kind === 'done') return adopted.result;
+  if (adopted?.kind === 'unreadable') {
+    const replanned = await delByCurrentPlan(req, foreignDelDeps(ctx));
+    ctx.options.foreign?.forget(adopted.what);
+    if (replanned) return replanned;
+  }
+  // DEL of what does not exist succeeds (CNI spec); a sandbox the node's own network made (before Plexus was
+  // installed) is handed to that network's plugins, so its address is released where it was taken.
+  return forwardUnknownDel(ctx, req);
+}
+
+function foreignDelDeps(ctx: EngineContext): ForeignDelDeps {
+  const { options, networks, drivers, kernel, ipam, log } = ctx;
+  return {
+    settings: options,
+    networks,
+    drivers,
+    ...(options.pods ? { pods: options.pods } : {}),
+    cniBinDir: options.cniBinDir,
+    undoEnv: { kernel, ipam },
+    log,
+  };
+}
+
+/** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */
+export async function removeAdopted(ctx: EngineContext, sandbox: AdoptedSandbox): Promise<Result<void>> {
+  const foreign = ctx.options.foreign;
+  if (!foreign) return ok(undefined);
+  const outcome = await ctx.locks.run(sandbox.containerId, () => foreign.del(adoptedDel(sandbox)));
+  return outcome.kind === 'done' ? outcome.result : ok(undefined);
+}
+
+/** The DEL the runtime would have sent for an adopted sandbox whose pod is gone. */
+export const adoptedDel = (sandbox: AdoptedSandbox): ForeignDel => ({
+  containerId: sandbox.containerId,
+  netns: '',
+  ifname: sandbox.networks[0]?.ifname ?? '',
+  args: { ips: [], ignoreUnknown: true, raw: [] },
+});

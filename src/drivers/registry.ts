@@ -6,7 +6,7 @@
 import type { Result } from '../cni/errors';
 import type { NetworkDefinition } from '../networks/nad';
 import { createBridgeDriver } from './bridge';
-import { createDelegateDriver, type ExecLimits } from './delegate';
+import { createDelegateDriver, delegateDelStep, type DelegateInvocation, type ExecLimits } from './delegate';
 import type { Driver, UndoEnv, UndoStep } from './driver';
 import { createHostDeviceDriver } from './host-device';
 import { createIpvlanDriver } from './ipvlan';
@@ -15,7 +15,7 @@ import { createMacvlanDriver } from './macvlan';
 import { createMemifDriver, type MemifDriverOptions } from './memif';
 import { createPtpDriver } from './ptp';
 import { createTapDriver } from './tap';
-import { genericUndo, undoRunner } from './undo';
+import { undoRunner } from './undo';
 import { createVxlanDriver } from './vxlan';
 
 export type { LifecycleSettings };
@@ -51,7 +51,7 @@ export class DriverRegistry {
   ) {
     for (const d of drivers) this.byType.set(d.type, d);
     const all = [...drivers, delegate];
-    this.undo = undoRunner([genericUndo, ...all.flatMap((d) => (d.undo ? [d.undo] : []))]);
+    this.undo = undoRunner(all);
     this.lifecycle = new DriverLifecycle(all);
   }
 
@@ -73,6 +73,11 @@ export class DriverRegistry {
   /** The driver that made an attachment, by the type the journal recorded for it. */
   byRecordedType(type: string): Driver | undefined {
     return type === this.delegate.type ? this.delegate : this.byType.get(type);
+  }
+
+  /** The step that runs a plugin's DEL through the delegate driver (for sandboxes Plexus did not attach itself). */
+  delegateDel(invocation: DelegateInvocation): UndoStep {
+    return delegateDelStep(invocation);
   }
 
   /** Starts every driver, then their resync loop: once, at daemon start, after recovery. */

@@ -41,7 +41,7 @@ export async function startServices(
   const stopOrphans = api && sweepOrphans?.(engine, api.pods, orphanMs, log.child({ component: 'orphans' }));
   // The drivers' own work: a switch that restarted without its database gets the pods' ports back from the journal.
   await plumbing.drivers.start({
-    log, recordedSteps: () => engine.switchPorts(), resyncIntervalMs: config.switchResyncSeconds * 1000,
+    log, recordedSteps: () => engine.committedSteps(), resyncIntervalMs: config.switchResyncSeconds * 1000,
   });
   return { recovery, ...(dra ? { dra } : {}), ...(stopOrphans ? { stopOrphans } : {}) };
 }

@@ -14,7 +14,7 @@ import { CniCode, type Result } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { convertResult } from '../../src/cni/version';
 import type { AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
-import { createDelegateDriver, delegateCheck, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
+import { createDelegateDriver, delegateCheck, invocationsIn, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
 import { execPlugin } from '../../src/drivers/delegate/exec';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
@@ -133,9 +133,10 @@ function recording(cniBinDir = binDir): Recording {
     ipam,
     cniBinDir,
     record: (step: UndoStep) => {
-      assert.equal(step.kind, 'delegateDel');
-      steps.push(step);
-      leftovers.push(step);
+      const [invocation] = invocationsIn([step]);
+      assert.ok(invocation, `a delegateDel step of the delegate driver, not ${JSON.stringify(step)}`);
+      steps.push(invocation);
+      leftovers.push(invocation);
       return Promise.resolve();
     },
   };
@@ -481,7 +482,6 @@ describe('delegate driver: failures and DEL', () => {
 
   it('fails DEL with code 100 naming the plugin when its binary has gone', async () => {
     const step: DelegateDelStep = {
-      kind: 'delegateDel',
       plugin: 'vanished-plugin',
       config: '{"cniVersion":"1.0.0","name":"x","type":"vanished-plugin"}',
       env: { containerId: 'c1', netns: '', ifname: 'eth1', args: '', path: binDir },

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pino from 'pino';
 import { ok } from '../../src/cni/errors';
-import { createMemifDriver } from '../../src/drivers/memif';
+import { createMemifDriver, switchPortStep } from '../../src/drivers/memif';
 import { createMacvlanDriver } from '../../src/drivers/macvlan';
 import { onePlugin, type Driver, type DriverContext, type UndoStep } from '../../src/drivers/driver';
 import { DriverRegistry, type LifecycleSettings } from '../../src/drivers/registry';
@@ -127,11 +127,11 @@ describe('driver lifecycle through the registry', () => {
 });
 
 describe('memif driver lifecycle without a switch', () => {
-  const port: UndoStep = {
-    kind: 'deleteSwitchPort', ovsdb: '/nonexistent/plexus-test/db.sock', bridge: 'br-user', port: 'pxm000000000001',
+  const port: UndoStep = switchPortStep({
+    ovsdb: '/nonexistent/plexus-test/db.sock', bridge: 'br-user', port: 'pxm000000000001',
     devargs: 'net_memif_pxm000000000001,role=server,id=0,socket=/nonexistent/plexus-test/memif.sock,secret=s',
     rxQueues: 1, externalIds: {},
-  };
+  });
 
   it('a resync reads the journal\'s ports and reports those it could not check on an unreachable switch', async () => {
     const { log, lines } = capturedLog();

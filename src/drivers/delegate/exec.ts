@@ -32,7 +32,6 @@ import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
-import type { UndoStep } from '../driver';
 import { type ExecLimits } from './exec-limits';
 import { parsePluginError } from './result';
 
@@ -50,9 +49,24 @@ export interface ExecOptions {
   readonly limits?: ExecLimits;
 }
 
-export type DelegateDelStep = Extract<UndoStep, { kind: 'delegateDel' }>;
+/** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
+export interface DelegateEnv {
+  readonly containerId: string;
+  readonly netns: string;
+  readonly ifname: string;
+  readonly args: string; // CNI_ARGS
+  readonly path: string; // CNI_PATH
+}
+
 /** One journaled plugin invocation: which plugin, the exact config bytes, and the environment used at ADD. */
-export type DelegateInvocation = Pick<DelegateDelStep, 'plugin' | 'config' | 'env'>;
+export interface DelegateInvocation {
+  readonly plugin: string;
+  readonly config: string;
+  readonly env: DelegateEnv;
+}
+
+/** The undo step of an invocation: its DEL, with the very config bytes used at ADD (undo.ts). */
+export type DelegateDelStep = DelegateInvocation;
 
 /** Plugin types are file names inside the bin dir, never paths. */
 export function validatePluginType(type: string): Result<string> {

@@ -6,21 +6,22 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { onePlugin, stepKind, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
 
-import { returnLinkToHost } from './return-link';
+import { returnLinkKind, returnLinkStep } from './undo';
 
 export { returnLinkToHost, daemonNetnsPath } from './return-link';
 export { findHostDevice } from './find';
+export { returnLinkKind, returnLinkStep, type ReturnLinkStep } from './undo';
 
 export const createHostDeviceDriver = (): Driver<HostDeviceConfig> => ({
   type: 'host-device',
   capabilities: ['ips', 'deviceID'],
   parse: onePlugin(parseHostDeviceConfig),
-  undo: { returnLink: (step, { kernel }) => returnLinkToHost(step, kernel) },
+  undo: { returnLink: stepKind(returnLinkKind) },
   attach: attachHostDevice,
 });
 
@@ -45,7 +46,7 @@ async function attachHostDevice(req: AttachRequest, conf: HostDeviceConfig, env:
   if (!ipam.ok) return ipam;
 
   const mac = device.value.mac ? { mac: device.value.mac } : {};
-  await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName, ...mac });
+  await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac }));
   const plumbed = await plumbPodInterface(req, env, {
     create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
     createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),

@@ -14,6 +14,7 @@ import { attachmentHash } from '../common/attachment-id';
 import type { AttachRequest, DriverEnv } from '../driver';
 import type { MemifConfig } from './config';
 import type { MemifSwitches } from './switch';
+import { socketDirStep, switchPortStep } from './undo';
 
 /** The socket of a memif device the kubelet allocated to the pod. */
 export interface MemifDeviceSocket {
@@ -58,7 +59,7 @@ export async function attachMemif(
   const ovsdb = deps.switches.ovsdbOf(conf);
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
-  await env.record({ kind: 'deleteSwitchPort', ovsdb, ...spec });
+  await env.record(switchPortStep({ ovsdb, ...spec }));
   const made = await deps.switches.add(ovsdb, spec);
   if (!made.ok) return err(made.error.withContext(`network ${req.network.key}`));
   const dns = ipam.value?.dns;
@@ -100,7 +101,7 @@ async function socketFor(
   if (device) return deviceSocket?.(device.resourceName, device.deviceID) ?? err(notMemifResource(req, device.resourceName));
   const dir = join(conf.socketDir, socketDirName(req));
   const hostSocket = join(dir, MEMIF_SOCKET_FILE);
-  await env.record({ kind: 'removeSocketDir', path: dir });
+  await env.record(socketDirStep(dir));
   const secret = memifSecret();
   try {
     rmSync(dir, { recursive: true, force: true });

@@ -5,19 +5,19 @@
  * The socket and its secret come from the kubelet device the pod was allocated for the network's resourceName
  * (plexus.io/memif, served by plexusd's device plugin, mounted into the pod), or, without one, from a directory
  * Plexus makes under the network's socketDir. Its parts: attach.ts (ADD), switch.ts (the switch's ports and
- * connections), resync.ts (ports a switch lost, made again from the journal).
+ * connections), resync.ts (ports a switch lost, made again from the journal), undo.ts (its undo steps).
  */
-import { rm } from 'node:fs/promises';
-import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
-import { onePlugin, type Driver, type DriverContext, type UndoStep } from '../driver';
+import { ok } from '../../cni/errors';
+import { onePlugin, type Driver, type DriverContext } from '../driver';
 import { attachMemif, type DeviceSocketLookup, type MemifAttachDeps } from './attach';
 import { parseMemifConfig, type MemifConfig } from './config';
 import { PortResync } from './resync';
-import { MemifSwitches, type SwitchPortStep } from './switch';
+import { MemifSwitches } from './switch';
+import { memifStepKinds, switchPortsIn } from './undo';
 
 export { memifDevargs, memifPortName, type DeviceSocketLookup, type MemifDeviceSocket } from './attach';
 export { resyncPorts, type ResyncReport } from './resync';
-export type { SwitchPortStep } from './switch';
+export { socketDirStep, switchPortStep, type SwitchPortStep } from './undo';
 
 export interface MemifDriverOptions {
   /** The sockets of the memif devices the kubelet allocated (plexusd's device plugin). */
@@ -43,7 +43,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): Driver<Memi
       portResync.markPortsSeen();
       return attachMemif(req, conf, env, deps);
     },
-    check: (attachment) => switches.check(attachment.steps.filter(isSwitchPort)),
+    check: (attachment) => switches.check(switchPortsIn(attachment.steps, switches)),
     async gc(network, live) {
       const conf = parse(network.plugins);
       return conf.ok ? switches.gc(network.key, conf.value, live, options.owner) : ok(undefined);
@@ -52,10 +52,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): Driver<Memi
       const conf = parse(network.plugins);
       return conf.ok ? switches.status(conf.value) : conf;
     },
-    undo: {
-      deleteSwitchPort: (step) => switches.remove(step),
-      removeSocketDir: (step) => removeSocketDir(step.path),
-    },
+    undo: memifStepKinds(switches),
     start(ctx) {
       context = ctx;
     },
@@ -68,15 +65,4 @@ export function createMemifDriver(options: MemifDriverOptions = {}): Driver<Memi
       switches.close();
     },
   };
-}
-
-const isSwitchPort = (s: UndoStep): s is SwitchPortStep => s.kind === 'deleteSwitchPort';
-
-async function removeSocketDir(path: string): Promise<Result<void>> {
-  try {
-    await rm(path, { recursive: true, force: true });
-    return ok(undefined);
-  } catch (e) {
-    return err(new CniError(CniCode.IoFailure, `cannot remove memif socket directory ${path}: ${(e as Error).message}`));
-  }
 }

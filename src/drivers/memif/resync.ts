@@ -7,7 +7,8 @@ import { rmSync } from 'node:fs';
 import { ok, type Result } from '../../cni/errors';
 import type { PortState } from '../../ovs/ports';
 import type { DriverContext } from '../driver';
-import type { MemifSwitches, SwitchPortStep } from './switch';
+import type { MemifSwitches } from './switch';
+import { switchPortsIn, type SwitchPortStep } from './undo';
 
 export interface ResyncReport {
   /** Ports that were missing or broken and were made again. */
@@ -89,7 +90,7 @@ export class PortResync {
   async run(why: string, { recordedSteps, log }: Pick<DriverContext, 'recordedSteps' | 'log'>): Promise<void> {
     if (this.listed && !this.portsSeen) return;
     const listedAt = Date.now();
-    const steps = (await recordedSteps()).filter((s): s is SwitchPortStep => s.kind === 'deleteSwitchPort');
+    const steps = switchPortsIn(await recordedSteps(), this.switches);
     this.listed = true;
     if (steps.length === 0) return;
     this.portsSeen = true;

@@ -6,10 +6,10 @@
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { DEFAULT_OVSDB_SOCKET, OvsdbClient } from '../../ovs/ovsdb';
 import { OWNER_KEY, redactSecret, SwitchPorts, type DpdkPortSpec, type PortState } from '../../ovs/ports';
-import type { LiveAttachment, UndoStep } from '../driver';
+import type { LiveAttachment } from '../driver';
 import type { MemifConfig } from './config';
+import type { SwitchPortStep } from './undo';
 
-export type SwitchPortStep = Extract<UndoStep, { kind: 'deleteSwitchPort' }>;
 
 /** How long a port's removal is remembered, so a resync that listed the journal before it does not make it again. */
 const REMOVALS_KEPT_MS = 10 * 60_000;

@@ -6,6 +6,7 @@
  * The journal keeps those steps, so rollback, DEL, recovery and GC work from the journal alone, even when
  * the network definition or the driver's config are gone.
  */
+import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../cni/args';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
@@ -19,21 +20,17 @@ export { kernelError } from './common/kernel-error';
 /** Capabilities a network's plugins may declare (CNI conventions' capability names). */
 export type Capability = 'ips' | 'mac' | 'bandwidth' | 'portMappings' | 'deviceID' | 'infinibandGUID' | 'dns';
 
-/** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
-export interface DelegateEnv {
-  readonly containerId: string;
-  readonly netns: string;
-  readonly ifname: string;
-  readonly args: string; // CNI_ARGS
-  readonly path: string; // CNI_PATH
-}
+/**
+ * One step that undoes one change. Undo steps are idempotent: undoing what is already gone succeeds. The generic kinds
+ * are every driver's (undo.ts runs them); any other step is a driver's own, opaque to the engine (DriverUndoStep).
+ */
+export type UndoStep = GenericUndoStep | DriverUndoStep;
 
-/** One step that undoes one change. Undo steps are idempotent: undoing what is already gone succeeds. */
-export type UndoStep =
+export type GenericUndoStep =
   /**
    * Deletes a link. `mark`: the link group the link was created with (a pod link: common/pod-link.ts); a link of that
-   * name without it is not the one Plexus made, and is left alone. Steps without a mark (host veths, whose names are the
-   * attachment's own, and steps an older plexusd wrote) delete by name.
+   * name without it is not the one Plexus made, and is left alone. Steps without a mark (host veths, whose names are
+   * the attachment's own, and steps an older plexusd wrote) delete by name.
    */
   | { readonly kind: 'deleteLink'; readonly netns?: string; readonly name: string; readonly mark?: number }
   /**
@@ -41,22 +38,52 @@ export type UndoStep =
    * leases are keyed by the whole attachment, the bare pod interface in steps an older plexusd wrote.
    */
   | { readonly kind: 'releaseIpam'; readonly network: string; readonly containerId: string; readonly ifname: string }
-  | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec }
-  /** Moves a host device (e.g. an SR-IOV VF) from the pod back to the host under its original name. */
-  /** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
-  | {
-      readonly kind: 'returnLink'; readonly netns: string; readonly name: string; readonly hostName: string;
-      readonly mac?: string;
-    }
-  /** Execs a delegated plugin's DEL with the very config bytes used at ADD. */
-  | { readonly kind: 'delegateDel'; readonly plugin: string; readonly config: string; readonly env: DelegateEnv }
-  /**
-   * Removes a pod's port from a userspace switch. It keeps everything the port was made with, so a switch that lost
-   * its ports (restarted with an empty database) gets them back from the journal.
-   */
-  | { readonly kind: 'deleteSwitchPort'; readonly ovsdb: string; readonly bridge: string; readonly port: string; readonly devargs: string; readonly rxQueues: number; readonly externalIds: Readonly<Record<string, string>> }
-  /** Removes a memif socket directory Plexus made for a pod interface (not one a kubelet device owns). */
-  | { readonly kind: 'removeSocketDir'; readonly path: string };
+  | { readonly kind: 'deleteRoute'; readonly netns?: string; readonly route: RouteSpec };
+
+/**
+ * A step only its driver reads. The journal keeps it as data, before the change, and the registry hands it back to
+ * that driver to undo: `driver` is the driver's type, `step` one of its step kinds (Driver.undo), `v` the version of
+ * the shape of `data`, which the driver reads (every version it ever wrote; undo.ts maps older plexusds' steps here).
+ */
+export interface DriverUndoStep {
+  readonly kind: 'driver';
+  readonly driver: string;
+  readonly step: string;
+  readonly v: number;
+  readonly data: Readonly<Record<string, unknown>>;
+}
+
+/** One kind of step a driver records: it reads the step's data, undoes it, and says what it undoes. */
+export interface DriverStepKind<T> {
+  /** The version of the data this build writes. */
+  readonly v: number;
+  /** Reads recorded data of version `v`; an error when this build cannot read it. */
+  read(data: Readonly<Record<string, unknown>>, v: number): Result<T>;
+  /** Undoes it, tolerating what is already gone, so undo can repeat. */
+  run(step: T, env: UndoEnv): Promise<Result<void>>;
+  describe(step: T): string;
+}
+
+/** A driver's step kinds, by name. */
+export type DriverStepKinds = Readonly<Record<string, DriverStepKind<never>>>;
+
+/** A kind among a driver's step kinds (DriverStepKinds holds kinds of different data types). */
+export const stepKind = <T>(kind: DriverStepKind<T>): DriverStepKind<never> => kind as unknown as DriverStepKind<never>;
+
+/** Records data of a driver's step kind at the version the kind writes. */
+export const driverStep = <T extends object>(driver: string, step: string, v: number, data: T): DriverUndoStep =>
+  ({ kind: 'driver', driver, step, v, data: data as Readonly<Record<string, unknown>> });
+
+/** The data of the steps of one driver's kind among `steps` (for a driver's CHECK or resync), read by `kind`. */
+export function stepsOf<T>(steps: readonly UndoStep[], driver: string, step: string, kind: DriverStepKind<T>): T[] {
+  const out: T[] = [];
+  for (const s of steps) {
+    if (s.kind !== 'driver' || s.driver !== driver || s.step !== step) continue;
+    const read = kind.read(s.data, s.v);
+    if (read.ok) out.push(read.value);
+  }
+  return out;
+}
 
 export interface PodIdentity {
   readonly namespace?: string;
@@ -150,8 +177,31 @@ export interface Driver<C = unknown> {
   gc?(network: NetworkDefinition, live: readonly LiveAttachment[], cniBinDir: string): Promise<Result<void>>;
   /** STATUS: whether the network can take ADDs now. */
   status?(network: NetworkDefinition, cniBinDir: string): Promise<Result<void>>;
-  /** How to undo the step kinds only this driver records (the generic ones are in undo.ts). */
-  readonly undo?: UndoHandlers;
+  /** The step kinds only this driver records and undoes (DriverUndoStep; the generic ones are in undo.ts). */
+  readonly undo?: DriverStepKinds;
+  /**
+   * Starts what the driver keeps running besides attachments (connections, watches). The registry calls it once at
+   * daemon start, after recovery and before the daemon says it is ready; `ctx` stays the driver's until stop.
+   */
+  start?(ctx: DriverContext): Promise<void> | void;
+  /**
+   * Makes state the dataplane lost (outside the journal) again from the journal: the registry runs it every resync
+   * interval and whenever the driver asks (DriverContext.requestResync), never two at once for one driver.
+   */
+  resync?(why: string): Promise<void>;
+  /** Whether the dataplane the driver depends on is up now (memif: the node's switch has DPDK), for device health. */
+  ready?(): Promise<boolean>;
+  /** Ends what start started and closes the driver's connections. */
+  stop?(): Promise<void> | void;
+}
+
+/** What the registry hands a driver at start: the daemon's log and the journal's view of what was made. */
+export interface DriverContext {
+  readonly log: Logger;
+  /** The undo steps of every committed attachment, as the journal holds them now (a resync reads its own kinds). */
+  readonly recordedSteps: () => Promise<readonly UndoStep[]>;
+  /** Asks the registry to run this driver's resync soon (its dataplane reconnected and may have lost state). */
+  readonly requestResync: (why: string) => void;
 }
 
 /** What an undo step may use. */
@@ -160,11 +210,29 @@ export interface UndoEnv {
   readonly ipam: IpamBackend;
 }
 
-/** Runs one kind of undo step; each tolerates what is already gone, so undo can repeat. */
-export type UndoHandlers = { readonly [K in UndoStep['kind']]?: (step: Extract<UndoStep, { kind: K }>, env: UndoEnv) => Promise<Result<void>> };
+/** Runs the generic kinds of undo step; each tolerates what is already gone, so undo can repeat. */
+export type GenericUndoHandlers = {
+  readonly [K in GenericUndoStep['kind']]: (step: Extract<GenericUndoStep, { kind: K }>, env: UndoEnv) => Promise<Result<void>>;
+};
 
-/** The parse of a native driver, which runs a network of exactly one plugin. */
-export const onePlugin =
-  <C>(parse: (plugin: PluginConfig) => Result<C>) =>
-  (plugins: readonly PluginConfig[]): Result<C> =>
-    plugins.length === 1 ? parse(plugins[0]!) : err(new CniError(CniCode.InvalidNetworkConfig, `a native driver runs a network of one plugin, not ${plugins.length}`));
+/**
+ * The parse of a native driver, which runs a network of exactly one plugin. Each call makes a parser with a cache of its
+ * own (a driver instance's): network definitions are kept until their file changes, so every ADD of a network hands
+ * the driver the same plugin object, and it is validated once.
+ */
+export function onePlugin<C>(parse: (plugin: PluginConfig) => Result<C>): (plugins: readonly PluginConfig[]) => Result<C> {
+  const parsed = new WeakMap<PluginConfig, Result<C>>();
+  return (plugins) => {
+    const [only] = plugins;
+    if (plugins.length !== 1 || !only) return err(notOnePlugin(plugins.length));
+    let r = parsed.get(only);
+    if (!r) {
+      r = parse(only);
+      parsed.set(only, r);
+    }
+    return r;
+  };
+}
+
+const notOnePlugin = (count: number): CniError =>
+  new CniError(CniCode.InvalidNetworkConfig, `a native driver runs a network of one plugin, not ${count}`);

@@ -1,40 +1,58 @@
 /**
  * The drivers the daemon has: the native ones, chosen by the plugin `type` of a network's config, and the delegate
- * driver, which execs the plugins of every other network (and of those whose NAD asks for it).
+ * driver, which execs the plugins of every other network (and of those whose NAD asks for it). The registry also runs
+ * what the drivers do besides attachments: their undo steps, and their start, resync and stop (lifecycle.ts).
  */
-import { createBridgeDriver } from './bridge';
-import { delegateDriver } from './delegate';
 import type { Result } from '../cni/errors';
-import type { Driver, UndoEnv, UndoStep } from './driver';
-import { genericUndo, undoRunner } from './undo';
-import { hostDeviceDriver } from './host-device';
-import { ipvlanDriver } from './ipvlan';
-import { macvlanDriver } from './macvlan';
-import { createPtpDriver } from './ptp';
-import { tapDriver } from './tap';
-import { createVxlanDriver } from './vxlan';
-import { createMemifDriver, type MemifDriver, type MemifDriverOptions } from './memif';
 import type { NetworkDefinition } from '../networks/nad';
+import { createBridgeDriver } from './bridge';
+import { createDelegateDriver, delegateDelStep, type DelegateInvocation, type ExecLimits } from './delegate';
+import type { Driver, UndoEnv, UndoStep } from './driver';
+import { createHostDeviceDriver } from './host-device';
+import { createIpvlanDriver } from './ipvlan';
+import { DriverLifecycle, type LifecycleSettings } from './lifecycle';
+import { createMacvlanDriver } from './macvlan';
+import { createMemifDriver, type MemifDriverOptions } from './memif';
+import { createPtpDriver } from './ptp';
+import { createTapDriver } from './tap';
+import { undoRunner } from './undo';
+import { createVxlanDriver } from './vxlan';
+
+export type { LifecycleSettings };
+
+/** What the built-in drivers are made with; each left out gets a default of its own (tests use the defaults). */
+export interface DriverDeps {
+  readonly memif?: MemifDriverOptions;
+  /** The node's limits of delegated plugin execs (plexusd makes them at start). */
+  readonly execLimits?: ExecLimits;
+}
 
 /** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
-export const builtInDrivers = (memif: MemifDriver = createMemifDriver()): readonly Driver[] => [
-  createBridgeDriver(), macvlanDriver, ipvlanDriver, hostDeviceDriver, tapDriver, createVxlanDriver(), createPtpDriver(), memif,
+export const builtInDrivers = (deps: DriverDeps = {}): readonly Driver[] => [
+  createBridgeDriver(), createMacvlanDriver(), createIpvlanDriver(), createHostDeviceDriver(), createTapDriver(),
+  createVxlanDriver(), createPtpDriver(), createMemifDriver(deps.memif),
 ];
-const builtIn = (): readonly Driver[] => builtInDrivers();
-export type { MemifDriver, MemifDriverOptions };
-export { createMemifDriver };
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();
+  private readonly lifecycle: DriverLifecycle;
   /** Runs any recorded undo step: the generic kinds, and those a driver of this registry owns. */
   readonly undo: (step: UndoStep, env: UndoEnv) => Promise<Result<void>>;
 
+  /** The built-in drivers made with `deps`, and the delegate driver within `deps.execLimits`. */
+  static create(deps: DriverDeps = {}): DriverRegistry {
+    const limits = deps.execLimits;
+    return new DriverRegistry(builtInDrivers(deps), createDelegateDriver(limits ? { limits } : {}));
+  }
+
   constructor(
-    drivers: readonly Driver[] = builtIn(),
-    readonly delegate: Driver = delegateDriver,
+    drivers: readonly Driver[] = builtInDrivers(),
+    readonly delegate: Driver = createDelegateDriver(),
   ) {
     for (const d of drivers) this.byType.set(d.type, d);
-    this.undo = undoRunner([genericUndo, ...[...drivers, delegate].flatMap((d) => (d.undo ? [d.undo] : []))]);
+    const all = [...drivers, delegate];
+    this.undo = undoRunner(all);
+    this.lifecycle = new DriverLifecycle(all);
   }
 
   get(type: string): Driver | undefined {
@@ -55,5 +73,25 @@ export class DriverRegistry {
   /** The driver that made an attachment, by the type the journal recorded for it. */
   byRecordedType(type: string): Driver | undefined {
     return type === this.delegate.type ? this.delegate : this.byType.get(type);
+  }
+
+  /** The step that runs a plugin's DEL through the delegate driver (for sandboxes Plexus did not attach itself). */
+  delegateDel(invocation: DelegateInvocation): UndoStep {
+    return delegateDelStep(invocation);
+  }
+
+  /** Starts every driver, then their resync loop: once, at daemon start, after recovery. */
+  start(settings: LifecycleSettings): Promise<void> {
+    return this.lifecycle.start(settings);
+  }
+
+  /** Stops the resync loop and every driver (their connections closed). */
+  stop(): Promise<void> {
+    return this.lifecycle.stop();
+  }
+
+  /** Whether the dataplane of driver `type` is up (false for a driver that cannot say). */
+  async ready(type: string): Promise<boolean> {
+    return (await this.byRecordedType(type)?.ready?.()) ?? false;
   }
 }

@@ -1,10 +1,11 @@
 /**
- * Undo steps: running them (the generic kinds here, the kinds a driver owns in that driver), describing them, and the
- * order they are undone in. Each one tolerates what is already gone, so DEL and recovery can repeat them safely.
+ * Undo steps: running them (the generic kinds here, the kinds a driver owns in that driver's undo.ts), describing them,
+ * the order they are undone in, and reading the steps an older plexusd wrote. Each one tolerates what is already gone,
+ * so DEL and recovery can repeat them safely.
  */
 import { kernelError } from './common/kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../cni/errors';
-import type { UndoEnv, UndoHandlers, UndoStep } from './driver';
+import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
+import type { Driver, DriverUndoStep, GenericUndoHandlers, UndoEnv, UndoStep } from './driver';
 import type { KernelCallError } from '../kernel/kernel';
 
 /** A pod netns that no longer exists took its links with it. */
@@ -12,7 +13,7 @@ const netnsGone = (netns: string | undefined, e: KernelCallError): boolean =>
   netns !== undefined && e.failure.op === 'open netns' && e.is('ENOENT');
 
 /** The step kinds every driver may record. */
-export const genericUndo: UndoHandlers = {
+export const genericUndo: GenericUndoHandlers = {
   deleteLink: async (step, { kernel }) => {
     // Plexus never makes a loopback: a step naming lo (an older plexusd let a pod ask for it) has nothing to undo.
     if (step.name === 'lo') return ok(undefined);
@@ -37,17 +38,63 @@ export const genericUndo: UndoHandlers = {
   },
 };
 
-/** A runner for every step kind the handlers know; a kind none knows is an error (a journal from another build). */
-export function undoRunner(handlers: readonly UndoHandlers[]): (step: UndoStep, env: UndoEnv) => Promise<Result<void, CniError>> {
-  const byKind = new Map<string, (step: never, env: UndoEnv) => Promise<Result<void>>>();
-  for (const h of handlers) for (const [kind, run] of Object.entries(h)) if (run) byKind.set(kind, run as (step: never, env: UndoEnv) => Promise<Result<void>>);
+type UndoOne = (step: UndoStep, env: UndoEnv) => Promise<Result<void, CniError>>;
+
+/**
+ * A runner for the generic kinds and for the steps of `drivers`; a driver, kind or version it does not know is an
+ * error (a journal from another build), and so is data its driver cannot read.
+ */
+export function undoRunner(drivers: readonly Driver[]): UndoOne {
+  const byType = new Map(drivers.map((d) => [d.type, d]));
   return async (step, env) => {
-    const run = byKind.get(step.kind);
-    if (!run) return err(new CniError(CniCode.Internal, `no driver of this plexusd can undo a step of kind ${JSON.stringify(step.kind)}`));
-    return run(step as never, env);
+    switch (step.kind) {
+      case 'deleteLink':
+        return genericUndo.deleteLink(step, env);
+      case 'releaseIpam':
+        return genericUndo.releaseIpam(step, env);
+      case 'deleteRoute':
+        return genericUndo.deleteRoute(step, env);
+      case 'driver':
+        return runDriverStep(byType.get(step.driver), step, env);
+      default:
+        return err(unknownKind((step as { kind: unknown }).kind));
+    }
   };
 }
 
+async function runDriverStep(driver: Driver | undefined, step: DriverUndoStep, env: UndoEnv): Promise<Result<void>> {
+  const kind = driver?.undo?.[step.step];
+  if (!kind) return err(unknownKind(`${step.driver}/${step.step}`));
+  const read = kind.read(step.data, step.v);
+  if (!read.ok) return err(read.error.withContext(`undo step ${step.driver}/${step.step} v${step.v}`));
+  return kind.run(read.value, env);
+}
+
+const unknownKind = (kind: unknown): CniError =>
+  new CniError(CniCode.Internal, `no driver of this plexusd can undo a step of kind ${JSON.stringify(kind)}`);
+
+/**
+ * The step kinds a plexusd wrote in shapes of their own before driver steps were opaque (journal v0 and v1 lines), and
+ * the driver kind each is now: read as version 0 of that kind, with the same fields.
+ */
+const LEGACY_KINDS: Readonly<Record<string, { readonly driver: string; readonly step: string }>> = {
+  returnLink: { driver: 'host-device', step: 'returnLink' },
+  delegateDel: { driver: 'delegate', step: 'delegateDel' },
+  deleteSwitchPort: { driver: 'memif', step: 'deleteSwitchPort' },
+  removeSocketDir: { driver: 'memif', step: 'removeSocketDir' },
+};
+
+export const LEGACY_STEP_KINDS: readonly string[] = Object.keys(LEGACY_KINDS);
+
+/** A step as recorded, in today's form: a legacy driver step becomes its driver's (v 0); any other is kept as it is. */
+export function upgradeStep(recorded: { readonly kind: string }): UndoStep {
+  const owner = LEGACY_KINDS[recorded.kind];
+  if (!owner) return recorded as UndoStep;
+  const { kind: _kind, ...data } = recorded;
+  return { kind: 'driver', driver: owner.driver, step: owner.step, v: 0, data };
+}
+
+/** What a step undoes, for error messages; a driver step names its driver and kind (the driver's errors say more). */
 export const describeUndo = (step: UndoStep): string => {
   switch (step.kind) {
     case 'deleteLink':
@@ -56,14 +103,8 @@ export const describeUndo = (step: UndoStep): string => {
       return `release IPs of ${step.containerId}/${step.ifname} in network ${step.network}`;
     case 'deleteRoute':
       return `delete route ${step.route.dst}${step.route.gw ? ` via ${step.route.gw}` : ''}`;
-    case 'returnLink':
-      return `return ${step.name} from ${step.netns} to the host as ${step.hostName}`;
-    case 'delegateDel':
-      return `DEL via ${step.plugin} for ${step.env.containerId}/${step.env.ifname}`;
-    case 'deleteSwitchPort':
-      return `remove port ${step.port} from switch bridge ${step.bridge}`;
-    case 'removeSocketDir':
-      return `remove socket directory ${step.path}`;
+    case 'driver':
+      return `${step.step} of the ${step.driver} driver`;
   }
 };
 

@@ -10,6 +10,7 @@ import type { CniError, Result } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
 import type { CniResult } from '../cni/types';
 import { KeyedMutex } from '../common/keyed-mutex';
+import type { UndoStep } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
 import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
@@ -22,8 +23,8 @@ import { NetnsGuard } from './netns-guard';
 import { releaseOrphanedLeases } from './orphaned-leases';
 import { RecentlyRemoved } from './recently-removed';
 import { noStatusSink, type StatusSink } from './status-sink';
-import { switchPorts, type SwitchPortStep } from './switch-ports';
 import { BackgroundTeardown } from './teardown/background';
+import { committedSteps } from './committed-steps';
 import { add } from './verbs/add';
 import { changeNetworks, type NetworksChanged } from './verbs/change';
 import { check } from './verbs/check';
@@ -95,9 +96,9 @@ export class AttachmentEngine {
     return this.journal.listContainer(containerId);
   }
 
-  /** The userspace-switch ports of every committed attachment (what a switch that lost its ports must get back). */
-  switchPorts(): Promise<SwitchPortStep[]> {
-    return switchPorts(this.journal);
+  /** The undo steps of every committed attachment (drivers' resyncs read their own kinds among them). */
+  committedSteps(): Promise<UndoStep[]> {
+    return committedSteps(this.journal);
   }
 
   /** The networks the engine can attach, and the definitions it could not use (for the API). */

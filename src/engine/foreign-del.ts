@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
-import type { UndoEnv, UndoStep } from '../drivers/driver';
+import type { UndoEnv } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkSource } from '../networks/source';
 import { planPod, type PlanSettings } from './plan';
@@ -44,7 +44,7 @@ export async function delByCurrentPlan(req: DelRequest, deps: ForeignDelDeps): P
   for (const step of [...planned.value].reverse()) {
     const env = { containerId: req.containerId, netns, ifname: step.planned.ifname, args, path: deps.cniBinDir };
     for (const plugin of [...step.planned.network.plugins].reverse()) {
-      const del: UndoStep = { kind: 'delegateDel', plugin: plugin.type, config: JSON.stringify(plugin), env };
+      const del = deps.drivers.delegateDel({ plugin: plugin.type, config: JSON.stringify(plugin), env });
       const r = await deps.drivers.undo(del, deps.undoEnv);
       if (!r.ok) failures.push(`${step.planned.network.key} (${step.planned.ifname}): ${r.error.message}`);
     }

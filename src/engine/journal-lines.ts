@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import type { CniResult } from '../cni/types';
 import type { PodIdentity, UndoStep } from '../drivers/driver';
+import { LEGACY_STEP_KINDS, upgradeStep } from '../drivers/undo';
 import type { NetworkStatusEntry } from '../networks/status';
 import { firstIssue } from '../common/schema-issues';
 
@@ -28,8 +29,8 @@ export interface NetworkAttachment {
   readonly driver: string;
   readonly isDefault: boolean;
   readonly result: CniResult;
-  /** For delegated networks: the plugin invocations (exact bytes), for CHECK. */
-  readonly delegated?: readonly Extract<UndoStep, { kind: 'delegateDel' }>[];
+  /** In records of a v0 plexusd (whose steps carry no attachment): a delegated network's plugin invocations, for CHECK. */
+  readonly delegated?: readonly UndoStep[];
   /** The device plugin's device-info for the attachment's kubelet device, as read at ADD (network-status shows it). */
   readonly deviceInfo?: Readonly<Record<string, unknown>>;
   /** The device the kubelet allocated the pod that this attachment uses (a network added later must take another). */
@@ -64,20 +65,18 @@ const name = z.string().min(1);
 const key = z.looseObject({ network: name, ifname: name });
 const route = z.looseObject({ dst: name, gw: text.optional() });
 
+/**
+ * A step: a generic kind, or a driver's, whose data its driver reads when it undoes it. Steps an older plexusd wrote in
+ * a driver's own shape are read as that driver's (upgradeStep in drivers/undo.ts).
+ */
 const step = z.discriminatedUnion('kind', [
   z.looseObject({ kind: z.literal('deleteLink'), netns: text.optional(), name }),
   z.looseObject({ kind: z.literal('releaseIpam'), network: name, containerId: name, ifname: name }),
   z.looseObject({ kind: z.literal('deleteRoute'), netns: text.optional(), route }),
-  z.looseObject({ kind: z.literal('returnLink'), netns: name, name, hostName: name }),
   z.looseObject({
-    kind: z.literal('delegateDel'), plugin: name, config: text,
-    env: z.looseObject({ containerId: text, netns: text, ifname: text, args: text, path: text }),
+    kind: z.literal('driver'), driver: name, step: name, v: z.number().int().nonnegative(), data: z.looseObject({}),
   }),
-  z.looseObject({
-    kind: z.literal('deleteSwitchPort'), ovsdb: name, bridge: name, port: name, devargs: text, rxQueues: z.number(),
-    externalIds: z.record(z.string(), z.string()),
-  }),
-  z.looseObject({ kind: z.literal('removeSocketDir'), path: name }),
+  ...LEGACY_STEP_KINDS.map((kind) => z.looseObject({ kind: z.literal(kind) })),
 ]);
 
 const result = z.looseObject({
@@ -120,7 +119,7 @@ export const JOURNAL_VERSION = 1;
 export type ReadLine = { readonly ok: true; readonly line: Line } | { readonly ok: false; readonly why: string };
 
 const versionOf = (value: unknown): unknown =>
-  value !== null && typeof value === 'object' && 'v' in value ? (value as { v: unknown }).v : undefined;
+  value !== null && typeof value === 'object' && 'v' in value ? (value).v : undefined;
 
 /** Parses and validates one complete line. */
 export function readLine(raw: string): ReadLine {
@@ -136,5 +135,23 @@ export function readLine(raw: string): ReadLine {
   }
   const parsed = LineSchema.safeParse(value);
   // The schema checked every field the reader uses; the value keeps the exact shape that was written.
-  return parsed.success ? { ok: true, line: value as Line } : { ok: false, why: firstIssue(parsed.error, 'the line') };
+  return parsed.success ? { ok: true, line: upgradeLine(value as Line) } : { ok: false, why: firstIssue(parsed.error, 'the line') };
+}
+
+/** A line with the driver steps an older plexusd wrote in their own shapes read as today's (drivers/undo.ts). */
+function upgradeLine(line: Line): Line {
+  const attachments = (list: readonly NetworkAttachment[]): NetworkAttachment[] =>
+    list.map((a) => (a.delegated ? { ...a, delegated: a.delegated.map(upgradeStep) } : a));
+  switch (line.t) {
+    case 'undo': {
+      const step = upgradeStep(line.step);
+      return step === line.step ? line : { ...line, step };
+    }
+    case 'committed':
+      return line.details ? { ...line, details: { ...line.details, attachments: attachments(line.details.attachments) } } : line;
+    case 'added':
+      return { ...line, attachments: attachments(line.attachments) };
+    default:
+      return line;
+  }
 }

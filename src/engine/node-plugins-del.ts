@@ -28,7 +28,7 @@ export async function forwardUnknownDel(ctx: EngineContext, req: DelRequest): Pr
   const args = req.args.raw.map(([k, v]) => `${k}=${v}`).join(';');
   const env = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args, path: ctx.options.cniBinDir };
   for (const plugin of [...network.value.plugins].reverse()) {
-    const step = { kind: 'delegateDel', plugin: plugin.type, config: JSON.stringify(plugin), env } as const;
+    const step = ctx.drivers.delegateDel({ plugin: plugin.type, config: JSON.stringify(plugin), env });
     const r = await ctx.drivers.undo(step, { kernel: ctx.kernel, ipam: ctx.ipam });
     if (!r.ok) {
       const what = `DEL of ${req.containerId}/${req.ifname}, which Plexus did not attach`;

@@ -8,7 +8,7 @@ import { type Result, err, ok } from '../common/result';
 import { KernelCallError } from './failure';
 import type { AddrInfo, BatchOp, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
 import type { BatchReply, BatchRequest } from './worker';
-import { closeFd, deleteLinkOnPool } from './pod-link-deletions';
+import { closeFd, PodLinkDeletions } from './pod-link-deletions';
 
 /** A failed kernel operation is a KernelCallError (failure.ts); CNI codes are the drivers' business. */
 export { KernelCallError };
@@ -127,7 +127,7 @@ export class Kernel implements KernelPort {
    * lock, so a second thread bought no throughput in a 110-pod burst (and host link deletions, whose RCU waits are
    * outside it, are batched instead: HostLinkDeletions), while each thread costs about 10 MiB.
    */
-  constructor(threads = 1) {
+  constructor(threads = 1, private readonly podLinkDeletions = new PodLinkDeletions()) {
     this.workers = Array.from({ length: Math.max(1, threads) }, () => new KernelWorker());
   }
 
@@ -173,7 +173,7 @@ export class Kernel implements KernelPort {
     const socket = await this.one(netns, { op: 'socketOpen' });
     if (!socket.ok) return socket;
     try {
-      const failed = await deleteLinkOnPool(socket.value, name);
+      const failed = await this.podLinkDeletions.delete(socket.value, name);
       return failed && failed.errnoName !== 'ENODEV' ? err(new KernelCallError(failed, 0)) : ok(null);
     } finally {
       closeFd(socket.value);

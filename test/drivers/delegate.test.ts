@@ -14,7 +14,7 @@ import { CniCode, type Result } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { convertResult } from '../../src/cni/version';
 import type { AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
-import { createDelegateDriver, delegateCheck, delegateDriver, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
+import { createDelegateDriver, delegateCheck, invocationsIn, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
 import { execPlugin } from '../../src/drivers/delegate/exec';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
@@ -22,6 +22,8 @@ import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/n
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 import { attachParsed } from './support';
+
+const delegateDriver = createDelegateDriver();
 
 const prefix = uniquePrefix('pdg');
 const fx = new NetnsFixture(prefix);
@@ -130,10 +132,12 @@ function recording(cniBinDir = binDir): Recording {
     kernel,
     ipam,
     cniBinDir,
-    record: async (step: UndoStep) => {
-      assert.equal(step.kind, 'delegateDel');
-      steps.push(step as DelegateDelStep);
-      leftovers.push(step as DelegateDelStep);
+    record: (step: UndoStep) => {
+      const [invocation] = invocationsIn([step]);
+      assert.ok(invocation, `a delegateDel step of the delegate driver, not ${JSON.stringify(step)}`);
+      steps.push(invocation);
+      leftovers.push(invocation);
+      return Promise.resolve();
     },
   };
   return { env, steps };
@@ -478,7 +482,6 @@ describe('delegate driver: failures and DEL', () => {
 
   it('fails DEL with code 100 naming the plugin when its binary has gone', async () => {
     const step: DelegateDelStep = {
-      kind: 'delegateDel',
       plugin: 'vanished-plugin',
       config: '{"cniVersion":"1.0.0","name":"x","type":"vanished-plugin"}',
       env: { containerId: 'c1', netns: '', ifname: 'eth1', args: '', path: binDir },

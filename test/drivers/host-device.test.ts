@@ -9,10 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { selectorFor, parseHostDeviceConfig } from '../../src/drivers/host-device/config';
-import { findHostDevice, hostDeviceDriver, returnLinkToHost } from '../../src/drivers/host-device';
+import { findHostDevice, createHostDeviceDriver, returnLinkKind, returnLinkStep, returnLinkToHost } from '../../src/drivers/host-device';
 import type { LinkInfo } from '../../src/kernel/types';
 import { hostLinksWithPrefix, ip, ipTry } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
+
+const hostDeviceDriver = createHostDeviceDriver();
 
 const bed = driverTestbed('phd');
 const { prefix, fx } = bed;
@@ -51,8 +53,8 @@ describe('host-device driver', () => {
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-b`;
     must(await attachParsed(hostDeviceDriver, attachRequest({ network, config: { type: 'host-device', device: dev.name, ipam: { type: 'host-local', subnet: '10.241.1.0/24' } }, netns: pod.path }), rec.env));
-    assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'returnLink']);
-    assert.deepEqual(rec.steps[1], { kind: 'returnLink', netns: pod.path, name: 'net1', hostName: dev.name, mac: dev.mac });
+    assert.deepEqual(rec.steps.map((s) => (s.kind === 'driver' ? `${s.driver}/${s.step}` : s.kind)), ['releaseIpam', 'host-device/returnLink']);
+    assert.deepEqual(rec.steps[1], returnLinkStep({ netns: pod.path, name: 'net1', hostName: dev.name, mac: dev.mac }));
     await rec.undo();
     assert.equal(onHost(dev.name), true, 'back on the host with its name');
     assert.match(ip('link', 'show', dev.name), new RegExp(dev.mac));
@@ -77,9 +79,9 @@ describe('host-device driver', () => {
     const pod = fx.create('gone');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     must(await attachParsed(hostDeviceDriver, attachRequest({ network: `${prefix}-d`, config: { type: 'host-device', device: dev.name }, netns: pod.path }), rec.env));
-    const step = rec.steps[0];
-    assert.equal(step?.kind, 'returnLink');
-    if (step?.kind !== 'returnLink') return;
+    const recorded = rec.steps[0];
+    assert.ok(recorded?.kind === 'driver' && recorded.step === 'returnLink', 'a returnLink step of host-device');
+    const step = must(returnLinkKind.read(recorded.data, recorded.v));
     must(await returnLinkToHost(step, bed.kernel));
     must(await returnLinkToHost(step, bed.kernel)); // again: nothing left in the pod
     assert.equal(onHost(dev.name), true);

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
-import { ipvlanDriver } from '../../src/drivers/ipvlan';
+import { createIpvlanDriver } from '../../src/drivers/ipvlan';
 import { ip } from '../support/netns';
 import { skipOptional } from '../support/prerequisites';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink, attachParsed } from './support';
+
+const ipvlanDriver = createIpvlanDriver();
 
 const bed = driverTestbed('piv');
 const { prefix, fx } = bed;

@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { defaultRouteLink, resolveMaster } from '../../src/drivers/common';
-import { macvlanDriver } from '../../src/drivers/macvlan';
+import { createMacvlanDriver } from '../../src/drivers/macvlan';
 import { hostLinksWithPrefix, ip } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, hostUplink, attachParsed } from './support';
+
+const macvlanDriver = createMacvlanDriver();
 
 const bed = driverTestbed('pmv');
 const { prefix, fx } = bed;
@@ -11,7 +13,7 @@ const master = `${prefix}m0`;
 
 const ipamConfig = (third: number) => ({ type: 'host-local', subnet: `10.231.${third}.0/24`, routes: [{ dst: '10.232.0.0/16' }] });
 
-before(async () => {
+before(() => {
   // The "host NIC": a veth on the host whose other end is in a test netns, so everything sent stays in our namespaces.
   hostUplink(fx, master);
 });

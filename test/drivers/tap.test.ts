@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { podLinkMark } from '../../src/drivers/common/attachment-id';
-import { tapDriver } from '../../src/drivers/tap';
+import { createTapDriver } from '../../src/drivers/tap';
 import { ip } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
+
+const tapDriver = createTapDriver();
 
 const bed = driverTestbed('ptp');
 const { prefix, fx } = bed;

@@ -10,15 +10,20 @@ import { describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import type { AttachRequest, Driver } from '../../src/drivers/driver';
 import { createBridgeDriver } from '../../src/drivers/bridge';
-import { hostDeviceDriver } from '../../src/drivers/host-device';
-import { ipvlanDriver } from '../../src/drivers/ipvlan';
-import { macvlanDriver } from '../../src/drivers/macvlan';
+import { createHostDeviceDriver } from '../../src/drivers/host-device';
+import { createIpvlanDriver } from '../../src/drivers/ipvlan';
+import { createMacvlanDriver } from '../../src/drivers/macvlan';
 import { createPtpDriver } from '../../src/drivers/ptp';
-import { tapDriver } from '../../src/drivers/tap';
+import { createTapDriver } from '../../src/drivers/tap';
 import { createVxlanDriver } from '../../src/drivers/vxlan';
 import { ip, ipTry, type TestNetns } from '../support/netns';
 import { attachParsed, attachRequest, driverTestbed, hostUplink, must, RecordingEnv } from './support';
 import { skipOptional } from '../support/prerequisites';
+
+const hostDeviceDriver = createHostDeviceDriver();
+const ipvlanDriver = createIpvlanDriver();
+const macvlanDriver = createMacvlanDriver();
+const tapDriver = createTapDriver();
 
 const bed = driverTestbed('pui');
 const { prefix, fx } = bed;
@@ -61,19 +66,19 @@ const ipam = (): Record<string, unknown> => ({ type: 'host-local', subnet: `10.2
 const vni = randomInt(1_000_000, 16_000_000);
 const veth = (req: AttachRequest): string[] => [hostVethName(req.containerId, req.runtimeIfname, req.ifname)];
 const kinds: readonly Kind[] = [
-  { name: 'bridge', driver: createBridgeDriver as () => Driver<unknown>, config: () => ({ type: 'bridge', bridge: `${prefix}br`, ipam: ipam() }), hostLinks: veth },
-  { name: 'ptp', driver: createPtpDriver as () => Driver<unknown>, config: () => ({ type: 'ptp', ipam: ipam() }), hostLinks: veth },
+  { name: 'bridge', driver: createBridgeDriver, config: () => ({ type: 'bridge', bridge: `${prefix}br`, ipam: ipam() }), hostLinks: veth },
+  { name: 'ptp', driver: createPtpDriver, config: () => ({ type: 'ptp', ipam: ipam() }), hostLinks: veth },
   {
-    name: 'vxlan', driver: createVxlanDriver as () => Driver<unknown>, hostLinks: veth,
+    name: 'vxlan', driver: createVxlanDriver, hostLinks: veth,
     config: () => ({ type: 'vxlan', vni, port: 47899, bridge: `${prefix}vb`, remotes: ['127.0.0.79'], ipam: ipam() }),
   },
-  { name: 'macvlan', driver: () => macvlanDriver as Driver<unknown>, config: () => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam() }) },
+  { name: 'macvlan', driver: () => macvlanDriver, config: () => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam() }) },
   {
-    name: 'ipvlan', driver: () => ipvlanDriver as Driver<unknown>, missing: ipvlanMissing,
+    name: 'ipvlan', driver: () => ipvlanDriver, missing: ipvlanMissing,
     config: () => ({ type: 'ipvlan', master: uplink, mode: 'l2', ipam: ipam() }),
   },
-  { name: 'tap', driver: () => tapDriver as Driver<unknown>, config: () => ({ type: 'tap', ipam: ipam() }) },
-  { name: 'host-device', driver: () => hostDeviceDriver as Driver<unknown>, config: () => ({ type: 'host-device', device: hostDevice(), ipam: ipam() }) },
+  { name: 'tap', driver: () => tapDriver, config: () => ({ type: 'tap', ipam: ipam() }) },
+  { name: 'host-device', driver: () => hostDeviceDriver, config: () => ({ type: 'host-device', device: hostDevice(), ipam: ipam() }) },
 ];
 
 /** `index name` of a link of the pod, or '' when it has none of that name. */

@@ -4,6 +4,8 @@ import type { UndoStep } from '../../src/drivers/driver';
 import { genericUndo, undoRunner, undoStages } from '../../src/drivers/undo';
 import { DriverRegistry } from '../../src/drivers/registry';
 import { FakeKernel } from '../support/fake-kernel';
+import { delegateDelStep } from '../../src/drivers/delegate';
+import { returnLinkStep } from '../../src/drivers/host-device';
 
 /** The built-in drivers, the delegate included. */
 const builtInForTest = () => {
@@ -23,10 +25,10 @@ describe('undo stages', () => {
   });
 
   it('keeps every other step in reverse order, alone, and never merges links across one', () => {
-    const delegated: UndoStep = { kind: 'delegateDel', plugin: '/usr/lib/cni/ptp', config: '{}', env: { containerId: 'c1', netns: '', ifname: 'net1', args: '', path: '' } };
+    const delegated = delegateDelStep({ plugin: '/usr/lib/cni/ptp', config: '{}', env: { containerId: 'c1', netns: '', ifname: 'net1', args: '', path: '' } });
     const route: UndoStep = { kind: 'deleteRoute', route: { dst: '0.0.0.0/0', gw: '10.0.0.1', dev: 'net1' } };
     const recorded = [release('podnet'), link('vethA'), delegated, link('vethB'), route];
-    assert.deepEqual(names(undoStages(recorded)), [['deleteRoute'], ['link:vethB'], ['delegateDel'], ['link:vethA'], ['ip:podnet']]);
+    assert.deepEqual(names(undoStages(recorded)), [['deleteRoute'], ['link:vethB'], ['driver'], ['link:vethA'], ['ip:podnet']]);
   });
 
   it('has nothing to do for an empty record', () => {
@@ -34,27 +36,35 @@ describe('undo stages', () => {
   });
 });
 
-test('the undo runner refuses a step kind no driver of the registry owns, naming it', async () => {
-  const run = undoRunner([genericUndo]);
-  const step = { kind: 'returnLink', netns: '/var/run/netns/x', name: 'net1', hostName: 'eth9' } as const;
+test('the undo runner refuses a step of a driver it does not have, naming the driver and kind', async () => {
+  const run = undoRunner([]);
+  const step = returnLinkStep({ netns: '/var/run/netns/x', name: 'net1', hostName: 'eth9' });
   const r = await run(step, { kernel: undefined as never, ipam: undefined as never });
   assert.ok(!r.ok);
-  assert.equal(r.error.message, 'no driver of this plexusd can undo a step of kind "returnLink"');
+  assert.equal(r.error.message, 'no driver of this plexusd can undo a step of kind "host-device/returnLink"');
 });
 
-test('every step kind is owned by the generic handlers or by exactly one built-in driver', () => {
-  const owners = [genericUndo, ...[...builtInForTest()].flatMap((d) => (d.undo ? [d.undo] : []))].flatMap((h) => Object.keys(h));
-  assert.deepEqual([...owners].sort(), ['delegateDel', 'deleteLink', 'deleteRoute', 'deleteSwitchPort', 'releaseIpam', 'removeSocketDir', 'returnLink']);
+test('a driver step of a newer version than the driver reads is refused, not guessed at', async () => {
+  const step = { ...returnLinkStep({ netns: '/var/run/netns/x', name: 'net1', hostName: 'eth9' }), v: 9 };
+  const r = await new DriverRegistry().undo(step, { kernel: undefined as never, ipam: undefined as never });
+  assert.ok(!r.ok);
+  assert.match(r.error.message, /version 9 was recorded by a newer plexusd; this one reads up to version 1/);
+});
+
+test('each driver declares its own step kinds; the generic ones belong to no driver', () => {
+  const owners = builtInForTest().flatMap((d) => Object.keys(d.undo ?? {}).map((k) => `${d.type}/${k}`));
+  assert.deepEqual(owners.sort(), ['delegate/delegateDel', 'host-device/returnLink', 'memif/deleteSwitchPort', 'memif/removeSocketDir']);
+  assert.deepEqual(Object.keys(genericUndo).sort(), ['deleteLink', 'deleteRoute', 'releaseIpam']);
 });
 
 describe('deleting a link by its identity', () => {
   const netns = '/var/run/netns/pod';
-  const setup = async (): Promise<FakeKernel> => {
+  const setup = (): Promise<FakeKernel> => {
     const kernel = new FakeKernel();
     kernel.createNetns(netns);
-    return kernel;
+    return Promise.resolve(kernel);
   };
-  const run = (step: UndoStep, kernel: FakeKernel) => undoRunner([genericUndo])(step, { kernel, ipam: undefined as never });
+  const run = (step: UndoStep, kernel: FakeKernel) => undoRunner([])(step, { kernel, ipam: undefined as never });
 
   it('deletes a marked pod link that carries its mark', async () => {
     const kernel = await setup();

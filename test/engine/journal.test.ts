@@ -7,7 +7,7 @@ import { closeSync, openSync, writeSync } from 'node:fs';
 import { CniError } from '../../src/cni/errors';
 import { join } from 'node:path';
 import type { CniResult } from '../../src/cni/types';
-import { Journal, JournalEntry, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
+import { Journal, type JournalEntry, parseRecord, type AttachmentMeta } from '../../src/engine/journal';
 import type { UndoStep } from '../../src/drivers/driver';
 
 /** A fresh journal directory, removed even when the test fails. */
@@ -322,7 +322,7 @@ test('a record whose every line is of a newer format is kept, not dropped as emp
   });
 });
 
-test('a line cut short in the middle of a record makes it unreadable; only the last line may be torn', async () => {
+test('a line cut short in the middle of a record makes it unreadable; only the last line may be torn', () => {
   const cut = `${BEGIN}${UNDO_LEASE.slice(0, 30)}\n${UNDO_LINK}${COMMITTED}`;
   assert.match(parseRecord(cut)?.unreadable ?? '', /^line 2: not JSON/);
   const torn = parseRecord(`${BEGIN}${UNDO_LEASE}${UNDO_LINK.slice(0, 30)}`);
@@ -388,7 +388,7 @@ test('an append the disk has room for only in part is cut back: the record stays
     } finally {
       closeSync(fd);
     }
-    const big: UndoStep = { kind: 'delegateDel', plugin: 'x', config: 'y'.repeat(8192), env: { containerId: 'c', netns: 'n', ifname: 'i', args: '', path: '' } };
+    const big: UndoStep = { kind: 'driver', driver: 'delegate', step: 'delegateDel', v: 1, data: { config: 'y'.repeat(8192) } };
     await assert.rejects(entry.record(big, blue), (e: unknown) => e instanceof CniError && e.code === 5 && /ENOSPC/.test(e.message) && e.message.includes(path));
     assert.equal(await readFile(path, 'utf8'), before, 'the part that was written is cut off again');
     await rm(join(root, 'filler'));

@@ -1,11 +1,10 @@
 /** The reference `bridge` plugin's config schema, validated up front. */
 import { firstIssue } from '../../common/schema-issues';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import { validateIfname } from '../../cni/request';
-import { IpamConfig, parseIpamConfig } from '../../ipam';
+import { type IpamConfig, parseIpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { cachedPerConfig } from '../common/config';
 
 const BridgeSchema = z
   .object({
@@ -33,7 +32,7 @@ export interface BridgeConfig {
   readonly ipam?: IpamConfig;
 }
 
-function parseBridgeConfigUncached(plugin: PluginConfig): Result<BridgeConfig> {
+export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
   const r = BridgeSchema.safeParse(plugin);
   if (!r.success) {
     return err(new CniError(CniCode.InvalidNetworkConfig, `bridge config of network ${plugin.name}: ${firstIssue(r.error, '(config)')}`));
@@ -63,5 +62,3 @@ function parseBridgeConfigUncached(plugin: PluginConfig): Result<BridgeConfig> {
     ...(ipam ? { ipam } : {}),
   });
 }
-
-export const parseBridgeConfig = cachedPerConfig(parseBridgeConfigUncached);

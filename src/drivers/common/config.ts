@@ -5,9 +5,9 @@
 import { firstIssue } from '../../common/schema-issues';
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import { validateIfname } from '../../cni/request';
-import { IpamConfig, parseIpamConfig } from '../../ipam';
+import { type IpamConfig, parseIpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 
 /** An error in a network's plugin config: code 7, prefixed with the driver and the network it concerns. */
@@ -45,19 +45,3 @@ export const mtuField = z.number().int().min(68).max(65535).optional();
 export const macField = z.string().regex(/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/, 'must be a MAC address like aa:bb:cc:dd:ee:ff');
 export const ipField = z.string().refine((s) => isIP(s) !== 0, 'must be an IP address');
 export const ipFamily = (address: string): 4 | 6 => (isIP(address) === 6 ? 6 : 4);
-
-/**
- * Caches a config parser per plugin object. Network definitions are cached until their file changes, so every
- * ADD of a network hands its driver the same plugin object (for validation, then attach): parse it once.
- */
-export function cachedPerConfig<T>(parse: (plugin: PluginConfig) => Result<T>): (plugin: PluginConfig) => Result<T> {
-  const cache = new WeakMap<PluginConfig, Result<T>>();
-  return (plugin) => {
-    let parsed = cache.get(plugin);
-    if (!parsed) {
-      parsed = parse(plugin);
-      cache.set(plugin, parsed);
-    }
-    return parsed;
-  };
-}

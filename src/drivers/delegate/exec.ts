@@ -24,22 +24,17 @@
  * Every exec is bounded: a timeout (default 60 s) kills the child by PID and returns code 11 (try again later);
  * output beyond 4 MiB kills it too; how many run at once, per network and node-wide, is ExecLimits' to say.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { constants, existsSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
-import type { AttachmentKey, CniCommand, CniResult } from '../../cni/types';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
+import type { AttachmentKey, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
-import type { UndoStep } from '../driver';
-import { ExecLimits } from './exec-limits';
-import { parsePluginError } from './result';
+import { type ExecLimits } from './exec-limits';
+import { execOnce, type PluginCall, type PluginOutput } from './plugin-run';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
-const MAX_OUTPUT_BYTES = 4 << 20;
-/** After the child exits, how long to wait for its stdout to close (a daemonised grandchild may hold it open). */
-const CLOSE_GRACE_MS = 2_000;
 
 export interface ExecOptions {
   /** Kill the plugin and fail with code 11 after this long (default 60 s). */
@@ -50,9 +45,24 @@ export interface ExecOptions {
   readonly limits?: ExecLimits;
 }
 
-export type DelegateDelStep = Extract<UndoStep, { kind: 'delegateDel' }>;
+/** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
+export interface DelegateEnv {
+  readonly containerId: string;
+  readonly netns: string;
+  readonly ifname: string;
+  readonly args: string; // CNI_ARGS
+  readonly path: string; // CNI_PATH
+}
+
 /** One journaled plugin invocation: which plugin, the exact config bytes, and the environment used at ADD. */
-export type DelegateInvocation = Pick<DelegateDelStep, 'plugin' | 'config' | 'env'>;
+export interface DelegateInvocation {
+  readonly plugin: string;
+  readonly config: string;
+  readonly env: DelegateEnv;
+}
+
+/** The undo step of an invocation: its DEL, with the very config bytes used at ADD (undo.ts). */
+export type DelegateDelStep = DelegateInvocation;
 
 /** Plugin types are file names inside the bin dir, never paths. */
 export function validatePluginType(type: string): Result<string> {
@@ -80,26 +90,7 @@ export async function findPlugin(type: string, cniPath: string): Promise<Result<
   return err(new CniError(CniCode.Internal, `plugin ${type} not found in ${dirs.join(':') || '(empty CNI path)'}`, 'install the plugin binary on this node or fix the network\'s "type"'));
 }
 
-export interface PluginCall {
-  readonly command: CniCommand;
-  /** The plugin type, for messages. */
-  readonly type: string;
-  /** The network the plugin serves: its share of concurrent execs (ExecLimits). */
-  readonly network: string;
-  readonly path: string;
-  /** The exact bytes to write to stdin. */
-  readonly stdin: string;
-  readonly containerId?: string;
-  readonly netns?: string;
-  readonly ifname?: string;
-  readonly args?: string;
-  readonly cniPath: string;
-}
-
-export interface PluginOutput {
-  readonly stdout: string;
-  readonly stderr: string;
-}
+export type { PluginCall, PluginOutput } from './plugin-run';
 
 /**
  * Runs one plugin. Exit 0 gives its stdout; a non-zero exit gives the plugin's own error (its code, its message
@@ -141,115 +132,6 @@ async function execRetryingBusy(call: PluginCall, timeoutMs: number, budgetMs: n
   }
 }
 
-function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
-  const env: NodeJS.ProcessEnv = {};
-  // The plugin inherits the daemon's environment (PATH for iptables and friends), minus any stray CNI_* variables.
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CNI_')) env[k] = v;
-  env.CNI_COMMAND = call.command;
-  env.CNI_PATH = call.cniPath;
-  if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
-  if (call.netns !== undefined) env.CNI_NETNS = call.netns;
-  if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
-  if (call.args !== undefined) env.CNI_ARGS = call.args;
-  const what = `plugin ${call.type}`;
-  const cannotExec = (e: NodeJS.ErrnoException): Result<never> => err(new CniError(CniCode.Internal, `${what}: cannot exec ${call.path}: ${e.message}`, e.code ?? ''));
-  let child: ChildProcessWithoutNullStreams;
-  try {
-    child = spawn(call.path, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-  } catch (e) {
-    // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
-    return Promise.resolve(cannotExec(e as NodeJS.ErrnoException));
-  }
-
-  return new Promise((resolve) => {
-    let settled = false;
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    let size = 0;
-    let overflow = false;
-    let timer: NodeJS.Timeout | undefined;
-    let graceTimer: NodeJS.Timeout | undefined;
-    let exitCode: number | null = null;
-    let exitSignal: NodeJS.Signals | null = null;
-
-    const finish = (r: Result<PluginOutput>): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      clearTimeout(graceTimer);
-      child.stdout?.destroy();
-      child.stderr?.destroy();
-      resolve(r);
-    };
-    const text = (bufs: Buffer[]): string => Buffer.concat(bufs).toString('utf8');
-    const kill = (): void => {
-      if (child.pid !== undefined && exitCode === null && exitSignal === null) {
-        try {
-          process.kill(child.pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-    };
-    const collect = (into: Buffer[]) => (chunk: Buffer): void => {
-      size += chunk.length;
-      if (size > MAX_OUTPUT_BYTES) {
-        overflow = true;
-        kill();
-        return;
-      }
-      into.push(chunk);
-    };
-    child.stdout.on('data', collect(stdout));
-    child.stderr.on('data', collect(stderr));
-
-    let timedOut = false;
-    const finishTimedOut = (): void =>
-      finish(err(new CniError(CniCode.TryAgainLater, `${what} timed out after ${timeoutMs} ms during ${call.command} and was killed`, excerpt(text(stderr), text(stdout)))));
-    timer = setTimeout(() => {
-      if (exitCode !== null || exitSignal !== null) return done(); // exited in time; only its output is late
-      timedOut = true;
-      kill();
-      // Answer once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
-      graceTimer = setTimeout(finishTimedOut, CLOSE_GRACE_MS);
-    }, timeoutMs);
-
-    child.on('error', (e: NodeJS.ErrnoException) => finish(cannotExec(e)));
-    // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(call.stdin);
-
-    const done = (): void => {
-      if (timedOut) return finishTimedOut();
-      const out = text(stdout);
-      const errText = text(stderr);
-      if (overflow) return finish(err(new CniError(CniCode.Internal, `${what} printed more than ${MAX_OUTPUT_BYTES} bytes during ${call.command} and was killed`, excerpt(errText, out))));
-      if (exitCode === 0) return finish(ok({ stdout: out, stderr: errText }));
-      const pluginError = parsePluginError(out) ?? parsePluginError(errText);
-      if (pluginError) {
-        return finish(err(new CniError(pluginError.code > 0 ? pluginError.code : CniCode.Internal, `${what}: ${pluginError.msg}`, pluginError.details)));
-      }
-      const how = exitSignal ? `was killed by ${exitSignal}` : `exited with status ${exitCode}`;
-      finish(err(new CniError(CniCode.Internal, `${what} ${how} during ${call.command} without a CNI error object`, excerpt(errText, out))));
-    };
-    child.on('exit', (code, signal) => {
-      exitCode = code;
-      exitSignal = signal;
-      if (timedOut) return finishTimedOut();
-      clearTimeout(graceTimer);
-      graceTimer = setTimeout(done, CLOSE_GRACE_MS);
-    });
-    child.on('close', () => {
-      if (exitCode === null && exitSignal === null) return; // 'exit' always comes first; be safe anyway
-      done();
-    });
-  });
-}
-
-const excerpt = (stderr: string, stdout: string): string => {
-  const cut = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}…` : s);
-  return [stderr.trim() && `stderr: ${cut(stderr.trim())}`, stdout.trim() && `stdout: ${cut(stdout.trim())}`].filter(Boolean).join('; ');
-};
 
 /**
  * DEL from a journaled step: the recorded environment and the very bytes used at ADD. The recorded netns is

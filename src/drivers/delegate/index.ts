@@ -7,25 +7,27 @@
  * is recorded, so a crash mid-ADD still DELs it, and DEL (steps undone in reverse) runs the chain backwards
  * with byte-identical configs.
  */
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { isSupportedVersion } from '../../cni/version';
 import type { PluginConfig } from '../../networks/nad';
-import type { AttachRequest, DelegateEnv, Driver, DriverEnv } from '../driver';
+import type { AttachRequest, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
-import { type DelegateDelStep, delegateCheck, delegateGc, delegateStatus, ExecOptions, execPlugin, findPlugin, runDelegateDel, validatePluginType } from './exec';
+import { type DelegateEnv, delegateCheck, delegateGc, delegateStatus, type ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
 import { ExecLimits } from './exec-limits';
 import { parseCniResult } from './result';
+import { delegateDelStep, delegateStepKinds, invocationsIn } from './undo';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
 export {
   DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, runDelegateDel,
-  type DelegateDelStep, type DelegateInvocation, type ExecOptions,
+  type DelegateDelStep, type DelegateEnv, type DelegateInvocation, type ExecOptions,
 } from './exec';
 export { DEFAULT_EXEC_LIMITS, ExecLimits, type ExecLimitsOptions } from './exec-limits';
 export { parseCniResult, parsePluginError } from './result';
+export { delegateDelStep, invocationsIn } from './undo';
 
-/** A delegate driver; its plugins run within `opts.limits`, or limits of its own (DEFAULT_EXEC_LIMITS). */
+/** A delegate driver; its plugins run within `options.limits` (plexusd's), or limits of its own (DEFAULT_EXEC_LIMITS). */
 export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly PluginConfig[]> {
   const opts: ExecOptions = { ...options, limits: options.limits ?? new ExecLimits() };
   return {
@@ -43,14 +45,12 @@ export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly
     },
     attach: (req, plugins, env) => attachChain(req, plugins, env, opts),
     // libcni's CHECK: each plugin again, with the recorded bytes, and the attachment's final result as prevResult.
-    check: (a) => delegateCheck(a.steps.filter((s): s is DelegateDelStep => s.kind === 'delegateDel'), a.result, opts),
+    check: (a) => delegateCheck(invocationsIn(a.steps), a.result, opts),
     gc: (network, live, cniBinDir) => delegateGc(network, live, cniBinDir, opts),
     status: (network, cniBinDir) => delegateStatus(network, cniBinDir, opts),
-    undo: { delegateDel: (step) => runDelegateDel(step, opts) },
+    undo: delegateStepKinds(opts),
   };
 }
-
-export const delegateDriver: Driver<readonly PluginConfig[]> = createDelegateDriver();
 
 /** Plugins that read a selection's ipam-claim-reference from the pod's annotation themselves (OVN-Kubernetes does). */
 const CLAIM_READERS: ReadonlySet<string> = new Set(['ovn-k8s-cni-overlay']);
@@ -83,7 +83,7 @@ async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[],
     if (!path.ok) return err(path.error.withContext(context));
     // Serialized once: these bytes are what ADD reads and what the journal keeps for DEL.
     const config = JSON.stringify(buildPluginConfig(plugin, req, result));
-    await env.record({ kind: 'delegateDel', plugin: plugin.type, config, env: delegateEnv });
+    await env.record(delegateDelStep({ plugin: plugin.type, config, env: delegateEnv }));
     const added = await execPlugin(
       { command: 'ADD', type: plugin.type, network: req.network.cniName, path: path.value, stdin: config, containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: delegateEnv.args, cniPath: env.cniBinDir },
       opts,

@@ -1,9 +1,9 @@
 /** The reference `host-device` plugin's config schema, validated up front. */
 import { z } from 'zod';
-import { Result, err, ok } from '../../cni/errors';
+import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, invalidConfig, ipamField, macField, parseOptionalIpam, parsePluginConfig, cachedPerConfig } from '../common';
+import { checkLinkName, invalidConfig, ipamField, macField, parseOptionalIpam, parsePluginConfig } from '../common';
 
 export const PCI_ADDRESS = /^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
 
@@ -31,7 +31,7 @@ export interface HostDeviceConfig {
   readonly ipam?: IpamConfig;
 }
 
-function parseHostDeviceConfigUncached(plugin: PluginConfig): Result<HostDeviceConfig> {
+export function parseHostDeviceConfig(plugin: PluginConfig): Result<HostDeviceConfig> {
   const parsed = parsePluginConfig(HostDeviceSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
@@ -63,5 +63,3 @@ export function selectorFor(plugin: PluginConfig, conf: HostDeviceConfig, device
   if (conf.selector) return ok(conf.selector);
   return err(invalidConfig(plugin, 'specify one of "device", "hwaddr", "kernelpath" or "pciBusID", or request the device through a device plugin (deviceID)'));
 }
-
-export const parseHostDeviceConfig = cachedPerConfig(parseHostDeviceConfigUncached);

@@ -4,53 +4,55 @@
  * one netlink request; undo (returnLinkToHost) moves it back under its original name.
  */
 import { kernelError } from '../common/kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { onePlugin, stepKind, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
 
-import { returnLinkToHost } from './return-link';
+import { returnLinkKind, returnLinkStep } from './undo';
 
 export { returnLinkToHost, daemonNetnsPath } from './return-link';
 export { findHostDevice } from './find';
+export { returnLinkKind, returnLinkStep, type ReturnLinkStep } from './undo';
 
-export const hostDeviceDriver: Driver<HostDeviceConfig> = {
+export const createHostDeviceDriver = (): Driver<HostDeviceConfig> => ({
   type: 'host-device',
   capabilities: ['ips', 'deviceID'],
   parse: onePlugin(parseHostDeviceConfig),
-  undo: { returnLink: (step, { kernel }) => returnLinkToHost(step, kernel) },
+  undo: { returnLink: stepKind(returnLinkKind) },
+  attach: attachHostDevice,
+});
 
-  async attach(req: AttachRequest, conf: HostDeviceConfig, env: DriverEnv): Promise<Result<CniResult>> {
-    const what = `network ${req.network.key}`;
-    const fromRuntime = req.runtimeConfig.get('deviceID');
-    const selector = selectorFor(req.plugin, conf, req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined));
-    if (!selector.ok) return selector;
+async function attachHostDevice(req: AttachRequest, conf: HostDeviceConfig, env: DriverEnv): Promise<Result<CniResult>> {
+  const what = `network ${req.network.key}`;
+  const fromRuntime = req.runtimeConfig.get('deviceID');
+  const selector = selectorFor(req.plugin, conf, req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined));
+  if (!selector.ok) return selector;
 
-    const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
-    if (!state.ok) return err(kernelError(state.error, `${what}: listing host links`));
-    const device = await findHostDevice(selector.value, state.value[0]);
-    if (!device.ok) return err(device.error.withContext(what));
-    const hostName = device.value.name;
+  const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
+  if (!state.ok) return err(kernelError(state.error, `${what}: listing host links`));
+  const device = await findHostDevice(selector.value, state.value[0]);
+  if (!device.ok) return err(device.error.withContext(what));
+  const hostName = device.value.name;
 
-    // Checked before anything is recorded: undoing a move onto an existing pod interface would take that one instead.
-    const existing = await env.kernel.getLink(req.netns, req.ifname);
-    if (!existing.ok) return err(kernelError(existing.error, `${what}: looking up ${req.ifname} in ${req.netns}`));
-    if (existing.value) return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
+  // Checked before anything is recorded: undoing a move onto an existing pod interface would take that one instead.
+  const existing = await env.kernel.getLink(req.netns, req.ifname);
+  if (!existing.ok) return err(kernelError(existing.error, `${what}: looking up ${req.ifname} in ${req.netns}`));
+  if (existing.value) return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
 
-    const ipam = await allocatePodIps(req, env, conf.ipam);
-    if (!ipam.ok) return ipam;
+  const ipam = await allocatePodIps(req, env, conf.ipam);
+  if (!ipam.ok) return ipam;
 
-    const mac = device.value.mac ? { mac: device.value.mac } : {};
-    await env.record({ kind: 'returnLink', netns: req.netns, name: req.ifname, hostName, ...mac });
-    const plumbed = await plumbPodInterface(req, env, {
-      create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
-      createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
-      ipam: ipam.value,
-    });
-    if (!plumbed.ok) return plumbed;
-    const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
-    return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes, ...(pciID ? { pciID } : {}) }));
-  },
-};
+  const mac = device.value.mac ? { mac: device.value.mac } : {};
+  await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac }));
+  const plumbed = await plumbPodInterface(req, env, {
+    create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
+    createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
+    ipam: ipam.value,
+  });
+  if (!plumbed.ok) return plumbed;
+  const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
+  return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes, ...(pciID ? { pciID } : {}) }));
+}

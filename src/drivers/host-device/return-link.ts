@@ -8,9 +8,9 @@
  * from an unrelated one of the same name, so it leaves it alone.
  */
 import { kernelError } from '../common/kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { KernelCallError, KernelPort } from '../../kernel/kernel';
-import type { UndoStep } from '../driver';
+import type { ReturnLinkStep } from './undo';
 
 /**
  * The daemon's netns as a path the kernel worker can open. The worker runs in the daemon's netns, but
@@ -21,7 +21,7 @@ const netnsGone = (step: { readonly netns: string }, e: KernelCallError): boolea
 
 export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
 
-export async function returnLinkToHost(step: Extract<UndoStep, { kind: 'returnLink' }>, kernel: KernelPort): Promise<Result<void>> {
+export async function returnLinkToHost(step: ReturnLinkStep, kernel: KernelPort): Promise<Result<void>> {
   if (step.mac !== undefined) {
     const found = await kernel.getLink(step.netns, step.name);
     if (!found.ok) {

@@ -2,9 +2,9 @@
 import type { Result } from '../../cni/errors';
 import type { IpvlanMode } from '../../kernel/types';
 import type { PluginConfig } from '../../networks/nad';
-import { cachedPerConfig } from '../common/config';
-import { MasterLinkConfig, parseMasterLinkConfig } from '../common/master-link';
+import { type MasterLinkConfig, parseMasterLinkConfig } from '../common/master-link';
 
 export type IpvlanConfig = MasterLinkConfig<IpvlanMode>;
 
-export const parseIpvlanConfig = cachedPerConfig((plugin: PluginConfig): Result<IpvlanConfig> => parseMasterLinkConfig<IpvlanMode>(['l2', 'l3', 'l3s'], plugin));
+export const parseIpvlanConfig = (plugin: PluginConfig): Result<IpvlanConfig> =>
+  parseMasterLinkConfig<IpvlanMode>(['l2', 'l3', 'l3s'], plugin);

@@ -3,19 +3,27 @@
  * directly inside the pod netns with its final name, on a master in the node's netns. ipvlan interfaces share
  * the master's MAC address, so a requested MAC cannot be honoured.
  */
-import { CniCode, CniError, Result, err } from '../../cni/errors';
+import { CniCode, CniError, type Result, err } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { attachMasterLink } from '../common/master-link';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { parseIpvlanConfig, type IpvlanConfig } from './config';
 
-export const ipvlanDriver: Driver<IpvlanConfig> = {
+export const createIpvlanDriver = (): Driver<IpvlanConfig> => ({
   type: 'ipvlan',
   capabilities: ['ips'],
   parse: onePlugin(parseIpvlanConfig),
+  attach: attachIpvlan,
+});
 
-  async attach(req: AttachRequest, conf: IpvlanConfig, env: DriverEnv): Promise<Result<CniResult>> {
-    if (req.mac) return err(new CniError(CniCode.UnsupportedField, `network ${req.network.key}: ipvlan interfaces share their master's MAC address, so MAC ${req.mac} cannot be set`, 'drop the MAC request, or use macvlan'));
-    return attachMasterLink('ipvlan', conf, req, env);
-  },
-};
+async function attachIpvlan(req: AttachRequest, conf: IpvlanConfig, env: DriverEnv): Promise<Result<CniResult>> {
+  if (req.mac) return err(macNotSettable(req));
+  return attachMasterLink('ipvlan', conf, req, env);
+}
+
+const macNotSettable = (req: AttachRequest): CniError =>
+  new CniError(
+    CniCode.UnsupportedField,
+    `network ${req.network.key}: ipvlan interfaces share their master's MAC address, so MAC ${req.mac} cannot be set`,
+    'drop the MAC request, or use macvlan',
+  );

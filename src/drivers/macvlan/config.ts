@@ -2,10 +2,9 @@
 import type { Result } from '../../cni/errors';
 import type { MacvlanMode } from '../../kernel/types';
 import type { PluginConfig } from '../../networks/nad';
-import { cachedPerConfig } from '../common/config';
-import { MasterLinkConfig, parseMasterLinkConfig } from '../common/master-link';
+import { type MasterLinkConfig, parseMasterLinkConfig } from '../common/master-link';
 
 export type MacvlanConfig = MasterLinkConfig<MacvlanMode>;
 
-export const parseMacvlanConfig = cachedPerConfig((plugin: PluginConfig): Result<MacvlanConfig> =>
-  parseMasterLinkConfig<MacvlanMode>(['bridge', 'private', 'vepa', 'passthru', 'source'], plugin));
+export const parseMacvlanConfig = (plugin: PluginConfig): Result<MacvlanConfig> =>
+  parseMasterLinkConfig<MacvlanMode>(['bridge', 'private', 'vepa', 'passthru', 'source'], plugin);

@@ -6,9 +6,9 @@ import { attachMasterLink } from '../common/master-link';
 import { onePlugin, type Driver } from '../driver';
 import { parseMacvlanConfig, type MacvlanConfig } from './config';
 
-export const macvlanDriver: Driver<MacvlanConfig> = {
+export const createMacvlanDriver = (): Driver<MacvlanConfig> => ({
   type: 'macvlan',
   capabilities: ['ips', 'mac'],
   parse: onePlugin(parseMacvlanConfig),
   attach: (req, conf, env) => attachMasterLink('macvlan', conf, req, env),
-};
+});

@@ -9,7 +9,7 @@ import type { Result } from '../../cni/errors';
 import { err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { cachedPerConfig, invalidConfig, ipamField, parseOptionalIpam, parsePluginConfig } from '../common/config';
+import { invalidConfig, ipamField, parseOptionalIpam, parsePluginConfig } from '../common/config';
 
 /** Where a pod's socket directory is made when no kubelet device (plexus.io/memif) gave it one. */
 export const DEFAULT_MEMIF_SOCKET_DIR = '/run/plexus/memif-cni';
@@ -40,7 +40,7 @@ export interface MemifConfig {
   readonly ipam?: IpamConfig;
 }
 
-export const parseMemifConfig = cachedPerConfig((plugin: PluginConfig): Result<MemifConfig> => {
+export function parseMemifConfig(plugin: PluginConfig): Result<MemifConfig> {
   const c = parsePluginConfig(MemifSchema, plugin);
   if (!c.ok) return c;
   // DPDK splits devargs at commas, and a unix socket path holds at most 107 bytes.
@@ -56,4 +56,4 @@ export const parseMemifConfig = cachedPerConfig((plugin: PluginConfig): Result<M
     socketDir: c.value.socketDir,
     ...(ipam.value ? { ipam: ipam.value } : {}),
   });
-});
+}

@@ -1,10 +1,10 @@
 /** The reference `ptp` plugin's config schema, validated up front. */
 import { z } from 'zod';
-import { Result, err, ok } from '../../cni/errors';
+import { type Result, err, ok } from '../../cni/errors';
 import type { CniDns } from '../../cni/types';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { cachedPerConfig, invalidConfig, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, unsupportedField } from '../common/config';
+import { invalidConfig, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, unsupportedField } from '../common/config';
 
 const PtpSchema = z
   .object({
@@ -29,7 +29,7 @@ export interface PtpConfig {
   readonly dns?: CniDns;
 }
 
-function parse(plugin: PluginConfig): Result<PtpConfig> {
+export function parsePtpConfig(plugin: PluginConfig): Result<PtpConfig> {
   const r = parsePluginConfig(PtpSchema, plugin);
   if (!r.ok) return r;
   const c = r.value;
@@ -41,5 +41,3 @@ function parse(plugin: PluginConfig): Result<PtpConfig> {
   const dns = c.dns && (c.dns.nameservers || c.dns.domain || c.dns.search || c.dns.options) ? c.dns : undefined;
   return ok({ ...(c.mtu ? { mtu: c.mtu } : {}), ipam: ipam.value, ...(dns ? { dns } : {}) });
 }
-
-export const parsePtpConfig = cachedPerConfig(parse);

@@ -1,9 +1,9 @@
 /** The reference `tap` plugin's config schema, validated up front. */
 import { z } from 'zod';
-import { Result, ok } from '../../cni/errors';
+import { type Result, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig, cachedPerConfig } from '../common';
+import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
 
 const id = z.number().int().min(0).max(0xfffffffe);
 const TapSchema = z.looseObject({
@@ -29,7 +29,7 @@ export interface TapConfig {
   readonly ipam?: IpamConfig;
 }
 
-function parseTapConfigUncached(plugin: PluginConfig): Result<TapConfig> {
+export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
   const parsed = parsePluginConfig(TapSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
@@ -49,5 +49,3 @@ function parseTapConfigUncached(plugin: PluginConfig): Result<TapConfig> {
     ...(ipam.value ? { ipam: ipam.value } : {}),
   });
 }
-
-export const parseTapConfig = cachedPerConfig(parseTapConfigUncached);

@@ -4,10 +4,10 @@
  * VTEPs and learning where MACs live; pods attach to the bridge as with the bridge driver. See docs/drivers.md.
  */
 import { z } from 'zod';
-import { Result, err, ok } from '../../cni/errors';
+import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, invalidConfig, ipamField, ipFamily, ipField, mtuField, parseOptionalIpam, parsePluginConfig, cachedPerConfig } from '../common';
+import { checkLinkName, invalidConfig, ipamField, ipFamily, ipField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
 
 const VxlanSchema = z.looseObject({
   vni: z.number().int().min(1).max(16777215),
@@ -39,7 +39,7 @@ export interface VxlanConfig {
 
 export const vtepName = (vni: number): string => `vx${vni}`;
 
-function parseVxlanConfigUncached(plugin: PluginConfig): Result<VxlanConfig> {
+export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
   const parsed = parsePluginConfig(VxlanSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
@@ -66,5 +66,3 @@ function parseVxlanConfigUncached(plugin: PluginConfig): Result<VxlanConfig> {
     ...(ipam.value ? { ipam: ipam.value } : {}),
   });
 }
-
-export const parseVxlanConfig = cachedPerConfig(parseVxlanConfigUncached);

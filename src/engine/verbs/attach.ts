@@ -4,7 +4,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { err, ok, type Result } from '../../cni/errors';
-import type { DriverEnv, UndoStep } from '../../drivers/driver';
+import type { DriverEnv } from '../../drivers/driver';
 import type { EngineContext } from '../context';
 import { deviceInfoOf } from '../device-info';
 import type { NetworkAttachment } from '../journal';
@@ -17,17 +17,13 @@ export async function attachStep(
   step: AttachmentStep,
 ): Promise<Result<NetworkAttachment>> {
   const label = `${step.planned.network.key} as ${step.planned.ifname}`;
-  const delegated: Extract<UndoStep, { kind: 'delegateDel' }>[] = [];
   const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
   const { hostLinkGroup, cniBinDir } = ctx.options;
   const env: DriverEnv = {
     kernel: ctx.kernel,
     ipam: ctx.ipam,
     cniBinDir,
-    record: (undo) => {
-      if (undo.kind === 'delegateDel') delegated.push(undo);
-      return tx.record(undo, owner);
-    },
+    record: (undo) => tx.record(undo, owner),
     ...(hostLinkGroup !== undefined ? { hostLinkGroup } : {}),
   };
   const started = performance.now();
@@ -45,7 +41,6 @@ export async function attachStep(
     driver: step.driver.type,
     isDefault: step.planned.isDefault,
     result: attached.value,
-    ...(delegated.length ? { delegated } : {}),
     ...(deviceInfo ? { deviceInfo } : {}),
     ...(kubeletDevice ? { kubeletDevice } : {}),
   });

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
 import { CniCode, CniError, err } from '../../../src/cni/errors';
 import { DriverRegistry } from '../../../src/drivers/registry';
-import type { UndoStep } from '../../../src/drivers/driver';
+import { driverStep, type UndoStep } from '../../../src/drivers/driver';
 import { TeardownQueue, type TeardownDeps, type TeardownJob } from '../../../src/engine/teardown/queue';
 import { placeForBackground, splitTeardown } from '../../../src/engine/teardown/steps';
 import { cniCall, engineBed, type EngineBed } from '../../support/engine-bed';
@@ -62,13 +62,14 @@ describe('the background teardown', () => {
     const steps: UndoStep[] = [
       { kind: 'releaseIpam', network: 'n', containerId: 'c', ifname: 'eth0:eth0' },
       { kind: 'deleteLink', name: 'vethx' },
-      { kind: 'delegateDel', plugin: 'ptp', config: '{}', env: { containerId: 'c', netns: '/n', ifname: 'net1', args: '', path: '/p' } },
-      { kind: 'returnLink', netns: '/n', name: 'net2', hostName: 'eno1' },
+      driverStep('delegate', 'delegateDel', 1, { plugin: 'ptp', config: '{}', env: { containerId: 'c', netns: '/n', ifname: 'net1', args: '', path: '/p' } }),
+      driverStep('host-device', 'returnLink', 1, { netns: '/n', name: 'net2', hostName: 'eno1' }),
       { kind: 'deleteRoute', netns: '/n', route: { dst: '10.0.0.0/8' } },
-      { kind: 'removeSocketDir', path: '/run/x' },
+      driverStep('memif', 'removeSocketDir', 1, { path: '/run/x' }),
     ];
     const split = splitTeardown(steps);
-    assert.deepEqual(split.now.map((s) => s.kind), ['delegateDel', 'returnLink', 'removeSocketDir']);
+    const named = (s: UndoStep): string => (s.kind === 'driver' ? s.step : s.kind);
+    assert.deepEqual(split.now.map(named), ['delegateDel', 'returnLink', 'removeSocketDir']);
     assert.deepEqual(split.later.map((s) => s.kind), ['releaseIpam', 'deleteLink', 'deleteRoute']);
   });
 

@@ -1,0 +1,187 @@
+/**
+ * One delegated plugin process, run per the CNI spec's execution protocol: CNI_* variables in the environment, the
+ * config on stdin, a result or an error object on stdout. Its output is bounded (4 MiB) and its run by a deadline.
+ */
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
+import type { CniCommand } from '../../cni/types';
+import { parsePluginError } from './result';
+
+const MAX_OUTPUT_BYTES = 4 << 20;
+/** After the child exits, how long to wait for its stdout to close (a daemonised grandchild may hold it open). */
+const CLOSE_GRACE_MS = 2_000;
+
+export interface PluginCall {
+  readonly command: CniCommand;
+  /** The plugin type, for messages. */
+  readonly type: string;
+  /** The network the plugin serves: its share of concurrent execs (ExecLimits). */
+  readonly network: string;
+  readonly path: string;
+  /** The exact bytes to write to stdin. */
+  readonly stdin: string;
+  readonly containerId?: string;
+  readonly netns?: string;
+  readonly ifname?: string;
+  readonly args?: string;
+  readonly cniPath: string;
+}
+
+export interface PluginOutput {
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+export function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    child = spawn(call.path, [], { env: pluginEnv(call), stdio: ['pipe', 'pipe', 'pipe'] });
+  } catch (e) {
+    // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
+    return Promise.resolve(err(cannotExec(call, e as NodeJS.ErrnoException)));
+  }
+  return new PluginRun(call, child, timeoutMs).outcome;
+}
+
+/** The plugin inherits the daemon's environment (PATH for iptables and friends), less any stray CNI_* variables. */
+function pluginEnv(call: PluginCall): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('CNI_')) env[k] = v;
+  env.CNI_COMMAND = call.command;
+  env.CNI_PATH = call.cniPath;
+  if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
+  if (call.netns !== undefined) env.CNI_NETNS = call.netns;
+  if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
+  if (call.args !== undefined) env.CNI_ARGS = call.args;
+  return env;
+}
+
+/** How a plugin process ended. */
+interface PluginExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+/**
+ * One running plugin: its output collected up to MAX_OUTPUT_BYTES (beyond that it is killed), killed at its deadline,
+ * and answered once. After the child exits, its output may still be arriving: the answer waits for the pipes to close,
+ * at most CLOSE_GRACE_MS (a daemonised grandchild may hold them open).
+ */
+class PluginRun {
+  readonly outcome: Promise<Result<PluginOutput>>;
+  private resolve: (r: Result<PluginOutput>) => void = () => undefined;
+  private readonly stdout: Buffer[] = [];
+  private readonly stderr: Buffer[] = [];
+  private size = 0;
+  private overflow = false;
+  private exit: PluginExit | undefined;
+  private timedOut = false;
+  private settled = false;
+  private readonly deadline: NodeJS.Timeout;
+  private grace: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly call: PluginCall,
+    private readonly child: ChildProcessWithoutNullStreams,
+    private readonly timeoutMs: number,
+  ) {
+    this.outcome = new Promise((resolve) => (this.resolve = resolve));
+    child.stdout.on('data', (chunk: Buffer) => this.collect(this.stdout, chunk));
+    child.stderr.on('data', (chunk: Buffer) => this.collect(this.stderr, chunk));
+    this.deadline = setTimeout(() => this.onDeadline(), timeoutMs);
+    child.on('error', (e: NodeJS.ErrnoException) => this.finish(err(cannotExec(call, e))));
+    // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(call.stdin);
+    child.on('exit', (code, signal) => this.onExit({ code, signal }));
+    // 'exit' always comes first; a close without one is ignored all the same.
+    child.on('close', () => this.exit && this.answer());
+  }
+
+  private collect(into: Buffer[], chunk: Buffer): void {
+    this.size += chunk.length;
+    if (this.size <= MAX_OUTPUT_BYTES) into.push(chunk);
+    else {
+      this.overflow = true;
+      this.kill();
+    }
+  }
+
+  private onDeadline(): void {
+    if (this.exit) return this.answer(); // exited in time; only its output is late
+    this.timedOut = true;
+    this.kill();
+    // Answered once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
+    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+  }
+
+  private onExit(exit: PluginExit): void {
+    this.exit = exit;
+    if (this.timedOut) return this.answer();
+    clearTimeout(this.grace);
+    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+  }
+
+  private answer(): void {
+    const output = { stdout: text(this.stdout), stderr: text(this.stderr) };
+    if (this.timedOut) return this.finish(err(timedOut(this.call, this.timeoutMs, output)));
+    if (this.overflow) return this.finish(err(overflowed(this.call, output)));
+    this.finish(outcomeOf(this.call, this.exit ?? { code: null, signal: null }, output));
+  }
+
+  private kill(): void {
+    if (this.child.pid === undefined || this.exit) return;
+    try {
+      process.kill(this.child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+
+  private finish(r: Result<PluginOutput>): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.deadline);
+    clearTimeout(this.grace);
+    this.child.stdout.destroy();
+    this.child.stderr.destroy();
+    this.resolve(r);
+  }
+}
+
+const text = (bufs: Buffer[]): string => Buffer.concat(bufs).toString('utf8');
+
+/** What a plugin that exited says: its stdout on exit 0, else its own error object, else how it ended. */
+function outcomeOf(call: PluginCall, exit: PluginExit, output: PluginOutput): Result<PluginOutput> {
+  if (exit.code === 0) return ok(output);
+  const pluginError = parsePluginError(output.stdout) ?? parsePluginError(output.stderr);
+  if (pluginError) {
+    const code = pluginError.code > 0 ? pluginError.code : CniCode.Internal;
+    return err(new CniError(code, `plugin ${call.type}: ${pluginError.msg}`, pluginError.details));
+  }
+  const how = exit.signal ? `was killed by ${exit.signal}` : `exited with status ${exit.code}`;
+  const message = `plugin ${call.type} ${how} during ${call.command} without a CNI error object`;
+  return err(new CniError(CniCode.Internal, message, excerpt(output.stderr, output.stdout)));
+}
+
+const cannotExec = (call: PluginCall, e: NodeJS.ErrnoException): CniError =>
+  new CniError(CniCode.Internal, `plugin ${call.type}: cannot exec ${call.path}: ${e.message}`, e.code ?? '');
+
+const timedOut = (call: PluginCall, timeoutMs: number, output: PluginOutput): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `plugin ${call.type} timed out after ${timeoutMs} ms during ${call.command} and was killed`,
+    excerpt(output.stderr, output.stdout),
+  );
+
+const overflowed = (call: PluginCall, output: PluginOutput): CniError =>
+  new CniError(
+    CniCode.Internal,
+    `plugin ${call.type} printed more than ${MAX_OUTPUT_BYTES} bytes during ${call.command} and was killed`,
+    excerpt(output.stderr, output.stdout),
+  );
+
+const excerpt = (stderr: string, stdout: string): string => {
+  const cut = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}…` : s);
+  return [stderr.trim() && `stderr: ${cut(stderr.trim())}`, stdout.trim() && `stdout: ${cut(stdout.trim())}`].filter(Boolean).join('; ');
+};

@@ -1,0 +1,90 @@
+/**
+ * The kubelet's devices (device plugins and the pod-resources API) and the drivers, with the process-wide limits
+ * they run within: CNI call slots and delegated plugin execs, made here and handed in. Devices and drivers know each
+ * other: memif devices' health may follow the node's switch, through the memif driver, and the memif driver takes the
+ * sockets of the memif devices a pod was allocated. Both are looked up at call time, when each exists.
+ */
+import type { Logger } from 'pino';
+import { MultusSandboxes } from '../adopt/multus-sandboxes';
+import { CallSlots } from '../common/call-slots';
+import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
+import type { DeviceSource } from '../engine/plan';
+import { ExecLimits, execPlugin } from '../drivers/delegate';
+import type { MemifDriverOptions } from '../drivers/memif';
+import { DriverRegistry } from '../drivers/registry';
+import type { ApiConnection } from '../k8s/connect';
+import type { DaemonConfig } from './config';
+
+export interface DevicesAndDrivers {
+  readonly podResources?: PodResourcesClient;
+  /** Where a network naming a resource gets its device: the kubelet's allocations, then other DRA drivers' claims. */
+  readonly devices?: DeviceSource;
+  /** Whether a plexus.io claim holds a device (the device plugin does not offer it meanwhile); set once DRA runs. */
+  readonly draHolds: { check?: (resourceName: string, deviceID: string) => boolean };
+  readonly devicePlugins?: DevicePlugins;
+  readonly slots: CallSlots;
+  readonly drivers: DriverRegistry;
+  /** Sandboxes Multus made before Plexus took the node over: their DEL is run as Multus would have. */
+  readonly foreign?: MultusSandboxes;
+}
+
+/** Undefined (logged as fatal) when the device plugins' resources file cannot be used. */
+export async function devicesAndDrivers(
+  config: DaemonConfig, log: Logger, api?: ApiConnection,
+): Promise<DevicesAndDrivers | undefined> {
+  // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
+  const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  const devices = api && podResources ? await withOtherDriversClaims(api, podResources, log) : podResources;
+  const draHolds: DevicesAndDrivers['draHolds'] = {};
+  const loaded = config.devicePluginConfig && podResources
+    ? DevicePlugins.load(config.devicePluginConfig, {
+        devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
+        switchReady: () => drivers.ready('memif'),
+        heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
+      }, podResources, log)
+    : undefined;
+  if (loaded && !loaded.ok) {
+    log.fatal({ devicePluginConfig: config.devicePluginConfig }, loaded.error.message);
+    return undefined;
+  }
+  const devicePlugins = loaded?.value;
+  // CNI calls at once, node-wide; a call waiting on a delegated plugin lends its slot, and each delegated network has
+  // its own share of plugin execs, so one hung plugin stalls only its own network.
+  const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
+  const execLimits = new ExecLimits({
+    perNetwork: config.delegateShare, total: config.maxDelegateExecs, maxQueued: config.maxQueued,
+    lendSlot: (wait) => slots.lendWhile(wait),
+  });
+  const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, api, devicePlugins) });
+  const foreign = config.multusCacheDir ? new MultusSandboxes({
+    cacheDir: config.multusCacheDir, cniBinDir: config.cniBinDir, log: log.child({ component: 'adopt' }),
+    exec: (call) => execPlugin(call, { limits: execLimits }),
+  }) : undefined;
+  return { slots, drivers, draHolds, ...optional({ podResources, devices, devicePlugins, foreign }) };
+}
+
+/** ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's. */
+async function withOtherDriversClaims(
+  api: ApiConnection, podResources: PodResourcesClient, log: Logger,
+): Promise<DeviceSource> {
+  const consumer = await import('../dra/consumer');
+  const port = new consumer.ApiClaimsPort(api.client);
+  const claimed = new consumer.ClaimDeviceReader(port, { log: log.child({ component: 'dra-consumer' }) });
+  return consumer.withClaimedDevices(podResources, claimed);
+}
+
+/** memif networks: ports on the node's userspace switch, with sockets from plexusd's own memif devices. */
+function memifOptions(config: DaemonConfig, api?: ApiConnection, devices?: DevicePlugins): MemifDriverOptions {
+  return {
+    defaultOvsdbSocket: config.ovsdbSocket,
+    owner: api?.nodeName ?? 'plexus',
+    ...(devices ? { deviceSocket: (resource: string, id: string) => devices.memifSocket(resource, id) } : {}),
+  };
+}
+
+type Defined<T> = { [K in keyof T]?: Exclude<T[K], undefined> };
+
+/** The entries of `parts` that are defined (optional fields here may be absent, never undefined). */
+function optional<T extends object>(parts: T): Defined<T> {
+  return Object.fromEntries(Object.entries(parts).filter(([, v]) => v !== undefined)) as Defined<T>;
+}

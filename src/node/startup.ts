@@ -1,0 +1,121 @@
+/**
+ * plexusd's startup, one step per module, in the order they run: the node's state (node-state.ts), the Kubernetes API
+ * and cluster IPAM (cluster.ts), devices, drivers and the process-wide limits (devices-and-drivers.ts), the engine and
+ * its socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it answers stops them again, the
+ * last started first.
+ */
+import { dirname } from 'node:path';
+import type { Logger } from 'pino';
+import type { DraDriver } from '../dra';
+import type { AttachmentEngine } from '../engine/engine';
+import { replaySpooledDels } from '../engine/recovery';
+import { conflistForDaemon, replaceFile } from '../install/cni-conf';
+import { takeOverFromMultus } from '../install/multus-takeover';
+import { connectCluster, type ClusterParts } from './cluster';
+import type { DaemonConfig } from './config';
+import { devicesAndDrivers, type DevicesAndDrivers } from './devices-and-drivers';
+import { createDra } from './dra';
+import { openNodeState, type NodeState } from './node-state';
+import { makeEngine, serve, type Served } from './serve';
+import { startServices, type Services } from './services';
+
+/** A running plexusd: `stop` drains its calls and stops what startup started. */
+export interface Daemon {
+  stop(): Promise<void>;
+}
+
+/** Starts plexusd; undefined (with the reason logged as fatal) when it cannot start. */
+export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon | undefined> {
+  const conflist = conflistToInstall(config, log);
+  if (!conflist) return undefined;
+  const node = await openNodeState(config, log);
+  const cluster = await connectCluster(config, log, node.hostLocal);
+  const plumbing = await devicesAndDrivers(config, log, cluster.api);
+  if (!plumbing) return undefined;
+  // DRA's stale-claim check asks which pods have attachments here: the engine's records, once it exists.
+  const attachedPods = async (): Promise<ReadonlySet<string>> =>
+    new Set((await engine.records()).flatMap((r) => r.meta.pod.uid ?? []));
+  const dra = await createDra(config, log, cluster.api, plumbing.podResources, attachedPods);
+  const engine = makeEngine(config, log, node, cluster, plumbing, dra);
+  const served = await serve(config, log, { node, cluster, slots: plumbing.slots }, engine);
+  if (!served) return undefined;
+  const parts = { cluster, plumbing, journal: node.journal, dra };
+  const services = await startServices(config, log, parts, engine, served.spoolDir);
+  served.state.ready = true;
+  const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
+  log.info({ ...where, ...services.recovery }, 'plexusd ready');
+  if (conflist.content !== undefined) installConflist(config, conflist.content, log);
+  const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
+  return {
+    stop: async () => {
+      clearInterval(spool);
+      served.state.ready = false;
+      await drain(config, log, served);
+      // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
+      const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
+      if (teardownsLeft) log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
+      await stopServices(node, cluster, plumbing, services, dra);
+    },
+  };
+}
+
+/**
+ * Plexus's conflist for the runtime is made before anything starts (a default network file it cannot read stops
+ * plexusd here) and written only once plexusd is ready, so the runtime never sends a pod to a daemon that cannot
+ * answer. Undefined (logged as fatal) when it cannot be made.
+ */
+function conflistToInstall(config: DaemonConfig, log: Logger): { content?: string } | undefined {
+  if (!config.installCniConfig) return {};
+  const conflist = conflistForDaemon(config.defaultNetwork, config.socket);
+  if (conflist.ok) return { content: conflist.value };
+  log.fatal({ installCniConfig: config.installCniConfig }, conflist.error.message);
+  return undefined;
+}
+
+function installConflist(config: DaemonConfig, content: string, log: Logger): void {
+  if (!config.installCniConfig) return;
+  const changed = replaceFile(config.installCniConfig, content, 0o644);
+  log.info({ path: config.installCniConfig, changed }, 'CNI config installed: the runtime sends new pods to plexus-cni');
+  takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
+}
+
+/** DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart. */
+function replaySpoolEvery(intervalMs: number, spoolDir: string, engine: AttachmentEngine, log: Logger): NodeJS.Timeout {
+  let scanning = false;
+  return setInterval(() => {
+    if (scanning) return;
+    scanning = true;
+    replaySpooledDels(spoolDir, engine, log)
+      .catch((e: unknown) => log.error({ err: e }, 'spool scan failed'))
+      .finally(() => {
+        scanning = false;
+      });
+  }, intervalMs);
+}
+
+/** Closes the socket once the accepted calls are answered (or the drain time is up), and the probes' listener. */
+async function drain(config: DaemonConfig, log: Logger, served: Served): Promise<void> {
+  const cut = await served.server.close(config.drainSeconds * 1000);
+  await served.metricsListener?.close();
+  if (!cut) log.info('drained: every accepted call was answered');
+  else {
+    const message = 'calls still running after the drain time were cut off; plexus-cni retries them';
+    log.warn({ cut, drainSeconds: config.drainSeconds }, message);
+  }
+}
+
+async function stopServices(
+  node: NodeState, cluster: ClusterParts, plumbing: DevicesAndDrivers, services: Services, dra: DraDriver | undefined,
+): Promise<void> {
+  services.stopOrphans?.();
+  await plumbing.drivers.stop();
+  await plumbing.devicePlugins?.stop();
+  await dra?.stop();
+  plumbing.podResources?.close();
+  const ipamStopped = cluster.clusterIpam?.stop(); // ends when api.stop() closes the client its watch is on
+  await cluster.leases?.stop(); // released: the next plexusd of this node takes it at once
+  await cluster.api?.stop();
+  await ipamStopped;
+  await node.kernel.close();
+  node.lock.release();
+}

@@ -1,7 +1,7 @@
 /** Finding the host netdev a host-device attachment names: by name, MAC, sysfs device path or PCI address. */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { LinkInfo } from '../../kernel/types';
 import type { DeviceSelector } from './config';
 

@@ -10,15 +10,22 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { KernelCallError, KernelPort } from '../../kernel/kernel';
-import type { ReturnLinkStep } from './undo';
+
+/** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
+export interface ReturnLinkStep {
+  readonly netns: string;
+  readonly name: string;
+  readonly hostName: string;
+  readonly mac?: string;
+}
+
+const netnsGone = (step: { readonly netns: string }, e: KernelCallError): boolean =>
+  (e.failure.op === 'open netns' || e.failure.op === 'setns') && e.failure.target === step.netns;
 
 /**
  * The daemon's netns as a path the kernel worker can open. The worker runs in the daemon's netns, but
  * /proc/thread-self in the worker would be the worker's own; /proc/<pid>/ns/net is the main thread's.
  */
-const netnsGone = (step: { readonly netns: string }, e: KernelCallError): boolean =>
-  (e.failure.op === 'open netns' || e.failure.op === 'setns') && e.failure.target === step.netns;
-
 export const daemonNetnsPath = (): string => `/proc/${process.pid}/ns/net`;
 
 export async function returnLinkToHost(step: ReturnLinkStep, kernel: KernelPort): Promise<Result<void>> {

@@ -4,14 +4,10 @@ import type { KernelPort } from '../../kernel/kernel';
 import { readStepData } from '../common/step-data';
 import { driverStep, type DriverStepKind, type DriverUndoStep } from '../driver';
 import { returnLinkToHost } from './return-link';
+import type { ReturnLinkStep } from './return-link';
 
-/** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
-export interface ReturnLinkStep {
-  readonly netns: string;
-  readonly name: string;
-  readonly hostName: string;
-  readonly mac?: string;
-}
+
+export type { ReturnLinkStep };
 
 const V = 1;
 const name = z.string().min(1);

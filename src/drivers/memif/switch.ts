@@ -8,7 +8,16 @@ import { DEFAULT_OVSDB_SOCKET, OvsdbClient } from '../../ovs/ovsdb';
 import { OWNER_KEY, redactSecret, SwitchPorts, type DpdkPortSpec, type PortState } from '../../ovs/ports';
 import type { LiveAttachment } from '../driver';
 import type { MemifConfig } from './config';
-import type { SwitchPortStep } from './undo';
+
+/** Removes a pod's port from a userspace switch. */
+export interface SwitchPortStep {
+  readonly ovsdb: string;
+  readonly bridge: string;
+  readonly port: string;
+  readonly devargs: string;
+  readonly rxQueues: number;
+  readonly externalIds: Readonly<Record<string, string>>;
+}
 
 
 /** How long a port's removal is remembered, so a resync that listed the journal before it does not make it again. */

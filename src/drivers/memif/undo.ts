@@ -9,16 +9,10 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { readStepData } from '../common/step-data';
 import { driverStep, stepKind, stepsOf, type DriverStepKind, type DriverStepKinds, type UndoStep } from '../driver';
 import type { MemifSwitches } from './switch';
+import type { SwitchPortStep } from './switch';
 
-/** Removes a pod's port from a userspace switch. */
-export interface SwitchPortStep {
-  readonly ovsdb: string;
-  readonly bridge: string;
-  readonly port: string;
-  readonly devargs: string;
-  readonly rxQueues: number;
-  readonly externalIds: Readonly<Record<string, string>>;
-}
+
+export type { SwitchPortStep };
 
 const V = 1;
 const DRIVER = 'memif';

@@ -14,7 +14,7 @@ const attachVxlan = (req: AttachRequest, env: DriverEnv, node: string) => {
   nodeDrivers.set(node, driver);
   return attachParsed(driver, req, env);
 };
-import { ip, ipTry, NetnsFixture } from '../support/netns';
+import { ip, ipTry, type NetnsFixture } from '../support/netns';
 import { attachRequest, failure, must, plugin, RecordingEnv, driverTestbed, attachParsed } from './support';
 
 const bed = driverTestbed('pvx');

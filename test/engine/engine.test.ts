@@ -278,7 +278,7 @@ describe('the engine on an in-memory kernel', () => {
       bed.kernel.batch = (async (ns: string | undefined, ops: readonly { op: string; link?: { kind?: string } }[]) => {
         if (ops.some((o) => o.op === 'linkAdd' && o.link?.kind === 'veth') && bed.kernel.links(netns).length === 2) throw new Error('the daemon died here');
         return batch(ns, ops as never);
-      }) as typeof bed.kernel.batch;
+      });
       await assert.rejects(bed.engine.changeNetworks('h3', 'eth0', networks('red')), /the daemon died here/);
       bed.kernel.batch = batch;
       assert.ok((await bed.journal.load('h3', 'eth0'))!.changing, 'the change is open');

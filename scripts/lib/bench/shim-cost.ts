@@ -3,10 +3,10 @@ import { spawn } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { TIME_BINARY, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from '../cni';
 import { createNetns, deleteNetns } from '../host';
-import { Plexusd, httpOverSocket, shimBinary } from '../plexusd';
+import { type Plexusd, httpOverSocket, shimBinary } from '../plexusd';
 import { type Summary, round, summarize } from '../stats';
 import { type Subject } from '../subject';
-import { Teardown } from '../teardown';
+import { type Teardown } from '../teardown';
 import { WARMUP, hostLinksCreated } from './single';
 
 // ---------------------------------------------------------------------------------------------

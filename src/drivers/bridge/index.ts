@@ -3,7 +3,7 @@
  * the peer of a veth that is created directly inside the pod netns with its final name (no create-move-rename).
  */
 import { kernelError } from '../common/kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
 import { KeyedMutex } from '../../common/keyed-mutex';
@@ -11,7 +11,7 @@ import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps, podRoutes } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
-import { BridgeConfig, parseBridgeConfig } from './config';
+import { type BridgeConfig, parseBridgeConfig } from './config';
 
 export { hostVethName } from '../common/bridge-port';
 

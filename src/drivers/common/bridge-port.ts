@@ -2,7 +2,7 @@
  * A pod attached to a bridge on the node through a veth whose peer is born in the pod netns with its final
  * name: the bridge driver's way, and the vxlan overlay's (whose bridge also holds the VXLAN device).
  */
-import { Result, ok } from '../../cni/errors';
+import { type Result, ok } from '../../cni/errors';
 import type { CniInterface, CniResult, CniRoute } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
 import type { AttachRequest, DriverEnv } from '../driver';

@@ -1,6 +1,6 @@
 /** Finding links on the node: by name, and the interface of the default route (the reference macvlan/ipvlan default master). */
 import { kernelError } from './kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { KernelCallError, KernelPort } from '../../kernel/kernel';
 import type { LinkInfo, RouteInfo } from '../../kernel/types';
 

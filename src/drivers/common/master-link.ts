@@ -4,7 +4,7 @@
  */
 import { kernelError } from './kernel-error';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
@@ -43,7 +43,7 @@ export function parseMasterLinkConfig<Mode extends string>(modes: readonly [Mode
   }
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
-  return ok({ ...(c.master ? { master: c.master } : {}), mode: c.mode as Mode, ...(c.mtu ? { mtu: c.mtu } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
+  return ok({ ...(c.master ? { master: c.master } : {}), mode: c.mode, ...(c.mtu ? { mtu: c.mtu } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
 }
 
 /** Attaches a macvlan or ipvlan: resolve the master, reserve IPs, create the link in the pod, configure it. */

@@ -6,7 +6,7 @@
  * of the address of the same family, if there is one.
  */
 import { kernelError } from './kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniIp, CniResult, CniRoute } from '../../cni/types';
 import { leaseInterface, type IpamConfig, type IpamResult } from '../../ipam';
 import type { KernelCallError } from '../../kernel/kernel';

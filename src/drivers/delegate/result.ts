@@ -11,7 +11,7 @@
 import { firstIssue } from '../../common/schema-issues';
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import { compareVersions, isSupportedVersion, type CniVersion } from '../../cni/version';
 import type { CniDns, CniInterface, CniIp, CniResult, CniRoute } from '../../cni/types';
 

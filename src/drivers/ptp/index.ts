@@ -7,7 +7,7 @@
  * gateway answers ARP on this link, "<subnet> via <gateway>", then IPAM's routes. Host side: the gateway address
  * (/32 or /128) on the host veth, and "<pod ip>/32 dev <host veth> scope host". Deleting the veth removes all of it.
  */
-import { Result, err, ok } from '../../cni/errors';
+import { type Result, err, ok } from '../../cni/errors';
 import type { CniInterface, CniResult } from '../../cni/types';
 import { formatCidr, networkOf, parseCidr } from '../../common/ip';
 import type { BatchOp } from '../../kernel/types';

@@ -4,7 +4,7 @@
  * like the bridge driver's bridge. Each pod gets a veth whose peer is born in the pod netns, on that bridge.
  */
 import { kernelError } from '../common/kernel-error';
-import { CniCode, CniError, Result, err, ok } from '../../cni/errors';
+import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { KeyedMutex } from '../../common/keyed-mutex';
 import type { KernelPort } from '../../kernel/kernel';
@@ -12,7 +12,7 @@ import type { BatchOp, LinkInfo } from '../../kernel/types';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
-import { VxlanConfig, parseVxlanConfig } from './config';
+import { type VxlanConfig, parseVxlanConfig } from './config';
 
 
 interface Overlay {

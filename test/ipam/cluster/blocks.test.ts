@@ -11,7 +11,7 @@ import { config, errorOf } from '../fixture';
 const cluster = (raw: unknown): ClusterIpamConfig => {
   const parsed = config(raw);
   assert.equal(parsed.type, 'cluster');
-  return parsed as ClusterIpamConfig;
+  return parsed;
 };
 const layoutOf = (raw: unknown, network = 'net') => {
   const layout = poolLayout(network, cluster(raw));
@@ -38,7 +38,7 @@ test('Whereabouts ipRanges give one range set each (dual stack), and the pool is
   assert.equal(parsed.ranges.length, 2);
   assert.equal(parsed.pool, '10.3.0.0-24.fd00-3---120');
   assert.deepEqual(parsed.exclude, ['fd00:3::10/124']);
-  assert.equal(objectName(parsed.pool!), '10.3.0.0-24.fd00-3---120');
+  assert.equal(objectName(parsed.pool), '10.3.0.0-24.fd00-3---120');
 });
 
 test('Whereabouts "first-last/prefix" ranges are read', () => {
@@ -75,7 +75,7 @@ test('exclusions cut blocks into ranges, and a block with nothing left is skippe
 test('blocks are enumerated lazily from a rotated start: an IPv6 /64 has 2^58 blocks', () => {
   const layout = layoutOf({ type: 'plexus', ranges: [[{ subnet: 'fd00:9::/64' }]] });
   const it = blocksOf(layout, 0, 5n);
-  assert.equal(it.next().value?.cidr, 'fd00:9::140/122');
+  assert.equal((it.next().value as { cidr: string } | undefined)?.cidr, 'fd00:9::140/122');
   assert.equal(blockByCidr(layout, 'fd00:9::140/122')?.size, 64n);
 });
 

@@ -32,9 +32,15 @@ async function main(): Promise<void> {
     const net = freeTenNet(100, 250);
     restoreForwardingOnTeardown(teardown);
     const bridge = (name: string, i: number): Record<string, unknown> => ({
-      cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.${i * 16}.0/20` }]] },
+      cniVersion: '1.0.0',
+      name,
+      type: 'bridge',
+      bridge: `${prefix}b${i}`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.${i * 16}.0/20` }]] },
     });
-    for (let i = 0; i < 3; i++) teardown.add(`delete bridge ${prefix}b${i}`, () => deleteLinkIfPresent(`${prefix}b${i}`));
+    for (let i = 0; i < 3; i++)
+      teardown.add(`delete bridge ${prefix}b${i}`, () => deleteLinkIfPresent(`${prefix}b${i}`));
     const api = await KubeApiFixture.start({ audit: true });
     teardown.add('stop the API server and etcd', () => api.stop());
     await api.installNadCrd();
@@ -51,10 +57,21 @@ async function main(): Promise<void> {
     }
     const common = { networksDir, defaultNetwork: 'podnet', cniBinDir: '/usr/lib/cni', logLevel: 'error' as const };
     const standalone = await Plexusd.start(teardown, { ...common, root: join(root, 'standalone') });
-    const onApi = await Plexusd.start(teardown, { ...common, root: join(root, 'api'), extraFlags: ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE] });
+    const onApi = await Plexusd.start(teardown, {
+      ...common,
+      root: join(root, 'api'),
+      extraFlags: ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE],
+    });
     const plugin = (d: Plexusd, annotations: Record<string, string> = {}): Plugin => ({
-      binary: shimBinary(), env: { CNI_PATH: '/usr/lib/cni' },
-      config: { cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', socketPath: d.socket, runtimeConfig: { [POD_ANNOTATIONS_CAPABILITY]: annotations } },
+      binary: shimBinary(),
+      env: { CNI_PATH: '/usr/lib/cni' },
+      config: {
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        type: 'plexus-cni',
+        socketPath: d.socket,
+        runtimeConfig: { [POD_ANNOTATIONS_CAPABILITY]: annotations },
+      },
     });
 
     let n = 0;
@@ -64,7 +81,10 @@ async function main(): Promise<void> {
       const [path] = createNetns(teardown, [name]);
       const pod = newPod('default', name, path!);
       const made = await api.request('POST', '/api/v1/namespaces/default/pods', {
-        apiVersion: 'v1', kind: 'Pod', metadata: { name, annotations }, spec: { nodeName, containers: [{ name: 'c', image: 'local.test/pause:1' }] },
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, annotations },
+        spec: { nodeName, containers: [{ name: 'c', image: 'local.test/pause:1' }] },
       });
       if (made.status !== 201) throw new Error(`pod ${name}: ${made.status} ${JSON.stringify(made.body)}`);
       return { ...pod, uid: (made.body as { metadata: { uid: string } }).metadata.uid };
@@ -94,43 +114,70 @@ async function main(): Promise<void> {
     }
 
     // Requests per ADD, from the audit log: plexusd's requests other than its watches and lists.
-    const count = async (label: string, pods: number, run: () => Promise<void>): Promise<Record<string, number | string>> => {
+    const count = async (
+      label: string,
+      pods: number,
+      run: () => Promise<void>,
+    ): Promise<Record<string, number | string>> => {
       await sleep(3000);
       const before = api.auditEvents('plexus').length;
       await run();
       await sleep(3000); // status and event writes run after the ADD; the audit log is written behind the request
-      const events = api.auditEvents('plexus').slice(before).filter((e) => e.verb !== 'watch' && e.verb !== 'list');
+      const events = api
+        .auditEvents('plexus')
+        .slice(before)
+        .filter((e) => e.verb !== 'watch' && e.verb !== 'list');
       const byKind: Record<string, number> = {};
       for (const e of events) byKind[`${e.verb} ${e.resource}`] = (byKind[`${e.verb} ${e.resource}`] ?? 0) + 1;
-      return { case: label, pods, ...Object.fromEntries(Object.entries(byKind).map(([k, v]) => [k, Math.round((v / pods) * 100) / 100])) };
+      return {
+        case: label,
+        pods,
+        ...Object.fromEntries(Object.entries(byKind).map(([k, v]) => [k, Math.round((v / pods) * 100) / 100])),
+      };
     };
     const perAdd: Record<string, number | string>[] = [];
     const batch = 20;
-    for (const [label, annotations] of [['1 interface', {}], ['3 interfaces', { 'k8s.v1.cni.cncf.io/networks': 'sec1,sec2' }]] as const) {
+    for (const [label, annotations] of [
+      ['1 interface', {}],
+      ['3 interfaces', { 'k8s.v1.cni.cncf.io/networks': 'sec1,sec2' }],
+    ] as const) {
       const warm: Pod[] = [];
       for (let i = 0; i < batch; i++) warm.push(await makePod(annotations));
       await sleep(1000);
-      perAdd.push(await count(`${label}, warm cache`, batch, async () => {
-        for (const pod of warm) await addDel(onApi, pod, annotations);
-      }));
+      perAdd.push(
+        await count(`${label}, warm cache`, batch, async () => {
+          for (const pod of warm) await addDel(onApi, pod, annotations);
+        }),
+      );
       // A miss: the pod is not in the cache (the watch delivers a new pod within a millisecond, before the kubelet
       // has made its sandbox, so a miss is forced: the pod object names another node, which the informer filters out).
-      perAdd.push(await count(`${label}, cache miss`, batch, async () => {
-        for (let i = 0; i < batch; i++) {
-          const pod = await makePod(annotations, 'elsewhere');
-          await addDel(onApi, pod, annotations);
-        }
-      }));
+      perAdd.push(
+        await count(`${label}, cache miss`, batch, async () => {
+          for (let i = 0; i < batch; i++) {
+            const pod = await makePod(annotations, 'elsewhere');
+            await addDel(onApi, pod, annotations);
+          }
+        }),
+      );
     }
     const report = {
       kubernetes: k8sVersion()?.text,
       iterations: samples.api.length,
-      latencyMs: { standalone: summarize(samples.standalone), api: summarize(samples.api), apiMinusStandalone: summarize(samples.paired) },
+      latencyMs: {
+        standalone: summarize(samples.standalone),
+        api: summarize(samples.api),
+        apiMinusStandalone: summarize(samples.paired),
+      },
       requestsPerAdd: perAdd,
-      plexusdPeakRssMiB: { api: Math.round((onApi.peakRssKiB() ?? 0) / 1024), standalone: Math.round((standalone.peakRssKiB() ?? 0) / 1024) },
+      plexusdPeakRssMiB: {
+        api: Math.round((onApi.peakRssKiB() ?? 0) / 1024),
+        standalone: Math.round((standalone.peakRssKiB() ?? 0) / 1024),
+      },
     };
     console.log(JSON.stringify(report, null, 2));
-    console.log(`API path adds ${report.latencyMs.apiMinusStandalone.median} ms (median, paired) to a 1-interface ADD: ${report.latencyMs.api.median} ms vs ${report.latencyMs.standalone.median} ms standalone`);
+    console.log(
+      `API path adds ${report.latencyMs.apiMinusStandalone.median} ms (median, paired) to a 1-interface ADD: ${report.latencyMs.api.median} ms vs ${report.latencyMs.standalone.median} ms standalone`,
+    );
     if (values.json) await writeFile(values.json, JSON.stringify(report, null, 2));
   } finally {
     const problems = await teardown.run();

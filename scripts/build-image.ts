@@ -13,7 +13,22 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -33,13 +48,21 @@ export const IMAGE_CONFIG = {
   Entrypoint: ['/usr/local/bin/plexusd'],
   Cmd: [] as string[],
   WorkingDir: '/',
-  Labels: { 'org.opencontainers.image.title': 'plexus', 'org.opencontainers.image.version': process.env.PLEXUS_IMAGE_VERSION ?? PKG.version },
+  Labels: {
+    'org.opencontainers.image.title': 'plexus',
+    'org.opencontainers.image.version': process.env.PLEXUS_IMAGE_VERSION ?? PKG.version,
+  },
 };
 
-const run = (cmd: string, args: readonly string[]): string => execFileSync(cmd, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
+const run = (cmd: string, args: readonly string[]): string =>
+  execFileSync(cmd, args, { encoding: 'utf8', maxBuffer: 64 << 20 });
 
 function which(name: string): string | undefined {
-  return (process.env.PATH ?? '').split(':').concat(['/usr/bin', '/bin']).map((d) => join(d, name)).find((p) => existsSync(p));
+  return (process.env.PATH ?? '')
+    .split(':')
+    .concat(['/usr/bin', '/bin'])
+    .map((d) => join(d, name))
+    .find((p) => existsSync(p));
 }
 
 /** The libraries a dynamically linked file loads, as the paths the loader names them by. */
@@ -63,13 +86,30 @@ function copyHostFile(rootfs: string, hostPath: string, mode?: number): void {
 }
 
 function runtimeLayer(rootfs: string): void {
-  for (const d of ['usr/bin', 'usr/lib', 'usr/lib64', 'usr/sbin', 'usr/local/bin', 'etc', 'proc', 'sys', 'dev', 'run', 'var/lib', 'root']) mkdirSync(join(rootfs, d), { recursive: true, mode: 0o755 });
+  for (const d of [
+    'usr/bin',
+    'usr/lib',
+    'usr/lib64',
+    'usr/sbin',
+    'usr/local/bin',
+    'etc',
+    'proc',
+    'sys',
+    'dev',
+    'run',
+    'var/lib',
+    'root',
+  ])
+    mkdirSync(join(rootfs, d), { recursive: true, mode: 0o755 });
   // The host's merged /usr layout, so that the loader's built-in paths (/lib64/ld-linux-x86-64.so.2) resolve.
   for (const link of ['bin', 'lib', 'lib64', 'sbin']) symlinkSync(`usr/${link}`, join(rootfs, link));
   mkdirSync(join(rootfs, 'tmp'), { mode: 0o1777 });
   chmodSync(join(rootfs, 'tmp'), 0o1777);
   mkdirSync(join(rootfs, 'var/run'), { recursive: true });
-  writeFileSync(join(rootfs, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n');
+  writeFileSync(
+    join(rootfs, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n',
+  );
   writeFileSync(join(rootfs, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
   writeFileSync(join(rootfs, 'etc/nsswitch.conf'), 'passwd: files\ngroup: files\nhosts: files dns\n');
 
@@ -78,7 +118,8 @@ function runtimeLayer(rootfs: string): void {
   copyFileSync(node, join(rootfs, 'usr/bin/node'));
   chmodSync(join(rootfs, 'usr/bin/node'), 0o755);
   // What node and koffi's native module load; libc among them, which koffi also dlopens by soname for the kernel calls.
-  for (const lib of new Set([...sharedLibraries(node), ...sharedLibraries(findKoffiNative())])) copyHostFile(rootfs, lib);
+  for (const lib of new Set([...sharedLibraries(node), ...sharedLibraries(findKoffiNative())]))
+    copyHostFile(rootfs, lib);
 
   // busybox: a shell, ip, ls, cat, ps, nsenter... for `kubectl exec` when something goes wrong (about 2 MB).
   const busybox = which('busybox');
@@ -89,7 +130,8 @@ function runtimeLayer(rootfs: string): void {
       const link = join(rootfs, 'usr/bin', applet);
       if (!existsSync(link)) symlinkSync('busybox', link);
     }
-  } else process.stderr.write('image: busybox not found (apt-get install busybox-static): the image will have no shell\n');
+  } else
+    process.stderr.write('image: busybox not found (apt-get install busybox-static): the image will have no shell\n');
 }
 
 function findKoffiNative(): string {
@@ -102,12 +144,16 @@ function findKoffiNative(): string {
 /** The production packages (npm ls --omit=dev), without docs, type declarations, sources and other platforms' builds. */
 function productionPackages(): string[] {
   const out = run('npm', ['ls', '--omit=dev', '--all', '--parseable', '--prefix', ROOT]);
-  return out.split('\n').filter((p) => p && resolve(p) !== ROOT).map((p) => relative(ROOT, p));
+  return out
+    .split('\n')
+    .filter((p) => p && resolve(p) !== ROOT)
+    .map((p) => relative(ROOT, p));
 }
 
 // Nothing a running daemon loads: docs, tests (not `doc`: yaml's code lives there), TypeScript sources and declarations, C++ sources and headers (koffi
 // ships its build inputs), and koffi's musl build.
-const DROP = /(\.md|\.ts|\.cts|\.mts|\.map|\.cc|\.h|\.hh|\.cpp|CMakeLists\.txt)$|^(docs|test|tests|benchmarks?|vendor|musl_x64|\.github)$/i;
+const DROP =
+  /(\.md|\.ts|\.cts|\.mts|\.map|\.cc|\.h|\.hh|\.cpp|CMakeLists\.txt)$|^(docs|test|tests|benchmarks?|vendor|musl_x64|\.github)$/i;
 
 function appLayer(rootfs: string): void {
   const app = join(rootfs, APP);
@@ -129,13 +175,19 @@ function appLayer(rootfs: string): void {
   // The bin scripts' `#!/usr/bin/env -S node ...` needs GNU env: the image runs them with node directly
   // (the semi-space flag comes from NODE_OPTIONS). plexus-cni is the static shim the installer copies to the host.
   for (const bin of ['plexusd', 'plexusctl', 'plexus-install']) {
-    writeFileSync(join(rootfs, 'usr/local/bin', bin), `#!/usr/bin/node\nrequire('${APP}/bin/${bin}');\n`, { mode: 0o755 });
+    writeFileSync(join(rootfs, 'usr/local/bin', bin), `#!/usr/bin/node\nrequire('${APP}/bin/${bin}');\n`, {
+      mode: 0o755,
+    });
   }
   symlinkSync(`${APP}/bin/plexus-cni`, join(rootfs, 'usr/local/bin/plexus-cni'));
 }
 
 function tarLayer(dir: string): Buffer {
-  return execFileSync('tar', ['--sort=name', '--owner=0', '--group=0', '--numeric-owner', '--mtime=@0', '-C', dir, '-cf', '-', '.'], { maxBuffer: 1 << 30 });
+  return execFileSync(
+    'tar',
+    ['--sort=name', '--owner=0', '--group=0', '--numeric-owner', '--mtime=@0', '-C', dir, '-cf', '-', '.'],
+    { maxBuffer: 1 << 30 },
+  );
 }
 
 export interface BuiltImage {
@@ -171,25 +223,58 @@ export function buildImage(name: string, outDir: string): BuiltImage {
       const diffId = `sha256:${createHash('sha256').update(tar).digest('hex')}`;
       return { diffId, ...blob(gzipSync(tar, { level: 9 })) };
     });
-    const config = blob(JSON.stringify({
-      architecture: 'amd64', os: 'linux', created: '1970-01-01T00:00:00Z',
-      config: IMAGE_CONFIG,
-      rootfs: { type: 'layers', diff_ids: layers.map((l) => l.diffId) },
-    }));
-    const manifest = blob(JSON.stringify({
-      schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json',
-      config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...config },
-      layers: layers.map((l) => ({ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', digest: l.digest, size: l.size })),
-    }));
+    const config = blob(
+      JSON.stringify({
+        architecture: 'amd64',
+        os: 'linux',
+        created: '1970-01-01T00:00:00Z',
+        config: IMAGE_CONFIG,
+        rootfs: { type: 'layers', diff_ids: layers.map((l) => l.diffId) },
+      }),
+    );
+    const manifest = blob(
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.manifest.v1+json',
+        config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...config },
+        layers: layers.map((l) => ({
+          mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip',
+          digest: l.digest,
+          size: l.size,
+        })),
+      }),
+    );
     const tag = name.slice(name.lastIndexOf(':') + 1);
     writeFileSync(join(layout, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}');
-    writeFileSync(join(layout, 'index.json'), JSON.stringify({
-      schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json',
-      manifests: [{ mediaType: 'application/vnd.oci.image.manifest.v1+json', ...manifest, platform: { architecture: 'amd64', os: 'linux' }, annotations: { 'io.containerd.image.name': name, 'org.opencontainers.image.ref.name': tag } }],
-    }));
+    writeFileSync(
+      join(layout, 'index.json'),
+      JSON.stringify({
+        schemaVersion: 2,
+        mediaType: 'application/vnd.oci.image.index.v1+json',
+        manifests: [
+          {
+            mediaType: 'application/vnd.oci.image.manifest.v1+json',
+            ...manifest,
+            platform: { architecture: 'amd64', os: 'linux' },
+            annotations: { 'io.containerd.image.name': name, 'org.opencontainers.image.ref.name': tag },
+          },
+        ],
+      }),
+    );
     mkdirSync(outDir, { recursive: true });
     const archive = join(outDir, `plexus-image-${tag}.tar`);
-    execFileSync('tar', ['--sort=name', '--owner=0', '--group=0', '--numeric-owner', '--mtime=@0', '-C', layout, '-cf', archive, '.']);
+    execFileSync('tar', [
+      '--sort=name',
+      '--owner=0',
+      '--group=0',
+      '--numeric-owner',
+      '--mtime=@0',
+      '-C',
+      layout,
+      '-cf',
+      archive,
+      '.',
+    ]);
     return { archive, name, archiveBytes: statSync(archive).size, uncompressedBytes: uncompressed };
   } finally {
     rmSync(work, { recursive: true, force: true });
@@ -205,20 +290,28 @@ export function buildRootfs(dir: string): void {
 }
 
 function main(): number {
-  const { values } = parseArgs({ options: { name: { type: 'string' }, out: { type: 'string' }, rootfs: { type: 'string' } } });
+  const { values } = parseArgs({
+    options: { name: { type: 'string' }, out: { type: 'string' }, rootfs: { type: 'string' } },
+  });
   if (values.rootfs) {
     buildRootfs(resolve(values.rootfs));
     process.stdout.write(`${resolve(values.rootfs)}\n`);
     return 0;
   }
   for (const f of ['dist/src/node/main.js', 'dist/src/install/main.js', 'bin/plexus-cni']) {
-    if (!existsSync(join(ROOT, f)) || lstatSync(join(ROOT, f)).size === 0) throw new Error(`${f} is missing: run npm run build first`);
+    if (!existsSync(join(ROOT, f)) || lstatSync(join(ROOT, f)).size === 0)
+      throw new Error(`${f} is missing: run npm run build first`);
   }
   // PLEXUS_IMAGE_VERSION: another version of the same build (the upgrade test rolls from one to the other).
   const version = process.env.PLEXUS_IMAGE_VERSION ?? PKG.version;
-  const image = buildImage(values.name ?? `local.test/plexus:${version}`, resolve(values.out ?? join(ROOT, 'dist/image')));
+  const image = buildImage(
+    values.name ?? `local.test/plexus:${version}`,
+    resolve(values.out ?? join(ROOT, 'dist/image')),
+  );
   const mib = (n: number): string => `${(n / 1048576).toFixed(1)} MiB`;
-  process.stdout.write(`image ${image.name}: archive ${mib(image.archiveBytes)} (gzip layers), ${mib(image.uncompressedBytes)} unpacked\n${image.archive}\n`);
+  process.stdout.write(
+    `image ${image.name}: archive ${mib(image.archiveBytes)} (gzip layers), ${mib(image.uncompressedBytes)} unpacked\n${image.archive}\n`,
+  );
   return 0;
 }
 

@@ -11,13 +11,28 @@
  * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DaemonFixture, SHIM } from '../test/support/daemon';
 import {
-  claimingPod, create, devicePluginPod, draNodeMissing, draTooOld, hostDeviceTemplate, installDra,
+  claimingPod,
+  create,
+  devicePluginPod,
+  draNodeMissing,
+  draTooOld,
+  hostDeviceTemplate,
+  installDra,
 } from '../test/support/dra-node';
 import { PLEXUS_USER } from '../test/support/k8s';
 import { KubeNodeFixture, percentile } from '../test/support/kube-node';
@@ -29,10 +44,21 @@ const DP_NIC = 'plexus.io/dpnic';
 const NS = 'default';
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-interface Batch { readonly path: 'dra' | 'device-plugin'; readonly pods: number; readonly p50Ms: number; readonly p95Ms: number; readonly maxMs: number; readonly totalMs: number }
+interface Batch {
+  readonly path: 'dra' | 'device-plugin';
+  readonly pods: number;
+  readonly p50Ms: number;
+  readonly p95Ms: number;
+  readonly maxMs: number;
+  readonly totalMs: number;
+}
 
 /** Creates the pods, 10 requests at a time, and times each from its POST to Running (the pod list polled every 50 ms). */
-async function runBatch(node: KubeNodeFixture, path: Batch['path'], objects: { name: string; body: unknown }[]): Promise<Batch> {
+async function runBatch(
+  node: KubeNodeFixture,
+  path: Batch['path'],
+  objects: { name: string; body: unknown }[],
+): Promise<Batch> {
   const createdAt = new Map<string, number>();
   const runningAt = new Map<string, number>();
   let next = 0;
@@ -47,17 +73,35 @@ async function runBatch(node: KubeNodeFixture, path: Batch['path'], objects: { n
   const creating = Promise.all(Array.from({ length: 10 }, worker));
   const deadline = Date.now() + 300_000;
   while (runningAt.size < objects.length) {
-    if (Date.now() > deadline) throw new Error(`${path}: ${objects.length - runningAt.size} pods not Running after 300 s: ${await node.describePods(NS, objects.map((o) => o.name).filter((n) => !runningAt.has(n)).slice(0, 3))}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${path}: ${objects.length - runningAt.size} pods not Running after 300 s: ${await node.describePods(
+          NS,
+          objects
+            .map((o) => o.name)
+            .filter((n) => !runningAt.has(n))
+            .slice(0, 3),
+        )}`,
+      );
     const list = await node.call('GET', `/api/v1/namespaces/${NS}/pods`);
     const now = performance.now();
-    for (const pod of (list.body as { items?: { metadata: { name: string }; status?: { phase?: string } }[] }).items ?? []) {
-      if (pod.status?.phase === 'Running' && createdAt.has(pod.metadata.name) && !runningAt.has(pod.metadata.name)) runningAt.set(pod.metadata.name, now);
+    for (const pod of (list.body as { items?: { metadata: { name: string }; status?: { phase?: string } }[] }).items ??
+      []) {
+      if (pod.status?.phase === 'Running' && createdAt.has(pod.metadata.name) && !runningAt.has(pod.metadata.name))
+        runningAt.set(pod.metadata.name, now);
     }
     await sleep(50);
   }
   await creating;
   const perPod = objects.map((o) => runningAt.get(o.name)! - createdAt.get(o.name)!);
-  return { path, pods: objects.length, p50Ms: percentile(perPod, 50), p95Ms: percentile(perPod, 95), maxMs: Math.max(...perPod), totalMs: performance.now() - started };
+  return {
+    path,
+    pods: objects.length,
+    p50Ms: percentile(perPod, 50),
+    p95Ms: percentile(perPod, 95),
+    maxMs: Math.max(...perPod),
+    totalMs: performance.now() - started,
+  };
 }
 
 /** Every pod of the namespace deleted, and gone from the API. */
@@ -87,7 +131,14 @@ const peakRssMib = (pid: number): number => {
 };
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { pods: { type: 'string' }, rounds: { type: 'string' }, json: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values } = parseArgs({
+    options: {
+      pods: { type: 'string' },
+      rounds: { type: 'string' },
+      json: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
   if (values.help) {
     console.log(USAGE);
     return 0;
@@ -119,31 +170,78 @@ async function main(): Promise<number> {
       execFileSync('ip', ['link', 'set', 'dev', `${name}p`, 'up']);
       execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
     }
-    writeFileSync(join(work, 'resources.yaml'), JSON.stringify({ resources: [
-      { name: DRA_NIC, kind: 'host-device', devices: draNics, offer: ['dra'] },
-      { name: DP_NIC, kind: 'host-device', devices: dpNics, offer: ['device-plugin'] },
-    ] }));
+    writeFileSync(
+      join(work, 'resources.yaml'),
+      JSON.stringify({
+        resources: [
+          { name: DRA_NIC, kind: 'host-device', devices: draNics, offer: ['dra'] },
+          { name: DP_NIC, kind: 'host-device', devices: dpNics, offer: ['device-plugin'] },
+        ],
+      }),
+    );
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, controlPlane: true, ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      controlPlane: true,
+      ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     await node.api.installPlexus();
     await installDra(node);
     const subnet = `10.${100 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
-    const nad = (name: string, config: unknown, annotations: Record<string, string> = {}): Promise<unknown> => node!.api.createNad(NS, name, JSON.stringify(config), annotations);
-    await nad('podnet', { cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]] } });
+    const nad = (name: string, config: unknown, annotations: Record<string, string> = {}): Promise<unknown> =>
+      node!.api.createNad(NS, name, JSON.stringify(config), annotations);
+    await nad('podnet', {
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]] },
+    });
     const fastConfig = (name: string): unknown => ({ cniVersion: '1.0.0', name, type: 'host-device' });
     await nad('dranet', fastConfig('dranet'));
     await nad('dpnet', fastConfig('dpnet'), { 'k8s.v1.cni.cncf.io/resourceName': DP_NIC });
-    await create(node, hostDeviceTemplate(NS, 'dranic', `device.attributes["k8s.cni.cncf.io"].resourceName == "${DRA_NIC}"`, { network: 'dranet', interfaceName: 'net1' }));
-    daemon.addFlags('--kubeconfig', node.api.userKubeconfig(PLEXUS_USER), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--device-plugin-config', join(work, 'resources.yaml'), '--device-info-dir', join(work, 'devinfo'),
-      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--dra', 'true', '--kubelet-root-dir', node.kubeletRoot);
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'dranic', `device.attributes["k8s.cni.cncf.io"].resourceName == "${DRA_NIC}"`, {
+        network: 'dranet',
+        interfaceName: 'net1',
+      }),
+    );
+    daemon.addFlags(
+      '--kubeconfig',
+      node.api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--device-plugin-config',
+      join(work, 'resources.yaml'),
+      '--device-info-dir',
+      join(work, 'devinfo'),
+      '--pod-resources-socket',
+      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--dra',
+      'true',
+      '--kubelet-root-dir',
+      node.kubeletRoot,
+    );
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {
-      const n = (await node.call('GET', `/api/v1/nodes/${node.nodeName}`)).body as { status: { allocatable: Record<string, string> } };
+      const n = (await node.call('GET', `/api/v1/nodes/${node.nodeName}`)).body as {
+        status: { allocatable: Record<string, string> };
+      };
       const slices = (await node.call('GET', '/apis/resource.k8s.io/v1/resourceslices')).body as { items?: unknown[] };
       if (n.status.allocatable[DP_NIC] === String(pods) && (slices.items ?? []).length > 0) break;
       if (i > 300) throw new Error('the device plugin or the DRA pool is not ready after 30 s');
@@ -151,11 +249,23 @@ async function main(): Promise<number> {
     }
     const batches: Batch[] = [];
     for (let r = 0; r < rounds; r++) {
-      const dp = Array.from({ length: pods }, (_, i) => ({ name: `dp-${r}-${i}`, body: devicePluginPod(NS, `dp-${r}-${i}`, DP_NIC, 'dpnet') }));
-      const dra = Array.from({ length: pods }, (_, i) => ({ name: `dra-${r}-${i}`, body: claimingPod(NS, `dra-${r}-${i}`, { template: 'dranic' }) }));
-      for (const [path, objects] of [['device-plugin', dp], ['dra', dra]] as const) {
+      const dp = Array.from({ length: pods }, (_, i) => ({
+        name: `dp-${r}-${i}`,
+        body: devicePluginPod(NS, `dp-${r}-${i}`, DP_NIC, 'dpnet'),
+      }));
+      const dra = Array.from({ length: pods }, (_, i) => ({
+        name: `dra-${r}-${i}`,
+        body: claimingPod(NS, `dra-${r}-${i}`, { template: 'dranic' }),
+      }));
+      for (const [path, objects] of [
+        ['device-plugin', dp],
+        ['dra', dra],
+      ] as const) {
         const batch = await runBatch(node, path, objects);
-        const got = await withDevice(node, objects.map((o) => o.name));
+        const got = await withDevice(
+          node,
+          objects.map((o) => o.name),
+        );
         if (got !== pods) problems.push(`${path} round ${r + 1}: ${pods - got} pods without net1`);
         batches.push(batch);
         await deleteAll(node);
@@ -168,7 +278,8 @@ async function main(): Promise<number> {
     })();
     if (claimsLeft) problems.push(`${claimsLeft} prepared-claim records left`);
     print(batches, pods, rss);
-    if (values.json) writeFileSync(values.json, JSON.stringify({ pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2));
+    if (values.json)
+      writeFileSync(values.json, JSON.stringify({ pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2));
   } catch (e) {
     problems.push((e as Error).message);
   } finally {
@@ -195,11 +306,15 @@ function print(batches: readonly Batch[], pods: number, rssMib: number): void {
   console.log(`\n${pods} pods per path, created 10 at a time, each through the scheduler; one host device as net1`);
   console.log('| pod created to Running | device plugin | DRA | DRA / device plugin |');
   console.log('|---|---|---|---|');
-  for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const) console.log(row(key.replace('Ms', '').replace('total', `all ${pods}`), (p) => sum(p, key)));
+  for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const)
+    console.log(row(key.replace('Ms', '').replace('total', `all ${pods}`), (p) => sum(p, key)));
   console.log(`\nplexusd peak RSS (VmHWM) with --dra on: ${rssMib} MiB`);
 }
 
-main().then((code) => process.exit(code), (e: unknown) => {
-  console.error(e);
-  process.exit(1);
-});
+main().then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  },
+);

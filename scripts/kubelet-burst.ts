@@ -28,8 +28,14 @@ const USAGE = `usage: node dist/scripts/kubelet-burst.js [options]
 async function main(): Promise<number> {
   const { values } = parseArgs({
     options: {
-      pods: { type: 'string' }, mode: { type: 'string' }, compare: { type: 'boolean' }, 'create-concurrency': { type: 'string' },
-      timeout: { type: 'string' }, json: { type: 'string' }, 'plexusd-args': { type: 'string' }, help: { type: 'boolean', short: 'h' },
+      pods: { type: 'string' },
+      mode: { type: 'string' },
+      compare: { type: 'boolean' },
+      'create-concurrency': { type: 'string' },
+      timeout: { type: 'string' },
+      json: { type: 'string' },
+      'plexusd-args': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
   if (values.help) {
@@ -59,19 +65,33 @@ async function main(): Promise<number> {
   };
   const m = machine();
   const kubernetes = k8sVersion()?.text;
-  console.log(`kubelet burst: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${kubernetes}`);
+  console.log(
+    `kubelet burst: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${kubernetes}`,
+  );
   const modes: BurstMode[] = values.compare ? ['bridge', 'plexus'] : [mode];
   const reports: KubeletBurstReport[] = [];
   for (const mo of modes) reports.push(await runKubeletBurst(mo, options));
   const [bridge, plexus] = [reports.find((r) => r.mode === 'bridge'), reports.find((r) => r.mode === 'plexus')];
-  const ratio = bridge && plexus
-    ? { allRunning: round(plexus.allRunningSeconds / bridge.allRunningSeconds), p50: round(plexus.p50Seconds / bridge.p50Seconds), p95: round(plexus.p95Seconds / bridge.p95Seconds) }
-    : undefined;
-  const out = { machine: m, kubernetes, command: process.argv.slice(2).join(' '), reports, ...(ratio ? { ratio } : {}) };
+  const ratio =
+    bridge && plexus
+      ? {
+          allRunning: round(plexus.allRunningSeconds / bridge.allRunningSeconds),
+          p50: round(plexus.p50Seconds / bridge.p50Seconds),
+          p95: round(plexus.p95Seconds / bridge.p95Seconds),
+        }
+      : undefined;
+  const out = {
+    machine: m,
+    kubernetes,
+    command: process.argv.slice(2).join(' '),
+    reports,
+    ...(ratio ? { ratio } : {}),
+  };
   console.log(JSON.stringify(out, null, 2));
   if (values.json) writeFileSync(values.json, `${JSON.stringify(out, null, 2)}\n`);
   for (const r of reports) console.log(summaryLine(r));
-  if (ratio) console.log(`plexus/bridge: all Running ${ratio.allRunning}x, per-pod p50 ${ratio.p50}x, p95 ${ratio.p95}x`);
+  if (ratio)
+    console.log(`plexus/bridge: all Running ${ratio.allRunning}x, per-pod p50 ${ratio.p50}x, p95 ${ratio.p95}x`);
   return reports.every((r) => r.failures === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;
 }
 

@@ -54,12 +54,19 @@ const POLL_MS = 100;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Polls the API and CRI until every pod of `clocks` is gone and its sandbox stopped (and, with `removed`, removed). */
-async function follow(node: KubeNodeFixture, clocks: Map<string, PodClock>, removed: boolean, timeoutMs: number): Promise<void> {
+async function follow(
+  node: KubeNodeFixture,
+  clocks: Map<string, PodClock>,
+  removed: boolean,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const list = await node.call('GET', '/api/v1/namespaces/default/pods');
     const now = performance.now();
-    const present = new Set(((list.body as { items?: { metadata: { name: string } }[] }).items ?? []).map((p) => p.metadata.name));
+    const present = new Set(
+      ((list.body as { items?: { metadata: { name: string } }[] }).items ?? []).map((p) => p.metadata.name),
+    );
     const sandboxes = await node.sandboxes();
     const at = performance.now();
     for (const [name, c] of clocks) {
@@ -68,7 +75,9 @@ async function follow(node: KubeNodeFixture, clocks: Map<string, PodClock>, remo
       if (mine.every((s) => !s.ready)) c.stoppedAt ??= at;
       if (mine.length === 0) c.removedAt ??= at;
     }
-    const done = [...clocks.values()].every((c) => c.goneAt !== undefined && c.stoppedAt !== undefined && (!removed || c.removedAt !== undefined));
+    const done = [...clocks.values()].every(
+      (c) => c.goneAt !== undefined && c.stoppedAt !== undefined && (!removed || c.removedAt !== undefined),
+    );
     if (done || Date.now() > deadline) return;
     await sleep(POLL_MS);
   }
@@ -87,7 +96,11 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
   restoreForwardingOnTeardown(teardown);
   const prefix = uniquePrefix('kc');
   const second = freeTenNet(100, 199);
-  const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({ name, bridge: `${prefix}b${i}`, net: `10.${second}.${i}` }));
+  const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({
+    name,
+    bridge: `${prefix}b${i}`,
+    net: `10.${second}.${i}`,
+  }));
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
   const state: { node?: KubeNodeFixture; daemon?: ChildProcess; problems: string[] } = { problems: [] };
   teardown.add('tear the node down', async () => {
@@ -104,18 +117,29 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     const binDir = join(root, 'bin');
     let conflist: (nodeRoot: string) => string;
     if (mode === 'bridge') {
-      conflist = (nodeRoot) => JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))] });
+      conflist = (nodeRoot) =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'podnet',
+          plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))],
+        });
     } else {
       mkdirSync(binDir);
       copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
       for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
-      conflist = () => JSON.stringify({
-        cniVersion: '1.0.0', name: 'plexus',
-        plugins: [{ type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }],
-      });
+      conflist = () =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'plexus',
+          plugins: [
+            { type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
+          ],
+        });
     }
     const node = (state.node = await KubeNodeFixture.start({
-      cniConfList: conflist, cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir, ownedLinks: networks.map((n) => n.bridge),
+      cniConfList: conflist,
+      cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,
+      ownedLinks: networks.map((n) => n.bridge),
     }));
     if (mode === 'plexus') {
       await node.api.installNadCrd();
@@ -133,23 +157,29 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     for (let w = 0; w * options.wave < options.pods; w++) {
       const n = Math.min(options.wave, options.pods - w * options.wave);
       const names = await node.createPods(n, {
-        namePrefix: `churn-w${w}-`, concurrency: n,
+        namePrefix: `churn-w${w}-`,
+        concurrency: n,
         ...(mode === 'plexus' ? { annotations: { [NETWORKS_ANNOTATION]: 'sec1,sec2' } } : {}),
       });
       const timings = await node.waitAllRunning(names, 300000);
       running.push(...timings.perPodMs);
       failures.push(...timings.failureMessages);
       const wave = new Map<string, PodClock>();
-      await Promise.all(names.map(async (name) => {
-        const c: PodClock = { deletedAt: performance.now() };
-        wave.set(name, c);
-        clocks.set(name, c);
-        const r = await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
-        if (r.status !== 200) failures.push(`DELETE ${name}: ${r.status}`);
-      }));
+      await Promise.all(
+        names.map(async (name) => {
+          const c: PodClock = { deletedAt: performance.now() };
+          wave.set(name, c);
+          clocks.set(name, c);
+          const r = await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+          if (r.status !== 200) failures.push(`DELETE ${name}: ${r.status}`);
+        }),
+      );
       await follow(node, wave, false, 120000);
-      const stuck = [...wave].filter(([, c]) => c.goneAt === undefined || c.stoppedAt === undefined).map(([name]) => name);
-      if (stuck.length) failures.push(`wave ${w}: ${stuck.length} pods not gone or their sandboxes not stopped after 120 s`);
+      const stuck = [...wave]
+        .filter(([, c]) => c.goneAt === undefined || c.stoppedAt === undefined)
+        .map(([name]) => name);
+      if (stuck.length)
+        failures.push(`wave ${w}: ${stuck.length} pods not gone or their sandboxes not stopped after 120 s`);
       log(`${mode}: wave ${w}: ${n} pods Running and deleted`);
     }
     // The kubelet removes stopped sandboxes of deleted pods on its own schedule: give it a while.
@@ -158,13 +188,22 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
       [...clocks.values()].flatMap((c) => (pick(c) !== undefined ? [pick(c)! - c.deletedAt] : []));
     const leaks = [
       ...networks.flatMap((n) => linksOfBridge(n.bridge).map((l) => `port ${n.bridge}:${l}`)),
-      ...(mode === 'bridge' ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet') : await plexusLeftovers(join(root, 'state'))),
+      ...(mode === 'bridge'
+        ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet')
+        : await plexusLeftovers(join(root, 'state'))),
     ];
     return {
-      mode, pods: options.pods, wave: options.wave,
-      running: summarize(running), podGone: summarize(ms((c) => c.goneAt)), sandboxStopped: summarize(ms((c) => c.stoppedAt)),
-      sandboxRemoved: summarize(ms((c) => c.removedAt)), notRemoved: [...clocks.values()].filter((c) => c.removedAt === undefined).length,
-      failures: failures.slice(0, 10), leaks, problems: state.problems,
+      mode,
+      pods: options.pods,
+      wave: options.wave,
+      running: summarize(running),
+      podGone: summarize(ms((c) => c.goneAt)),
+      sandboxStopped: summarize(ms((c) => c.stoppedAt)),
+      sandboxRemoved: summarize(ms((c) => c.removedAt)),
+      notRemoved: [...clocks.values()].filter((c) => c.removedAt === undefined).length,
+      failures: failures.slice(0, 10),
+      leaks,
+      problems: state.problems,
     };
   } finally {
     state.problems.push(...(await teardown.run()));
@@ -174,27 +213,64 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
 function render(reports: readonly ChurnReport[]): string {
   const cell = (s: Summary): string[] => [fmt(s.median / 1000, 2), fmt(s.p90 / 1000, 2)];
   const rows = reports.map((r) => [
-    r.mode, String(r.pods), ...cell(r.podGone), ...cell(r.sandboxStopped), ...cell(r.sandboxRemoved), String(r.notRemoved), ...cell(r.running),
-    String(r.failures.length), String(r.leaks.length),
+    r.mode,
+    String(r.pods),
+    ...cell(r.podGone),
+    ...cell(r.sandboxStopped),
+    ...cell(r.sandboxRemoved),
+    String(r.notRemoved),
+    ...cell(r.running),
+    String(r.failures.length),
+    String(r.leaks.length),
   ]);
   const [b, p] = [reports.find((r) => r.mode === 'bridge'), reports.find((r) => r.mode === 'plexus')];
   if (b && p) {
     const x = (a: number, c: number): string => `${fmt(a / c, 2)}x`;
     rows.push([
-      'plexus/bridge', '', x(p.podGone.median, b.podGone.median), x(p.podGone.p90, b.podGone.p90), x(p.sandboxStopped.median, b.sandboxStopped.median),
-      x(p.sandboxStopped.p90, b.sandboxStopped.p90), x(p.sandboxRemoved.median, b.sandboxRemoved.median), x(p.sandboxRemoved.p90, b.sandboxRemoved.p90), '',
-      x(p.running.median, b.running.median), x(p.running.p90, b.running.p90), '', '',
+      'plexus/bridge',
+      '',
+      x(p.podGone.median, b.podGone.median),
+      x(p.podGone.p90, b.podGone.p90),
+      x(p.sandboxStopped.median, b.sandboxStopped.median),
+      x(p.sandboxStopped.p90, b.sandboxStopped.p90),
+      x(p.sandboxRemoved.median, b.sandboxRemoved.median),
+      x(p.sandboxRemoved.p90, b.sandboxRemoved.p90),
+      '',
+      x(p.running.median, b.running.median),
+      x(p.running.p90, b.running.p90),
+      '',
+      '',
     ]);
   }
   return table(
-    ['network', 'pods', 'gone p50 s', 'gone p90 s', 'stopped p50 s', 'stopped p90 s', 'removed p50 s', 'removed p90 s', 'not removed', 'Running p50 s', 'Running p90 s', 'failures', 'leaks'],
+    [
+      'network',
+      'pods',
+      'gone p50 s',
+      'gone p90 s',
+      'stopped p50 s',
+      'stopped p90 s',
+      'removed p50 s',
+      'removed p90 s',
+      'not removed',
+      'Running p50 s',
+      'Running p90 s',
+      'failures',
+      'leaks',
+    ],
     rows,
   );
 }
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
-    options: { pods: { type: 'string' }, wave: { type: 'string' }, mode: { type: 'string' }, 'remove-wait': { type: 'string' }, json: { type: 'string' } },
+    options: {
+      pods: { type: 'string' },
+      wave: { type: 'string' },
+      mode: { type: 'string' },
+      'remove-wait': { type: 'string' },
+      json: { type: 'string' },
+    },
   });
   const positive = (flag: string, v: string | undefined, dflt: number): number => {
     const n = v === undefined ? dflt : Number(v);
@@ -202,24 +278,34 @@ async function main(): Promise<number> {
     return n;
   };
   const modes: Mode[] = values.mode === undefined ? ['bridge', 'plexus'] : [values.mode as Mode];
-  if (modes.some((m) => m !== 'bridge' && m !== 'plexus')) throw new Error(`--mode is bridge or plexus, not ${values.mode}`);
+  if (modes.some((m) => m !== 'bridge' && m !== 'plexus'))
+    throw new Error(`--mode is bridge or plexus, not ${values.mode}`);
   const missing = kubeNodeMissing();
   if (missing) {
     console.error(`kubelet churn: cannot run here: ${missing}`);
     return 2;
   }
   const options = {
-    pods: positive('pods', values.pods, 100), wave: positive('wave', values.wave, 20),
-    removeWaitMs: positive('remove-wait', values['remove-wait'], 90) * 1000, log: (line: string) => console.log(`  ${line}`),
+    pods: positive('pods', values.pods, 100),
+    wave: positive('wave', values.wave, 20),
+    removeWaitMs: positive('remove-wait', values['remove-wait'], 90) * 1000,
+    log: (line: string) => console.log(`  ${line}`),
   };
   const m = machine();
-  console.log(`kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${k8sVersion()?.text}`);
+  console.log(
+    `kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${k8sVersion()?.text}`,
+  );
   const reports: ChurnReport[] = [];
   for (const mode of modes) reports.push(await runChurn(mode, options));
-  console.log(`\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, CNI DEL done; removed: gone from CRI)\n`);
+  console.log(
+    `\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, CNI DEL done; removed: gone from CRI)\n`,
+  );
   console.log(render(reports));
   const [b, p] = [reports.find((r) => r.mode === 'bridge'), reports.find((r) => r.mode === 'plexus')];
-  if (b && p) console.log(`\nplexus/bridge, delete to pod gone (median): ${round(p.podGone.median / b.podGone.median)}x (goal <= 1.05x)`);
+  if (b && p)
+    console.log(
+      `\nplexus/bridge, delete to pod gone (median): ${round(p.podGone.median / b.podGone.median)}x (goal <= 1.05x)`,
+    );
   for (const r of reports) for (const f of [...r.failures, ...r.leaks, ...r.problems]) console.log(`  ${r.mode}: ${f}`);
   if (values.json) writeFileSync(values.json, `${JSON.stringify({ machine: m, reports }, null, 2)}\n`);
   return reports.every((r) => r.failures.length === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;

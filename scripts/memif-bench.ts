@@ -19,7 +19,9 @@ import { Testpmd } from '../test/support/testpmd';
 import { summarize } from './lib/stats';
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { pods: { type: 'string' }, seconds: { type: 'string' }, json: { type: 'string' } } });
+  const { values } = parseArgs({
+    options: { pods: { type: 'string' }, seconds: { type: 'string' }, json: { type: 'string' } },
+  });
   const pods = Number(values.pods ?? 40);
   const seconds = Number(values.seconds ?? 10);
   const missing = ovsDpdkMissing();
@@ -34,8 +36,24 @@ async function main(): Promise<void> {
     ovs = await OvsDpdkFixture.start();
     ovs.addBridge(bridge);
     daemon.addFlags('--ovsdb-socket', ovs.dbSocket);
-    daemon.writeNad('fast.json', JSON.stringify({ apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: 'fast', namespace: 'default' },
-      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'memif', bridge, rxQueues: 2, socketDir: join(daemon.dir, 'memif') }) } }));
+    daemon.writeNad(
+      'fast.json',
+      JSON.stringify({
+        apiVersion: 'k8s.cni.cncf.io/v1',
+        kind: 'NetworkAttachmentDefinition',
+        metadata: { name: 'fast', namespace: 'default' },
+        spec: {
+          config: JSON.stringify({
+            cniVersion: '1.0.0',
+            name: 'fast',
+            type: 'memif',
+            bridge,
+            rxQueues: 2,
+            socketDir: join(daemon.dir, 'memif'),
+          }),
+        },
+      }),
+    );
     await daemon.start();
 
     const made: { cid: string; name: string; netns: string; socket: string }[] = [];
@@ -44,7 +62,13 @@ async function main(): Promise<void> {
       const ns = fx.create(`p${i}`);
       const cid = `${prefix}c${i}`;
       const t0 = performance.now();
-      const out = await daemon.cni({ command: 'ADD', containerId: cid, netns: ns.path, ifname: 'eth0', args: podArgs(`pod${i}`, cid) });
+      const out = await daemon.cni({
+        command: 'ADD',
+        containerId: cid,
+        netns: ns.path,
+        ifname: 'eth0',
+        args: podArgs(`pod${i}`, cid),
+      });
       addMs.push(performance.now() - t0);
       if (out.code !== 0) throw new Error(`ADD ${i} failed: ${out.stdout}${out.stderr}`);
       const socket = (out.json as { interfaces: { socketPath?: string }[] }).interfaces[0]?.socketPath;
@@ -67,7 +91,13 @@ async function main(): Promise<void> {
     let pps = 0;
     let sentPps = 0;
     try {
-      sender = await Testpmd.start({ socket: a.socket, secret: secret(a.socket), rxq: 2, txq: 2, forwardMode: 'txonly' });
+      sender = await Testpmd.start({
+        socket: a.socket,
+        secret: secret(a.socket),
+        rxq: 2,
+        txq: 2,
+        forwardMode: 'txonly',
+      });
       await receiver.command('start');
       await sender.command('start');
       await new Promise((r) => setTimeout(r, 2000)); // warm-up
@@ -91,15 +121,33 @@ async function main(): Promise<void> {
     const delMs: number[] = [];
     for (const p of made) {
       const t0 = performance.now();
-      const out = await daemon.cni({ command: 'DEL', containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid) });
+      const out = await daemon.cni({
+        command: 'DEL',
+        containerId: p.cid,
+        netns: p.netns,
+        ifname: 'eth0',
+        args: podArgs(p.name, p.cid),
+      });
       delMs.push(performance.now() - t0);
       if (out.code !== 0) throw new Error(`DEL of ${p.cid} failed: ${out.stdout}`);
     }
     const left = ovs.ports(bridge);
-    const report = { pods, add: summarize(addMs), del: summarize(delMs), pps: Math.round(pps), sentPps: Math.round(sentPps), seconds, portsLeft: left.length };
-    process.stdout.write(`memif ADD (port made and opened by the switch) over ${pods} pods: median ${report.add.median} ms, p90 ${report.add.p90} ms, max ${report.add.max} ms\n`);
+    const report = {
+      pods,
+      add: summarize(addMs),
+      del: summarize(delMs),
+      pps: Math.round(pps),
+      sentPps: Math.round(sentPps),
+      seconds,
+      portsLeft: left.length,
+    };
+    process.stdout.write(
+      `memif ADD (port made and opened by the switch) over ${pods} pods: median ${report.add.median} ms, p90 ${report.add.p90} ms, max ${report.add.max} ms\n`,
+    );
     process.stdout.write(`memif DEL: median ${report.del.median} ms, p90 ${report.del.p90} ms\n`);
-    process.stdout.write(`through the switch, testpmd txonly -> rxonly for ${seconds} s: ${(pps / 1e6).toFixed(3)} Mpps received (${(sentPps / 1e6).toFixed(3)} Mpps sent; 64-byte frames, 2 cores for 3 pollers)\n`);
+    process.stdout.write(
+      `through the switch, testpmd txonly -> rxonly for ${seconds} s: ${(pps / 1e6).toFixed(3)} Mpps received (${(sentPps / 1e6).toFixed(3)} Mpps sent; 64-byte frames, 2 cores for 3 pollers)\n`,
+    );
     process.stdout.write(`ports left on the bridge after DEL: ${left.length}\n`);
     if (values.json) await writeFile(values.json, JSON.stringify(report, null, 2));
     if (left.length) process.exitCode = 1;

@@ -76,14 +76,22 @@ export class CallsAborted extends Error {}
  */
 export async function abortCalls(): Promise<void> {
   aborted = true;
-  for (const child of live.keys()) if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGKILL');
+  for (const child of live.keys())
+    if (child.pid !== undefined && child.exitCode === null && child.signalCode === null)
+      process.kill(child.pid, 'SIGKILL');
   await Promise.all(live.values());
 }
 
 let rssFileCounter = 0;
 
-export async function invoke(plugin: Plugin, command: CniCommand, pod: Pod | undefined, options: CallOptions = {}): Promise<Outcome> {
-  const config = options.prevResult !== undefined ? { ...plugin.config, prevResult: options.prevResult } : plugin.config;
+export async function invoke(
+  plugin: Plugin,
+  command: CniCommand,
+  pod: Pod | undefined,
+  options: CallOptions = {},
+): Promise<Outcome> {
+  const config =
+    options.prevResult !== undefined ? { ...plugin.config, prevResult: options.prevResult } : plugin.config;
   const env: Record<string, string> = {
     PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin',
     CNI_COMMAND: command,
@@ -98,7 +106,8 @@ export async function invoke(plugin: Plugin, command: CniCommand, pod: Pod | und
     ...plugin.env,
   };
   const rssFile = options.measureRss ? join(tmpdir(), `plexus-rss-${process.pid}-${rssFileCounter++}`) : undefined;
-  const [file, args] = rssFile !== undefined ? [TIME_BINARY, ['-f', '%M', '-o', rssFile, plugin.binary]] : [plugin.binary, []];
+  const [file, args] =
+    rssFile !== undefined ? [TIME_BINARY, ['-f', '%M', '-o', rssFile, plugin.binary]] : [plugin.binary, []];
   if (aborted) throw new CallsAborted(`${command} not started: the script is being stopped`);
   const started = process.hrtime.bigint();
   const child = spawn(file, args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -182,7 +191,9 @@ export const addressesOf = (result: AddResult): string[] => result.ips.map((i) =
 /** Host-side links the plugin reports (no sandbox), except the named bridge(s). */
 export function hostSideLinksOf(result: AddResult, bridges: string | readonly string[] | undefined): string[] {
   const skip = new Set(bridges === undefined ? [] : typeof bridges === 'string' ? [bridges] : bridges);
-  return result.interfaces.filter((i) => (i.sandbox === undefined || i.sandbox === '') && !skip.has(i.name)).map((i) => i.name);
+  return result.interfaces
+    .filter((i) => (i.sandbox === undefined || i.sandbox === '') && !skip.has(i.name))
+    .map((i) => i.name);
 }
 
 /** Pod interface name -> its addresses (without prefix), from a multi-interface result. */
@@ -192,7 +203,10 @@ export function addressesByInterface(result: AddResult): Map<string, { address: 
     const name = entry.interface !== undefined ? result.interfaces[entry.interface]?.name : undefined;
     if (name === undefined) continue;
     const list = out.get(name) ?? [];
-    list.push({ address: entry.address.split('/')[0] ?? entry.address, ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}) });
+    list.push({
+      address: entry.address.split('/')[0] ?? entry.address,
+      ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}),
+    });
     out.set(name, list);
   }
   return out;
@@ -207,8 +221,12 @@ export const SELECTION_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
  * pod has annotations, carries them as runtimeConfig (libcni inserts runtimeConfig for declared capabilities only).
  */
 export function withPodAnnotations(plugin: Plugin, annotations: Readonly<Record<string, string>>): Plugin {
-  const capabilities = { ...(plugin.config['capabilities'] as Record<string, boolean> | undefined), [POD_ANNOTATIONS_CAPABILITY]: true };
+  const capabilities = {
+    ...(plugin.config['capabilities'] as Record<string, boolean> | undefined),
+    [POD_ANNOTATIONS_CAPABILITY]: true,
+  };
   const config: Record<string, unknown> = { ...plugin.config, capabilities };
-  if (Object.keys(annotations).length > 0) config['runtimeConfig'] = { [POD_ANNOTATIONS_CAPABILITY]: { ...annotations } };
+  if (Object.keys(annotations).length > 0)
+    config['runtimeConfig'] = { [POD_ANNOTATIONS_CAPABILITY]: { ...annotations } };
   return { ...plugin, config };
 }

@@ -49,7 +49,10 @@ export function createNetns(teardown: Teardown, names: readonly string[]): strin
 /** Deletes the namespaces that still exist (a pod's veth peer goes with its namespace). */
 export function deleteNetns(names: readonly string[]): void {
   const present = new Set(listNetns(''));
-  const r = ipBatch(names.filter((n) => present.has(n)).map((n) => `netns del ${n}`), true);
+  const r = ipBatch(
+    names.filter((n) => present.has(n)).map((n) => `netns del ${n}`),
+    true,
+  );
   if (r.status !== 0) throw new Error(`ip netns del: ${r.stderr.trim()}`);
 }
 
@@ -102,7 +105,9 @@ export function freeTenNet(lo: number, hi: number, avoid: readonly number[] = []
  * sysctls back as they were when the script started.
  */
 export function restoreForwardingOnTeardown(teardown: Teardown): void {
-  const knobs = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'].filter((p) => existsSync(p));
+  const knobs = ['/proc/sys/net/ipv4/ip_forward', '/proc/sys/net/ipv6/conf/all/forwarding'].filter((p) =>
+    existsSync(p),
+  );
   const before = knobs.map((p) => [p, readFileSync(p, 'utf8')] as const);
   teardown.add('restore IP forwarding sysctls', () => {
     for (const [path, value] of before) if (readFileSync(path, 'utf8') !== value) writeFileSync(path, value);
@@ -156,7 +161,12 @@ export function freeVxlan(): { vni: number; port: number; vtep: string } {
     const vni = randomInt(100_000, 16_000_000);
     const port = randomInt(40_000, 60_000);
     const vtep = `vx${vni}`;
-    if (details.includes(`${vtep}:`) || new RegExp(`vxlan id ${vni}\\b`).test(details) || new RegExp(`dstport ${port}\\b`).test(details)) continue;
+    if (
+      details.includes(`${vtep}:`) ||
+      new RegExp(`vxlan id ${vni}\\b`).test(details) ||
+      new RegExp(`dstport ${port}\\b`).test(details)
+    )
+      continue;
     if (new RegExp(`:${port}\\s`).test(udp)) continue;
     return { vni, port, vtep };
   }

@@ -3,7 +3,19 @@
  * annotation), and a "reference runtime" that execs each network's reference plugin itself, one after another as a
  * runtime (or Multus' delegation) would, and deletes them in reverse order.
  */
-import { type AddResult, type Outcome, type Plugin, type Pod, SELECTION_ANNOTATION, addressesOf, describeFailure, hostSideLinksOf, invoke, parseAdd, withPodAnnotations } from './cni';
+import {
+  type AddResult,
+  type Outcome,
+  type Plugin,
+  type Pod,
+  SELECTION_ANNOTATION,
+  addressesOf,
+  describeFailure,
+  hostSideLinksOf,
+  invoke,
+  parseAdd,
+  withPodAnnotations,
+} from './cni';
 
 /** What one pod's ADD through a runtime gave. */
 export interface MultiAdd {
@@ -38,7 +50,8 @@ export interface MultiRuntime {
 }
 
 export const addressesOfAdd = (added: MultiAdd): string[] => added.results.flatMap(addressesOf);
-export const hostLinksOfAdd = (added: MultiAdd, bridges: readonly string[]): string[] => added.results.flatMap((r) => hostSideLinksOf(r, bridges));
+export const hostLinksOfAdd = (added: MultiAdd, bridges: readonly string[]): string[] =>
+  added.results.flatMap((r) => hostSideLinksOf(r, bridges));
 
 /** Plexus: one exec of the shim; the secondary networks come from the pod's selection annotation. */
 export function plexusRuntime(options: {
@@ -52,7 +65,10 @@ export function plexusRuntime(options: {
   leftovers: () => Promise<string[]>;
   settled?: () => Promise<unknown>;
 }): MultiRuntime {
-  const plugin = withPodAnnotations(options.plugin, options.selection !== '' ? { [SELECTION_ANNOTATION]: options.selection } : {});
+  const plugin = withPodAnnotations(
+    options.plugin,
+    options.selection !== '' ? { [SELECTION_ANNOTATION]: options.selection } : {},
+  );
   return {
     name: options.name,
     tag: options.tag,
@@ -65,7 +81,13 @@ export function plexusRuntime(options: {
       const parsed = parseAdd(outcome);
       if (!parsed.ok) return { ms: outcome.ms, error: parsed.why, results: [], attempted: 1 };
       const podIfs = parsed.result.interfaces.filter((i) => i.sandbox).length;
-      if (podIfs !== options.interfaces) return { ms: outcome.ms, error: `result has ${podIfs} pod interfaces, expected ${options.interfaces}`, results: [parsed.result], attempted: 1 };
+      if (podIfs !== options.interfaces)
+        return {
+          ms: outcome.ms,
+          error: `result has ${podIfs} pod interfaces, expected ${options.interfaces}`,
+          results: [parsed.result],
+          attempted: 1,
+        };
       return { ms: outcome.ms, results: [parsed.result], attempted: 1 };
     },
     async del(pod, added) {
@@ -87,7 +109,13 @@ export interface ReferenceNetwork {
  * started, as a runtime's cleanup would). DEL in reverse order, each with its own cached result as prevResult,
  * continuing past failures. Times are wall time over all execs.
  */
-export function referenceRuntime(options: { name: string; tag: string; networks: readonly ReferenceNetwork[]; bridges: readonly string[]; leftovers: () => Promise<string[]> }): MultiRuntime {
+export function referenceRuntime(options: {
+  name: string;
+  tag: string;
+  networks: readonly ReferenceNetwork[];
+  bridges: readonly string[];
+  leftovers: () => Promise<string[]>;
+}): MultiRuntime {
   return {
     name: options.name,
     tag: options.tag,
@@ -101,7 +129,13 @@ export function referenceRuntime(options: { name: string; tag: string; networks:
       for (const network of options.networks) {
         attempted++;
         const parsed = parseAdd(await invoke(network.plugin, 'ADD', pod, { ifname: network.ifname }));
-        if (!parsed.ok) return { ms: elapsed(t0), error: `${network.ifname} (${String(network.plugin.config['type'])}): ${parsed.why}`, results, attempted };
+        if (!parsed.ok)
+          return {
+            ms: elapsed(t0),
+            error: `${network.ifname} (${String(network.plugin.config['type'])}): ${parsed.why}`,
+            results,
+            attempted,
+          };
         results.push(parsed.result);
       }
       return { ms: elapsed(t0), results, attempted };
@@ -113,8 +147,12 @@ export function referenceRuntime(options: { name: string; tag: string; networks:
         const network = options.networks[i];
         if (network === undefined) continue;
         const prev = added.results[i];
-        const outcome: Outcome = await invoke(network.plugin, 'DEL', pod, { ifname: network.ifname, ...(prev !== undefined ? { prevResult: prev } : {}) });
-        if (outcome.exitCode !== 0) errors.push(`${network.ifname} (${String(network.plugin.config['type'])}): ${describeFailure(outcome)}`);
+        const outcome: Outcome = await invoke(network.plugin, 'DEL', pod, {
+          ifname: network.ifname,
+          ...(prev !== undefined ? { prevResult: prev } : {}),
+        });
+        if (outcome.exitCode !== 0)
+          errors.push(`${network.ifname} (${String(network.plugin.config['type'])}): ${describeFailure(outcome)}`);
       }
       return { ms: elapsed(t0), ...(errors.length > 0 ? { error: errors.join('; ') } : {}) };
     },

@@ -36,7 +36,12 @@ export async function writeNetworkDefinition(
     'metadata:',
     `  name: ${name}`,
     `  namespace: ${namespace}`,
-    ...(Object.keys(annotations).length ? ['  annotations:', ...Object.entries(annotations).map(([k, v]) => `    ${JSON.stringify(k)}: ${JSON.stringify(v)}`)] : []),
+    ...(Object.keys(annotations).length
+      ? [
+          '  annotations:',
+          ...Object.entries(annotations).map(([k, v]) => `    ${JSON.stringify(k)}: ${JSON.stringify(v)}`),
+        ]
+      : []),
     'spec:',
     // JSON is valid YAML: quoting the config as a JSON string keeps it byte-exact.
     `  config: ${JSON.stringify(JSON.stringify(config))}`,
@@ -64,14 +69,25 @@ export interface HttpReply {
 }
 
 /** One HTTP request over the daemon's unix socket. */
-export function httpOverSocket(socketPath: string, method: string, path: string, body?: string, timeoutMs = 10_000): Promise<HttpReply> {
+export function httpOverSocket(
+  socketPath: string,
+  method: string,
+  path: string,
+  body?: string,
+  timeoutMs = 10_000,
+): Promise<HttpReply> {
   return new Promise((resolve, reject) => {
     const req = request(
       {
         socketPath,
         method,
         path,
-        headers: { Host: 'plexusd', ...(body !== undefined ? { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) } : {}) },
+        headers: {
+          Host: 'plexusd',
+          ...(body !== undefined
+            ? { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) }
+            : {}),
+        },
         timeout: timeoutMs,
       },
       (res) => {
@@ -114,12 +130,18 @@ export class Plexusd {
     const socket = join(options.root, 'plexus.sock');
     const args = [
       daemonEntry(),
-      '--socket', socket,
-      '--state-dir', join(options.root, 'state'),
-      '--networks-dir', options.networksDir,
-      '--default-network', options.defaultNetwork,
-      '--cni-bin-dir', options.cniBinDir,
-      '--log-level', options.logLevel ?? 'error',
+      '--socket',
+      socket,
+      '--state-dir',
+      join(options.root, 'state'),
+      '--networks-dir',
+      options.networksDir,
+      '--default-network',
+      options.defaultNetwork,
+      '--cni-bin-dir',
+      options.cniBinDir,
+      '--log-level',
+      options.logLevel ?? 'error',
       ...(options.stateSync !== undefined ? ['--state-sync', String(options.stateSync)] : []),
       ...(options.extraFlags ?? []),
     ];
@@ -133,10 +155,14 @@ export class Plexusd {
     teardown.add(`stop plexusd (pid ${daemon.pid})`, () => daemon.stop().then(() => undefined));
     const deadline = Date.now() + readyTimeoutMs;
     for (;;) {
-      if (daemon.exitCode !== undefined) throw new Error(`plexusd exited with ${String(daemon.exitCode)} before it was ready:\n${await daemon.logTail()}`);
+      if (daemon.exitCode !== undefined)
+        throw new Error(
+          `plexusd exited with ${String(daemon.exitCode)} before it was ready:\n${await daemon.logTail()}`,
+        );
       const reply = await httpOverSocket(socket, 'GET', '/readyz', undefined, 1000).catch(() => undefined);
       if (reply?.status === 200) return daemon;
-      if (Date.now() > deadline) throw new Error(`plexusd not ready after ${readyTimeoutMs} ms:\n${await daemon.logTail()}`);
+      if (Date.now() > deadline)
+        throw new Error(`plexusd not ready after ${readyTimeoutMs} ms:\n${await daemon.logTail()}`);
       await new Promise((r) => setTimeout(r, 50));
     }
   }

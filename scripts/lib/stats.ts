@@ -9,12 +9,18 @@ export interface Summary {
 }
 
 /** Nearest-rank percentile of sorted samples. */
-const percentile = (sorted: readonly number[], p: number): number => sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
+const percentile = (sorted: readonly number[], p: number): number =>
+  sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
 
 export function summarize(samples: readonly number[]): Summary {
   const sorted = [...samples].sort((a, b) => a - b);
   const mid = Math.floor(sorted.length / 2);
-  const median = sorted.length === 0 ? NaN : sorted.length % 2 === 1 ? (sorted[mid] ?? NaN) : ((sorted[mid - 1] ?? NaN) + (sorted[mid] ?? NaN)) / 2;
+  const median =
+    sorted.length === 0
+      ? NaN
+      : sorted.length % 2 === 1
+        ? (sorted[mid] ?? NaN)
+        : ((sorted[mid - 1] ?? NaN) + (sorted[mid] ?? NaN)) / 2;
   return {
     n: sorted.length,
     median: round(median),
@@ -24,9 +30,11 @@ export function summarize(samples: readonly number[]): Summary {
   };
 }
 
-export const round = (x: number, digits = 2): number => (Number.isFinite(x) ? Math.round(x * 10 ** digits) / 10 ** digits : x);
+export const round = (x: number, digits = 2): number =>
+  Number.isFinite(x) ? Math.round(x * 10 ** digits) / 10 ** digits : x;
 
-export const fmt = (x: number | undefined, digits = 1): string => (x === undefined || !Number.isFinite(x) ? 'n/a' : x.toFixed(digits));
+export const fmt = (x: number | undefined, digits = 1): string =>
+  x === undefined || !Number.isFinite(x) ? 'n/a' : x.toFixed(digits);
 
 /** Renders rows as an aligned text table; numbers-looking cells are right-aligned. */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -47,7 +55,11 @@ export function markdownTable(header: readonly string[], rows: readonly (readonl
 }
 
 /** Runs `task` over items with at most `limit` in flight; results keep the items' order. */
-export async function mapLimit<T, R>(items: readonly T[], limit: number, task: (item: T, index: number) => Promise<R>): Promise<R[]> {
+export async function mapLimit<T, R>(
+  items: readonly T[],
+  limit: number,
+  task: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   const worker = async (): Promise<void> => {

@@ -34,22 +34,32 @@ export function parseSubjectSpec(spec: string, tag: string): Subject {
   const configPath = resolve(spec.slice(colon + 1));
   const config = JSON.parse(readFileSync(configPath, 'utf8')) as unknown;
   if (!isRecord(config)) throw new Error(`--subject ${name}: ${configPath} is not a JSON object`);
-  if (Array.isArray(config['plugins'])) throw new Error(`--subject ${name}: ${configPath} is a conflist; give a single plugin config`);
+  if (Array.isArray(config['plugins']))
+    throw new Error(`--subject ${name}: ${configPath} is a conflist; give a single plugin config`);
   return describeSubject(name, tag, { binary, config, env: { CNI_PATH: dirname(binary) } });
 }
 
 /** Infers the leak checks from a reference-style config: `bridge` for type bridge, host-local's data dir. */
 export function describeSubject(name: string, tag: string, plugin: Plugin): Subject {
   const { config } = plugin;
-  const bridge = config['type'] === 'bridge' ? (typeof config['bridge'] === 'string' ? config['bridge'] : 'cni0') : undefined;
+  const bridge =
+    config['type'] === 'bridge' ? (typeof config['bridge'] === 'string' ? config['bridge'] : 'cni0') : undefined;
   const ipam = isRecord(config['ipam']) ? config['ipam'] : undefined;
   const network = typeof config['name'] === 'string' ? config['name'] : '';
-  const dataDir = ipam?.['type'] === 'host-local' ? (typeof ipam['dataDir'] === 'string' ? ipam['dataDir'] : '/var/lib/cni/networks') : undefined;
+  const dataDir =
+    ipam?.['type'] === 'host-local'
+      ? typeof ipam['dataDir'] === 'string'
+        ? ipam['dataDir']
+        : '/var/lib/cni/networks'
+      : undefined;
   return {
     name,
     tag,
     plugin,
     ...(bridge !== undefined ? { bridge } : {}),
-    leftovers: () => (dataDir !== undefined && isAbsolute(dataDir) && network ? hostLocalLeftovers(dataDir, network) : Promise.resolve([])),
+    leftovers: () =>
+      dataDir !== undefined && isAbsolute(dataDir) && network
+        ? hostLocalLeftovers(dataDir, network)
+        : Promise.resolve([]),
   };
 }

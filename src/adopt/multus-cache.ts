@@ -43,14 +43,16 @@ export type CacheRead =
   | { readonly kind: 'broken'; readonly path: string; readonly reason: string };
 
 /** Container IDs are file names here: anything else is not a cache Multus could have written. */
-const isFileName = (id: string): boolean => id !== '' && id !== '.' && id !== '..' && !id.includes('/') && !id.includes('\0') && id.length <= 255;
+const isFileName = (id: string): boolean =>
+  id !== '' && id !== '.' && id !== '..' && !id.includes('/') && !id.includes('\0') && id.length <= 255;
 
 /** The cache of one sandbox; `ifname` is CNI_IFNAME (the first delegate's interface, as Multus names it). */
 export function readMultusCache(cacheDir: string, containerId: string, ifname: string): CacheRead {
   if (!isFileName(containerId)) return { kind: 'absent' };
   const path = join(cacheDir, containerId);
   const read = readBoundedFileSync(path, { maxBytes: MAX_CACHE_BYTES });
-  if (!read.ok) return read.error.kind === 'missing' ? { kind: 'absent' } : { kind: 'broken', path, reason: read.error.reason };
+  if (!read.ok)
+    return read.error.kind === 'missing' ? { kind: 'absent' } : { kind: 'broken', path, reason: read.error.reason };
   let json: unknown;
   try {
     json = JSON.parse(read.value.toString('utf8'));
@@ -60,12 +62,17 @@ export function readMultusCache(cacheDir: string, containerId: string, ifname: s
   const parsed = CacheSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    return { kind: 'broken', path, reason: `not a list of Multus delegates: ${issue?.path.join('.') || 'the list'} ${issue?.message ?? ''}`.trim() };
+    return {
+      kind: 'broken',
+      path,
+      reason: `not a list of Multus delegates: ${issue?.path.join('.') || 'the list'} ${issue?.message ?? ''}`.trim(),
+    };
   }
   const delegates: CachedDelegate[] = [];
   for (const [i, d] of parsed.data.entries()) {
     const config = decodeConfig(d.Bytes);
-    if (config === undefined) return { kind: 'broken', path, reason: `delegate ${i}: its config is not base64-encoded JSON` };
+    if (config === undefined)
+      return { kind: 'broken', path, reason: `delegate ${i}: its config is not base64-encoded JSON` };
     delegates.push({
       name: d.Name ?? config.name,
       config: config.text,
@@ -83,7 +90,10 @@ export function readMultusCache(cacheDir: string, containerId: string, ifname: s
 /** The container IDs with a cache in the directory (Multus's `results/` holds libcni's caches, not sandboxes). */
 export function listMultusCaches(cacheDir: string): string[] {
   try {
-    return readdirSync(cacheDir, { withFileTypes: true }).filter((e) => e.isFile() && isFileName(e.name)).map((e) => e.name).sort();
+    return readdirSync(cacheDir, { withFileTypes: true })
+      .filter((e) => e.isFile() && isFileName(e.name))
+      .map((e) => e.name)
+      .sort();
   } catch {
     return [];
   }

@@ -65,8 +65,10 @@ export class MultusSandboxes implements ForeignSandboxes {
     if (cache.kind === 'absent') return { kind: 'not-mine' };
     const pod = `${req.args.podNamespace ?? '?'}/${req.args.podName ?? '?'}`;
     if (cache.kind === 'broken') {
-      this.o.log.warn({ pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
-        'Multus\'s cache of this sandbox cannot be read: its DEL follows the pod\'s annotation and its networks as they are now, as Multus does');
+      this.o.log.warn(
+        { pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
+        "Multus's cache of this sandbox cannot be read: its DEL follows the pod's annotation and its networks as they are now, as Multus does",
+      );
       // Gone once the fallback ran, as Multus removes it: the next DEL is not one of these sandboxes any more.
       return { kind: 'unreadable', what: cache.path };
     }
@@ -76,7 +78,10 @@ export class MultusSandboxes implements ForeignSandboxes {
       if (!r.ok) failures.push(r.error);
     }
     rmSync(cache.path, { force: true });
-    this.o.log.info({ pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length }, 'a sandbox Multus made is removed as Multus would have removed it');
+    this.o.log.info(
+      { pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length },
+      'a sandbox Multus made is removed as Multus would have removed it',
+    );
     if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
     return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
   }
@@ -105,11 +110,15 @@ export class MultusSandboxes implements ForeignSandboxes {
       const cached = this.libcniCache(networkOf(first), containerId, first.ifname);
       const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
       const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
-      return [{
-        containerId, maker: 'multus', networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
-        ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
-        ...(cached.netns ? { netns: cached.netns } : {}),
-      }];
+      return [
+        {
+          containerId,
+          maker: 'multus',
+          networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
+          ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
+          ...(cached.netns ? { netns: cached.netns } : {}),
+        },
+      ];
     });
   }
 
@@ -138,7 +147,18 @@ export class MultusSandboxes implements ForeignSandboxes {
       const context = `network ${network} (${d.ifname}), plugin ${type}`;
       if (!path.ok) return err(path.error.withContext(context));
       const stdin = JSON.stringify(pluginConfig(plugin, network, cniVersion, cached));
-      const r = await this.o.exec({ command, type, network, path: path.value, stdin, containerId: req.containerId, netns, ifname: d.ifname, args, cniPath: this.o.cniBinDir });
+      const r = await this.o.exec({
+        command,
+        type,
+        network,
+        path: path.value,
+        stdin,
+        containerId: req.containerId,
+        netns,
+        ifname: d.ifname,
+        args,
+        cniPath: this.o.cniBinDir,
+      });
       if (!r.ok) return err(r.error.withContext(context));
     }
     return ok(undefined);
@@ -149,7 +169,9 @@ export class MultusSandboxes implements ForeignSandboxes {
   }
 
   private libcniCache(network: string, containerId: string, ifname: string): LibcniCache {
-    const file = readBoundedFileSync(this.libcniCachePath(network, containerId, ifname), { maxBytes: LIBCNI_CACHE_MAX_BYTES });
+    const file = readBoundedFileSync(this.libcniCachePath(network, containerId, ifname), {
+      maxBytes: LIBCNI_CACHE_MAX_BYTES,
+    });
     if (!file.ok) return {}; // libcni goes on without a cached result too
     try {
       const raw = JSON.parse(file.value.toString('utf8')) as Json;
@@ -178,8 +200,16 @@ function pluginConfig(plugin: Json, network: string, cniVersion: string, cached:
   const config: Json = { ...plugin, name: network, cniVersion };
   // A cached result on DEL came with spec 0.4.0.
   if (cached.result && compareVersions(cniVersion, '0.4.0') >= 0) config.prevResult = cached.result;
-  const declared = isRecord(plugin.capabilities) ? Object.entries(plugin.capabilities).filter(([, on]) => on === true).map(([c]) => c) : [];
-  const runtimeConfig = Object.fromEntries(declared.flatMap((c) => (cached.capabilityArgs && c in cached.capabilityArgs ? [[c, cached.capabilityArgs[c]]] : [])));
+  const declared = isRecord(plugin.capabilities)
+    ? Object.entries(plugin.capabilities)
+        .filter(([, on]) => on === true)
+        .map(([c]) => c)
+    : [];
+  const runtimeConfig = Object.fromEntries(
+    declared.flatMap((c) =>
+      cached.capabilityArgs && c in cached.capabilityArgs ? [[c, cached.capabilityArgs[c]]] : [],
+    ),
+  );
   if (Object.keys(runtimeConfig).length > 0) config.runtimeConfig = runtimeConfig;
   return config;
 }

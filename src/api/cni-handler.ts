@@ -19,21 +19,37 @@ export const errorReply = (cniVersion: string, e: CniError): CniReply => ({
 export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngine, log: Logger): Promise<CniReply> {
   const parsed = parseCniRequest(call);
   if (!parsed.ok) {
-    log.warn({ command: call.env.CNI_COMMAND, containerId: call.env.CNI_CONTAINERID, code: parsed.error.code, msg: parsed.error.message }, 'rejected CNI call');
+    log.warn(
+      {
+        command: call.env.CNI_COMMAND,
+        containerId: call.env.CNI_CONTAINERID,
+        code: parsed.error.code,
+        msg: parsed.error.message,
+      },
+      'rejected CNI call',
+    );
     return errorReply(bestEffortVersion(call.stdin), parsed.error);
   }
   const req = parsed.value;
   // Every line about a sandbox names its container, interface and pod (namespace/name, when the runtime gave them).
-  const sandbox = 'containerId' in req
-    ? { containerId: req.containerId, ifname: req.ifname, ...(req.args.podName ? { pod: `${req.args.podNamespace ?? 'default'}/${req.args.podName}` } : {}) }
-    : {};
+  const sandbox =
+    'containerId' in req
+      ? {
+          containerId: req.containerId,
+          ifname: req.ifname,
+          ...(req.args.podName ? { pod: `${req.args.podNamespace ?? 'default'}/${req.args.podName}` } : {}),
+        }
+      : {};
   const fail = (e: CniError): CniReply => {
     log.warn({ command: req.command, ...sandbox, code: e.code, msg: e.message, details: e.details }, 'CNI call failed');
     return errorReply(req.version, e);
   };
   switch (req.command) {
     case 'VERSION':
-      return { exitCode: 0, stdout: `${JSON.stringify({ cniVersion: req.version, supportedVersions: SUPPORTED_VERSIONS })}\n` };
+      return {
+        exitCode: 0,
+        stdout: `${JSON.stringify({ cniVersion: req.version, supportedVersions: SUPPORTED_VERSIONS })}\n`,
+      };
     case 'STATUS': {
       const r = await engine.status(req);
       return r.ok ? { exitCode: 0, stdout: '' } : fail(r.error);
@@ -41,7 +57,14 @@ export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngin
     case 'ADD': {
       const r = await engine.add(req);
       if (!r.ok) return fail(r.error);
-      log.info({ ...sandbox, interfaces: r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ips: r.value.ips.map((i) => i.address) }, 'ADD');
+      log.info(
+        {
+          ...sandbox,
+          interfaces: r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name),
+          ips: r.value.ips.map((i) => i.address),
+        },
+        'ADD',
+      );
       return { exitCode: 0, stdout: `${JSON.stringify(convertResult(r.value, req.version))}\n` };
     }
     case 'DEL': {

@@ -12,11 +12,7 @@ export const apiErrors = {
     ),
   malformed: (why: string): CniError => new CniError(CniCode.DecodeFailure, 'malformed request from plexus-cni', why),
   busy: (inFlight: number, queued: number): CniError =>
-    new CniError(
-      CniCode.TryAgainLater,
-      `plexusd is busy (${inFlight} calls running, ${queued} queued)`,
-      'retry later',
-    ),
+    new CniError(CniCode.TryAgainLater, `plexusd is busy (${inFlight} calls running, ${queued} queued)`, 'retry later'),
   /** Something thrown that is not a CNI error: a defect, answered as an error (code 100) rather than a dropped connection. */
   internal: (thrown: unknown): CniError =>
     new CniError(CniCode.Internal, `plexusd failed: ${(thrown as Error)?.message ?? String(thrown)}`),

@@ -26,7 +26,8 @@ export function parseOperatorGc(body: string): Result<OperatorGcRequest> {
     return err(new CniError(CniCode.DecodeFailure, 'GC request is not JSON', (e as Error).message));
   }
   const parsed = OperatorGcSchema.safeParse(json);
-  if (!parsed.success) return err(new CniError(CniCode.InvalidNetworkConfig, 'invalid GC request', allIssues(parsed.error, 'body')));
+  if (!parsed.success)
+    return err(new CniError(CniCode.InvalidNetworkConfig, 'invalid GC request', allIssues(parsed.error, 'body')));
   return ok(parsed.data);
 }
 
@@ -34,7 +35,11 @@ export function parseOperatorGc(body: string): Result<OperatorGcRequest> {
 export function staleReason(req: OperatorGcRequest): (record: AttachmentRecord) => string | undefined {
   if (req.keep) {
     const keep = new Set(req.keep);
-    return (r) => (keep.has(r.meta.containerId) || keep.has(`${r.meta.containerId}@${r.meta.ifname}`) ? undefined : 'not in the keep list');
+    return (r) =>
+      keep.has(r.meta.containerId) || keep.has(`${r.meta.containerId}@${r.meta.ifname}`)
+        ? undefined
+        : 'not in the keep list';
   }
-  return (r) => (r.meta.netns && existsSync(r.meta.netns) ? undefined : `network namespace ${r.meta.netns || '(none)'} is gone`);
+  return (r) =>
+    r.meta.netns && existsSync(r.meta.netns) ? undefined : `network namespace ${r.meta.netns || '(none)'} is gone`;
 }

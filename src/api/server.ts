@@ -51,7 +51,8 @@ const send = (res: ServerResponse, status: number, body: string, headers: Record
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), ...headers });
   res.end(body);
 };
-const sendCni = (res: ServerResponse, reply: CniReply): void => send(res, 200, reply.stdout, { 'X-CNI-Exit-Code': String(reply.exitCode) });
+const sendCni = (res: ServerResponse, reply: CniReply): void =>
+  send(res, 200, reply.stdout, { 'X-CNI-Exit-Code': String(reply.exitCode) });
 
 export interface ServerOptions {
   readonly socketPath: string;
@@ -97,12 +98,28 @@ export class DaemonServer {
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://plexusd');
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, '{"status":"ok"}');
-    if (req.method === 'GET' && url.pathname === '/readyz') return send(res, this.state.ready ? 200 : 503, JSON.stringify({ ready: this.state.ready, pid: process.pid, inFlight: this.limiter.inFlight, queued: this.limiter.queued }));
-    if (req.method === 'GET' && url.pathname === '/v1/attachments') return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
-    if (req.method === 'GET' && url.pathname === '/v1/adopted') return send(res, 200, JSON.stringify(this.engine.adopted()));
+    if (req.method === 'GET' && url.pathname === '/readyz')
+      return send(
+        res,
+        this.state.ready ? 200 : 503,
+        JSON.stringify({
+          ready: this.state.ready,
+          pid: process.pid,
+          inFlight: this.limiter.inFlight,
+          queued: this.limiter.queued,
+        }),
+      );
+    if (req.method === 'GET' && url.pathname === '/v1/attachments')
+      return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
+    if (req.method === 'GET' && url.pathname === '/v1/adopted')
+      return send(res, 200, JSON.stringify(this.engine.adopted()));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.listNetworks();
-      return send(res, 200, JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }));
+      return send(
+        res,
+        200,
+        JSON.stringify({ networks, errors: errors.map((e) => ({ code: e.code, msg: e.message, details: e.details })) }),
+      );
     }
     if (req.method === 'GET' && url.pathname === '/metrics' && this.options.metrics) {
       const text = await this.options.metrics.render();
@@ -144,7 +161,9 @@ export class DaemonServer {
     }
     sendCni(res, ran.value);
     this.options.observer?.observe({
-      command: call.env.CNI_COMMAND ?? '', containerId: call.env.CNI_CONTAINERID, code: replyCode(ran.value),
+      command: call.env.CNI_COMMAND ?? '',
+      containerId: call.env.CNI_CONTAINERID,
+      code: replyCode(ran.value),
       seconds: Number(process.hrtime.bigint() - started) / 1e9,
     });
   }
@@ -152,8 +171,10 @@ export class DaemonServer {
   private async gc(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (!this.state.ready) return send(res, 503, '{"error":"plexusd is starting"}');
     const body = await readBody(req);
-    const parsed = body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
-    if (!parsed.ok) return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
+    const parsed =
+      body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
+    if (!parsed.ok)
+      return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
     const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
     send(res, 200, JSON.stringify(report));
   }

@@ -11,8 +11,9 @@ import { untrustedAncestor, untrustedDirProblem } from '../common/trusted-dir';
 
 export const SPOOL_DIR_NAME = 'pending-del';
 
-const WHY = 'plexusd replays the DELs spooled in this directory, so whoever can change it could unplug any pod; '
-  + 'put the socket (--socket) in a directory owned by root, mode 0755 or 0700, such as /run/plexus';
+const WHY =
+  'plexusd replays the DELs spooled in this directory, so whoever can change it could unplug any pod; ' +
+  'put the socket (--socket) in a directory owned by root, mode 0755 or 0700, such as /run/plexus';
 
 const code = (thrown: unknown): string => (thrown as NodeJS.ErrnoException | null)?.code ?? 'EIO';
 

@@ -4,7 +4,11 @@
  */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
-import type { WireAdoptedSandbox as AdoptedSandbox, WireAttachment as AttachmentRecord, WireGcReport as SweepReport } from '../api/wire';
+import type {
+  WireAdoptedSandbox as AdoptedSandbox,
+  WireAttachment as AttachmentRecord,
+  WireGcReport as SweepReport,
+} from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
@@ -21,7 +25,8 @@ const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
 function call(socketPath: string, path: string, body?: unknown): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers = payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) };
+    const headers =
+      payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) };
     const req = request({ socketPath, path, method: payload === undefined ? 'GET' : 'POST', headers }, (res) => {
       let body = '';
       res.on('data', (c: Buffer) => (body += c.toString()));
@@ -35,7 +40,8 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const podOf = (r: AttachmentRecord): string => (r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-');
+const podOf = (r: AttachmentRecord): string =>
+  r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-';
 const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
 
 type CniInterface = NonNullable<AttachmentRecord['result']>['interfaces'][number];
@@ -56,7 +62,14 @@ function gcSummary(report: SweepReport, dryRun: boolean): string {
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
-  return rows.map((r) => r.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((cell, c) => cell.padEnd(widths[c]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 const OPTIONS = {
@@ -74,7 +87,10 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   } catch (e) {
     // Node names the word first, in quotes ("Unknown option '--x'", "Option '--socket <value>' argument missing").
     const word = /'([^' ]+)/.exec((e as Error).message)?.[1] ?? '';
-    const why = (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' ? `${word} needs a value` : `unexpected argument ${word}`;
+    const why =
+      (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE'
+        ? `${word} needs a value`
+        : `unexpected argument ${word}`;
     out(`plexusctl: ${why}\n${USAGE}`);
     return 2;
   }
@@ -97,8 +113,22 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       const adopted = (await call(socket, '/v1/adopted')) as AdoptedSandbox[];
       if (json) out(JSON.stringify(records, null, 2));
       else {
-        const own = records.map((r) => [r.meta.containerId, r.meta.ifname, podOf(r), r.meta.networks.join(','), ipsOf(r), r.state]);
-        const theirs = adopted.map((a) => [a.containerId, a.networks.map((n) => n.ifname).join(','), '-', a.networks.map((n) => n.name).join(','), '-', `adopted (${a.maker})`]);
+        const own = records.map((r) => [
+          r.meta.containerId,
+          r.meta.ifname,
+          podOf(r),
+          r.meta.networks.join(','),
+          ipsOf(r),
+          r.state,
+        ]);
+        const theirs = adopted.map((a) => [
+          a.containerId,
+          a.networks.map((n) => n.ifname).join(','),
+          '-',
+          a.networks.map((n) => n.name).join(','),
+          '-',
+          `adopted (${a.maker})`,
+        ]);
         out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...own, ...theirs]));
       }
       return 0;
@@ -106,7 +136,9 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'show': {
       const [cid, ifname] = args;
       if (!cid) break;
-      const records = ((await call(socket, '/v1/attachments')) as AttachmentRecord[]).filter((r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname));
+      const records = ((await call(socket, '/v1/attachments')) as AttachmentRecord[]).filter(
+        (r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname),
+      );
       if (records.length === 0) {
         out(`no attachment for container ${cid}${ifname ? ` and interface ${ifname}` : ''}`);
         return 1;
@@ -118,7 +150,8 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
           for (const [i, iface] of (r.result?.interfaces ?? []).entries()) {
             out(`  interface ${i}: ${iface.name} ${iface.mac ?? ''}${whereIs(iface)}`);
           }
-          for (const ip of r.result?.ips ?? []) out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
+          for (const ip of r.result?.ips ?? [])
+            out(`  ip ${ip.address}${ip.gateway ? ` gw ${ip.gateway}` : ''} on interface ${ip.interface ?? '-'}`);
           for (const rt of r.result?.routes ?? []) out(`  route ${rt.dst}${rt.gw ? ` via ${rt.gw}` : ''}`);
           out('  transaction:');
           for (const e of r.events) out(`    ${e.at}  ${e.what}${e.ms !== undefined ? ` (${e.ms} ms)` : ''}`);
@@ -128,10 +161,18 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       return 0;
     }
     case 'networks': {
-      const { networks, errors } = (await call(socket, '/v1/networks')) as { networks: NetworkDefinition[]; errors: { msg: string }[] };
+      const { networks, errors } = (await call(socket, '/v1/networks')) as {
+        networks: NetworkDefinition[];
+        errors: { msg: string }[];
+      };
       if (json) out(JSON.stringify({ networks, errors }, null, 2));
       else {
-        out(table([['NETWORK', 'CNI NAME', 'VERSION', 'PLUGINS', 'SOURCE'], ...networks.map((n) => [n.key, n.cniName, n.cniVersion, n.plugins.map((p) => p.type).join(','), n.source])]));
+        out(
+          table([
+            ['NETWORK', 'CNI NAME', 'VERSION', 'PLUGINS', 'SOURCE'],
+            ...networks.map((n) => [n.key, n.cniName, n.cniVersion, n.plugins.map((p) => p.type).join(','), n.source]),
+          ]),
+        );
         for (const e of errors) out(`invalid: ${e.msg}`);
       }
       return 0;
@@ -146,7 +187,8 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as SweepReport;
       if (json) out(JSON.stringify(report, null, 2));
       else {
-        for (const r of report.removed) out(`${dryRun ? 'would remove' : 'removed'} ${r.containerId} ${r.ifname}: ${r.reason}`);
+        for (const r of report.removed)
+          out(`${dryRun ? 'would remove' : 'removed'} ${r.containerId} ${r.ifname}: ${r.reason}`);
         for (const l of report.leases) {
           out(`${dryRun ? 'would release' : 'released'} lease ${l.address} in network ${l.network}: ${leaseOwner(l)}`);
         }

@@ -16,10 +16,19 @@ export interface CniArgs {
   readonly raw: ReadonlyArray<readonly [string, string]>;
 }
 
-const KNOWN = new Set(['K8S_POD_NAMESPACE', 'K8S_POD_NAME', 'K8S_POD_UID', 'K8S_POD_INFRA_CONTAINER_ID', 'IgnoreUnknown', 'IP', 'MAC']);
+const KNOWN = new Set([
+  'K8S_POD_NAMESPACE',
+  'K8S_POD_NAME',
+  'K8S_POD_UID',
+  'K8S_POD_INFRA_CONTAINER_ID',
+  'IgnoreUnknown',
+  'IP',
+  'MAC',
+]);
 const MAC_RE = /^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$/;
 
-const invalid = (msg: string, details = ''): Result<never> => err(new CniError(CniCode.InvalidEnvironment, msg, details));
+const invalid = (msg: string, details = ''): Result<never> =>
+  err(new CniError(CniCode.InvalidEnvironment, msg, details));
 
 export function parseCniArgs(text: string | undefined): Result<CniArgs> {
   const pairs: [string, string][] = [];
@@ -34,18 +43,27 @@ export function parseCniArgs(text: string | undefined): Result<CniArgs> {
   const ignoreUnknown = ignoreRaw !== undefined && ['1', 'true', 'True', 'TRUE'].includes(ignoreRaw);
   if (!ignoreUnknown) {
     const unknown = pairs.filter(([k]) => !KNOWN.has(k)).map(([k]) => k);
-    if (unknown.length) return invalid(`CNI_ARGS: unknown argument ${unknown.map((k) => `"${k}"`).join(', ')} (set IgnoreUnknown=1 to allow)`, `CNI_ARGS=${text}`);
+    if (unknown.length)
+      return invalid(
+        `CNI_ARGS: unknown argument ${unknown.map((k) => `"${k}"`).join(', ')} (set IgnoreUnknown=1 to allow)`,
+        `CNI_ARGS=${text}`,
+      );
   }
   const ips: string[] = [];
-  for (const ip of (get('IP') ?? '').split(',').map((s) => s.trim()).filter(Boolean)) {
+  for (const ip of (get('IP') ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const [addr = '', prefix, ...extra] = ip.split('/');
     const family = isIP(addr);
     const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32));
-    if (!family || !prefixOk || extra.length) return invalid(`CNI_ARGS: IP "${ip}" is not an IP address or CIDR`, `CNI_ARGS=${text}`);
+    if (!family || !prefixOk || extra.length)
+      return invalid(`CNI_ARGS: IP "${ip}" is not an IP address or CIDR`, `CNI_ARGS=${text}`);
     ips.push(ip);
   }
   const mac = get('MAC');
-  if (mac !== undefined && !MAC_RE.test(mac)) return invalid(`CNI_ARGS: MAC "${mac}" is not a MAC address`, `CNI_ARGS=${text}`);
+  if (mac !== undefined && !MAC_RE.test(mac))
+    return invalid(`CNI_ARGS: MAC "${mac}" is not a MAC address`, `CNI_ARGS=${text}`);
   const opt = (k: string): string | undefined => {
     const v = get(k);
     return v === undefined || v === '' ? undefined : v;

@@ -34,7 +34,9 @@ export class CniError extends Error {
 
   /** The wire shape the CNI spec defines for errors (cniVersion is added by the caller). */
   toJSON(): { code: number; msg: string; details?: string } {
-    return this.details ? { code: this.code, msg: this.message, details: this.details } : { code: this.code, msg: this.message };
+    return this.details
+      ? { code: this.code, msg: this.message, details: this.details }
+      : { code: this.code, msg: this.message };
   }
 
   /** A new error with the same code whose message is prefixed with context, e.g. the attachment it concerns. */

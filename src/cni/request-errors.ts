@@ -8,7 +8,8 @@ export const requestErrors = {
   noCommand: (): CniError => environment('CNI_COMMAND is not set'),
   unknownCommand: (command: string, known: readonly string[]): CniError =>
     environment(`CNI_COMMAND "${command}" is not one of ${known.join(', ')}`),
-  missingEnv: (key: string, command: string): CniError => environment(`${key} is required for ${command} but is not set`),
+  missingEnv: (key: string, command: string): CniError =>
+    environment(`${key} is required for ${command} but is not set`),
   badIfname: (what: string, name: string, problem: string): CniError =>
     environment(name === '' ? `${what} is empty` : `${what} ${JSON.stringify(name)} ${problem}`),
   containerIdTooLong: (id: string, max: number): CniError =>

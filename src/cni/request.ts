@@ -41,8 +41,20 @@ export interface CniRequestBase {
 }
 
 export type CniRequest =
-  | (CniRequestBase & { readonly command: 'ADD' | 'CHECK'; readonly containerId: string; readonly netns: string; readonly ifname: string; readonly args: CniArgs })
-  | (CniRequestBase & { readonly command: 'DEL'; readonly containerId: string; readonly netns: string; readonly ifname: string; readonly args: CniArgs })
+  | (CniRequestBase & {
+      readonly command: 'ADD' | 'CHECK';
+      readonly containerId: string;
+      readonly netns: string;
+      readonly ifname: string;
+      readonly args: CniArgs;
+    })
+  | (CniRequestBase & {
+      readonly command: 'DEL';
+      readonly containerId: string;
+      readonly netns: string;
+      readonly ifname: string;
+      readonly args: CniArgs;
+    })
   | (CniRequestBase & { readonly command: 'GC'; readonly validAttachments: readonly AttachmentKey[] })
   | (CniRequestBase & { readonly command: 'STATUS' })
   | (CniRequestBase & { readonly command: 'VERSION' });
@@ -102,8 +114,16 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   const config = parsed.data;
 
   if (cmd === 'VERSION') {
-    const v = config.cniVersion && requireVersion(config.cniVersion).ok ? (config.cniVersion as CniVersion) : LATEST_VERSION;
-    return ok({ command: 'VERSION', version: v, rawConfig: stdin, config, networkName: config.name ?? '', runtimeConfig: new RuntimeConfig({}) });
+    const v =
+      config.cniVersion && requireVersion(config.cniVersion).ok ? (config.cniVersion as CniVersion) : LATEST_VERSION;
+    return ok({
+      command: 'VERSION',
+      version: v,
+      rawConfig: stdin,
+      config,
+      networkName: config.name ?? '',
+      runtimeConfig: new RuntimeConfig({}),
+    });
   }
 
   const version = requireVersion(config.cniVersion);
@@ -112,7 +132,8 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (!config.type) return err(requestErrors.configWithout('type'));
   const minimum: Partial<Record<CniCommand, string>> = { CHECK: '0.4.0', STATUS: '1.1.0', GC: '1.1.0' };
   const min = minimum[cmd];
-  if (min && compareVersions(version.value, min) < 0) return err(requestErrors.commandNeedsVersion(cmd, min, version.value));
+  if (min && compareVersions(version.value, min) < 0)
+    return err(requestErrors.commandNeedsVersion(cmd, min, version.value));
   const base: CniRequestBase = {
     version: version.value,
     rawConfig: stdin,
@@ -124,9 +145,15 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (cmd === 'STATUS') return ok({ ...base, command: 'STATUS' });
   if (cmd === 'GC') {
     const list = config['cni.dev/valid-attachments'] ?? config['cni.dev/attachments'] ?? [];
-    const attachments = z.array(z.object({ containerID: z.string(), ifname: z.string() }).passthrough()).safeParse(list);
+    const attachments = z
+      .array(z.object({ containerID: z.string(), ifname: z.string() }).passthrough())
+      .safeParse(list);
     if (!attachments.success) return err(requestErrors.badGcAttachments());
-    return ok({ ...base, command: 'GC', validAttachments: attachments.data.map((a) => ({ containerId: a.containerID, ifname: a.ifname })) });
+    return ok({
+      ...base,
+      command: 'GC',
+      validAttachments: attachments.data.map((a) => ({ containerId: a.containerID, ifname: a.ifname })),
+    });
   }
 
   const containerId = needEnv(env, 'CNI_CONTAINERID', cmd);
@@ -141,9 +168,24 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (!ifname.ok) return ifname;
   const args = parseCniArgs(env.CNI_ARGS);
   if (!args.ok) return args;
-  if (cmd === 'DEL') return ok({ ...base, command: 'DEL', containerId: containerId.value, netns: env.CNI_NETNS ?? '', ifname: ifname.value, args: args.value });
+  if (cmd === 'DEL')
+    return ok({
+      ...base,
+      command: 'DEL',
+      containerId: containerId.value,
+      netns: env.CNI_NETNS ?? '',
+      ifname: ifname.value,
+      args: args.value,
+    });
   const netns = needEnv(env, 'CNI_NETNS', cmd);
   if (!netns.ok) return netns;
   if (!netns.value.startsWith('/')) return err(requestErrors.relativeNetns(netns.value));
-  return ok({ ...base, command: cmd, containerId: containerId.value, netns: netns.value, ifname: ifname.value, args: args.value });
+  return ok({
+    ...base,
+    command: cmd,
+    containerId: containerId.value,
+    netns: netns.value,
+    ifname: ifname.value,
+    args: args.value,
+  });
 }

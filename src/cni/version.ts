@@ -6,7 +6,8 @@ export const SUPPORTED_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] 
 export type CniVersion = (typeof SUPPORTED_VERSIONS)[number];
 export const LATEST_VERSION: CniVersion = '1.1.0';
 
-export const isSupportedVersion = (v: unknown): v is CniVersion => typeof v === 'string' && (SUPPORTED_VERSIONS as readonly string[]).includes(v);
+export const isSupportedVersion = (v: unknown): v is CniVersion =>
+  typeof v === 'string' && (SUPPORTED_VERSIONS as readonly string[]).includes(v);
 
 export function compareVersions(a: string, b: string): number {
   const pa = a.split('.').map(Number);

@@ -153,7 +153,10 @@ export async function readBoundedFile(
     const bad = shapeProblem(path, st, options.maxBytes);
     if (bad) return bad;
     const reader = new CappedReader(st.size, options.maxBytes);
-    while (reader.room() > 0 && reader.took((await handle.read(reader.buf, reader.len, reader.room(), null)).bytesRead));
+    while (
+      reader.room() > 0 &&
+      reader.took((await handle.read(reader.buf, reader.len, reader.room(), null)).bytesRead)
+    );
     return reader.result(path);
   } catch (thrown) {
     return fromThrown(path, thrown);

@@ -53,7 +53,8 @@ export function toBytes(ip: Ip): Buffer {
 
 /** An address from its network byte order form: 4 bytes are IPv4, 16 IPv6. */
 export function fromBytes(bytes: Uint8Array): Ip {
-  if (bytes.length !== 4 && bytes.length !== 16) throw new Error(`an IP address has 4 or 16 bytes, not ${bytes.length}`);
+  if (bytes.length !== 4 && bytes.length !== 16)
+    throw new Error(`an IP address has 4 or 16 bytes, not ${bytes.length}`);
   return { family: bytes.length === 4 ? 4 : 6, value: bytesToBigint([...bytes]) };
 }
 
@@ -90,7 +91,7 @@ export function formatIp(family: Family, value: bigint): string {
   for (let shift = 112n; shift >= 0n; shift -= 16n) groups.push(Number((value >> shift) & 0xffffn));
   let bestStart = -1;
   let bestLength = 1; // RFC 5952: a single zero group is not compressed
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (groups[i] !== 0) {
       i++;
       continue;
@@ -108,6 +109,7 @@ export function formatIp(family: Family, value: bigint): string {
   return `${hex(groups.slice(0, bestStart))}::${hex(groups.slice(bestStart + bestLength))}`;
 }
 
-export const formatCidr = (family: Family, value: bigint, prefix: number): string => `${formatIp(family, value)}/${prefix}`;
+export const formatCidr = (family: Family, value: bigint, prefix: number): string =>
+  `${formatIp(family, value)}/${prefix}`;
 
 export const familyName = (family: Family): string => (family === 4 ? 'IPv4' : 'IPv6');

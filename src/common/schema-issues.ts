@@ -12,7 +12,8 @@ export function fieldPath(path: readonly PropertyKey[], root = ''): string {
 }
 
 /** "field: reason" for one issue; `whole` names the value itself when the issue is at its top level. */
-export const describeIssue = (issue: z.core.$ZodIssue, whole: string, root = ''): string => `${fieldPath(issue.path, root) || whole}: ${issue.message}`;
+export const describeIssue = (issue: z.core.$ZodIssue, whole: string, root = ''): string =>
+  `${fieldPath(issue.path, root) || whole}: ${issue.message}`;
 
 /** The first issue of a failed parse (the one a person fixes first). */
 export const firstIssue = (error: z.ZodError, whole: string, root = ''): string => {
@@ -21,4 +22,5 @@ export const firstIssue = (error: z.ZodError, whole: string, root = ''): string 
 };
 
 /** Every issue of a failed parse, joined by "; ". */
-export const allIssues = (error: z.ZodError, whole: string): string => error.issues.map((i) => describeIssue(i, whole)).join('; ');
+export const allIssues = (error: z.ZodError, whole: string): string =>
+  error.issues.map((i) => describeIssue(i, whole)).join('; ');

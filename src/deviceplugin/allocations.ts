@@ -24,7 +24,10 @@ export class AllocationBook {
   private readonly entries = new Map<string, AllocationEntry>();
 
   /** `file` undefined: in memory only (tests, or no state dir). */
-  constructor(private readonly file: string | undefined, private readonly now: () => number = Date.now) {
+  constructor(
+    private readonly file: string | undefined,
+    private readonly now: () => number = Date.now,
+  ) {
     if (!file) return;
     let text: string;
     try {
@@ -76,11 +79,13 @@ export class AllocationBook {
    */
   preferred(available: readonly string[], mustInclude: readonly string[], size: number): string[] {
     const chosen = [...new Set(mustInclude)].slice(0, Math.max(size, 0));
-    const rest = available.filter((id) => !chosen.includes(id)).sort((a, b) => {
-      const ta = this.entries.get(a)?.allocatedAt ?? -Infinity;
-      const tb = this.entries.get(b)?.allocatedAt ?? -Infinity;
-      return ta !== tb ? ta - tb : naturalCompare(a, b);
-    });
+    const rest = available
+      .filter((id) => !chosen.includes(id))
+      .sort((a, b) => {
+        const ta = this.entries.get(a)?.allocatedAt ?? -Infinity;
+        const tb = this.entries.get(b)?.allocatedAt ?? -Infinity;
+        return ta !== tb ? ta - tb : naturalCompare(a, b);
+      });
     for (const id of rest) {
       if (chosen.length >= size) break;
       chosen.push(id);

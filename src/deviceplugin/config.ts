@@ -21,7 +21,10 @@ const IFNAME = /^[^\s/:]{1,15}$/;
 /** Extended resource names: a domain prefix other than kubernetes.io, a slash, a name (what the kubelet accepts). */
 const resourceName = z
   .string()
-  .regex(/^(?=.{1,253}\/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/, 'must be domain/name, e.g. plexus.io/memif')
+  .regex(
+    /^(?=.{1,253}\/)[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/,
+    'must be domain/name, e.g. plexus.io/memif',
+  )
   .refine((n) => !/(^|\.)kubernetes\.io\//.test(n), 'the kubernetes.io domain is reserved');
 
 const absolute = z.string().startsWith('/', 'must be an absolute path');
@@ -57,7 +60,14 @@ const HostDeviceResourceSchema = z.strictObject({
   name: resourceName,
   kind: z.literal('host-device'),
   devices: z
-    .array(z.string().refine((d) => PCI_ADDRESS.test(d) || IFNAME.test(d), 'must be a host interface name or a PCI address like 0000:3b:00.1'))
+    .array(
+      z
+        .string()
+        .refine(
+          (d) => PCI_ADDRESS.test(d) || IFNAME.test(d),
+          'must be a host interface name or a PCI address like 0000:3b:00.1',
+        ),
+    )
     .min(1)
     .refine((ds) => new Set(ds.map((d) => d.toLowerCase())).size === ds.length, 'lists a device twice'),
   offer,
@@ -78,22 +88,33 @@ export function parseResources(doc: unknown, where = 'the device plugin config')
   const r = ResourcesSchema.safeParse(doc);
   if (r.success) {
     const overlap = pciOrNameOverlap(r.data.resources);
-    if (overlap) return err(new CniError(CniCode.InvalidNetworkConfig, `${where}: device ${overlap} is in more than one host-device pool`));
+    if (overlap)
+      return err(
+        new CniError(CniCode.InvalidNetworkConfig, `${where}: device ${overlap} is in more than one host-device pool`),
+      );
     return ok(r.data.resources);
   }
   const issue = r.error.issues[0];
-  return err(new CniError(CniCode.InvalidNetworkConfig, `${where}: ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'invalid'}`));
+  return err(
+    new CniError(
+      CniCode.InvalidNetworkConfig,
+      `${where}: ${issue?.path.join('.') || '(top)'}: ${issue?.message ?? 'invalid'}`,
+    ),
+  );
 }
 
 /** Whether a resource is offered one way (device-plugin or dra). */
-export const offers = (resource: ResourceConfig, how: Offer): boolean => (resource.offer ?? ['device-plugin']).includes(how);
+export const offers = (resource: ResourceConfig, how: Offer): boolean =>
+  (resource.offer ?? ['device-plugin']).includes(how);
 
 export function loadResources(file: string): Result<ResourceConfig[]> {
   let doc: unknown;
   try {
     doc = parseYaml(readFileSync(file, 'utf8'));
   } catch (e) {
-    return err(new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${(e as Error).message}`));
+    return err(
+      new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${(e as Error).message}`),
+    );
   }
   return parseResources(doc, file);
 }

@@ -15,7 +15,11 @@ export type DeviceInfo =
       readonly type: 'memif';
       readonly version: string;
       /** role of the pod's end ("slave": the pod is the memif client; the node's switch is the server). */
-      readonly memif: { readonly role: 'master' | 'slave'; readonly path: string; readonly mode: 'ethernet' | 'ip' | 'punt' };
+      readonly memif: {
+        readonly role: 'master' | 'slave';
+        readonly path: string;
+        readonly mode: 'ethernet' | 'ip' | 'punt';
+      };
     };
 
 export const deviceInfoFile = (baseDir: string, resourceName: string, deviceID: string): string =>
@@ -49,8 +53,10 @@ export function loadDeviceInfo(baseDir: string, resourceName: string, deviceID: 
   }
   try {
     const v = JSON.parse(text) as unknown;
-    if (v === null || typeof v !== 'object' || Array.isArray(v)) return { kind: 'malformed', path, reason: 'not a JSON object' };
-    if (typeof (v as Record<string, unknown>).type !== 'string') return { kind: 'malformed', path, reason: 'no "type"' };
+    if (v === null || typeof v !== 'object' || Array.isArray(v))
+      return { kind: 'malformed', path, reason: 'not a JSON object' };
+    if (typeof (v as Record<string, unknown>).type !== 'string')
+      return { kind: 'malformed', path, reason: 'no "type"' };
     return { kind: 'found', info: v as Record<string, unknown> };
   } catch (e) {
     return { kind: 'malformed', path, reason: (e as Error).message };
@@ -58,7 +64,11 @@ export function loadDeviceInfo(baseDir: string, resourceName: string, deviceID: 
 }
 
 /** The file's content, or undefined when there is none (or it is not a device-info object). */
-export function readDeviceInfo(baseDir: string, resourceName: string, deviceID: string): Record<string, unknown> | undefined {
+export function readDeviceInfo(
+  baseDir: string,
+  resourceName: string,
+  deviceID: string,
+): Record<string, unknown> | undefined {
   const read = loadDeviceInfo(baseDir, resourceName, deviceID);
   return read.kind === 'found' ? read.info : undefined;
 }

@@ -24,7 +24,6 @@ export interface DevicePluginSettings {
   readonly heldByDra?: (resourceName: string, deviceID: string) => boolean;
 }
 
-
 export class DevicePlugins {
   readonly plugins: readonly ResourcePlugin[];
   readonly memif: ReadonlyMap<string, MemifDevices>;
@@ -34,7 +33,13 @@ export class DevicePlugins {
     this.memif = memif;
   }
 
-  static create(resources: readonly ResourceConfig[], settings: DevicePluginSettings, podResources: PodResourcesClient, log: Logger, events: PluginEvents = {}): DevicePlugins {
+  static create(
+    resources: readonly ResourceConfig[],
+    settings: DevicePluginSettings,
+    podResources: PodResourcesClient,
+    log: Logger,
+    events: PluginEvents = {},
+  ): DevicePlugins {
     const env = {
       deviceInfoDir: settings.deviceInfoDir,
       ...(settings.stateDir ? { stateDir: settings.stateDir } : {}),
@@ -45,21 +50,33 @@ export class DevicePlugins {
     };
     const memif = new Map<string, MemifDevices>();
     // Resources offered only as DRA devices are src/dra's (the same file configures both).
-    const plugins = resources.filter((r) => offers(r, 'device-plugin')).map((r) => {
-      let resource: DeviceResource;
-      if (r.kind === 'memif') {
-        const m = new MemifDevices(r, env);
-        m.removeStale();
-        memif.set(r.name, m);
-        resource = m;
-      } else resource = new HostDevicePool(r, env);
-      return new ResourcePlugin(resource, settings.devicePluginDir, log.child({ component: 'device-plugin' }), events);
-    });
+    const plugins = resources
+      .filter((r) => offers(r, 'device-plugin'))
+      .map((r) => {
+        let resource: DeviceResource;
+        if (r.kind === 'memif') {
+          const m = new MemifDevices(r, env);
+          m.removeStale();
+          memif.set(r.name, m);
+          resource = m;
+        } else resource = new HostDevicePool(r, env);
+        return new ResourcePlugin(
+          resource,
+          settings.devicePluginDir,
+          log.child({ component: 'device-plugin' }),
+          events,
+        );
+      });
     return new DevicePlugins(plugins, memif);
   }
 
   /** From --device-plugin-config; an unreadable or invalid file is an error that names it. */
-  static load(file: string, settings: DevicePluginSettings, podResources: PodResourcesClient, log: Logger): Result<DevicePlugins> {
+  static load(
+    file: string,
+    settings: DevicePluginSettings,
+    podResources: PodResourcesClient,
+    log: Logger,
+  ): Result<DevicePlugins> {
     const resources = loadResources(file);
     if (!resources.ok) return err(resources.error);
     return ok(DevicePlugins.create(resources.value, settings, podResources, log));
@@ -69,11 +86,21 @@ export class DevicePlugins {
    * The socket of a memif device the kubelet allocated (for the memif driver): undefined when `resourceName` is not one
    * of this plexusd's memif resources; an error when the device has no allocation on record.
    */
-  memifSocket(resourceName: string, deviceID: string): Result<{ hostSocket: string; podSocket: string; secret: string }> | undefined {
+  memifSocket(
+    resourceName: string,
+    deviceID: string,
+  ): Result<{ hostSocket: string; podSocket: string; secret: string }> | undefined {
     const resource = this.memif.get(resourceName);
     if (!resource) return undefined;
     const a = resource.allocation(deviceID);
-    if (!a) return err(new CniError(CniCode.TryAgainLater, `${resourceName} device ${deviceID} has no allocation on record`, 'the kubelet allocates a device before the pod sandbox is made; was plexusd\'s state dir lost?'));
+    if (!a)
+      return err(
+        new CniError(
+          CniCode.TryAgainLater,
+          `${resourceName} device ${deviceID} has no allocation on record`,
+          "the kubelet allocates a device before the pod sandbox is made; was plexusd's state dir lost?",
+        ),
+      );
     return ok({ hostSocket: a.socket, podSocket: resource.containerSocket(deviceID), secret: a.secret });
   }
 

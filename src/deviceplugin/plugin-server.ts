@@ -12,8 +12,17 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
-  DEVICE_PLUGIN_API_VERSION, devicePluginPackage, serviceOf, unary, unixTarget,
-  type AllocateRequest, type AllocateResponse, type ListAndWatchResponse, type PreferredAllocationRequest, type PreferredAllocationResponse, type RegisterRequest,
+  DEVICE_PLUGIN_API_VERSION,
+  devicePluginPackage,
+  serviceOf,
+  unary,
+  unixTarget,
+  type AllocateRequest,
+  type AllocateResponse,
+  type ListAndWatchResponse,
+  type PreferredAllocationRequest,
+  type PreferredAllocationResponse,
+  type RegisterRequest,
 } from './api';
 import type { DeviceResource } from './resources';
 
@@ -89,14 +98,21 @@ export class ResourcePlugin {
       if (this.registeredWith && ours === this.registeredWith.ours && kubelet === this.registeredWith.kubelet) return;
       if (kubelet === undefined) return this.failed(`no ${KUBELET_SOCKET} in ${this.dir} yet`);
       if (ours === undefined || !this.server) {
-        if (this.registeredWith) this.log.info({ resource: this.resource.name }, 'device plugin socket gone (the kubelet restarted): serving it again');
+        if (this.registeredWith)
+          this.log.info(
+            { resource: this.resource.name },
+            'device plugin socket gone (the kubelet restarted): serving it again',
+          );
         await this.serve();
       }
       await this.register();
       this.registeredWith = { ours: inode(this.socketPath) ?? -1, kubelet };
       this.lastFailure = '';
       this.events.registered?.(this.resource.name, performance.now());
-      this.log.info({ resource: this.resource.name, socket: this.socketPath, devices: this.resource.devices().length }, 'registered with the kubelet');
+      this.log.info(
+        { resource: this.resource.name, socket: this.socketPath, devices: this.resource.devices().length },
+        'registered with the kubelet',
+      );
     } catch (e) {
       this.failed((e as Error).message);
     } finally {
@@ -106,7 +122,11 @@ export class ResourcePlugin {
 
   private failed(why: string): void {
     this.registeredWith = undefined;
-    if (why !== this.lastFailure) this.log.warn({ resource: this.resource.name, why }, 'not registered with the kubelet yet; retrying every second');
+    if (why !== this.lastFailure)
+      this.log.warn(
+        { resource: this.resource.name, why },
+        'not registered with the kubelet yet; retrying every second',
+      );
     this.lastFailure = why;
   }
 
@@ -115,7 +135,8 @@ export class ResourcePlugin {
     rmSync(this.socketPath, { force: true });
     const server = new grpc.Server();
     server.addService(serviceOf(devicePluginPackage(), 'DevicePlugin').service, {
-      GetDevicePluginOptions: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, { pre_start_required: false, get_preferred_allocation_available: true }),
+      GetDevicePluginOptions: (_call: unknown, cb: grpc.sendUnaryData<unknown>) =>
+        cb(null, { pre_start_required: false, get_preferred_allocation_available: true }),
       ListAndWatch: (call: grpc.ServerWritableStream<unknown, ListAndWatchResponse>) => {
         this.streams.add(call);
         const done = (): void => {
@@ -126,27 +147,45 @@ export class ResourcePlugin {
         call.on('error', done);
         call.write({ devices: this.resource.devices() });
       },
-      GetPreferredAllocation: (call: grpc.ServerUnaryCall<PreferredAllocationRequest, PreferredAllocationResponse>, cb: grpc.sendUnaryData<PreferredAllocationResponse>) => {
+      GetPreferredAllocation: (
+        call: grpc.ServerUnaryCall<PreferredAllocationRequest, PreferredAllocationResponse>,
+        cb: grpc.sendUnaryData<PreferredAllocationResponse>,
+      ) => {
         cb(null, {
-          container_responses: call.request.container_requests.map((r) => ({ deviceIDs: this.resource.preferred(r.available_deviceIDs, r.must_include_deviceIDs, r.allocation_size) })),
+          container_responses: call.request.container_requests.map((r) => ({
+            deviceIDs: this.resource.preferred(r.available_deviceIDs, r.must_include_deviceIDs, r.allocation_size),
+          })),
         });
       },
-      Allocate: (call: grpc.ServerUnaryCall<AllocateRequest, AllocateResponse>, cb: grpc.sendUnaryData<AllocateResponse>) => {
+      Allocate: (
+        call: grpc.ServerUnaryCall<AllocateRequest, AllocateResponse>,
+        cb: grpc.sendUnaryData<AllocateResponse>,
+      ) => {
         const responses: AllocateResponse['container_responses'] = [];
         for (const r of call.request.container_requests) {
           const one = this.resource.allocate(r.devices_ids);
           if (!one.ok) {
-            this.log.warn({ resource: this.resource.name, devices: r.devices_ids, err: one.error.message }, 'Allocate refused');
+            this.log.warn(
+              { resource: this.resource.name, devices: r.devices_ids, err: one.error.message },
+              'Allocate refused',
+            );
             return cb({ code: grpc.status.INVALID_ARGUMENT, details: one.error.message });
           }
           responses.push(one.value);
         }
-        this.log.info({ resource: this.resource.name, devices: call.request.container_requests.map((r) => r.devices_ids) }, 'allocated');
+        this.log.info(
+          { resource: this.resource.name, devices: call.request.container_requests.map((r) => r.devices_ids) },
+          'allocated',
+        );
         cb(null, { container_responses: responses });
       },
       PreStartContainer: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, {}),
     });
-    await new Promise<void>((resolve, reject) => server.bindAsync(unixTarget(this.socketPath), grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(unixTarget(this.socketPath), grpc.ServerCredentials.createInsecure(), (e) =>
+        e ? reject(e) : resolve(),
+      ),
+    );
     this.server = server;
   }
 
@@ -155,7 +194,9 @@ export class ResourcePlugin {
     const client = new Registration(unixTarget(join(this.dir, KUBELET_SOCKET)), grpc.credentials.createInsecure());
     try {
       const request: RegisterRequest = {
-        version: DEVICE_PLUGIN_API_VERSION, endpoint: endpointFor(this.resource.name), resource_name: this.resource.name,
+        version: DEVICE_PLUGIN_API_VERSION,
+        endpoint: endpointFor(this.resource.name),
+        resource_name: this.resource.name,
         options: { pre_start_required: false, get_preferred_allocation_available: true },
       };
       await unary(client, 'Register', request, 5000);

@@ -5,7 +5,14 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
-import { podResourcesPackage, serviceOf, unary, unixTarget, type ListPodResourcesResponse, type PodResources } from './api';
+import {
+  podResourcesPackage,
+  serviceOf,
+  unary,
+  unixTarget,
+  type ListPodResourcesResponse,
+  type PodResources,
+} from './api';
 
 export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
 export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -52,11 +59,13 @@ interface NotListed {
 }
 
 const podNotListed = ({ namespace, name, socket, waitedMs, last }: NotListed): CniError =>
-  new CniError(CniCode.TryAgainLater,
+  new CniError(
+    CniCode.TryAgainLater,
     `the kubelet does not list pod ${namespace}/${name} in pod-resources ` +
       `(List on ${socket}, asked for ${waitedMs / 1000} s)${last ? `: ${last.message}` : ''}`,
     'a kubelet that has just restarted lists its pods once its pod sources have synced; the runtime retries the ADD. ' +
-      'A pod the kubelet never lists is not one of its pods: its devices cannot be known');
+      'A pod the kubelet never lists is not one of its pods: its devices cannot be known',
+  );
 
 export class PodResourcesClient {
   private client: grpc.Client | undefined;
@@ -69,7 +78,10 @@ export class PodResourcesClient {
   private readonly podListedWithinMs: number;
   private readonly relistMs: number;
 
-  constructor(private readonly socket: string = DEFAULT_POD_RESOURCES_SOCKET, options: PodResourcesOptions = {}) {
+  constructor(
+    private readonly socket: string = DEFAULT_POD_RESOURCES_SOCKET,
+    options: PodResourcesOptions = {},
+  ) {
     this.timeoutMs = options.timeoutMs ?? 5000;
     this.podListedWithinMs = options.podListedWithinMs ?? 5000;
     this.relistMs = options.relistMs ?? 100;
@@ -115,7 +127,12 @@ export class PodResourcesClient {
   private async listOnce(): Promise<Result<PodResources[]>> {
     for (let attempt = 0; ; attempt++) {
       try {
-        const reply = await unary<Record<string, never>, ListPodResourcesResponse>(this.connection(), 'List', {}, this.timeoutMs);
+        const reply = await unary<Record<string, never>, ListPodResourcesResponse>(
+          this.connection(),
+          'List',
+          {},
+          this.timeoutMs,
+        );
         return ok(reply.pod_resources ?? []);
       } catch (e) {
         const code = (e as { code?: number }).code;
@@ -123,7 +140,12 @@ export class PodResourcesClient {
           await sleep(RETRY_MS[attempt]!);
           continue;
         }
-        return err(new CniError(CniCode.TryAgainLater, `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${(e as Error).message}`));
+        return err(
+          new CniError(
+            CniCode.TryAgainLater,
+            `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${(e as Error).message}`,
+          ),
+        );
       }
     }
   }

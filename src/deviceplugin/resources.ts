@@ -48,9 +48,12 @@ export { MEMIF_SECRET_LENGTH, memifSecret, MEMIF_SOCKET_FILE } from '../common/m
 
 const unknownDevices = (resource: string, ids: readonly string[]): CniError =>
   new CniError(CniCode.InvalidNetworkConfig, `${resource} has no device ${ids.join(', ')}`);
-const heldByClaim = (resource: string, ids: readonly string[]): CniError => new CniError(CniCode.InvalidNetworkConfig,
-  `${resource} device ${ids.join(', ')} is prepared for a DRA claim: not the device plugin's until the claim is unprepared`,
-  'a resource offered both as a device plugin and as DRA devices gives each device one way at a time');
+const heldByClaim = (resource: string, ids: readonly string[]): CniError =>
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${resource} device ${ids.join(', ')} is prepared for a DRA claim: not the device plugin's until the claim is unprepared`,
+    'a resource offered both as a device plugin and as DRA devices gives each device one way at a time',
+  );
 
 /** The devices of `ids` a DRA claim holds now. */
 const heldOf = (env: ResourceEnv, resource: string, ids: readonly string[]): string[] =>
@@ -83,7 +86,10 @@ export class MemifDevices implements DeviceResource {
   private readonly ids: readonly string[];
   private readonly book: AllocationBook;
 
-  constructor(private readonly config: MemifResource, private readonly env: ResourceEnv) {
+  constructor(
+    private readonly config: MemifResource,
+    private readonly env: ResourceEnv,
+  ) {
     this.name = config.name;
     this.ids = Array.from({ length: config.count }, (_, i) => `memif${i}`);
     this.book = AllocationBook.forResource(env.stateDir, config.name);
@@ -168,18 +174,30 @@ export class MemifDevices implements DeviceResource {
         mkdirSync(dir, { recursive: true, mode: 0o755 });
         const secret = memifSecret();
         made.set(id, { secret, socket: join(dir, MEMIF_SOCKET_FILE) });
-        writeDeviceInfo(this.env.deviceInfoDir, this.name, id, { type: 'memif', version: '1.1.0', memif: { role: 'slave', path: this.containerSocket(id), mode: this.config.mode } });
+        writeDeviceInfo(this.env.deviceInfoDir, this.name, id, {
+          type: 'memif',
+          version: '1.1.0',
+          memif: { role: 'slave', path: this.containerSocket(id), mode: this.config.mode },
+        });
         mounts.push({ container_path: join(this.config.containerPath, id), host_path: dir, read_only: false });
       }
       this.book.record(made);
     } catch (e) {
-      return err(new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`));
+      return err(
+        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`),
+      );
     }
     const sockets = deviceIDs.map((id) => this.containerSocket(id));
     const secrets = deviceIDs.map((id) => made.get(id)!.secret);
     return ok({
-      envs: { MEMIF_SOCKET: sockets.join(','), MEMIF_SECRET: secrets.join(','), [`PLEXUS_DEVICES_${envSuffix(this.name)}`]: deviceIDs.join(',') },
-      mounts, devices: [], annotations: {},
+      envs: {
+        MEMIF_SOCKET: sockets.join(','),
+        MEMIF_SECRET: secrets.join(','),
+        [`PLEXUS_DEVICES_${envSuffix(this.name)}`]: deviceIDs.join(','),
+      },
+      mounts,
+      devices: [],
+      annotations: {},
     });
   }
 
@@ -245,12 +263,16 @@ export class HostDevicePool implements DeviceResource {
   private readonly book: AllocationBook;
   private health = new Map<string, string>();
 
-  constructor(config: HostDeviceResource, private readonly env: ResourceEnv) {
+  constructor(
+    config: HostDeviceResource,
+    private readonly env: ResourceEnv,
+  ) {
     this.name = config.name;
     this.ids = config.devices.map((d) => (PCI_ADDRESS.test(d) ? d.toLowerCase() : d));
     this.book = AllocationBook.forResource(env.stateDir, config.name);
     this.book.retainOnly(new Set(this.ids));
-    for (const id of this.ids) this.health.set(id, this.heldByDra(id) ? UNHEALTHY : (this.presentHealth(id) ?? UNHEALTHY));
+    for (const id of this.ids)
+      this.health.set(id, this.heldByDra(id) ? UNHEALTHY : (this.presentHealth(id) ?? UNHEALTHY));
   }
 
   private heldByDra(id: string): boolean {
@@ -272,7 +294,8 @@ export class HostDevicePool implements DeviceResource {
     let changed = false;
     for (const id of this.ids) {
       let health = this.heldByDra(id) ? UNHEALTHY : this.presentHealth(id);
-      if (health === undefined) health = (await this.env.inUse?.(this.name, id).catch(() => false)) ? HEALTHY : UNHEALTHY;
+      if (health === undefined)
+        health = (await this.env.inUse?.(this.name, id).catch(() => false)) ? HEALTHY : UNHEALTHY;
       if (this.health.get(id) !== health) {
         this.health.set(id, health);
         changed = true;
@@ -308,15 +331,27 @@ export class HostDevicePool implements DeviceResource {
     if (held.length) return err(heldByClaim(this.name, held));
     const pci = deviceIDs.filter((id) => PCI_ADDRESS.test(id));
     try {
-      for (const id of pci) writeDeviceInfo(this.env.deviceInfoDir, this.name, id, { type: 'pci', version: '1.1.0', pci: { 'pci-address': id } });
+      for (const id of pci)
+        writeDeviceInfo(this.env.deviceInfoDir, this.name, id, {
+          type: 'pci',
+          version: '1.1.0',
+          pci: { 'pci-address': id },
+        });
       this.book.record(new Map(deviceIDs.map((id) => [id, {}])));
     } catch (e) {
-      return err(new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`));
+      return err(
+        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`),
+      );
     }
     const suffix = envSuffix(this.name);
     return ok({
-      envs: { [`PLEXUS_DEVICES_${suffix}`]: deviceIDs.join(','), ...(pci.length ? { [`PCIDEVICE_${suffix}`]: pci.join(',') } : {}) },
-      mounts: [], devices: [], annotations: {},
+      envs: {
+        [`PLEXUS_DEVICES_${suffix}`]: deviceIDs.join(','),
+        ...(pci.length ? { [`PCIDEVICE_${suffix}`]: pci.join(',') } : {}),
+      },
+      mounts: [],
+      devices: [],
+      annotations: {},
     });
   }
 }

@@ -15,18 +15,52 @@ export const DRA_PLUGIN_TYPE = 'DRAPlugin';
 /** What we serve, preferred first: "<last package segment>.<service>", as the kubelet matches them. */
 export const SUPPORTED_SERVICES = ['v1.DRAPlugin', 'v1beta1.DRAPlugin'] as const;
 
-export interface PluginInfo { type: string; name: string; endpoint: string; supported_versions: string[] }
-export interface RegistrationStatus { plugin_registered: boolean; error: string }
+export interface PluginInfo {
+  type: string;
+  name: string;
+  endpoint: string;
+  supported_versions: string[];
+}
+export interface RegistrationStatus {
+  plugin_registered: boolean;
+  error: string;
+}
 
-export interface ClaimRef { namespace: string; uid: string; name: string }
-export interface PreparedDevice { request_names: string[]; pool_name: string; device_name: string; cdi_device_ids: string[] }
-export interface NodePrepareResourcesRequest { claims: ClaimRef[] }
-export interface NodePrepareResourceResponse { devices: PreparedDevice[]; error: string }
-export interface NodePrepareResourcesResponse { claims: Record<string, NodePrepareResourceResponse> }
-export interface NodeUnprepareResourcesRequest { claims: ClaimRef[] }
-export interface NodeUnprepareResourcesResponse { claims: Record<string, { error: string }> }
+export interface ClaimRef {
+  namespace: string;
+  uid: string;
+  name: string;
+}
+export interface PreparedDevice {
+  request_names: string[];
+  pool_name: string;
+  device_name: string;
+  cdi_device_ids: string[];
+}
+export interface NodePrepareResourcesRequest {
+  claims: ClaimRef[];
+}
+export interface NodePrepareResourceResponse {
+  devices: PreparedDevice[];
+  error: string;
+}
+export interface NodePrepareResourcesResponse {
+  claims: Record<string, NodePrepareResourceResponse>;
+}
+export interface NodeUnprepareResourcesRequest {
+  claims: ClaimRef[];
+}
+export interface NodeUnprepareResourcesResponse {
+  claims: Record<string, { error: string }>;
+}
 
-const LOAD_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true };
+const LOAD_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: String,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
 
 export interface DraServices {
   readonly registration: grpc.ServiceDefinition;
@@ -47,7 +81,8 @@ const at = (root: grpc.GrpcObject, path: string): grpc.ServiceClientConstructor 
 /** Loads the three .proto files (a few milliseconds; done once per driver). */
 export function loadDraServices(): DraServices {
   const definition = protoLoader.loadSync(
-    ['pluginregistration-v1.proto', 'dra-v1.proto', 'dra-v1beta1.proto'].map(protoPath), LOAD_OPTIONS,
+    ['pluginregistration-v1.proto', 'dra-v1.proto', 'dra-v1beta1.proto'].map(protoPath),
+    LOAD_OPTIONS,
   );
   const root = grpc.loadPackageDefinition(definition);
   const registration = at(root, 'pluginregistration.Registration');

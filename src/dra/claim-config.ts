@@ -32,11 +32,16 @@ const ConfigSchema = z.strictObject({
   apiVersion: z.literal(`${DRIVER_NAME}/v1alpha1`).optional(),
   kind: z.literal('NetworkClaimConfig').optional(),
   network: networkRef,
-  interfaceName: z.string().superRefine((name, ctx) => {
-    const problem = interfaceNameProblem(name);
-    if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  }).optional(),
-  ips: z.array(z.string().refine((c) => parseCidr(c) !== undefined, 'must be an address with its prefix, e.g. 10.1.0.5/24')).optional(),
+  interfaceName: z
+    .string()
+    .superRefine((name, ctx) => {
+      const problem = interfaceNameProblem(name);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .optional(),
+  ips: z
+    .array(z.string().refine((c) => parseCidr(c) !== undefined, 'must be an address with its prefix, e.g. 10.1.0.5/24'))
+    .optional(),
   mac: z.string().regex(MAC, 'must be a MAC address like 02:00:00:00:00:05').optional(),
 });
 
@@ -78,7 +83,9 @@ const appliesTo = (config: AllocatedConfig, request: string): boolean =>
  * class's), undefined when none does. An error says which entry and what is wrong with it.
  */
 export function configForRequest(
-  configs: readonly AllocatedConfig[], request: string, namespace: string,
+  configs: readonly AllocatedConfig[],
+  request: string,
+  namespace: string,
 ): Result<NetworkClaimConfig | undefined, string> {
   let chosen: { index: number; config: AllocatedConfig } | undefined;
   configs.forEach((config, index) => {
@@ -88,5 +95,7 @@ export function configForRequest(
   const parsed = parseClaimConfig(chosen.config.opaque?.parameters, namespace);
   if (parsed.ok) return parsed;
   const from = chosen.config.source === 'FromClass' ? 'its DeviceClass' : 'the claim';
-  return err(`opaque config for ${DRIVER_NAME} from ${from} (config[${chosen.index}], request ${request}): ${parsed.error}`);
+  return err(
+    `opaque config for ${DRIVER_NAME} from ${from} (config[${chosen.index}], request ${request}): ${parsed.error}`,
+  );
 }

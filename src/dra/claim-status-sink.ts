@@ -31,11 +31,16 @@ export class ClaimStatusSink implements ClaimSink {
 
   settled(pod: PodIdentity, outcomes: readonly ClaimedDeviceOutcome[]): void {
     for (const [claim, mine] of byClaim(outcomes, (o) => o.device.claim)) {
-      this.write(pod, claim, mine.map(({ device, attached, error }): DeviceNetworkStatus => ({
-        pool: device.pool, device: device.device,
-        ...(attached ? { network: attached } : {}),
-        ...(error !== undefined || !attached ? { error: error ?? 'the device is in no interface of the pod' } : {}),
-      })));
+      this.write(
+        pod,
+        claim,
+        mine.map(({ device, attached, error }): DeviceNetworkStatus => ({
+          pool: device.pool,
+          device: device.device,
+          ...(attached ? { network: attached } : {}),
+          ...(error !== undefined || !attached ? { error: error ?? 'the device is in no interface of the pod' } : {}),
+        })),
+      );
     }
   }
 
@@ -51,9 +56,14 @@ export class ClaimStatusSink implements ClaimSink {
   private write(pod: PodIdentity, claim: ClaimKey, devices: readonly DeviceNetworkStatus[]): void {
     const mine = ++this.serial;
     this.latest.set(claim.uid, mine);
-    const what = { claim: `${claim.namespace}/${claim.name}`, pod: `${pod.namespace ?? ''}/${pod.name ?? ''}`, devices: devices.length };
+    const what = {
+      claim: `${claim.namespace}/${claim.name}`,
+      pod: `${pod.namespace ?? ''}/${pod.name ?? ''}`,
+      devices: devices.length,
+    };
     const attempt = async (): Promise<Attempt> => {
-      if (this.latest.get(claim.uid) !== mine) return { outcome: 'stop', why: 'superseded by a newer status of the claim' };
+      if (this.latest.get(claim.uid) !== mine)
+        return { outcome: 'stop', why: 'superseded by a newer status of the claim' };
       const r = await applyClaimStatus(this.api, claim, devices);
       if (r.ok) return { outcome: 'done' };
       const why = `ResourceClaim status: HTTP ${r.error.status || 'no answer'} ${r.error.message}`;

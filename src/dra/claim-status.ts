@@ -23,12 +23,17 @@ export interface DeviceNetworkStatus {
 export function deviceStatusEntry(d: DeviceNetworkStatus, now: Date): Record<string, unknown> {
   const ready = d.error === undefined;
   const condition = {
-    type: 'Ready', status: ready ? 'True' : 'False', lastTransitionTime: now.toISOString().replace(/\.\d+Z$/, 'Z'),
+    type: 'Ready',
+    status: ready ? 'True' : 'False',
+    lastTransitionTime: now.toISOString().replace(/\.\d+Z$/, 'Z'),
     reason: ready ? 'NetworkReady' : 'NetworkAttachFailed',
     message: ready ? `interface ${d.network?.interfaceName ?? ''} is in the pod` : (d.error ?? '').slice(0, 32768),
   };
   return {
-    driver: DRIVER_NAME, pool: d.pool, device: d.device, conditions: [condition],
+    driver: DRIVER_NAME,
+    pool: d.pool,
+    device: d.device,
+    conditions: [condition],
     ...(ready && d.network ? { networkData: networkData(d.network) } : {}),
   };
 }
@@ -39,11 +44,16 @@ function networkData(n: NonNullable<DeviceNetworkStatus['network']>): Record<str
 
 /** Applies the entries of these devices to the claim's status (an empty list removes plexusd's entries). */
 export async function applyClaimDeviceStatus(
-  api: KubeApiClient, claim: { namespace: string; name: string }, devices: readonly DeviceNetworkStatus[], now = new Date(),
+  api: KubeApiClient,
+  claim: { namespace: string; name: string },
+  devices: readonly DeviceNetworkStatus[],
+  now = new Date(),
 ): Promise<Result<void, string>> {
   const r = await applyClaimStatus(api, claim, devices, now);
   if (r.ok) return ok(undefined);
-  return err(`writing the status of ResourceClaim ${claim.namespace}/${claim.name}: ${r.error.status || 'no answer'} ${r.error.message}`);
+  return err(
+    `writing the status of ResourceClaim ${claim.namespace}/${claim.name}: ${r.error.status || 'no answer'} ${r.error.message}`,
+  );
 }
 
 /**
@@ -53,16 +63,24 @@ export async function applyClaimDeviceStatus(
  * then the claim is read and its status written whole (PUT, with its resourceVersion), the other drivers' entries kept.
  */
 export async function applyClaimStatus(
-  api: KubeApiClient, claim: { namespace: string; name: string }, devices: readonly DeviceNetworkStatus[], now = new Date(),
+  api: KubeApiClient,
+  claim: { namespace: string; name: string },
+  devices: readonly DeviceNetworkStatus[],
+  now = new Date(),
 ): Promise<Result<void, ApiFailure>> {
   const claimPath = `/apis/resource.k8s.io/v1/namespaces/${segment(claim.namespace)}/resourceclaims/${segment(claim.name)}`;
   const path = `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}&force=true`;
   const entries = devices.map((d) => deviceStatusEntry(d, now));
   const body = {
-    apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaim', metadata: { name: claim.name, namespace: claim.namespace },
+    apiVersion: 'resource.k8s.io/v1',
+    kind: 'ResourceClaim',
+    metadata: { name: claim.name, namespace: claim.namespace },
     status: { devices: entries },
   };
-  const r = await api.request('PATCH', path, 'resourceclaims/status', { body, contentType: 'application/apply-patch+yaml' });
+  const r = await api.request('PATCH', path, 'resourceclaims/status', {
+    body,
+    contentType: 'application/apply-patch+yaml',
+  });
   if (r.ok) return ok(undefined);
   if (r.error.status !== 422 || !r.error.message.includes('status.allocation')) return r;
   return replaceClaimStatus(api, claimPath, entries);
@@ -70,13 +88,20 @@ export async function applyClaimStatus(
 
 /** Reads the claim and writes its status.devices[] with plexusd's entries replaced (a 409 is retried by the caller). */
 async function replaceClaimStatus(
-  api: KubeApiClient, claimPath: string, entries: readonly Record<string, unknown>[],
+  api: KubeApiClient,
+  claimPath: string,
+  entries: readonly Record<string, unknown>[],
 ): Promise<Result<void, ApiFailure>> {
   const got = await api.request('GET', claimPath, 'resourceclaims');
   if (!got.ok) return got;
   const live = got.value as { status?: { devices?: { driver?: string }[] } };
   const others = (live.status?.devices ?? []).filter((d) => d.driver !== DRIVER_NAME);
   const updated = { ...live, status: { ...live.status, devices: [...others, ...entries] } };
-  const put = await api.request('PUT', `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}`, 'resourceclaims/status', { body: updated });
+  const put = await api.request(
+    'PUT',
+    `${claimPath}/status?fieldManager=${CLAIM_STATUS_MANAGER}`,
+    'resourceclaims/status',
+    { body: updated },
+  );
   return put.ok ? ok(undefined) : put;
 }

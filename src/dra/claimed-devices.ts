@@ -14,6 +14,8 @@ export interface ClaimedDevices extends EngineClaimedDevices {
    * resourceName is the NAD's k8s.v1.cni.cncf.io/resourceName (as Multus 4.3 matches). Undefined: none.
    */
   forNetwork(
-    podUid: string, network: { namespace: string; name: string }, nadResourceName?: string,
+    podUid: string,
+    network: { namespace: string; name: string },
+    nadResourceName?: string,
   ): ClaimedNetworkDevice | undefined;
 }

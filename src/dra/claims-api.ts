@@ -14,7 +14,10 @@ export interface ResourceClaim {
   readonly metadata: { readonly name: string; readonly namespace: string; readonly uid: string };
   readonly status?: {
     readonly allocation?: {
-      readonly devices?: { readonly results?: readonly AllocationResult[]; readonly config?: readonly AllocatedConfig[] };
+      readonly devices?: {
+        readonly results?: readonly AllocationResult[];
+        readonly config?: readonly AllocatedConfig[];
+      };
     };
     readonly reservedFor?: readonly { readonly resource?: string; readonly name: string; readonly uid: string }[];
   };

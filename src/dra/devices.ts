@@ -54,7 +54,11 @@ export const poolName = (nodeName: string, resourceName: string): string => `${n
 
 const str = (s: string): AttributeValue => ({ string: s });
 
-function hostDeviceAttributes(resourceName: string, entry: string, facts: HostDeviceFacts): Record<string, AttributeValue> {
+function hostDeviceAttributes(
+  resourceName: string,
+  entry: string,
+  facts: HostDeviceFacts,
+): Record<string, AttributeValue> {
   return {
     [ATTRIBUTES.kind]: str('host-device'),
     [ATTRIBUTES.resourceName]: str(resourceName),
@@ -80,7 +84,10 @@ export interface InventoryOptions {
 export class DraInventory {
   private readonly lastSeen = new Map<string, HostDeviceFacts>();
 
-  constructor(private readonly resources: readonly ResourceConfig[], private readonly options: InventoryOptions) {}
+  constructor(
+    private readonly resources: readonly ResourceConfig[],
+    private readonly options: InventoryOptions,
+  ) {}
 
   get nodeName(): string {
     return this.options.nodeName;
@@ -99,8 +106,16 @@ export class DraInventory {
         const devices = Array.from({ length: r.count }, (_, i): DraDevice => {
           const id = `memif${i}`;
           return {
-            name: id, pool, resourceName: r.name, kind: 'memif', deviceID: id,
-            attributes: { [ATTRIBUTES.kind]: str('memif'), [ATTRIBUTES.resourceName]: str(r.name), [ATTRIBUTES.deviceID]: str(id) },
+            name: id,
+            pool,
+            resourceName: r.name,
+            kind: 'memif',
+            deviceID: id,
+            attributes: {
+              [ATTRIBUTES.kind]: str('memif'),
+              [ATTRIBUTES.resourceName]: str(r.name),
+              [ATTRIBUTES.deviceID]: str(id),
+            },
           };
         });
         return { name: pool, resourceName: r.name, devices };
@@ -111,7 +126,16 @@ export class DraInventory {
         if (!facts.present && !held(pool, name)) return [];
         const seen = facts.present ? facts : (this.lastSeen.get(`${r.name}/${entry}`) ?? facts);
         const deviceID = PCI_ADDRESS.test(entry) ? entry.toLowerCase() : entry;
-        return [{ name, pool, resourceName: r.name, kind: 'host-device', deviceID, attributes: hostDeviceAttributes(r.name, entry, seen) }];
+        return [
+          {
+            name,
+            pool,
+            resourceName: r.name,
+            kind: 'host-device',
+            deviceID,
+            attributes: hostDeviceAttributes(r.name, entry, seen),
+          },
+        ];
       });
       return { name: pool, resourceName: r.name, devices };
     });

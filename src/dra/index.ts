@@ -60,7 +60,10 @@ export class DraDriver {
   private staleTimer: NodeJS.Timeout | undefined;
 
   private constructor(
-    resources: readonly ResourceConfig[], api: KubeApiClient, private readonly settings: DraSettings, private readonly log: Logger,
+    resources: readonly ResourceConfig[],
+    api: KubeApiClient,
+    private readonly settings: DraSettings,
+    private readonly log: Logger,
   ) {
     const { nodeName, sysfsRoot } = settings;
     this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
@@ -68,22 +71,40 @@ export class DraDriver {
     const unreadable = this.prepared.unreadable;
     if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
-    this.slices = new SlicePublisher(api, settings.nodeName, () => this.inventory.pools(held), log.child({ component: 'dra-slices' }));
+    this.slices = new SlicePublisher(
+      api,
+      settings.nodeName,
+      () => this.inventory.pools(held),
+      log.child({ component: 'dra-slices' }),
+    );
     this.claimStatus = new ClaimStatusSink(api, log.child({ component: 'dra-claim-status' }));
     this.claimReader = settings.claims ?? new ApiClaimReader(api);
     this.podPresence = settings.pods ?? new ApiPodPresence(api);
     this.preparer = new ClaimPreparer({
-      claims: this.claimReader, inventory: this.inventory, prepared: this.prepared,
+      claims: this.claimReader,
+      inventory: this.inventory,
+      prepared: this.prepared,
       ...(settings.inUseByDevicePlugin ? { inUseByDevicePlugin: settings.inUseByDevicePlugin } : {}),
       ...(settings.networks ? { networks: settings.networks } : {}),
       ...(settings.isolation ? { isolation: settings.isolation } : {}),
-      changed: () => void this.slices.reconcile(), log: log.child({ component: 'dra' }),
+      changed: () => void this.slices.reconcile(),
+      log: log.child({ component: 'dra' }),
     });
-    this.plugin = new DraPluginServer(settings.kubeletRoot, this.preparer, log.child({ component: 'dra-plugin' }), settings.events);
+    this.plugin = new DraPluginServer(
+      settings.kubeletRoot,
+      this.preparer,
+      log.child({ component: 'dra-plugin' }),
+      settings.events,
+    );
   }
 
   /** Nothing to offer (no resource of the file offers dra): undefined. */
-  static create(resources: readonly ResourceConfig[], api: KubeApiClient, settings: DraSettings, log: Logger): DraDriver | undefined {
+  static create(
+    resources: readonly ResourceConfig[],
+    api: KubeApiClient,
+    settings: DraSettings,
+    log: Logger,
+  ): DraDriver | undefined {
     const driver = new DraDriver(resources, api, settings, log);
     return driver.inventory.offered.length ? driver : undefined;
   }
@@ -115,18 +136,26 @@ export class DraDriver {
     await this.plugin.start();
     this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
     this.staleTimer.unref();
-    this.log.info({ pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets }, 'DRA driver plexus.io started');
+    this.log.info(
+      { pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets },
+      'DRA driver plexus.io started',
+    );
   }
 
   /** Releases the prepared claims nobody will unprepare (stale-claims.ts); answers their claims. */
   releaseStale(): Promise<string[]> {
     const { attachedPods } = this.settings;
-    return this.preparer.releaseStale({
-      claims: this.claimReader, pods: this.podPresence, log: this.log, ...(attachedPods ? { attachedPods } : {}),
-    }).catch((e: unknown) => {
-      this.log.warn({ err: (e as Error).message }, 'looking for stale prepared claims failed; trying again later');
-      return [];
-    });
+    return this.preparer
+      .releaseStale({
+        claims: this.claimReader,
+        pods: this.podPresence,
+        log: this.log,
+        ...(attachedPods ? { attachedPods } : {}),
+      })
+      .catch((e: unknown) => {
+        this.log.warn({ err: (e as Error).message }, 'looking for stale prepared claims failed; trying again later');
+        return [];
+      });
   }
 
   async stop(): Promise<void> {

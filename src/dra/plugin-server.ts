@@ -9,9 +9,16 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
-  DRA_PLUGIN_TYPE, DRIVER_NAME, SUPPORTED_SERVICES, loadDraServices,
-  type NodePrepareResourcesRequest, type NodePrepareResourcesResponse, type NodeUnprepareResourcesRequest,
-  type NodeUnprepareResourcesResponse, type PluginInfo, type RegistrationStatus,
+  DRA_PLUGIN_TYPE,
+  DRIVER_NAME,
+  SUPPORTED_SERVICES,
+  loadDraServices,
+  type NodePrepareResourcesRequest,
+  type NodePrepareResourcesResponse,
+  type NodeUnprepareResourcesRequest,
+  type NodeUnprepareResourcesResponse,
+  type PluginInfo,
+  type RegistrationStatus,
 } from './api';
 import type { ClaimPreparer } from './prepare';
 
@@ -76,7 +83,10 @@ export class DraPluginServer {
       if (this.served) this.log.info(this.sockets, 'DRA sockets gone: serving them again');
       await this.serve();
     } catch (e) {
-      this.log.warn({ err: (e as Error).message, ...this.sockets }, 'cannot serve the DRA plugin sockets; retrying every second');
+      this.log.warn(
+        { err: (e as Error).message, ...this.sockets },
+        'cannot serve the DRA plugin sockets; retrying every second',
+      );
     } finally {
       this.checking = false;
     }
@@ -88,22 +98,36 @@ export class DraPluginServer {
     const server = new grpc.Server();
     const internal = (e: Error): Partial<grpc.StatusObject> => ({ code: grpc.status.INTERNAL, details: e.message });
     const prepare: Unary<NodePrepareResourcesRequest, NodePrepareResourcesResponse> = (call, cb) => {
-      this.preparer.prepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb(internal(e)));
+      this.preparer.prepare(call.request.claims ?? []).then(
+        (claims) => cb(null, { claims }),
+        (e: Error) => cb(internal(e)),
+      );
     };
     const unprepare: Unary<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse> = (call, cb) => {
-      this.preparer.unprepare(call.request.claims ?? []).then((claims) => cb(null, { claims }), (e: Error) => cb(internal(e)));
+      this.preparer.unprepare(call.request.claims ?? []).then(
+        (claims) => cb(null, { claims }),
+        (e: Error) => cb(internal(e)),
+      );
     };
     for (const version of ['v1', 'v1beta1'] as const) {
-      server.addService(this.services.draPlugin[version], { NodePrepareResources: prepare, NodeUnprepareResources: unprepare });
+      server.addService(this.services.draPlugin[version], {
+        NodePrepareResources: prepare,
+        NodeUnprepareResources: unprepare,
+      });
     }
     const info: PluginInfo = {
-      type: DRA_PLUGIN_TYPE, name: DRIVER_NAME, endpoint: this.sockets.service, supported_versions: [...SUPPORTED_SERVICES],
+      type: DRA_PLUGIN_TYPE,
+      name: DRIVER_NAME,
+      endpoint: this.sockets.service,
+      supported_versions: [...SUPPORTED_SERVICES],
     };
     const getInfo: Unary<unknown, PluginInfo> = (_call, cb) => cb(null, info);
     const notify: Unary<RegistrationStatus, unknown> = (call, cb) => {
       const status = call.request;
-      if (status.plugin_registered) this.log.info({ driver: DRIVER_NAME }, 'registered with the kubelet as a DRA driver');
-      else this.log.warn({ driver: DRIVER_NAME, err: status.error }, 'the kubelet refused the DRA driver\'s registration');
+      if (status.plugin_registered)
+        this.log.info({ driver: DRIVER_NAME }, 'registered with the kubelet as a DRA driver');
+      else
+        this.log.warn({ driver: DRIVER_NAME, err: status.error }, "the kubelet refused the DRA driver's registration");
       this.events.registered?.(status);
       cb(null, {});
     };

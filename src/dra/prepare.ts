@@ -70,7 +70,9 @@ export class ClaimPreparer {
           this.env.log.info({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid, was }, 'claim unprepared');
           out[ref.uid] = { error: '' };
         } catch (e) {
-          out[ref.uid] = { error: `removing the prepared record of ${ref.namespace}/${ref.name}: ${(e as Error).message}` };
+          out[ref.uid] = {
+            error: `removing the prepared record of ${ref.namespace}/${ref.name}: ${(e as Error).message}`,
+          };
         }
       }
       this.env.changed?.();
@@ -85,7 +87,10 @@ export class ClaimPreparer {
       for (const { record, why } of stale) {
         this.env.prepared.remove(record.uid);
         const devices = record.devices.map((d) => `${d.pool}/${d.device}`);
-        this.env.log.warn({ claim: `${record.namespace}/${record.name}`, uid: record.uid, devices, why }, 'stale prepared claim released');
+        this.env.log.warn(
+          { claim: `${record.namespace}/${record.name}`, uid: record.uid, devices, why },
+          'stale prepared claim released',
+        );
       }
       if (stale.length) this.env.changed?.();
       return stale.map(({ record }) => `${record.namespace}/${record.name}`);
@@ -141,21 +146,50 @@ export class ClaimPreparer {
       if (unusable) return unusable;
       const { ips, ...rest } = config.value ?? {};
       devices.push({
-        request: r.request, pool: r.pool, device: r.device, resourceName: device.resourceName, kind: device.kind, deviceID: device.deviceID,
-        ...rest, ...(ips ? { ips: [...ips] } : {}),
+        request: r.request,
+        pool: r.pool,
+        device: r.device,
+        resourceName: device.resourceName,
+        kind: device.kind,
+        deviceID: device.deviceID,
+        ...rest,
+        ...(ips ? { ips: [...ips] } : {}),
       });
     }
-    const pods = (claim.status?.reservedFor ?? []).filter((p) => (p.resource ?? 'pods') === 'pods').map((p) => ({ name: p.name, uid: p.uid }));
-    return { v: 1, uid: ref.uid, namespace: ref.namespace, name: ref.name, pods, devices, preparedAt: new Date().toISOString() };
+    const pods = (claim.status?.reservedFor ?? [])
+      .filter((p) => (p.resource ?? 'pods') === 'pods')
+      .map((p) => ({ name: p.name, uid: p.uid }));
+    return {
+      v: 1,
+      uid: ref.uid,
+      namespace: ref.namespace,
+      name: ref.name,
+      pods,
+      devices,
+      preparedAt: new Date().toISOString(),
+    };
   }
 
   /**
    * Why the pods of a claim in `namespace` may not have the network its config names: the NAD does not exist, or
    * namespace isolation keeps it from them (the rule the engine applies to the networks annotation).
    */
-  private networkProblem(namespace: string, request: string, network: { namespace: string; name: string }): string | undefined {
-    const refused = isolationProblem(this.env.isolation ?? {}, namespace, network, `ResourceClaim of namespace ${namespace}`);
-    if (refused) return claimErrors.isolated(request, refused.details ? `${refused.message}; ${refused.details}` : refused.message);
+  private networkProblem(
+    namespace: string,
+    request: string,
+    network: { namespace: string; name: string },
+  ): string | undefined {
+    const refused = isolationProblem(
+      this.env.isolation ?? {},
+      namespace,
+      network,
+      `ResourceClaim of namespace ${namespace}`,
+    );
+    if (refused)
+      return claimErrors.isolated(
+        request,
+        refused.details ? `${refused.message}; ${refused.details}` : refused.message,
+      );
     const found = this.env.networks?.get(network.namespace, network.name);
     if (found && !found.ok) return claimErrors.noNetwork(request, found.error.message);
     return undefined;
@@ -163,5 +197,8 @@ export class ClaimPreparer {
 }
 
 const toPreparedDevice = (d: PreparedClaim['devices'][number]): PreparedDevice => ({
-  request_names: [d.request], pool_name: d.pool, device_name: d.device, cdi_device_ids: [],
+  request_names: [d.request],
+  pool_name: d.pool,
+  device_name: d.device,
+  cdi_device_ids: [],
 });

@@ -3,7 +3,17 @@
  * before NodePrepareResources answers and removed by NodeUnprepareResources. Loaded at start, so a plexusd restarted
  * between Prepare and the pod's CNI ADD still knows the pod's devices, and a device is never prepared for two claims.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
@@ -17,12 +27,20 @@ const RecordSchema = z.object({
   name: z.string(),
   /** The pods the claim is reserved for when it was prepared (status.reservedFor). */
   pods: z.array(z.object({ name: z.string(), uid: z.string() })),
-  devices: z.array(z.object({
-    request: z.string(), pool: z.string(), device: z.string(), resourceName: z.string(),
-    kind: z.enum(['host-device', 'memif']), deviceID: z.string(),
-    network: z.object({ namespace: z.string(), name: z.string() }).optional(),
-    interfaceName: z.string().optional(), ips: z.array(z.string()).optional(), mac: z.string().optional(),
-  })),
+  devices: z.array(
+    z.object({
+      request: z.string(),
+      pool: z.string(),
+      device: z.string(),
+      resourceName: z.string(),
+      kind: z.enum(['host-device', 'memif']),
+      deviceID: z.string(),
+      network: z.object({ namespace: z.string(), name: z.string() }).optional(),
+      interfaceName: z.string().optional(),
+      ips: z.array(z.string()).optional(),
+      mac: z.string().optional(),
+    }),
+  ),
   preparedAt: z.string(),
 });
 export type PreparedClaim = z.infer<typeof RecordSchema>;
@@ -105,10 +123,16 @@ export class PreparedClaims implements ClaimedDevices {
       .flatMap((c) => c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })));
   }
 
-  forNetwork(podUid: string, network: { namespace: string; name: string }, nadResourceName?: string): ClaimedNetworkDevice | undefined {
+  forNetwork(
+    podUid: string,
+    network: { namespace: string; name: string },
+    nadResourceName?: string,
+  ): ClaimedNetworkDevice | undefined {
     const devices = this.forPod(podUid);
     const named = devices.find((d) => d.network?.namespace === network.namespace && d.network.name === network.name);
     if (named) return named;
-    return nadResourceName ? devices.find((d) => d.network === undefined && d.resourceName === nadResourceName) : undefined;
+    return nadResourceName
+      ? devices.find((d) => d.network === undefined && d.resourceName === nadResourceName)
+      : undefined;
   }
 }

@@ -48,7 +48,8 @@ export function sliceFor(nodeName: string, pool: DraPool, generation: number): R
 
 /** Whether two slices publish the same devices (generation and metadata aside). */
 const sameDevices = (a: ResourceSlice, b: ResourceSlice): boolean =>
-  JSON.stringify(a.spec.devices) === JSON.stringify(b.spec.devices) && a.spec.pool.resourceSliceCount === b.spec.pool.resourceSliceCount;
+  JSON.stringify(a.spec.devices) === JSON.stringify(b.spec.devices) &&
+  a.spec.pool.resourceSliceCount === b.spec.pool.resourceSliceCount;
 
 export interface SliceChanges {
   readonly created: string[];
@@ -106,16 +107,21 @@ export class SlicePublisher {
     const listed = await this.api.request('GET', `${SLICES}?fieldSelector=${selector}`, 'resourceslices');
     if (!listed.ok) {
       changes.failed.push(`list: ${listed.error.status} ${listed.error.message}`);
-      this.log.warn({ err: listed.error.message, status: listed.error.status }, 'cannot list this node\'s ResourceSlices');
+      this.log.warn(
+        { err: listed.error.message, status: listed.error.status },
+        "cannot list this node's ResourceSlices",
+      );
       return changes;
     }
-    const existing = ((listed.value as { items?: ResourceSlice[] }).items ?? []);
+    const existing = (listed.value as { items?: ResourceSlice[] }).items ?? [];
     const byPool = new Map(existing.map((s) => [s.spec.pool.name, s]));
     const wanted = this.pools();
     for (const pool of wanted) {
       const have = byPool.get(pool.name);
       if (!have) {
-        const made = await this.api.request('POST', SLICES, 'resourceslices', { body: sliceFor(this.nodeName, pool, 1) });
+        const made = await this.api.request('POST', SLICES, 'resourceslices', {
+          body: sliceFor(this.nodeName, pool, 1),
+        });
         this.note(changes, made, 'created', sliceName(this.nodeName, pool.name));
         continue;
       }
@@ -124,15 +130,30 @@ export class SlicePublisher {
       want.spec.pool.generation = have.spec.pool.generation + 1;
       const { resourceVersion } = have.metadata;
       want.metadata = { ...want.metadata, name: have.metadata.name, ...(resourceVersion ? { resourceVersion } : {}) };
-      const put = await this.api.request('PUT', `${SLICES}/${encodeURIComponent(have.metadata.name)}`, 'resourceslices', { body: want });
+      const put = await this.api.request(
+        'PUT',
+        `${SLICES}/${encodeURIComponent(have.metadata.name)}`,
+        'resourceslices',
+        { body: want },
+      );
       this.note(changes, put, 'updated', have.metadata.name);
     }
     const pools = new Set(wanted.map((p) => p.name));
     for (const slice of existing.filter((s) => !pools.has(s.spec.pool.name))) {
-      const gone = await this.api.request('DELETE', `${SLICES}/${encodeURIComponent(slice.metadata.name)}`, 'resourceslices');
-      this.note(changes, gone.ok || gone.error.status !== 404 ? gone : { ok: true, value: undefined }, 'deleted', slice.metadata.name);
+      const gone = await this.api.request(
+        'DELETE',
+        `${SLICES}/${encodeURIComponent(slice.metadata.name)}`,
+        'resourceslices',
+      );
+      this.note(
+        changes,
+        gone.ok || gone.error.status !== 404 ? gone : { ok: true, value: undefined },
+        'deleted',
+        slice.metadata.name,
+      );
     }
-    if (changes.created.length + changes.updated.length + changes.deleted.length) this.log.info(changes, 'ResourceSlices published');
+    if (changes.created.length + changes.updated.length + changes.deleted.length)
+      this.log.info(changes, 'ResourceSlices published');
     return changes;
   }
 

@@ -40,7 +40,8 @@ async function staleness(env: StaleClaimsEnv, record: PreparedClaim): Promise<st
   const claim = await env.claims.get(record.namespace, record.name);
   if (!claim.ok) return undefined;
   if (!claim.value) return 'its ResourceClaim is gone from the API';
-  if (claim.value.metadata.uid !== record.uid) return `its ResourceClaim was made again (UID ${claim.value.metadata.uid})`;
+  if (claim.value.metadata.uid !== record.uid)
+    return `its ResourceClaim was made again (UID ${claim.value.metadata.uid})`;
   if (record.pods.length === 0) return undefined;
   for (const pod of record.pods) {
     const there = await env.pods.exists(record.namespace, pod.name, pod.uid);
@@ -51,7 +52,8 @@ async function staleness(env: StaleClaimsEnv, record: PreparedClaim): Promise<st
 
 /** The stale records of `prepared`, each with why (nothing is removed here). */
 export async function staleClaims(
-  env: StaleClaimsEnv, prepared: PreparedClaims,
+  env: StaleClaimsEnv,
+  prepared: PreparedClaims,
 ): Promise<{ readonly record: PreparedClaim; readonly why: string }[]> {
   const attached = (await env.attachedPods?.()) ?? new Set<string>();
   const out: { record: PreparedClaim; why: string }[] = [];

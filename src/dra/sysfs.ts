@@ -57,7 +57,12 @@ export function hostDeviceFacts(device: string, root = '/sys'): HostDeviceFacts 
     const dir = realpath(join(root, 'bus', 'pci', 'devices', device.toLowerCase()));
     if (!dir) return { present: false, pciAddress: device.toLowerCase() };
     const netdev = list(join(dir, 'net'))[0];
-    return { present: true, ...pciFacts(root, dir), pciAddress: device.toLowerCase(), ...(netdev ? { interfaceName: netdev } : {}) };
+    return {
+      present: true,
+      ...pciFacts(root, dir),
+      pciAddress: device.toLowerCase(),
+      ...(netdev ? { interfaceName: netdev } : {}),
+    };
   }
   const netDir = join(root, 'class', 'net', device);
   if (realpath(netDir) === undefined) return { present: false, interfaceName: device };

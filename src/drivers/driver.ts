@@ -71,8 +71,13 @@ export type DriverStepKinds = Readonly<Record<string, DriverStepKind<never>>>;
 export const stepKind = <T>(kind: DriverStepKind<T>): DriverStepKind<never> => kind as unknown as DriverStepKind<never>;
 
 /** Records data of a driver's step kind at the version the kind writes. */
-export const driverStep = <T extends object>(driver: string, step: string, v: number, data: T): DriverUndoStep =>
-  ({ kind: 'driver', driver, step, v, data: data as Readonly<Record<string, unknown>> });
+export const driverStep = <T extends object>(driver: string, step: string, v: number, data: T): DriverUndoStep => ({
+  kind: 'driver',
+  driver,
+  step,
+  v,
+  data: data as Readonly<Record<string, unknown>>,
+});
 
 /** The data of the steps of one driver's kind among `steps` (for a driver's CHECK or resync), read by `kind`. */
 export function stepsOf<T>(steps: readonly UndoStep[], driver: string, step: string, kind: DriverStepKind<T>): T[] {
@@ -212,7 +217,10 @@ export interface UndoEnv {
 
 /** Runs the generic kinds of undo step; each tolerates what is already gone, so undo can repeat. */
 export type GenericUndoHandlers = {
-  readonly [K in GenericUndoStep['kind']]: (step: Extract<GenericUndoStep, { kind: K }>, env: UndoEnv) => Promise<Result<void>>;
+  readonly [K in GenericUndoStep['kind']]: (
+    step: Extract<GenericUndoStep, { kind: K }>,
+    env: UndoEnv,
+  ) => Promise<Result<void>>;
 };
 
 /**
@@ -220,7 +228,9 @@ export type GenericUndoHandlers = {
  * own (a driver instance's): network definitions are kept until their file changes, so every ADD of a network hands
  * the driver the same plugin object, and it is validated once.
  */
-export function onePlugin<C>(parse: (plugin: PluginConfig) => Result<C>): (plugins: readonly PluginConfig[]) => Result<C> {
+export function onePlugin<C>(
+  parse: (plugin: PluginConfig) => Result<C>,
+): (plugins: readonly PluginConfig[]) => Result<C> {
   const parsed = new WeakMap<PluginConfig, Result<C>>();
   return (plugins) => {
     const [only] = plugins;

@@ -29,8 +29,14 @@ export interface DriverDeps {
 
 /** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
 export const builtInDrivers = (deps: DriverDeps = {}): readonly Driver[] => [
-  createBridgeDriver(), createMacvlanDriver(), createIpvlanDriver(), createHostDeviceDriver(), createTapDriver(),
-  createVxlanDriver(), createPtpDriver(), createMemifDriver(deps.memif),
+  createBridgeDriver(),
+  createMacvlanDriver(),
+  createIpvlanDriver(),
+  createHostDeviceDriver(),
+  createTapDriver(),
+  createVxlanDriver(),
+  createPtpDriver(),
+  createMemifDriver(deps.memif),
 ];
 
 export class DriverRegistry {

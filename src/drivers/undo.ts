@@ -32,7 +32,9 @@ export const genericUndo: GenericUndoHandlers = {
     return r.ok ? ok(undefined) : r;
   },
   deleteRoute: async (step, { kernel }) => {
-    const r = await kernel.batch(step.netns, [{ op: 'routeDel', route: step.route, ignore: ['ESRCH', 'ENODEV', 'ENOENT'] }]);
+    const r = await kernel.batch(step.netns, [
+      { op: 'routeDel', route: step.route, ignore: ['ESRCH', 'ENODEV', 'ENOENT'] },
+    ]);
     if (!r.ok && !(step.netns && r.error.failure.op === 'open netns')) return err(kernelError(r.error));
     return ok(undefined);
   },

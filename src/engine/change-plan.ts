@@ -25,13 +25,18 @@ export interface PodChange<S> {
   readonly keep: readonly CurrentAttachment[];
 }
 
-const invalid = (message: string, details = ''): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, message, details));
+const invalid = (message: string, details = ''): Result<never> =>
+  err(new CniError(CniCode.InvalidNetworkConfig, message, details));
 
 /**
  * `wanted`: the plan of the pod's secondary networks now (no default network), each with its step; `planned(step)`
  * reads the planned attachment of a step.
  */
-export function planChange<S>(current: readonly CurrentAttachment[], wanted: readonly S[], planned: (step: S) => PlannedAttachment): Result<PodChange<S>> {
+export function planChange<S>(
+  current: readonly CurrentAttachment[],
+  wanted: readonly S[],
+  planned: (step: S) => PlannedAttachment,
+): Result<PodChange<S>> {
   const unmatched = current.filter((a) => !a.isDefault);
   const keep: CurrentAttachment[] = current.filter((a) => a.isDefault);
   const toAdd: S[] = [];
@@ -49,7 +54,10 @@ export function planChange<S>(current: readonly CurrentAttachment[], wanted: rea
   for (const step of toAdd) {
     const p = planned(step);
     if (p.selection?.defaultRoute !== undefined) {
-      return invalid(`${SELECTION_ANNOTATION}: ${describeSelection(p.selection)}: "default-route" cannot be set on a network added to a running pod`, 'the default route is chosen when the pod starts; recreate the pod to move it');
+      return invalid(
+        `${SELECTION_ANNOTATION}: ${describeSelection(p.selection)}: "default-route" cannot be set on a network added to a running pod`,
+        'the default route is chosen when the pod starts; recreate the pod to move it',
+      );
     }
     if (p.explicitName && inUse.has(p.ifname)) {
       const holder = current.find((a) => a.ifname === p.ifname);

@@ -15,7 +15,8 @@ const sameNetwork = (sel: NetworkSelection, d: ClaimedNetworkDevice): boolean =>
 
 /** The selections with the claimed networks in them, and which selection carries which device. */
 export function withClaimedSelections(
-  selections: readonly NetworkSelection[], devices: readonly ClaimedNetworkDevice[],
+  selections: readonly NetworkSelection[],
+  devices: readonly ClaimedNetworkDevice[],
 ): { readonly selections: NetworkSelection[]; readonly deviceOf: ReadonlyMap<NetworkSelection, ClaimedNetworkDevice> } {
   const out = [...selections];
   const deviceOf = new Map<NetworkSelection, ClaimedNetworkDevice>();
@@ -28,9 +29,10 @@ export function withClaimedSelections(
       ...(device.mac !== undefined ? { mac: device.mac } : {}),
     };
     // What the annotation says of its own selection wins over the claim's config.
-    const merged: NetworkSelection = at >= 0
-      ? { ...fromClaim, ...out[at]! }
-      : { namespace: device.network.namespace, name: device.network.name, ...fromClaim, index: out.length };
+    const merged: NetworkSelection =
+      at >= 0
+        ? { ...fromClaim, ...out[at]! }
+        : { namespace: device.network.namespace, name: device.network.name, ...fromClaim, index: out.length };
     if (at >= 0) out[at] = merged;
     else out.push(merged);
     deviceOf.set(merged, device);
@@ -46,7 +48,8 @@ const RESOURCE_NAME = 'k8s.v1.cni.cncf.io/resourceName';
  * claimed device of that resource whose claim names no network. Such a step takes no device from the kubelet.
  */
 export function withClaimedDevices(
-  steps: readonly AttachmentStep[], devices: readonly ClaimedNetworkDevice[],
+  steps: readonly AttachmentStep[],
+  devices: readonly ClaimedNetworkDevice[],
   deviceOf: ReadonlyMap<NetworkSelection, ClaimedNetworkDevice>,
 ): AttachmentStep[] {
   const unnamed = devices.filter((d) => d.network === undefined);
@@ -70,16 +73,26 @@ export function withClaimedDevices(
  * journal keeps each attachment's device) is its interface, with the addresses its result gives it.
  */
 export function claimedOutcomes(
-  devices: readonly ClaimedNetworkDevice[], attachments: readonly NetworkAttachment[],
+  devices: readonly ClaimedNetworkDevice[],
+  attachments: readonly NetworkAttachment[],
 ): ClaimedDeviceOutcome[] {
   return devices.map((device) => {
-    const attachment = attachments.find((a) => a.kubeletDevice?.resourceName === device.resourceName
-      && a.kubeletDevice.deviceID === device.deviceID);
-    if (!attachment) return { device, error: 'no network of the pod took this device (its claim names none, and no NAD names its resource)' };
+    const attachment = attachments.find(
+      (a) => a.kubeletDevice?.resourceName === device.resourceName && a.kubeletDevice.deviceID === device.deviceID,
+    );
+    if (!attachment)
+      return {
+        device,
+        error: 'no network of the pod took this device (its claim names none, and no NAD names its resource)',
+      };
     const { ifname, result } = attachment;
-    const index = result.interfaces.findIndex((i) => i.name === ifname && (i.sandbox !== undefined || i.socketPath !== undefined));
+    const index = result.interfaces.findIndex(
+      (i) => i.name === ifname && (i.sandbox !== undefined || i.socketPath !== undefined),
+    );
     const iface = index >= 0 ? result.interfaces[index] : undefined;
-    const ips = result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address);
+    const ips = result.ips
+      .filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index)
+      .map((ip) => ip.address);
     return { device, attached: { interfaceName: ifname, ips, ...(iface?.mac ? { mac: iface.mac } : {}) } };
   });
 }

@@ -83,7 +83,16 @@ export class AttachmentEngine {
     const teardown = options.teardown
       ? new BackgroundTeardown({ journal, undo: tx.undo, closed: tx.removed, log }, options.teardown)
       : undefined;
-    this.ctx = { ...ports, locks, tx, quota, recentlyRemoved, podNetnsProblem, report, ...(teardown ? { teardown } : {}) };
+    this.ctx = {
+      ...ports,
+      locks,
+      tx,
+      quota,
+      recentlyRemoved,
+      podNetnsProblem,
+      report,
+      ...(teardown ? { teardown } : {}),
+    };
   }
 
   /** Every attachment the journal holds, as recorded (for the API). */

@@ -35,7 +35,10 @@ export async function delByCurrentPlan(req: DelRequest, deps: ForeignDelDeps): P
   }
   const planned = planPod(req, deps.settings, deps.networks, deps.drivers, annotations);
   if (!planned.ok) {
-    deps.log.warn({ pod, containerId: req.containerId, err: planned.error.message }, 'the pod\'s networks cannot be planned again: only the node\'s primary network gets the DEL');
+    deps.log.warn(
+      { pod, containerId: req.containerId, err: planned.error.message },
+      "the pod's networks cannot be planned again: only the node's primary network gets the DEL",
+    );
     return undefined;
   }
   const netns = req.netns !== '' && existsSync(req.netns) ? req.netns : '';
@@ -49,7 +52,16 @@ export async function delByCurrentPlan(req: DelRequest, deps: ForeignDelDeps): P
       if (!r.ok) failures.push(`${step.planned.network.key} (${step.planned.ifname}): ${r.error.message}`);
     }
   }
-  deps.log.info({ pod, containerId: req.containerId, networks: planned.value.map((s) => `${s.planned.network.key}@${s.planned.ifname}`), failed: failures.length },
-    'a sandbox Multus made is removed from its pod\'s annotation and the networks as they are now');
-  return failures.length ? err(new CniError(CniCode.Internal, `DEL of ${req.containerId}, which Multus attached: ${failures.join(' / ')}`)) : ok(undefined);
+  deps.log.info(
+    {
+      pod,
+      containerId: req.containerId,
+      networks: planned.value.map((s) => `${s.planned.network.key}@${s.planned.ifname}`),
+      failed: failures.length,
+    },
+    "a sandbox Multus made is removed from its pod's annotation and the networks as they are now",
+  );
+  return failures.length
+    ? err(new CniError(CniCode.Internal, `DEL of ${req.containerId}, which Multus attached: ${failures.join(' / ')}`))
+    : ok(undefined);
 }

@@ -39,7 +39,9 @@ export class JournalEntry {
     }
     this.size += bytes.length;
     if (!this.sync || !durable) return;
-    await new Promise<void>((resolve, reject) => fdatasync(this.fd, (e) => (e ? reject(journalIoError('sync', this.path, e)) : resolve())));
+    await new Promise<void>((resolve, reject) =>
+      fdatasync(this.fd, (e) => (e ? reject(journalIoError('sync', this.path, e)) : resolve())),
+    );
   }
 
   /** Cuts a line written in part; if even that fails, the reader sees a line cut short and refuses the record. */
@@ -67,7 +69,15 @@ export class JournalEntry {
 
   event(what: string, ms?: number): Promise<void> {
     // Timings are informational: the next durable line syncs them along.
-    return this.append({ t: 'event', what, ...(ms !== undefined ? { ms: Math.round(ms * 1000) / 1000 } : {}), at: new Date().toISOString() }, false);
+    return this.append(
+      {
+        t: 'event',
+        what,
+        ...(ms !== undefined ? { ms: Math.round(ms * 1000) / 1000 } : {}),
+        at: new Date().toISOString(),
+      },
+      false,
+    );
   }
 
   /** A change of a running pod's networks starts: until the next commit, recovery undoes what it added. */
@@ -81,7 +91,13 @@ export class JournalEntry {
   }
 
   commit(result: CniResult, cniVersion: string, details?: CommitDetails): Promise<void> {
-    return this.append({ t: 'committed', result, cniVersion, ...(details ? { details } : {}), at: new Date().toISOString() });
+    return this.append({
+      t: 'committed',
+      result,
+      cniVersion,
+      ...(details ? { details } : {}),
+      at: new Date().toISOString(),
+    });
   }
 
   markDeleting(): Promise<void> {

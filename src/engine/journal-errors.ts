@@ -10,7 +10,7 @@ const remedies: Readonly<Record<string, string>> = {
   EDQUOT: 'the disk quota is exhausted: raise it or free space',
   EROFS: 'the filesystem is read-only: remount it read-write',
   EACCES: 'permission denied: plexusd must own its state directory (it runs as root)',
-  EPERM: 'not permitted: check the state directory\'s attributes (chattr) and mount options',
+  EPERM: "not permitted: check the state directory's attributes (chattr) and mount options",
   EIO: 'the disk reported an I/O error: check the kernel log',
   ENOENT: 'the journal directory was removed: plexusd makes it again on the next call; a retry should succeed',
   EMFILE: 'plexusd has too many open files: raise its limit (LimitNOFILE)',

@@ -74,7 +74,11 @@ const step = z.discriminatedUnion('kind', [
   z.looseObject({ kind: z.literal('releaseIpam'), network: name, containerId: name, ifname: name }),
   z.looseObject({ kind: z.literal('deleteRoute'), netns: text.optional(), route }),
   z.looseObject({
-    kind: z.literal('driver'), driver: name, step: name, v: z.number().int().nonnegative(), data: z.looseObject({}),
+    kind: z.literal('driver'),
+    driver: name,
+    step: name,
+    v: z.number().int().nonnegative(),
+    data: z.looseObject({}),
   }),
   ...LEGACY_STEP_KINDS.map((kind) => z.looseObject({ kind: z.literal(kind) })),
 ]);
@@ -86,13 +90,22 @@ const result = z.looseObject({
 });
 
 const attachment = z.looseObject({
-  network: name, ifname: name, driver: text, isDefault: z.boolean(), result,
+  network: name,
+  ifname: name,
+  driver: text,
+  isDefault: z.boolean(),
+  result,
   delegated: z.array(step).optional(),
 });
 
 const meta = z.looseObject({
-  containerId: name, ifname: name, netns: text, pod: z.looseObject({}), cniNetwork: text,
-  networks: z.array(text), startedAt: text,
+  containerId: name,
+  ifname: name,
+  netns: text,
+  pod: z.looseObject({}),
+  cniNetwork: text,
+  networks: z.array(text),
+  startedAt: text,
 });
 
 const version = z.number().int().nonnegative().optional();
@@ -103,7 +116,11 @@ const LineSchema = z.discriminatedUnion('t', [
   z.looseObject({ v: version, t: z.literal('undo'), step, a: key.optional() }),
   z.looseObject({ v: version, t: z.literal('event'), what: text, ms: z.number().optional(), at: text }),
   z.looseObject({
-    v: version, t: z.literal('committed'), result, cniVersion: text, at: text,
+    v: version,
+    t: z.literal('committed'),
+    result,
+    cniVersion: text,
+    at: text,
     details: z.looseObject({ attachments: z.array(attachment), networkStatus: z.array(z.looseObject({})) }).optional(),
   }),
   z.looseObject({ v: version, t: z.literal('deleting'), at: text }),
@@ -119,7 +136,7 @@ export const JOURNAL_VERSION = 1;
 export type ReadLine = { readonly ok: true; readonly line: Line } | { readonly ok: false; readonly why: string };
 
 const versionOf = (value: unknown): unknown =>
-  value !== null && typeof value === 'object' && 'v' in value ? (value).v : undefined;
+  value !== null && typeof value === 'object' && 'v' in value ? value.v : undefined;
 
 /** Parses and validates one complete line. */
 export function readLine(raw: string): ReadLine {
@@ -135,7 +152,9 @@ export function readLine(raw: string): ReadLine {
   }
   const parsed = LineSchema.safeParse(value);
   // The schema checked every field the reader uses; the value keeps the exact shape that was written.
-  return parsed.success ? { ok: true, line: upgradeLine(value as Line) } : { ok: false, why: firstIssue(parsed.error, 'the line') };
+  return parsed.success
+    ? { ok: true, line: upgradeLine(value as Line) }
+    : { ok: false, why: firstIssue(parsed.error, 'the line') };
 }
 
 /** A line with the driver steps an older plexusd wrote in their own shapes read as today's (drivers/undo.ts). */
@@ -148,7 +167,9 @@ function upgradeLine(line: Line): Line {
       return step === line.step ? line : { ...line, step };
     }
     case 'committed':
-      return line.details ? { ...line, details: { ...line.details, attachments: attachments(line.details.attachments) } } : line;
+      return line.details
+        ? { ...line, details: { ...line.details, attachments: attachments(line.details.attachments) } }
+        : line;
     case 'added':
       return { ...line, attachments: attachments(line.attachments) };
     default:

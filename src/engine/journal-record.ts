@@ -6,7 +6,13 @@
 import type { CniResult } from '../cni/types';
 import { CniCode, CniError } from '../cni/errors';
 import type { UndoStep } from '../drivers/driver';
-import { readLine, type AttachmentKey, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './journal-lines';
+import {
+  readLine,
+  type AttachmentKey,
+  type AttachmentMeta,
+  type CommitDetails,
+  type NetworkAttachment,
+} from './journal-lines';
 
 export interface TimedEvent {
   readonly at: string;
@@ -87,7 +93,10 @@ class Replay {
         break;
       case 'change':
         this.changing = { add: line.add, remove: line.remove };
-        this.events.push({ at: line.at, what: `change: add ${keys(line.add) || 'nothing'}; remove ${keys(line.remove) || 'nothing'}` });
+        this.events.push({
+          at: line.at,
+          what: `change: add ${keys(line.add) || 'nothing'}; remove ${keys(line.remove) || 'nothing'}`,
+        });
         break;
       case 'added':
         if (this.changing) this.changing = { ...this.changing, added: line.attachments };
@@ -144,15 +153,25 @@ export function replayRecord(text: string, where = ''): ReplayedText {
   if (!meta) {
     if (unreadable) return { kind: 'headless', unreadable };
     const anyLine = lines.some((l) => l.trim());
-    return anyLine ? { kind: 'headless', unreadable: `${where ? `${where}, ` : ''}line 1: no begin line` } : { kind: 'empty' };
+    return anyLine
+      ? { kind: 'headless', unreadable: `${where ? `${where}, ` : ''}line 1: no begin line` }
+      : { kind: 'empty' };
   }
   const { undo, undoOwners, events, result, cniVersion, details, deleting, changing } = state;
   return {
     kind: 'record',
     record: {
-      meta, undo, undoOwners, events, deleting,
-      ...(unreadable ? { unreadable } : {}), ...(tornLine ? { tornLine } : {}), ...(result ? { result } : {}),
-      ...(cniVersion ? { cniVersion } : {}), ...(details ? { details } : {}), ...(changing ? { changing } : {}),
+      meta,
+      undo,
+      undoOwners,
+      events,
+      deleting,
+      ...(unreadable ? { unreadable } : {}),
+      ...(tornLine ? { tornLine } : {}),
+      ...(result ? { result } : {}),
+      ...(cniVersion ? { cniVersion } : {}),
+      ...(details ? { details } : {}),
+      ...(changing ? { changing } : {}),
     },
   };
 }

@@ -26,8 +26,21 @@ import { headlessRecord, replayRecord, type AttachmentRecord } from './journal-r
 import { LeaseHolders } from './lease-holders';
 
 export { JournalEntry } from './journal-entry';
-export { JOURNAL_VERSION, type AttachmentKey, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './journal-lines';
-export { parseRecord, stepsOf, unreadableRecordError, type AttachmentRecord, type PodNetworksChange, type TimedEvent } from './journal-record';
+export {
+  JOURNAL_VERSION,
+  type AttachmentKey,
+  type AttachmentMeta,
+  type CommitDetails,
+  type NetworkAttachment,
+} from './journal-lines';
+export {
+  parseRecord,
+  stepsOf,
+  unreadableRecordError,
+  type AttachmentRecord,
+  type PodNetworksChange,
+  type TimedEvent,
+} from './journal-record';
 
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
 const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
@@ -95,7 +108,9 @@ export class Journal {
           continue;
         }
         if (attempt === 0 && code === 'ENOENT') {
-          await this.remake().catch((made: unknown) => Promise.reject(journalIoError('make the directory of', path, made)));
+          await this.remake().catch((made: unknown) =>
+            Promise.reject(journalIoError('make the directory of', path, made)),
+          );
           continue;
         }
         if (code === 'EEXIST') throw e;
@@ -212,11 +227,16 @@ export class Journal {
       const info = await lstat(path);
       size = info.size;
       if (!info.isFile()) return headlessRecord(containerId, ifname, `${path}: not a regular file`);
-      if (info.size > MAX_RECORD_BYTES) return headlessRecord(containerId, ifname, `${path}: larger than ${MAX_RECORD_BYTES} bytes`);
+      if (info.size > MAX_RECORD_BYTES)
+        return headlessRecord(containerId, ifname, `${path}: larger than ${MAX_RECORD_BYTES} bytes`);
       text = await readFile(path, 'utf8');
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      return headlessRecord(containerId, ifname, `${path}: cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+      return headlessRecord(
+        containerId,
+        ifname,
+        `${path}: cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`,
+      );
     }
     const replayed = replayRecord(text, path);
     if (replayed.kind === 'empty') {
@@ -230,7 +250,13 @@ export class Journal {
     // its netns exists may have lost whole lines (a truncated file): undoing what is left would release addresses its
     // interfaces still have.
     const crashCut = size % PAGE_BYTES === 0;
-    if (record.tornLine !== undefined && !record.unreadable && !crashCut && record.meta.netns && existsSync(record.meta.netns)) {
+    if (
+      record.tornLine !== undefined &&
+      !record.unreadable &&
+      !crashCut &&
+      record.meta.netns &&
+      existsSync(record.meta.netns)
+    ) {
       const why = `${path}, line ${record.tornLine}: cut short while the pod's network namespace ${record.meta.netns} exists`;
       return { ...record, unreadable: why };
     }

@@ -9,7 +9,8 @@
 import type { Lease } from '../ipam';
 import type { AttachmentRecord } from './journal-record';
 
-const holderKey = (network: string, containerId: string, ifname: string): string => `${network}\u0000${containerId}\u0000${ifname}`;
+const holderKey = (network: string, containerId: string, ifname: string): string =>
+  `${network}\u0000${containerId}\u0000${ifname}`;
 
 /**
  * What the journal cannot tell is held: a record this daemon cannot read holds every lease of its container (of every
@@ -28,7 +29,8 @@ export class LeaseHolders {
         if (record.meta.containerId === '') all = true;
         this.unreadable.add(record.meta.containerId);
       }
-      for (const step of record.undo) if (step.kind === 'releaseIpam') this.held.add(holderKey(step.network, step.containerId, step.ifname));
+      for (const step of record.undo)
+        if (step.kind === 'releaseIpam') this.held.add(holderKey(step.network, step.containerId, step.ifname));
     }
     this.all = all;
   }
@@ -36,6 +38,8 @@ export class LeaseHolders {
   holds(lease: Lease): boolean {
     if (lease.containerId === '') return false;
     if (this.all) return true;
-    return this.unreadable.has(lease.containerId) || this.held.has(holderKey(lease.network, lease.containerId, lease.ifname));
+    return (
+      this.unreadable.has(lease.containerId) || this.held.has(holderKey(lease.network, lease.containerId, lease.ifname))
+    );
   }
 }

@@ -14,7 +14,13 @@ import type { DriverRegistry } from '../drivers/registry';
 import type { NetworkSource } from '../networks/source';
 import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
 import { delegationForced, type NamingScheme, type PlannedAttachment, planAttachments } from '../networks/planner';
-import { describeSelection, parsePodAnnotations, parseSelection, POD_ANNOTATIONS_CAPABILITY, SELECTION_ANNOTATION } from '../networks/selection';
+import {
+  describeSelection,
+  parsePodAnnotations,
+  parseSelection,
+  POD_ANNOTATIONS_CAPABILITY,
+  SELECTION_ANNOTATION,
+} from '../networks/selection';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
 import type { ClaimedNetworkDevice } from './claims';
@@ -49,7 +55,9 @@ export type { AttachmentStep } from './attachment-step';
 const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'deviceid', 'infinibandguid'];
 
 /** The pod a CNI call names (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID). */
-export const podIdentityOf = (req: { args: { podNamespace?: string; podName?: string; podUid?: string } }): PodIdentity => ({
+export const podIdentityOf = (req: {
+  args: { podNamespace?: string; podName?: string; podUid?: string };
+}): PodIdentity => ({
   ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
   ...(req.args.podName ? { name: req.args.podName } : {}),
   ...(req.args.podUid ? { uid: req.args.podUid } : {}),
@@ -68,16 +76,38 @@ export function runningPodRequest(record: AttachmentRecord): AddRequest {
   if (pod.uid) raw.push(['K8S_POD_UID', pod.uid]);
   const version = (record.cniVersion ?? LATEST_VERSION) as CniVersion;
   return {
-    command: 'ADD', containerId, netns, ifname, version, rawConfig: '{}', config: {}, networkName: cniNetwork, runtimeConfig: new RuntimeConfig({}),
-    args: { ...(pod.namespace ? { podNamespace: pod.namespace } : {}), ...(pod.name ? { podName: pod.name } : {}), ...(pod.uid ? { podUid: pod.uid } : {}), ignoreUnknown: true, ips: [], raw },
+    command: 'ADD',
+    containerId,
+    netns,
+    ifname,
+    version,
+    rawConfig: '{}',
+    config: {},
+    networkName: cniNetwork,
+    runtimeConfig: new RuntimeConfig({}),
+    args: {
+      ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
+      ...(pod.name ? { podName: pod.name } : {}),
+      ...(pod.uid ? { podUid: pod.uid } : {}),
+      ignoreUnknown: true,
+      ips: [],
+      raw,
+    },
   };
 }
 
 const clusterNetworkNotReady = (file: string): CniError =>
-  new CniError(CniCode.TryAgainLater, `the cluster network is not ready: ${file} does not exist`, 'the runtime retries; the cluster\'s network plugin writes this file once it serves the node (--readiness-indicator-file)');
+  new CniError(
+    CniCode.TryAgainLater,
+    `the cluster network is not ready: ${file} does not exist`,
+    "the runtime retries; the cluster's network plugin writes this file once it serves the node (--readiness-indicator-file)",
+  );
 
 /** The CNI config's "defaultNetwork", else plexusd's --default-network. */
-export const configuredDefaultNetwork = (req: { config: Record<string, unknown> }, settings: PlanSettings): string | undefined =>
+export const configuredDefaultNetwork = (
+  req: { config: Record<string, unknown> },
+  settings: PlanSettings,
+): string | undefined =>
   typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
 
 /**
@@ -86,7 +116,15 @@ export const configuredDefaultNetwork = (req: { config: Record<string, unknown> 
  * (hot-plug): no default network (the pod keeps its own, and its interface name). `claimed`: the devices of the pod's
  * DRA claims, whose networks join the selected ones (claimed-networks.ts).
  */
-export function planPod(req: AddRequest, settings: PlanSettings, networks: NetworkSource, drivers: DriverRegistry, podAnnotations?: Readonly<Record<string, string>>, runningPod = false, claimed: readonly ClaimedNetworkDevice[] = []): Result<AttachmentStep[]> {
+export function planPod(
+  req: AddRequest,
+  settings: PlanSettings,
+  networks: NetworkSource,
+  drivers: DriverRegistry,
+  podAnnotations?: Readonly<Record<string, string>>,
+  runningPod = false,
+  claimed: readonly ClaimedNetworkDevice[] = [],
+): Result<AttachmentStep[]> {
   const delegate = drivers.delegate;
   let annotations: Readonly<Record<string, string>> = podAnnotations ?? {};
   const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);
@@ -96,14 +134,29 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
     annotations = parsed.value;
   }
   const podNamespace = req.args.podNamespace ?? 'default';
-  if (!runningPod && settings.readinessIndicatorFile && !existsSync(settings.readinessIndicatorFile)) return err(clusterNetworkNotReady(settings.readinessIndicatorFile));
+  if (!runningPod && settings.readinessIndicatorFile && !existsSync(settings.readinessIndicatorFile))
+    return err(clusterNetworkNotReady(settings.readinessIndicatorFile));
   const defaultNetworks = settings.systemNamespaces?.includes(podNamespace) ? [] : settings.defaultNetworks;
-  const defaultNetwork = runningPod ? ok(undefined) : chooseDefaultNetwork({ configured: configuredDefaultNetwork(req, settings), annotations, podNamespace, networks, isolation: settings });
+  const defaultNetwork = runningPod
+    ? ok(undefined)
+    : chooseDefaultNetwork({
+        configured: configuredDefaultNetwork(req, settings),
+        annotations,
+        podNamespace,
+        networks,
+        isolation: settings,
+      });
   if (!defaultNetwork.ok) return defaultNetwork;
   const selectionText = settings.selectionAnnotation ? annotations[SELECTION_ANNOTATION] : undefined;
   const limits = settings.limits;
   if (limits && selectionText !== undefined && Buffer.byteLength(selectionText) > limits.annotationBytes) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `${SELECTION_ANNOTATION} is ${Buffer.byteLength(selectionText)} bytes, more than this node allows (--max-annotation-bytes ${limits.annotationBytes})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `${SELECTION_ANNOTATION} is ${Buffer.byteLength(selectionText)} bytes, more than this node allows (--max-annotation-bytes ${limits.annotationBytes})`,
+        "select fewer networks, or ask the node's operator to raise the limit",
+      ),
+    );
   }
   const annotated = settings.selectionAnnotation ? parseSelection(selectionText, podNamespace) : ok([]);
   if (!annotated.ok) return annotated;
@@ -115,7 +168,13 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   }
   const interfaces = 1 + defaultNetworks.length + selections.value.length;
   if (limits && interfaces > limits.interfacesPerPod) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `the pod asks for ${interfaces} interfaces (the default network, ${defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`, 'select fewer networks, or ask the node\'s operator to raise the limit'));
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `the pod asks for ${interfaces} interfaces (the default network, ${defaultNetworks.length} from defaultNetworks, ${selections.value.length} selected), more than this node allows (--max-interfaces-per-pod ${limits.interfacesPerPod})`,
+        "select fewer networks, or ask the node's operator to raise the limit",
+      ),
+    );
   }
 
   // The network's config decides (NPWG 4.1.2.1.3.x): a capability counts only where a plugin declares it, for native
@@ -124,26 +183,38 @@ export function planPod(req: AddRequest, settings: PlanSettings, networks: Netwo
   const capabilitiesOf = (network: NetworkDefinition, forceDelegate: boolean): ReadonlySet<string> => {
     const driver = drivers.for(network, forceDelegate);
     const declared = network.plugins.flatMap((p) => declaredCapabilities(p));
-    return new Set(driver === delegate ? declared : declared.filter((c) => (driver.capabilities as readonly string[]).includes(c)));
+    return new Set(
+      driver === delegate ? declared : declared.filter((c) => (driver.capabilities as readonly string[]).includes(c)),
+    );
   };
   const plan = planAttachments({
     ...(defaultNetwork.value ? { defaultNetwork: defaultNetwork.value } : {}),
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
     declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),
-    options: { naming: settings.naming, defaultIfname: req.ifname, sources: { selectionAnnotation: settings.selectionAnnotation || deviceOf.size > 0, defaultNetworks } },
+    options: {
+      naming: settings.naming,
+      defaultIfname: req.ifname,
+      sources: { selectionAnnotation: settings.selectionAnnotation || deviceOf.size > 0, defaultNetworks },
+    },
   });
   if (!plan.ok) return plan;
 
   const pod = podIdentityOf(req);
-  const secondaryRuntimeConfig = new RuntimeConfig(Object.fromEntries(Object.entries(req.runtimeConfig.raw).filter(([k]) => !DEFAULT_NETWORK_ONLY.includes(k.toLowerCase()))));
+  const secondaryRuntimeConfig = new RuntimeConfig(
+    Object.fromEntries(
+      Object.entries(req.runtimeConfig.raw).filter(([k]) => !DEFAULT_NETWORK_ONLY.includes(k.toLowerCase())),
+    ),
+  );
   const steps: AttachmentStep[] = [];
   for (const planned of plan.value) {
     const driver = drivers.for(planned.network, planned.forceDelegate);
     const where = `${planned.isDefault ? 'default network' : 'network'} ${planned.network.key} (${planned.ifname})`;
     const config = driver.parse(planned.network.plugins);
     if (!config.ok) return err(config.error.withContext(where));
-    const request = planned.isDefault ? defaultRequest(req, planned, pod) : secondaryRequest(req, planned, pod, secondaryRuntimeConfig);
+    const request = planned.isDefault
+      ? defaultRequest(req, planned, pod)
+      : secondaryRequest(req, planned, pod, secondaryRuntimeConfig);
     if (!request.ok) return err(request.error.withContext(where));
     steps.push({ planned, driver, config: config.value, request: request.value });
   }
@@ -156,8 +227,16 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
     return err(new CniError(CniCode.InvalidNetworkConfig, 'runtimeConfig.ips must be a list of IP addresses'));
   }
   const runtimeMac = req.runtimeConfig.get('mac');
-  if (runtimeMac !== undefined && (typeof runtimeMac !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(runtimeMac))) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `runtimeConfig.mac ${JSON.stringify(runtimeMac)} is not a MAC address`));
+  if (
+    runtimeMac !== undefined &&
+    (typeof runtimeMac !== 'string' || !/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/.test(runtimeMac))
+  ) {
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `runtimeConfig.mac ${JSON.stringify(runtimeMac)} is not a MAC address`,
+      ),
+    );
   }
   const mac = (req.args.mac ?? runtimeMac)?.toLowerCase();
   const options: AttachmentOptions = {
@@ -167,13 +246,27 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
     ...stringOption(req.runtimeConfig.get('infinibandGUID'), 'infinibandGUID'),
   };
   return ok({
-    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, runtimeIfname: req.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
-    ips: [...req.args.ips, ...(fromRuntime ?? [])], ...(mac ? { mac } : {}),
-    runtimeConfig: req.runtimeConfig, options, cniArgs: rawArgs(req),
+    containerId: req.containerId,
+    netns: req.netns,
+    ifname: planned.ifname,
+    runtimeIfname: req.ifname,
+    pod,
+    network: planned.network,
+    plugin: planned.network.plugins[0]!,
+    ips: [...req.args.ips, ...(fromRuntime ?? [])],
+    ...(mac ? { mac } : {}),
+    runtimeConfig: req.runtimeConfig,
+    options,
+    cniArgs: rawArgs(req),
   });
 }
 
-function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity, runtimeConfig: RuntimeConfig): Result<AttachRequest> {
+function secondaryRequest(
+  req: AddRequest,
+  planned: PlannedAttachment,
+  pod: PodIdentity,
+  runtimeConfig: RuntimeConfig,
+): Result<AttachRequest> {
   const sel = planned.selection;
   const options: AttachmentOptions = {
     ...(sel?.bandwidth ? { bandwidth: sel.bandwidth } : {}),
@@ -183,8 +276,18 @@ function secondaryRequest(req: AddRequest, planned: PlannedAttachment, pod: PodI
     ...(sel?.ipamClaimReference ? { ipamClaim: sel.ipamClaimReference } : {}),
   };
   return ok({
-    containerId: req.containerId, netns: req.netns, ifname: planned.ifname, runtimeIfname: req.ifname, pod, network: planned.network, plugin: planned.network.plugins[0]!,
-    ips: sel?.ips ?? [], ...(sel?.mac ? { mac: sel.mac } : {}), runtimeConfig, options, cniArgs: rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS),
+    containerId: req.containerId,
+    netns: req.netns,
+    ifname: planned.ifname,
+    runtimeIfname: req.ifname,
+    pod,
+    network: planned.network,
+    plugin: planned.network.plugins[0]!,
+    ips: sel?.ips ?? [],
+    ...(sel?.mac ? { mac: sel.mac } : {}),
+    runtimeConfig,
+    options,
+    cniArgs: rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS),
   });
 }
 
@@ -193,13 +296,17 @@ const DEFAULT_NETWORK_ONLY_ARGS = ['IP', 'MAC'];
 
 /** The runtime's CNI_ARGS as delegated plugins receive them, less the keys meant for another attachment. */
 const rawArgs = (req: AddRequest, without: readonly string[] = []): string =>
-  req.args.raw.filter(([k]) => !without.includes(k)).map(([k, v]) => `${k}=${v}`).join(';');
+  req.args.raw
+    .filter(([k]) => !without.includes(k))
+    .map(([k, v]) => `${k}=${v}`)
+    .join(';');
 
 const objectOption = (v: unknown, key: 'bandwidth'): Partial<AttachmentOptions> =>
   v !== null && typeof v === 'object' && !Array.isArray(v) ? { [key]: v as Record<string, unknown> } : {};
 const listOption = (v: unknown, key: 'portMappings'): Partial<AttachmentOptions> =>
   Array.isArray(v) ? { [key]: v.filter((x): x is Record<string, unknown> => x !== null && typeof x === 'object') } : {};
-const stringOption = (v: unknown, key: 'deviceID' | 'infinibandGUID'): Partial<AttachmentOptions> => (typeof v === 'string' && v ? { [key]: v } : {});
+const stringOption = (v: unknown, key: 'deviceID' | 'infinibandGUID'): Partial<AttachmentOptions> =>
+  typeof v === 'string' && v ? { [key]: v } : {};
 
 /** The NAD annotation naming the device-plugin resource a network's interface comes from (NPWG). */
 export const RESOURCE_NAME_ANNOTATION = 'k8s.v1.cni.cncf.io/resourceName';
@@ -222,12 +329,18 @@ export async function assignDevices(
   /** Devices the pod's attachments already use (a running pod's, when networks are added to it). */
   taken: readonly { readonly resourceName: string; readonly deviceID: string }[] = [],
 ): Promise<Result<AttachmentStep[]>> {
-  const resourceOf = (s: AttachmentStep): string | undefined => s.planned.network.annotations[RESOURCE_NAME_ANNOTATION] || undefined;
+  const resourceOf = (s: AttachmentStep): string | undefined =>
+    s.planned.network.annotations[RESOURCE_NAME_ANNOTATION] || undefined;
   // A step with a device already (the default network's runtimeConfig deviceID, a DRA-claimed one) keeps it.
   const needing = steps.filter((s) => resourceOf(s) && !s.request.options?.deviceID);
   if (!devices || needing.length === 0) return ok([...steps]);
   if (!pod.namespace || !pod.name) {
-    return err(new CniError(CniCode.InvalidEnvironment, `network ${needing[0]!.planned.network.key} takes its device from the kubelet (${RESOURCE_NAME_ANNOTATION}), but the runtime did not name the pod (K8S_POD_NAMESPACE, K8S_POD_NAME)`));
+    return err(
+      new CniError(
+        CniCode.InvalidEnvironment,
+        `network ${needing[0]!.planned.network.key} takes its device from the kubelet (${RESOURCE_NAME_ANNOTATION}), but the runtime did not name the pod (K8S_POD_NAMESPACE, K8S_POD_NAME)`,
+      ),
+    );
   }
   const allocated = await devices.devicesOf(pod.namespace, pod.name);
   if (!allocated.ok) return allocated;
@@ -240,17 +353,29 @@ export async function assignDevices(
       continue;
     }
     const index = used.get(resourceName) ?? 0;
-    const ids = (allocated.value.get(resourceName) ?? []).filter((id) => !taken.some((t) => t.resourceName === resourceName && t.deviceID === id));
+    const ids = (allocated.value.get(resourceName) ?? []).filter(
+      (id) => !taken.some((t) => t.resourceName === resourceName && t.deviceID === id),
+    );
     const deviceID = ids[index];
     if (deviceID === undefined) {
       const wanted = needing.filter((s) => resourceOf(s) === resourceName).length;
       const busy = taken.filter((t) => t.resourceName === resourceName).length;
-      return err(new CniError(CniCode.InvalidNetworkConfig,
-        `network ${step.planned.network.key} (${step.planned.ifname}) needs a device of ${resourceName} (its ${RESOURCE_NAME_ANNOTATION}), but the kubelet allocated pod ${pod.namespace}/${pod.name} ${ids.length}${busy ? ` more (${busy} in use by its networks)` : ''} for ${wanted} network(s) of that resource`,
-        `request ${resourceName}: ${wanted} in a container's resources.limits`));
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `network ${step.planned.network.key} (${step.planned.ifname}) needs a device of ${resourceName} (its ${RESOURCE_NAME_ANNOTATION}), but the kubelet allocated pod ${pod.namespace}/${pod.name} ${ids.length}${busy ? ` more (${busy} in use by its networks)` : ''} for ${wanted} network(s) of that resource`,
+          `request ${resourceName}: ${wanted} in a container's resources.limits`,
+        ),
+      );
     }
     used.set(resourceName, index + 1);
-    out.push({ ...step, request: { ...step.request, options: { ...step.request.options, deviceID, kubeletDevice: { resourceName, deviceID } } } });
+    out.push({
+      ...step,
+      request: {
+        ...step.request,
+        options: { ...step.request.options, deviceID, kubeletDevice: { resourceName, deviceID } },
+      },
+    });
   }
   return ok(out);
 }

@@ -49,7 +49,10 @@ export async function replaySpooledDels(spoolDir: string, engine: AttachmentEngi
     const call = ForwardedCallSchema.safeParse(safeJson(text));
     const req = call.success ? parseCniRequest(call.data) : undefined;
     if (!req?.ok || req.value.command !== 'DEL') {
-      log.error({ file: path, why: req && !req.ok ? req.error.message : 'not a DEL request' }, 'spooled DEL is unusable; kept as .bad');
+      log.error(
+        { file: path, why: req && !req.ok ? req.error.message : 'not a DEL request' },
+        'spooled DEL is unusable; kept as .bad',
+      );
       await rename(path, `${path}.bad`).catch(() => undefined);
       continue;
     }
@@ -100,7 +103,9 @@ async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log:
   if (!lost && journal.missingAtOpen && (await engine.releaseOrphanedLeases(true)).length > 0) {
     lost = 'the journal directory was missing at start while leases existed';
     const why = lost;
-    await journal.markLost(why).catch((e: unknown) => log.error({ err: (e as Error).message }, `cannot mark the loss: ${why}`));
+    await journal
+      .markLost(why)
+      .catch((e: unknown) => log.error({ err: (e as Error).message }, `cannot mark the loss: ${why}`));
   }
   if (!lost) return false;
   const until = `no lease without a record is released until ${join(journal.dir, LOST_MARKER)} is removed`;
@@ -108,7 +113,12 @@ async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log:
   return true;
 }
 
-export async function recover(spoolDir: string, engine: AttachmentEngine, log: Logger, journal?: Journal): Promise<RecoveryReport> {
+export async function recover(
+  spoolDir: string,
+  engine: AttachmentEngine,
+  log: Logger,
+  journal?: Journal,
+): Promise<RecoveryReport> {
   await mkdir(spoolDir, { recursive: true, mode: 0o700 });
   const spooledDels = await replaySpooledDels(spoolDir, engine, log);
   let unusable: number;
@@ -116,16 +126,34 @@ export async function recover(spoolDir: string, engine: AttachmentEngine, log: L
     unusable = await reportUnusable(engine, log);
   } catch (e) {
     // Without a list of records nothing may be undone or released: the daemon serves, and /healthz says why.
-    log.error({ err: (e as Error).message }, 'the journal cannot be listed: nothing is undone and no lease released at this start');
+    log.error(
+      { err: (e as Error).message },
+      'the journal cannot be listed: nothing is undone and no lease released at this start',
+    );
     return { spooledDels, undone: 0, undoFailures: 0, unusableRecords: 0, leasesReleased: 0 };
   }
   const { undone, failed } = await engine.undoUnfinished();
-  for (const record of undone) log.info({ containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' }, 'recovery undid a half-done transaction');
+  for (const record of undone)
+    log.info(
+      { containerId: record.meta.containerId, ifname: record.meta.ifname, phase: record.deleting ? 'DEL' : 'ADD' },
+      'recovery undid a half-done transaction',
+    );
   for (const { record, error } of failed) {
-    if (!record.unreadable) log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
+    if (!record.unreadable)
+      log.error({ containerId: record.meta.containerId, err: error.message }, 'recovery could not undo a transaction');
   }
   const lost = journal ? await guardLostRecords(journal, engine, log) : false;
   const released = lost ? [] : await engine.releaseOrphanedLeases();
-  for (const l of released) log.info({ network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname }, 'recovery released a lease no attachment holds');
-  return { spooledDels, undone: undone.length, undoFailures: failed.length - unusable, unusableRecords: unusable, leasesReleased: released.length };
+  for (const l of released)
+    log.info(
+      { network: l.network, address: l.address, containerId: l.containerId, ifname: l.ifname },
+      'recovery released a lease no attachment holds',
+    );
+  return {
+    spooledDels,
+    undone: undone.length,
+    undoFailures: failed.length - unusable,
+    unusableRecords: unusable,
+    leasesReleased: released.length,
+  };
 }

@@ -13,7 +13,13 @@ export interface StatusSink {
    * The pod's networks as they are now (`status`), after an ADD, a detach or a change of a running pod's networks;
    * `added` are the interfaces this change attached, `removed` the networks it took away.
    */
-  attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[], removed?: readonly { readonly network: string; readonly ifname: string }[]): void;
+  attached(
+    pod: PodIdentity,
+    containerId: string,
+    status: readonly NetworkStatusEntry[],
+    added: readonly NetworkStatusEntry[],
+    removed?: readonly { readonly network: string; readonly ifname: string }[],
+  ): void;
   /** The pod's networks are gone (DEL). */
   detached(pod: PodIdentity, containerId: string): void;
   /** An ADD failed (and was undone) with this error. */
@@ -21,7 +27,11 @@ export interface StatusSink {
 }
 
 /** The sink of a node without an API: status stays in the journal (plexusctl show). */
-export const noStatusSink: StatusSink = { attached: () => undefined, detached: () => undefined, failed: () => undefined };
+export const noStatusSink: StatusSink = {
+  attached: () => undefined,
+  detached: () => undefined,
+  failed: () => undefined,
+};
 
 /** Tells every sink, in order. */
 export const fanOut = (...sinks: readonly StatusSink[]): StatusSink => ({

@@ -18,8 +18,8 @@ const nameTaken = (netns: string, taken: readonly string[]): CniError =>
   new CniError(
     CniCode.InvalidNetworkConfig,
     `interface ${taken.join(', ')} already exists in ${netns}`,
-    'another plugin or sandbox made it: ask for another interface name ("@name" or "interface" in the selection), '
-      + 'or remove what holds it',
+    'another plugin or sandbox made it: ask for another interface name ("@name" or "interface" in the selection), ' +
+      'or remove what holds it',
   );
 
 /** Driver types whose pod interface creation is the check (see above). */

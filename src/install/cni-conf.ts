@@ -4,7 +4,20 @@
  * as the cluster default network. Every file is written to a temporary name in the same directory and renamed over
  * the old one, so a runtime never reads half a file and a shim being exec'd never blocks its replacement.
  */
-import { closeSync, existsSync, fchmodSync, fsyncSync, openSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, symlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fchmodSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeSync,
+} from 'node:fs';
 import { basename, join } from 'node:path';
 import { ok, type Result } from '../common/result';
 import { parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from '../networks/nad';
@@ -37,7 +50,9 @@ function runsPluginOf(text: string, types: ReadonlySet<string>): boolean {
   try {
     const conf = JSON.parse(text) as Record<string, unknown>;
     const plugins = Array.isArray(conf.plugins) ? (conf.plugins as unknown[]) : [conf];
-    return plugins.some((p) => typeof p === 'object' && p !== null && types.has((p as Record<string, unknown>).type as string));
+    return plugins.some(
+      (p) => typeof p === 'object' && p !== null && types.has((p as Record<string, unknown>).type as string),
+    );
   } catch {
     return false;
   }
@@ -93,16 +108,28 @@ export interface PlexusConflistOptions {
  * default network may need from it (static IPs and MAC, port mappings, bandwidth).
  */
 export function plexusConflist(options: PlexusConflistOptions): string {
-  return `${JSON.stringify({
-    cniVersion: options.cniVersion,
-    name: 'plexus',
-    plugins: [{
-      type: PLEXUS_PLUGIN_TYPE,
-      socketPath: options.socketPath,
-      ...(options.daemonWaitSeconds !== undefined ? { daemonWaitSeconds: options.daemonWaitSeconds } : {}),
-      capabilities: { 'io.kubernetes.cri.pod-annotations': true, ips: true, mac: true, portMappings: true, bandwidth: true },
-    }],
-  }, null, 2)}\n`;
+  return `${JSON.stringify(
+    {
+      cniVersion: options.cniVersion,
+      name: 'plexus',
+      plugins: [
+        {
+          type: PLEXUS_PLUGIN_TYPE,
+          socketPath: options.socketPath,
+          ...(options.daemonWaitSeconds !== undefined ? { daemonWaitSeconds: options.daemonWaitSeconds } : {}),
+          capabilities: {
+            'io.kubernetes.cri.pod-annotations': true,
+            ips: true,
+            mac: true,
+            portMappings: true,
+            bandwidth: true,
+          },
+        },
+      ],
+    },
+    null,
+    2,
+  )}\n`;
 }
 
 /**
@@ -122,7 +149,7 @@ export function replaceFile(path: string, content: Buffer | string, mode: number
   let written = false;
   try {
     fchmodSync(fd, mode); // whatever the umask
-    for (let off = 0; off < bytes.length; ) off += writeSync(fd, bytes, off);
+    for (let off = 0; off < bytes.length;) off += writeSync(fd, bytes, off);
     fsyncSync(fd);
     written = true;
   } finally {
@@ -179,7 +206,10 @@ export function linkFile(link: string, target: string): boolean {
  * The conflist plexusd writes once it is ready (--install-cni-config): the cniVersion of the default network when it
  * is a CNI config file (the runtime that used that file accepts its version), else 1.0.0.
  */
-export function conflistForDaemon(defaultNetwork: string | undefined, socketPath: string): Result<string, InstallProblem> {
+export function conflistForDaemon(
+  defaultNetwork: string | undefined,
+  socketPath: string,
+): Result<string, InstallProblem> {
   let cniVersion = FALLBACK_CNI_VERSION;
   if (defaultNetwork?.startsWith('/')) {
     let text: string;
@@ -189,7 +219,8 @@ export function conflistForDaemon(defaultNetwork: string | undefined, socketPath
       return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${(e as Error).message}`);
     }
     const parsed = parseNetworkConfig(text, defaultNetwork, 'default', 'the file');
-    if (!parsed.ok) return problem(`the default network's CNI config file ${defaultNetwork} is not usable: ${parsed.error.message}`);
+    if (!parsed.ok)
+      return problem(`the default network's CNI config file ${defaultNetwork} is not usable: ${parsed.error.message}`);
     cniVersion = parsed.value.cniVersion;
   }
   return ok(plexusConflist({ cniVersion, socketPath, daemonWaitSeconds: DAEMON_WAIT_SECONDS }));

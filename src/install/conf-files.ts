@@ -17,7 +17,10 @@ const MAX_CONF_BYTES = 1 << 20;
 /** The file extensions libcni (containerd, CRI-O) loads from a conf dir. */
 export const CNI_CONF_EXTENSIONS: readonly string[] = ['.conf', '.conflist', '.json'];
 
-export type ConfFile = { readonly kind: 'file'; readonly text: string } | { readonly kind: 'absent' } | { readonly kind: 'problem'; readonly message: string };
+export type ConfFile =
+  | { readonly kind: 'file'; readonly text: string }
+  | { readonly kind: 'absent' }
+  | { readonly kind: 'problem'; readonly message: string };
 
 /** A config file of a listing, read when asked. */
 export interface ConfFileReader {

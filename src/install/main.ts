@@ -64,24 +64,42 @@ export function parseInstallArgs(argv: readonly string[]): Parsed {
   const { values, positionals } = parsed;
   if (values.help) return { kind: 'help' };
   const command = positionals[0];
-  if (positionals.length !== 1 || (command !== 'install' && command !== 'uninstall')) return { kind: 'error', message: 'expected one command: install or uninstall' };
-  for (const key of ['cni-bin-dir', 'cni-conf-dir', 'shim', 'default-network-link', 'imported-config', 'multus-daemon-config'] as const) {
+  if (positionals.length !== 1 || (command !== 'install' && command !== 'uninstall'))
+    return { kind: 'error', message: 'expected one command: install or uninstall' };
+  for (const key of [
+    'cni-bin-dir',
+    'cni-conf-dir',
+    'shim',
+    'default-network-link',
+    'imported-config',
+    'multus-daemon-config',
+  ] as const) {
     if (!values[key].startsWith('/')) return { kind: 'error', message: `--${key} must be an absolute path` };
   }
   const waitSeconds = Number(values['wait-seconds']);
-  if (!Number.isFinite(waitSeconds) || waitSeconds < 0 || values['wait-seconds'] === '') return { kind: 'error', message: '--wait-seconds must be a number of seconds, 0 or more' };
+  if (!Number.isFinite(waitSeconds) || waitSeconds < 0 || values['wait-seconds'] === '')
+    return { kind: 'error', message: '--wait-seconds must be a number of seconds, 0 or more' };
   return {
     kind: 'flags',
     flags: {
-      command, cniBinDir: values['cni-bin-dir'], cniConfDir: values['cni-conf-dir'], shim: values.shim, link: values['default-network-link'], waitSeconds,
-      importedConfig: values['imported-config'], multusDaemonConfig: values['multus-daemon-config'],
+      command,
+      cniBinDir: values['cni-bin-dir'],
+      cniConfDir: values['cni-conf-dir'],
+      shim: values.shim,
+      link: values['default-network-link'],
+      waitSeconds,
+      importedConfig: values['imported-config'],
+      multusDaemonConfig: values['multus-daemon-config'],
     },
   };
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-export async function runInstall(argv: readonly string[], log = pino({ base: { svc: 'plexus-install' } }, pino.destination(2))): Promise<number> {
+export async function runInstall(
+  argv: readonly string[],
+  log = pino({ base: { svc: 'plexus-install' } }, pino.destination(2)),
+): Promise<number> {
   const parsed = parseInstallArgs(argv);
   if (parsed.kind === 'help') {
     process.stdout.write(`${INSTALL_USAGE}\n`);
@@ -95,19 +113,35 @@ export async function runInstall(argv: readonly string[], log = pino({ base: { s
   if (f.command === 'uninstall') {
     // Multus first: its config sorts before Plexus's, so the runtime goes back to it at once.
     const multus = restoreMultus(f.cniConfDir);
-    if (multus.restored.length) log.info({ restored: multus.restored }, 'Multus\'s config is back: the runtime calls Multus for new pods');
-    for (const kept of multus.kept) log.warn({ kept }, 'a moved-aside Multus config was left where it is: a config of its name exists again');
+    if (multus.restored.length)
+      log.info({ restored: multus.restored }, "Multus's config is back: the runtime calls Multus for new pods");
+    for (const kept of multus.kept)
+      log.warn({ kept }, 'a moved-aside Multus config was left where it is: a config of its name exists again');
     rmSync(f.importedConfig, { force: true });
     const removed = uninstall(f.cniConfDir, f.cniBinDir);
-    log.info({ removed }, removed.length ? 'uninstalled: the runtime uses the node\'s own CNI config for new pods' : 'nothing to uninstall');
+    log.info(
+      { removed },
+      removed.length ? "uninstalled: the runtime uses the node's own CNI config for new pods" : 'nothing to uninstall',
+    );
     return 0;
   }
 
   mkdirSync(f.cniBinDir, { recursive: true, mode: 0o755 });
   const changed = installShim(f.shim, f.cniBinDir);
-  log.info({ shim: join(f.cniBinDir, 'plexus-cni'), changed }, changed ? 'installed the shim' : 'the shim is up to date');
+  log.info(
+    { shim: join(f.cniBinDir, 'plexus-cni'), changed },
+    changed ? 'installed the shim' : 'the shim is up to date',
+  );
 
-  const multus = importMultus({ cniConfDir: f.cniConfDir, daemonConfig: f.multusDaemonConfig, importedConfig: f.importedConfig, defaultNetworkLink: f.link }, log);
+  const multus = importMultus(
+    {
+      cniConfDir: f.cniConfDir,
+      daemonConfig: f.multusDaemonConfig,
+      importedConfig: f.importedConfig,
+      defaultNetworkLink: f.link,
+    },
+    log,
+  );
   if (multus.kind === 'failed') return 1;
   // Multus's cluster network as a NAD needs no file here; as a file, importMultus linked it.
   if (multus.kind === 'imported') return 0;
@@ -124,15 +158,26 @@ export async function runInstall(argv: readonly string[], log = pino({ base: { s
     if (primary.value) {
       mkdirSync(dirname(f.link), { recursive: true, mode: 0o700 });
       linkFile(f.link, primary.value.path);
-      log.info({ primary: primary.value.path, network: primary.value.name, cniVersion: primary.value.cniVersion, link: f.link }, 'the node\'s primary CNI config is the cluster default network');
+      log.info(
+        {
+          primary: primary.value.path,
+          network: primary.value.name,
+          cniVersion: primary.value.cniVersion,
+          link: f.link,
+        },
+        "the node's primary CNI config is the cluster default network",
+      );
       return 0;
     }
     if (Date.now() >= deadline) {
-      log.error({ confDir: f.cniConfDir }, `no CNI config other than ${PLEXUS_CONFLIST} in ${f.cniConfDir}: install the cluster's network plugin first`);
+      log.error(
+        { confDir: f.cniConfDir },
+        `no CNI config other than ${PLEXUS_CONFLIST} in ${f.cniConfDir}: install the cluster's network plugin first`,
+      );
       return 1;
     }
     if (Date.now() - lastLog > 30000) {
-      log.info({ confDir: f.cniConfDir }, 'waiting for the node\'s primary CNI config');
+      log.info({ confDir: f.cniConfDir }, "waiting for the node's primary CNI config");
       lastLog = Date.now();
     }
     await sleep(500);

@@ -16,8 +16,12 @@ import { type ConfFileReader, type InstallProblem, problem, readConfFile } from 
 export const MULTUS_TYPES: ReadonlySet<string> = new Set(['multus', 'multus-shim']);
 export const DEFAULT_MULTUS_DAEMON_CONFIG = '/etc/cni/net.d/multus.d/daemon-config.json';
 
-
-const commaList = z.string().transform((v) => v.split(',').map((s) => s.trim()).filter(Boolean));
+const commaList = z.string().transform((v) =>
+  v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean),
+);
 
 /** The keys Multus reads from its config, with its defaults; anything else is kept as it is, to be named. */
 const MultusSettingsSchema = z
@@ -75,17 +79,25 @@ function ownSettings(path: string, text: string): Result<Record<string, unknown>
   } catch (e) {
     return problem(`Multus's config ${path} is not JSON: ${(e as Error).message}`);
   }
-  if (typeof conf !== 'object' || conf === null || Array.isArray(conf)) return problem(`Multus's config ${path} is not a JSON object`);
+  if (typeof conf !== 'object' || conf === null || Array.isArray(conf))
+    return problem(`Multus's config ${path} is not a JSON object`);
   const record = conf as Record<string, unknown>;
   const plugins = record.plugins;
-  return ok(Array.isArray(plugins) && typeof plugins[0] === 'object' && plugins[0] !== null ? (plugins[0] as Record<string, unknown>) : record);
+  return ok(
+    Array.isArray(plugins) && typeof plugins[0] === 'object' && plugins[0] !== null
+      ? (plugins[0] as Record<string, unknown>)
+      : record,
+  );
 }
 
 /**
  * The node's Multus, if any: none (undefined), or one config with its settings. Two Multus configs, a config that
  * does not parse, or a thick daemon config that does not parse are problems: the installer stops and changes nothing.
  */
-export function readMultus(confDirFiles: readonly ConfFileReader[], daemonConfigPath: string): Result<MultusInstallation | undefined, InstallProblem> {
+export function readMultus(
+  confDirFiles: readonly ConfFileReader[],
+  daemonConfigPath: string,
+): Result<MultusInstallation | undefined, InstallProblem> {
   const found = findMultusConfigs(confDirFiles);
   if (found.length === 0) return ok(undefined);
   if (found.length > 1) {
@@ -115,12 +127,19 @@ export function readMultus(confDirFiles: readonly ConfFileReader[], daemonConfig
   const parsed = MultusSettingsSchema.safeParse(merged);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    return problem(`Multus's config ${daemonConfigFile ?? path}: "${issue?.path.join('.') ?? ''}" ${issue?.message ?? 'is invalid'}`);
+    return problem(
+      `Multus's config ${daemonConfigFile ?? path}: "${issue?.path.join('.') ?? ''}" ${issue?.message ?? 'is invalid'}`,
+    );
   }
   if (parsed.data.clusterNetwork === undefined && (parsed.data.delegates?.length ?? 0) === 0) {
     return problem(`Multus's config ${path} has neither clusterNetwork nor delegates: Multus itself refuses it`);
   }
-  return ok({ mode: thick ? 'thick' : 'thin', configFile: path, ...(daemonConfigFile ? { daemonConfigFile } : {}), settings: parsed.data });
+  return ok({
+    mode: thick ? 'thick' : 'thin',
+    configFile: path,
+    ...(daemonConfigFile ? { daemonConfigFile } : {}),
+    settings: parsed.data,
+  });
 }
 
 /** Where Multus's cluster network is: a NAD in its namespace, a CNI config file, or a config inline in `delegates`. */
@@ -135,17 +154,26 @@ export type ClusterNetwork =
  * clusterNetwork, the first of `delegates`. A name is resolved to the NAD when no file has it, because the installer
  * cannot ask the API: plexusd then reads the NAD, as Multus would first.
  */
-export function resolveClusterNetwork(settings: MultusSettings, listDir: (dir: string) => readonly ConfFileReader[] | undefined): Result<ClusterNetwork, InstallProblem> {
+export function resolveClusterNetwork(
+  settings: MultusSettings,
+  listDir: (dir: string) => readonly ConfFileReader[] | undefined,
+): Result<ClusterNetwork, InstallProblem> {
   const name = settings.clusterNetwork;
   if (name === undefined) return ok({ kind: 'inline', config: settings.delegates![0]! });
   if (!name.includes('/')) {
     const file = listDir(settings.confDir)?.find((f) => configName(f.read()) === name);
-    return ok({ kind: 'nad', reference: `${settings.multusNamespace}/${name}`, ...(file ? { alsoFile: file.path } : {}) });
+    return ok({
+      kind: 'nad',
+      reference: `${settings.multusNamespace}/${name}`,
+      ...(file ? { alsoFile: file.path } : {}),
+    });
   }
   const inDir = listDir(name);
   if (inDir !== undefined) {
     const first = inDir.find((f) => f.path.endsWith('.conf') || f.path.endsWith('.conflist'));
-    return first ? ok({ kind: 'file', path: first.path }) : problem(`Multus's clusterNetwork ${name} is a directory with no .conf or .conflist file`);
+    return first
+      ? ok({ kind: 'file', path: first.path })
+      : problem(`Multus's clusterNetwork ${name} is a directory with no .conf or .conflist file`);
   }
   const file = readConfFile(name);
   if (file.kind === 'file') return ok({ kind: 'file', path: name });

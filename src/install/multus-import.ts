@@ -22,7 +22,10 @@ export interface MultusImportOptions {
   readonly defaultNetworkLink: string;
 }
 
-export type MultusImport = { readonly kind: 'none' } | { readonly kind: 'imported'; readonly multus: MultusInstallation } | { readonly kind: 'failed' };
+export type MultusImport =
+  | { readonly kind: 'none' }
+  | { readonly kind: 'imported'; readonly multus: MultusInstallation }
+  | { readonly kind: 'failed' };
 
 export function importMultus(o: MultusImportOptions, log: Logger): MultusImport {
   const active = listConfFiles(o.cniConfDir) ?? [];
@@ -36,7 +39,10 @@ export function importMultus(o: MultusImportOptions, log: Logger): MultusImport 
   if (!multus.value) {
     if (existsSync(o.importedConfig)) {
       rmSync(o.importedConfig, { force: true });
-      log.info({ importedConfig: o.importedConfig }, 'no Multus on this node any more: the settings carried over from it are removed');
+      log.info(
+        { importedConfig: o.importedConfig },
+        'no Multus on this node any more: the settings carried over from it are removed',
+      );
     }
     return { kind: 'none' };
   }
@@ -56,11 +62,21 @@ export function importMultus(o: MultusImportOptions, log: Logger): MultusImport 
     linkFile(o.defaultNetworkLink, carried.defaultNetworkFile);
   }
   replaceFile(o.importedConfig, `${JSON.stringify(carried.settings, null, 2)}\n`, 0o600);
-  log.info({ multus: found.mode, multusConfig: found.configFile, daemonConfig: found.daemonConfigFile, importedConfig: o.importedConfig, carried: carried.carried },
-    'Multus\'s settings carried over to plexusd');
+  log.info(
+    {
+      multus: found.mode,
+      multusConfig: found.configFile,
+      daemonConfig: found.daemonConfigFile,
+      importedConfig: o.importedConfig,
+      carried: carried.carried,
+    },
+    "Multus's settings carried over to plexusd",
+  );
   for (const d of carried.dropped) log.warn({ multusSetting: d.multus }, `Multus setting not carried over: ${d.why}`);
   for (const w of carried.warnings) log.warn(w);
-  log.info('plexusd serves new pods once it moves Multus\'s config aside (takeOverMultus: true, docs/migrate-from-multus.md); until then Multus does');
+  log.info(
+    "plexusd serves new pods once it moves Multus's config aside (takeOverMultus: true, docs/migrate-from-multus.md); until then Multus does",
+  );
   return { kind: 'imported', multus: found };
 }
 
@@ -72,10 +88,19 @@ function movedAside(confDir: string): ConfFileReader[] {
   } catch {
     return [];
   }
-  return names.filter((n) => n.endsWith(MOVED_ASIDE_SUFFIX)).sort().map((n) => {
-    const path = join(confDir, n);
-    return { path, read: () => { const f = readConfFile(path); return f.kind === 'file' ? f.text : undefined; } };
-  });
+  return names
+    .filter((n) => n.endsWith(MOVED_ASIDE_SUFFIX))
+    .sort()
+    .map((n) => {
+      const path = join(confDir, n);
+      return {
+        path,
+        read: () => {
+          const f = readConfFile(path);
+          return f.kind === 'file' ? f.text : undefined;
+        },
+      };
+    });
 }
 
 /**
@@ -92,5 +117,12 @@ function onHost(path: string): string {
 function withHostPaths(m: MultusInstallation): MultusInstallation {
   const { clusterNetwork, confDir } = m.settings;
   const hostCluster = clusterNetwork?.includes('/') ? onHost(clusterNetwork) : clusterNetwork;
-  return { ...m, settings: { ...m.settings, confDir: onHost(confDir), ...(hostCluster !== undefined ? { clusterNetwork: hostCluster } : {}) } };
+  return {
+    ...m,
+    settings: {
+      ...m.settings,
+      confDir: onHost(confDir),
+      ...(hostCluster !== undefined ? { clusterNetwork: hostCluster } : {}),
+    },
+  };
 }

@@ -34,25 +34,25 @@ const IDENTITY = new Set(['type', 'name', 'cniVersion']);
 const NO_EQUIVALENT: Readonly<Record<string, string>> = {
   kubeconfig: 'plexusd uses its own service account (or --kubeconfig)',
   logFile: 'plexusd logs JSON lines to stderr (the container log)',
-  logLevel: 'set plexusd\'s --log-level',
+  logLevel: "set plexusd's --log-level",
   logToStderr: 'plexusd always logs to stderr',
   logOptions: 'plexusd does not rotate logs: the container runtime does',
   auxiliaryCNIChainName: 'no equivalent: use a conflist in the NAD',
-  retryDeleteOnError: 'plexusd\'s DEL always goes on past a failing plugin, as this option asks',
-  capabilities: 'Plexus\'s conflist declares every capability its networks may use',
-  chrootDir: 'the Multus daemon\'s own plumbing',
-  socketDir: 'the Multus daemon\'s own plumbing',
-  daemonSocketDir: 'the Multus daemon\'s own plumbing',
-  cniConfigDir: 'the Multus daemon\'s own plumbing',
-  multusAutoconfigDir: 'the Multus daemon\'s own plumbing (plexus-install finds the primary config itself)',
-  multusConfigFile: 'the Multus daemon\'s own plumbing',
-  multusMasterCNI: 'the Multus daemon\'s own plumbing (plexus-install finds the primary config itself)',
+  retryDeleteOnError: "plexusd's DEL always goes on past a failing plugin, as this option asks",
+  capabilities: "Plexus's conflist declares every capability its networks may use",
+  chrootDir: "the Multus daemon's own plumbing",
+  socketDir: "the Multus daemon's own plumbing",
+  daemonSocketDir: "the Multus daemon's own plumbing",
+  cniConfigDir: "the Multus daemon's own plumbing",
+  multusAutoconfigDir: "the Multus daemon's own plumbing (plexus-install finds the primary config itself)",
+  multusConfigFile: "the Multus daemon's own plumbing",
+  multusMasterCNI: "the Multus daemon's own plumbing (plexus-install finds the primary config itself)",
   forceCNIVersion: 'plexusd answers in the version each runtime asks for',
-  overrideNetworkName: 'the Multus daemon\'s own plumbing',
-  metricsPort: 'set plexusd\'s --metrics-address',
+  overrideNetworkName: "the Multus daemon's own plumbing",
+  metricsPort: "set plexusd's --metrics-address",
   enablePprof: 'no equivalent',
   perNodeCertificate: 'plexusd uses its own service account',
-  connectionLimit: 'set plexusd\'s --max-concurrent and --max-queued',
+  connectionLimit: "set plexusd's --max-concurrent and --max-queued",
   prevResult: 'not a setting',
   runtimeConfig: 'not a setting: the runtime sends it per call',
 };
@@ -86,23 +86,46 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
   }
   for (const [i] of (s.delegates ?? []).entries()) {
     if (i === 0 && s.clusterNetwork === undefined) continue;
-    dropped.push({ multus: `delegates[${i}]`, why: 'Multus runs it for every pod: make it a NAD and list it in plexusd\'s defaultNetworks' });
+    dropped.push({
+      multus: `delegates[${i}]`,
+      why: "Multus runs it for every pod: make it a NAD and list it in plexusd's defaultNetworks",
+    });
   }
 
   const { references, paths } = defaultNetworkReferences(s.defaultNetworks, s.multusNamespace);
   if (references.length > 0) carry('defaultNetworks', 'defaultNetworks', references);
-  for (const p of paths) dropped.push({ multus: `defaultNetworks (${p})`, why: 'a file path: make it a NAD, then list it in defaultNetworks' });
+  for (const p of paths)
+    dropped.push({
+      multus: `defaultNetworks (${p})`,
+      why: 'a file path: make it a NAD, then list it in defaultNetworks',
+    });
   carry('namespaceIsolation', 'namespaceIsolation', s.namespaceIsolation);
   carry('globalNamespaces', 'globalNamespaces', s.globalNamespaces);
   carry('systemNamespaces', 'systemNamespaces', s.systemNamespaces);
-  if (s.readinessindicatorfile !== '') carry('readinessindicatorfile', 'readinessIndicatorFile', s.readinessindicatorfile);
+  if (s.readinessindicatorfile !== '')
+    carry('readinessindicatorfile', 'readinessIndicatorFile', s.readinessindicatorfile);
   if (s.binDir !== MULTUS_DEFAULTS.binDir) carry('binDir', 'cniBinDir', s.binDir);
   carry('confDir', 'cniConfDir', s.confDir);
   // Multus's pods are removed as Multus would have removed them, from its cache of each.
   carry('cniDir', 'multusCacheDir', s.cniDir ?? MULTUS_DEFAULTS.cniDir);
-  carried.push({ multus: 'multusNamespace', plexus: `the namespace of clusterNetwork and defaultNetworks (${s.multusNamespace})` });
+  carried.push({
+    multus: 'multusNamespace',
+    plexus: `the namespace of clusterNetwork and defaultNetworks (${s.multusNamespace})`,
+  });
 
-  const handled = new Set(['clusterNetwork', 'delegates', 'defaultNetworks', 'namespaceIsolation', 'globalNamespaces', 'systemNamespaces', 'readinessindicatorfile', 'binDir', 'confDir', 'cniDir', 'multusNamespace']);
+  const handled = new Set([
+    'clusterNetwork',
+    'delegates',
+    'defaultNetworks',
+    'namespaceIsolation',
+    'globalNamespaces',
+    'systemNamespaces',
+    'readinessindicatorfile',
+    'binDir',
+    'confDir',
+    'cniDir',
+    'multusNamespace',
+  ]);
   for (const key of Object.keys(s)) {
     if (handled.has(key) || IDENTITY.has(key)) continue;
     dropped.push({ multus: key, why: NO_EQUIVALENT[key] ?? 'not a Multus v4.3 setting Plexus knows' });
@@ -111,7 +134,9 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
     settings,
     ...(cluster.kind === 'inline' ? { inlineDefaultNetwork: cluster.config } : {}),
     ...(cluster.kind === 'file' ? { defaultNetworkFile: cluster.path } : {}),
-    carried, dropped, warnings,
+    carried,
+    dropped,
+    warnings,
   };
 }
 
@@ -120,9 +145,13 @@ function clusterNetworkSetting(cluster: ClusterNetwork, link: string): string {
 }
 
 /** Multus's defaultNetworks: names are NADs in its namespace; an entry with a "/" is a file or directory path. */
-function defaultNetworkReferences(names: readonly string[], namespace: string): { references: string[]; paths: string[] } {
+function defaultNetworkReferences(
+  names: readonly string[],
+  namespace: string,
+): { references: string[]; paths: string[] } {
   const references: string[] = [];
   const paths: string[] = [];
-  for (const name of names) (name.includes('/') ? paths : references).push(name.includes('/') ? name : `${namespace}/${name}`);
+  for (const name of names)
+    (name.includes('/') ? paths : references).push(name.includes('/') ? name : `${namespace}/${name}`);
   return { references, paths };
 }

@@ -61,13 +61,21 @@ export function restoreMultus(confDir: string): Restored {
 export function takeOverFromMultus(confDir: string, takeOver: boolean, log: Logger): void {
   if (!takeOver) {
     const multus = findMultusConfigs(listConfFiles(confDir) ?? []);
-    if (multus.length) log.warn({ multus: multus.map((m) => m.path) }, 'Multus\'s config sorts first: the runtime calls Multus, not Plexus, for new pods (set takeOverMultus: docs/migrate-from-multus.md)');
+    if (multus.length)
+      log.warn(
+        { multus: multus.map((m) => m.path) },
+        "Multus's config sorts first: the runtime calls Multus, not Plexus, for new pods (set takeOverMultus: docs/migrate-from-multus.md)",
+      );
     return;
   }
   try {
     const moved = moveMultusAside(confDir);
-    if (moved.length) log.info({ moved }, 'Multus\'s config moved aside: the runtime calls Plexus for new pods (plexus-install uninstall puts it back)');
+    if (moved.length)
+      log.info(
+        { moved },
+        "Multus's config moved aside: the runtime calls Plexus for new pods (plexus-install uninstall puts it back)",
+      );
   } catch (e) {
-    log.error({ err: e, confDir }, 'cannot move Multus\'s config aside: the runtime keeps calling Multus for new pods');
+    log.error({ err: e, confDir }, "cannot move Multus's config aside: the runtime keeps calling Multus for new pods");
   }
 }

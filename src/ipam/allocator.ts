@@ -23,27 +23,39 @@ const invalid = (message: string): CniError => new CniError(CniCode.InvalidNetwo
 function checkNetwork(network: string): CniError | undefined {
   return isSafeNetworkName(network)
     ? undefined
-    : invalid(`network name ${JSON.stringify(network)} cannot be used for IPAM: it must be 1-253 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+    : invalid(
+        `network name ${JSON.stringify(network)} cannot be used for IPAM: it must be 1-253 letters, digits, '_', '.' or '-', starting with a letter or digit`,
+      );
 }
 
 function checkOwner(containerId: string, ifname: string): CniError | undefined {
-  for (const [name, value] of [['container ID', containerId], ['interface name', ifname]] as const) {
+  for (const [name, value] of [
+    ['container ID', containerId],
+    ['interface name', ifname],
+  ] as const) {
     if (value === '' || /[\r\n\0/]/.test(value)) {
-      return new CniError(CniCode.InvalidEnvironment, `${name} ${JSON.stringify(value)} is not valid for an IPAM lease (empty, or contains a newline, NUL or '/')`);
+      return new CniError(
+        CniCode.InvalidEnvironment,
+        `${name} ${JSON.stringify(value)} is not valid for an IPAM lease (empty, or contains a newline, NUL or '/')`,
+      );
     }
   }
   return undefined;
 }
 
-const inRange = (range: CompiledRange, ip: Ip): boolean => range.subnet.family === ip.family && ip.value >= range.start && ip.value <= range.end;
+const inRange = (range: CompiledRange, ip: Ip): boolean =>
+  range.subnet.family === ip.family && ip.value >= range.start && ip.value <= range.end;
 
 function describeHolder(lease: Lease): string {
-  return lease.containerId === '' ? 'a lease file with no valid owner' : `container ${lease.containerId} interface ${lease.ifname}`;
+  return lease.containerId === ''
+    ? 'a lease file with no valid owner'
+    : `container ${lease.containerId} interface ${lease.ifname}`;
 }
 
 const withDns = (config: IpamConfig): { dns?: DnsSpec } => (config.dns !== undefined ? { dns: config.dns } : {});
 
-const resultIpOf = (lease: Lease): ResultIp => (lease.gateway !== undefined ? { address: lease.address, gateway: lease.gateway } : { address: lease.address });
+const resultIpOf = (lease: Lease): ResultIp =>
+  lease.gateway !== undefined ? { address: lease.address, gateway: lease.gateway } : { address: lease.address };
 
 export class Ipam implements IpamBackend {
   private readonly locks = new KeyedMutex();
@@ -58,7 +70,8 @@ export class Ipam implements IpamBackend {
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
     const bad = checkNetwork(req.network) ?? checkOwner(req.containerId, req.ifname);
     if (bad !== undefined) return err(bad);
-    if (req.claim !== undefined && req.config.type !== 'cluster') return err(claimNeedsClusterPool(req.network, req.config.type));
+    if (req.claim !== undefined && req.config.type !== 'cluster')
+      return err(claimNeedsClusterPool(req.network, req.config.type));
     if (req.config.type === 'static') return allocateStatic(req.config, req.requestedIps ?? []);
     if (req.config.type === 'cluster') {
       return err(clusterNeedsApi(req.network, req.config.flavour));
@@ -96,7 +109,10 @@ export class Ipam implements IpamBackend {
           continue;
         }
         const wanted = requested.get(index);
-        const outcome = wanted !== undefined ? await this.reserveRequested(req, set, wanted) : await this.reserveNext(req, index, set);
+        const outcome =
+          wanted !== undefined
+            ? await this.reserveRequested(req, set, wanted)
+            : await this.reserveNext(req, index, set);
         if (!outcome.ok) return await fail(outcome.error);
         reserved.push(outcome.value);
         ips.push(resultIpOf(outcome.value.lease));
@@ -119,15 +135,28 @@ export class Ipam implements IpamBackend {
     };
   }
 
-  private async reserveRequested(req: IpamRequest, set: readonly CompiledRange[], ip: Ip): Promise<Result<StoredLease>> {
+  private async reserveRequested(
+    req: IpamRequest,
+    set: readonly CompiledRange[],
+    ip: Ip,
+  ): Promise<Result<StoredLease>> {
     const range = set.find((candidate) => inRange(candidate, ip));
     const text = formatIp(ip.family, ip.value);
     if (range === undefined) return err(invalid(`requested IP ${text} is not in any range of network ${req.network}`));
     if (!isAllocatable(range, ip.value)) {
-      return err(invalid(`requested IP ${text} is the gateway, network or broadcast address of ${describeRange(range)} in network ${req.network}`));
+      return err(
+        invalid(
+          `requested IP ${text} is the gateway, network or broadcast address of ${describeRange(range)} in network ${req.network}`,
+        ),
+      );
     }
     const inUse = (holder: StoredLease): Result<never> =>
-      err(new CniError(IPAM_ADDRESS_IN_USE, `requested IP ${text} is already allocated to ${describeHolder(holder.lease)} in network ${req.network}`));
+      err(
+        new CniError(
+          IPAM_ADDRESS_IN_USE,
+          `requested IP ${text} is already allocated to ${describeHolder(holder.lease)} in network ${req.network}`,
+        ),
+      );
     const holder = this.store.holder(req.network, ip);
     if (holder !== undefined) return inUse(holder);
     const lease = this.leaseFor(req, range, ip);
@@ -136,7 +165,11 @@ export class Ipam implements IpamBackend {
   }
 
   /** The next free address of the set, starting after the last one reserved there (host-local's last_reserved_ip). */
-  private async reserveNext(req: IpamRequest, index: number, set: readonly CompiledRange[]): Promise<Result<StoredLease>> {
+  private async reserveNext(
+    req: IpamRequest,
+    index: number,
+    set: readonly CompiledRange[],
+  ): Promise<Result<StoredLease>> {
     let rangeIndex = 0;
     let value = set[0]?.start ?? 0n;
     const hint = this.store.hint(req.network, index);
@@ -162,7 +195,12 @@ export class Ipam implements IpamBackend {
       // Another process may have taken it since open(): the store then learns its holder and we move on.
       if ((await this.store.reserve(ip, lease)) === undefined) return ok({ ip, lease });
     }
-    return err(new CniError(IPAM_POOL_EXHAUSTED, `no free address in network ${req.network}: range set ${index} (${set.map(describeRange).join(', ')}) is exhausted`));
+    return err(
+      new CniError(
+        IPAM_POOL_EXHAUSTED,
+        `no free address in network ${req.network}: range set ${index} (${set.map(describeRange).join(', ')}) is exhausted`,
+      ),
+    );
   }
 
   /** Releases every lease of the owner in the network. Idempotent: releasing nothing is ok([]). */
@@ -229,7 +267,11 @@ function sortLeases(stored: readonly StoredLease[]): readonly Lease[] {
 }
 
 /** Assigns each requested IP to the one range set containing it. */
-function matchRequested(network: string, sets: readonly (readonly CompiledRange[])[], requestedIps: readonly string[]): Result<ReadonlyMap<number, Ip>> {
+function matchRequested(
+  network: string,
+  sets: readonly (readonly CompiledRange[])[],
+  requestedIps: readonly string[],
+): Result<ReadonlyMap<number, Ip>> {
   const byset = new Map<number, Ip>();
   for (const text of requestedIps) {
     const cidr = text.includes('/') ? parseCidr(text) : undefined;
@@ -237,15 +279,22 @@ function matchRequested(network: string, sets: readonly (readonly CompiledRange[
     if (ip === undefined) return err(invalid(`requested IP ${JSON.stringify(text)} is not a valid IP address`));
     const index = sets.findIndex((set) => set.some((range) => inRange(range, ip)));
     const set = sets[index];
-    if (set === undefined) return err(invalid(`requested IP ${formatIp(ip.family, ip.value)} is not in any range of network ${network}`));
+    if (set === undefined)
+      return err(invalid(`requested IP ${formatIp(ip.family, ip.value)} is not in any range of network ${network}`));
     const range = set.find((candidate) => inRange(candidate, ip));
     if (cidr !== undefined && range !== undefined && cidr.prefix !== range.subnet.prefix) {
-      return err(invalid(`requested IP ${text} has prefix /${cidr.prefix} but its range ${describeRange(range)} in network ${network} is a /${range.subnet.prefix}`));
+      return err(
+        invalid(
+          `requested IP ${text} has prefix /${cidr.prefix} but its range ${describeRange(range)} in network ${network} is a /${range.subnet.prefix}`,
+        ),
+      );
     }
     const other = byset.get(index);
     if (other !== undefined) {
       return err(
-        invalid(`requested IPs ${formatIp(other.family, other.value)} and ${formatIp(ip.family, ip.value)} are both in range set ${index} of network ${network}: one address is allocated per range set`),
+        invalid(
+          `requested IPs ${formatIp(other.family, other.value)} and ${formatIp(ip.family, ip.value)} are both in range set ${index} of network ${network}: one address is allocated per range set`,
+        ),
       );
     }
     byset.set(index, { family: ip.family, value: ip.value });
@@ -259,11 +308,16 @@ function allocateStatic(config: Static, requestedIps: readonly string[]): Result
   for (const text of requestedIps) {
     const cidr = parseCidr(text);
     if (cidr === undefined) {
-      return err(invalid(`requested IP ${JSON.stringify(text)} must be an address with a prefix length (e.g. 10.10.0.1/24) for static IPAM`));
+      return err(
+        invalid(
+          `requested IP ${JSON.stringify(text)} must be an address with a prefix length (e.g. 10.10.0.1/24) for static IPAM`,
+        ),
+      );
     }
     const address = formatCidr(cidr.family, cidr.value, cidr.prefix);
     if (!ips.some((ip) => ip.address === address)) ips.push({ address });
   }
-  if (ips.length === 0) return err(invalid('ipam.addresses: static IPAM needs at least one address (in ipam.addresses or requested)'));
+  if (ips.length === 0)
+    return err(invalid('ipam.addresses: static IPAM needs at least one address (in ipam.addresses or requested)'));
   return ok({ ips, routes: config.routes, ...withDns(config) });
 }

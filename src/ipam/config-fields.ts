@@ -62,7 +62,8 @@ export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | unde
     if (route.gw === undefined) return { dst: canonical };
     const gw = parseIp(route.gw);
     if (gw === undefined) return fail(`${path}.gw`, `${JSON.stringify(route.gw)} is not a valid IP address`);
-    if (gw.family !== dst.family) fail(`${path}.gw`, `${route.gw} is ${familyName(gw.family)} but dst ${route.dst} is ${familyName(dst.family)}`);
+    if (gw.family !== dst.family)
+      fail(`${path}.gw`, `${route.gw} is ${familyName(gw.family)} but dst ${route.dst} is ${familyName(dst.family)}`);
     return { dst: canonical, gw: formatIp(gw.family, gw.value) };
   });
 }
@@ -70,7 +71,8 @@ export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | unde
 export function parseDns(dns: z.infer<typeof dnsShape>): DnsSpec {
   const nameservers = dns.nameservers?.map((text, i) => {
     const ip = parseIp(text);
-    if (ip === undefined) return fail(`ipam.dns.nameservers[${i}]`, `${JSON.stringify(text)} is not a valid IP address`);
+    if (ip === undefined)
+      return fail(`ipam.dns.nameservers[${i}]`, `${JSON.stringify(text)} is not a valid IP address`);
     return formatIp(ip.family, ip.value);
   });
   return {
@@ -80,4 +82,3 @@ export function parseDns(dns: z.infer<typeof dnsShape>): DnsSpec {
     ...(dns.options !== undefined ? { options: dns.options } : {}),
   };
 }
-

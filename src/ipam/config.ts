@@ -20,7 +20,12 @@ export interface DnsSpec {
   readonly options?: readonly string[];
 }
 export type IpamConfig =
-  | { readonly type: 'host-local'; readonly ranges: readonly (readonly IpRange[])[]; readonly routes: readonly RouteSpec[]; readonly dns?: DnsSpec }
+  | {
+      readonly type: 'host-local';
+      readonly ranges: readonly (readonly IpRange[])[];
+      readonly routes: readonly RouteSpec[];
+      readonly dns?: DnsSpec;
+    }
   | {
       readonly type: 'static';
       readonly addresses: readonly { readonly address: string; readonly gateway?: string }[];

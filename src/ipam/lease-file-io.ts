@@ -11,7 +11,8 @@ import type { Lease } from './lease';
 /** A lease is four short lines and an owner; anything far bigger is not one. Symlinks are never followed. */
 export const LEASE_READ = { maxBytes: 64 * 1024 } as const;
 
-export const isErrno = (thrown: unknown, code: string): boolean => (thrown as NodeJS.ErrnoException | null)?.code === code;
+export const isErrno = (thrown: unknown, code: string): boolean =>
+  (thrown as NodeJS.ErrnoException | null)?.code === code;
 
 export async function fsyncDir(path: string): Promise<void> {
   const handle = await fs.open(path, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
@@ -79,4 +80,3 @@ export const inlineIo: LeaseFileIo = {
   remove: (path) => settle(() => rmSync(path, { force: true })),
   syncDir: () => Promise.resolve(),
 };
-

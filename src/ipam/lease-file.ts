@@ -12,7 +12,9 @@ export function leaseFileContent(lease: Lease): string {
 
 /** Reads a lease file; the first two lines are host-local's format, the last two are Plexus's additions. */
 export function parseLeaseFile(network: string, ip: Ip, content: string): Lease {
-  const [containerId = '', ifname = '', addressText = '', gatewayText = '', ownerText = ''] = content.split(/\r?\n/).map((line) => line.trim());
+  const [containerId = '', ifname = '', addressText = '', gatewayText = '', ownerText = ''] = content
+    .split(/\r?\n/)
+    .map((line) => line.trim());
   const recorded = parseCidr(addressText);
   const address =
     recorded !== undefined && recorded.family === ip.family && recorded.value === ip.value
@@ -23,7 +25,9 @@ export function parseLeaseFile(network: string, ip: Ip, content: string): Lease 
   return {
     network,
     address,
-    ...(gateway !== undefined && gateway.family === ip.family ? { gateway: formatIp(gateway.family, gateway.value) } : {}),
+    ...(gateway !== undefined && gateway.family === ip.family
+      ? { gateway: formatIp(gateway.family, gateway.value) }
+      : {}),
     containerId: owned ? containerId : '',
     ifname: owned ? ifname : '',
     ...(owned && ownerText !== '' ? ownerOf(ownerText) : {}),
@@ -35,10 +39,10 @@ function ownerOf(text: string): { owner?: LeaseOwner } {
   try {
     const parsed = JSON.parse(text) as Record<string, unknown>;
     const owner: { network?: string; podUid?: string; pod?: string; claim?: string } = {};
-    for (const key of ['network', 'podUid', 'pod', 'claim'] as const) if (typeof parsed[key] === 'string') owner[key] = parsed[key];
+    for (const key of ['network', 'podUid', 'pod', 'claim'] as const)
+      if (typeof parsed[key] === 'string') owner[key] = parsed[key];
     return { owner };
   } catch {
     return {};
   }
 }
-

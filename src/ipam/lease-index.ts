@@ -31,4 +31,3 @@ export class NetworkLeases {
     if (keys?.size === 0) this.byOwner.delete(owner);
   }
 }
-

@@ -33,4 +33,3 @@ const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$/;
 
 /** Network names become directory names. */
 export const isSafeNetworkName = (name: string): boolean => NETWORK_NAME.test(name) && name !== '.' && name !== '..';
-

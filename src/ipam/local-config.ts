@@ -32,7 +32,8 @@ export function parseHostLocal(shape: z.infer<typeof hostLocalShape>): IpamConfi
     sets.push({ path: 'ipam', ranges: [compileRange('ipam', shape.subnet, shape)] });
   } else {
     for (const field of ['rangeStart', 'rangeEnd', 'gateway'] as const) {
-      if (shape[field] !== undefined) fail(`ipam.${field}`, 'is set but ipam.subnet is not (use ipam.ranges, or set ipam.subnet)');
+      if (shape[field] !== undefined)
+        fail(`ipam.${field}`, 'is set but ipam.subnet is not (use ipam.ranges, or set ipam.subnet)');
     }
   }
   (shape.ranges ?? []).forEach((set, i) => {
@@ -60,9 +61,13 @@ export function parseStatic(shape: z.infer<typeof staticShape>): IpamConfig {
     const canonical = formatCidr(address.family, address.value, address.prefix);
     if (entry.gateway === undefined) return { address: canonical };
     const gateway = parseIp(entry.gateway);
-    if (gateway === undefined) return fail(`${path}.gateway`, `${JSON.stringify(entry.gateway)} is not a valid IP address`);
+    if (gateway === undefined)
+      return fail(`${path}.gateway`, `${JSON.stringify(entry.gateway)} is not a valid IP address`);
     if (gateway.family !== address.family) {
-      fail(`${path}.gateway`, `${entry.gateway} is ${familyName(gateway.family)} but address ${entry.address} is ${familyName(address.family)}`);
+      fail(
+        `${path}.gateway`,
+        `${entry.gateway} is ${familyName(gateway.family)} but address ${entry.address} is ${familyName(address.family)}`,
+      );
     }
     return { address: canonical, gateway: formatIp(gateway.family, gateway.value) };
   });

@@ -26,6 +26,8 @@ function parseOrThrow(raw: unknown): IpamConfig {
   if (type === 'static') return parseStatic(shapeOf(staticShape, raw));
   if (type === 'plexus') return parsePlexus(shapeOf(plexusShape, raw));
   if (type === 'whereabouts') return parseWhereabouts(shapeOf(whereaboutsShape, raw));
-  return fail('ipam.type', `${JSON.stringify(type)} is not supported by the built-in IPAM (expected "host-local", "static", "plexus" or "whereabouts")`);
+  return fail(
+    'ipam.type',
+    `${JSON.stringify(type)} is not supported by the built-in IPAM (expected "host-local", "static", "plexus" or "whereabouts")`,
+  );
 }
-

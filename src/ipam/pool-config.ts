@@ -8,7 +8,10 @@ import { checkSets, compileRange, rangeToConfig } from './ranges';
 const blockPrefixShape = z.number().int().min(1).max(128);
 export const plexusShape = z.looseObject({
   type: z.literal('plexus'),
-  pool: z.string().regex(/^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 name of at most 63 characters').optional(),
+  pool: z
+    .string()
+    .regex(/^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$/, 'must be a DNS-1123 name of at most 63 characters')
+    .optional(),
   ranges: z.array(z.array(rangeShape)).min(1),
   exclude: z.array(z.string()).optional(),
   blockSize: z.looseObject({ v4: blockPrefixShape.optional(), v6: blockPrefixShape.optional() }).optional(),
@@ -23,7 +26,16 @@ export const whereaboutsShape = z.looseObject({
   range_end: z.string().optional(),
   gateway: z.string().optional(),
   exclude: z.array(z.string()).optional(),
-  ipRanges: z.array(z.looseObject({ range: z.string(), range_start: z.string().optional(), range_end: z.string().optional(), exclude: z.array(z.string()).optional() })).optional(),
+  ipRanges: z
+    .array(
+      z.looseObject({
+        range: z.string(),
+        range_start: z.string().optional(),
+        range_end: z.string().optional(),
+        exclude: z.array(z.string()).optional(),
+      }),
+    )
+    .optional(),
   network_name: z.string().optional(),
   routes: z.array(routeShape).optional(),
   dns: dnsShape.optional(),
@@ -41,7 +53,9 @@ export function parsePlexus(shape: z.infer<typeof plexusShape>): ClusterIpamConf
   const v4 = shape.blockSize?.v4 ?? DEFAULT_BLOCK_PREFIX.v4;
   if (v4 > 32) fail('ipam.blockSize.v4', `/${v4} is not an IPv4 prefix length`);
   return {
-    type: 'cluster', flavour: 'plexus', ...(shape.pool !== undefined ? { pool: shape.pool } : {}),
+    type: 'cluster',
+    flavour: 'plexus',
+    ...(shape.pool !== undefined ? { pool: shape.pool } : {}),
     ranges: sets.map((set) => set.ranges.map(rangeToConfig)),
     exclude: parseExcludes('ipam.exclude', shape.exclude),
     blockPrefix: { v4, v6: shape.blockSize?.v6 ?? DEFAULT_BLOCK_PREFIX.v6 },
@@ -57,30 +71,57 @@ export function parsePlexus(shape: z.infer<typeof plexusShape>): ClusterIpamConf
  */
 export function parseWhereabouts(shape: z.infer<typeof whereaboutsShape>): ClusterIpamConfig {
   const entries = [
-    ...(shape.range !== undefined ? [{ path: 'ipam', range: shape.range, start: shape.range_start, end: shape.range_end, gateway: shape.gateway }] : []),
-    ...(shape.ipRanges ?? []).map((r, i) => ({ path: `ipam.ipRanges[${i}]`, range: r.range, start: r.range_start, end: r.range_end, gateway: undefined })),
+    ...(shape.range !== undefined
+      ? [{ path: 'ipam', range: shape.range, start: shape.range_start, end: shape.range_end, gateway: shape.gateway }]
+      : []),
+    ...(shape.ipRanges ?? []).map((r, i) => ({
+      path: `ipam.ipRanges[${i}]`,
+      range: r.range,
+      start: r.range_start,
+      end: r.range_end,
+      gateway: undefined,
+    })),
   ];
   if (entries.length === 0) fail('ipam.range', 'is required (or ipam.ipRanges)');
   const sets = entries.map((entry) => {
     const dash = /^([^-/]+)-([^/]+)\/(\d+)$/.exec(entry.range);
     const cidr = parseCidr(dash ? `${dash[1]}/${dash[3]}` : entry.range);
     if (cidr === undefined) return fail(`${entry.path}.range`, `${JSON.stringify(entry.range)} is not a valid CIDR`);
-    const implicitStart = dash ? dash[1] : cidr.value !== networkOf(cidr) ? formatIp(cidr.family, cidr.value) : undefined;
+    const implicitStart = dash
+      ? dash[1]
+      : cidr.value !== networkOf(cidr)
+        ? formatIp(cidr.family, cidr.value)
+        : undefined;
     const start = entry.start ?? implicitStart;
     const end = entry.end ?? dash?.[2];
-    const fields = { ...(start !== undefined ? { rangeStart: start } : {}), ...(end !== undefined ? { rangeEnd: end } : {}), ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}) };
-    return { path: entry.path, ranges: [compileRange(entry.path, formatCidr(cidr.family, networkOf(cidr), cidr.prefix), fields)] };
+    const fields = {
+      ...(start !== undefined ? { rangeStart: start } : {}),
+      ...(end !== undefined ? { rangeEnd: end } : {}),
+      ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}),
+    };
+    return {
+      path: entry.path,
+      ranges: [compileRange(entry.path, formatCidr(cidr.family, networkOf(cidr), cidr.prefix), fields)],
+    };
   });
   checkSets(sets);
-  const exclude = [...parseExcludes('ipam.exclude', shape.exclude), ...(shape.ipRanges ?? []).flatMap((r, i) => parseExcludes(`ipam.ipRanges[${i}].exclude`, r.exclude))];
+  const exclude = [
+    ...parseExcludes('ipam.exclude', shape.exclude),
+    ...(shape.ipRanges ?? []).flatMap((r, i) => parseExcludes(`ipam.ipRanges[${i}].exclude`, r.exclude)),
+  ];
   const ranges = sets.map((set) => set.ranges.map(rangeToConfig));
-  const byRange = ranges.flat().map((r) => r.subnet.replace(/[:/]/g, '-')).join('.');
+  const byRange = ranges
+    .flat()
+    .map((r) => r.subnet.replace(/[:/]/g, '-'))
+    .join('.');
   return {
-    type: 'cluster', flavour: 'whereabouts',
+    type: 'cluster',
+    flavour: 'whereabouts',
     pool: shape.network_name !== undefined && shape.network_name !== '' ? `${shape.network_name}` : byRange,
-    ranges, exclude, blockPrefix: DEFAULT_BLOCK_PREFIX,
+    ranges,
+    exclude,
+    blockPrefix: DEFAULT_BLOCK_PREFIX,
     routes: parseRoutes(shape.routes),
     ...(shape.dns !== undefined ? { dns: parseDns(shape.dns) } : {}),
   };
 }
-

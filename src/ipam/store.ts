@@ -16,7 +16,16 @@ import { readBoundedFile } from '../common/bounded-file';
 import { type Ip, formatIp, parseIp } from '../common/ip';
 import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
 import { leaseFileContent, parseLeaseFile } from './lease-file';
-import { LEASE_READ, type LeaseFileIo, claimInline, fsyncDir, inlineIo, isErrno, syncedIo, writeNewSynced } from './lease-file-io';
+import {
+  LEASE_READ,
+  type LeaseFileIo,
+  claimInline,
+  fsyncDir,
+  inlineIo,
+  isErrno,
+  syncedIo,
+  writeNewSynced,
+} from './lease-file-io';
 import { NetworkLeases, ipKey, ownerKey } from './lease-index';
 
 const HINT_PREFIX = 'last_reserved_ip.';
@@ -147,7 +156,11 @@ export class LeaseStore {
    */
   setHint(network: string, set: number, ip: Ip): void {
     this.of(network).hints.set(set, ip);
-    const fd = openSync(join(this.dir, network, `${HINT_PREFIX}${set}`), fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o600);
+    const fd = openSync(
+      join(this.dir, network, `${HINT_PREFIX}${set}`),
+      fsConstants.O_WRONLY | fsConstants.O_CREAT,
+      0o600,
+    );
     try {
       writeSync(fd, formatIp(ip.family, ip.value).padEnd(HINT_WIDTH), 0);
     } finally {
@@ -172,7 +185,10 @@ export class LeaseStore {
     const name = formatIp(ip.family, ip.value);
     const claimed = this.sync ? await this.claimSynced(path, name, lease) : claimInline(join(path, name), lease);
     if (!claimed) {
-      const existing = { ip, lease: parseLeaseFile(lease.network, ip, (await this.io.readText(join(path, name)).catch(() => '')) ?? '') };
+      const existing = {
+        ip,
+        lease: parseLeaseFile(lease.network, ip, (await this.io.readText(join(path, name)).catch(() => '')) ?? ''),
+      };
       leases.add(existing);
       return existing;
     }
@@ -206,7 +222,10 @@ export class LeaseStore {
    * Removes leases, continuing past individual failures. A file that now names another owner
    * (re-leased by another process) is kept and the index corrected.
    */
-  async remove(network: string, stored: readonly StoredLease[]): Promise<{ readonly removed: readonly Lease[]; readonly failures: readonly Error[] }> {
+  async remove(
+    network: string,
+    stored: readonly StoredLease[],
+  ): Promise<{ readonly removed: readonly Lease[]; readonly failures: readonly Error[] }> {
     const leases = this.networks.get(network);
     if (leases === undefined || stored.length === 0) return { removed: [], failures: [] };
     const path = join(this.dir, network);

@@ -65,7 +65,10 @@ export class KubeApiClient {
     private readonly options: ApiClientOptions,
   ) {
     this.base = endpoint.server;
-    this.agent = this.base.protocol === 'http:' ? new HttpAgent({ keepAlive: true, maxSockets: 16 }) : new HttpsAgent({ keepAlive: true, maxSockets: 16 });
+    this.agent =
+      this.base.protocol === 'http:'
+        ? new HttpAgent({ keepAlive: true, maxSockets: 16 })
+        : new HttpsAgent({ keepAlive: true, maxSockets: 16 });
     this.limiter = new RateLimiter(options.qps, options.burst);
   }
 
@@ -74,7 +77,12 @@ export class KubeApiClient {
   }
 
   /** Sends one request; a non-2xx answer is a failure carrying the status and the server's message. */
-  async request(method: string, path: string, resource: string, options: RequestOptions = {}): Promise<Result<unknown, ApiFailure>> {
+  async request(
+    method: string,
+    path: string,
+    resource: string,
+    options: RequestOptions = {},
+  ): Promise<Result<unknown, ApiFailure>> {
     const started = await this.start(method, path, resource, options, this.options.timeoutMs);
     if (!started.ok) return started;
     const res = started.value;
@@ -105,7 +113,13 @@ export class KubeApiClient {
    * longer than `idleMs`, or `signal` aborts it (an error). close() ends every watch. A watch keeps a cache plexusd
    * serves from: a refusal of it blocks serving.
    */
-  async stream(path: string, resource: string, idleMs: number, onLine: (line: string) => void, signal?: AbortSignal): Promise<Result<void, ApiFailure>> {
+  async stream(
+    path: string,
+    resource: string,
+    idleMs: number,
+    onLine: (line: string) => void,
+    signal?: AbortSignal,
+  ): Promise<Result<void, ApiFailure>> {
     const started = await this.start('GET', path, resource, { ...(signal ? { signal } : {}) }, idleMs);
     if (!started.ok) return started;
     const res = started.value;
@@ -151,12 +165,19 @@ export class KubeApiClient {
     const permissions = this.options.permissions;
     if (!permissions || status === 0) return;
     const attributes = requestAttributes(method, path);
-    if (status === 403) permissions.refused({ ...attributes, path: path.split('?')[0] ?? path, message, blocksServing });
+    if (status === 403)
+      permissions.refused({ ...attributes, path: path.split('?')[0] ?? path, message, blocksServing });
     else if (status !== 401) permissions.allowed(attributes); // 401: not authenticated, so RBAC was not asked
   }
 
   /** Sends the request and resolves with the response once its head has arrived. */
-  private async start(method: string, path: string, resource: string, options: RequestOptions & { signal?: AbortSignal }, timeoutMs: number): Promise<Result<IncomingMessage, ApiFailure>> {
+  private async start(
+    method: string,
+    path: string,
+    resource: string,
+    options: RequestOptions & { signal?: AbortSignal },
+    timeoutMs: number,
+  ): Promise<Result<IncomingMessage, ApiFailure>> {
     await this.limiter.take(options.urgent ?? false);
     if (options.signal?.aborted) return err({ status: 0, message: `${method} ${path}: aborted` });
     const key = `${method} ${resource}`;
@@ -167,16 +188,34 @@ export class KubeApiClient {
     const payload = options.body === undefined ? undefined : JSON.stringify(options.body);
     const send = this.base.protocol === 'http:' ? httpRequest : httpsRequest;
     return new Promise((done) => {
-      const req = send({
-        ...tls, agent: this.agent, protocol: this.base.protocol, hostname: this.base.hostname.replace(/^\[|\]$/g, ''), port: this.base.port,
-        path: `${this.base.pathname.replace(/\/$/, '')}${path}`, method,
-        headers: { ...headers, Accept: 'application/json', 'User-Agent': 'plexusd', ...(payload !== undefined ? { 'Content-Type': options.contentType ?? 'application/json', 'Content-Length': Buffer.byteLength(payload) } : {}) },
-        // Idle time on the socket: for a watch, the longest silence allowed.
-        timeout: timeoutMs,
-      }, (res) => {
-        clearTimeout(deadline);
-        done(ok(res));
-      });
+      const req = send(
+        {
+          ...tls,
+          agent: this.agent,
+          protocol: this.base.protocol,
+          hostname: this.base.hostname.replace(/^\[|\]$/g, ''),
+          port: this.base.port,
+          path: `${this.base.pathname.replace(/\/$/, '')}${path}`,
+          method,
+          headers: {
+            ...headers,
+            Accept: 'application/json',
+            'User-Agent': 'plexusd',
+            ...(payload !== undefined
+              ? {
+                  'Content-Type': options.contentType ?? 'application/json',
+                  'Content-Length': Buffer.byteLength(payload),
+                }
+              : {}),
+          },
+          // Idle time on the socket: for a watch, the longest silence allowed.
+          timeout: timeoutMs,
+        },
+        (res) => {
+          clearTimeout(deadline);
+          done(ok(res));
+        },
+      );
       this.open.add(req);
       const abort = (): void => void req.destroy(new Error('aborted'));
       options.signal?.addEventListener('abort', abort, { once: true });

@@ -14,7 +14,10 @@ export interface RetryOptions {
 }
 
 /** What one attempt came to: written, not worth retrying (the reason is logged), or worth retrying. */
-export type Attempt = { readonly outcome: 'done' } | { readonly outcome: 'stop'; readonly why: string } | { readonly outcome: 'retry'; readonly why: string };
+export type Attempt =
+  | { readonly outcome: 'done' }
+  | { readonly outcome: 'stop'; readonly why: string }
+  | { readonly outcome: 'retry'; readonly why: string };
 
 export class BackgroundWrites {
   /** Retries made by every BackgroundWrites of the process (plexus_api_write_retries_total). */

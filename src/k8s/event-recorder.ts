@@ -48,13 +48,20 @@ export class EventRecorder implements StatusSink {
     this.writes = new BackgroundWrites(log, options);
   }
 
-  attached(pod: PodIdentity, _containerId: string, _status: readonly NetworkStatusEntry[], added: readonly NetworkStatusEntry[], removed: readonly { readonly network: string; readonly ifname: string }[] = []): void {
+  attached(
+    pod: PodIdentity,
+    _containerId: string,
+    _status: readonly NetworkStatusEntry[],
+    added: readonly NetworkStatusEntry[],
+    removed: readonly { readonly network: string; readonly ifname: string }[] = [],
+  ): void {
     if (!isFull(pod)) return;
     for (const entry of added) {
       const ips = entry.ips?.length ? entry.ips.join(',') : '';
       this.emit(pod, 'Normal', ADDED_INTERFACE, `Add ${entry.interface ?? '?'} [${ips}] from ${entry.name}`);
     }
-    for (const gone of removed) this.emit(pod, 'Normal', REMOVED_INTERFACE, `Remove ${gone.ifname} from ${gone.network}`);
+    for (const gone of removed)
+      this.emit(pod, 'Normal', REMOVED_INTERFACE, `Remove ${gone.ifname} from ${gone.network}`);
   }
 
   detached(): void {
@@ -88,36 +95,59 @@ export class EventRecorder implements StatusSink {
         if (!(await after)) return { outcome: 'stop', why: 'the first event of the series was not written' };
         if (earlier.count !== count) return { outcome: 'done' }; // a later repeat writes a higher count
         const r = await this.client.request('PATCH', `${base}/${segment(name)}`, 'events', {
-          body: { count, lastTimestamp: new Date(now).toISOString() }, contentType: 'application/merge-patch+json',
+          body: { count, lastTimestamp: new Date(now).toISOString() },
+          contentType: 'application/merge-patch+json',
         });
-        return r.ok ? { outcome: 'done' } : r.error.status === 404 ? { outcome: 'stop', why: 'the event expired' } : { outcome: 'retry', why: r.error.message };
+        return r.ok
+          ? { outcome: 'done' }
+          : r.error.status === 404
+            ? { outcome: 'stop', why: 'the event expired' }
+            : { outcome: 'retry', why: r.error.message };
       });
       return;
     }
     const name = `${pod.name}.${randomBytes(8).toString('hex')}`;
     const time = new Date(now).toISOString();
     const body = {
-      apiVersion: 'v1', kind: 'Event',
+      apiVersion: 'v1',
+      kind: 'Event',
       metadata: { name, namespace: pod.namespace },
-      involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: pod.namespace, name: pod.name, ...(pod.uid ? { uid: pod.uid } : {}) },
-      type, reason, message, count: 1, firstTimestamp: time, lastTimestamp: time,
+      involvedObject: {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        namespace: pod.namespace,
+        name: pod.name,
+        ...(pod.uid ? { uid: pod.uid } : {}),
+      },
+      type,
+      reason,
+      message,
+      count: 1,
+      firstTimestamp: time,
+      lastTimestamp: time,
       source: { component: EVENT_COMPONENT, host: this.nodeName },
-      reportingComponent: EVENT_COMPONENT, reportingInstance: this.nodeName,
+      reportingComponent: EVENT_COMPONENT,
+      reportingInstance: this.nodeName,
     };
     let resolveCreated: (written: boolean) => void = () => undefined;
     const created = new Promise<boolean>((r) => (resolveCreated = r));
     this.counted.set(key, { name, count: 1, at: now, created });
     let written = false;
-    this.writes.start({ event: reason, pod: `${pod.namespace}/${pod.name}` }, async () => {
-      const r = await this.client.request('POST', base, 'events', { body });
-      if (r.ok || r.error.status === 409) {
-        written = true;
-        return { outcome: 'done' };
-      }
-      // 403/404/422: the namespace is going away or the event is refused; retrying will not change it.
-      if ([403, 404, 422].includes(r.error.status)) return { outcome: 'stop', why: `refused (HTTP ${r.error.status}): ${r.error.message}` };
-      return { outcome: 'retry', why: r.error.message };
-    }, () => resolveCreated(written));
+    this.writes.start(
+      { event: reason, pod: `${pod.namespace}/${pod.name}` },
+      async () => {
+        const r = await this.client.request('POST', base, 'events', { body });
+        if (r.ok || r.error.status === 409) {
+          written = true;
+          return { outcome: 'done' };
+        }
+        // 403/404/422: the namespace is going away or the event is refused; retrying will not change it.
+        if ([403, 404, 422].includes(r.error.status))
+          return { outcome: 'stop', why: `refused (HTTP ${r.error.status}): ${r.error.message}` };
+        return { outcome: 'retry', why: r.error.message };
+      },
+      () => resolveCreated(written),
+    );
   }
 
   /** Drops series older than the correlation window, and the oldest when too many are kept. */

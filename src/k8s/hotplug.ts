@@ -20,7 +20,11 @@ export interface NetworkChanger {
   records(): Promise<AttachmentRecord[]>;
   /** The records of one container (cheaper than every record, after each ADD). */
   recordsOf(containerId: string): Promise<AttachmentRecord[]>;
-  changeNetworks(containerId: string, runtimeIfname: string, annotations: Readonly<Record<string, string>>): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>>;
+  changeNetworks(
+    containerId: string,
+    runtimeIfname: string,
+    annotations: Readonly<Record<string, string>>,
+  ): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>>;
 }
 
 /** What the controller needs of the pod cache. */
@@ -65,9 +69,12 @@ export class HotplugController {
   /** Compares every cached pod that has networks on this node with its annotation (at start). */
   async resyncAll(): Promise<void> {
     this.sandboxes.clear();
-    for (const r of await this.engine.records()) if (r.result && !r.deleting) this.remember(podKey(r.meta.pod.namespace ?? '', r.meta.pod.name ?? ''), r.meta.containerId);
+    for (const r of await this.engine.records())
+      if (r.result && !r.deleting)
+        this.remember(podKey(r.meta.pod.namespace ?? '', r.meta.pod.name ?? ''), r.meta.containerId);
     this.indexed = true;
-    for (const pod of this.pods.list()) if (this.sandboxes.has(podKey(pod.namespace, pod.name))) this.enqueue(pod.namespace, pod.name);
+    for (const pod of this.pods.list())
+      if (this.sandboxes.has(podKey(pod.namespace, pod.name))) this.enqueue(pod.namespace, pod.name);
   }
 
   /** A StatusSink hook: after a pod's ADD, compare it once more (its annotation may have changed meanwhile). */
@@ -98,7 +105,9 @@ export class HotplugController {
       let sandbox = containerId;
       do {
         this.again.delete(key);
-        await this.apply(namespace, name, sandbox).catch((e: unknown) => this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'));
+        await this.apply(namespace, name, sandbox).catch((e: unknown) =>
+          this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'),
+        );
         sandbox = undefined;
       } while (this.again.has(key) && !this.stopped);
     })().finally(() => this.running.delete(key));
@@ -133,21 +142,43 @@ export class HotplugController {
     if (!pod) return; // deleted: its DEL removes everything
     const key = podKey(namespace, name);
     const known = containerId ? [containerId] : this.indexed ? [...(this.sandboxes.get(key) ?? [])] : undefined;
-    const candidates = known ? (await Promise.all(known.map((cid) => this.engine.recordsOf(cid)))).flat() : await this.engine.records();
-    for (const cid of known ?? []) if (!candidates.some((r) => r.meta.containerId === cid && !r.deleting)) this.forget(key, cid);
-    const records = candidates.filter((r) => r.result && !r.deleting && r.meta.pod.namespace === namespace && r.meta.pod.name === name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
+    const candidates = known
+      ? (await Promise.all(known.map((cid) => this.engine.recordsOf(cid)))).flat()
+      : await this.engine.records();
+    for (const cid of known ?? [])
+      if (!candidates.some((r) => r.meta.containerId === cid && !r.deleting)) this.forget(key, cid);
+    const records = candidates.filter(
+      (r) =>
+        r.result &&
+        !r.deleting &&
+        r.meta.pod.namespace === namespace &&
+        r.meta.pod.name === name &&
+        (!r.meta.pod.uid || r.meta.pod.uid === pod.uid),
+    );
     for (const record of records) {
       const { containerId, ifname } = record.meta;
       const started = performance.now();
       const r = await this.engine.changeNetworks(containerId, ifname, pod.annotations);
       if (!r.ok) {
-        this.log.warn({ pod: podKey(namespace, name), containerId, err: r.error.message }, 'changing the networks of a running pod failed; it keeps the networks it had');
+        this.log.warn(
+          { pod: podKey(namespace, name), containerId, err: r.error.message },
+          'changing the networks of a running pod failed; it keeps the networks it had',
+        );
         this.sink.failed({ namespace, name, uid: pod.uid }, containerId, withChangeContext(r.error));
         continue;
       }
       if (r.value.added.length || r.value.removed.length) {
         const describe = (keys: readonly AttachmentKey[]): string[] => keys.map((k) => `${k.network} as ${k.ifname}`);
-        this.log.info({ pod: podKey(namespace, name), containerId, added: describe(r.value.added), removed: describe(r.value.removed), ms: Math.round(performance.now() - started) }, 'changed the networks of a running pod');
+        this.log.info(
+          {
+            pod: podKey(namespace, name),
+            containerId,
+            added: describe(r.value.added),
+            removed: describe(r.value.removed),
+            ms: Math.round(performance.now() - started),
+          },
+          'changed the networks of a running pod',
+        );
       }
     }
   }

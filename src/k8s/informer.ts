@@ -69,7 +69,9 @@ export class Informer<T extends ApiObject> {
 
   /** Starts listing and watching; resolves when the first list is in memory (or on stop). */
   start(): Promise<void> {
-    const synced = new Promise<void>((resolve) => (this.synced || this.stopped ? resolve() : this.waiters.push(resolve)));
+    const synced = new Promise<void>((resolve) =>
+      this.synced || this.stopped ? resolve() : this.waiters.push(resolve),
+    );
     this.loop ??= this.run();
     return synced;
   }
@@ -115,7 +117,9 @@ export class Informer<T extends ApiObject> {
     let version: string;
     do {
       const query = new URLSearchParams({ ...this.selector, limit: String(PAGE), ...(next ? { continue: next } : {}) });
-      const page = await this.client.request('GET', `${this.path}?${query.toString()}`, this.resource, { serving: true });
+      const page = await this.client.request('GET', `${this.path}?${query.toString()}`, this.resource, {
+        serving: true,
+      });
       if (!page.ok) return page;
       const body = page.value as { items?: T[]; metadata?: { resourceVersion?: string; continue?: string } };
       items.push(...(body.items ?? []));
@@ -143,30 +147,42 @@ export class Informer<T extends ApiObject> {
   /** One watch request, from the last version seen, until the server ends it (after timeoutSeconds). */
   private async watch(): Promise<Result<void, ApiFailure>> {
     const timeoutSeconds = 240 + Math.floor(Math.random() * 60);
-    const query = new URLSearchParams({ ...this.selector, watch: '1', allowWatchBookmarks: 'true', resourceVersion: this.resourceVersion, timeoutSeconds: String(timeoutSeconds) });
+    const query = new URLSearchParams({
+      ...this.selector,
+      watch: '1',
+      allowWatchBookmarks: 'true',
+      resourceVersion: this.resourceVersion,
+      timeoutSeconds: String(timeoutSeconds),
+    });
     let failure: ApiFailure | undefined;
-    const r = await this.client.stream(`${this.path}?${query.toString()}`, this.resource, (timeoutSeconds + 30) * 1000, (line) => {
-      let event: { type?: string; object?: T & { code?: number; message?: string } };
-      try {
-        event = JSON.parse(line) as typeof event;
-      } catch {
-        return;
-      }
-      const obj = event.object;
-      if (!obj) return;
-      if (event.type === 'ERROR') {
-        failure = { status: obj.code ?? 0, message: obj.message ?? 'watch error' };
-        return;
-      }
-      const version = obj.metadata?.resourceVersion;
-      if (event.type === 'ADDED' || event.type === 'MODIFIED') this.put(obj);
-      else if (event.type === 'DELETED') {
-        const known = this.objects.get(keyOf(obj));
-        this.objects.delete(keyOf(obj));
-        if (known) this.handlers.remove?.(known);
-      }
-      if (version) this.resourceVersion = version;
-    }, this.aborter.signal);
+    const r = await this.client.stream(
+      `${this.path}?${query.toString()}`,
+      this.resource,
+      (timeoutSeconds + 30) * 1000,
+      (line) => {
+        let event: { type?: string; object?: T & { code?: number; message?: string } };
+        try {
+          event = JSON.parse(line) as typeof event;
+        } catch {
+          return;
+        }
+        const obj = event.object;
+        if (!obj) return;
+        if (event.type === 'ERROR') {
+          failure = { status: obj.code ?? 0, message: obj.message ?? 'watch error' };
+          return;
+        }
+        const version = obj.metadata?.resourceVersion;
+        if (event.type === 'ADDED' || event.type === 'MODIFIED') this.put(obj);
+        else if (event.type === 'DELETED') {
+          const known = this.objects.get(keyOf(obj));
+          this.objects.delete(keyOf(obj));
+          if (known) this.handlers.remove?.(known);
+        }
+        if (version) this.resourceVersion = version;
+      },
+      this.aborter.signal,
+    );
     if (failure) return err(failure);
     return r;
   }

@@ -50,35 +50,67 @@ const ExecSchema = z.object({
   args: z.array(z.string()).optional(),
   env: z.array(z.object({ name: z.string(), value: z.string() })).nullish(),
 });
-const KubeconfigSchema = z.object({
-  'current-context': z.string().optional(),
-  clusters: z.array(z.object({ name: z.string(), cluster: z.object({
-    server: z.string().url(),
-    'certificate-authority': z.string().optional(),
-    'certificate-authority-data': z.string().optional(),
-    'insecure-skip-tls-verify': z.boolean().optional(),
-    'tls-server-name': z.string().optional(),
-    'proxy-url': z.string().optional(),
-  }).passthrough() })).min(1),
-  users: z.array(z.object({ name: z.string(), user: z.object({
-    'client-certificate': z.string().optional(),
-    'client-certificate-data': z.string().optional(),
-    'client-key': z.string().optional(),
-    'client-key-data': z.string().optional(),
-    token: z.string().optional(),
-    tokenFile: z.string().optional(),
-    exec: ExecSchema.optional(),
-    'auth-provider': z.unknown().optional(),
-    username: z.string().optional(),
-    password: z.string().optional(),
-  }).passthrough().nullish() })).default([]),
-  contexts: z.array(z.object({ name: z.string(), context: z.object({ cluster: z.string(), user: z.string().optional() }).passthrough() })).min(1),
-}).passthrough();
+const KubeconfigSchema = z
+  .object({
+    'current-context': z.string().optional(),
+    clusters: z
+      .array(
+        z.object({
+          name: z.string(),
+          cluster: z
+            .object({
+              server: z.string().url(),
+              'certificate-authority': z.string().optional(),
+              'certificate-authority-data': z.string().optional(),
+              'insecure-skip-tls-verify': z.boolean().optional(),
+              'tls-server-name': z.string().optional(),
+              'proxy-url': z.string().optional(),
+            })
+            .passthrough(),
+        }),
+      )
+      .min(1),
+    users: z
+      .array(
+        z.object({
+          name: z.string(),
+          user: z
+            .object({
+              'client-certificate': z.string().optional(),
+              'client-certificate-data': z.string().optional(),
+              'client-key': z.string().optional(),
+              'client-key-data': z.string().optional(),
+              token: z.string().optional(),
+              tokenFile: z.string().optional(),
+              exec: ExecSchema.optional(),
+              'auth-provider': z.unknown().optional(),
+              username: z.string().optional(),
+              password: z.string().optional(),
+            })
+            .passthrough()
+            .nullish(),
+        }),
+      )
+      .default([]),
+    contexts: z
+      .array(
+        z.object({
+          name: z.string(),
+          context: z.object({ cluster: z.string(), user: z.string().optional() }).passthrough(),
+        }),
+      )
+      .min(1),
+  })
+  .passthrough();
 
-const invalid = (source: string, why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `cannot use the kubeconfig ${source}: ${why}`));
+const invalid = (source: string, why: string): Result<never> =>
+  err(new CniError(CniCode.InvalidNetworkConfig, `cannot use the kubeconfig ${source}: ${why}`));
 
 /** The API endpoint: `path`, else the in-cluster service account, else none (a standalone node). */
-export function loadKubeConfig(path: string | undefined, env: NodeJS.ProcessEnv = process.env): Result<ApiEndpoint | undefined> {
+export function loadKubeConfig(
+  path: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): Result<ApiEndpoint | undefined> {
   if (path !== undefined) return fromFile(path);
   if (env.KUBERNETES_SERVICE_HOST && existsSync(join(SERVICE_ACCOUNT_DIR, 'token'))) return inCluster(env);
   return ok(undefined);
@@ -94,11 +126,17 @@ function inCluster(env: NodeJS.ProcessEnv): Result<ApiEndpoint> {
     return invalid('(in-cluster)', `cannot read the service account's CA: ${(e as Error).message}`);
   }
   const token = tokenFile(join(SERVICE_ACCOUNT_DIR, 'token'));
-  return ok({ server, source: 'in-cluster', credentials: () => {
-    const t = token();
-    const auth = t.ok ? ok({ tls: { ca, rejectUnauthorized: true }, headers: { Authorization: `Bearer ${t.value}` } }) : t;
-    return Promise.resolve(auth);
-  } });
+  return ok({
+    server,
+    source: 'in-cluster',
+    credentials: () => {
+      const t = token();
+      const auth = t.ok
+        ? ok({ tls: { ca, rejectUnauthorized: true }, headers: { Authorization: `Bearer ${t.value}` } })
+        : t;
+      return Promise.resolve(auth);
+    },
+  });
 }
 
 function fromFile(path: string): Result<ApiEndpoint> {
@@ -115,14 +153,22 @@ function fromFile(path: string): Result<ApiEndpoint> {
   const context = config.contexts.find((c) => c.name === contextName)?.context;
   if (!context) return invalid(path, `current-context "${contextName}" is not among its contexts`);
   const cluster = config.clusters.find((c) => c.name === context.cluster)?.cluster;
-  if (!cluster) return invalid(path, `context "${contextName}" names cluster "${context.cluster}", which is not defined`);
+  if (!cluster)
+    return invalid(path, `context "${contextName}" names cluster "${context.cluster}", which is not defined`);
   const user = context.user === undefined ? {} : config.users.find((u) => u.name === context.user)?.user;
-  if (user === undefined) return invalid(path, `context "${contextName}" names user "${context.user}", which is not defined`);
-  if (cluster['proxy-url']) return invalid(path, 'proxy-url is not supported; plexusd connects to the API server directly');
-  if (user?.['auth-provider'] !== undefined) return invalid(path, 'auth-provider entries are not supported; use an exec credential plugin or a token');
+  if (user === undefined)
+    return invalid(path, `context "${contextName}" names user "${context.user}", which is not defined`);
+  if (cluster['proxy-url'])
+    return invalid(path, 'proxy-url is not supported; plexusd connects to the API server directly');
+  if (user?.['auth-provider'] !== undefined)
+    return invalid(path, 'auth-provider entries are not supported; use an exec credential plugin or a token');
   const base = dirname(path);
   const file = (p: string): string => (isAbsolute(p) ? p : join(base, p));
-  const material = (data: string | undefined, filePath: string | undefined, what: string): Result<Buffer | undefined, string> => {
+  const material = (
+    data: string | undefined,
+    filePath: string | undefined,
+    what: string,
+  ): Result<Buffer | undefined, string> => {
     try {
       if (data !== undefined) return ok(Buffer.from(data, 'base64'));
       if (filePath !== undefined) return ok(readFileSync(file(filePath)));
@@ -131,17 +177,24 @@ function fromFile(path: string): Result<ApiEndpoint> {
       return err(`cannot read ${what}: ${(e as Error).message}`);
     }
   };
-  const ca = material(cluster['certificate-authority-data'], cluster['certificate-authority'], 'the certificate authority');
+  const ca = material(
+    cluster['certificate-authority-data'],
+    cluster['certificate-authority'],
+    'the certificate authority',
+  );
   const cert = material(user?.['client-certificate-data'], user?.['client-certificate'], 'the client certificate');
   const key = material(user?.['client-key-data'], user?.['client-key'], 'the client key');
   for (const m of [ca, cert, key]) if (!m.ok) return invalid(path, m.error);
   const tls: ApiTls = {
-    ...(ca.ok && ca.value ? { ca: ca.value } : {}), ...(cert.ok && cert.value ? { cert: cert.value } : {}), ...(key.ok && key.value ? { key: key.value } : {}),
+    ...(ca.ok && ca.value ? { ca: ca.value } : {}),
+    ...(cert.ok && cert.value ? { cert: cert.value } : {}),
+    ...(key.ok && key.value ? { key: key.value } : {}),
     rejectUnauthorized: cluster['insecure-skip-tls-verify'] !== true,
     ...(cluster['tls-server-name'] ? { servername: cluster['tls-server-name'] } : {}),
   };
   const server = new URL(cluster.server);
-  if (server.protocol === 'http:' && tls.rejectUnauthorized) return invalid(path, `${cluster.server} is plain HTTP; set insecure-skip-tls-verify to allow that`);
+  if (server.protocol === 'http:' && tls.rejectUnauthorized)
+    return invalid(path, `${cluster.server} is plain HTTP; set insecure-skip-tls-verify to allow that`);
   let headers: () => Promise<Result<Record<string, string>, string>> = () => Promise.resolve(ok({}));
   if (user?.token) {
     const value = user.token;
@@ -158,17 +211,25 @@ function fromFile(path: string): Result<ApiEndpoint> {
   }
   if (user?.exec) {
     const exec = execCredential(user.exec, server.toString());
-    return ok({ server, source: path, credentials: async () => {
-      const c = await exec();
-      if (!c.ok) return c;
-      const headers: Record<string, string> = c.value.token ? { Authorization: `Bearer ${c.value.token}` } : {};
-      return ok({ tls: { ...tls, ...(c.value.cert ? { cert: c.value.cert, key: c.value.key } : {}) }, headers });
-    } });
+    return ok({
+      server,
+      source: path,
+      credentials: async () => {
+        const c = await exec();
+        if (!c.ok) return c;
+        const headers: Record<string, string> = c.value.token ? { Authorization: `Bearer ${c.value.token}` } : {};
+        return ok({ tls: { ...tls, ...(c.value.cert ? { cert: c.value.cert, key: c.value.key } : {}) }, headers });
+      },
+    });
   }
-  return ok({ server, source: path, credentials: async () => {
-    const h = await headers();
-    return h.ok ? ok({ tls, headers: h.value }) : h;
-  } });
+  return ok({
+    server,
+    source: path,
+    credentials: async () => {
+      const h = await headers();
+      return h.ok ? ok({ tls, headers: h.value }) : h;
+    },
+  });
 }
 
 /** A token file, read again every TOKEN_FILE_REFRESH_MS. */
@@ -195,26 +256,54 @@ const ExecCredentialSchema = z.object({
 });
 
 /** An exec credential plugin: run when there is no credential or it has expired (a minute early). */
-function execCredential(spec: z.infer<typeof ExecSchema>, server: string): () => Promise<Result<{ token?: string; cert?: Buffer; key?: Buffer }, string>> {
+function execCredential(
+  spec: z.infer<typeof ExecSchema>,
+  server: string,
+): () => Promise<Result<{ token?: string; cert?: Buffer; key?: Buffer }, string>> {
   let cached: { value: { token?: string; cert?: Buffer; key?: Buffer }; expires: number } | undefined;
   let running: Promise<Result<{ token?: string; cert?: Buffer; key?: Buffer }, string>> | undefined;
   const apiVersion = spec.apiVersion ?? 'client.authentication.k8s.io/v1';
   const run = (): Promise<Result<{ token?: string; cert?: Buffer; key?: Buffer }, string>> =>
     new Promise((resolve) => {
-      const env = { ...process.env, ...Object.fromEntries((spec.env ?? []).map((e) => [e.name, e.value])),
-        KUBERNETES_EXEC_INFO: JSON.stringify({ apiVersion, kind: 'ExecCredential', spec: { interactive: false, cluster: { server } } }) };
+      const env = {
+        ...process.env,
+        ...Object.fromEntries((spec.env ?? []).map((e) => [e.name, e.value])),
+        KUBERNETES_EXEC_INFO: JSON.stringify({
+          apiVersion,
+          kind: 'ExecCredential',
+          spec: { interactive: false, cluster: { server } },
+        }),
+      };
       execFile(spec.command, spec.args ?? [], { env, timeout: 30_000, maxBuffer: 1 << 20 }, (e, stdout, stderr) => {
-        if (e) return resolve(err(`the exec credential plugin ${spec.command} failed: ${e.message}${stderr ? `: ${stderr.trim().slice(0, 500)}` : ''}`));
+        if (e)
+          return resolve(
+            err(
+              `the exec credential plugin ${spec.command} failed: ${e.message}${stderr ? `: ${stderr.trim().slice(0, 500)}` : ''}`,
+            ),
+          );
         let parsed;
         try {
           parsed = ExecCredentialSchema.safeParse(JSON.parse(stdout));
         } catch (x) {
           return resolve(err(`the exec credential plugin ${spec.command} printed no JSON: ${(x as Error).message}`));
         }
-        if (!parsed.success) return resolve(err(`the exec credential plugin ${spec.command} printed no ExecCredential: ${firstIssue(parsed.error, 'status')}`));
+        if (!parsed.success)
+          return resolve(
+            err(
+              `the exec credential plugin ${spec.command} printed no ExecCredential: ${firstIssue(parsed.error, 'status')}`,
+            ),
+          );
         const s = parsed.data.status;
-        const value = { ...(s.token ? { token: s.token } : {}), ...(s.clientCertificateData && s.clientKeyData ? { cert: Buffer.from(s.clientCertificateData), key: Buffer.from(s.clientKeyData) } : {}) };
-        cached = { value, expires: s.expirationTimestamp ? Date.parse(s.expirationTimestamp) - 60_000 : Number.POSITIVE_INFINITY };
+        const value = {
+          ...(s.token ? { token: s.token } : {}),
+          ...(s.clientCertificateData && s.clientKeyData
+            ? { cert: Buffer.from(s.clientCertificateData), key: Buffer.from(s.clientKeyData) }
+            : {}),
+        };
+        cached = {
+          value,
+          expires: s.expirationTimestamp ? Date.parse(s.expirationTimestamp) - 60_000 : Number.POSITIVE_INFINITY,
+        };
         resolve(ok(value));
       });
     });
@@ -228,4 +317,5 @@ function execCredential(spec: z.infer<typeof ExecSchema>, server: string): () =>
 }
 
 /** The node this daemon serves: --node-name, else NODE_NAME (the DaemonSet's downward API), else the host name. */
-export const nodeNameOf = (flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string => flag ?? env.NODE_NAME ?? hostname();
+export const nodeNameOf = (flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string =>
+  flag ?? env.NODE_NAME ?? hostname();

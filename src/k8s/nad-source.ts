@@ -24,11 +24,18 @@ export class ApiNetworkSource implements NetworkSource {
     onError: (message: string) => void = () => undefined,
   ) {
     // Each NAD is kept parsed (byKey); the informer keeps only its metadata.
-    this.informer = new Informer<ApiObject>(client, PATH, 'network-attachment-definitions', {}, (obj) => ({ metadata: { ...obj.metadata } }), {
-      upsert: (obj) => this.put(obj),
-      remove: (obj) => this.byKey.delete(keyOf(obj)),
-      error: onError,
-    });
+    this.informer = new Informer<ApiObject>(
+      client,
+      PATH,
+      'network-attachment-definitions',
+      {},
+      (obj) => ({ metadata: { ...obj.metadata } }),
+      {
+        upsert: (obj) => this.put(obj),
+        remove: (obj) => this.byKey.delete(keyOf(obj)),
+        error: onError,
+      },
+    );
   }
 
   /** Lists and starts watching; resolves when the first list is in memory (retrying while the API is away). */
@@ -52,8 +59,16 @@ export class ApiNetworkSource implements NetworkSource {
   get(namespace: string, name: string): Result<NetworkDefinition> {
     const found = this.byKey.get(`${namespace}/${name}`);
     if (found) return found;
-    const why = this.informer.ready ? 'there is no such NetworkAttachmentDefinition in the API' : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
-    return err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined: ${why}`, `kubectl get network-attachment-definitions -n ${namespace}`));
+    const why = this.informer.ready
+      ? 'there is no such NetworkAttachmentDefinition in the API'
+      : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `network ${namespace}/${name} is not defined: ${why}`,
+        `kubectl get network-attachment-definitions -n ${namespace}`,
+      ),
+    );
   }
 
   list(): { networks: NetworkDefinition[]; errors: CniError[] } {

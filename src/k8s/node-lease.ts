@@ -150,7 +150,10 @@ export class NodeLeases implements NodeLiveness {
     const now = Date.now();
     const lease = got.value;
     if (lease === undefined) {
-      const created = await this.client.request('POST', this.path, 'leases', { urgent: true, body: this.body(undefined, now) });
+      const created = await this.client.request('POST', this.path, 'leases', {
+        urgent: true,
+        body: this.body(undefined, now),
+      });
       if (created.ok) this.held(now);
       else this.refused('create', created.error);
       return;
@@ -167,8 +170,18 @@ export class NodeLeases implements NodeLiveness {
 
   /** A failed write of the lease: a 403 (the Role of deploy/10-rbac.yaml not applied) does not go away by itself. */
   private refused(verb: string, failure: { readonly status: number; readonly message: string }): void {
-    const fields = { lease: leaseNameOf(this.options.node), namespace: this.options.namespace, verb, status: failure.status, err: failure.message };
-    if (failure.status === 403) this.log.error(fields, 'plexusd may not write its node lease (apply the Role in deploy/10-rbac.yaml): other nodes cannot tell it is alive');
+    const fields = {
+      lease: leaseNameOf(this.options.node),
+      namespace: this.options.namespace,
+      verb,
+      status: failure.status,
+      err: failure.message,
+    };
+    if (failure.status === 403)
+      this.log.error(
+        fields,
+        'plexusd may not write its node lease (apply the Role in deploy/10-rbac.yaml): other nodes cannot tell it is alive',
+      );
     else this.log.warn(fields, 'could not write the node lease; retrying');
   }
 
@@ -186,9 +199,15 @@ export class NodeLeases implements NodeLiveness {
 
   private held(now: number): void {
     if (this.conflict !== undefined) {
-      this.log.warn({ lease: leaseNameOf(this.options.node), previous: this.conflict.holder }, 'took this node\'s lease back: the other plexusd stopped renewing it');
+      this.log.warn(
+        { lease: leaseNameOf(this.options.node), previous: this.conflict.holder },
+        "took this node's lease back: the other plexusd stopped renewing it",
+      );
     } else if (this.renewedAt === undefined) {
-      this.log.info({ lease: leaseNameOf(this.options.node), namespace: this.options.namespace, identity: this.options.identity }, 'holding this node\'s lease');
+      this.log.info(
+        { lease: leaseNameOf(this.options.node), namespace: this.options.namespace, identity: this.options.identity },
+        "holding this node's lease",
+      );
     }
     this.conflict = undefined;
     this.renewedAt = now;
@@ -202,8 +221,13 @@ export class NodeLeases implements NodeLiveness {
       this.event(lease, holder);
     }
     this.log.error(
-      { lease: leaseNameOf(this.options.node), namespace: this.options.namespace, holder, identity: this.options.identity },
-      'another plexusd renews this node\'s lease (two daemons with one node name): this one refuses cluster-IPAM allocations until it stops',
+      {
+        lease: leaseNameOf(this.options.node),
+        namespace: this.options.namespace,
+        holder,
+        identity: this.options.identity,
+      },
+      "another plexusd renews this node's lease (two daemons with one node name): this one refuses cluster-IPAM allocations until it stops",
     );
   }
 
@@ -211,46 +235,75 @@ export class NodeLeases implements NodeLiveness {
     const { namespace, node, identity } = this.options;
     const now = new Date().toISOString();
     const message = `plexusd ${identity} found node ${node}'s lease held and renewed by ${holder}: two plexusd run with node name ${node}; the later one refuses cluster IPAM`;
-    void this.client.request('POST', `/api/v1/namespaces/${segment(namespace)}/events`, 'events', {
-      body: {
-        apiVersion: 'v1', kind: 'Event', metadata: { generateName: `${leaseNameOf(node).slice(0, 200)}.`, namespace },
-        involvedObject: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', namespace, name: leaseNameOf(node), uid: lease.metadata?.uid },
-        reason: NODE_LEASE_CONFLICT, message, type: 'Warning', count: 1, firstTimestamp: now, lastTimestamp: now,
-        source: { component: 'plexus', host: node }, reportingComponent: 'plexus', reportingInstance: identity,
-      },
-    }).then((r) => {
-      if (!r.ok) this.log.warn({ err: r.error.message }, `could not write the ${NODE_LEASE_CONFLICT} event`);
-    });
+    void this.client
+      .request('POST', `/api/v1/namespaces/${segment(namespace)}/events`, 'events', {
+        body: {
+          apiVersion: 'v1',
+          kind: 'Event',
+          metadata: { generateName: `${leaseNameOf(node).slice(0, 200)}.`, namespace },
+          involvedObject: {
+            apiVersion: 'coordination.k8s.io/v1',
+            kind: 'Lease',
+            namespace,
+            name: leaseNameOf(node),
+            uid: lease.metadata?.uid,
+          },
+          reason: NODE_LEASE_CONFLICT,
+          message,
+          type: 'Warning',
+          count: 1,
+          firstTimestamp: now,
+          lastTimestamp: now,
+          source: { component: 'plexus', host: node },
+          reportingComponent: 'plexus',
+          reportingInstance: identity,
+        },
+      })
+      .then((r) => {
+        if (!r.ok) this.log.warn({ err: r.error.message }, `could not write the ${NODE_LEASE_CONFLICT} event`);
+      });
   }
 
   private body(lease: LeaseObject | undefined, now: number) {
     const spec = lease?.spec;
     const taking = spec?.holderIdentity !== this.options.identity;
     return {
-      apiVersion: 'coordination.k8s.io/v1', kind: 'Lease',
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
       metadata: { ...(lease?.metadata ?? {}), name: leaseNameOf(this.options.node), namespace: this.options.namespace },
       spec: {
         holderIdentity: this.options.identity,
         leaseDurationSeconds: Math.max(1, Math.round(this.options.durationMs / 1000)),
         acquireTime: taking || !spec?.acquireTime ? microTime(now) : spec.acquireTime,
         renewTime: microTime(now),
-        leaseTransitions: (spec?.leaseTransitions ?? 0) + (lease !== undefined && taking && spec?.holderIdentity ? 1 : 0),
+        leaseTransitions:
+          (spec?.leaseTransitions ?? 0) + (lease !== undefined && taking && spec?.holderIdentity ? 1 : 0),
       },
     };
   }
 
   private async get(node: string): Promise<{ ok: true; value: LeaseObject | undefined } | { ok: false }> {
-    const got = await this.client.request('GET', `${this.path}/${segment(leaseNameOf(node))}`, 'leases', { urgent: true });
+    const got = await this.client.request('GET', `${this.path}/${segment(leaseNameOf(node))}`, 'leases', {
+      urgent: true,
+    });
     if (got.ok) return { ok: true, value: got.value as LeaseObject };
     if (got.error.status === 404) return { ok: true, value: undefined };
     return { ok: false };
   }
 
-  private async put(lease: LeaseObject, spec: LeaseObject['spec']): Promise<{ ok: true } | { ok: false; status: number; message: string }> {
+  private async put(
+    lease: LeaseObject,
+    spec: LeaseObject['spec'],
+  ): Promise<{ ok: true } | { ok: false; status: number; message: string }> {
     const name = leaseNameOf(this.options.node);
     const r = await this.client.request('PUT', `${this.path}/${segment(name)}`, 'leases', {
       urgent: true,
-      body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...lease.metadata, name, namespace: this.options.namespace }, spec },
+      body: {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { ...lease.metadata, name, namespace: this.options.namespace },
+        spec,
+      },
     });
     return r.ok ? { ok: true } : { ok: false, status: r.error.status, message: r.error.message };
   }

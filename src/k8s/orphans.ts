@@ -19,7 +19,10 @@ export interface OrphanSweepTarget {
   /** Sandboxes Multus made before Plexus took the node over, and their removal as Multus would remove them. */
   adopted(): AdoptedSandbox[];
   removeAdopted(sandbox: AdoptedSandbox): Promise<Result<void>>;
-  sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<{ readonly removed: readonly unknown[]; readonly failures: readonly { readonly error: string }[] }>;
+  sweep(
+    stale: (record: AttachmentRecord) => string | undefined,
+    dryRun: boolean,
+  ): Promise<{ readonly removed: readonly unknown[]; readonly failures: readonly { readonly error: string }[] }>;
 }
 
 export interface PodsByName {
@@ -27,7 +30,11 @@ export interface PodsByName {
 }
 
 /** Why an attachment is an orphan, or undefined to keep it. */
-export function orphanReason(record: AttachmentRecord, pods: PodsByName, netnsExists: (path: string) => boolean = existsSync): string | undefined {
+export function orphanReason(
+  record: AttachmentRecord,
+  pods: PodsByName,
+  netnsExists: (path: string) => boolean = existsSync,
+): string | undefined {
   // Uncommitted or being deleted: recovery and DEL own those.
   if (!record.result || record.deleting || record.changing) return undefined;
   const { namespace, name, uid } = record.meta.pod;
@@ -35,11 +42,17 @@ export function orphanReason(record: AttachmentRecord, pods: PodsByName, netnsEx
   if (record.meta.netns && netnsExists(record.meta.netns)) return undefined;
   const pod = pods.cachedPod(namespace, name);
   if (pod && (!uid || pod.uid === uid)) return undefined;
-  return pod ? `its network namespace is gone and pod ${namespace}/${name} is now another pod (UID ${pod.uid}, not ${uid})` : `its network namespace is gone and pod ${namespace}/${name} is no longer on this node`;
+  return pod
+    ? `its network namespace is gone and pod ${namespace}/${name} is now another pod (UID ${pod.uid}, not ${uid})`
+    : `its network namespace is gone and pod ${namespace}/${name} is no longer on this node`;
 }
 
 /** Why a sandbox Multus made is an orphan (the same two proofs), or undefined to keep it. */
-export function adoptedOrphanReason(sandbox: AdoptedSandbox, pods: PodsByName, netnsExists: (path: string) => boolean = existsSync): string | undefined {
+export function adoptedOrphanReason(
+  sandbox: AdoptedSandbox,
+  pods: PodsByName,
+  netnsExists: (path: string) => boolean = existsSync,
+): string | undefined {
   if (!sandbox.pod || !sandbox.netns || netnsExists(sandbox.netns)) return undefined;
   const { namespace, name, uid } = sandbox.pod;
   const pod = pods.cachedPod(namespace, name);
@@ -53,8 +66,16 @@ async function sweepAdopted(engine: OrphanSweepTarget, pods: PodsByName, log: Lo
     const reason = adoptedOrphanReason(sandbox, pods);
     if (!reason) continue;
     const r = await engine.removeAdopted(sandbox);
-    if (r.ok) log.warn({ containerId: sandbox.containerId, reason }, 'removed a sandbox Multus made whose pod is gone without a DEL');
-    else log.warn({ containerId: sandbox.containerId, err: r.error.message }, 'a sandbox Multus made whose pod is gone could not be removed; next sweep retries');
+    if (r.ok)
+      log.warn(
+        { containerId: sandbox.containerId, reason },
+        'removed a sandbox Multus made whose pod is gone without a DEL',
+      );
+    else
+      log.warn(
+        { containerId: sandbox.containerId, err: r.error.message },
+        'a sandbox Multus made whose pod is gone could not be removed; next sweep retries',
+      );
   }
 }
 
@@ -70,8 +91,13 @@ export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, interv
       // A sweep also runs the drivers' own GC: only worth it when something is to go.
       .then((records) => (records.some((r) => stale(r)) ? engine.sweep(stale, false) : { removed: [], failures: [] }))
       .then((report) => {
-        if (report.removed.length) log.warn({ removed: report.removed }, 'removed attachments of pods that are gone without a DEL');
-        if (report.failures.length) log.warn({ failures: report.failures.map((f) => f.error) }, 'attachments of gone pods could not all be removed; next sweep retries');
+        if (report.removed.length)
+          log.warn({ removed: report.removed }, 'removed attachments of pods that are gone without a DEL');
+        if (report.failures.length)
+          log.warn(
+            { failures: report.failures.map((f) => f.error) },
+            'attachments of gone pods could not all be removed; next sweep retries',
+          );
       })
       .then(() => sweepAdopted(engine, pods, log))
       .catch((e: unknown) => log.error({ err: (e as Error).message }, 'orphan sweep failed'))

@@ -16,14 +16,26 @@ export interface CachedPod extends PodInfo {
 }
 const cachedPod = (obj: ApiObject): CachedPod | undefined => {
   const m = obj.metadata;
-  return m?.name && m.namespace ? { namespace: m.namespace, name: m.name, uid: m.uid ?? '', annotations: m.annotations ?? {} } : undefined;
+  return m?.name && m.namespace
+    ? { namespace: m.namespace, name: m.name, uid: m.uid ?? '', annotations: m.annotations ?? {} }
+    : undefined;
 };
 
-const infoOf = (pod: ApiObject): PodInfo => ({ uid: pod.metadata?.uid ?? '', annotations: pod.metadata?.annotations ?? {} });
+const infoOf = (pod: ApiObject): PodInfo => ({
+  uid: pod.metadata?.uid ?? '',
+  annotations: pod.metadata?.annotations ?? {},
+});
 /** What the cache keeps of a pod: the engine reads its UID and annotations, nothing else. */
 const metadataOf = (pod: ApiObject): ApiObject => {
   const m = pod.metadata ?? {};
-  return { metadata: { ...(m.name ? { name: m.name } : {}), ...(m.namespace ? { namespace: m.namespace } : {}), ...(m.uid ? { uid: m.uid } : {}), ...(m.annotations ? { annotations: m.annotations } : {}) } };
+  return {
+    metadata: {
+      ...(m.name ? { name: m.name } : {}),
+      ...(m.namespace ? { namespace: m.namespace } : {}),
+      ...(m.uid ? { uid: m.uid } : {}),
+      ...(m.annotations ? { annotations: m.annotations } : {}),
+    },
+  };
 };
 
 export class ApiPodSource implements PodSource {
@@ -35,13 +47,20 @@ export class ApiPodSource implements PodSource {
     readonly nodeName: string,
     onError: (message: string) => void = () => undefined,
   ) {
-    this.informer = new Informer<ApiObject>(client, '/api/v1/pods', 'pods', { fieldSelector: `spec.nodeName=${nodeName}` }, metadataOf, {
-      error: onError,
-      upsert: (obj, previous) => {
-        const pod = cachedPod(metadataOf(obj));
-        if (pod) for (const w of this.watchers) w(pod, previous && cachedPod(previous));
+    this.informer = new Informer<ApiObject>(
+      client,
+      '/api/v1/pods',
+      'pods',
+      { fieldSelector: `spec.nodeName=${nodeName}` },
+      metadataOf,
+      {
+        error: onError,
+        upsert: (obj, previous) => {
+          const pod = cachedPod(metadataOf(obj));
+          if (pod) for (const w of this.watchers) w(pod, previous && cachedPod(previous));
+        },
       },
-    });
+    );
   }
 
   /** Calls `watcher` with each pod of this node that appears or changes (its annotations, say), and what it was before. */
@@ -82,16 +101,39 @@ export class ApiPodSource implements PodSource {
     const cached = this.informer.get(namespace, name);
     // A cached pod of another UID may be the cache lagging behind a re-created pod: the live GET decides.
     if (cached && (uid === undefined || cached.metadata?.uid === uid)) return ok(infoOf(cached));
-    const live = await this.client.request('GET', `/api/v1/namespaces/${segment(namespace)}/pods/${segment(name)}`, 'pods', { urgent: true });
+    const live = await this.client.request(
+      'GET',
+      `/api/v1/namespaces/${segment(namespace)}/pods/${segment(name)}`,
+      'pods',
+      { urgent: true },
+    );
     if (!live.ok) {
       if (live.error.status === 404) {
-        return err(new CniError(CniCode.InvalidEnvironment, `pod ${namespace}/${name} does not exist in the API: it was deleted, or this sandbox is not a Kubernetes pod's`, 'the kubelet removes the sandbox of a deleted pod; nothing was attached'));
+        return err(
+          new CniError(
+            CniCode.InvalidEnvironment,
+            `pod ${namespace}/${name} does not exist in the API: it was deleted, or this sandbox is not a Kubernetes pod's`,
+            'the kubelet removes the sandbox of a deleted pod; nothing was attached',
+          ),
+        );
       }
-      return err(new CniError(CniCode.TryAgainLater, `cannot read pod ${namespace}/${name} from the Kubernetes API: ${live.error.message}`, `HTTP ${live.error.status || 'no answer'}; the runtime retries the sandbox`));
+      return err(
+        new CniError(
+          CniCode.TryAgainLater,
+          `cannot read pod ${namespace}/${name} from the Kubernetes API: ${live.error.message}`,
+          `HTTP ${live.error.status || 'no answer'}; the runtime retries the sandbox`,
+        ),
+      );
     }
     const info = infoOf(live.value as ApiObject);
     if (uid !== undefined && info.uid !== uid) {
-      return err(new CniError(CniCode.InvalidEnvironment, `pod ${namespace}/${name} in the API has UID ${info.uid}, but this sandbox is for UID ${uid} (K8S_POD_UID): it belongs to an earlier pod of that name, so none of the new pod's networks are attached`, 'the kubelet removes stale sandboxes; nothing was attached'));
+      return err(
+        new CniError(
+          CniCode.InvalidEnvironment,
+          `pod ${namespace}/${name} in the API has UID ${info.uid}, but this sandbox is for UID ${uid} (K8S_POD_UID): it belongs to an earlier pod of that name, so none of the new pod's networks are attached`,
+          'the kubelet removes stale sandboxes; nothing was attached',
+        ),
+      );
     }
     return ok(info);
   }

@@ -33,7 +33,8 @@ interface Refusal {
 }
 
 const keyOf = (r: RequestAttributes): string => `${r.verb} ${r.resource}`;
-const HOW_TO_FIX = 'plexusd\'s ClusterRole lacks it: apply deploy/10-rbac.yaml of this version (docs/kubernetes.md, "RBAC")';
+const HOW_TO_FIX =
+  'plexusd\'s ClusterRole lacks it: apply deploy/10-rbac.yaml of this version (docs/kubernetes.md, "RBAC")';
 
 export class RbacRefusals implements PermissionObserver {
   /** Refused now (no answer but 403 since). */
@@ -59,12 +60,26 @@ export class RbacRefusals implements PermissionObserver {
       known.unlogged += 1;
       if (now - known.loggedAt < this.repeatMs) return;
     }
-    const refusal = known ?? { verb: request.verb, resource: request.resource, blocksServing: request.blocksServing, unlogged: 1, loggedAt: now };
+    const refusal = known ?? {
+      verb: request.verb,
+      resource: request.resource,
+      blocksServing: request.blocksServing,
+      unlogged: 1,
+      loggedAt: now,
+    };
     this.current.set(key, refusal);
-    this.log.error({
-      verb: request.verb, resource: request.resource, ...(request.namespace ? { namespace: request.namespace } : {}),
-      path: request.path, blocksServing: refusal.blocksServing, refusals: refusal.unlogged, err: request.message,
-    }, `the Kubernetes API refuses plexusd "${key}" (HTTP 403 Forbidden); ${HOW_TO_FIX}`);
+    this.log.error(
+      {
+        verb: request.verb,
+        resource: request.resource,
+        ...(request.namespace ? { namespace: request.namespace } : {}),
+        path: request.path,
+        blocksServing: refusal.blocksServing,
+        refusals: refusal.unlogged,
+        err: request.message,
+      },
+      `the Kubernetes API refuses plexusd "${key}" (HTTP 403 Forbidden); ${HOW_TO_FIX}`,
+    );
     refusal.unlogged = 0;
     refusal.loggedAt = now;
   }
@@ -73,7 +88,10 @@ export class RbacRefusals implements PermissionObserver {
     if (this.current.size === 0) return;
     const key = keyOf(request);
     if (!this.current.delete(key)) return;
-    this.log.info({ verb: request.verb, resource: request.resource }, `the Kubernetes API allows plexusd "${key}" again`);
+    this.log.info(
+      { verb: request.verb, resource: request.resource },
+      `the Kubernetes API allows plexusd "${key}" again`,
+    );
   }
 
   /** Every refusal so far, by verb and resource (for the counter). */
@@ -84,12 +102,23 @@ export class RbacRefusals implements PermissionObserver {
   /** What readiness shows: the permissions refused now, those serving depends on apart from the others. */
   problems(): readonly RefusedPermissions[] {
     const refused = [...this.current.values()];
-    const list = (blocking: boolean): string => refused.filter((r) => r.blocksServing === blocking).map((r) => `${r.verb} ${r.resource}`).sort().join(', ');
+    const list = (blocking: boolean): string =>
+      refused
+        .filter((r) => r.blocksServing === blocking)
+        .map((r) => `${r.verb} ${r.resource}`)
+        .sort()
+        .join(', ');
     const problems: RefusedPermissions[] = [];
     const blocking = list(true);
-    if (blocking) problems.push({ check: 'rbac', problem: `the API refuses ${blocking}: plexusd cannot serve; ${HOW_TO_FIX}`, blocksServing: true });
+    if (blocking)
+      problems.push({
+        check: 'rbac',
+        problem: `the API refuses ${blocking}: plexusd cannot serve; ${HOW_TO_FIX}`,
+        blocksServing: true,
+      });
     const other = list(false);
-    if (other) problems.push({ check: 'rbac', problem: `the API refuses ${other}; ${HOW_TO_FIX}`, blocksServing: false });
+    if (other)
+      problems.push({ check: 'rbac', problem: `the API refuses ${other}; ${HOW_TO_FIX}`, blocksServing: false });
     return problems;
   }
 }

@@ -31,7 +31,10 @@ function verbOf(method: string, named: boolean, query: URLSearchParams): string 
 /** The RBAC attributes of `method path` (the path as sent: /api/v1/..., /apis/GROUP/VERSION/...). */
 export function requestAttributes(method: string, path: string): RequestAttributes {
   const [pathname = '', search = ''] = path.split('?', 2);
-  const parts = pathname.split('/').filter(Boolean).map((p) => decodeURIComponent(p));
+  const parts = pathname
+    .split('/')
+    .filter(Boolean)
+    .map((p) => decodeURIComponent(p));
   const query = new URLSearchParams(search);
   const group = parts[0] === 'api' ? '' : parts[0] === 'apis' ? parts[1] : undefined;
   let rest = parts[0] === 'api' ? parts.slice(2) : parts.slice(3);
@@ -43,5 +46,9 @@ export function requestAttributes(method: string, path: string): RequestAttribut
   }
   const [plural = '', name, subresource] = rest;
   const resource = `${plural}${group ? `.${group}` : ''}${subresource ? `/${subresource}` : ''}`;
-  return { verb: verbOf(method, name !== undefined, query), resource, ...(namespace !== undefined ? { namespace } : {}) };
+  return {
+    verb: verbOf(method, name !== undefined, query),
+    resource,
+    ...(namespace !== undefined ? { namespace } : {}),
+  };
 }

@@ -49,10 +49,21 @@ function says(value: string | undefined, status: readonly NetworkStatusEntry[]):
 }
 
 /** The status of the pod's newest committed record of its UID, with its container; undefined when it has none. */
-function journaled(records: readonly AttachmentRecord[], pod: CachedPod): { containerId: string; status: readonly NetworkStatusEntry[] } | undefined {
+function journaled(
+  records: readonly AttachmentRecord[],
+  pod: CachedPod,
+): { containerId: string; status: readonly NetworkStatusEntry[] } | undefined {
   const committedAt = (r: AttachmentRecord): string => r.events.filter((e) => e.what === 'committed').at(-1)?.at ?? '';
-  const mine = records.filter((r) => r.result && r.details && !r.deleting && !r.changing && r.meta.pod.namespace === pod.namespace
-    && r.meta.pod.name === pod.name && (!r.meta.pod.uid || r.meta.pod.uid === pod.uid));
+  const mine = records.filter(
+    (r) =>
+      r.result &&
+      r.details &&
+      !r.deleting &&
+      !r.changing &&
+      r.meta.pod.namespace === pod.namespace &&
+      r.meta.pod.name === pod.name &&
+      (!r.meta.pod.uid || r.meta.pod.uid === pod.uid),
+  );
   const newest = mine.sort((a, b) => (committedAt(a) < committedAt(b) ? -1 : 1)).at(-1);
   return newest?.details ? { containerId: newest.meta.containerId, status: newest.details.networkStatus } : undefined;
 }
@@ -121,12 +132,19 @@ export class NetworkStatusKeeper {
     const now = Date.now();
     const recent = (this.restores.get(key) ?? []).filter((t) => now - t < WINDOW_MS);
     if (recent.length >= RESTORES) {
-      if (recent.length === RESTORES) this.log.warn({ pod: key, restores: RESTORES, minutes: WINDOW_MS / 60_000 }, 'another writer keeps changing the pod\'s network-status; not restored again for now');
+      if (recent.length === RESTORES)
+        this.log.warn(
+          { pod: key, restores: RESTORES, minutes: WINDOW_MS / 60_000 },
+          "another writer keeps changing the pod's network-status; not restored again for now",
+        );
       this.restores.set(key, [...recent, now]);
       return;
     }
     this.restores.set(key, [...recent, now]);
-    this.log.warn({ pod: key, containerId: held.containerId, found: value === undefined ? 'removed' : value.slice(0, 200) }, 'network-status was changed by another writer; writing back what the journal holds');
+    this.log.warn(
+      { pod: key, containerId: held.containerId, found: value === undefined ? 'removed' : value.slice(0, 200) },
+      'network-status was changed by another writer; writing back what the journal holds',
+    );
     this.writer.attached({ namespace: pod.namespace, name: pod.name, uid: pod.uid }, held.containerId, held.status);
   }
 }

@@ -30,7 +30,11 @@ export class ApiStatusWriter implements StatusSink {
 
   attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[]): void {
     if (!pod.namespace || !pod.name) return; // a sandbox without a pod (podman, a test): nothing to write to
-    this.write({ namespace: pod.namespace, name: pod.name, ...(pod.uid ? { uid: pod.uid } : {}) }, containerId, JSON.stringify(status, null, 2));
+    this.write(
+      { namespace: pod.namespace, name: pod.name, ...(pod.uid ? { uid: pod.uid } : {}) },
+      containerId,
+      JSON.stringify(status, null, 2),
+    );
   }
 
   detached(): void {
@@ -50,20 +54,30 @@ export class ApiStatusWriter implements StatusSink {
     const key = `${pod.namespace}/${pod.name}`;
     const mine = ++this.sequence;
     this.latest.set(key, mine);
-    const body = { metadata: { ...(pod.uid ? { uid: pod.uid } : {}), annotations: { [NETWORK_STATUS_ANNOTATION]: value } } };
+    const body = {
+      metadata: { ...(pod.uid ? { uid: pod.uid } : {}), annotations: { [NETWORK_STATUS_ANNOTATION]: value } },
+    };
     const path = `/api/v1/namespaces/${segment(pod.namespace)}/pods/${segment(pod.name)}`;
-    this.writes.start({ write: 'network-status', pod: key, containerId }, async () => {
-      if (this.latest.get(key) !== mine) return { outcome: 'stop', why: 'superseded by a newer status of the pod' };
-      const r = await this.client.request('PATCH', path, 'pods', { body, contentType: 'application/merge-patch+json' });
-      if (r.ok) return { outcome: 'done' };
-      // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
-      // the same kind. None of them gets better by retrying.
-      if ([404, 409, 422].includes(r.error.status)) return { outcome: 'stop', why: `the pod is gone or was replaced (HTTP ${r.error.status})` };
-      // 403 is retried too: the API client has reported it loudly, and a restarting API server refuses for a moment
-      // until its RBAC cache has loaded.
-      return { outcome: 'retry', why: r.error.message };
-    }, () => {
-      if (this.latest.get(key) === mine) this.latest.delete(key);
-    });
+    this.writes.start(
+      { write: 'network-status', pod: key, containerId },
+      async () => {
+        if (this.latest.get(key) !== mine) return { outcome: 'stop', why: 'superseded by a newer status of the pod' };
+        const r = await this.client.request('PATCH', path, 'pods', {
+          body,
+          contentType: 'application/merge-patch+json',
+        });
+        if (r.ok) return { outcome: 'done' };
+        // 404: the pod is gone; 422: the name is another pod's now (its UID differs: immutable); 409: a conflict of
+        // the same kind. None of them gets better by retrying.
+        if ([404, 409, 422].includes(r.error.status))
+          return { outcome: 'stop', why: `the pod is gone or was replaced (HTTP ${r.error.status})` };
+        // 403 is retried too: the API client has reported it loudly, and a restarting API server refuses for a moment
+        // until its RBAC cache has loaded.
+        return { outcome: 'retry', why: r.error.message };
+      },
+      () => {
+        if (this.latest.get(key) === mine) this.latest.delete(key);
+      },
+    );
   }
 }

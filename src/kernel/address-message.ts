@@ -10,7 +10,11 @@ export interface AddressOptions {
 }
 
 /** The header and attributes of the RTM_NEWADDR that puts `cidr` on link `index`. */
-export function newAddressMessage(index: number, cidr: string, options: AddressOptions): { header: Buffer; attrs: Attr[] } {
+export function newAddressMessage(
+  index: number,
+  cidr: string,
+  options: AddressOptions,
+): { header: Buffer; attrs: Attr[] } {
   const a = parseAddress(cidr);
   const attrs: Attr[] = [attrBytes(C.IFA_LOCAL, a.bytes), attrBytes(C.IFA_ADDRESS, a.bytes)];
   if (a.family === C.AF_INET && a.prefixLen < 31) {

@@ -62,4 +62,5 @@ export const callFailed = (op: string, target: string, errno: number, extack?: s
   new KernelCallError(failure(op, target, errno, extack));
 
 /** EINVAL with the reason in the extended-ack slot: for a request the kernel would refuse, refused before sending. */
-export const invalidRequest = (op: string, target: string, why: string): KernelCallError => callFailed(op, target, C.EINVAL, why);
+export const invalidRequest = (op: string, target: string, why: string): KernelCallError =>
+  callFailed(op, target, C.EINVAL, why);

@@ -14,7 +14,12 @@ export function parseAddress(text: string): ParsedAddress {
   const cidr = text.includes('/') ? parseCidr(text) : undefined;
   const ip = cidr ?? parseIp(text);
   if (ip === undefined) throw new Error(`invalid address ${text}`);
-  return { family: ip.family === 4 ? AF_INET : AF_INET6, bytes: toBytes(ip), prefixLen: cidr?.prefix ?? bitsOf(ip.family), text: formatIp(ip.family, ip.value) };
+  return {
+    family: ip.family === 4 ? AF_INET : AF_INET6,
+    bytes: toBytes(ip),
+    prefixLen: cidr?.prefix ?? bitsOf(ip.family),
+    text: formatIp(ip.family, ip.value),
+  };
 }
 
 export function formatAddress(bytes: Buffer): string {

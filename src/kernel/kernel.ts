@@ -26,7 +26,9 @@ class KernelWorker {
 
   private spawn(): Worker {
     // The worker only shuttles small messages: a tiny young generation keeps its memory low.
-    const worker = new Worker(join(__dirname, 'worker.js'), { resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 16, codeRangeSizeMb: 8 } });
+    const worker = new Worker(join(__dirname, 'worker.js'), {
+      resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 16, codeRangeSizeMb: 8 },
+    });
     worker.on('message', (reply: BatchReply) => {
       const resolve = this.pending.get(reply.id);
       this.pending.delete(reply.id);
@@ -35,7 +37,12 @@ class KernelWorker {
     });
     const failAll = (why: string): void => {
       for (const [id, resolve] of this.pending) {
-        resolve({ id, ok: false, index: -1, failure: { op: 'kernel worker', target: '', errno: 5, errnoName: 'EIO', message: why } });
+        resolve({
+          id,
+          ok: false,
+          index: -1,
+          failure: { op: 'kernel worker', target: '', errno: 5, errnoName: 'EIO', message: why },
+        });
       }
       this.pending.clear();
     };
@@ -112,7 +119,10 @@ const GROUP_BASE = 0x50580000;
  * and pooled behind it). Kernel is the real one; tests of the engine run on an in-memory one, without root.
  */
 export interface KernelPort {
-  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>>;
+  batch<const Ops extends readonly BatchOp[]>(
+    netns: string | undefined,
+    ops: Ops,
+  ): Promise<KernelResult<ResultsOf<Ops>>>;
   getLink(netns: string | undefined, name: string): Promise<KernelResult<LinkInfo | null>>;
   deleteLink(netns: string | undefined, name: string): Promise<KernelResult<unknown>>;
 }
@@ -127,7 +137,10 @@ export class Kernel implements KernelPort {
    * lock, so a second thread bought no throughput in a 110-pod burst (and host link deletions, whose RCU waits are
    * outside it, are batched instead: HostLinkDeletions), while each thread costs about 10 MiB.
    */
-  constructor(threads = 1, private readonly podLinkDeletions = new PodLinkDeletions()) {
+  constructor(
+    threads = 1,
+    private readonly podLinkDeletions = new PodLinkDeletions(),
+  ) {
     this.workers = Array.from({ length: Math.max(1, threads) }, () => new KernelWorker());
   }
 
@@ -136,14 +149,19 @@ export class Kernel implements KernelPort {
   }
 
   /** Runs operations in order; the first failure that is not tolerated stops the batch. Answers each op's result, in order. */
-  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>> {
+  batch<const Ops extends readonly BatchOp[]>(
+    netns: string | undefined,
+    ops: Ops,
+  ): Promise<KernelResult<ResultsOf<Ops>>> {
     const id = this.nextId++;
     const req: BatchRequest = { id, ...(netns ? { netns } : {}), ops };
     // The least busy worker takes the batch; a batch always runs whole on one thread.
     const worker = this.workers.reduce((best, w) => (w.pending.size < best.pending.size ? w : best));
     return new Promise((resolve) => {
       // The worker ran these very ops (worker.ts answers each with its OpResults type): the one place results are trusted.
-      worker.post(req, (reply) => resolve(reply.ok ? ok(reply.results as ResultsOf<Ops>) : err(new KernelCallError(reply.failure, reply.index))));
+      worker.post(req, (reply) =>
+        resolve(reply.ok ? ok(reply.results as ResultsOf<Ops>) : err(new KernelCallError(reply.failure, reply.index))),
+      );
     });
   }
 

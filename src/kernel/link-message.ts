@@ -106,7 +106,10 @@ function vxlanData(spec: Extract<LinkSpec, { kind: 'vxlan' }>, indexOf: IndexOf)
 }
 
 /** The ifinfomsg flags and mask, and the attributes, of the RTM_NEWLINK that applies `change` (not hairpin). */
-export function linkChangeMessage(change: LinkChange, indexOf: IndexOf): { flags: number; mask: number; attrs: Attr[] } {
+export function linkChangeMessage(
+  change: LinkChange,
+  indexOf: IndexOf,
+): { flags: number; mask: number; attrs: Attr[] } {
   let flags = 0;
   let mask = 0;
   if (change.up !== undefined) {

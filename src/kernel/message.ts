@@ -8,8 +8,7 @@ const align4 = (n: number): number => (n + 3) & ~3;
 
 /** An attribute to encode: a raw payload or nested attributes. */
 export type Attr =
-  | { readonly type: number; readonly data: Buffer }
-  | { readonly type: number; readonly nested: readonly Attr[] };
+  { readonly type: number; readonly data: Buffer } | { readonly type: number; readonly nested: readonly Attr[] };
 
 export const attrU8 = (type: number, v: number): Attr => ({ type, data: Buffer.from([v & 0xff]) });
 export const attrU16 = (type: number, v: number): Attr => {
@@ -33,7 +32,10 @@ export const attrS32 = (type: number, v: number): Attr => {
   return { type, data: b };
 };
 /** A NUL-terminated string attribute, as the kernel expects for names and kinds. */
-export const attrString = (type: number, s: string): Attr => ({ type, data: Buffer.concat([Buffer.from(s, 'utf8'), Buffer.from([0])]) });
+export const attrString = (type: number, s: string): Attr => ({
+  type,
+  data: Buffer.concat([Buffer.from(s, 'utf8'), Buffer.from([0])]),
+});
 export const attrBytes = (type: number, data: Buffer): Attr => ({ type, data });
 export const attrNested = (type: number, nested: readonly Attr[]): Attr => ({ type: type | NLA_F_NESTED, nested });
 
@@ -64,7 +66,13 @@ export function encodeAttrs(attrs: readonly Attr[]): Buffer {
 }
 
 /** A whole netlink request: nlmsghdr, the family header bytes, then attributes. */
-export function encodeMessage(type: number, flags: number, seq: number, header: Buffer, attrs: readonly Attr[]): Buffer {
+export function encodeMessage(
+  type: number,
+  flags: number,
+  seq: number,
+  header: Buffer,
+  attrs: readonly Attr[],
+): Buffer {
   const body = Buffer.concat([header, encodeAttrs(attrs)]);
   const msg = Buffer.alloc(16 + body.length);
   msg.writeUInt32LE(msg.length, 0);
@@ -99,7 +107,14 @@ export function ifaddrmsg(family: number, prefixLen: number, flags: number, scop
 }
 
 /** struct rtmsg (12 bytes). */
-export function rtmsg(f: { family: number; dstLen: number; table: number; protocol: number; scope: number; type: number }): Buffer {
+export function rtmsg(f: {
+  family: number;
+  dstLen: number;
+  table: number;
+  protocol: number;
+  scope: number;
+  type: number;
+}): Buffer {
   const b = Buffer.alloc(12);
   b.writeUInt8(f.family, 0);
   b.writeUInt8(f.dstLen, 1);
@@ -138,7 +153,12 @@ export function splitMessages(buf: Buffer): RawMessage[] {
   while (off + 16 <= buf.length) {
     const len = buf.readUInt32LE(off);
     if (len < 16 || off + len > buf.length) break;
-    out.push({ type: buf.readUInt16LE(off + 4), flags: buf.readUInt16LE(off + 6), seq: buf.readUInt32LE(off + 8), payload: buf.subarray(off + 16, off + len) });
+    out.push({
+      type: buf.readUInt16LE(off + 4),
+      flags: buf.readUInt16LE(off + 6),
+      seq: buf.readUInt32LE(off + 8),
+      payload: buf.subarray(off + 16, off + len),
+    });
     off += align4(len);
   }
   return out;

@@ -43,7 +43,9 @@ export class PodLinkDeletions {
 
   private async send(fd: number, name: string, seq: number): Promise<KernelFailure | undefined> {
     const header = ifinfomsg(C.AF_UNSPEC, 0);
-    const msg = encodeMessage(C.RTM_DELLINK, C.NLM_F_REQUEST | C.NLM_F_ACK, seq, header, [attrString(C.IFLA_IFNAME, name)]);
+    const msg = encodeMessage(C.RTM_DELLINK, C.NLM_F_REQUEST | C.NLM_F_ACK, seq, header, [
+      attrString(C.IFLA_IFNAME, name),
+    ]);
     if ((await sysAsync.send(fd, msg, msg.length, 0)) < 0) return failure('RTM_DELLINK', name, 5);
     const buf = Buffer.alloc(8192);
     const replies: RawMessage[] = [];

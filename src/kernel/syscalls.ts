@@ -14,27 +14,49 @@ const recv = libc.func('long recv(int fd, _Out_ void *buf, size_t len, int flags
 
 /** send and recv on a libuv pool thread: the answer comes back as a promise, the event loop never waits. */
 export const sysAsync = {
-  send: (fd: number, buf: Buffer, len: number, flags: number): Promise<number> => onPool(send.async as AsyncCall, fd, buf, len, flags),
-  recv: (fd: number, buf: Buffer, len: number, flags: number): Promise<number> => onPool(recv.async as AsyncCall, fd, buf, len, flags),
+  send: (fd: number, buf: Buffer, len: number, flags: number): Promise<number> =>
+    onPool(send.async as AsyncCall, fd, buf, len, flags),
+  recv: (fd: number, buf: Buffer, len: number, flags: number): Promise<number> =>
+    onPool(recv.async as AsyncCall, fd, buf, len, flags),
 };
 
 const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
 
 function onPool(call: AsyncCall, ...args: unknown[]): Promise<number> {
-  return new Promise((resolve, reject) => call(...args, (error: unknown, result: number) => (error ? reject(asError(error)) : resolve(result))));
+  return new Promise((resolve, reject) =>
+    call(...args, (error: unknown, result: number) => (error ? reject(asError(error)) : resolve(result))),
+  );
 }
 
 export const sys = {
   socket: libc.func('int socket(int domain, int type, int protocol)') as (d: number, t: number, p: number) => number,
-  bind: libc.func('int bind(int fd, const void *addr, uint32_t len)') as (fd: number, addr: Buffer, len: number) => number,
+  bind: libc.func('int bind(int fd, const void *addr, uint32_t len)') as (
+    fd: number,
+    addr: Buffer,
+    len: number,
+  ) => number,
   send: send as (fd: number, buf: Buffer, len: number, flags: number) => number,
   recv: recv as (fd: number, buf: Buffer, len: number, flags: number) => number,
-  setsockopt: libc.func('int setsockopt(int fd, int level, int name, const void *val, uint32_t len)') as (fd: number, l: number, n: number, v: Buffer, len: number) => number,
+  setsockopt: libc.func('int setsockopt(int fd, int level, int name, const void *val, uint32_t len)') as (
+    fd: number,
+    l: number,
+    n: number,
+    v: Buffer,
+    len: number,
+  ) => number,
   setns: libc.func('int setns(int fd, int nstype)') as (fd: number, nstype: number) => number,
   open: libc.func('int open(const char *path, int flags)') as (path: string, flags: number) => number,
   close: libc.func('int close(int fd)') as (fd: number) => number,
-  ioctlPtr: libc.func('ioctl', 'int', ['int', 'unsigned long', 'void *']) as (fd: number, req: number, arg: Buffer) => number,
-  ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']) as (fd: number, req: number, arg: number) => number,
+  ioctlPtr: libc.func('ioctl', 'int', ['int', 'unsigned long', 'void *']) as (
+    fd: number,
+    req: number,
+    arg: Buffer,
+  ) => number,
+  ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']) as (
+    fd: number,
+    req: number,
+    arg: number,
+  ) => number,
   flock: libc.func('int flock(int fd, int operation)') as (fd: number, operation: number) => number,
   errno: (): number => koffi.errno(),
 };

@@ -7,10 +7,22 @@ export type LinkKind =
   | { readonly kind: 'bridge'; readonly vlanFiltering?: boolean }
   /** A veth pair; `peer` may be created directly inside another netns with its final name. The kernel cannot bring
    *  the peer up during creation (veth_open sees no peer yet: ENOTCONN), so set it up in a later op. */
-  | { readonly kind: 'veth'; readonly peer: { readonly name: string; readonly netns?: string; readonly mtu?: number; readonly mac?: string } }
+  | {
+      readonly kind: 'veth';
+      readonly peer: { readonly name: string; readonly netns?: string; readonly mtu?: number; readonly mac?: string };
+    }
   | { readonly kind: 'macvlan'; readonly master: string; readonly mode: MacvlanMode }
   | { readonly kind: 'ipvlan'; readonly master: string; readonly mode: IpvlanMode }
-  | { readonly kind: 'vxlan'; readonly vni: number; readonly port?: number; readonly local?: string; readonly multicastGroup?: string; readonly underlay?: string; readonly learning?: boolean; readonly ttl?: number }
+  | {
+      readonly kind: 'vxlan';
+      readonly vni: number;
+      readonly port?: number;
+      readonly local?: string;
+      readonly multicastGroup?: string;
+      readonly underlay?: string;
+      readonly learning?: boolean;
+      readonly ttl?: number;
+    }
   | { readonly kind: 'dummy' };
 
 export type LinkSpec = LinkKind & {
@@ -84,10 +96,28 @@ export type KernelOp =
   | { readonly op: 'socketOpen' }
   /** Deletes links in one request, through a link group of their own (see delete-many.ts). */
   | { readonly op: 'linkDelMany'; readonly names: readonly string[]; readonly group: number }
-  | { readonly op: 'linkSet'; readonly name: string; readonly up?: boolean; readonly mtu?: number; readonly mac?: string; readonly bridge?: string | null; readonly promisc?: boolean; readonly hairpin?: boolean; readonly netns?: string; readonly newName?: string; readonly group?: number }
+  | {
+      readonly op: 'linkSet';
+      readonly name: string;
+      readonly up?: boolean;
+      readonly mtu?: number;
+      readonly mac?: string;
+      readonly bridge?: string | null;
+      readonly promisc?: boolean;
+      readonly hairpin?: boolean;
+      readonly netns?: string;
+      readonly newName?: string;
+      readonly group?: number;
+    }
   | { readonly op: 'linkGet'; readonly name: string }
   | { readonly op: 'linkList' }
-  | { readonly op: 'addrAdd'; readonly name: string; readonly address: string; readonly noDad?: boolean; readonly noPrefixRoute?: boolean }
+  | {
+      readonly op: 'addrAdd';
+      readonly name: string;
+      readonly address: string;
+      readonly noDad?: boolean;
+      readonly noPrefixRoute?: boolean;
+    }
   | { readonly op: 'addrDel'; readonly name: string; readonly address: string }
   | { readonly op: 'addrList'; readonly name?: string }
   | { readonly op: 'routeAdd'; readonly route: RouteSpec }
@@ -127,9 +157,13 @@ export interface OpResults {
 }
 
 /** The answer to one op; with `ignore`, null when the tolerated errno happened. */
-export type ResultOf<O extends BatchOp> = O extends { readonly ignore: readonly string[] } ? OpResults[O['op']] | null : OpResults[O['op']];
+export type ResultOf<O extends BatchOp> = O extends { readonly ignore: readonly string[] }
+  ? OpResults[O['op']] | null
+  : OpResults[O['op']];
 /** The answers to a batch, position by position. */
-export type ResultsOf<Ops extends readonly BatchOp[]> = { -readonly [K in keyof Ops]: Ops[K] extends BatchOp ? ResultOf<Ops[K]> : never };
+export type ResultsOf<Ops extends readonly BatchOp[]> = {
+  -readonly [K in keyof Ops]: Ops[K] extends BatchOp ? ResultOf<Ops[K]> : never;
+};
 
 /** Links that linkDelMany could not delete, each with its failure. */
 export interface DeleteManyOutcome {

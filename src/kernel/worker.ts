@@ -92,7 +92,13 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp): unknow
 function toFailure(e: unknown, op: BatchOp): KernelFailure {
   if (e instanceof KernelCallError) return e.failure;
   const code = (e as NodeJS.ErrnoException).code;
-  return { op: op.op, target: '', errno: 22, errnoName: code ?? 'EINVAL', message: e instanceof Error ? e.message : String(e) };
+  return {
+    op: op.op,
+    target: '',
+    errno: 22,
+    errnoName: code ?? 'EINVAL',
+    message: e instanceof Error ? e.message : String(e),
+  };
 }
 
 function runBatch(req: BatchRequest): BatchReply {

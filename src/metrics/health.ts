@@ -55,8 +55,14 @@ export class DaemonHealth {
     const timeoutMs = this.checks.kernelTimeoutMs ?? 10000;
     let timer: NodeJS.Timeout | undefined;
     const result = Promise.race([
-      this.checks.kernelAnswers().then(() => undefined, (e: unknown) => `the kernel worker failed: ${(e as Error).message}`),
-      new Promise<string>((resolve) => (timer = setTimeout(() => resolve(`the kernel worker has not answered for ${timeoutMs} ms`), timeoutMs))),
+      this.checks.kernelAnswers().then(
+        () => undefined,
+        (e: unknown) => `the kernel worker failed: ${(e as Error).message}`,
+      ),
+      new Promise<string>(
+        (resolve) =>
+          (timer = setTimeout(() => resolve(`the kernel worker has not answered for ${timeoutMs} ms`), timeoutMs)),
+      ),
     ]).finally(() => clearTimeout(timer));
     this.lastKernel = { at: now, result };
     return result;
@@ -80,14 +86,20 @@ export class DaemonHealth {
     const ceiling = this.checks.memoryCeilingBytes;
     if (ceiling !== undefined) {
       const rss = (this.checks.rss ?? (() => process.memoryUsage.rss()))();
-      checks.memory = rss <= ceiling ? 'ok' : `resident memory ${(rss / 1048576).toFixed(0)} MiB is over the ceiling of ${(ceiling / 1048576).toFixed(0)} MiB`;
+      checks.memory =
+        rss <= ceiling
+          ? 'ok'
+          : `resident memory ${(rss / 1048576).toFixed(0)} MiB is over the ceiling of ${(ceiling / 1048576).toFixed(0)} MiB`;
     }
     return { ok: Object.values(checks).every((c) => c === 'ok'), checks };
   }
 
   async ready(): Promise<HealthReport> {
     const live = await this.live();
-    const checks: Record<string, string> = { ...live.checks, started: this.checks.ready() ? 'ok' : 'recovering the journal or syncing the API caches' };
+    const checks: Record<string, string> = {
+      ...live.checks,
+      started: this.checks.ready() ? 'ok' : 'recovering the journal or syncing the API caches',
+    };
     const warnings: Record<string, string> = {};
     for (const p of this.checks.problems?.() ?? []) {
       const into = p.blocksServing ? checks : warnings;

@@ -65,12 +65,22 @@ export class DaemonMetrics implements CniCallObserver {
     this.duration = new Histogram({
       name: 'plexus_cni_request_duration_seconds',
       help: 'CNI calls handled by plexusd, from the request to the reply, by command, network types of the sandbox and result',
-      labelNames: ['command', 'network_type', 'result'], buckets: BUCKETS, registers,
+      labelNames: ['command', 'network_type', 'result'],
+      buckets: BUCKETS,
+      registers,
     });
-    this.errors = new Counter({ name: 'plexus_cni_errors_total', help: 'CNI calls answered with an error, by command and CNI error code', labelNames: ['command', 'code'], registers });
+    this.errors = new Counter({
+      name: 'plexus_cni_errors_total',
+      help: 'CNI calls answered with an error, by command and CNI error code',
+      labelNames: ['command', 'code'],
+      registers,
+    });
     const typesByContainer = this.typesByContainer;
     new Gauge({
-      name: 'plexus_attachments', help: 'Pod interfaces attached on this node, by network (namespace/name)', labelNames: ['network'], registers,
+      name: 'plexus_attachments',
+      help: 'Pod interfaces attached on this node, by network (namespace/name)',
+      labelNames: ['network'],
+      registers,
       async collect() {
         const records = await sources.records();
         this.reset();
@@ -82,14 +92,37 @@ export class DaemonMetrics implements CniCallObserver {
     });
     const journalFiles = async (): Promise<{ count: number; bytes: number }> => {
       const names = (await readdir(sources.journalDir).catch(() => [] as string[])).filter((n) => n.endsWith('.jsonl'));
-      const sizes = await Promise.all(names.map((n) => stat(join(sources.journalDir, n)).then((s) => s.size, () => 0)));
+      const sizes = await Promise.all(
+        names.map((n) =>
+          stat(join(sources.journalDir, n)).then(
+            (s) => s.size,
+            () => 0,
+          ),
+        ),
+      );
       return { count: names.length, bytes: sizes.reduce((a, b) => a + b, 0) };
     };
-    new Gauge({ name: 'plexus_journal_records', help: 'Records in the journal (one per sandbox and runtime interface)', registers, async collect() { this.set((await journalFiles()).count); } });
-    new Gauge({ name: 'plexus_journal_bytes', help: 'Bytes of the journal\'s record files', registers, async collect() { this.set((await journalFiles()).bytes); } });
+    new Gauge({
+      name: 'plexus_journal_records',
+      help: 'Records in the journal (one per sandbox and runtime interface)',
+      registers,
+      async collect() {
+        this.set((await journalFiles()).count);
+      },
+    });
+    new Gauge({
+      name: 'plexus_journal_bytes',
+      help: "Bytes of the journal's record files",
+      registers,
+      async collect() {
+        this.set((await journalFiles()).bytes);
+      },
+    });
     let retriesSeen = 0;
     new Counter({
-      name: 'plexus_api_write_retries_total', help: 'Background writes to the Kubernetes API (network-status, events) retried after a failure', registers,
+      name: 'plexus_api_write_retries_total',
+      help: 'Background writes to the Kubernetes API (network-status, events) retried after a failure',
+      registers,
       collect() {
         const now = sources.apiWriteRetries?.() ?? 0;
         if (now > retriesSeen) this.inc(now - retriesSeen);
@@ -98,7 +131,10 @@ export class DaemonMetrics implements CniCallObserver {
     });
     const forbiddenSeen = new Map<string, number>();
     new Counter({
-      name: 'plexus_api_forbidden_total', help: 'Kubernetes API requests refused by RBAC (HTTP 403), by verb and resource; each names a permission plexusd lacks', labelNames: ['verb', 'resource'], registers,
+      name: 'plexus_api_forbidden_total',
+      help: 'Kubernetes API requests refused by RBAC (HTTP 403), by verb and resource; each names a permission plexusd lacks',
+      labelNames: ['verb', 'resource'],
+      registers,
       collect() {
         for (const { verb, resource, count } of sources.apiForbidden?.() ?? []) {
           const key = `${verb} ${resource}`;
@@ -110,8 +146,22 @@ export class DaemonMetrics implements CniCallObserver {
     });
     if (sources.calls) {
       const calls = sources.calls;
-      new Gauge({ name: 'plexus_cni_calls_in_flight', help: 'CNI calls being handled', registers, collect() { this.set(calls().inFlight); } });
-      new Gauge({ name: 'plexus_cni_calls_queued', help: 'CNI calls waiting for a slot (--max-concurrent)', registers, collect() { this.set(calls().queued); } });
+      new Gauge({
+        name: 'plexus_cni_calls_in_flight',
+        help: 'CNI calls being handled',
+        registers,
+        collect() {
+          this.set(calls().inFlight);
+        },
+      });
+      new Gauge({
+        name: 'plexus_cni_calls_queued',
+        help: 'CNI calls waiting for a slot (--max-concurrent)',
+        registers,
+        collect() {
+          this.set(calls().queued);
+        },
+      });
     }
   }
 

@@ -19,7 +19,11 @@ export function splitHostPort(address: string): { host: string; port: number } {
   return { host, port: Number(address.slice(i + 1)) };
 }
 
-export async function listenMetrics(address: string, metrics: DaemonMetrics, health: DaemonHealth): Promise<TcpListener> {
+export async function listenMetrics(
+  address: string,
+  metrics: DaemonMetrics,
+  health: DaemonHealth,
+): Promise<TcpListener> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const reply = (status: number, body: string, type = 'application/json'): void => {
@@ -51,7 +55,10 @@ export async function listenMetrics(address: string, metrics: DaemonMetrics, hea
     server.listen(port, host, () => resolve());
   });
   const bound = server.address();
-  const actual = typeof bound === 'object' && bound ? `${bound.family === 'IPv6' ? `[${bound.address}]` : bound.address}:${bound.port}` : address;
+  const actual =
+    typeof bound === 'object' && bound
+      ? `${bound.family === 'IPv6' ? `[${bound.address}]` : bound.address}:${bound.port}`
+      : address;
   return {
     address: actual,
     close: () =>

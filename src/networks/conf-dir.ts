@@ -18,7 +18,8 @@ const CONF = /\.(conf|json)$/;
 
 const errno = (e: unknown): string | undefined => (e as NodeJS.ErrnoException).code;
 
-const lookedAt = (files: readonly string[]): string => `looked at: ${files.join(', ') || 'no *.conflist, *.conf or *.json files'}`;
+const lookedAt = (files: readonly string[]): string =>
+  `looked at: ${files.join(', ') || 'no *.conflist, *.conf or *.json files'}`;
 
 /** A CNI config file: a regular file (or a symlink to one) of at most 1 MiB, as NAD files are. */
 export const readConfigFile = (path: string): ReturnType<typeof readBoundedFileSync> =>
@@ -76,7 +77,8 @@ export class CniConfDir implements NadConfigSource {
         skipped.push(`${path}: ${(e as Error).message}`);
         continue;
       }
-      if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === name) return ok({ path, text });
+      if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === name)
+        return ok({ path, text });
     }
     return err(confDirErrors.noSuchName(this.dir, name, skipped, lookedAt(ordered)));
   }
@@ -99,7 +101,9 @@ export class CniConfDir implements NadConfigSource {
   stamp(): string {
     let names: string[];
     try {
-      names = readdirSync(this.dir).filter((n) => CONFLIST.test(n) || CONF.test(n)).sort();
+      names = readdirSync(this.dir)
+        .filter((n) => CONFLIST.test(n) || CONF.test(n))
+        .sort();
     } catch (e) {
       return `unreadable:${errno(e) ?? ''}`;
     }

@@ -46,10 +46,19 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   const listed = text.trim().startsWith('{') ? `[${text}]` : text;
   const parsed = parseSelection(listed, input.podNamespace, DEFAULT_NETWORK_ANNOTATION);
   if (!parsed.ok) return parsed;
-  const invalid = (why: string): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, `${DEFAULT_NETWORK_ANNOTATION}: ${why}`, `value: ${JSON.stringify(text.slice(0, 200))}`));
+  const invalid = (why: string): Result<never> =>
+    err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `${DEFAULT_NETWORK_ANNOTATION}: ${why}`,
+        `value: ${JSON.stringify(text.slice(0, 200))}`,
+      ),
+    );
   if (parsed.value.length !== 1) return invalid(`must name exactly one network, not ${parsed.value.length}`);
   const sel = parsed.value[0]!;
-  const extras = (['interface', 'ips', 'mac', 'defaultRoute', 'portMappings', 'bandwidth', 'cniArgs', 'infinibandGUID'] as const).filter((k) => sel[k] !== undefined);
+  const extras = (
+    ['interface', 'ips', 'mac', 'defaultRoute', 'portMappings', 'bandwidth', 'cniArgs', 'infinibandGUID'] as const
+  ).filter((k) => sel[k] !== undefined);
   if (extras.length) {
     return invalid(
       `only selects the network; ${extras.join(', ')} cannot be set here ` +
@@ -59,7 +68,9 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
   const refused = isolationProblem(input.isolation, input.podNamespace, sel, DEFAULT_NETWORK_ANNOTATION);
   if (refused) return err(refused);
   const network = input.networks.get(sel.namespace, sel.name);
-  return network.ok ? network : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
+  return network.ok
+    ? network
+    : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
 }
 
 /** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
@@ -76,5 +87,13 @@ function fromFile(path: string): Result<NetworkDefinition> {
   // Named by its CNI network name, as Multus reports a file-based cluster network in network-status. Run by the node's
   // own plugin binaries, never natively: their IPAM state (host-local's dataDir, say) is the node's, shared with pods
   // made before Plexus and after it is removed, so addresses are never handed out twice.
-  return ok({ namespace: '', name: parsed.value.cniName, key: parsed.value.cniName, annotations: { [DELEGATE_ANNOTATION]: 'true' }, source: path, configFile: path, ...parsed.value });
+  return ok({
+    namespace: '',
+    name: parsed.value.cniName,
+    key: parsed.value.cniName,
+    annotations: { [DELEGATE_ANNOTATION]: 'true' },
+    source: path,
+    configFile: path,
+    ...parsed.value,
+  });
 }

@@ -52,7 +52,9 @@ export class NetworkDirectory implements NetworkSource {
     const errors: CniError[] = [];
     let names: string[] = [];
     try {
-      names = readdirSync(this.dir).filter((n) => /\.(ya?ml|json)$/.test(n)).sort();
+      names = readdirSync(this.dir)
+        .filter((n) => /\.(ya?ml|json)$/.test(n))
+        .sort();
     } catch (e) {
       errors.push(directoryErrors.unreadableDir(this.dir, (e as Error).message));
     }
@@ -65,7 +67,11 @@ export class NetworkDirectory implements NetworkSource {
         const st = statSync(path);
         const stamp = `${st.mtimeMs}:${st.size}`;
         const cached = this.cache.get(path);
-        if (cached && cached.stamp === stamp && (cached.confDirStamp === undefined || cached.confDirStamp === confDirStamp())) {
+        if (
+          cached &&
+          cached.stamp === stamp &&
+          (cached.confDirStamp === undefined || cached.confDirStamp === confDirStamp())
+        ) {
           entry = cached;
         } else {
           // Stamp the conf dir before reading it, so a change made while parsing is seen on the next load.
@@ -94,7 +100,10 @@ export class NetworkDirectory implements NetworkSource {
     const { networks, errors } = this.load();
     const found = networks.get(`${namespace}/${name}`);
     if (found) return ok(found);
-    const listed = cappedList(errors.map((e) => e.message), BROKEN_SHOWN);
+    const listed = cappedList(
+      errors.map((e) => e.message),
+      BROKEN_SHOWN,
+    );
     const broken = errors.length ? ` (problems reading definitions: ${listed})` : '';
     return err(directoryErrors.undefinedNetwork(namespace, name, this.dir, broken));
   }

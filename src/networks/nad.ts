@@ -19,7 +19,10 @@ const NadSchema = z.object({
   apiVersion: z.literal('k8s.cni.cncf.io/v1'),
   kind: z.literal('NetworkAttachmentDefinition'),
   metadata: z.object({
-    name: z.string().max(253).regex(DNS1123_SUBDOMAIN, 'must be a DNS-1123 subdomain (lower case letters, digits, "-" and ".")'),
+    name: z
+      .string()
+      .max(253)
+      .regex(DNS1123_SUBDOMAIN, 'must be a DNS-1123 subdomain (lower case letters, digits, "-" and ".")'),
     namespace: z.string().max(63).regex(DNS1123_LABEL, 'must be a DNS-1123 label').optional(),
     annotations: z.record(z.string(), z.string()).optional(),
   }),
@@ -46,7 +49,11 @@ export interface NadConfigSource {
   byId(id: string): Result<ConfigFile>;
 }
 
-export type PluginConfig = Readonly<Record<string, unknown>> & { readonly type: string; readonly name: string; readonly cniVersion: string };
+export type PluginConfig = Readonly<Record<string, unknown>> & {
+  readonly type: string;
+  readonly name: string;
+  readonly cniVersion: string;
+};
 
 export interface NetworkDefinition {
   readonly namespace: string;
@@ -63,7 +70,12 @@ export interface NetworkDefinition {
   readonly configFile?: string;
 }
 
-const invalid = (source: string, msg: string, details = '', code: number = CniCode.InvalidNetworkConfig): Result<never> => err(new CniError(code, `${source}: ${msg}`, details));
+const invalid = (
+  source: string,
+  msg: string,
+  details = '',
+  code: number = CniCode.InvalidNetworkConfig,
+): Result<never> => err(new CniError(code, `${source}: ${msg}`, details));
 
 /**
  * Parses a NAD object (already decoded from YAML or JSON). Without `configs`, a NAD whose config lives in a file
@@ -88,19 +100,49 @@ export function parseNad(obj: unknown, source: string, configs?: NadConfigSource
 
   let file: Result<ConfigFile>;
   if (configId !== undefined) {
-    if (configText.trim() !== '') return invalid(source, `${key} has both spec.config and the ${CONFIG_ID_ANNOTATION} annotation; keep one`);
-    if (!configs) return invalid(source, `${key} names config id "${configId}" but there is no CNI config directory to read it from`);
+    if (configText.trim() !== '')
+      return invalid(source, `${key} has both spec.config and the ${CONFIG_ID_ANNOTATION} annotation; keep one`);
+    if (!configs)
+      return invalid(
+        source,
+        `${key} names config id "${configId}" but there is no CNI config directory to read it from`,
+      );
     file = configs.byId(configId);
-    if (!file.ok) return invalid(source, `${key}: ${CONFIG_ID_ANNOTATION} "${configId}": ${file.error.message}`, file.error.details, file.error.code);
+    if (!file.ok)
+      return invalid(
+        source,
+        `${key}: ${CONFIG_ID_ANNOTATION} "${configId}": ${file.error.message}`,
+        file.error.details,
+        file.error.code,
+      );
   } else {
-    if (!configs) return invalid(source, `spec.config of ${key} is empty (and there is no CNI config directory to find a config named "${metadata.name}" in)`);
+    if (!configs)
+      return invalid(
+        source,
+        `spec.config of ${key} is empty (and there is no CNI config directory to find a config named "${metadata.name}" in)`,
+      );
     file = configs.byName(metadata.name);
-    if (!file.ok) return invalid(source, `spec.config of ${key} is empty and ${file.error.message}`, file.error.details, file.error.code);
+    if (!file.ok)
+      return invalid(
+        source,
+        `spec.config of ${key} is empty and ${file.error.message}`,
+        file.error.details,
+        file.error.code,
+      );
   }
-  const parsed = parseNetworkConfig(file.value.text, `${source} (${key} from ${file.value.path})`, metadata.name, 'the file');
+  const parsed = parseNetworkConfig(
+    file.value.text,
+    `${source} (${key} from ${file.value.path})`,
+    metadata.name,
+    'the file',
+  );
   if (!parsed.ok) return parsed;
   const self = parsed.value.plugins.find((p) => p.type === PLEXUS_PLUGIN_TYPE);
-  if (self) return invalid(source, `${key}: ${file.value.path} is Plexus's own config (type "${PLEXUS_PLUGIN_TYPE}"); using it would call Plexus recursively`);
+  if (self)
+    return invalid(
+      source,
+      `${key}: ${file.value.path} is Plexus's own config (type "${PLEXUS_PLUGIN_TYPE}"); using it would call Plexus recursively`,
+    );
   return ok({ ...base, ...parsed.value, configFile: file.value.path });
 }
 
@@ -108,14 +150,20 @@ export function parseNad(obj: unknown, source: string, configs?: NadConfigSource
  * Parses CNI JSON (conf or conflist) and injects name and cniVersion into each plugin.
  * `what` names the text in messages: "spec.config", or the file it was read from.
  */
-export function parseNetworkConfig(text: string, source: string, fallbackName: string, what = 'spec.config'): Result<{ cniVersion: CniVersion; cniName: string; plugins: PluginConfig[] }> {
+export function parseNetworkConfig(
+  text: string,
+  source: string,
+  fallbackName: string,
+  what = 'spec.config',
+): Result<{ cniVersion: CniVersion; cniName: string; plugins: PluginConfig[] }> {
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (e) {
     return invalid(source, `${what} is not valid JSON`, (e as Error).message);
   }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) return invalid(source, `${what} must be a JSON object`);
+  if (typeof json !== 'object' || json === null || Array.isArray(json))
+    return invalid(source, `${what} must be a JSON object`);
   const conf = json as Record<string, unknown>;
   const version = requireVersion(conf.cniVersion);
   if (!version.ok) return err(version.error.withContext(source));
@@ -124,9 +172,11 @@ export function parseNetworkConfig(text: string, source: string, fallbackName: s
   if (list.length === 0) return invalid(source, 'the conflist has no plugins');
   const plugins: PluginConfig[] = [];
   for (const [i, p] of list.entries()) {
-    if (typeof p !== 'object' || p === null || Array.isArray(p)) return invalid(source, `plugins[${i}] is not an object`);
+    if (typeof p !== 'object' || p === null || Array.isArray(p))
+      return invalid(source, `plugins[${i}] is not an object`);
     const type = (p as Record<string, unknown>).type;
-    if (typeof type !== 'string' || type === '') return invalid(source, `${Array.isArray(conf.plugins) ? `plugins[${i}]` : 'the config'} has no "type"`);
+    if (typeof type !== 'string' || type === '')
+      return invalid(source, `${Array.isArray(conf.plugins) ? `plugins[${i}]` : 'the config'} has no "type"`);
     plugins.push({ ...(p as Record<string, unknown>), type, name: cniName, cniVersion: version.value });
   }
   return ok({ cniVersion: version.value, cniName, plugins });
@@ -136,5 +186,7 @@ export function parseNetworkConfig(text: string, source: string, fallbackName: s
 export function declaredCapabilities(plugin: PluginConfig): string[] {
   const caps = plugin.capabilities;
   if (typeof caps !== 'object' || caps === null || Array.isArray(caps)) return [];
-  return Object.entries(caps).filter(([, on]) => on === true).map(([name]) => name);
+  return Object.entries(caps)
+    .filter(([, on]) => on === true)
+    .map(([name]) => name);
 }

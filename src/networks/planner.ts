@@ -23,7 +23,8 @@ export const INTERFACE_PREFIX_ANNOTATION = 'plexus.io/interface-prefix';
 export const DELEGATE_ANNOTATION = 'plexus.io/delegate';
 
 /** Whether the network's NAD asks for its plugins to be exec'd (an invalid value is refused when a pod is planned). */
-export const delegationForced = (network: NetworkDefinition): boolean => network.annotations[DELEGATE_ANNOTATION] === 'true';
+export const delegationForced = (network: NetworkDefinition): boolean =>
+  network.annotations[DELEGATE_ANNOTATION] === 'true';
 
 export type NamingScheme = 'multus' | 'eth';
 
@@ -75,7 +76,11 @@ const CAPABILITY_FIELDS = [
   { field: 'mac', capability: 'mac', present: (s: NetworkSelection) => s.mac !== undefined },
   { field: 'bandwidth', capability: 'bandwidth', present: (s: NetworkSelection) => s.bandwidth !== undefined },
   { field: 'portMappings', capability: 'portMappings', present: (s: NetworkSelection) => s.portMappings !== undefined },
-  { field: 'infiniband-guid', capability: 'infinibandGUID', present: (s: NetworkSelection) => s.infinibandGUID !== undefined },
+  {
+    field: 'infiniband-guid',
+    capability: 'infinibandGUID',
+    present: (s: NetworkSelection) => s.infinibandGUID !== undefined,
+  },
 ] as const;
 
 /** One attachment while planning, before it has a name. */
@@ -91,7 +96,8 @@ interface Pending {
   readonly forceDelegate: boolean;
 }
 
-const invalid = (msg: string, details = ''): Result<never> => err(new CniError(CniCode.InvalidNetworkConfig, msg, details));
+const invalid = (msg: string, details = ''): Result<never> =>
+  err(new CniError(CniCode.InvalidNetworkConfig, msg, details));
 
 function forceDelegate(network: NetworkDefinition, label: string): Result<boolean> {
   const value = network.annotations[DELEGATE_ANNOTATION];
@@ -108,7 +114,14 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
     const defaultLabel = `the default network (${defaultNetwork.key})`;
     const defaultDelegate = forceDelegate(defaultNetwork, defaultLabel);
     if (!defaultDelegate.ok) return defaultDelegate;
-    pending.push({ who: defaultLabel, label: defaultLabel, network: defaultNetwork, explicit: options.defaultIfname, isDefault: true, forceDelegate: defaultDelegate.value });
+    pending.push({
+      who: defaultLabel,
+      label: defaultLabel,
+      network: defaultNetwork,
+      explicit: options.defaultIfname,
+      isDefault: true,
+      forceDelegate: defaultDelegate.value,
+    });
   }
 
   for (const [i, text] of options.sources.defaultNetworks.entries()) {
@@ -120,7 +133,14 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
     const delegate = forceDelegate(network.value, label);
     if (!delegate.ok) return delegate;
     const explicit = ref.value.interface;
-    pending.push({ who: label, label, network: network.value, explicit, isDefault: false, forceDelegate: delegate.value });
+    pending.push({
+      who: label,
+      label,
+      network: network.value,
+      explicit,
+      isDefault: false,
+      forceDelegate: delegate.value,
+    });
   }
 
   if (options.sources.selectionAnnotation) {
@@ -164,12 +184,14 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   const taken = new Set(owners.keys());
   const nextIndex = new Map<string, number>();
   const planned: PlannedAttachment[] = [];
-  const routed = pending.find((p) => p.selection?.defaultRoute !== undefined) ?? (defaultNetwork ? pending[0] : undefined);
+  const routed =
+    pending.find((p) => p.selection?.defaultRoute !== undefined) ?? (defaultNetwork ? pending[0] : undefined);
   for (const p of pending) {
     let ifname = p.explicit;
     if (ifname === undefined) {
       const annotated = p.network.annotations[INTERFACE_PREFIX_ANNOTATION];
-      if (annotated === '') return invalid(`${p.label}: network ${p.network.key} has an empty ${INTERFACE_PREFIX_ANNOTATION}`);
+      if (annotated === '')
+        return invalid(`${p.label}: network ${p.network.key} has an empty ${INTERFACE_PREFIX_ANNOTATION}`);
       const prefix = annotated ?? (options.naming === 'eth' ? 'eth' : 'net');
       let n = nextIndex.get(prefix) ?? 1;
       while (taken.has(`${prefix}${n}`)) n++;
@@ -177,7 +199,10 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
       nextIndex.set(prefix, n + 1);
       const problem = interfaceNameProblem(ifname);
       if (problem) {
-        return invalid(`${p.label}: the generated interface name "${ifname}" ${problem}`, annotated !== undefined ? `network ${p.network.key} has ${INTERFACE_PREFIX_ANNOTATION}: "${annotated}"` : '');
+        return invalid(
+          `${p.label}: the generated interface name "${ifname}" ${problem}`,
+          annotated !== undefined ? `network ${p.network.key} has ${INTERFACE_PREFIX_ANNOTATION}: "${annotated}"` : '',
+        );
       }
       taken.add(ifname);
     }

@@ -41,12 +41,15 @@ export function describeSelection(sel: NetworkSelection): string {
   return `element ${sel.index + 1} (${sel.namespace}/${sel.name}${sel.interface !== undefined ? `@${sel.interface}` : ''})`;
 }
 
-
 const nameProblem = (name: string): string | undefined =>
-  name.length > 253 || !DNS1123_SUBDOMAIN.test(name) ? `network name "${name}" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)` : undefined;
+  name.length > 253 || !DNS1123_SUBDOMAIN.test(name)
+    ? `network name "${name}" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`
+    : undefined;
 
 const namespaceProblem = (namespace: string): string | undefined =>
-  namespace.length > 63 || !DNS1123_LABEL.test(namespace) ? `namespace "${namespace}" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)` : undefined;
+  namespace.length > 63 || !DNS1123_LABEL.test(namespace)
+    ? `namespace "${namespace}" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`
+    : undefined;
 
 /** Colon (or dash) separated hex pairs of one of the given byte lengths, normalised to lower case with colons. */
 function hexAddress(text: string, lengths: readonly number[]): string | undefined {
@@ -86,7 +89,12 @@ const JsonElementSchema = z.object({
   'ipam-claim-reference': z.string().optional(),
 });
 
-const TYPE_NAMES: Readonly<Record<string, string>> = { string: 'a string', array: 'a list', record: 'a JSON object', object: 'a JSON object' };
+const TYPE_NAMES: Readonly<Record<string, string>> = {
+  string: 'a string',
+  array: 'a list',
+  record: 'a JSON object',
+  object: 'a JSON object',
+};
 
 function describeIssue(issue: z.core.$ZodIssue): string {
   const path = fieldPath(issue.path);
@@ -113,13 +121,15 @@ function validateElement(raw: RawElement, index: number, podNamespace: string): 
   if (raw.ips !== undefined) {
     if (raw.ips.length === 0) return err('"ips" is an empty list');
     for (const [i, ip] of raw.ips.entries()) {
-      if ((ip.includes('/') ? parseCidr(ip) : parseIp(ip)) === undefined) return err(`ips[${i}] "${ip}" is not an IP address or CIDR`);
+      if ((ip.includes('/') ? parseCidr(ip) : parseIp(ip)) === undefined)
+        return err(`ips[${i}] "${ip}" is not an IP address or CIDR`);
     }
   }
   let mac: string | undefined;
   if (raw.mac !== undefined) {
     mac = hexAddress(raw.mac, [6, 20]);
-    if (mac === undefined) return err(`mac "${raw.mac}" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`);
+    if (mac === undefined)
+      return err(`mac "${raw.mac}" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`);
   }
   const gateways = raw['default-route'];
   if (gateways !== undefined) {
@@ -131,12 +141,15 @@ function validateElement(raw: RawElement, index: number, podNamespace: string): 
   let guid: string | undefined;
   if (raw['infiniband-guid'] !== undefined) {
     guid = hexAddress(raw['infiniband-guid'], [8]);
-    if (guid === undefined) return err(`infiniband-guid "${raw['infiniband-guid']}" is not a GUID (8 hex pairs separated by ":")`);
+    if (guid === undefined)
+      return err(`infiniband-guid "${raw['infiniband-guid']}" is not a GUID (8 hex pairs separated by ":")`);
   }
   const claim = raw['ipam-claim-reference'];
   if (claim !== undefined) {
-    if (claim.length > 253 || !DNS1123_SUBDOMAIN.test(claim)) return err(`ipam-claim-reference "${claim}" is not a DNS-1123 subdomain`);
-    if (raw.ips !== undefined) return err('"ipam-claim-reference" and "ips" may not be used together: the claim decides the addresses');
+    if (claim.length > 253 || !DNS1123_SUBDOMAIN.test(claim))
+      return err(`ipam-claim-reference "${claim}" is not a DNS-1123 subdomain`);
+    if (raw.ips !== undefined)
+      return err('"ipam-claim-reference" and "ips" may not be used together: the claim decides the addresses');
   }
   const cniArgs = raw['cni-args'];
   return ok(
@@ -176,7 +189,11 @@ function parseShortElement(text: string): Result<RawElement, string> {
  * A network reference as plexusd's configuration writes one (`[namespace/]name[@interface]`), validated like a
  * short-form element. Used for the `defaultNetworks` source; index is the reference's position in its list.
  */
-export function parseNetworkReference(text: string, defaultNamespace: string, index = 0): Result<NetworkSelection, string> {
+export function parseNetworkReference(
+  text: string,
+  defaultNamespace: string,
+  index = 0,
+): Result<NetworkSelection, string> {
   const raw = parseShortElement(text.trim());
   return raw.ok ? validateElement(raw.value, index, defaultNamespace) : raw;
 }
@@ -189,10 +206,15 @@ const quote = (text: string): string => JSON.stringify(text.length > 80 ? `${tex
  * annotation fails as JSON rather than as a strange network name); anything else is the short form. Messages name
  * `annotationName`: the same grammar serves the default-network override.
  */
-export function parseSelection(annotation: string | undefined, podNamespace: string, annotationName = SELECTION_ANNOTATION): Result<NetworkSelection[]> {
+export function parseSelection(
+  annotation: string | undefined,
+  podNamespace: string,
+  annotationName = SELECTION_ANNOTATION,
+): Result<NetworkSelection[]> {
   const text = (annotation ?? '').trim();
   if (text === '') return ok([]);
-  const fail = (index: number, shown: string, problem: string): Result<never> => err(invalid(`${annotationName}: element ${index + 1} (${quote(shown)}): ${problem}`));
+  const fail = (index: number, shown: string, problem: string): Result<never> =>
+    err(invalid(`${annotationName}: element ${index + 1} (${quote(shown)}): ${problem}`));
 
   const selections: NetworkSelection[] = [];
   if (/[[{"]/.test(text)) {
@@ -202,10 +224,16 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
     } catch (e) {
       return err(invalid(`${annotationName}: not valid JSON`, (e as Error).message));
     }
-    if (!Array.isArray(json)) return err(invalid(`${annotationName}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`));
+    if (!Array.isArray(json))
+      return err(
+        invalid(
+          `${annotationName}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`,
+        ),
+      );
     for (const [index, element] of json.entries()) {
       const shown = JSON.stringify(element) ?? String(element);
-      if (typeof element !== 'object' || element === null || Array.isArray(element)) return fail(index, shown, 'must be a JSON object');
+      if (typeof element !== 'object' || element === null || Array.isArray(element))
+        return fail(index, shown, 'must be a JSON object');
       if (!('name' in element)) return fail(index, shown, '"name" is required');
       const parsed = JsonElementSchema.safeParse(element);
       if (!parsed.success) return fail(index, shown, parsed.error.issues.map(describeIssue).join('; '));
@@ -235,7 +263,12 @@ export function parseSelection(annotation: string | undefined, podNamespace: str
   for (const sel of selections) {
     if (sel.interface === undefined) continue;
     const earlier = byInterface.get(sel.interface);
-    if (earlier) return err(invalid(`${annotationName}: ${describeSelection(sel)}: interface "${sel.interface}" is already requested by ${describeSelection(earlier)}`));
+    if (earlier)
+      return err(
+        invalid(
+          `${annotationName}: ${describeSelection(sel)}: interface "${sel.interface}" is already requested by ${describeSelection(earlier)}`,
+        ),
+      );
     byInterface.set(sel.interface, sel);
   }
   return ok(selections);
@@ -254,7 +287,9 @@ export function parsePodAnnotations(runtimeConfigValue: unknown): Result<Record<
   for (const [key, value] of Object.entries(runtimeConfigValue)) {
     if (typeof value !== 'string') {
       const kind = value === null ? 'null' : Array.isArray(value) ? 'a list' : typeof value;
-      return err(invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${kind}`));
+      return err(
+        invalid(`runtimeConfig "${POD_ANNOTATIONS_CAPABILITY}": annotation "${key}" must be a string, not ${kind}`),
+      );
     }
     annotations[key] = value;
   }

@@ -29,15 +29,21 @@ export interface AttachmentOutcome {
 export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
   return outcomes.map((o) => {
     // The pod's interface: a link in its netns, or (memif) a socket the pod connects to.
-    const index = o.result.interfaces.findIndex((i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname);
+    const index = o.result.interfaces.findIndex(
+      (i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname,
+    );
     const iface = index >= 0 ? o.result.interfaces[index] : undefined;
-    const ips = o.result.ips.filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index).map((ip) => ip.address.split('/')[0] ?? ip.address);
-    const deviceInfo = o.deviceInfo ?? (iface?.pciID
-      ? { type: 'pci', version: '1.1.0', pci: { 'pci-address': iface.pciID } }
-      : iface?.socketPath
-        ? // The pod is the memif client ("slave" in NPWG's words); the node's switch serves the socket.
-          { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: iface.socketPath } }
-        : undefined);
+    const ips = o.result.ips
+      .filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index)
+      .map((ip) => ip.address.split('/')[0] ?? ip.address);
+    const deviceInfo =
+      o.deviceInfo ??
+      (iface?.pciID
+        ? { type: 'pci', version: '1.1.0', pci: { 'pci-address': iface.pciID } }
+        : iface?.socketPath
+          ? // The pod is the memif client ("slave" in NPWG's words); the node's switch serves the socket.
+            { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: iface.socketPath } }
+          : undefined);
     return definedFields({
       name: o.network,
       interface: o.ifname,

@@ -36,13 +36,20 @@ export async function connectCluster(config: DaemonConfig, log: Logger, hostLoca
   const nodeLease = await import('./node-lease');
   const leases = nodeLease.nodeLeaseFor(api.client, api.nodeName, config.stateDir, config.nodeLeaseSeconds, log);
   const { ClusterIpam } = await import('../ipam/cluster/cluster-ipam');
-  const clusterIpam = await ClusterIpam.open(hostLocal, config.stateDir, config.stateSync, api.ipamApi, {
-    node: api.nodeName,
-    reconcileMs: config.ipamReconcileSeconds * 1000,
-    nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
-    liveness: leases,
-    networks: () => clusterNetworksOf(api.networks),
-  }, log);
+  const clusterIpam = await ClusterIpam.open(
+    hostLocal,
+    config.stateDir,
+    config.stateSync,
+    api.ipamApi,
+    {
+      node: api.nodeName,
+      reconcileMs: config.ipamReconcileSeconds * 1000,
+      nodeGraceMs: config.ipamNodeGraceSeconds * 1000,
+      liveness: leases,
+      networks: () => clusterNetworksOf(api.networks),
+    },
+    log,
+  );
   const leaseMetric = (metrics: DaemonMetrics): void => nodeLease.leaseMetric(leases, metrics.registry);
   return { api, leases, clusterIpam, ipam: clusterIpam, networks: api.networks, leaseMetric };
 }
@@ -50,8 +57,10 @@ export async function connectCluster(config: DaemonConfig, log: Logger, hostLoca
 /** The networks of a source with their IPAM configs, in name order (the order pools are created in at start). */
 export function clusterNetworksOf(networks: NetworkSource): { network: string; config: IpamConfig }[] {
   const sorted = [...networks.list().networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  return sorted.flatMap((n) => n.plugins.flatMap((p) => {
-    const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
-    return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
-  }));
+  return sorted.flatMap((n) =>
+    n.plugins.flatMap((p) => {
+      const ipam = p.ipam && typeof p.ipam === 'object' ? parseIpamConfig(p.ipam) : undefined;
+      return ipam?.ok ? [{ network: n.cniName, config: ipam.value }] : [];
+    }),
+  );
 }

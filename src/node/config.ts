@@ -9,7 +9,8 @@ import { z } from 'zod';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 // An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
-const int = (min: number, max: number) => z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
+const int = (min: number, max: number) =>
+  z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
 
 export const DaemonConfigSchema = z
   .object({
@@ -22,7 +23,15 @@ export const DaemonConfigSchema = z
     naming: z.enum(['multus', 'eth']).default('multus'),
     selectionAnnotation: bool.default(true),
     defaultNetworks: z
-      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .union([
+        z.array(z.string().min(1)),
+        z.string().transform((v) =>
+          v
+            .split(',')
+            .map((x) => x.trim())
+            .filter(Boolean),
+        ),
+      ])
       .default([]),
     maxConcurrent: int(1, 1024).default(16),
     delegateShare: int(1, 1024).default(8),
@@ -36,16 +45,42 @@ export const DaemonConfigSchema = z
     kubeApiQps: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(10000)).default(50),
     kubeApiBurst: int(1, 10000).default(100),
     kubeApiTimeout: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(600)).default(10),
-    ipamReconcileSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400)).default(30),
-    ipamNodeGraceSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400 * 30)).default(600),
+    ipamReconcileSeconds: z
+      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400))
+      .default(30),
+    ipamNodeGraceSeconds: z
+      .preprocess(
+        (v) => (v === '' ? Number.NaN : v),
+        z.coerce
+          .number()
+          .min(0)
+          .max(86400 * 30),
+      )
+      .default(600),
     nodeLeaseSeconds: int(1, 3600).default(40),
     namespaceIsolation: bool.default(false),
     hotPlug: bool.default(true),
     globalNamespaces: z
-      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .union([
+        z.array(z.string().min(1)),
+        z.string().transform((v) =>
+          v
+            .split(',')
+            .map((x) => x.trim())
+            .filter(Boolean),
+        ),
+      ])
       .default([]),
     systemNamespaces: z
-      .union([z.array(z.string().min(1)), z.string().transform((v) => v.split(',').map((x) => x.trim()).filter(Boolean))])
+      .union([
+        z.array(z.string().min(1)),
+        z.string().transform((v) =>
+          v
+            .split(',')
+            .map((x) => x.trim())
+            .filter(Boolean),
+        ),
+      ])
       .default([]),
     readinessIndicatorFile: z.string().startsWith('/', 'must be an absolute path').optional(),
     takeOverMultus: bool.default(false),
@@ -58,17 +93,27 @@ export const DaemonConfigSchema = z
     spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
     installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     memoryCeilingMib: int(32, 1_048_576).optional(),
-    metricsAddress: z.string().regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port').optional(),
+    metricsAddress: z
+      .string()
+      .regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port')
+      .optional(),
     devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
     devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
     // Optional rather than defaulted (absent: off, /var/lib/kubelet), so configs written before DRA compare equal.
     dra: bool.optional(),
     kubeletRootDir: z.string().startsWith('/', 'must be an absolute path').optional(),
-    podResourcesSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/pod-resources/kubelet.sock'),
+    podResourcesSocket: z
+      .string()
+      .startsWith('/', 'must be an absolute path')
+      .default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
     ovsdbSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/run/openvswitch/db.sock'),
-    orphanSweepSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400)).default(60),
-    switchResyncSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(1).max(3600)).default(10),
+    orphanSweepSeconds: z
+      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400))
+      .default(60),
+    switchResyncSeconds: z
+      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(1).max(3600))
+      .default(10),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();
@@ -197,18 +242,27 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --imported-config FILE    settings plexus-install carried over from Multus, over those of --config (absent: none)
   --help                    this text`;
 
-export type ConfigOutcome = { kind: 'config'; config: DaemonConfig } | { kind: 'help' } | { kind: 'error'; message: string };
+export type ConfigOutcome =
+  { kind: 'config'; config: DaemonConfig } | { kind: 'help' } | { kind: 'error'; message: string };
 
 /** Every flag takes a value; --help none. Parsed leniently so each mistake gets a message naming the flag. */
 const PARSE_OPTIONS = {
-  ...Object.fromEntries([...Object.keys(FLAGS), '--config'].map((flag) => [flag.slice(2), { type: 'string' as const }])),
+  ...Object.fromEntries(
+    [...Object.keys(FLAGS), '--config'].map((flag) => [flag.slice(2), { type: 'string' as const }]),
+  ),
   help: { type: 'boolean' as const, short: 'h' },
 };
 
 export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
   const fromFlags: Record<string, string> = {};
   let file: string | undefined;
-  const { tokens } = parseArgs({ args: [...argv], options: PARSE_OPTIONS, strict: false, allowPositionals: true, tokens: true });
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options: PARSE_OPTIONS,
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
   if (tokens.some((t) => t.kind === 'option' && t.name === 'help')) return { kind: 'help' };
   for (const token of tokens) {
     if (token.kind !== 'option') {
@@ -218,7 +272,8 @@ export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
     const flag = token.rawName;
     if (flag !== '--config' && !Object.hasOwn(FLAGS, flag)) return { kind: 'error', message: `unknown flag ${flag}` };
     // Lenient parsing takes the next word as the value even when it is a flag: "--socket --log-level debug".
-    if (typeof token.value !== 'string' || (!token.inlineValue && token.value.startsWith('--'))) return { kind: 'error', message: `${flag} needs a value` };
+    if (typeof token.value !== 'string' || (!token.inlineValue && token.value.startsWith('--')))
+      return { kind: 'error', message: `${flag} needs a value` };
     if (flag === '--config') {
       if (token.value === '') return { kind: 'error', message: '--config needs a file path' };
       file = token.value;
@@ -228,17 +283,28 @@ export function loadDaemonConfig(argv: readonly string[]): ConfigOutcome {
   if ('error' in fromFile) return { kind: 'error', message: fromFile.error };
   // Settings plexus-install carried over from Multus: over the config file's, under the flags. Absent: none.
   const importedPath = fromFlags.importedConfig ?? fromFile.settings.importedConfig;
-  const imported = typeof importedPath === 'string' && importedPath.startsWith('/') ? readSettingsFile(importedPath, true) : { settings: {} };
+  const imported =
+    typeof importedPath === 'string' && importedPath.startsWith('/')
+      ? readSettingsFile(importedPath, true)
+      : { settings: {} };
   if ('error' in imported) return { kind: 'error', message: imported.error };
-  if ('importedConfig' in imported.settings) return { kind: 'error', message: `${String(importedPath)}: an imported config may not import another` };
+  if ('importedConfig' in imported.settings)
+    return { kind: 'error', message: `${String(importedPath)}: an imported config may not import another` };
   const r = DaemonConfigSchema.safeParse({ ...fromFile.settings, ...imported.settings, ...fromFlags });
   if (!r.success) {
     const issue = r.error.issues[0];
     const unknownKey = issue?.code === 'unrecognized_keys' ? issue.keys.join(', ') : undefined;
-    if (unknownKey) return { kind: 'error', message: `unknown setting ${unknownKey} in ${[file, importedPath].filter(Boolean).join(' or ') || 'the configuration'}` };
+    if (unknownKey)
+      return {
+        kind: 'error',
+        message: `unknown setting ${unknownKey} in ${[file, importedPath].filter(Boolean).join(' or ') || 'the configuration'}`,
+      };
     const key = issue?.path.join('.') ?? '';
     const flag = Object.entries(FLAGS).find(([, k]) => k === key)?.[0];
-    return { kind: 'error', message: `invalid setting ${flag ?? key}${flag ? ` (${key})` : ''}: ${issue?.message ?? 'invalid'}` };
+    return {
+      kind: 'error',
+      message: `invalid setting ${flag ?? key}${flag ? ` (${key})` : ''}: ${issue?.message ?? 'invalid'}`,
+    };
   }
   return { kind: 'config', config: r.data };
 }
@@ -254,7 +320,8 @@ function readSettingsFile(file: string, optional: boolean): { settings: Record<s
   }
   try {
     const parsed = parseYaml(text) as unknown;
-    if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed))) return { error: `${file}: must be a mapping of settings` };
+    if (parsed !== null && (typeof parsed !== 'object' || Array.isArray(parsed)))
+      return { error: `${file}: must be a mapping of settings` };
     return { settings: (parsed ?? {}) as Record<string, unknown> };
   } catch (e) {
     return { error: `cannot read config file ${file}: ${(e as Error).message}` };

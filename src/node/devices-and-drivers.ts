@@ -30,19 +30,29 @@ export interface DevicesAndDrivers {
 
 /** Undefined (logged as fatal) when the device plugins' resources file cannot be used. */
 export async function devicesAndDrivers(
-  config: DaemonConfig, log: Logger, api?: ApiConnection,
+  config: DaemonConfig,
+  log: Logger,
+  api?: ApiConnection,
 ): Promise<DevicesAndDrivers | undefined> {
   // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
   const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
   const devices = api && podResources ? await withOtherDriversClaims(api, podResources, log) : podResources;
   const draHolds: DevicesAndDrivers['draHolds'] = {};
-  const loaded = config.devicePluginConfig && podResources
-    ? DevicePlugins.load(config.devicePluginConfig, {
-        devicePluginDir: config.devicePluginDir, deviceInfoDir: config.deviceInfoDir, stateDir: config.stateDir,
-        switchReady: () => drivers.ready('memif'),
-        heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
-      }, podResources, log)
-    : undefined;
+  const loaded =
+    config.devicePluginConfig && podResources
+      ? DevicePlugins.load(
+          config.devicePluginConfig,
+          {
+            devicePluginDir: config.devicePluginDir,
+            deviceInfoDir: config.deviceInfoDir,
+            stateDir: config.stateDir,
+            switchReady: () => drivers.ready('memif'),
+            heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
+          },
+          podResources,
+          log,
+        )
+      : undefined;
   if (loaded && !loaded.ok) {
     log.fatal({ devicePluginConfig: config.devicePluginConfig }, loaded.error.message);
     return undefined;
@@ -52,20 +62,28 @@ export async function devicesAndDrivers(
   // its own share of plugin execs, so one hung plugin stalls only its own network.
   const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
   const execLimits = new ExecLimits({
-    perNetwork: config.delegateShare, total: config.maxDelegateExecs, maxQueued: config.maxQueued,
+    perNetwork: config.delegateShare,
+    total: config.maxDelegateExecs,
+    maxQueued: config.maxQueued,
     lendSlot: (wait) => slots.lendWhile(wait),
   });
   const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, api, devicePlugins) });
-  const foreign = config.multusCacheDir ? new MultusSandboxes({
-    cacheDir: config.multusCacheDir, cniBinDir: config.cniBinDir, log: log.child({ component: 'adopt' }),
-    exec: (call) => execPlugin(call, { limits: execLimits }),
-  }) : undefined;
+  const foreign = config.multusCacheDir
+    ? new MultusSandboxes({
+        cacheDir: config.multusCacheDir,
+        cniBinDir: config.cniBinDir,
+        log: log.child({ component: 'adopt' }),
+        exec: (call) => execPlugin(call, { limits: execLimits }),
+      })
+    : undefined;
   return { slots, drivers, draHolds, ...optional({ podResources, devices, devicePlugins, foreign }) };
 }
 
 /** ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's. */
 async function withOtherDriversClaims(
-  api: ApiConnection, podResources: PodResourcesClient, log: Logger,
+  api: ApiConnection,
+  podResources: PodResourcesClient,
+  log: Logger,
 ): Promise<DeviceSource> {
   const consumer = await import('../dra/consumer');
   const port = new consumer.ApiClaimsPort(api.client);

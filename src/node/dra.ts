@@ -11,7 +11,10 @@ import type { DaemonConfig } from './config';
 
 /** The DRA driver (not started), or undefined (with the reason logged) when --dra cannot work here. */
 export async function createDra(
-  config: DaemonConfig, log: Logger, api: ApiConnection | undefined, podResources: PodResourcesClient | undefined,
+  config: DaemonConfig,
+  log: Logger,
+  api: ApiConnection | undefined,
+  podResources: PodResourcesClient | undefined,
   attachedPods: () => Promise<ReadonlySet<string>>,
 ): Promise<DraDriver | undefined> {
   if (!config.dra) return undefined;
@@ -22,12 +25,20 @@ export async function createDra(
   const resources = loadResources(config.devicePluginConfig);
   if (!resources.ok) return undefined; // already reported by the device plugins' load of the same file
   const { DraDriver, DEFAULT_KUBELET_ROOT } = await import('../dra');
-  const dra = DraDriver.create(resources.value, api.client, {
-    nodeName: api.nodeName, kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT, stateDir: config.stateDir,
-    networks: api.networks, attachedPods,
-    isolation: { namespaceIsolation: config.namespaceIsolation, globalNamespaces: config.globalNamespaces },
-    ...(podResources ? { inUseByDevicePlugin: (r: string, id: string) => podResources.inUse(r, id) } : {}),
-  }, log);
+  const dra = DraDriver.create(
+    resources.value,
+    api.client,
+    {
+      nodeName: api.nodeName,
+      kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT,
+      stateDir: config.stateDir,
+      networks: api.networks,
+      attachedPods,
+      isolation: { namespaceIsolation: config.namespaceIsolation, globalNamespaces: config.globalNamespaces },
+      ...(podResources ? { inUseByDevicePlugin: (r: string, id: string) => podResources.inUse(r, id) } : {}),
+    },
+    log,
+  );
   if (!dra) log.warn({ devicePluginConfig: config.devicePluginConfig }, '--dra: no resource of the file offers dra');
   return dra;
 }
@@ -35,5 +46,6 @@ export async function createDra(
 /** Starts the driver; from then on the device plugin does not offer a device one of its prepared claims holds. */
 export async function startDra(dra: DraDriver, holds: { check?: (resourceName: string, deviceID: string) => boolean }) {
   await dra.start();
-  holds.check = (r, id) => dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
+  holds.check = (r, id) =>
+    dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
 }

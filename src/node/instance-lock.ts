@@ -31,7 +31,9 @@ function holderOf(pidFile: string, stateDir: string): string {
   try {
     const inode = statSync(stateDir).ino;
     // "1: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<inode> 0 EOF"; waiters are listed as "1: -> FLOCK ...".
-    const fields = readFileSync('/proc/locks', 'utf8').split('\n').map((l) => l.trim().split(/\s+/));
+    const fields = readFileSync('/proc/locks', 'utf8')
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/));
     const entry = fields.find((f) => f[1] === 'FLOCK' && f[5]?.endsWith(`:${inode}`));
     return entry?.[4] ?? 'unknown';
   } catch {
@@ -74,7 +76,11 @@ function writePid(fd: number): void {
  * Takes the lock, waiting (without blocking the event loop) while another daemon holds it; `waiting` is told once,
  * with the holder's PID, so the log says why start-up pauses.
  */
-export async function acquireInstanceLock(stateDir: string, waiting: (holderPid: string) => void, pollMs = 50): Promise<InstanceLock> {
+export async function acquireInstanceLock(
+  stateDir: string,
+  waiting: (holderPid: string) => void,
+  pollMs = 50,
+): Promise<InstanceLock> {
   const pidFile = join(stateDir, 'plexusd.lock');
   let told = false;
   const busy = (): void => {

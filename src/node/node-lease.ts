@@ -40,15 +40,25 @@ function identities(stateDir: string): { identity: string; predecessor?: string 
   return { identity, ...(predecessor ? { predecessor } : {}) };
 }
 
-export function nodeLeaseFor(client: KubeApiClient, node: string, stateDir: string, durationSeconds: number, log: Logger): NodeLeases {
-  return new NodeLeases(client, { node, namespace: namespaceOf(), durationMs: durationSeconds * 1000, ...identities(stateDir) }, log.child({ component: 'node-lease' }));
+export function nodeLeaseFor(
+  client: KubeApiClient,
+  node: string,
+  stateDir: string,
+  durationSeconds: number,
+  log: Logger,
+): NodeLeases {
+  return new NodeLeases(
+    client,
+    { node, namespace: namespaceOf(), durationMs: durationSeconds * 1000, ...identities(stateDir) },
+    log.child({ component: 'node-lease' }),
+  );
 }
 
 /** plexus_node_lease_conflict on /metrics. */
 export function leaseMetric(leases: NodeLeases, registry: Registry): void {
   new Gauge({
     name: 'plexus_node_lease_conflict',
-    help: '1 while another plexusd holds and renews this node\'s lease (two daemons with one node name): cluster IPAM refuses to allocate',
+    help: "1 while another plexusd holds and renews this node's lease (two daemons with one node name): cluster IPAM refuses to allocate",
     registers: [registry],
     collect() {
       this.set(leases.contested ? 1 : 0);

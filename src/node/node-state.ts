@@ -22,7 +22,8 @@ export interface NodeState {
 
 export async function openNodeState(config: DaemonConfig, log: Logger): Promise<NodeState> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
-  const waiting = (holder: string): void => log.info({ holder }, 'waiting for the previous plexusd to finish its calls');
+  const waiting = (holder: string): void =>
+    log.info({ holder }, 'waiting for the previous plexusd to finish its calls');
   const lock = await acquireInstanceLock(config.stateDir, waiting);
   // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts).
   const kernel = new Kernel(config.kernelThreads, new PodLinkDeletions(libuvPoolThreads()));

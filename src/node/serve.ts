@@ -19,31 +19,43 @@ import type { DevicesAndDrivers } from './devices-and-drivers';
 import type { NodeState } from './node-state';
 
 export function makeEngine(
-  config: DaemonConfig, log: Logger, node: NodeState, cluster: ClusterParts, plumbing: DevicesAndDrivers,
+  config: DaemonConfig,
+  log: Logger,
+  node: NodeState,
+  cluster: ClusterParts,
+  plumbing: DevicesAndDrivers,
   dra: DraDriver | undefined,
 ): AttachmentEngine {
   const { api } = cluster;
   const { devices, foreign } = plumbing;
-  const engine = new AttachmentEngine(node.kernel, cluster.ipam, node.journal, cluster.networks, plumbing.drivers, {
-    cniBinDir: config.cniBinDir,
-    naming: config.naming,
-    selectionAnnotation: config.selectionAnnotation,
-    defaultNetworks: config.defaultNetworks,
-    limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
-    maxNodeAttachments: config.maxNodeAttachments,
-    ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
-    ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
-    namespaceIsolation: config.namespaceIsolation,
-    globalNamespaces: config.globalNamespaces,
-    systemNamespaces: config.systemNamespaces,
-    ...(foreign ? { foreign } : {}),
-    ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
-    ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
-    ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
-    ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
-    // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
-    teardown: daemonTeardownSettings(),
-  }, log);
+  const engine = new AttachmentEngine(
+    node.kernel,
+    cluster.ipam,
+    node.journal,
+    cluster.networks,
+    plumbing.drivers,
+    {
+      cniBinDir: config.cniBinDir,
+      naming: config.naming,
+      selectionAnnotation: config.selectionAnnotation,
+      defaultNetworks: config.defaultNetworks,
+      limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
+      maxNodeAttachments: config.maxNodeAttachments,
+      ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
+      ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+      namespaceIsolation: config.namespaceIsolation,
+      globalNamespaces: config.globalNamespaces,
+      systemNamespaces: config.systemNamespaces,
+      ...(foreign ? { foreign } : {}),
+      ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
+      ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
+      ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
+      ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
+      // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
+      teardown: daemonTeardownSettings(),
+    },
+    log,
+  );
   api?.plugEngine(engine);
   return engine;
 }
@@ -57,14 +69,21 @@ export interface Served {
 
 /** Undefined (logged as fatal) when the socket cannot be made or listened on. */
 export async function serve(
-  config: DaemonConfig, log: Logger, parts: { node: NodeState; cluster: ClusterParts; slots: DevicesAndDrivers['slots'] },
+  config: DaemonConfig,
+  log: Logger,
+  parts: { node: NodeState; cluster: ClusterParts; slots: DevicesAndDrivers['slots'] },
   engine: AttachmentEngine,
 ): Promise<Served | undefined> {
   const { node, cluster } = parts;
   const { api } = cluster;
   const state = { ready: false };
   const metrics = await daemonMetrics(config, cluster, engine, () => server.calls);
-  const server = new DaemonServer({ socketPath: config.socket, slots: parts.slots, observer: metrics, metrics }, engine, state, log);
+  const server = new DaemonServer(
+    { socketPath: config.socket, slots: parts.slots, observer: metrics, metrics },
+    engine,
+    state,
+    log,
+  );
   const socketDir = prepareSocketDir(config.socket, process.geteuid?.() ?? 0);
   if (!socketDir.ok) {
     log.fatal({ socket: config.socket }, socketDir.error);
@@ -86,13 +105,19 @@ export async function serve(
     ...(api ? { problems: () => api.refusals.problems() } : {}),
     ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
   });
-  const metricsListener = config.metricsAddress ? await listenMetrics(config.metricsAddress, metrics, health) : undefined;
-  if (metricsListener) log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
+  const metricsListener = config.metricsAddress
+    ? await listenMetrics(config.metricsAddress, metrics, health)
+    : undefined;
+  if (metricsListener)
+    log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
   return { server, state, spoolDir: socketDir.value.spoolDir, ...(metricsListener ? { metricsListener } : {}) };
 }
 
 async function daemonMetrics(
-  config: DaemonConfig, cluster: ClusterParts, engine: AttachmentEngine, calls: () => DaemonServer['calls'],
+  config: DaemonConfig,
+  cluster: ClusterParts,
+  engine: AttachmentEngine,
+  calls: () => DaemonServer['calls'],
 ): Promise<DaemonMetrics> {
   const { api } = cluster;
   const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;

@@ -18,9 +18,11 @@ export interface Services {
 }
 
 export async function startServices(
-  config: DaemonConfig, log: Logger,
+  config: DaemonConfig,
+  log: Logger,
   parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal; dra: DraDriver | undefined },
-  engine: AttachmentEngine, spoolDir: string,
+  engine: AttachmentEngine,
+  spoolDir: string,
 ): Promise<Services> {
   const { cluster, plumbing } = parts;
   const { api, clusterIpam } = cluster;
@@ -39,7 +41,9 @@ export async function startServices(
   const stopOrphans = api && sweepOrphans?.(engine, api.pods, orphanMs, log.child({ component: 'orphans' }));
   // The drivers' own work: a switch that restarted without its database gets the pods' ports back from the journal.
   await plumbing.drivers.start({
-    log, recordedSteps: () => engine.committedSteps(), resyncIntervalMs: config.switchResyncSeconds * 1000,
+    log,
+    recordedSteps: () => engine.committedSteps(),
+    resyncIntervalMs: config.switchResyncSeconds * 1000,
   });
   return { recovery, ...(stopOrphans ? { stopOrphans } : {}) };
 }

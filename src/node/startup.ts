@@ -53,7 +53,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       await drain(config, log, served);
       // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
       const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
-      if (teardownsLeft) log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
+      if (teardownsLeft)
+        log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
       await stopServices(node, cluster, plumbing, services, dra);
     },
   };
@@ -75,7 +76,10 @@ function conflistToInstall(config: DaemonConfig, log: Logger): { content?: strin
 function installConflist(config: DaemonConfig, content: string, log: Logger): void {
   if (!config.installCniConfig) return;
   const changed = replaceFile(config.installCniConfig, content, 0o644);
-  log.info({ path: config.installCniConfig, changed }, 'CNI config installed: the runtime sends new pods to plexus-cni');
+  log.info(
+    { path: config.installCniConfig, changed },
+    'CNI config installed: the runtime sends new pods to plexus-cni',
+  );
   takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
 }
 
@@ -105,7 +109,11 @@ async function drain(config: DaemonConfig, log: Logger, served: Served): Promise
 }
 
 async function stopServices(
-  node: NodeState, cluster: ClusterParts, plumbing: DevicesAndDrivers, services: Services, dra: DraDriver | undefined,
+  node: NodeState,
+  cluster: ClusterParts,
+  plumbing: DevicesAndDrivers,
+  services: Services,
+  dra: DraDriver | undefined,
 ): Promise<void> {
   services.stopOrphans?.();
   await plumbing.drivers.stop();

@@ -48,7 +48,8 @@ export class JsonStreamSplitter {
       if (this.depth > 0 || rest.toString('utf8').trim() !== '') {
         this.pending.push(rest);
         this.pendingBytes += rest.length;
-        if (this.pendingBytes > MAX_MESSAGE_BYTES) throw new Error(`an OVSDB message exceeds ${MAX_MESSAGE_BYTES} bytes`);
+        if (this.pendingBytes > MAX_MESSAGE_BYTES)
+          throw new Error(`an OVSDB message exceeds ${MAX_MESSAGE_BYTES} bytes`);
       }
     }
     return out;

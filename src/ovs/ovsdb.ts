@@ -36,7 +36,10 @@ export class OvsdbClient {
   /** Connections made so far; the first is 1. */
   connections = 0;
 
-  constructor(readonly path: string, private readonly timeoutMs = 10_000) {}
+  constructor(
+    readonly path: string,
+    private readonly timeoutMs = 10_000,
+  ) {}
 
   /** Called after every connection is made (the first, and each after a drop: the switch may have lost its ports). */
   onConnect(listener: () => void): void {
@@ -47,12 +50,19 @@ export class OvsdbClient {
   async transact(operations: readonly OvsdbOperation[]): Promise<Result<OvsdbOpResult[]>> {
     const r = await this.request('transact', [DATABASE, ...operations]);
     if (!r.ok) return r;
-    if (!Array.isArray(r.value)) return err(this.failure('answered a transaction with something other than a list', JSON.stringify(r.value)));
+    if (!Array.isArray(r.value))
+      return err(this.failure('answered a transaction with something other than a list', JSON.stringify(r.value)));
     const results = r.value as (OvsdbOpResult | null)[];
     const failed = results.find((x) => x?.error !== undefined);
     // RFC 7047: a result list longer than the operations carries a commit error in its last element.
     // The operations go into the error's details, memif secrets (in DPDK device arguments) hidden.
-    if (failed) return err(this.failure(`refused the change: ${failed.error}${failed.details ? ` (${failed.details})` : ''}`, JSON.stringify(operations).replace(/secret=[^,"]*/g, 'secret=***')));
+    if (failed)
+      return err(
+        this.failure(
+          `refused the change: ${failed.error}${failed.details ? ` (${failed.details})` : ''}`,
+          JSON.stringify(operations).replace(/secret=[^,"]*/g, 'secret=***'),
+        ),
+      );
     return ok(results.map((x) => x ?? {}));
   }
 
@@ -132,7 +142,8 @@ export class OvsdbClient {
     if (!p) return;
     this.pending.delete(msg.id);
     clearTimeout(p.timer);
-    if (msg.error !== null && msg.error !== undefined) p.resolve(err(this.failure(`answered with an error: ${JSON.stringify(msg.error)}`)));
+    if (msg.error !== null && msg.error !== undefined)
+      p.resolve(err(this.failure(`answered with an error: ${JSON.stringify(msg.error)}`)));
     else p.resolve(ok(msg.result));
   }
 
@@ -149,6 +160,8 @@ export const ovsSet = (items: readonly unknown[]): unknown => ['set', items];
 /** A map column's value (["map", [[k, v], ...]]) as an object. */
 export function fromOvsMap(value: unknown): Record<string, string> {
   const out: Record<string, string> = {};
-  if (Array.isArray(value) && value[0] === 'map' && Array.isArray(value[1])) for (const pair of value[1] as unknown[]) if (Array.isArray(pair) && typeof pair[0] === 'string') out[pair[0]] = String(pair[1]);
+  if (Array.isArray(value) && value[0] === 'map' && Array.isArray(value[1]))
+    for (const pair of value[1] as unknown[])
+      if (Array.isArray(pair) && typeof pair[0] === 'string') out[pair[0]] = String(pair[1]);
   return out;
 }

@@ -34,7 +34,10 @@ const POLL_MS = 5;
 export const DPDK_MAX_PORTS_HINT = 32;
 
 export class SwitchPorts {
-  constructor(private readonly db: OvsdbClient, private readonly applyTimeoutMs = 15_000) {}
+  constructor(
+    private readonly db: OvsdbClient,
+    private readonly applyTimeoutMs = 15_000,
+  ) {}
 
   /** Adds the port (replacing one of the same name left behind), and answers once the switch has opened it. */
   async add(spec: DpdkPortSpec): Promise<Result<PortState>> {
@@ -65,7 +68,9 @@ export class SwitchPorts {
 
   /** Removes the port if it is there (on any bridge); removing what is gone succeeds. */
   async remove(bridge: string, port: string): Promise<Result<void>> {
-    const found = await this.db.transact([{ op: 'select', table: 'Port', where: [['name', '==', port]], columns: ['_uuid'] }]);
+    const found = await this.db.transact([
+      { op: 'select', table: 'Port', where: [['name', '==', port]], columns: ['_uuid'] },
+    ]);
     if (!found.ok) return found;
     const uuid = found.value[0]?.rows?.[0]?.['_uuid'];
     if (!uuid) return ok(undefined);
@@ -81,7 +86,14 @@ export class SwitchPorts {
 
   /** One port's state, or undefined when the switch has no port of that name. */
   async state(port: string): Promise<Result<PortState | undefined>> {
-    const r = await this.db.transact([{ op: 'select', table: 'Interface', where: [['name', '==', port]], columns: ['name', 'error', 'ofport', 'external_ids'] }]);
+    const r = await this.db.transact([
+      {
+        op: 'select',
+        table: 'Interface',
+        where: [['name', '==', port]],
+        columns: ['name', 'error', 'ofport', 'external_ids'],
+      },
+    ]);
     if (!r.ok) return r;
     const row = r.value[0]?.rows?.[0];
     return ok(row ? toPortState(row) : undefined);
@@ -89,37 +101,75 @@ export class SwitchPorts {
 
   /** Every interface Plexus made on this switch (external_ids has plexus-owner). */
   async listOwned(): Promise<Result<PortState[]>> {
-    const r = await this.db.transact([{ op: 'select', table: 'Interface', where: [], columns: ['name', 'error', 'ofport', 'external_ids'] }]);
+    const r = await this.db.transact([
+      { op: 'select', table: 'Interface', where: [], columns: ['name', 'error', 'ofport', 'external_ids'] },
+    ]);
     if (!r.ok) return r;
     return ok((r.value[0]?.rows ?? []).map(toPortState).filter((p) => p.externalIds[OWNER_KEY] !== undefined));
   }
 
   /** How many DPDK-type interfaces the switch has (each takes one of DPDK's ports). */
   async countDpdkPorts(): Promise<Result<number>> {
-    const r = await this.db.transact([{ op: 'select', table: 'Interface', where: [['type', '==', 'dpdk']], columns: ['name'] }]);
+    const r = await this.db.transact([
+      { op: 'select', table: 'Interface', where: [['type', '==', 'dpdk']], columns: ['name'] },
+    ]);
     return r.ok ? ok(r.value[0]?.rows?.length ?? 0) : r;
   }
 
   /** Whether ovs-vswitchd has initialised DPDK (false when it never did, or the database does not answer). */
   async dpdkReady(): Promise<boolean> {
-    const r = await this.db.transact([{ op: 'select', table: 'Open_vSwitch', where: [], columns: ['dpdk_initialized'] }]);
+    const r = await this.db.transact([
+      { op: 'select', table: 'Open_vSwitch', where: [], columns: ['dpdk_initialized'] },
+    ]);
     return r.ok && r.value[0]?.rows?.[0]?.['dpdk_initialized'] === true;
   }
 
   /** Whether the bridge exists (a port's bridge is the operator's, never made by Plexus). */
   async hasBridge(bridge: string): Promise<Result<boolean>> {
-    const r = await this.db.transact([{ op: 'select', table: 'Bridge', where: [['name', '==', bridge]], columns: ['name'] }]);
+    const r = await this.db.transact([
+      { op: 'select', table: 'Bridge', where: [['name', '==', bridge]], columns: ['name'] },
+    ]);
     return r.ok ? ok((r.value[0]?.rows?.length ?? 0) > 0) : r;
   }
 
-  private async insert(spec: DpdkPortSpec): Promise<Result<readonly { rows?: readonly Readonly<Record<string, unknown>>[] }[]>> {
+  private async insert(
+    spec: DpdkPortSpec,
+  ): Promise<Result<readonly { rows?: readonly Readonly<Record<string, unknown>>[] }[]>> {
     const ids = ovsMap(spec.externalIds);
     const r = await this.db.transact([
       // Fails the transaction (nothing is made) when the bridge is not there.
-      { op: 'wait', table: 'Bridge', where: [['name', '==', spec.bridge]], columns: ['name'], until: '==', rows: [{ name: spec.bridge }], timeout: 0 },
-      { op: 'insert', table: 'Interface', 'uuid-name': 'iface', row: { name: spec.port, type: 'dpdk', options: ovsMap({ 'dpdk-devargs': spec.devargs, n_rxq: String(spec.rxQueues) }), external_ids: ids } },
-      { op: 'insert', table: 'Port', 'uuid-name': 'port', row: { name: spec.port, interfaces: namedUuid('iface'), external_ids: ids } },
-      { op: 'mutate', table: 'Bridge', where: [['name', '==', spec.bridge]], mutations: [['ports', 'insert', ovsSet([namedUuid('port')])]] },
+      {
+        op: 'wait',
+        table: 'Bridge',
+        where: [['name', '==', spec.bridge]],
+        columns: ['name'],
+        until: '==',
+        rows: [{ name: spec.bridge }],
+        timeout: 0,
+      },
+      {
+        op: 'insert',
+        table: 'Interface',
+        'uuid-name': 'iface',
+        row: {
+          name: spec.port,
+          type: 'dpdk',
+          options: ovsMap({ 'dpdk-devargs': spec.devargs, n_rxq: String(spec.rxQueues) }),
+          external_ids: ids,
+        },
+      },
+      {
+        op: 'insert',
+        table: 'Port',
+        'uuid-name': 'port',
+        row: { name: spec.port, interfaces: namedUuid('iface'), external_ids: ids },
+      },
+      {
+        op: 'mutate',
+        table: 'Bridge',
+        where: [['name', '==', spec.bridge]],
+        mutations: [['ports', 'insert', ovsSet([namedUuid('port')])]],
+      },
       ...bumpConfig(),
     ]);
     if (!r.ok && /timed out/.test(r.error.message)) return err(ovsErrors.noBridge(spec.bridge));
@@ -127,7 +177,9 @@ export class SwitchPorts {
   }
 
   /** Waits until ovs-vswitchd has applied the configuration a transaction asked for (its select of next_cfg is last). */
-  private async waitApplied(results: readonly { rows?: readonly Readonly<Record<string, unknown>>[] }[]): Promise<Result<void>> {
+  private async waitApplied(
+    results: readonly { rows?: readonly Readonly<Record<string, unknown>>[] }[],
+  ): Promise<Result<void>> {
     const target = Number(results[results.length - 1]?.rows?.[0]?.['next_cfg']);
     if (!Number.isFinite(target)) return ok(undefined);
     const deadline = Date.now() + this.applyTimeoutMs;
@@ -152,7 +204,12 @@ const bumpConfig = (): OvsdbOperation[] => [
 function toPortState(row: Readonly<Record<string, unknown>>): PortState {
   const error = typeof row['error'] === 'string' ? row['error'] : undefined;
   const ofport = typeof row['ofport'] === 'number' ? row['ofport'] : undefined;
-  return { name: String(row['name']), ...(error ? { error } : {}), ...(ofport !== undefined ? { ofport } : {}), externalIds: fromOvsMap(row['external_ids']) };
+  return {
+    name: String(row['name']),
+    ...(error ? { error } : {}),
+    ...(ofport !== undefined ? { ofport } : {}),
+    externalIds: fromOvsMap(row['external_ids']),
+  };
 }
 
 /** devargs for logs and errors: the memif secret is not shown. */

@@ -10,13 +10,30 @@ const rejected = (text: string, mentions: string): void => {
   assert.ok(error.message.includes(mentions), `"${error.message}" should mention ${mentions}`);
 };
 
-const containerd = 'IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=0123abcd;K8S_POD_UID=6f1c2b9e-1111-2222-3333-444455556666';
+const containerd =
+  'IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=0123abcd;K8S_POD_UID=6f1c2b9e-1111-2222-3333-444455556666';
 
 test('containerd-style CNI_ARGS give the pod identity', () => {
   const args = unwrap(parseCniArgs(containerd));
   assert.deepEqual(
-    { podNamespace: args.podNamespace, podName: args.podName, podInfraContainerId: args.podInfraContainerId, podUid: args.podUid, ips: args.ips, mac: args.mac, ignoreUnknown: args.ignoreUnknown },
-    { podNamespace: 'team-a', podName: 'web-0', podInfraContainerId: '0123abcd', podUid: '6f1c2b9e-1111-2222-3333-444455556666', ips: [], mac: undefined, ignoreUnknown: true },
+    {
+      podNamespace: args.podNamespace,
+      podName: args.podName,
+      podInfraContainerId: args.podInfraContainerId,
+      podUid: args.podUid,
+      ips: args.ips,
+      mac: args.mac,
+      ignoreUnknown: args.ignoreUnknown,
+    },
+    {
+      podNamespace: 'team-a',
+      podName: 'web-0',
+      podInfraContainerId: '0123abcd',
+      podUid: '6f1c2b9e-1111-2222-3333-444455556666',
+      ips: [],
+      mac: undefined,
+      ignoreUnknown: true,
+    },
   );
 });
 
@@ -28,12 +45,19 @@ test('the order of CNI_ARGS pairs does not matter', () => {
 });
 
 test('raw keeps every pair in the order given', () => {
-  assert.deepEqual(unwrap(parseCniArgs('K8S_POD_NAME=web-0;K8S_POD_NAMESPACE=team-a')).raw, [['K8S_POD_NAME', 'web-0'], ['K8S_POD_NAMESPACE', 'team-a']]);
+  assert.deepEqual(unwrap(parseCniArgs('K8S_POD_NAME=web-0;K8S_POD_NAMESPACE=team-a')).raw, [
+    ['K8S_POD_NAME', 'web-0'],
+    ['K8S_POD_NAMESPACE', 'team-a'],
+  ]);
 });
 
 test('empty or unset CNI_ARGS parse to no arguments', () => {
   for (const text of [undefined, '', ';', ';;']) {
-    assert.deepEqual(unwrap(parseCniArgs(text)), { ips: [], ignoreUnknown: false, raw: [] } satisfies CniArgs, String(text));
+    assert.deepEqual(
+      unwrap(parseCniArgs(text)),
+      { ips: [], ignoreUnknown: false, raw: [] } satisfies CniArgs,
+      String(text),
+    );
   }
 });
 
@@ -53,7 +77,11 @@ test('IP= takes one address, with or without a prefix', () => {
 });
 
 test('IP= takes a comma-separated list, IPv4 and IPv6, spaces trimmed', () => {
-  assert.deepEqual(unwrap(parseCniArgs('IP=10.1.0.7/24, fd00:1::7,fd00:2::7/64')).ips, ['10.1.0.7/24', 'fd00:1::7', 'fd00:2::7/64']);
+  assert.deepEqual(unwrap(parseCniArgs('IP=10.1.0.7/24, fd00:1::7,fd00:2::7/64')).ips, [
+    '10.1.0.7/24',
+    'fd00:1::7',
+    'fd00:2::7/64',
+  ]);
 });
 
 test('an IP= entry that is not an address is an invalid environment (4) naming it', () => {
@@ -94,7 +122,10 @@ test('with IgnoreUnknown=1 or true an unknown key is accepted and kept in raw', 
   for (const flag of ['1', 'true', 'True', 'TRUE']) {
     const args = unwrap(parseCniArgs(`IgnoreUnknown=${flag};FOO=bar`));
     assert.equal(args.ignoreUnknown, true, flag);
-    assert.deepEqual(args.raw, [['IgnoreUnknown', flag], ['FOO', 'bar']]);
+    assert.deepEqual(args.raw, [
+      ['IgnoreUnknown', flag],
+      ['FOO', 'bar'],
+    ]);
   }
 });
 

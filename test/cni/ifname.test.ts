@@ -4,7 +4,8 @@ import { interfaceNameProblem } from '../../src/cni/ifname';
 import { validateIfname } from '../../src/cni/request';
 
 test('accepts names the kernel takes, up to 15 bytes, multi-byte characters counted in bytes', () => {
-  for (const name of ['eth0', 'net1', 'a', 'x'.repeat(15), 'ä-net', 'n\u00e9t.0_1-2']) assert.equal(interfaceNameProblem(name), undefined, name);
+  for (const name of ['eth0', 'net1', 'a', 'x'.repeat(15), 'ä-net', 'n\u00e9t.0_1-2'])
+    assert.equal(interfaceNameProblem(name), undefined, name);
   assert.equal(interfaceNameProblem('ä'.repeat(8)), 'is longer than 15 bytes', '8 characters, 16 bytes');
 });
 

@@ -7,10 +7,15 @@ import { unwrap, errorOf } from '../support/result';
 const NETNS = '/var/run/netns/cni-1234';
 const CONTAINER = '3f2a9c0d1e';
 
-const config = (extra: Record<string, unknown> = {}): string => JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', ...extra });
+const config = (extra: Record<string, unknown> = {}): string =>
+  JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', ...extra });
 
 /** A forwarded call with a full, valid environment; `undefined` in `overrides` unsets a variable. */
-function call(command: string | undefined, overrides: Record<string, string | undefined> = {}, stdin = config()): { env: Record<string, string>; stdin: string } {
+function call(
+  command: string | undefined,
+  overrides: Record<string, string | undefined> = {},
+  stdin = config(),
+): { env: Record<string, string>; stdin: string } {
   const all: Record<string, string | undefined> = {
     CNI_COMMAND: command,
     CNI_CONTAINERID: CONTAINER,
@@ -37,8 +42,24 @@ test('ADD with a valid environment becomes a typed request', () => {
   assert.equal(req.command, 'ADD');
   if (req.command !== 'ADD') return;
   assert.deepEqual(
-    { version: req.version, networkName: req.networkName, containerId: req.containerId, netns: req.netns, ifname: req.ifname, pod: [req.args.podNamespace, req.args.podName], rawConfig: req.rawConfig },
-    { version: '1.1.0', networkName: 'plexus', containerId: CONTAINER, netns: NETNS, ifname: 'eth0', pod: ['team-a', 'web-0'], rawConfig: config() },
+    {
+      version: req.version,
+      networkName: req.networkName,
+      containerId: req.containerId,
+      netns: req.netns,
+      ifname: req.ifname,
+      pod: [req.args.podNamespace, req.args.podName],
+      rawConfig: req.rawConfig,
+    },
+    {
+      version: '1.1.0',
+      networkName: 'plexus',
+      containerId: CONTAINER,
+      netns: NETNS,
+      ifname: 'eth0',
+      pod: ['team-a', 'web-0'],
+      rawConfig: config(),
+    },
   );
 });
 
@@ -81,7 +102,8 @@ test('stdin that is not JSON is a decode failure (6)', () => {
 });
 
 test('stdin JSON that is not an object is an invalid network config (7)', () => {
-  for (const stdin of ['[]', '42', '"plexus"', 'null']) fails(CniCode.InvalidNetworkConfig, 'network configuration', 'ADD', {}, stdin);
+  for (const stdin of ['[]', '42', '"plexus"', 'null'])
+    fails(CniCode.InvalidNetworkConfig, 'network configuration', 'ADD', {}, stdin);
 });
 
 test('a config field of the wrong type is an invalid network config (7) naming it', () => {
@@ -116,7 +138,8 @@ test('a relative CNI_NETNS is an invalid environment (4)', () => {
 });
 
 test('a container ID with characters outside [A-Za-z0-9_.-] is an invalid environment (4)', () => {
-  for (const id of ['abc/def', '../etc', '-abc', 'abc def', 'abc\n', 'été']) fails(CniCode.InvalidEnvironment, 'CNI_CONTAINERID', 'ADD', { CNI_CONTAINERID: id });
+  for (const id of ['abc/def', '../etc', '-abc', 'abc def', 'abc\n', 'été'])
+    fails(CniCode.InvalidEnvironment, 'CNI_CONTAINERID', 'ADD', { CNI_CONTAINERID: id });
 });
 
 test('an interface name longer than 15 bytes is an invalid environment (4)', () => {
@@ -126,7 +149,8 @@ test('an interface name longer than 15 bytes is an invalid environment (4)', () 
 });
 
 test('an interface name with "/", ":" or whitespace, or "." or "..", is an invalid environment (4)', () => {
-  for (const name of ['eth/0', 'eth:0', 'eth 0', 'eth\t0', '.', '..']) fails(CniCode.InvalidEnvironment, 'CNI_IFNAME', 'ADD', { CNI_IFNAME: name });
+  for (const name of ['eth/0', 'eth:0', 'eth 0', 'eth\t0', '.', '..'])
+    fails(CniCode.InvalidEnvironment, 'CNI_IFNAME', 'ADD', { CNI_IFNAME: name });
 });
 
 test('validateIfname names what it validates', () => {
@@ -167,8 +191,20 @@ test('GC and STATUS need no container environment', () => {
 });
 
 test('GC reads cni.dev/valid-attachments into attachment keys', () => {
-  const req = parse('GC', {}, config({ 'cni.dev/valid-attachments': [{ containerID: 'c1', ifname: 'eth0' }, { containerID: 'c2', ifname: 'net1', extra: 1 }] }));
-  assert.deepEqual(req.command === 'GC' && req.validAttachments, [{ containerId: 'c1', ifname: 'eth0' }, { containerId: 'c2', ifname: 'net1' }]);
+  const req = parse(
+    'GC',
+    {},
+    config({
+      'cni.dev/valid-attachments': [
+        { containerID: 'c1', ifname: 'eth0' },
+        { containerID: 'c2', ifname: 'net1', extra: 1 },
+      ],
+    }),
+  );
+  assert.deepEqual(req.command === 'GC' && req.validAttachments, [
+    { containerId: 'c1', ifname: 'eth0' },
+    { containerId: 'c2', ifname: 'net1' },
+  ]);
 });
 
 test('GC reads the older cni.dev/attachments key too', () => {
@@ -182,7 +218,12 @@ test('GC without an attachment list keeps nothing', () => {
 });
 
 test('GC with a malformed attachment list is an invalid network config (7)', () => {
-  for (const list of [{ containerID: 'c1', ifname: 'eth0' }, [{ containerId: 'c1', ifname: 'eth0' }], [{ containerID: 'c1' }], 'c1/eth0']) {
+  for (const list of [
+    { containerID: 'c1', ifname: 'eth0' },
+    [{ containerId: 'c1', ifname: 'eth0' }],
+    [{ containerID: 'c1' }],
+    'c1/eth0',
+  ]) {
     fails(CniCode.InvalidNetworkConfig, 'valid-attachments', 'GC', {}, config({ 'cni.dev/valid-attachments': list }));
   }
 });
@@ -203,12 +244,16 @@ test('bestEffortVersion takes a supported cniVersion from stdin, else 1.1.0: an 
   assert.equal(bestEffortVersion(config({ cniVersion: '0.3.1' })), '0.3.1');
   assert.equal(bestEffortVersion('{"cniVersion":"9.9.9"}'), '1.1.0');
   assert.equal(bestEffortVersion('{"cniVersion":"0.2.0"}'), '1.1.0');
-  for (const stdin of ['', 'not json', '[]', 'null', '42', '{"cniVersion":4}', '{"cniVersion":""}']) assert.equal(bestEffortVersion(stdin), '1.1.0', stdin);
+  for (const stdin of ['', 'not json', '[]', 'null', '42', '{"cniVersion":4}', '{"cniVersion":""}'])
+    assert.equal(bestEffortVersion(stdin), '1.1.0', stdin);
 });
 
 test('a container ID of 128 characters is accepted, one of 129 is code 4: it names files, which have at most 255 bytes', () => {
   assert.equal((parse('ADD', { CNI_CONTAINERID: 'a'.repeat(128) }) as { containerId: string }).containerId.length, 128);
-  for (const command of ['ADD', 'DEL', 'CHECK']) fails(CniCode.InvalidEnvironment, 'CNI_CONTAINERID is 129 characters long; at most 128', command, { CNI_CONTAINERID: 'a'.repeat(129) });
+  for (const command of ['ADD', 'DEL', 'CHECK'])
+    fails(CniCode.InvalidEnvironment, 'CNI_CONTAINERID is 129 characters long; at most 128', command, {
+      CNI_CONTAINERID: 'a'.repeat(129),
+    });
 });
 
 test('an unsupported cniVersion is quoted cut short in the error', () => {

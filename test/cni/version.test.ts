@@ -2,14 +2,27 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CniCode } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
-import { compareVersions, convertResult, requireVersion, SUPPORTED_VERSIONS, type CniVersion } from '../../src/cni/version';
+import {
+  compareVersions,
+  convertResult,
+  requireVersion,
+  SUPPORTED_VERSIONS,
+  type CniVersion,
+} from '../../src/cni/version';
 import { errorOf } from '../support/result';
 
 /** A result that uses every field the 1.1.0 shape has. */
 const rich: CniResult = {
   interfaces: [
     { name: 'cni0', mac: '0a:58:0a:01:00:01', mtu: 1450 },
-    { name: 'eth0', mac: '0a:58:0a:01:00:07', mtu: 1450, sandbox: '/var/run/netns/pod1', socketPath: '/run/vhost/eth0.sock', pciID: '0000:3b:00.1' },
+    {
+      name: 'eth0',
+      mac: '0a:58:0a:01:00:07',
+      mtu: 1450,
+      sandbox: '/var/run/netns/pod1',
+      socketPath: '/run/vhost/eth0.sock',
+      pciID: '0000:3b:00.1',
+    },
   ],
   ips: [
     { address: '10.1.0.7/24', gateway: '10.1.0.1', interface: 1 },
@@ -63,14 +76,24 @@ const expected: Record<CniVersion, unknown> = {
     cniVersion: '1.1.0',
     interfaces: [
       { name: 'cni0', mac: '0a:58:0a:01:00:01', mtu: 1450 },
-      { name: 'eth0', mac: '0a:58:0a:01:00:07', mtu: 1450, sandbox: '/var/run/netns/pod1', socketPath: '/run/vhost/eth0.sock', pciID: '0000:3b:00.1' },
+      {
+        name: 'eth0',
+        mac: '0a:58:0a:01:00:07',
+        mtu: 1450,
+        sandbox: '/var/run/netns/pod1',
+        socketPath: '/run/vhost/eth0.sock',
+        pciID: '0000:3b:00.1',
+      },
     ],
     ips: [
       { address: '10.1.0.7/24', gateway: '10.1.0.1', interface: 1 },
       { address: 'fd00:1::7/64', gateway: 'fd00:1::1', interface: 1 },
       { address: '10.2.0.7/24' },
     ],
-    routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1', mtu: 1400, advmss: 1360, priority: 100, table: 254, scope: 0 }, { dst: '192.168.0.0/16' }],
+    routes: [
+      { dst: '0.0.0.0/0', gw: '10.1.0.1', mtu: 1400, advmss: 1360, priority: 100, table: 254, scope: 0 },
+      { dst: '192.168.0.0/16' },
+    ],
     dns,
   },
 };
@@ -85,11 +108,18 @@ for (const version of SUPPORTED_VERSIONS) {
 
 test('convertResult to 0.x puts version first on each IP, as the 0.x spec examples do', () => {
   const ips = convertResult(rich, '0.4.0').ips as Record<string, unknown>[];
-  assert.deepEqual(ips.map((ip) => Object.keys(ip)[0]), ['version', 'version', 'version']);
+  assert.deepEqual(
+    ips.map((ip) => Object.keys(ip)[0]),
+    ['version', 'version', 'version'],
+  );
 });
 
 test('convertResult omits routes and dns when there are none', () => {
-  const bare: CniResult = { interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/pod1' }], ips: [{ address: '10.1.0.7/24', interface: 0 }], routes: [] };
+  const bare: CniResult = {
+    interfaces: [{ name: 'eth0', sandbox: '/var/run/netns/pod1' }],
+    ips: [{ address: '10.1.0.7/24', interface: 0 }],
+    routes: [],
+  };
   for (const version of SUPPORTED_VERSIONS) {
     const out = convertResult(bare, version);
     assert.equal('routes' in out, false, version);
@@ -108,7 +138,8 @@ test('convertResult does not change the result it is given', () => {
 });
 
 test('requireVersion accepts every supported version', () => {
-  for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) assert.deepEqual(requireVersion(version), { ok: true, value: version });
+  for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'])
+    assert.deepEqual(requireVersion(version), { ok: true, value: version });
 });
 
 test('requireVersion: a missing cniVersion is an invalid network config (7)', () => {

@@ -4,7 +4,12 @@ import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { cappedList, readBoundedFile, readBoundedFileSync, type BoundedReadOptions } from '../../src/common/bounded-file';
+import {
+  cappedList,
+  readBoundedFile,
+  readBoundedFileSync,
+  type BoundedReadOptions,
+} from '../../src/common/bounded-file';
 
 const dir = mkdtempSync(join(tmpdir(), 'plexus-bounded-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

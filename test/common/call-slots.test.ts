@@ -25,7 +25,7 @@ describe('CallSlots', () => {
     assert.equal(slots.inFlight, 0);
   });
 
-  it('gives a lending call\'s slot to a waiting call, and takes it back before the lender goes on', async () => {
+  it("gives a lending call's slot to a waiting call, and takes it back before the lender goes on", async () => {
     const slots = new CallSlots(1, 10);
     const plugin = gate();
     const order: string[] = [];

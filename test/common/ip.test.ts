@@ -4,7 +4,15 @@ import { formatIp, fromBytes, parseCidr, parseIp, toBytes } from '../../src/comm
 import { formatAddress, parseAddress } from '../../src/kernel/ip';
 
 test('an address goes to network byte order and back, IPv4 and IPv6', () => {
-  for (const text of ['10.1.0.7', '0.0.0.0', '255.255.255.255', 'fd00::7', '::', '2001:db8:0:1::ffff', 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff']) {
+  for (const text of [
+    '10.1.0.7',
+    '0.0.0.0',
+    '255.255.255.255',
+    'fd00::7',
+    '::',
+    '2001:db8:0:1::ffff',
+    'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff',
+  ]) {
     const ip = parseIp(text)!;
     const bytes = toBytes(ip);
     assert.equal(bytes.length, ip.family === 4 ? 4 : 16, text);
@@ -15,7 +23,12 @@ test('an address goes to network byte order and back, IPv4 and IPv6', () => {
 });
 
 test('the kernel form of an address: family, bytes, prefix (full length when bare) and canonical text', () => {
-  assert.deepEqual(parseAddress('10.1.0.7/24'), { family: 2, bytes: Buffer.from([10, 1, 0, 7]), prefixLen: 24, text: '10.1.0.7' });
+  assert.deepEqual(parseAddress('10.1.0.7/24'), {
+    family: 2,
+    bytes: Buffer.from([10, 1, 0, 7]),
+    prefixLen: 24,
+    text: '10.1.0.7',
+  });
   assert.equal(parseAddress('fd00:0:0::2').prefixLen, 128);
   assert.equal(parseAddress('FD00:0::2/64').text, 'fd00::2');
   assert.equal(formatAddress(Buffer.from([192, 0, 2, 1])), '192.0.2.1');

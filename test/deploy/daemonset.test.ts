@@ -7,7 +7,17 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,8 +57,13 @@ const PATHS: Record<string, string> = {};
 function collection(o: Obj): string {
   const [group, version] = o.apiVersion.includes('/') ? o.apiVersion.split('/') : ['', o.apiVersion];
   const plural = {
-    ServiceAccount: 'serviceaccounts', ConfigMap: 'configmaps', DaemonSet: 'daemonsets', ClusterRole: 'clusterroles',
-    ClusterRoleBinding: 'clusterrolebindings', Role: 'roles', RoleBinding: 'rolebindings',
+    ServiceAccount: 'serviceaccounts',
+    ConfigMap: 'configmaps',
+    DaemonSet: 'daemonsets',
+    ClusterRole: 'clusterroles',
+    ClusterRoleBinding: 'clusterrolebindings',
+    Role: 'roles',
+    RoleBinding: 'rolebindings',
   }[o.kind];
   if (!plural) throw new Error(`no collection for ${o.kind}`);
   const base = group ? `/apis/${group}/${version}` : `/api/${version}`;
@@ -79,22 +94,63 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
   let dsPodBefore = '';
 
   const call = (method: string, path: string, body?: unknown, type?: string) => node.call(method, path, body, type);
-  const dsStatus = async (): Promise<{ desired: number; ready: number; updated: number; generation: number; observed: number }> => {
+  const dsStatus = async (): Promise<{
+    desired: number;
+    ready: number;
+    updated: number;
+    generation: number;
+    observed: number;
+  }> => {
     const r = await call('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus');
-    const b = r.body as { metadata: { generation: number }; status?: { desiredNumberScheduled?: number; numberReady?: number; updatedNumberScheduled?: number; observedGeneration?: number } };
-    return { desired: b.status?.desiredNumberScheduled ?? 0, ready: b.status?.numberReady ?? 0, updated: b.status?.updatedNumberScheduled ?? 0, generation: b.metadata.generation, observed: b.status?.observedGeneration ?? 0 };
+    const b = r.body as {
+      metadata: { generation: number };
+      status?: {
+        desiredNumberScheduled?: number;
+        numberReady?: number;
+        updatedNumberScheduled?: number;
+        observedGeneration?: number;
+      };
+    };
+    return {
+      desired: b.status?.desiredNumberScheduled ?? 0,
+      ready: b.status?.numberReady ?? 0,
+      updated: b.status?.updatedNumberScheduled ?? 0,
+      generation: b.metadata.generation,
+      observed: b.status?.observedGeneration ?? 0,
+    };
   };
   const dsPods = async (): Promise<{ name: string; ready: boolean; deleting: boolean }[]> => {
     const r = await call('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dplexus');
-    const items = (r.body as { items?: { metadata: { name: string; deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string }[] } }[] }).items ?? [];
-    return items.map((p) => ({ name: p.metadata.name, deleting: !!p.metadata.deletionTimestamp, ready: (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True') }));
+    const items =
+      (
+        r.body as {
+          items?: {
+            metadata: { name: string; deletionTimestamp?: string };
+            status?: { conditions?: { type: string; status: string }[] };
+          }[];
+        }
+      ).items ?? [];
+    return items.map((p) => ({
+      name: p.metadata.name,
+      deleting: !!p.metadata.deletionTimestamp,
+      ready: (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
+    }));
   };
   /** The images the DaemonSet's pod runs, as the kubelet reports them: its installer's, then plexusd's. */
   const dsImages = async (): Promise<string[]> => {
     const r = await call('GET', '/api/v1/namespaces/kube-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dplexus');
     type Status = { image: string };
-    const pod = (r.body as { items?: { metadata: { deletionTimestamp?: string }; status?: { initContainerStatuses?: Status[]; containerStatuses?: Status[] } }[] }).items?.find((p) => !p.metadata.deletionTimestamp);
-    return [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])].map((c) => c.image);
+    const pod = (
+      r.body as {
+        items?: {
+          metadata: { deletionTimestamp?: string };
+          status?: { initContainerStatuses?: Status[]; containerStatuses?: Status[] };
+        }[];
+      }
+    ).items?.find((p) => !p.metadata.deletionTimestamp);
+    return [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])].map(
+      (c) => c.image,
+    );
   };
   /** Waits until the DaemonSet's current generation runs Ready on the node, with no old pod left. */
   const waitRolledOut = async (timeoutMs: number): Promise<void> => {
@@ -102,10 +158,29 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     for (;;) {
       const s = await dsStatus();
       const pods = await dsPods();
-      if (s.observed >= s.generation && s.desired === 1 && s.ready === 1 && s.updated === 1 && pods.length === 1 && pods[0]!.ready) return;
+      if (
+        s.observed >= s.generation &&
+        s.desired === 1 &&
+        s.ready === 1 &&
+        s.updated === 1 &&
+        pods.length === 1 &&
+        pods[0]!.ready
+      )
+        return;
       if (Date.now() > deadline) {
-        const logs = await Promise.all(pods.map((p) => call('GET', `/api/v1/namespaces/kube-system/pods/${p.name}/log?container=plexusd&tailLines=20`).then((l) => String(l.body)).catch(() => '')));
-        throw new Error(`DaemonSet not rolled out after ${timeoutMs} ms: ${JSON.stringify(s)} ${JSON.stringify(pods)}\n${await node.describePods('kube-system', pods.map((p) => p.name))}\n${logs.join('\n')}\n${node.logTail('kubelet', 20)}`);
+        const logs = await Promise.all(
+          pods.map((p) =>
+            call('GET', `/api/v1/namespaces/kube-system/pods/${p.name}/log?container=plexusd&tailLines=20`)
+              .then((l) => String(l.body))
+              .catch(() => ''),
+          ),
+        );
+        throw new Error(
+          `DaemonSet not rolled out after ${timeoutMs} ms: ${JSON.stringify(s)} ${JSON.stringify(pods)}\n${await node.describePods(
+            'kube-system',
+            pods.map((p) => p.name),
+          )}\n${logs.join('\n')}\n${node.logTail('kubelet', 20)}`,
+        );
       }
       await sleep(250);
     }
@@ -119,10 +194,12 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     await call('DELETE', '/api/v1/namespaces/default/pods');
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const left = ((await call('GET', '/api/v1/namespaces/default/pods')).body as { items?: unknown[] }).items?.length ?? 0;
+      const left =
+        ((await call('GET', '/api/v1/namespaces/default/pods')).body as { items?: unknown[] }).items?.length ?? 0;
       const ready = (await node.sandboxes()).filter((x) => x.namespace === 'default' && x.ready).length;
       if (left === 0 && ready === 0) return;
-      if (Date.now() > deadline) throw new Error(`${left} pods and ${ready} ready sandboxes left in default after ${timeoutMs} ms`);
+      if (Date.now() > deadline)
+        throw new Error(`${left} pods and ${ready} ready sandboxes left in default after ${timeoutMs} ms`);
       await sleep(250);
     }
   };
@@ -139,32 +216,78 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     mkdirSync(binDir);
     // Copies, not links: plexusd in its container runs the node network's own plugins from this directory.
     for (const f of readdirSync('/usr/lib/cni')) copyFileSync(join('/usr/lib/cni', f), join(binDir, f));
-    imageArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', work], { encoding: 'utf8', env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' }, maxBuffer: 16 << 20 }).trim().split('\n').at(-1)!;
+    imageArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', work], {
+      encoding: 'utf8',
+      env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' },
+      maxBuffer: 16 << 20,
+    })
+      .trim()
+      .split('\n')
+      .at(-1)!;
     const third = Math.floor(Math.random() * 200);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [`${prefix}s0`],
+      cniBinDir: binDir,
+      ownedLinks: [`${prefix}s0`],
       // The node's own network, as a cluster's network plugin would have written it.
-      cniConfList: (root) => JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', plugins: [{ type: 'bridge', bridge: `${prefix}p0`, isGateway: true, ipMasq: false, ipam: { type: 'host-local', ranges: [[{ subnet: `10.231.${third}.0/24` }]], dataDir: join(root, 'var/lib/cni/networks') } }] }),
+      cniConfList: (root) =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'podnet',
+          plugins: [
+            {
+              type: 'bridge',
+              bridge: `${prefix}p0`,
+              isGateway: true,
+              ipMasq: false,
+              ipam: {
+                type: 'host-local',
+                ranges: [[{ subnet: `10.231.${third}.0/24` }]],
+                dataDir: join(root, 'var/lib/cni/networks'),
+              },
+            },
+          ],
+        }),
     });
     const api = node.api;
     const certs = join(api.dir, 'certs');
     // The DaemonSet controller and the scheduler (DaemonSet pods are scheduled), as NOTES.md section 2 runs them.
     const kcm = api.userKubeconfig('system:kube-controller-manager');
     startControlPlaneProcess('kube-controller-manager', [
-      `--kubeconfig=${kcm}`, `--authentication-kubeconfig=${kcm}`, `--authorization-kubeconfig=${kcm}`, '--bind-address=127.0.0.1', '--secure-port=10257',
-      `--cert-dir=${join(work, 'kcm')}`, '--leader-elect=false', '--use-service-account-credentials=true',
-      `--service-account-private-key-file=${join(certs, 'sa.key')}`, `--root-ca-file=${join(certs, 'ca.crt')}`,
-      `--cluster-signing-cert-file=${join(certs, 'ca.crt')}`, `--cluster-signing-key-file=${join(certs, 'ca.key')}`,
-      '--service-cluster-ip-range=10.244.240.0/20', '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-node-ipam-controller',
+      `--kubeconfig=${kcm}`,
+      `--authentication-kubeconfig=${kcm}`,
+      `--authorization-kubeconfig=${kcm}`,
+      '--bind-address=127.0.0.1',
+      '--secure-port=10257',
+      `--cert-dir=${join(work, 'kcm')}`,
+      '--leader-elect=false',
+      '--use-service-account-credentials=true',
+      `--service-account-private-key-file=${join(certs, 'sa.key')}`,
+      `--root-ca-file=${join(certs, 'ca.crt')}`,
+      `--cluster-signing-cert-file=${join(certs, 'ca.crt')}`,
+      `--cluster-signing-key-file=${join(certs, 'ca.key')}`,
+      '--service-cluster-ip-range=10.244.240.0/20',
+      '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-node-ipam-controller',
     ]);
     const sched = api.userKubeconfig('system:kube-scheduler');
-    startControlPlaneProcess('kube-scheduler', [`--kubeconfig=${sched}`, `--authentication-kubeconfig=${sched}`, `--authorization-kubeconfig=${sched}`, '--bind-address=127.0.0.1', '--secure-port=10259', '--leader-elect=false']);
+    startControlPlaneProcess('kube-scheduler', [
+      `--kubeconfig=${sched}`,
+      `--authentication-kubeconfig=${sched}`,
+      `--authorization-kubeconfig=${sched}`,
+      '--bind-address=127.0.0.1',
+      '--secure-port=10259',
+      '--leader-elect=false',
+    ]);
 
     const imported = node.ctr(['images', 'import', imageArchive]);
     assert.equal(imported.status, 0, imported.out);
     const nextArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', join(work, 'next')], {
-      encoding: 'utf8', env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1', PLEXUS_IMAGE_VERSION: '0.1.1-upgrade' }, maxBuffer: 16 << 20,
-    }).trim().split('\n').at(-1)!;
+      encoding: 'utf8',
+      env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1', PLEXUS_IMAGE_VERSION: '0.1.1-upgrade' },
+      maxBuffer: 16 << 20,
+    })
+      .trim()
+      .split('\n')
+      .at(-1)!;
     const importedNext = node.ctr(['images', 'import', nextArchive]);
     assert.equal(importedNext.status, 0, importedNext.out);
 
@@ -175,8 +298,12 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     execFileSync('mount', ['--bind', netnsDir, netnsDir]);
     execFileSync('mount', ['--make-shared', netnsDir]);
     Object.assign(PATHS, {
-      '/opt/cni/bin': binDir, '/etc/cni/net.d': node.cniConfDir, '/run/plexus': join(node.dir, 'run/plexus'),
-      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'), '/var/run/netns': netnsDir, '/run/netns': netnsDir,
+      '/opt/cni/bin': binDir,
+      '/etc/cni/net.d': node.cniConfDir,
+      '/run/plexus': join(node.dir, 'run/plexus'),
+      '/var/lib/plexus': join(node.dir, 'var/lib/plexus'),
+      '/var/run/netns': netnsDir,
+      '/run/netns': netnsDir,
       '/var/run/k8s.cni.cncf.io/devinfo': join(node.dir, 'run/devinfo'),
     });
   });
@@ -185,7 +312,10 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     try {
       if (node) {
         await deleteTestPods().catch(() => undefined); // while plexusd runs: their DELs go through it
-        await call('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus?propagationPolicy=Foreground').catch(() => undefined);
+        await call(
+          'DELETE',
+          '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus?propagationPolicy=Foreground',
+        ).catch(() => undefined);
         for (let i = 0; i < 60 && (await dsPods().catch(() => [])).length; i++) await sleep(500);
       }
     } finally {
@@ -215,20 +345,38 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       for (const [from, to] of Object.entries(PATHS)) text = text.split(from).join(to);
       objects.push(...parseAllDocuments(text).map((d) => d.toJSON() as Obj));
     }
-    const ds = objects.find((o) => o.kind === 'DaemonSet') as Obj & { spec: { template: { spec: { initContainers: { command: string[] }[]; containers: { env: unknown[] }[] } } } };
-    ds.spec.template.spec.initContainers[0]!.command.push('--cni-bin-dir', PATHS['/opt/cni/bin']!, '--cni-conf-dir', PATHS['/etc/cni/net.d']!, '--default-network-link', join(PATHS['/var/lib/plexus']!, 'default-network'));
-    ds.spec.template.spec.containers[0]!.env.push({ name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' }, { name: 'KUBERNETES_SERVICE_PORT', value: String(node.api.apiPort) });
+    const ds = objects.find((o) => o.kind === 'DaemonSet') as Obj & {
+      spec: { template: { spec: { initContainers: { command: string[] }[]; containers: { env: unknown[] }[] } } };
+    };
+    ds.spec.template.spec.initContainers[0]!.command.push(
+      '--cni-bin-dir',
+      PATHS['/opt/cni/bin']!,
+      '--cni-conf-dir',
+      PATHS['/etc/cni/net.d']!,
+      '--default-network-link',
+      join(PATHS['/var/lib/plexus']!, 'default-network'),
+    );
+    ds.spec.template.spec.containers[0]!.env.push(
+      { name: 'KUBERNETES_SERVICE_HOST', value: '127.0.0.1' },
+      { name: 'KUBERNETES_SERVICE_PORT', value: String(node.api.apiPort) },
+    );
     const applied = performance.now();
     for (const o of objects) {
       const r = await call('POST', collection(o), o);
-      assert.ok(r.status === 201 || r.status === 409, `${o.kind} ${o.metadata.name}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`);
+      assert.ok(
+        r.status === 201 || r.status === 409,
+        `${o.kind} ${o.metadata.name}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`,
+      );
     }
     await waitRolledOut(120000);
     readyMs = performance.now() - applied;
     dsPodBefore = (await dsPods())[0]!.name;
     process.stdout.write(`# DaemonSet applied to Ready: ${Math.round(readyMs)} ms\n`);
-    const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '00-plexus.conflist'), 'utf8')) as { cniVersion: string; plugins: { type: string }[] };
-    assert.equal(conflist.cniVersion, '1.0.0', 'the primary config\'s version');
+    const conflist = JSON.parse(readFileSync(join(node.cniConfDir, '00-plexus.conflist'), 'utf8')) as {
+      cniVersion: string;
+      plugins: { type: string }[];
+    };
+    assert.equal(conflist.cniVersion, '1.0.0', "the primary config's version");
     assert.equal(conflist.plugins[0]?.type, 'plexus-cni');
     assert.ok(existsSync(join(binDir, 'plexus-cni')));
     const metrics = await getHttp(PROBE_PORT, '/metrics');
@@ -236,11 +384,24 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     assert.match(metrics.body, /process_resident_memory_bytes/);
   });
 
-  it('gives a pod its secondary network, with the node\'s own network as eth0', async () => {
+  it("gives a pod its secondary network, with the node's own network as eth0", async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
-    const nad = await node.api.createNad('default', 'sec', JSON.stringify({ cniVersion: '1.0.0', name: 'sec', type: 'bridge', bridge: `${prefix}s0`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.232.0.0/24' }]] } }));
+    const nad = await node.api.createNad(
+      'default',
+      'sec',
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'sec',
+        type: 'bridge',
+        bridge: `${prefix}s0`,
+        ipam: { type: 'host-local', ranges: [[{ subnet: '10.232.0.0/24' }]] },
+      }),
+    );
     assert.equal(nad.status, 201, JSON.stringify(nad.body));
-    const names = await node.createPods(2, { namePrefix: 'multi-', annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' } });
+    const names = await node.createPods(2, {
+      namePrefix: 'multi-',
+      annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' },
+    });
     await node.waitAllRunning(names, 60000);
     const deadline = Date.now() + 15000;
     let status: { name: string; interface: string; ips: string[]; default?: boolean }[] = [];
@@ -253,69 +414,125 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       }
       await sleep(200);
     }
-    assert.deepEqual(status.map((s) => [s.name, s.interface, !!s.default]), [['podnet', 'eth0', true], ['default/sec', 'net1', false]]);
+    assert.deepEqual(
+      status.map((s) => [s.name, s.interface, !!s.default]),
+      [
+        ['podnet', 'eth0', true],
+        ['default/sec', 'net1', false],
+      ],
+    );
     assert.match(status[1]!.ips[0]!, /^10\.232\.0\./);
   });
 
   it('upgrades the DaemonSet to another image version while pods are created: no sandbox fails, and the pods made before are adopted', async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
     const imageBefore = await dsImages();
-    assert.ok(imageBefore.every((i) => i !== NEXT_IMAGE), `runs the first version: ${imageBefore.join(', ')}`);
-    const patched = await call('PATCH', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus',
-      { spec: { template: { spec: { initContainers: [{ name: 'install', image: NEXT_IMAGE }], containers: [{ name: 'plexusd', image: NEXT_IMAGE }] } } } },
-      'application/strategic-merge-patch+json');
+    assert.ok(
+      imageBefore.every((i) => i !== NEXT_IMAGE),
+      `runs the first version: ${imageBefore.join(', ')}`,
+    );
+    const patched = await call(
+      'PATCH',
+      '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus',
+      {
+        spec: {
+          template: {
+            spec: {
+              initContainers: [{ name: 'install', image: NEXT_IMAGE }],
+              containers: [{ name: 'plexusd', image: NEXT_IMAGE }],
+            },
+          },
+        },
+      },
+      'application/strategic-merge-patch+json',
+    );
     assert.equal(patched.status, 200, JSON.stringify(patched.body).slice(0, 300));
     // Churn: pods created in waves while the old plexusd drains and the new one starts.
     const waves: string[] = [];
     for (let w = 0; w < 5; w++) {
-      waves.push(...(await node.createPods(10, { namePrefix: `churn${w}-`, annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' }, concurrency: 5 })));
+      waves.push(
+        ...(await node.createPods(10, {
+          namePrefix: `churn${w}-`,
+          annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' },
+          concurrency: 5,
+        })),
+      );
       await sleep(400);
     }
     await waitRolledOut(180000);
     const after = (await dsPods())[0]!.name;
     assert.notEqual(after, dsPodBefore, 'a new plexusd pod');
-    assert.deepEqual(await dsImages(), [NEXT_IMAGE, NEXT_IMAGE], 'the new pod runs the new version, installer and daemon');
+    assert.deepEqual(
+      await dsImages(),
+      [NEXT_IMAGE, NEXT_IMAGE],
+      'the new pod runs the new version, installer and daemon',
+    );
     const timings = await node.waitAllRunning(waves, 180000);
-    process.stdout.write(`# rollout under churn: ${waves.length} pods Running, p50 ${Math.round(timings.p50Ms)} ms, p95 ${Math.round(timings.p95Ms)} ms, sandbox failures ${timings.sandboxFailures}\n`);
+    process.stdout.write(
+      `# rollout under churn: ${waves.length} pods Running, p50 ${Math.round(timings.p50Ms)} ms, p95 ${Math.round(timings.p95Ms)} ms, sandbox failures ${timings.sandboxFailures}\n`,
+    );
     assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
     const metrics = await getHttp(PROBE_PORT, '/metrics');
     const sec = /^plexus_attachments\{network="default\/sec"\} (\d+)$/m.exec(metrics.body);
-    assert.equal(Number(sec?.[1]), waves.length + 2, 'every pod\'s attachment is in the new daemon\'s journal, the two made before it included');
+    assert.equal(
+      Number(sec?.[1]),
+      waves.length + 2,
+      "every pod's attachment is in the new daemon's journal, the two made before it included",
+    );
     const rss = /^process_resident_memory_bytes (\d+)/m.exec(metrics.body);
-    process.stdout.write(`# plexusd RSS in the pod after ${waves.length + 2} pods: ${(Number(rss?.[1]) / 1048576).toFixed(1)} MiB\n`);
+    process.stdout.write(
+      `# plexusd RSS in the pod after ${waves.length + 2} pods: ${(Number(rss?.[1]) / 1048576).toFixed(1)} MiB\n`,
+    );
   });
 
   // The issue's figure "daemon RSS after 500 pod creations": PLEXUS_DS_SOAK_PODS=500 (waves of 50, each deleted).
   const soakPods = Number(process.env.PLEXUS_DS_SOAK_PODS ?? 0);
-  it(`creates and deletes ${soakPods} more pods with secondary networks, reporting plexusd's RSS`, { skip: optionalSkip(soakPods > 0 ? undefined : 'set PLEXUS_DS_SOAK_PODS=500 to run') }, async () => {
-    assert.ok(dsPodBefore, 'the DaemonSet is Ready');
-    await deleteTestPods();
-    for (let made = 0, w = 0; made < soakPods; made += 50, w++) {
-      const names = await node.createPods(Math.min(50, soakPods - made), { namePrefix: `soak${w}-`, annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' }, concurrency: 10 });
-      const t = await node.waitAllRunning(names, 300000);
-      assert.equal(t.sandboxFailures, 0, t.failureMessages.join('\n'));
+  it(
+    `creates and deletes ${soakPods} more pods with secondary networks, reporting plexusd's RSS`,
+    { skip: optionalSkip(soakPods > 0 ? undefined : 'set PLEXUS_DS_SOAK_PODS=500 to run') },
+    async () => {
+      assert.ok(dsPodBefore, 'the DaemonSet is Ready');
       await deleteTestPods();
-    }
-    const metrics = (await getHttp(PROBE_PORT, '/metrics')).body;
-    const rss = Number(/^process_resident_memory_bytes (\d+)/m.exec(metrics)?.[1]);
-    process.stdout.write(`# plexusd RSS in the pod after ${soakPods + 52} pod creations (all deleted): ${(rss / 1048576).toFixed(1)} MiB\n`);
-    assert.match(metrics, /^plexus_journal_records 0$/m);
-  });
+      for (let made = 0, w = 0; made < soakPods; made += 50, w++) {
+        const names = await node.createPods(Math.min(50, soakPods - made), {
+          namePrefix: `soak${w}-`,
+          annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' },
+          concurrency: 10,
+        });
+        const t = await node.waitAllRunning(names, 300000);
+        assert.equal(t.sandboxFailures, 0, t.failureMessages.join('\n'));
+        await deleteTestPods();
+      }
+      const metrics = (await getHttp(PROBE_PORT, '/metrics')).body;
+      const rss = Number(/^process_resident_memory_bytes (\d+)/m.exec(metrics)?.[1]);
+      process.stdout.write(
+        `# plexusd RSS in the pod after ${soakPods + 52} pod creations (all deleted): ${(rss / 1048576).toFixed(1)} MiB\n`,
+      );
+      assert.match(metrics, /^plexus_journal_records 0$/m);
+    },
+  );
 
-  it('deletes every pod with nothing left, and after uninstall new pods get the node\'s own network', async () => {
+  it("deletes every pod with nothing left, and after uninstall new pods get the node's own network", async () => {
     assert.ok(dsPodBefore, 'the DaemonSet is Ready');
     await deleteTestPods();
     const metrics = await getHttp(PROBE_PORT, '/metrics');
     assert.match(metrics.body, /^plexus_journal_records 0$/m);
     const leases = (network: string): string[] => {
       try {
-        return readdirSync(join(PATHS['/var/lib/plexus']!, 'ipam', network)).filter((n) => !n.startsWith('last_reserved') && !n.startsWith('.'));
+        return readdirSync(join(PATHS['/var/lib/plexus']!, 'ipam', network)).filter(
+          (n) => !n.startsWith('last_reserved') && !n.startsWith('.'),
+        );
       } catch {
         return [];
       }
     };
     assert.deepEqual(leases('sec'), []);
-    for (const bridge of [`${prefix}s0`, `${prefix}p0`]) assert.equal(execFileSync('ip', ['-o', 'link', 'show', 'master', bridge], { encoding: 'utf8' }).trim(), '', `ports left on ${bridge}`);
+    for (const bridge of [`${prefix}s0`, `${prefix}p0`])
+      assert.equal(
+        execFileSync('ip', ['-o', 'link', 'show', 'master', bridge], { encoding: 'utf8' }).trim(),
+        '',
+        `ports left on ${bridge}`,
+      );
 
     // Uninstall: the DaemonSet goes, then deploy/uninstall/ gives the node its own config back.
     const primary = join(node.cniConfDir, '10-test.conflist');
@@ -324,23 +541,33 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     for (let i = 0; i < 120 && (await dsPods()).length; i++) await sleep(250);
     let text = readFileSync(join(ROOT, 'deploy/uninstall/plexus-uninstall.yaml'), 'utf8');
     for (const [from, to] of Object.entries(PATHS)) text = text.split(from).join(to);
-    const ds = parseAllDocuments(text)[0]!.toJSON() as Obj & { spec: { template: { spec: { initContainers: { command: string[] }[] } } } };
-    ds.spec.template.spec.initContainers[0]!.command.push('--cni-bin-dir', PATHS['/opt/cni/bin']!, '--cni-conf-dir', PATHS['/etc/cni/net.d']!);
+    const ds = parseAllDocuments(text)[0]!.toJSON() as Obj & {
+      spec: { template: { spec: { initContainers: { command: string[] }[] } } };
+    };
+    ds.spec.template.spec.initContainers[0]!.command.push(
+      '--cni-bin-dir',
+      PATHS['/opt/cni/bin']!,
+      '--cni-conf-dir',
+      PATHS['/etc/cni/net.d']!,
+    );
     assert.equal((await call('POST', collection(ds), ds)).status, 201);
     const deadline = Date.now() + 60000;
     for (;;) {
       const r = await call('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus-uninstall');
       if ((r.body as { status?: { numberReady?: number } }).status?.numberReady === 1) break;
-      assert.ok(Date.now() < deadline, `plexus-uninstall not Ready: ${JSON.stringify((r.body as { status?: unknown }).status)}`);
+      assert.ok(
+        Date.now() < deadline,
+        `plexus-uninstall not Ready: ${JSON.stringify((r.body as { status?: unknown }).status)}`,
+      );
       await sleep(250);
     }
     assert.equal(existsSync(join(node.cniConfDir, '00-plexus.conflist')), false);
     assert.equal(existsSync(join(binDir, 'plexus-cni')), false);
-    assert.deepEqual(readFileSync(primary), primaryBefore, 'the node\'s own config is as it was');
+    assert.deepEqual(readFileSync(primary), primaryBefore, "the node's own config is as it was");
     const names = await node.createPods(2, { namePrefix: 'after-' });
     await node.waitAllRunning(names, 60000);
     const pod = await node.pod('default', names[0]!);
-    assert.match(pod.status?.podIP ?? '', /^10\.231\./, 'eth0 from the node\'s own network');
+    assert.match(pod.status?.podIP ?? '', /^10\.231\./, "eth0 from the node's own network");
     assert.equal(pod.metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'], undefined, 'Plexus is not involved');
     await call('DELETE', '/apis/apps/v1/namespaces/kube-system/daemonsets/plexus-uninstall');
   });

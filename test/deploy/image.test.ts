@@ -33,11 +33,20 @@ describe('the Plexus image', { skip: expectedPrerequisites(containerdMissing(), 
 
   /** Runs one command in a fresh container of the image and returns its exit code and output. */
   const run = (args: readonly string[], env: Record<string, string> = {}): { status: number | null; out: string } =>
-    containerd.ctr(['run', '--rm', ...Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]), NAME, `${prefix}-${n++}`, ...args]);
+    containerd.ctr([
+      'run',
+      '--rm',
+      ...Object.entries(env).flatMap(([k, v]) => ['--env', `${k}=${v}`]),
+      NAME,
+      `${prefix}-${n++}`,
+      ...args,
+    ]);
 
   before(async () => {
     const printed = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--name', NAME, '--out', out], {
-      encoding: 'utf8', env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' }, maxBuffer: 16 << 20,
+      encoding: 'utf8',
+      env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' },
+      maxBuffer: 16 << 20,
     });
     archive = printed.trim().split('\n').at(-1) ?? '';
     containerd = await ContainerdFixture.start();
@@ -55,7 +64,7 @@ describe('the Plexus image', { skip: expectedPrerequisites(containerdMissing(), 
     assert.match(containerd.ctr(['images', 'ls', '-q']).out, new RegExp(NAME.replace(/[.]/g, '\\.')));
   });
 
-  it('runs plexusd --help with the image\'s own Node runtime', () => {
+  it("runs plexusd --help with the image's own Node runtime", () => {
     const r = run(['/usr/local/bin/plexusd', '--help']);
     assert.equal(r.status, 0, r.out);
     assert.match(r.out, /^usage: plexusd/);
@@ -72,20 +81,31 @@ describe('the Plexus image', { skip: expectedPrerequisites(containerdMissing(), 
 
   it('answers CNI VERSION from the shim', () => {
     // ctr keeps the container's stdin open, and the shim reads its config to the end first.
-    const r = run(['/bin/sh', '-c', 'plexus-cni </dev/null'], { CNI_COMMAND: 'VERSION', PLEXUS_SOCKET: '/nonexistent.sock' });
+    const r = run(['/bin/sh', '-c', 'plexus-cni </dev/null'], {
+      CNI_COMMAND: 'VERSION',
+      PLEXUS_SOCKET: '/nonexistent.sock',
+    });
     assert.equal(r.status, 0, r.out);
     const reply = JSON.parse(r.out) as { supportedVersions: string[] };
     assert.ok(reply.supportedVersions.includes('1.0.0'), r.out);
   });
 
   it('loads libc through koffi, as the kernel worker does', () => {
-    const r = run(['/usr/bin/node', '-e', "const k=require('/opt/plexus/node_modules/koffi');const libc=k.load('libc.so.6');process.stdout.write(String(libc.func('int getpid()')()>0))"]);
+    const r = run([
+      '/usr/bin/node',
+      '-e',
+      "const k=require('/opt/plexus/node_modules/koffi');const libc=k.load('libc.so.6');process.stdout.write(String(libc.func('int getpid()')()>0))",
+    ]);
     assert.equal(r.status, 0, r.out);
     assert.equal(r.out.trim(), 'true');
   });
 
   it('has a shell for debugging and nothing for building', () => {
-    const r = run(['/bin/sh', '-c', 'ls /opt/plexus /opt/plexus/node_modules /opt/plexus/dist; test -e /opt/plexus/node_modules/typescript && echo HAS-TS; test -e /opt/plexus/dist/test && echo HAS-TESTS; echo done']);
+    const r = run([
+      '/bin/sh',
+      '-c',
+      'ls /opt/plexus /opt/plexus/node_modules /opt/plexus/dist; test -e /opt/plexus/node_modules/typescript && echo HAS-TS; test -e /opt/plexus/dist/test && echo HAS-TESTS; echo done',
+    ]);
     assert.equal(r.status, 0, r.out);
     assert.match(r.out, /done/);
     assert.doesNotMatch(r.out, /HAS-TS|HAS-TESTS/);

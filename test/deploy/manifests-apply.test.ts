@@ -16,7 +16,10 @@ import { k8sBinary, k8sMissing, k8sOlderThan, KubeApiFixture } from '../support/
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const kubectl = k8sBinary('kubectl');
-const skip = expectedPrerequisites(k8sMissing(), kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.35/bin)');
+const skip = expectedPrerequisites(
+  k8sMissing(),
+  kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.35/bin)',
+);
 
 /**
  * What an install applies, in its order: the CRDs first, then deploy/ itself; the uninstall DaemonSet on its own; the
@@ -26,7 +29,10 @@ const draTooOld = k8sBinary('kube-apiserver') ? k8sOlderThan('1.34') : undefined
 const DIRS = ['deploy/crds', 'deploy', 'deploy/uninstall', ...(draTooOld ? [] : ['deploy/dra'])];
 
 const filesOf = (dir: string): string[] =>
-  readdirSync(join(ROOT, dir)).filter((f) => f.endsWith('.yaml')).sort().map((f) => join(ROOT, dir, f));
+  readdirSync(join(ROOT, dir))
+    .filter((f) => f.endsWith('.yaml'))
+    .sort()
+    .map((f) => join(ROOT, dir, f));
 
 /**
  * Where `stored` differs from `wanted` (the file's object): every field the file sets must be stored with that value;
@@ -35,16 +41,23 @@ const filesOf = (dir: string): string[] =>
 function differences(wanted: unknown, stored: unknown, path = ''): string[] {
   if (Array.isArray(wanted)) {
     if (!Array.isArray(stored)) return [`${path}: the file has a list, the server ${JSON.stringify(stored)}`];
-    if (stored.length !== wanted.length) return [`${path}: the file has ${wanted.length} items, the server ${stored.length}`];
+    if (stored.length !== wanted.length)
+      return [`${path}: the file has ${wanted.length} items, the server ${stored.length}`];
     return wanted.flatMap((w, i) => differences(w, stored[i], `${path}[${i}]`));
   }
   if (wanted !== null && typeof wanted === 'object') {
-    if (stored === null || typeof stored !== 'object' || Array.isArray(stored)) return [`${path}: the file has an object, the server ${JSON.stringify(stored)}`];
+    if (stored === null || typeof stored !== 'object' || Array.isArray(stored))
+      return [`${path}: the file has an object, the server ${JSON.stringify(stored)}`];
     const kept = stored as Record<string, unknown>;
     return Object.entries(wanted).flatMap(([k, w]) =>
-      k in kept ? differences(w, kept[k], `${path}.${k}`) : [`${path}.${k}: in the file (${JSON.stringify(w)}), not stored`]);
+      k in kept
+        ? differences(w, kept[k], `${path}.${k}`)
+        : [`${path}.${k}: in the file (${JSON.stringify(w)}), not stored`],
+    );
   }
-  return wanted === stored ? [] : [`${path}: the file says ${JSON.stringify(wanted)}, the server stored ${JSON.stringify(stored)}`];
+  return wanted === stored
+    ? []
+    : [`${path}: the file says ${JSON.stringify(wanted)}, the server stored ${JSON.stringify(stored)}`];
 }
 
 /** Paths of null values: deploy/ never means one, but a plain scalar with ", " in a flow mapping makes one. */
@@ -55,8 +68,13 @@ const nulls = (v: unknown, path = ''): string[] => {
 };
 
 it('has no null field in any manifest of deploy/ (a flow mapping cut by an unquoted comma)', () => {
-  const found = [...DIRS, 'deploy/dra'].flatMap(filesOf).flatMap((file) =>
-    parseAllDocuments(readFileSync(file, 'utf8')).flatMap((d) => nulls(d.toJSON()).map((p) => `${file.slice(ROOT.length + 1)}: ${p}`)));
+  const found = [...DIRS, 'deploy/dra']
+    .flatMap(filesOf)
+    .flatMap((file) =>
+      parseAllDocuments(readFileSync(file, 'utf8')).flatMap((d) =>
+        nulls(d.toJSON()).map((p) => `${file.slice(ROOT.length + 1)}: ${p}`),
+      ),
+    );
   assert.deepEqual(found, []);
 });
 
@@ -73,7 +91,10 @@ describe('deploy/ applied twice with kubectl on a real API server, strict field 
   });
 
   const run = (...args: string[]): { ok: boolean; output: string } => {
-    const r = spawnSync(kubectl!, ['--kubeconfig', api.kubeconfig, '--cache-dir', cache, ...args], { encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(kubectl!, ['--kubeconfig', api.kubeconfig, '--cache-dir', cache, ...args], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     return { ok: r.status === 0, output: `${r.stdout}${r.stderr}` };
   };
 
@@ -89,12 +110,18 @@ describe('deploy/ applied twice with kubectl on a real API server, strict field 
   const storedMatchesFiles = (): void => {
     const found: string[] = [];
     for (const file of DIRS.flatMap(filesOf)) {
-      const wanted = parseAllDocuments(readFileSync(file, 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { name: string } });
+      const wanted = parseAllDocuments(readFileSync(file, 'utf8')).map(
+        (d) => d.toJSON() as { kind: string; metadata: { name: string } },
+      );
       const got = run('get', '-o', 'json', '-f', file);
       assert.ok(got.ok, `kubectl get -f ${file}:\n${got.output}`);
       const items = (JSON.parse(got.output) as { items?: unknown[] }).items ?? [JSON.parse(got.output)];
       assert.equal(items.length, wanted.length, `${file}: ${wanted.length} objects in the file, ${items.length} found`);
-      wanted.forEach((w, i) => found.push(...differences(w, items[i]).map((d) => `${file.slice(ROOT.length + 1)} ${w.kind}/${w.metadata.name}${d}`)));
+      wanted.forEach((w, i) =>
+        found.push(
+          ...differences(w, items[i]).map((d) => `${file.slice(ROOT.length + 1)} ${w.kind}/${w.metadata.name}${d}`),
+        ),
+      );
     }
     assert.deepEqual(found, []);
   };

@@ -11,7 +11,13 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
-import { devicePluginPackage, serviceOf, unixTarget, type Device, type ListAndWatchResponse } from '../../src/deviceplugin/api';
+import {
+  devicePluginPackage,
+  serviceOf,
+  unixTarget,
+  type Device,
+  type ListAndWatchResponse,
+} from '../../src/deviceplugin/api';
 import type { MemifResource } from '../../src/deviceplugin/config';
 import { KUBELET_SOCKET, ResourcePlugin } from '../../src/deviceplugin/plugin-server';
 import { HostDevicePool, MemifDevices } from '../../src/deviceplugin/resources';
@@ -32,9 +38,14 @@ const healthOf = (devices: readonly Device[]): string[] => devices.map((d) => `$
 describe('devices DRA holds are not offered by the device plugin', () => {
   it('a host device prepared for a claim is Unhealthy until unprepared, and each change is announced', async () => {
     const { held, heldByDra } = heldSet();
-    const pool = new HostDevicePool({ name: 'plexus.io/nic', kind: 'host-device', devices: ['lo'] }, {
-      deviceInfoDir: freshDir(), healthIntervalMs: 20, heldByDra,
-    });
+    const pool = new HostDevicePool(
+      { name: 'plexus.io/nic', kind: 'host-device', devices: ['lo'] },
+      {
+        deviceInfoDir: freshDir(),
+        healthIntervalMs: 20,
+        heldByDra,
+      },
+    );
     let changes = 0;
     const stop = pool.watch(() => changes++);
     try {
@@ -53,9 +64,13 @@ describe('devices DRA holds are not offered by the device plugin', () => {
 
   it('a host device DRA holds is refused by Allocate, naming the device and DRA; another of the pool is allocated', () => {
     const { held, heldByDra } = heldSet();
-    const pool = new HostDevicePool({ name: 'plexus.io/nic', kind: 'host-device', devices: ['lo', 'plexusnone9'] }, {
-      deviceInfoDir: freshDir(), heldByDra,
-    });
+    const pool = new HostDevicePool(
+      { name: 'plexus.io/nic', kind: 'host-device', devices: ['lo', 'plexusnone9'] },
+      {
+        deviceInfoDir: freshDir(),
+        heldByDra,
+      },
+    );
     held.add('plexus.io/nic lo');
     const refused = pool.allocate(['lo']);
     assert.ok(!refused.ok);
@@ -66,7 +81,12 @@ describe('devices DRA holds are not offered by the device plugin', () => {
   it('a memif device DRA holds is Unhealthy and refused; the others stay offered', async () => {
     const { held, heldByDra } = heldSet();
     const config: MemifResource = {
-      name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), containerPath: '/run/memif', mode: 'ethernet',
+      name: 'plexus.io/memif',
+      kind: 'memif',
+      count: 2,
+      socketDir: freshDir(),
+      containerPath: '/run/memif',
+      mode: 'ethernet',
       healthFromSwitch: false,
     };
     const memif = new MemifDevices(config, { deviceInfoDir: freshDir(), healthIntervalMs: 20, heldByDra });
@@ -83,20 +103,27 @@ describe('devices DRA holds are not offered by the device plugin', () => {
     }
   });
 
-  it('ListAndWatch on the plugin\'s socket streams the held device as Unhealthy, then Healthy once it is freed', async () => {
+  it("ListAndWatch on the plugin's socket streams the held device as Unhealthy, then Healthy once it is freed", async () => {
     const dir = freshDir();
     writeFileSync(join(dir, KUBELET_SOCKET), ''); // never dialled: the test reads the plugin's own socket
     const { held, heldByDra } = heldSet();
-    const pool = new HostDevicePool({ name: 'plexus.io/nic', kind: 'host-device', devices: ['lo'] }, {
-      deviceInfoDir: freshDir(), healthIntervalMs: 20, heldByDra,
-    });
+    const pool = new HostDevicePool(
+      { name: 'plexus.io/nic', kind: 'host-device', devices: ['lo'] },
+      {
+        deviceInfoDir: freshDir(),
+        healthIntervalMs: 20,
+        heldByDra,
+      },
+    );
     const plugin = new ResourcePlugin(pool, dir, pino({ level: 'silent' }), {}, 60_000);
     await plugin.start();
     const Client = serviceOf(devicePluginPackage(), 'DevicePlugin');
     const client = new Client(unixTarget(plugin.socketPath), grpc.credentials.createInsecure());
     const seen: string[][] = [];
     try {
-      const lister = client as unknown as { ListAndWatch(req: object): grpc.ClientReadableStream<ListAndWatchResponse> };
+      const lister = client as unknown as {
+        ListAndWatch(req: object): grpc.ClientReadableStream<ListAndWatchResponse>;
+      };
       const watch = lister.ListAndWatch({});
       watch.on('data', (r: ListAndWatchResponse) => seen.push(healthOf(r.devices ?? [])));
       watch.on('error', () => undefined);

@@ -18,12 +18,16 @@ after(() => rmSync(root, { recursive: true, force: true }));
 let n = 0;
 
 const POD: PodResources = {
-  name: 'p', namespace: 'default',
+  name: 'p',
+  namespace: 'default',
   containers: [{ name: 'c', devices: [{ resource_name: 'plexus.io/testnic', device_ids: ['nic1'] }] }],
 };
 
 /** A pod-resources server whose List answers what `answer` says at that moment. */
-async function kubelet(socket: string, answer: () => PodResources[]): Promise<{ lists: () => number; stop: () => Promise<void> }> {
+async function kubelet(
+  socket: string,
+  answer: () => PodResources[],
+): Promise<{ lists: () => number; stop: () => Promise<void> }> {
   let lists = 0;
   const server = new grpc.Server();
   server.addService(serviceOf(podResourcesPackage(), 'PodResourcesLister').service, {
@@ -32,7 +36,9 @@ async function kubelet(socket: string, answer: () => PodResources[]): Promise<{ 
       done(null, { pod_resources: answer() });
     },
   });
-  await new Promise<void>((ok, fail) => server.bindAsync(unixTarget(socket), grpc.ServerCredentials.createInsecure(), (e) => (e ? fail(e) : ok())));
+  await new Promise<void>((ok, fail) =>
+    server.bindAsync(unixTarget(socket), grpc.ServerCredentials.createInsecure(), (e) => (e ? fail(e) : ok())),
+  );
   return { lists: () => lists, stop: () => new Promise((r) => server.tryShutdown(() => r())) };
 }
 
@@ -57,7 +63,9 @@ describe('pod-resources after a kubelet restart', () => {
     const socket = join(root, `k${n++}.sock`);
     const client = new PodResourcesClient(socket, { relistMs: 50 });
     let server: Awaited<ReturnType<typeof kubelet>> | undefined;
-    const late = new Promise<void>((r) => setTimeout(() => void kubelet(socket, () => [POD]).then((s) => ((server = s), r())), 500));
+    const late = new Promise<void>((r) =>
+      setTimeout(() => void kubelet(socket, () => [POD]).then((s) => ((server = s), r())), 500),
+    );
     try {
       const got = await client.devicesOf('default', 'p');
       assert.ok(got.ok, got.ok ? '' : got.error.message);
@@ -96,7 +104,10 @@ describe('pod-resources after a kubelet restart', () => {
       const took = Date.now() - t0;
       assert.ok(!got.ok);
       assert.equal(got.error.code, CniCode.TryAgainLater);
-      assert.match(got.error.message, /the kubelet does not list pod default\/gone in pod-resources \(List on .*k\d+\.sock, asked for 0\.\d+ s\)/);
+      assert.match(
+        got.error.message,
+        /the kubelet does not list pod default\/gone in pod-resources \(List on .*k\d+\.sock, asked for 0\.\d+ s\)/,
+      );
       assert.match(got.error.details, /restarted/);
       assert.ok(took >= 600 && took < 2000, `bounded: ${took} ms`);
       assert.ok(server.lists() >= 4, `asked again: ${server.lists()} Lists`);
@@ -112,7 +123,10 @@ describe('pod-resources after a kubelet restart', () => {
       const got = await client.devicesOf('default', 'p');
       assert.ok(!got.ok);
       assert.equal(got.error.code, CniCode.TryAgainLater);
-      assert.match(got.error.message, /does not list pod default\/p .*: cannot ask the kubelet which devices pods have/);
+      assert.match(
+        got.error.message,
+        /does not list pod default\/p .*: cannot ask the kubelet which devices pods have/,
+      );
     } finally {
       client.close();
     }

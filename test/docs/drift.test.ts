@@ -21,7 +21,12 @@ function tableRows(text: string, header: string): string[][] {
   const rows: string[][] = [];
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith('|')) break;
-    rows.push(line.split('|').slice(1, -1).map((cell) => cell.trim()));
+    rows.push(
+      line
+        .split('|')
+        .slice(1, -1)
+        .map((cell) => cell.trim()),
+    );
   }
   return rows;
 }
@@ -40,7 +45,9 @@ const sorted = (names: Iterable<string>): string[] => [...new Set(names)].sort()
 
 describe('docs/configuration.md flag table', () => {
   const rows = tableRows(read('docs/configuration.md'), '| Flag | Key | Default | Meaning |');
-  const documented = new Map(rows.map(([flag, key]) => [/^`(--[a-z-]+)/.exec(flag ?? '')?.[1] ?? flag ?? '', key ?? '']));
+  const documented = new Map(
+    rows.map(([flag, key]) => [/^`(--[a-z-]+)/.exec(flag ?? '')?.[1] ?? flag ?? '', key ?? '']),
+  );
 
   it('lists every flag plexusd takes, and only those', () => {
     assert.deepEqual(sorted(documented.keys()), sorted([...Object.keys(FLAGS), '--config']));
@@ -48,7 +55,10 @@ describe('docs/configuration.md flag table', () => {
 
   it('names the config-file key each flag sets', () => {
     const wrong = Object.entries(FLAGS).filter(([flag, key]) => documented.get(flag) !== `\`${key}\``);
-    assert.deepEqual(wrong.map(([flag, key]) => `${flag} sets ${key}, documented as ${documented.get(flag)}`), []);
+    assert.deepEqual(
+      wrong.map(([flag, key]) => `${flag} sets ${key}, documented as ${documented.get(flag)}`),
+      [],
+    );
   });
 });
 
@@ -56,7 +66,10 @@ describe('lists of native network types', () => {
   const registered = sorted(new DriverRegistry().types());
 
   it('the registry has the types the docs were written for (a guard on this test itself)', () => {
-    assert.ok(registered.includes('bridge') && registered.includes('ptp') && registered.includes('memif'), registered.join(', '));
+    assert.ok(
+      registered.includes('bridge') && registered.includes('ptp') && registered.includes('memif'),
+      registered.join(', '),
+    );
   });
 
   it('docs/configuration.md: "How a network is run"', () => {

@@ -70,7 +70,10 @@ function layerTable(): Map<string, Layer> {
   const table = new Map<string, Layer>();
   for (const row of lines.slice(start + 2)) {
     if (!row.startsWith('|')) break;
-    const [floor = '', folder = '', may = ''] = row.split('|').slice(1).map((cell) => cell.trim());
+    const [floor = '', folder = '', may = ''] = row
+      .split('|')
+      .slice(1)
+      .map((cell) => cell.trim());
     const name = folder.replace(/`/g, '').replace(/^src\//, '');
     const mayImport = new Set(may === '—' ? [] : may.split(',').map((m) => m.trim()));
     assert.ok(!table.has(name), `the layer table names src/${name} once`);
@@ -140,15 +143,26 @@ describe('the layers of docs/architecture.md', () => {
 
   it('reads the imports it checks (a guard on this test itself)', () => {
     const ofServe = imports.filter((i) => i.from === 'src/node/serve.ts');
-    assert.ok(ofServe.some((i) => folderOf(i.to) === 'engine'), 'node/serve.ts imports engine');
+    assert.ok(
+      ofServe.some((i) => folderOf(i.to) === 'engine'),
+      'node/serve.ts imports engine',
+    );
     const ofCluster = imports.filter((i) => i.from === 'src/node/cluster.ts');
-    assert.ok(ofCluster.some((i) => i.to === 'src/node/node-lease.ts'), 'dynamic imports are read (only one names node-lease)');
+    assert.ok(
+      ofCluster.some((i) => i.to === 'src/node/node-lease.ts'),
+      'dynamic imports are read (only one names node-lease)',
+    );
   });
 
   it('names every folder of src/, and only those', () => {
     const folders = readdirSync(SRC).filter((name) => statSync(join(SRC, name)).isDirectory());
     assert.deepEqual([...table.keys()].sort(), folders.sort());
-    assert.deepEqual(sourceFiles(SRC).map((f) => relative(ROOT, f)).filter((f) => folderOf(f) === '(src itself)'), []);
+    assert.deepEqual(
+      sourceFiles(SRC)
+        .map((f) => relative(ROOT, f))
+        .filter((f) => folderOf(f) === '(src itself)'),
+      [],
+    );
   });
 
   it('lets each folder import only folders on lower floors', () => {
@@ -175,10 +189,16 @@ describe('the layers of docs/architecture.md', () => {
 
   it('has no circle between folders', () => {
     const floor = (path: string): number => table.get(folderOf(path))?.floor ?? Infinity;
-    assert.deepEqual(describeCircles(imports, folderOf, (i) => floor(i.to) >= floor(i.from)), []);
+    assert.deepEqual(
+      describeCircles(imports, folderOf, (i) => floor(i.to) >= floor(i.from)),
+      [],
+    );
   });
 
   it('has no circle between files', () => {
-    assert.deepEqual(describeCircles(imports, (path) => path), []);
+    assert.deepEqual(
+      describeCircles(imports, (path) => path),
+      [],
+    );
   });
 });

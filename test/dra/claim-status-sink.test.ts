@@ -12,13 +12,21 @@ import type { ClaimedNetworkDevice } from '../../src/engine/claims';
 import type { ApiFailure, KubeApiClient } from '../../src/k8s/api-client';
 import { err, ok, type Result } from '../../src/common/result';
 
-interface Sent { path: string; devices: { device: string; networkData?: unknown; conditions: { status: string; message: string }[] }[] }
+interface Sent {
+  path: string;
+  devices: { device: string; networkData?: unknown; conditions: { status: string; message: string }[] }[];
+}
 
 /** Answers each request with the next of `answers` (then 200), keeping what was sent. */
 function fakeApi(answers: number[] = []): { client: KubeApiClient; sent: Sent[] } {
   const sent: Sent[] = [];
   const client = {
-    request: (_method: string, path: string, _resource: string, options: { body: { status: { devices: Sent['devices'] } } }): Promise<Result<unknown, ApiFailure>> => {
+    request: (
+      _method: string,
+      path: string,
+      _resource: string,
+      options: { body: { status: { devices: Sent['devices'] } } },
+    ): Promise<Result<unknown, ApiFailure>> => {
       sent.push({ path, devices: options.body.status.devices });
       const status = answers.shift() ?? 200;
       return Promise.resolve(status === 200 ? ok({}) : err({ status, message: `HTTP ${status}` }));
@@ -28,8 +36,14 @@ function fakeApi(answers: number[] = []): { client: KubeApiClient; sent: Sent[] 
 }
 
 const device = (claim: string, name: string): ClaimedNetworkDevice => ({
-  claim: { namespace: 'ns', name: claim, uid: `uid-${claim}` }, request: 'nic', pool: 'n1/plexus.io/nic', device: name,
-  resourceName: 'plexus.io/nic', kind: 'host-device', deviceID: name, network: { namespace: 'ns', name: 'fast' },
+  claim: { namespace: 'ns', name: claim, uid: `uid-${claim}` },
+  request: 'nic',
+  pool: 'n1/plexus.io/nic',
+  device: name,
+  resourceName: 'plexus.io/nic',
+  kind: 'host-device',
+  deviceID: name,
+  network: { namespace: 'ns', name: 'fast' },
 });
 const pod = { namespace: 'ns', name: 'p', uid: 'pod-1' };
 const silent = pino({ level: 'silent' });
@@ -40,19 +54,33 @@ describe('the claim status sink', () => {
     const { client, sent } = fakeApi();
     const sink = new ClaimStatusSink(client, silent, fast);
     sink.settled(pod, [
-      { device: device('a', 'eth1'), attached: { interfaceName: 'net1', ips: ['10.1.0.5/24'], mac: '02:00:00:00:00:05' } },
+      {
+        device: device('a', 'eth1'),
+        attached: { interfaceName: 'net1', ips: ['10.1.0.5/24'], mac: '02:00:00:00:00:05' },
+      },
       { device: device('b', 'eth2'), error: 'attaching network ns/fast as net2: no such device' },
     ]);
     await sink.idle();
-    assert.deepEqual(sent.map((s) => s.path.split('?')[0]), [
-      '/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a/status', '/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/b/status',
-    ]);
-    assert.deepEqual(sent[0]!.devices[0]!.networkData, { interfaceName: 'net1', ips: ['10.1.0.5/24'], hardwareAddress: '02:00:00:00:00:05' });
+    assert.deepEqual(
+      sent.map((s) => s.path.split('?')[0]),
+      [
+        '/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a/status',
+        '/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/b/status',
+      ],
+    );
+    assert.deepEqual(sent[0]!.devices[0]!.networkData, {
+      interfaceName: 'net1',
+      ips: ['10.1.0.5/24'],
+      hardwareAddress: '02:00:00:00:00:05',
+    });
     assert.equal(sent[0]!.devices[0]!.conditions[0]!.status, 'True');
     assert.equal(sent[1]!.devices[0]!.networkData, undefined);
-    assert.deepEqual(sent[1]!.devices[0]!.conditions.map((c) => [c.status, c.message]), [['False', 'attaching network ns/fast as net2: no such device']]);
+    assert.deepEqual(
+      sent[1]!.devices[0]!.conditions.map((c) => [c.status, c.message]),
+      [['False', 'attaching network ns/fast as net2: no such device']],
+    );
   });
-  it('released: an empty apply per claim removes plexusd\'s entries', async () => {
+  it("released: an empty apply per claim removes plexusd's entries", async () => {
     const { client, sent } = fakeApi();
     const sink = new ClaimStatusSink(client, silent, fast);
     sink.released(pod, [device('a', 'eth1'), device('a', 'eth3')]);
@@ -72,23 +100,43 @@ describe('the claim status sink', () => {
     await sink2.idle();
     assert.equal(gone.sent.length, 1, 'not retried');
   });
-  it('an apply refused as a change of status.allocation: the claim is read and its status PUT, others\' entries kept', async () => {
+  it("an apply refused as a change of status.allocation: the claim is read and its status PUT, others' entries kept", async () => {
     const calls: { method: string; body?: { status?: { devices?: { driver: string }[] }; metadata?: unknown } }[] = [];
-    const live = { metadata: { name: 'a', namespace: 'ns', resourceVersion: '7' }, status: { allocation: {}, devices: [{ driver: 'other.example.com' }, { driver: 'plexus.io' }] } };
+    const live = {
+      metadata: { name: 'a', namespace: 'ns', resourceVersion: '7' },
+      status: { allocation: {}, devices: [{ driver: 'other.example.com' }, { driver: 'plexus.io' }] },
+    };
     const client = {
-      request: (method: string, _path: string, _resource: string, options: { body?: never } = {}): Promise<Result<unknown, ApiFailure>> => {
+      request: (
+        method: string,
+        _path: string,
+        _resource: string,
+        options: { body?: never } = {},
+      ): Promise<Result<unknown, ApiFailure>> => {
         calls.push({ method, ...(options.body ? { body: options.body } : {}) });
-        if (method === 'PATCH') return Promise.resolve(err({ status: 422, message: 'ResourceClaim "a" is invalid: status.allocation: Invalid value: ...: field is immutable' }));
+        if (method === 'PATCH')
+          return Promise.resolve(
+            err({
+              status: 422,
+              message: 'ResourceClaim "a" is invalid: status.allocation: Invalid value: ...: field is immutable',
+            }),
+          );
         return Promise.resolve(ok(method === 'GET' ? live : {}));
       },
     } as unknown as KubeApiClient;
     const sink = new ClaimStatusSink(client, silent, fast);
     sink.settled(pod, [{ device: device('a', 'eth1'), attached: { interfaceName: 'net1', ips: [] } }]);
     await sink.idle();
-    assert.deepEqual(calls.map((c) => c.method), ['PATCH', 'GET', 'PUT']);
+    assert.deepEqual(
+      calls.map((c) => c.method),
+      ['PATCH', 'GET', 'PUT'],
+    );
     const put = calls[2]!.body!;
     assert.deepEqual(put.metadata, live.metadata, 'with the resourceVersion read');
-    assert.deepEqual(put.status!.devices!.map((d) => d.driver), ['other.example.com', 'plexus.io']);
+    assert.deepEqual(
+      put.status!.devices!.map((d) => d.driver),
+      ['other.example.com', 'plexus.io'],
+    );
   });
   it('a newer status of a claim supersedes an older one still retrying', async () => {
     const { client, sent } = fakeApi([503]);
@@ -96,6 +144,10 @@ describe('the claim status sink', () => {
     sink.settled(pod, [{ device: device('a', 'eth1'), error: 'first' }]);
     sink.settled(pod, [{ device: device('a', 'eth1'), attached: { interfaceName: 'net1', ips: [] } }]);
     await sink.idle();
-    assert.deepEqual(sent.map((s) => s.devices[0]!.conditions[0]!.status), ['False', 'True'], 'the failed first write is not sent again');
+    assert.deepEqual(
+      sent.map((s) => s.devices[0]!.conditions[0]!.status),
+      ['False', 'True'],
+      'the failed first write is not sent again',
+    );
   });
 });

@@ -12,7 +12,12 @@ import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
 import { offers, parseResources } from '../../src/deviceplugin/config';
-import { loadDraServices, SUPPORTED_SERVICES, type NodePrepareResourcesResponse, type PluginInfo } from '../../src/dra/api';
+import {
+  loadDraServices,
+  SUPPORTED_SERVICES,
+  type NodePrepareResourcesResponse,
+  type PluginInfo,
+} from '../../src/dra/api';
 import { configForRequest, parseClaimConfig } from '../../src/dra/claim-config';
 import type { ClaimReader, ResourceClaim } from '../../src/dra/claims-api';
 import { ATTRIBUTES, deviceName, DraInventory } from '../../src/dra/devices';
@@ -73,19 +78,40 @@ describe('the DRA protos on the wire', () => {
   });
   it('NodePrepareResourcesResponse: a map by claim UID of {devices = 1, error = 2}, Device pool = 2, name = 3', () => {
     const encode = services.draPlugin.v1.NodePrepareResources!.responseSerialize;
-    const bytes = encode({ claims: { u1: { devices: [{ request_names: ['r'], pool_name: 'p', device_name: 'd', cdi_device_ids: [] }], error: '' } } });
+    const bytes = encode({
+      claims: {
+        u1: { devices: [{ request_names: ['r'], pool_name: 'p', device_name: 'd', cdi_device_ids: [] }], error: '' },
+      },
+    });
     const device = Buffer.concat([ld(1, 'r'), ld(2, 'p'), ld(3, 'd')]);
     // grpc-js's encoder writes the value's empty error string too (field 2, length 0): the same on the wire for Go.
     assert.deepEqual(bytes, ld(1, Buffer.concat([ld(1, 'u1'), ld(2, Buffer.concat([ld(1, device), ld(2, '')]))])));
   });
   it('PluginInfo: type = 1, name = 2, endpoint = 3, supported_versions = 4', () => {
-    const bytes = services.registration.GetInfo!.responseSerialize({ type: 'DRAPlugin', name: 'plexus.io', endpoint: '/s', supported_versions: ['v1.DRAPlugin'] });
-    assert.deepEqual(bytes, Buffer.concat([ld(1, 'DRAPlugin'), ld(2, 'plexus.io'), ld(3, '/s'), ld(4, 'v1.DRAPlugin')]));
+    const bytes = services.registration.GetInfo!.responseSerialize({
+      type: 'DRAPlugin',
+      name: 'plexus.io',
+      endpoint: '/s',
+      supported_versions: ['v1.DRAPlugin'],
+    });
+    assert.deepEqual(
+      bytes,
+      Buffer.concat([ld(1, 'DRAPlugin'), ld(2, 'plexus.io'), ld(3, '/s'), ld(4, 'v1.DRAPlugin')]),
+    );
   });
-  it('the gRPC paths are the kubelet\'s', () => {
-    assert.equal(services.draPlugin.v1.NodePrepareResources!.path, '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources');
-    assert.equal(services.draPlugin.v1beta1.NodeUnprepareResources!.path, '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources');
-    assert.equal(services.registration.NotifyRegistrationStatus!.path, '/pluginregistration.Registration/NotifyRegistrationStatus');
+  it("the gRPC paths are the kubelet's", () => {
+    assert.equal(
+      services.draPlugin.v1.NodePrepareResources!.path,
+      '/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources',
+    );
+    assert.equal(
+      services.draPlugin.v1beta1.NodeUnprepareResources!.path,
+      '/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources',
+    );
+    assert.equal(
+      services.registration.NotifyRegistrationStatus!.path,
+      '/pluginregistration.Registration/NotifyRegistrationStatus',
+    );
   });
 });
 
@@ -94,11 +120,18 @@ describe('devices and their attributes', () => {
     assert.equal(deviceName('eth3'), 'eth3');
     assert.match(deviceName('0000:3B:00.1'), /^pci-0000-3b-00-1-[0-9a-f]{6}$/);
     assert.notEqual(deviceName('eth.1'), deviceName('eth_1'));
-    for (const name of [deviceName('0000:3b:00.1'), deviceName('Eth_1'), deviceName('x'.repeat(15))]) assert.match(name, /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/);
+    for (const name of [deviceName('0000:3b:00.1'), deviceName('Eth_1'), deviceName('x'.repeat(15))])
+      assert.match(name, /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/);
   });
   it('sysfs gives a PCI NIC its address, PCIe root, NUMA node and interface name, by name or by address', () => {
     const sys = fakeSysfs();
-    const want = { present: true, interfaceName: 'ens1f1', pciAddress: '0000:3b:00.1', pcieRoot: 'pci0000:3a', numaNode: 1 };
+    const want = {
+      present: true,
+      interfaceName: 'ens1f1',
+      pciAddress: '0000:3b:00.1',
+      pcieRoot: 'pci0000:3a',
+      numaNode: 1,
+    };
     assert.deepEqual(hostDeviceFacts('ens1f1', sys), want);
     assert.deepEqual(hostDeviceFacts('0000:3b:00.1', sys), want);
     assert.deepEqual(hostDeviceFacts('veth7', sys), { present: true, interfaceName: 'veth7' });
@@ -106,44 +139,79 @@ describe('devices and their attributes', () => {
   });
   it('the inventory publishes present devices and held ones, with the Multus attributes', () => {
     const sys = fakeSysfs();
-    const parsed = parseResources({ resources: [
-      { name: 'plexus.io/nic', kind: 'host-device', devices: ['ens1f1', 'gone0'], offer: ['dra'] },
-      { name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['device-plugin', 'dra'] },
-      { name: 'plexus.io/dp-only', kind: 'memif', count: 1 },
-    ] });
+    const parsed = parseResources({
+      resources: [
+        { name: 'plexus.io/nic', kind: 'host-device', devices: ['ens1f1', 'gone0'], offer: ['dra'] },
+        { name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['device-plugin', 'dra'] },
+        { name: 'plexus.io/dp-only', kind: 'memif', count: 1 },
+      ],
+    });
     assert.ok(parsed.ok);
     const inventory = new DraInventory(parsed.value, { nodeName: 'n1', sysfsRoot: sys });
     const [nic, memif] = inventory.pools();
     assert.equal(inventory.pools().length, 2, 'the device-plugin-only resource is not a DRA pool');
     assert.equal(nic!.name, 'n1/plexus.io/nic');
-    assert.deepEqual(nic!.devices.map((d) => d.name), ['ens1f1']);
+    assert.deepEqual(
+      nic!.devices.map((d) => d.name),
+      ['ens1f1'],
+    );
     assert.deepEqual(nic!.devices[0]!.attributes, {
-      [ATTRIBUTES.kind]: { string: 'host-device' }, [ATTRIBUTES.resourceName]: { string: 'plexus.io/nic' }, [ATTRIBUTES.deviceID]: { string: 'ens1f1' },
-      [ATTRIBUTES.interfaceName]: { string: 'ens1f1' }, [ATTRIBUTES.pciAddress]: { string: '0000:3b:00.1' },
-      [ATTRIBUTES.pcieRoot]: { string: 'pci0000:3a' }, [ATTRIBUTES.numaNode]: { int: 1 },
+      [ATTRIBUTES.kind]: { string: 'host-device' },
+      [ATTRIBUTES.resourceName]: { string: 'plexus.io/nic' },
+      [ATTRIBUTES.deviceID]: { string: 'ens1f1' },
+      [ATTRIBUTES.interfaceName]: { string: 'ens1f1' },
+      [ATTRIBUTES.pciAddress]: { string: '0000:3b:00.1' },
+      [ATTRIBUTES.pcieRoot]: { string: 'pci0000:3a' },
+      [ATTRIBUTES.numaNode]: { int: 1 },
     });
-    assert.deepEqual(inventory.pools((_p, d) => d === 'gone0')[0]!.devices.map((d) => d.name), ['ens1f1', 'gone0'], 'held by a claim: still published');
-    assert.deepEqual(memif!.devices.map((d) => [d.name, d.attributes[ATTRIBUTES.deviceID]]), [['memif0', { string: 'memif0' }], ['memif1', { string: 'memif1' }]]);
+    assert.deepEqual(
+      inventory.pools((_p, d) => d === 'gone0')[0]!.devices.map((d) => d.name),
+      ['ens1f1', 'gone0'],
+      'held by a claim: still published',
+    );
+    assert.deepEqual(
+      memif!.devices.map((d) => [d.name, d.attributes[ATTRIBUTES.deviceID]]),
+      [
+        ['memif0', { string: 'memif0' }],
+        ['memif1', { string: 'memif1' }],
+      ],
+    );
   });
   it('a pool becomes one ResourceSlice of driver plexus.io for the node, named per node and pool', () => {
-    const inventory = new DraInventory(parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 1, offer: ['dra'] }]), { nodeName: 'n1' });
+    const inventory = new DraInventory(
+      parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 1, offer: ['dra'] }]),
+      { nodeName: 'n1' },
+    );
     const slice = sliceFor('n1', inventory.pools()[0]!, 3);
     assert.deepEqual(slice.spec, {
-      driver: 'plexus.io', nodeName: 'n1', pool: { name: 'n1/plexus.io/memif', generation: 3, resourceSliceCount: 1 },
-      devices: [{ name: 'memif0', attributes: { 'plexus.io/kind': { string: 'memif' }, 'k8s.cni.cncf.io/resourceName': { string: 'plexus.io/memif' }, 'k8s.cni.cncf.io/deviceID': { string: 'memif0' } } }],
+      driver: 'plexus.io',
+      nodeName: 'n1',
+      pool: { name: 'n1/plexus.io/memif', generation: 3, resourceSliceCount: 1 },
+      devices: [
+        {
+          name: 'memif0',
+          attributes: {
+            'plexus.io/kind': { string: 'memif' },
+            'k8s.cni.cncf.io/resourceName': { string: 'plexus.io/memif' },
+            'k8s.cni.cncf.io/deviceID': { string: 'memif0' },
+          },
+        },
+      ],
     });
     assert.match(slice.metadata.name, /^plexus-n1-memif-[0-9a-f]{8}$/);
     assert.notEqual(sliceName('n1', 'n1/a/x'), sliceName('n1', 'n1/b/x'));
   });
 });
 
-function parseResourcesOk(resources: unknown[]): ReturnType<typeof parseResources> extends { ok: true; value: infer V } ? V : never {
+function parseResourcesOk(
+  resources: unknown[],
+): ReturnType<typeof parseResources> extends { ok: true; value: infer V } ? V : never {
   const r = parseResources({ resources });
   if (!r.ok) throw r.error;
   return r.value as never;
 }
 
-describe('the resources file\'s offer', () => {
+describe("the resources file's offer", () => {
   it('defaults to device-plugin, takes dra or both, and refuses anything else with the field named', () => {
     const r = parseResources({ resources: [{ name: 'plexus.io/m', kind: 'memif', count: 1 }] });
     assert.ok(r.ok);
@@ -159,11 +227,26 @@ describe('the resources file\'s offer', () => {
 });
 
 describe('opaque claim config', () => {
-  it('takes a NAD reference (the claim\'s namespace when it names none), an interface name, ips and a MAC', () => {
-    assert.deepEqual(parseClaimConfig({ network: 'fast' }, 'ns1'), { ok: true, value: { network: { namespace: 'ns1', name: 'fast' } } });
-    assert.deepEqual(parseClaimConfig({ network: 'other/fast', interfaceName: 'net1', ips: ['10.1.0.5/24', 'fd00::5/64'], mac: '02:AA:00:00:00:05' }, 'ns1'), {
-      ok: true, value: { network: { namespace: 'other', name: 'fast' }, interfaceName: 'net1', ips: ['10.1.0.5/24', 'fd00::5/64'], mac: '02:aa:00:00:00:05' },
+  it("takes a NAD reference (the claim's namespace when it names none), an interface name, ips and a MAC", () => {
+    assert.deepEqual(parseClaimConfig({ network: 'fast' }, 'ns1'), {
+      ok: true,
+      value: { network: { namespace: 'ns1', name: 'fast' } },
     });
+    assert.deepEqual(
+      parseClaimConfig(
+        { network: 'other/fast', interfaceName: 'net1', ips: ['10.1.0.5/24', 'fd00::5/64'], mac: '02:AA:00:00:00:05' },
+        'ns1',
+      ),
+      {
+        ok: true,
+        value: {
+          network: { namespace: 'other', name: 'fast' },
+          interfaceName: 'net1',
+          ips: ['10.1.0.5/24', 'fd00::5/64'],
+          mac: '02:aa:00:00:00:05',
+        },
+      },
+    );
   });
   it('refuses what does not parse, naming the field and the reason', () => {
     const cases: [unknown, RegExp][] = [
@@ -181,18 +264,35 @@ describe('opaque claim config', () => {
       assert.match(r.error, want, JSON.stringify(input));
     }
   });
-  it('for a request: the last plexus.io entry that applies wins, other drivers\' entries are ignored, errors say where', () => {
+  it("for a request: the last plexus.io entry that applies wins, other drivers' entries are ignored, errors say where", () => {
     const configs = [
       { source: 'FromClass', opaque: { driver: 'plexus.io', parameters: { network: 'class-net' } } },
       { source: 'FromClaim', requests: ['nic'], opaque: { driver: 'plexus.io', parameters: { network: 'claim-net' } } },
       { source: 'FromClaim', requests: ['nic'], opaque: { driver: 'other.example.com', parameters: { anything: 1 } } },
     ];
-    assert.deepEqual(configForRequest(configs, 'nic', 'ns'), { ok: true, value: { network: { namespace: 'ns', name: 'claim-net' } } });
-    assert.deepEqual(configForRequest(configs, 'other', 'ns'), { ok: true, value: { network: { namespace: 'ns', name: 'class-net' } } });
-    assert.deepEqual(configForRequest(configs, 'nic/sub', 'ns'), { ok: true, value: { network: { namespace: 'ns', name: 'claim-net' } } });
+    assert.deepEqual(configForRequest(configs, 'nic', 'ns'), {
+      ok: true,
+      value: { network: { namespace: 'ns', name: 'claim-net' } },
+    });
+    assert.deepEqual(configForRequest(configs, 'other', 'ns'), {
+      ok: true,
+      value: { network: { namespace: 'ns', name: 'class-net' } },
+    });
+    assert.deepEqual(configForRequest(configs, 'nic/sub', 'ns'), {
+      ok: true,
+      value: { network: { namespace: 'ns', name: 'claim-net' } },
+    });
     assert.deepEqual(configForRequest([], 'nic', 'ns'), { ok: true, value: undefined });
-    const bad = configForRequest([{ source: 'FromClaim', opaque: { driver: 'plexus.io', parameters: { network: 'x', mac: '1' } } }], 'nic', 'ns');
-    assert.deepEqual(bad, { ok: false, error: 'opaque config for plexus.io from the claim (config[0], request nic): mac: must be a MAC address like 02:00:00:00:00:05' });
+    const bad = configForRequest(
+      [{ source: 'FromClaim', opaque: { driver: 'plexus.io', parameters: { network: 'x', mac: '1' } } }],
+      'nic',
+      'ns',
+    );
+    assert.deepEqual(bad, {
+      ok: false,
+      error:
+        'opaque config for plexus.io from the claim (config[0], request nic): mac: must be a MAC address like 02:00:00:00:00:05',
+    });
   });
 });
 
@@ -202,14 +302,23 @@ class FakeClaims implements ClaimReader {
   get(namespace: string, name: string): Promise<{ ok: true; value: ResourceClaim | undefined }> {
     return Promise.resolve({ ok: true, value: this.claims.get(`${namespace}/${name}`) });
   }
-  add(name: string, uid: string, device: string, parameters?: unknown, pod = { name: `pod-${name}`, uid: `pod-${uid}` }): { namespace: string; name: string; uid: string } {
+  add(
+    name: string,
+    uid: string,
+    device: string,
+    parameters?: unknown,
+    pod = { name: `pod-${name}`, uid: `pod-${uid}` },
+  ): { namespace: string; name: string; uid: string } {
     this.claims.set(`ns/${name}`, {
       metadata: { namespace: 'ns', name, uid },
       status: {
-        allocation: { devices: {
-          results: [{ request: 'nic', driver: 'plexus.io', pool: 'n1/plexus.io/memif', device }],
-          config: parameters === undefined ? [] : [{ source: 'FromClaim', opaque: { driver: 'plexus.io', parameters } }],
-        } },
+        allocation: {
+          devices: {
+            results: [{ request: 'nic', driver: 'plexus.io', pool: 'n1/plexus.io/memif', device }],
+            config:
+              parameters === undefined ? [] : [{ source: 'FromClaim', opaque: { driver: 'plexus.io', parameters } }],
+          },
+        },
         reservedFor: [{ resource: 'pods', ...pod }],
       },
     });
@@ -217,20 +326,42 @@ class FakeClaims implements ClaimReader {
   }
 }
 
-const memifInventory = (): DraInventory => new DraInventory(parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]), { nodeName: 'n1' });
+const memifInventory = (): DraInventory =>
+  new DraInventory(parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]), {
+    nodeName: 'n1',
+  });
 
 describe('preparing claims', () => {
-  it('records the claim durably: a new store on the same state dir (plexusd restarted) knows the pod\'s device', async () => {
+  it("records the claim durably: a new store on the same state dir (plexusd restarted) knows the pod's device", async () => {
     const state = freshDir();
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(state), log: silent });
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(state),
+      log: silent,
+    });
     const ref = claims.add('a', 'uid-a', 'memif0', { network: 'fast', interfaceName: 'net1' });
     const answer = await preparer.prepare([ref]);
-    assert.deepEqual(answer, { 'uid-a': { devices: [{ request_names: ['nic'], pool_name: 'n1/plexus.io/memif', device_name: 'memif0', cdi_device_ids: [] }], error: '' } });
+    assert.deepEqual(answer, {
+      'uid-a': {
+        devices: [
+          { request_names: ['nic'], pool_name: 'n1/plexus.io/memif', device_name: 'memif0', cdi_device_ids: [] },
+        ],
+        error: '',
+      },
+    });
     const reopened = PreparedClaims.open(state);
     assert.deepEqual(reopened.forNetwork('pod-uid-a', { namespace: 'ns', name: 'fast' }), {
-      claim: { namespace: 'ns', name: 'a', uid: 'uid-a' }, request: 'nic', pool: 'n1/plexus.io/memif', device: 'memif0',
-      resourceName: 'plexus.io/memif', kind: 'memif', deviceID: 'memif0', network: { namespace: 'ns', name: 'fast' }, interfaceName: 'net1',
+      claim: { namespace: 'ns', name: 'a', uid: 'uid-a' },
+      request: 'nic',
+      pool: 'n1/plexus.io/memif',
+      device: 'memif0',
+      resourceName: 'plexus.io/memif',
+      kind: 'memif',
+      deviceID: 'memif0',
+      network: { namespace: 'ns', name: 'fast' },
+      interfaceName: 'net1',
     });
     assert.equal(reopened.forNetwork('pod-uid-a', { namespace: 'ns', name: 'slow' }), undefined);
     assert.deepEqual(await preparer.prepare([ref]), answer, 'asked again: the same answer');
@@ -241,8 +372,13 @@ describe('preparing claims', () => {
   it('a claim without a network in its config is matched by resourceName, as Multus 4.3 matches a NAD', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(undefined);
-    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([claims.add('m', 'uid-m', 'memif1')]);
-    assert.equal(prepared.forNetwork('pod-uid-m', { namespace: 'ns', name: 'any' }, 'plexus.io/memif')?.deviceID, 'memif1');
+    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([
+      claims.add('m', 'uid-m', 'memif1'),
+    ]);
+    assert.equal(
+      prepared.forNetwork('pod-uid-m', { namespace: 'ns', name: 'any' }, 'plexus.io/memif')?.deviceID,
+      'memif1',
+    );
     assert.equal(prepared.forNetwork('pod-uid-m', { namespace: 'ns', name: 'any' }, 'plexus.io/other'), undefined);
   });
   it('never gives one device to two claims: the second gets an error naming the first', async () => {
@@ -253,9 +389,15 @@ describe('preparing claims', () => {
     const second = claims.add('b', 'uid-b', 'memif0', { network: 'fast' });
     const answers = await Promise.all([preparer.prepare([first]), preparer.prepare([second])]);
     assert.equal(answers[0]['uid-a']!.error, '');
-    assert.equal(answers[1]['uid-b']!.error, 'device memif0 of pool n1/plexus.io/memif is already prepared for ResourceClaim ns/a (uid-a)');
+    assert.equal(
+      answers[1]['uid-b']!.error,
+      'device memif0 of pool n1/plexus.io/memif is already prepared for ResourceClaim ns/a (uid-a)',
+    );
     assert.deepEqual(answers[1]['uid-b']!.devices, []);
-    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-a']);
+    assert.deepEqual(
+      prepared.all().map((c) => c.uid),
+      ['uid-a'],
+    );
   });
   it('refuses, per claim and with the reason, a bad config, a missing claim, a UID that changed, a device not offered', async () => {
     const claims = new FakeClaims();
@@ -267,17 +409,39 @@ describe('preparing claims', () => {
     const foreign = claims.add('foreign', 'uid-f', 'memif9');
     const answer = await preparer.prepare([good, bad, { namespace: 'ns', name: 'gone', uid: 'uid-x' }, stale, foreign]);
     assert.equal(answer['uid-g']!.error, '');
-    assert.match(answer['uid-bad']!.error, /^opaque config for plexus.io from the claim \(config\[0\], request nic\): ips\[0\]: must be an address with its prefix/);
+    assert.match(
+      answer['uid-bad']!.error,
+      /^opaque config for plexus.io from the claim \(config\[0\], request nic\): ips\[0\]: must be an address with its prefix/,
+    );
     assert.equal(answer['uid-x']!.error, 'ResourceClaim ns/gone does not exist (deleted before the pod started?)');
-    assert.equal(answer['uid-old']!.error, 'ResourceClaim ns/stale has UID uid-new, not uid-old: it was deleted and made again');
-    assert.match(answer['uid-f']!.error, /^device memif9 of pool n1\/plexus.io\/memif is not offered by this node's plexusd/);
-    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-g'], 'only the good claim is recorded');
+    assert.equal(
+      answer['uid-old']!.error,
+      'ResourceClaim ns/stale has UID uid-new, not uid-old: it was deleted and made again',
+    );
+    assert.match(
+      answer['uid-f']!.error,
+      /^device memif9 of pool n1\/plexus.io\/memif is not offered by this node's plexusd/,
+    );
+    assert.deepEqual(
+      prepared.all().map((c) => c.uid),
+      ['uid-g'],
+      'only the good claim is recorded',
+    );
   });
   it('a device the device plugin has in a pod is refused (a resource offered both ways)', async () => {
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), log: silent, inUseByDevicePlugin: (_r, id) => Promise.resolve(id === 'memif0') });
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+      inUseByDevicePlugin: (_r, id) => Promise.resolve(id === 'memif0'),
+    });
     const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'fast' })]);
-    assert.equal(answer['uid-a']!.error, 'device memif0 of plexus.io/memif is in a pod through the device plugin: offer it one way only');
+    assert.equal(
+      answer['uid-a']!.error,
+      'device memif0 of plexus.io/memif is in a pod through the device plugin: offer it one way only',
+    );
   });
   it('a record cut off by a crash (its .tmp) is removed at open; an unreadable record is named, not loaded', () => {
     const state = freshDir();
@@ -294,30 +458,61 @@ describe('preparing claims', () => {
 
 /** NADs by key: an existing one answers a definition (its content is not read), a missing one the API source's error. */
 const nads = (...keys: string[]) => ({
-  get: (namespace: string, name: string) => (keys.includes(`${namespace}/${name}`)
-    ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
-    : err(new CniError(CniCode.InvalidNetworkConfig, `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`))),
+  get: (namespace: string, name: string) =>
+    keys.includes(`${namespace}/${name}`)
+      ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
+      : err(
+          new CniError(
+            CniCode.InvalidNetworkConfig,
+            `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`,
+          ),
+        ),
 });
 
 describe('preparing claims: the network a claim names', () => {
   it('a NAD that does not exist: the claim is refused with the NAD named, and nothing is recorded', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(freshDir());
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, networks: nads('ns/fast'), log: silent });
-    const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'nope' }), claims.add('b', 'uid-b', 'memif1', { network: 'fast' })]);
-    assert.equal(answer['uid-a']!.error, 'the network named by the opaque config of request nic: network ns/nope is not defined: there is no such NetworkAttachmentDefinition in the API');
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared,
+      networks: nads('ns/fast'),
+      log: silent,
+    });
+    const answer = await preparer.prepare([
+      claims.add('a', 'uid-a', 'memif0', { network: 'nope' }),
+      claims.add('b', 'uid-b', 'memif1', { network: 'fast' }),
+    ]);
+    assert.equal(
+      answer['uid-a']!.error,
+      'the network named by the opaque config of request nic: network ns/nope is not defined: there is no such NetworkAttachmentDefinition in the API',
+    );
     assert.deepEqual(answer['uid-a']!.devices, []);
     assert.equal(answer['uid-b']!.error, '');
-    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-b']);
+    assert.deepEqual(
+      prepared.all().map((c) => c.uid),
+      ['uid-b'],
+    );
   });
   it('namespace isolation: a NAD of another namespace is refused unless that namespace is global; default is shared', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(undefined);
     const isolation = { namespaceIsolation: true, globalNamespaces: ['shared'] };
     const networks = nads('other/net', 'shared/net', 'default/net');
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, networks, isolation, log: silent });
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared,
+      networks,
+      isolation,
+      log: silent,
+    });
     const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'other/net' })]);
-    assert.match(answer['uid-a']!.error, /^the opaque config of request nic: ResourceClaim of namespace ns: network other\/net is in namespace other, and namespace isolation is on \(--namespace-isolation\): pods of ns may use only networks of ns and of the global namespaces \(default, shared\); create the NetworkAttachmentDefinition in ns/);
+    assert.match(
+      answer['uid-a']!.error,
+      /^the opaque config of request nic: ResourceClaim of namespace ns: network other\/net is in namespace other, and namespace isolation is on \(--namespace-isolation\): pods of ns may use only networks of ns and of the global namespaces \(default, shared\); create the NetworkAttachmentDefinition in ns/,
+    );
     assert.deepEqual(prepared.all(), []);
     for (const [i, network] of ['shared/net', 'default/net'].entries()) {
       const ok1 = await preparer.prepare([claims.add(`g${i}`, `uid-g${i}`, `memif${i}`, { network })]);
@@ -326,7 +521,13 @@ describe('preparing claims: the network a claim names', () => {
   });
   it('a claim that names no network (matched by resourceName) needs no NAD at Prepare', async () => {
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), networks: nads(), log: silent });
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      networks: nads(),
+      log: silent,
+    });
     assert.equal((await preparer.prepare([claims.add('m', 'uid-m', 'memif0')]))['uid-m']!.error, '');
   });
 });
@@ -337,20 +538,35 @@ const podsThere = (...keys: string[]): PodPresence => ({
 });
 
 describe('stale prepared claims', () => {
-  const setup = async (): Promise<{ claims: FakeClaims; prepared: PreparedClaims; preparer: ClaimPreparer; state: string }> => {
+  const setup = async (): Promise<{
+    claims: FakeClaims;
+    prepared: PreparedClaims;
+    preparer: ClaimPreparer;
+    state: string;
+  }> => {
     const state = freshDir();
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(state);
     const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent });
-    await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'fast' }), claims.add('b', 'uid-b', 'memif1', { network: 'fast' })]);
+    await preparer.prepare([
+      claims.add('a', 'uid-a', 'memif0', { network: 'fast' }),
+      claims.add('b', 'uid-b', 'memif1', { network: 'fast' }),
+    ]);
     return { claims, prepared, preparer, state };
   };
   it('a record whose claim is gone is released (file removed, device free for the next claim); a live one stays', async () => {
     const { claims, prepared, preparer, state } = await setup();
     claims.claims.delete('ns/a');
-    const released = await preparer.releaseStale({ claims, pods: podsThere('ns/pod-a/pod-uid-a', 'ns/pod-b/pod-uid-b'), log: silent });
+    const released = await preparer.releaseStale({
+      claims,
+      pods: podsThere('ns/pod-a/pod-uid-a', 'ns/pod-b/pod-uid-b'),
+      log: silent,
+    });
     assert.deepEqual(released, ['ns/a']);
-    assert.deepEqual(prepared.all().map((c) => c.uid), ['uid-b']);
+    assert.deepEqual(
+      prepared.all().map((c) => c.uid),
+      ['uid-b'],
+    );
     assert.deepEqual(readdirSync(join(state, 'dra', 'claims')), ['uid-b.json']);
     const next = await preparer.prepare([claims.add('c', 'uid-c', 'memif0', { network: 'fast' })]);
     assert.equal(next['uid-c']!.error, '', 'memif0 can be prepared again');
@@ -367,10 +583,20 @@ describe('stale prepared claims', () => {
     claims.claims.clear();
     const attachedPods = (): Promise<ReadonlySet<string>> => Promise.resolve(new Set(['pod-uid-a']));
     const failing: typeof claims = Object.assign(Object.create(claims) as FakeClaims, {
-      get: async (ns: string, name: string) => (name === 'b' ? err('reading ResourceClaim ns/b: 503 unavailable') : claims.get(ns, name)),
+      get: async (ns: string, name: string) =>
+        name === 'b' ? err('reading ResourceClaim ns/b: 503 unavailable') : claims.get(ns, name),
     });
-    assert.deepEqual(await preparer.releaseStale({ claims: failing, pods: podsThere(), attachedPods, log: silent }), []);
-    assert.deepEqual(prepared.all().map((c) => c.uid).sort(), ['uid-a', 'uid-b']);
+    assert.deepEqual(
+      await preparer.releaseStale({ claims: failing, pods: podsThere(), attachedPods, log: silent }),
+      [],
+    );
+    assert.deepEqual(
+      prepared
+        .all()
+        .map((c) => c.uid)
+        .sort(),
+      ['uid-a', 'uid-b'],
+    );
   });
 });
 
@@ -378,25 +604,53 @@ describe('the kubelet plugin sockets', () => {
   it('Registration.GetInfo names driver plexus.io, its endpoint and v1 then v1beta1; both DRAPlugin versions prepare', async () => {
     const kubeletRoot = freshDir();
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared: PreparedClaims.open(undefined), log: silent });
+    const preparer = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
     const statuses: boolean[] = [];
-    const server = new DraPluginServer(kubeletRoot, preparer, silent, { registered: (s) => statuses.push(s.plugin_registered) });
+    const server = new DraPluginServer(kubeletRoot, preparer, silent, {
+      registered: (s) => statuses.push(s.plugin_registered),
+    });
     await server.start();
     const services = loadDraServices();
-    const reg = new services.RegistrationClient(`unix://${server.sockets.registration}`, grpc.credentials.createInsecure());
+    const reg = new services.RegistrationClient(
+      `unix://${server.sockets.registration}`,
+      grpc.credentials.createInsecure(),
+    );
     try {
       assert.equal(server.sockets.registration, join(kubeletRoot, 'plugins_registry', 'plexus.io-reg.sock'));
       const info = await unary<unknown, PluginInfo>(reg, 'GetInfo', {}, 5000);
-      assert.deepEqual(info, { type: 'DRAPlugin', name: 'plexus.io', endpoint: join(kubeletRoot, 'plugins', 'plexus.io', 'dra.sock'), supported_versions: [...SUPPORTED_SERVICES] });
+      assert.deepEqual(info, {
+        type: 'DRAPlugin',
+        name: 'plexus.io',
+        endpoint: join(kubeletRoot, 'plugins', 'plexus.io', 'dra.sock'),
+        supported_versions: [...SUPPORTED_SERVICES],
+      });
       assert.deepEqual(SUPPORTED_SERVICES, ['v1.DRAPlugin', 'v1beta1.DRAPlugin']);
       await unary(reg, 'NotifyRegistrationStatus', { plugin_registered: true, error: '' }, 5000);
       assert.deepEqual(statuses, [true]);
       for (const [i, v] of (['v1', 'v1beta1'] as const).entries()) {
-        const dra: grpc.Client = new services.DraPluginClient[v](`unix://${info.endpoint}`, grpc.credentials.createInsecure());
+        const dra: grpc.Client = new services.DraPluginClient[v](
+          `unix://${info.endpoint}`,
+          grpc.credentials.createInsecure(),
+        );
         const ref = claims.add(`c${i}`, `uid-${i}`, `memif${i}`, { network: 'fast' });
-        const answer: NodePrepareResourcesResponse = await unary<unknown, NodePrepareResourcesResponse>(dra, 'NodePrepareResources', { claims: [ref] }, 5000);
+        const answer: NodePrepareResourcesResponse = await unary<unknown, NodePrepareResourcesResponse>(
+          dra,
+          'NodePrepareResources',
+          { claims: [ref] },
+          5000,
+        );
         assert.equal(answer.claims[ref.uid]?.devices[0]?.device_name, `memif${i}`, v);
-        const freed = await unary<unknown, { claims: Record<string, { error: string }> }>(dra, 'NodeUnprepareResources', { claims: [ref] }, 5000);
+        const freed = await unary<unknown, { claims: Record<string, { error: string }> }>(
+          dra,
+          'NodeUnprepareResources',
+          { claims: [ref] },
+          5000,
+        );
         assert.deepEqual(freed.claims, { [ref.uid]: { error: '' } });
         dra.close();
       }
@@ -404,16 +658,25 @@ describe('the kubelet plugin sockets', () => {
       reg.close();
       await server.stop();
     }
-    assert.ok(!existsSync(server.sockets.registration) && !existsSync(server.sockets.service), 'sockets removed at stop');
+    assert.ok(
+      !existsSync(server.sockets.registration) && !existsSync(server.sockets.service),
+      'sockets removed at stop',
+    );
   });
   it('a registration socket removed from under it is served again within the check interval', async () => {
     const kubeletRoot = freshDir();
-    const preparer = new ClaimPreparer({ claims: new FakeClaims(), inventory: memifInventory(), prepared: PreparedClaims.open(undefined), log: silent });
+    const preparer = new ClaimPreparer({
+      claims: new FakeClaims(),
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
     const server = new DraPluginServer(kubeletRoot, preparer, silent, {}, 50);
     await server.start();
     try {
       rmSync(server.sockets.registration);
-      for (let i = 0; i < 100 && !existsSync(server.sockets.registration); i++) await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 100 && !existsSync(server.sockets.registration); i++)
+        await new Promise((r) => setTimeout(r, 20));
       assert.ok(existsSync(server.sockets.registration));
     } finally {
       await server.stop();

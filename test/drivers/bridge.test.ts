@@ -18,25 +18,63 @@ describe('bridge driver', () => {
     fx.trackHostLink(bridge);
     const pod = fx.create('shape');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const req = attachRequest({ network: `${prefix}-a`, config: { type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, mtu: 1400, ipam: { type: 'host-local', subnet: subnet(1) } }, netns: pod.path, ifname: 'eth0' });
+    const req = attachRequest({
+      network: `${prefix}-a`,
+      config: {
+        type: 'bridge',
+        bridge,
+        isGateway: true,
+        isDefaultGateway: true,
+        mtu: 1400,
+        ipam: { type: 'host-local', subnet: subnet(1) },
+      },
+      netns: pod.path,
+      ifname: 'eth0',
+    });
     fx.trackHostLink(hostVethName(req.containerId, req.runtimeIfname, req.ifname));
     const result = must(await attachParsed(driver, req, rec.env));
 
-    assert.deepEqual(result.interfaces.map((i) => [i.name, i.sandbox ?? 'host']), [[bridge, 'host'], [hostVethName(req.containerId, req.runtimeIfname, req.ifname), 'host'], ['eth0', pod.path]]);
+    assert.deepEqual(
+      result.interfaces.map((i) => [i.name, i.sandbox ?? 'host']),
+      [
+        [bridge, 'host'],
+        [hostVethName(req.containerId, req.runtimeIfname, req.ifname), 'host'],
+        ['eth0', pod.path],
+      ],
+    );
     assert.equal(result.ips[0]?.interface, 2, 'the IP points at the pod interface');
     assert.equal(result.ips[0]?.gateway, '10.233.1.1');
     assert.deepEqual(result.routes, [{ dst: '0.0.0.0/0', gw: '10.233.1.1' }]);
     assert.match(ip('addr', 'show', bridge), /inet 10\.233\.1\.1\/24/, 'isGateway puts the gateway on the bridge');
-    assert.match(ip('-d', 'link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)), new RegExp(`master ${bridge} `));
+    assert.match(
+      ip('-d', 'link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)),
+      new RegExp(`master ${bridge} `),
+    );
     assert.match(ip('-n', pod.name, 'link', 'show', 'eth0'), /mtu 1400.*state UP|mtu 1400/);
     assert.match(ip('-n', pod.name, 'route', 'show', 'default'), /default via 10\.233\.1\.1 dev eth0/);
-    assert.equal(ipTry('netns', 'exec', pod.name, 'ping', '-c', '1', '-W', '2', '10.233.1.1').status, 0, 'the pod reaches its gateway');
+    assert.equal(
+      ipTry('netns', 'exec', pod.name, 'ping', '-c', '1', '-W', '2', '10.233.1.1').status,
+      0,
+      'the pod reaches its gateway',
+    );
     const hostVethMac = result.interfaces[1]?.mac;
-    assert.match(ip('link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)), new RegExp(`link/ether ${hostVethMac}`), 'the answered MAC is the kernel\'s');
+    assert.match(
+      ip('link', 'show', hostVethName(req.containerId, req.runtimeIfname, req.ifname)),
+      new RegExp(`link/ether ${hostVethMac}`),
+      "the answered MAC is the kernel's",
+    );
 
     await rec.undo();
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(req.containerId, req.runtimeIfname, req.ifname)), [], 'undo removes the veth');
-    assert.match(ip('link', 'show', bridge), new RegExp(bridge), 'the bridge stays: it serves every pod of the network');
+    assert.deepEqual(
+      hostLinksWithPrefix(hostVethName(req.containerId, req.runtimeIfname, req.ifname)),
+      [],
+      'undo removes the veth',
+    );
+    assert.match(
+      ip('link', 'show', bridge),
+      new RegExp(bridge),
+      'the bridge stays: it serves every pod of the network',
+    );
   });
 
   it('recreates a bridge deleted by hand since it was ensured, instead of trusting its cache', async () => {
@@ -58,13 +96,34 @@ describe('bridge driver', () => {
     const driver = createBridgeDriver();
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const pod = fx.create('refuse');
-    const notBridge = failure(await attachParsed(driver, attachRequest({ network: `${prefix}-c`, config: { type: 'bridge', bridge: 'lo', ipam: { type: 'host-local', subnet: subnet(3) } }, netns: pod.path }), rec.env));
+    const notBridge = failure(
+      await attachParsed(
+        driver,
+        attachRequest({
+          network: `${prefix}-c`,
+          config: { type: 'bridge', bridge: 'lo', ipam: { type: 'host-local', subnet: subnet(3) } },
+          netns: pod.path,
+        }),
+        rec.env,
+      ),
+    );
     assert.equal(notBridge.code, 7);
     assert.match(notBridge.message, /lo exists on the host but is not a bridge/);
     await rec.undo();
-    assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', ipMasq: true })])).code, 2, 'ipMasq: not implemented natively');
-    assert.equal(failure(driver.parse([plugin('n', { type: 'bridge', vlan: 7 })])).code, 2, 'vlan: not implemented natively');
-    assert.match(failure(driver.parse([plugin('n', { type: 'bridge', bridge: 'a/b' })])).message, /bridge "a\/b" may not contain "\/"/);
+    assert.equal(
+      failure(driver.parse([plugin('n', { type: 'bridge', ipMasq: true })])).code,
+      2,
+      'ipMasq: not implemented natively',
+    );
+    assert.equal(
+      failure(driver.parse([plugin('n', { type: 'bridge', vlan: 7 })])).code,
+      2,
+      'vlan: not implemented natively',
+    );
+    assert.match(
+      failure(driver.parse([plugin('n', { type: 'bridge', bridge: 'a/b' })])).message,
+      /bridge "a\/b" may not contain "\/"/,
+    );
     assert.deepEqual(podLinks(pod.name), [], 'nothing in the pod');
   });
 });

@@ -4,7 +4,17 @@
  * with runDelegateDel, as the engine does on DEL.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -14,7 +24,15 @@ import { CniCode, type Result } from '../../src/cni/errors';
 import type { CniResult } from '../../src/cni/types';
 import { convertResult } from '../../src/cni/version';
 import type { AttachRequest, DriverEnv, UndoStep } from '../../src/drivers/driver';
-import { createDelegateDriver, delegateCheck, invocationsIn, delegateGc, delegateStatus, runDelegateDel, type DelegateDelStep } from '../../src/drivers/delegate';
+import {
+  createDelegateDriver,
+  delegateCheck,
+  invocationsIn,
+  delegateGc,
+  delegateStatus,
+  runDelegateDel,
+  type DelegateDelStep,
+} from '../../src/drivers/delegate';
 import { execPlugin } from '../../src/drivers/delegate/exec';
 import { Ipam } from '../../src/ipam';
 import { Kernel } from '../../src/kernel/kernel';
@@ -158,11 +176,16 @@ const dataDir = (): string => {
   return dir;
 };
 /** host-local's lease files (one per IP) under dataDir/<network>. */
-const leases = (dir: string, net: string): string[] => (existsSync(join(dir, net)) ? readdirSync(join(dir, net)).filter((f) => /^[0-9.]+$|:/.test(f)) : []);
+const leases = (dir: string, net: string): string[] =>
+  existsSync(join(dir, net)) ? readdirSync(join(dir, net)).filter((f) => /^[0-9.]+$|:/.test(f)) : [];
 
-const podAddresses = (pod: TestNetns, ifname: string): string => ip('-n', pod.name, '-o', 'addr', 'show', 'dev', ifname);
+const podAddresses = (pod: TestNetns, ifname: string): string =>
+  ip('-n', pod.name, '-o', 'addr', 'show', 'dev', ifname);
 const podLinks = (pod: TestNetns): string[] =>
-  ip('-n', pod.name, '-o', 'link', 'show').split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter(Boolean);
+  ip('-n', pod.name, '-o', 'link', 'show')
+    .split('\n')
+    .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
+    .filter(Boolean);
 
 interface LogLine {
   readonly command: string;
@@ -172,13 +195,26 @@ interface LogLine {
 }
 const logFile = (): string => join(tmp, `${unique('log')}.jsonl`);
 const readLog = (file: string): LogLine[] =>
-  existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine) : [];
+  existsSync(file)
+    ? readFileSync(file, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as LogLine)
+    : [];
 
 const bridgeHostLocal = (version: string, lease: string, extra: Record<string, unknown> = {}) => {
   const s = subnet();
   return {
     s,
-    conf: { cniVersion: version, name: unique('net'), type: 'bridge', bridge: bridgeName(), isGateway: true, ipam: { type: 'host-local', subnet: s.cidr, dataDir: lease }, ...extra },
+    conf: {
+      cniVersion: version,
+      name: unique('net'),
+      type: 'bridge',
+      bridge: bridgeName(),
+      isGateway: true,
+      ipam: { type: 'host-local', subnet: s.cidr, dataDir: lease },
+      ...extra,
+    },
   };
 };
 
@@ -217,7 +253,10 @@ describe('delegate driver: reference plugins', () => {
     assert.equal(rec.steps.length, 1);
     const step = rec.steps[0];
     assert.ok(step);
-    const seen = (command: string): string[] => readdirSync(spyDir).filter((f) => f.startsWith(`${command}.`) && !f.endsWith('.netns')).map((f) => readFileSync(join(spyDir, f), 'utf8'));
+    const seen = (command: string): string[] =>
+      readdirSync(spyDir)
+        .filter((f) => f.startsWith(`${command}.`) && !f.endsWith('.netns'))
+        .map((f) => readFileSync(join(spyDir, f), 'utf8'));
     const [added] = seen('ADD');
     assert.ok(added !== undefined);
     assert.equal(added, step.config);
@@ -230,11 +269,19 @@ describe('delegate driver: reference plugins', () => {
   it('runs ptp + host-local', async () => {
     const lease = dataDir();
     const s = subnet();
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'ptp', ipam: { type: 'host-local', subnet: s.cidr, dataDir: lease } });
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      type: 'ptp',
+      ipam: { type: 'host-local', subnet: s.cidr, dataDir: lease },
+    });
     const pod = fx.create('ptp');
     const rec = recording();
     const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
-    assert.ok(result.interfaces.some((i) => i.name === 'eth1' && i.sandbox === pod.path), JSON.stringify(result.interfaces));
+    assert.ok(
+      result.interfaces.some((i) => i.name === 'eth1' && i.sandbox === pod.path),
+      JSON.stringify(result.interfaces),
+    );
     assert.equal(result.ips[0]?.address, `${s.base}.2/24`);
     assert.ok(podAddresses(pod, 'eth1').includes(`${s.base}.2/`), podAddresses(pod, 'eth1'));
     await undo(rec.steps);
@@ -244,7 +291,13 @@ describe('delegate driver: reference plugins', () => {
 
   it('assigns a static address through the static IPAM plugin', async () => {
     const s = subnet();
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'bridge', bridge: bridgeName(), ipam: { type: 'static', addresses: [{ address: `${s.base}.77/24`, gateway: `${s.base}.1` }] } });
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      type: 'bridge',
+      bridge: bridgeName(),
+      ipam: { type: 'static', addresses: [{ address: `${s.base}.77/24`, gateway: `${s.base}.1` }] },
+    });
     const pod = fx.create('static');
     const rec = recording();
     const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
@@ -278,7 +331,7 @@ describe('delegate driver: reference plugins', () => {
     assert.equal(prev.ips[0]?.address, `${s.base}.2/24`);
     assert.equal(pod.exec('cat', '/proc/sys/net/ipv4/conf/eth1/arp_filter').out.trim(), '1');
     assert.ok(ip('-n', pod.name, 'link', 'show', 'eth1').includes(mac));
-    assert.equal(result.interfaces.find((i) => i.sandbox === pod.path)?.mac, mac, 'the chain result is tuning\'s');
+    assert.equal(result.interfaces.find((i) => i.sandbox === pod.path)?.mac, mac, "the chain result is tuning's");
     await undo(rec.steps);
     assert.deepEqual(leases(lease, net.cniName), []);
   });
@@ -295,7 +348,9 @@ describe('delegate driver: reference plugins', () => {
     ip('netns', 'del', pod.name);
     await undo(rec.steps);
     assert.deepEqual(leases(lease, net.cniName), []);
-    const delNetns = readdirSync(spyDir).filter((f) => f.startsWith('DEL.') && f.endsWith('.netns')).map((f) => readFileSync(join(spyDir, f), 'utf8'));
+    const delNetns = readdirSync(spyDir)
+      .filter((f) => f.startsWith('DEL.') && f.endsWith('.netns'))
+      .map((f) => readFileSync(join(spyDir, f), 'utf8'));
     assert.deepEqual(delNetns, ['']);
   });
 
@@ -326,8 +381,20 @@ describe('delegate driver: plugin configs', () => {
     ]);
     const pod = fx.create('caps');
     const rec = recording();
-    must(await attachParsed(delegateDriver, request(net, pod, { ips: ['10.222.0.9/24'], mac: '0a:00:00:00:00:09', options: { bandwidth: { ingressRate: 1000 } } }), rec.env));
-    const adds = readLog(log).filter((l) => l.command === 'ADD').map((l) => JSON.parse(l.stdin) as Record<string, unknown>);
+    must(
+      await attachParsed(
+        delegateDriver,
+        request(net, pod, {
+          ips: ['10.222.0.9/24'],
+          mac: '0a:00:00:00:00:09',
+          options: { bandwidth: { ingressRate: 1000 } },
+        }),
+        rec.env,
+      ),
+    );
+    const adds = readLog(log)
+      .filter((l) => l.command === 'ADD')
+      .map((l) => JSON.parse(l.stdin) as Record<string, unknown>);
     assert.equal(adds.length, 3);
     assert.deepEqual(adds[0]?.runtimeConfig, { ips: ['10.222.0.9/24'] });
     assert.deepEqual(adds[1]?.runtimeConfig, { mac: '0a:00:00:00:00:09' });
@@ -337,10 +404,15 @@ describe('delegate driver: plugin configs', () => {
 
   it('looks up runtime-provided capabilities such as pod annotations case-insensitively', async () => {
     const log = logFile();
-    const net = failPluginNet('1.0.0', [{ capabilities: { 'io.kubernetes.cri.pod-annotations': true, portMappings: true }, logFile: log }]);
+    const net = failPluginNet('1.0.0', [
+      { capabilities: { 'io.kubernetes.cri.pod-annotations': true, portMappings: true }, logFile: log },
+    ]);
     const pod = fx.create('annot');
     const rec = recording();
-    const runtimeConfig = new RuntimeConfig({ 'IO.Kubernetes.CRI.Pod-Annotations': { a: 'b' }, PortMappings: [{ HostPort: 8080, ContainerPort: 80 }] });
+    const runtimeConfig = new RuntimeConfig({
+      'IO.Kubernetes.CRI.Pod-Annotations': { a: 'b' },
+      PortMappings: [{ HostPort: 8080, ContainerPort: 80 }],
+    });
     must(await attachParsed(delegateDriver, request(net, pod, { runtimeConfig }), rec.env));
     const [add] = readLog(log).filter((l) => l.command === 'ADD');
     assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).runtimeConfig, {
@@ -350,14 +422,23 @@ describe('delegate driver: plugin configs', () => {
     await undo(rec.steps);
   });
 
-  it('merges the selection\'s cni-args into args.cni, the annotation winning', async () => {
+  it("merges the selection's cni-args into args.cni, the annotation winning", async () => {
     const log = logFile();
     const net = failPluginNet('1.0.0', [{ args: { cni: { color: 'static', keep: 'yes' }, other: 1 }, logFile: log }]);
     const pod = fx.create('args');
     const rec = recording();
-    must(await attachParsed(delegateDriver, request(net, pod, { options: { cniArgs: { color: 'annotation', extra: true } } }), rec.env));
+    must(
+      await attachParsed(
+        delegateDriver,
+        request(net, pod, { options: { cniArgs: { color: 'annotation', extra: true } } }),
+        rec.env,
+      ),
+    );
     const [add] = readLog(log).filter((l) => l.command === 'ADD');
-    assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).args, { cni: { color: 'annotation', keep: 'yes', extra: true }, other: 1 });
+    assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).args, {
+      cni: { color: 'annotation', keep: 'yes', extra: true },
+      other: 1,
+    });
     await undo(rec.steps);
   });
 
@@ -366,9 +447,14 @@ describe('delegate driver: plugin configs', () => {
     const net = failPluginNet('1.0.0', [{ logFile: log }, { logFile: log }]);
     const pod = fx.create('claim');
     const rec = recording();
-    const e = failure(await attachParsed(delegateDriver, request(net, pod, { options: { ipamClaim: 'vm1.storage' } }), rec.env));
+    const e = failure(
+      await attachParsed(delegateDriver, request(net, pod, { options: { ipamClaim: 'vm1.storage' } }), rec.env),
+    );
     assert.equal(e.code, CniCode.InvalidNetworkConfig);
-    assert.equal(e.message, `network ${net.key} is delegated to fail-plugin, fail-plugin, which cannot honour IPAMClaim vm1.storage (ipam-claim-reference): Multus passes it to no plugin`);
+    assert.equal(
+      e.message,
+      `network ${net.key} is delegated to fail-plugin, fail-plugin, which cannot honour IPAMClaim vm1.storage (ipam-claim-reference): Multus passes it to no plugin`,
+    );
     assert.equal(rec.steps.length, 0);
     assert.deepEqual(readLog(log), []);
   });
@@ -377,13 +463,30 @@ describe('delegate driver: plugin configs', () => {
     if (!existsSync(join(binDir, 'ovn-k8s-cni-overlay'))) symlinkSync(FAIL_PLUGIN, join(binDir, 'ovn-k8s-cni-overlay'));
     const log = logFile();
     const name = unique('net');
-    const net = network({ cniVersion: '1.0.0', name, type: 'ovn-k8s-cni-overlay', netAttachDefName: `default/${name}`, topology: 'localnet', logFile: log });
+    const net = network({
+      cniVersion: '1.0.0',
+      name,
+      type: 'ovn-k8s-cni-overlay',
+      netAttachDefName: `default/${name}`,
+      topology: 'localnet',
+      logFile: log,
+    });
     const pod = fx.create('ovnk');
     const rec = recording();
     const req = request(net, pod, { options: { ipamClaim: 'vm1.storage' } });
     must(await attachParsed(delegateDriver, req, rec.env));
     const [add] = readLog(log);
-    assert.equal(add?.stdin, JSON.stringify({ cniVersion: '1.0.0', name, type: 'ovn-k8s-cni-overlay', netAttachDefName: `default/${name}`, topology: 'localnet', logFile: log }));
+    assert.equal(
+      add?.stdin,
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name,
+        type: 'ovn-k8s-cni-overlay',
+        netAttachDefName: `default/${name}`,
+        topology: 'localnet',
+        logFile: log,
+      }),
+    );
     assert.equal(add?.env.CNI_ARGS, 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod');
     await undo(rec.steps);
   });
@@ -396,14 +499,27 @@ describe('delegate driver: plugin configs', () => {
     const req = request(net, pod);
     must(await attachParsed(delegateDriver, req, rec.env));
     const [add] = readLog(log);
-    assert.deepEqual(add?.env, { CNI_COMMAND: 'ADD', CNI_CONTAINERID: req.containerId, CNI_NETNS: pod.path, CNI_IFNAME: 'eth1', CNI_ARGS: req.cniArgs, CNI_PATH: binDir });
+    assert.deepEqual(add?.env, {
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: req.containerId,
+      CNI_NETNS: pod.path,
+      CNI_IFNAME: 'eth1',
+      CNI_ARGS: req.cniArgs,
+      CNI_PATH: binDir,
+    });
     await undo(rec.steps);
   });
 });
 
 describe('delegate driver: failures and DEL', () => {
-  it('surfaces a plugin error with the plugin\'s code and message', async () => {
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', failOn: 'ADD', failCode: 142 });
+  it("surfaces a plugin error with the plugin's code and message", async () => {
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      type: 'fail-plugin',
+      failOn: 'ADD',
+      failCode: 142,
+    });
     const pod = fx.create('err');
     const rec = recording();
     const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
@@ -416,7 +532,11 @@ describe('delegate driver: failures and DEL', () => {
 
   it('runs DEL in the reverse order of ADD, each with its ADD bytes', async () => {
     const log = logFile();
-    const net = network({ cniVersion: '1.1.0', name: unique('net'), plugins: ['p1', 'p2', 'p3'].map((tag) => ({ type: 'fail-plugin', tag, logFile: log })) });
+    const net = network({
+      cniVersion: '1.1.0',
+      name: unique('net'),
+      plugins: ['p1', 'p2', 'p3'].map((tag) => ({ type: 'fail-plugin', tag, logFile: log })),
+    });
     const pod = fx.create('order');
     const rec = recording();
     must(await attachParsed(delegateDriver, request(net, pod), rec.env));
@@ -425,12 +545,18 @@ describe('delegate driver: failures and DEL', () => {
     const tag = (l: LogLine): string => `${l.command} ${String((JSON.parse(l.stdin) as Record<string, unknown>).tag)}`;
     assert.deepEqual(lines.map(tag), ['ADD p1', 'ADD p2', 'ADD p3', 'DEL p3', 'DEL p2', 'DEL p1']);
     const addBytes = lines.filter((l) => l.command === 'ADD').map((l) => l.stdin);
-    const delBytes = lines.filter((l) => l.command === 'DEL').map((l) => l.stdin).reverse();
+    const delBytes = lines
+      .filter((l) => l.command === 'DEL')
+      .map((l) => l.stdin)
+      .reverse();
     assert.deepEqual(delBytes, addBytes);
-    assert.deepEqual(addBytes, rec.steps.map((s) => s.config));
+    assert.deepEqual(
+      addBytes,
+      rec.steps.map((s) => s.config),
+    );
   });
 
-  it('after a failure on the third plugin\'s ADD, the recorded DELs leave no link and no lease', async () => {
+  it("after a failure on the third plugin's ADD, the recorded DELs leave no link and no lease", async () => {
     const lease = dataDir();
     const s = subnet();
     const log = logFile();
@@ -447,14 +573,21 @@ describe('delegate driver: failures and DEL', () => {
     const rec = recording();
     const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.match(e.message, /plugin 3\/3 \(fail-plugin\)/);
-    assert.deepEqual(rec.steps.map((st) => st.plugin), ['bridge', 'fail-plugin', 'fail-plugin']);
+    assert.deepEqual(
+      rec.steps.map((st) => st.plugin),
+      ['bridge', 'fail-plugin', 'fail-plugin'],
+    );
     assert.deepEqual(leases(lease, net.cniName), [`${s.base}.2`]);
     const hostVeths = ip('-o', 'link', 'show', 'master', net.plugins[0]?.bridge as string);
     assert.match(hostVeths, /veth/);
     await undo(rec.steps);
     assert.deepEqual(leases(lease, net.cniName), []);
     assert.deepEqual(podLinks(pod), ['lo']);
-    assert.equal(ip('-o', 'link', 'show', 'master', net.plugins[0]?.bridge as string).trim(), '', 'no host veth left on the bridge');
+    assert.equal(
+      ip('-o', 'link', 'show', 'master', net.plugins[0]?.bridge as string).trim(),
+      '',
+      'no host veth left on the bridge',
+    );
   });
 
   it('reports a missing plugin binary by name, recording nothing', async () => {
@@ -493,7 +626,13 @@ describe('delegate driver: failures and DEL', () => {
 
   it('kills a plugin that exceeds the timeout and fails with code 11', async () => {
     const log = logFile();
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', sleepMs: 30_000, logFile: log });
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      type: 'fail-plugin',
+      sleepMs: 30_000,
+      logFile: log,
+    });
     const pod = fx.create('slow');
     const rec = recording();
     const started = Date.now();
@@ -518,12 +657,20 @@ describe('delegate driver: failures and DEL', () => {
   });
 
   it('fails with code 100 when a plugin answers in another version than asked', async () => {
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', result: { cniVersion: '0.4.0', ips: [] } });
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      type: 'fail-plugin',
+      result: { cniVersion: '0.4.0', ips: [] },
+    });
     const pod = fx.create('vmis');
     const rec = recording();
     const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));
     assert.equal(e.code, CniCode.Internal);
-    assert.match(e.message, /fail-plugin returned an invalid result: result has cniVersion 0\.4\.0, but the config asked for 1\.0\.0/);
+    assert.match(
+      e.message,
+      /fail-plugin returned an invalid result: result has cniVersion 0\.4\.0, but the config asked for 1\.0\.0/,
+    );
     await undo(rec.steps);
   });
 });
@@ -532,7 +679,10 @@ describe('delegate driver: results of every version', () => {
   const v0 = (version: string) => ({
     cniVersion: version,
     interfaces: [{ name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x' }],
-    ips: [{ version: '4', address: '10.230.0.5/24', gateway: '10.230.0.1', interface: 0 }, { version: '6', address: 'fd00::5/64' }],
+    ips: [
+      { version: '4', address: '10.230.0.5/24', gateway: '10.230.0.1', interface: 0 },
+      { version: '6', address: 'fd00::5/64' },
+    ],
     routes: [{ dst: '0.0.0.0/0', gw: '10.230.0.1' }],
     dns: { nameservers: ['10.230.0.1'] },
   });
@@ -551,12 +701,16 @@ describe('delegate driver: results of every version', () => {
       '1.1.0',
       {
         cniVersion: '1.1.0',
-        interfaces: [{ name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x', mtu: 1400, pciID: '0000:00:01.0' }],
+        interfaces: [
+          { name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x', mtu: 1400, pciID: '0000:00:01.0' },
+        ],
         ips: [{ address: '10.230.0.5/24', gateway: '10.230.0.1', interface: 0 }],
         routes: [{ dst: '10.0.0.0/8', gw: '10.230.0.1', table: 100, priority: 5 }],
       },
       {
-        interfaces: [{ name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x', mtu: 1400, pciID: '0000:00:01.0' }],
+        interfaces: [
+          { name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x', mtu: 1400, pciID: '0000:00:01.0' },
+        ],
         ips: [{ address: '10.230.0.5/24', gateway: '10.230.0.1', interface: 0 }],
         routes: [{ dst: '10.0.0.0/8', gw: '10.230.0.1', table: 100, priority: 5 }],
       },
@@ -574,12 +728,22 @@ describe('delegate driver: results of every version', () => {
 
   it('hands the next plugin the previous result in its own version (0.4.0 carries ips[].version)', async () => {
     const log = logFile();
-    const net = network({ cniVersion: '0.4.0', name: unique('net'), plugins: [{ type: 'fail-plugin', result: v0('0.4.0') }, { type: 'fail-plugin', logFile: log }] });
+    const net = network({
+      cniVersion: '0.4.0',
+      name: unique('net'),
+      plugins: [
+        { type: 'fail-plugin', result: v0('0.4.0') },
+        { type: 'fail-plugin', logFile: log },
+      ],
+    });
     const pod = fx.create('prev04');
     const rec = recording();
     assert.deepEqual(must(await attachParsed(delegateDriver, request(net, pod), rec.env)), expected);
     const [add] = readLog(log);
-    assert.deepEqual((JSON.parse(add?.stdin ?? '') as Record<string, unknown>).prevResult, convertResult(expected, '0.4.0'));
+    assert.deepEqual(
+      (JSON.parse(add?.stdin ?? '') as Record<string, unknown>).prevResult,
+      convertResult(expected, '0.4.0'),
+    );
     await undo(rec.steps);
   });
 });
@@ -601,7 +765,15 @@ describe('CHECK, STATUS and GC forwarding', () => {
 
   it('CHECK stops at the first failing plugin and skips versions without CHECK', async () => {
     const log = logFile();
-    const net = network({ cniVersion: '1.0.0', name: unique('net'), plugins: [{ type: 'fail-plugin', logFile: log, tag: 'a' }, { type: 'fail-plugin', logFile: log, failOn: 'CHECK' }, { type: 'fail-plugin', logFile: log, tag: 'c' }] });
+    const net = network({
+      cniVersion: '1.0.0',
+      name: unique('net'),
+      plugins: [
+        { type: 'fail-plugin', logFile: log, tag: 'a' },
+        { type: 'fail-plugin', logFile: log, failOn: 'CHECK' },
+        { type: 'fail-plugin', logFile: log, tag: 'c' },
+      ],
+    });
     const pod = fx.create('check2');
     const rec = recording();
     const result = must(await attachParsed(delegateDriver, request(net, pod), rec.env));
@@ -610,7 +782,10 @@ describe('CHECK, STATUS and GC forwarding', () => {
     assert.match(e.message, /plugin 2\/3 \(fail-plugin\): plugin fail-plugin: failing on demand/);
     const checks = readLog(log).filter((l) => l.command === 'CHECK');
     assert.equal(checks.length, 2);
-    assert.deepEqual((JSON.parse(checks[0]?.stdin ?? '') as Record<string, unknown>).prevResult, convertResult(result, '1.0.0'));
+    assert.deepEqual(
+      (JSON.parse(checks[0]?.stdin ?? '') as Record<string, unknown>).prevResult,
+      convertResult(result, '1.0.0'),
+    );
     await undo(rec.steps);
 
     const old = network({ cniVersion: '0.3.1', name: unique('net'), type: 'fail-plugin', failOn: 'CHECK' });
@@ -622,18 +797,58 @@ describe('CHECK, STATUS and GC forwarding', () => {
 
   it('STATUS returns the first failing plugin, and succeeds without exec for networks below 1.1.0', async () => {
     const log = logFile();
-    must(await delegateStatus(network({ cniVersion: '1.1.0', name: unique('net'), plugins: [{ type: 'fail-plugin', logFile: log }] }), binDir));
-    const e = failure(await delegateStatus(network({ cniVersion: '1.1.0', name: unique('net'), plugins: [{ type: 'fail-plugin', logFile: log }, { type: 'fail-plugin', failOn: 'STATUS', failCode: 50 }] }), binDir));
+    must(
+      await delegateStatus(
+        network({ cniVersion: '1.1.0', name: unique('net'), plugins: [{ type: 'fail-plugin', logFile: log }] }),
+        binDir,
+      ),
+    );
+    const e = failure(
+      await delegateStatus(
+        network({
+          cniVersion: '1.1.0',
+          name: unique('net'),
+          plugins: [
+            { type: 'fail-plugin', logFile: log },
+            { type: 'fail-plugin', failOn: 'STATUS', failCode: 50 },
+          ],
+        }),
+        binDir,
+      ),
+    );
     assert.equal(e.code, 50);
     assert.match(e.message, /plugin 2\/2/);
-    must(await delegateStatus(network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', failOn: 'STATUS', logFile: log }), binDir));
-    assert.deepEqual(readLog(log).map((l) => [l.command, l.env.CNI_COMMAND]), [['STATUS', 'STATUS'], ['STATUS', 'STATUS']]);
-    assert.equal(failure(await delegateStatus(network({ cniVersion: '1.1.0', name: unique('net'), type: 'not-installed' }), binDir)).code, CniCode.PluginNotAvailable);
+    must(
+      await delegateStatus(
+        network({ cniVersion: '1.0.0', name: unique('net'), type: 'fail-plugin', failOn: 'STATUS', logFile: log }),
+        binDir,
+      ),
+    );
+    assert.deepEqual(
+      readLog(log).map((l) => [l.command, l.env.CNI_COMMAND]),
+      [
+        ['STATUS', 'STATUS'],
+        ['STATUS', 'STATUS'],
+      ],
+    );
+    assert.equal(
+      failure(
+        await delegateStatus(network({ cniVersion: '1.1.0', name: unique('net'), type: 'not-installed' }), binDir),
+      ).code,
+      CniCode.PluginNotAvailable,
+    );
   });
 
   it('GC passes the valid attachments to every plugin, continuing past a failure', async () => {
     const log = logFile();
-    const net = network({ cniVersion: '1.1.0', name: unique('net'), plugins: [{ type: 'fail-plugin', failOn: 'GC', logFile: log }, { type: 'fail-plugin', logFile: log }] });
+    const net = network({
+      cniVersion: '1.1.0',
+      name: unique('net'),
+      plugins: [
+        { type: 'fail-plugin', failOn: 'GC', logFile: log },
+        { type: 'fail-plugin', logFile: log },
+      ],
+    });
     const e = failure(await delegateGc(net, [{ containerId: 'c1', ifname: 'eth1' }], binDir));
     assert.match(e.message, /^GC of network .*plugin 1\/2/);
     const gcs = readLog(log).filter((l) => l.command === 'GC');
@@ -652,9 +867,16 @@ describe('delegate exec: a plugin binary being rewritten', () => {
     writeFileSync(path, readFileSync('/usr/lib/cni/loopback'), { mode: 0o755 });
     return { path, dir, fd: openSync(path, 'r+') };
   };
-  const version = (path: string) => ({ command: 'VERSION' as const, type: 'loopback', network: 'lo', path, stdin: '{"cniVersion":"1.0.0"}', cniPath: '/usr/lib/cni' });
+  const version = (path: string) => ({
+    command: 'VERSION' as const,
+    type: 'loopback',
+    network: 'lo',
+    path,
+    stdin: '{"cniVersion":"1.0.0"}',
+    cniPath: '/usr/lib/cni',
+  });
 
-  it('is exec\'d again once the writer is done, and answers', async () => {
+  it("is exec'd again once the writer is done, and answers", async () => {
     const p = await busyPlugin();
     try {
       const started = Date.now();
@@ -668,11 +890,14 @@ describe('delegate exec: a plugin binary being rewritten', () => {
     }
   });
 
-  it('fails with the kernel\'s reason once the retry budget is spent', async () => {
+  it("fails with the kernel's reason once the retry budget is spent", async () => {
     const p = await busyPlugin();
     try {
       const r = await execPlugin(version(p.path), { busyRetryMs: 300 });
-      assert.ok(!r.ok && r.error.details === 'ETXTBSY' && /cannot exec .*loopback/.test(r.error.message), !r.ok ? r.error.message : 'ran');
+      assert.ok(
+        !r.ok && r.error.details === 'ETXTBSY' && /cannot exec .*loopback/.test(r.error.message),
+        !r.ok ? r.error.message : 'ran',
+      );
     } finally {
       closeSync(p.fd);
       await rm(p.dir, { recursive: true, force: true });

@@ -18,7 +18,9 @@ before(async () => {
   // Probe in a scratch netns, on a master of its own, so the probe touches nothing on the host.
   const scratch = fx.create('probe');
   scratch.exec('ip', 'link', 'add', 'p0', 'type', 'veth', 'peer', 'name', 'p1');
-  const probe = await bed.kernel.batch(scratch.path, [{ op: 'linkAdd', link: { kind: 'ipvlan', name: 'iv0', master: 'p0', mode: 'l2' } }]);
+  const probe = await bed.kernel.batch(scratch.path, [
+    { op: 'linkAdd', link: { kind: 'ipvlan', name: 'iv0', master: 'p0', mode: 'l2' } },
+  ]);
   if (!probe.ok) missing = probe.error.failure.extack ?? probe.error.message;
 });
 
@@ -27,7 +29,17 @@ describe('ipvlan driver', () => {
     if (skipOptional(t, missing && `ipvlan not built into this kernel: ${missing}`)) return;
     const pod = fx.create('kind');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const result = must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-a`, config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } }, netns: pod.path }), rec.env));
+    const result = must(
+      await attachParsed(
+        ipvlanDriver,
+        attachRequest({
+          network: `${prefix}-a`,
+          config: { type: 'ipvlan', master, mode: 'l3', ipam: { type: 'host-local', subnet: '10.253.0.0/24' } },
+          netns: pod.path,
+        }),
+        rec.env,
+      ),
+    );
     assert.equal(result.interfaces[0]?.sandbox, pod.path);
     assert.match(ip('-n', pod.name, '-d', 'link', 'show', 'net1'), /ipvlan {2}mode l3|ipvlan mode l3/);
     await rec.undo();
@@ -41,7 +53,9 @@ describe('ipvlan driver', () => {
     const b = fx.create('pb');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const config = { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.1.0/24' } };
-    const ra = must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-b`, config, netns: a.path }), rec.env));
+    const ra = must(
+      await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-b`, config, netns: a.path }), rec.env),
+    );
     must(await attachParsed(ipvlanDriver, attachRequest({ network: `${prefix}-b`, config, netns: b.path }), rec.env));
     const ping = b.exec('ping', '-c', '1', '-W', '1', ra.ips[0]?.address.split('/')[0] ?? '');
     assert.equal(ping.status, 0, ping.out);
@@ -53,7 +67,17 @@ describe('ipvlan driver', () => {
     const pod = fx.create('nokernel');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
-    const e = failure(await attachParsed(ipvlanDriver, attachRequest({ network, config: { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.2.0/24' } }, netns: pod.path }), rec.env));
+    const e = failure(
+      await attachParsed(
+        ipvlanDriver,
+        attachRequest({
+          network,
+          config: { type: 'ipvlan', master, ipam: { type: 'host-local', subnet: '10.253.2.0/24' } },
+          netns: pod.path,
+        }),
+        rec.env,
+      ),
+    );
     assert.match(e.message, /creating ipvlan net1 \(mode l2\)/);
     await rec.undo();
     assert.deepEqual(await bed.ipam.leases(network), []);
@@ -65,7 +89,13 @@ describe('ipvlan driver', () => {
     assert.match(bad.message, /ipvlan config of network n: mode: /);
     assert.equal(failure(ipvlanDriver.parse([plugin('n', { type: 'ipvlan', linkInContainer: true })])).code, 2);
     const pod = fx.create('mac');
-    const e = failure(await attachParsed(ipvlanDriver, attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }), new RecordingEnv(bed.kernel, bed.ipam).env));
+    const e = failure(
+      await attachParsed(
+        ipvlanDriver,
+        attachRequest({ network: 'n', config: { type: 'ipvlan', master }, netns: pod.path, mac: '02:00:00:00:00:01' }),
+        new RecordingEnv(bed.kernel, bed.ipam).env,
+      ),
+    );
     assert.equal(e.code, 2);
     assert.match(e.message, /share their master's MAC/);
   });

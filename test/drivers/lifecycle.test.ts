@@ -16,7 +16,10 @@ import { plugin } from './support';
 /** A logger whose lines a test reads. */
 function capturedLog(): { log: pino.Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
-  const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) });
+  const log = pino(
+    { level: 'debug' },
+    { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) },
+  );
   return { log, lines };
 }
 
@@ -30,7 +33,9 @@ interface FakeDriver extends Driver {
 /** A driver that records its lifecycle calls; its resync waits for `release` when `slow`. */
 function fakeDriver(type: string, calls: string[], opts: { slow?: boolean; failing?: boolean } = {}): FakeDriver {
   const d: FakeDriver = {
-    type, capabilities: [], calls,
+    type,
+    capabilities: [],
+    calls,
     parse: () => ok(undefined),
     attach: () => Promise.resolve(ok({ interfaces: [], ips: [], routes: [] })),
     start(ctx) {
@@ -57,7 +62,9 @@ function release(d: FakeDriver): void {
 }
 
 const settings = (log: pino.Logger, intervalMs = 3_600_000, steps: readonly UndoStep[] = []): LifecycleSettings => ({
-  log, recordedSteps: () => Promise.resolve(steps), resyncIntervalMs: intervalMs,
+  log,
+  recordedSteps: () => Promise.resolve(steps),
+  resyncIntervalMs: intervalMs,
 });
 
 describe('driver lifecycle through the registry', () => {
@@ -69,7 +76,14 @@ describe('driver lifecycle through the registry', () => {
     await registry.start(settings(capturedLog().log));
     await until('both first resyncs', () => (calls.length >= 4 ? true : undefined), 2000);
     await registry.stop();
-    assert.deepEqual(calls, ['start alpha', 'start beta', 'resync alpha: start', 'resync beta: start', 'stop beta', 'stop alpha']);
+    assert.deepEqual(calls, [
+      'start alpha',
+      'start beta',
+      'resync alpha: start',
+      'resync beta: start',
+      'stop beta',
+      'stop alpha',
+    ]);
     assert.ok(a.context && b.context, 'each driver got its context');
   });
 
@@ -94,14 +108,18 @@ describe('driver lifecycle through the registry', () => {
     assert.equal(calls.length, before, 'nothing runs once the drivers are stopped');
   });
 
-  it('runs a requested resync with the driver\'s reason', async () => {
+  it("runs a requested resync with the driver's reason", async () => {
     const calls: string[] = [];
     const d = fakeDriver('asker', calls);
     const registry = new DriverRegistry([d], fakeDriver('delegate', []));
     await registry.start(settings(capturedLog().log));
     await until('the first resync', () => (calls.includes('resync asker: start') ? true : undefined), 2000);
     d.context?.requestResync('reconnected to the switch database');
-    await until('the requested resync', () => (calls.includes('resync asker: reconnected to the switch database') ? true : undefined), 2000);
+    await until(
+      'the requested resync',
+      () => (calls.includes('resync asker: reconnected to the switch database') ? true : undefined),
+      2000,
+    );
     await registry.stop();
   });
 
@@ -110,14 +128,18 @@ describe('driver lifecycle through the registry', () => {
     const calls: string[] = [];
     const registry = new DriverRegistry([fakeDriver('broken', calls, { failing: true })], fakeDriver('delegate', []));
     await registry.start(settings(log, 20));
-    await until('two failed resyncs', () => (lines.filter((l) => l.msg === 'broken resync failed').length >= 2 ? true : undefined), 2000);
+    await until(
+      'two failed resyncs',
+      () => (lines.filter((l) => l.msg === 'broken resync failed').length >= 2 ? true : undefined),
+      2000,
+    );
     await registry.stop();
     const line = lines.find((l) => l.msg === 'broken resync failed');
     assert.equal(line?.component, 'broken');
     assert.equal(line?.err, 'broken cannot resync');
   });
 
-  it('answers a driver\'s dataplane readiness, and false for a driver that cannot say', async () => {
+  it("answers a driver's dataplane readiness, and false for a driver that cannot say", async () => {
     const ready: Driver = { ...fakeDriver('up', []), ready: () => Promise.resolve(true) };
     const registry = new DriverRegistry([ready, fakeDriver('mute', [])], fakeDriver('delegate', []));
     assert.equal(await registry.ready('up'), true);
@@ -128,16 +150,23 @@ describe('driver lifecycle through the registry', () => {
 
 describe('memif driver lifecycle without a switch', () => {
   const port: UndoStep = switchPortStep({
-    ovsdb: '/nonexistent/plexus-test/db.sock', bridge: 'br-user', port: 'pxm000000000001',
+    ovsdb: '/nonexistent/plexus-test/db.sock',
+    bridge: 'br-user',
+    port: 'pxm000000000001',
     devargs: 'net_memif_pxm000000000001,role=server,id=0,socket=/nonexistent/plexus-test/memif.sock,secret=s',
-    rxQueues: 1, externalIds: {},
+    rxQueues: 1,
+    externalIds: {},
   });
 
-  it('a resync reads the journal\'s ports and reports those it could not check on an unreachable switch', async () => {
+  it("a resync reads the journal's ports and reports those it could not check on an unreachable switch", async () => {
     const { log, lines } = capturedLog();
     const registry = new DriverRegistry([createMemifDriver()], fakeDriver('delegate', []));
     await registry.start(settings(log, 3_600_000, [port]));
-    const failed = await until('the resync\'s report', () => lines.find((l) => l.msg === 'memif ports could not be checked or made again'), 15_000);
+    const failed = await until(
+      "the resync's report",
+      () => lines.find((l) => l.msg === 'memif ports could not be checked or made again'),
+      15_000,
+    );
     await registry.stop();
     assert.equal(failed.component, 'memif');
     assert.equal(failed.why, 'start');
@@ -148,10 +177,12 @@ describe('memif driver lifecycle without a switch', () => {
     let reads = 0;
     const registry = new DriverRegistry([createMemifDriver()], fakeDriver('delegate', []));
     await registry.start({
-      log: capturedLog().log, recordedSteps: () => {
+      log: capturedLog().log,
+      recordedSteps: () => {
         reads++;
         return Promise.resolve([]);
-      }, resyncIntervalMs: 20,
+      },
+      resyncIntervalMs: 20,
     });
     await new Promise((r) => setTimeout(r, 200));
     await registry.stop();
@@ -160,7 +191,7 @@ describe('memif driver lifecycle without a switch', () => {
 });
 
 describe('native config parsing', () => {
-  it('parses a network\'s plugin object once per driver instance, and each instance keeps its own cache', () => {
+  it("parses a network's plugin object once per driver instance, and each instance keeps its own cache", () => {
     let parses = 0;
     const parse = (): ReturnType<typeof ok<number>> => ok(++parses);
     const first = onePlugin(parse);

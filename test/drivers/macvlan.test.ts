@@ -11,7 +11,11 @@ const bed = driverTestbed('pmv');
 const { prefix, fx } = bed;
 const master = `${prefix}m0`;
 
-const ipamConfig = (third: number) => ({ type: 'host-local', subnet: `10.231.${third}.0/24`, routes: [{ dst: '10.232.0.0/16' }] });
+const ipamConfig = (third: number) => ({
+  type: 'host-local',
+  subnet: `10.231.${third}.0/24`,
+  routes: [{ dst: '10.232.0.0/16' }],
+});
 
 before(() => {
   // The "host NIC": a veth on the host whose other end is in a test netns, so everything sent stays in our namespaces.
@@ -22,11 +26,19 @@ describe('macvlan driver', () => {
   it('answers one interface in the sandbox with the requested MAC, its IPs and routes', async () => {
     const pod = fx.create('shape');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const req = attachRequest({ network: `${prefix}-a`, config: { type: 'macvlan', master, ipam: ipamConfig(1) }, netns: pod.path, mac: '02:42:ac:11:00:07' });
+    const req = attachRequest({
+      network: `${prefix}-a`,
+      config: { type: 'macvlan', master, ipam: ipamConfig(1) },
+      netns: pod.path,
+      mac: '02:42:ac:11:00:07',
+    });
     const result = must(await attachParsed(macvlanDriver, req, rec.env));
     assert.equal(result.interfaces.length, 1);
     const [iface] = result.interfaces;
-    assert.deepEqual({ name: iface?.name, sandbox: iface?.sandbox, mac: iface?.mac }, { name: 'net1', sandbox: pod.path, mac: '02:42:ac:11:00:07' });
+    assert.deepEqual(
+      { name: iface?.name, sandbox: iface?.sandbox, mac: iface?.mac },
+      { name: 'net1', sandbox: pod.path, mac: '02:42:ac:11:00:07' },
+    );
     assert.equal(result.ips.length, 1);
     assert.match(result.ips[0]?.address ?? '', /^10\.231\.1\.\d+\/24$/);
     assert.equal(result.ips[0]?.gateway, '10.231.1.1');
@@ -38,13 +50,21 @@ describe('macvlan driver', () => {
   it('creates the macvlan inside the pod netns with the configured mode and MTU, addresses and routes', async () => {
     const pod = fx.create('kind');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
-    const req = attachRequest({ network: `${prefix}-b`, config: { type: 'macvlan', master, mode: 'private', mtu: 1400, ipam: ipamConfig(2) }, netns: pod.path, ifname: 'eth9' });
+    const req = attachRequest({
+      network: `${prefix}-b`,
+      config: { type: 'macvlan', master, mode: 'private', mtu: 1400, ipam: ipamConfig(2) },
+      netns: pod.path,
+      ifname: 'eth9',
+    });
     const result = must(await attachParsed(macvlanDriver, req, rec.env));
     const details = ip('-n', pod.name, '-d', 'link', 'show', 'eth9');
     assert.match(details, /macvlan mode private/);
     assert.match(details, /mtu 1400/);
     assert.match(details, /state UP|,UP/);
-    assert.match(ip('-n', pod.name, 'addr', 'show', 'eth9'), new RegExp(result.ips[0]?.address.replace(/\./g, '\\.') ?? 'missing'));
+    assert.match(
+      ip('-n', pod.name, 'addr', 'show', 'eth9'),
+      new RegExp(result.ips[0]?.address.replace(/\./g, '\\.') ?? 'missing'),
+    );
     assert.match(ip('-n', pod.name, 'route', 'show'), /10\.232\.0\.0\/16 via 10\.231\.2\.1 dev eth9/);
     assert.deepEqual(hostLinksWithPrefix('eth9'), [], 'nothing named eth9 appeared on the host');
     await rec.undo();
@@ -55,8 +75,20 @@ describe('macvlan driver', () => {
     const b = fx.create('pb');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-c`;
-    const ra = must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }), rec.env));
-    must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }), rec.env));
+    const ra = must(
+      await attachParsed(
+        macvlanDriver,
+        attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: a.path }),
+        rec.env,
+      ),
+    );
+    must(
+      await attachParsed(
+        macvlanDriver,
+        attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(3) }, netns: b.path }),
+        rec.env,
+      ),
+    );
     const target = ra.ips[0]?.address.split('/')[0] ?? '';
     const ping = b.exec('ping', '-c', '1', '-W', '1', target);
     assert.equal(ping.status, 0, ping.out);
@@ -67,8 +99,18 @@ describe('macvlan driver', () => {
     const pod = fx.create('undo');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-d`;
-    must(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }), rec.env));
-    assert.deepEqual(rec.steps.map((s) => s.kind), ['releaseIpam', 'deleteLink'], 'the lease release is recorded before the link');
+    must(
+      await attachParsed(
+        macvlanDriver,
+        attachRequest({ network, config: { type: 'macvlan', master, ipam: ipamConfig(4) }, netns: pod.path }),
+        rec.env,
+      ),
+    );
+    assert.deepEqual(
+      rec.steps.map((s) => s.kind),
+      ['releaseIpam', 'deleteLink'],
+      'the lease release is recorded before the link',
+    );
     assert.equal((await bed.ipam.leases(network)).length, 1);
     await rec.undo();
     assert.equal(must(await bed.kernel.getLink(pod.path, 'net1')), null);
@@ -80,7 +122,17 @@ describe('macvlan driver', () => {
     const pod = fx.create('nomaster');
     const rec = new RecordingEnv(bed.kernel, bed.ipam);
     const network = `${prefix}-e`;
-    const e = failure(await attachParsed(macvlanDriver, attachRequest({ network, config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) }, netns: pod.path }), rec.env));
+    const e = failure(
+      await attachParsed(
+        macvlanDriver,
+        attachRequest({
+          network,
+          config: { type: 'macvlan', master: `${prefix}zz`, ipam: ipamConfig(5) },
+          netns: pod.path,
+        }),
+        rec.env,
+      ),
+    );
     assert.equal(e.code, 7);
     assert.match(e.message, new RegExp(`master device ${prefix}zz not found on the host`));
     await rec.undo();
@@ -100,7 +152,11 @@ describe('macvlan driver', () => {
       assert.equal(e.code, code, JSON.stringify(config));
       assert.match(e.message, message);
     }
-    assert.equal(macvlanDriver.parse([plugin('n', { type: 'macvlan', ipam: {} })]).ok, true, 'no master and empty ipam are valid');
+    assert.equal(
+      macvlanDriver.parse([plugin('n', { type: 'macvlan', ipam: {} })]).ok,
+      true,
+      'no master and empty ipam are valid',
+    );
   });
 
   it('defaults the master to the link of the default route, and fails with code 7 without one', async () => {

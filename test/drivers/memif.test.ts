@@ -50,12 +50,26 @@ describe('memif ports', () => {
   it('serves the socket as memif server, on a path (not an abstract socket, which would not cross netns), with the secret', () => {
     const d = memifDevargs('pxm1', '/run/x/memif.sock', 'S3cret');
     assert.equal(d, 'net_memif_pxm1,role=server,id=0,socket=/run/x/memif.sock,socket-abstract=no,secret=S3cret');
-    assert.equal(redactSecret(d), 'net_memif_pxm1,role=server,id=0,socket=/run/x/memif.sock,socket-abstract=no,secret=***');
+    assert.equal(
+      redactSecret(d),
+      'net_memif_pxm1,role=server,id=0,socket=/run/x/memif.sock,socket-abstract=no,secret=***',
+    );
   });
 
   it('network-status carries memif device-info for the interface that is a socket', () => {
-    const [entry] = networkStatus([{ network: 'default/fast', ifname: 'memif0', isDefault: false, result: { interfaces: [{ name: 'memif0', socketPath: '/run/memif/memif3/memif.sock' }], ips: [], routes: [] } }]);
-    assert.deepEqual(entry?.['device-info'], { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: '/run/memif/memif3/memif.sock' } });
+    const [entry] = networkStatus([
+      {
+        network: 'default/fast',
+        ifname: 'memif0',
+        isDefault: false,
+        result: { interfaces: [{ name: 'memif0', socketPath: '/run/memif/memif3/memif.sock' }], ips: [], routes: [] },
+      },
+    ]);
+    assert.deepEqual(entry?.['device-info'], {
+      type: 'memif',
+      version: '1.1.0',
+      memif: { role: 'slave', mode: 'ethernet', path: '/run/memif/memif3/memif.sock' },
+    });
     assert.deepEqual(entry?.ips, []);
   });
 });

@@ -27,7 +27,8 @@ export const failure = <T>(r: Result<T, CniError>): CniError => {
   return r.error;
 };
 
-export const plugin = (network: string, config: Record<string, unknown>): PluginConfig => ({ cniVersion: '1.1.0', name: network, ...config }) as PluginConfig;
+export const plugin = (network: string, config: Record<string, unknown>): PluginConfig =>
+  ({ cniVersion: '1.1.0', name: network, ...config }) as PluginConfig;
 
 export function attachRequest(opts: {
   readonly network: string;
@@ -49,7 +50,16 @@ export function attachRequest(opts: {
     ifname: opts.ifname ?? 'net1',
     runtimeIfname: opts.runtimeIfname ?? opts.ifname ?? 'net1',
     pod: { namespace: 'default', name: 'test-pod' },
-    network: { namespace: 'default', name: opts.network, key: `default/${opts.network}`, annotations: {}, cniVersion: '1.1.0', cniName: opts.network, plugins: [p], source: 'test' },
+    network: {
+      namespace: 'default',
+      name: opts.network,
+      key: `default/${opts.network}`,
+      annotations: {},
+      cniVersion: '1.1.0',
+      cniName: opts.network,
+      plugins: [p],
+      source: 'test',
+    },
     plugin: p,
     ips: opts.ips ?? [],
     ...(opts.mac ? { mac: opts.mac } : {}),
@@ -66,7 +76,10 @@ export class RecordingEnv {
   readonly steps: UndoStep[] = [];
   readonly env: DriverEnv;
 
-  constructor(readonly kernel: Kernel, readonly ipam: Ipam) {
+  constructor(
+    readonly kernel: Kernel,
+    readonly ipam: Ipam,
+  ) {
     this.env = { kernel, ipam, cniBinDir: '/nonexistent', record: async (step) => void this.steps.push(step) };
   }
 
@@ -88,7 +101,12 @@ export async function tempIpam(): Promise<{ ipam: Ipam; remove: () => Promise<vo
  * What every driver test file needs: a real kernel layer, a throwaway IPAM store and a netns fixture with a
  * unique prefix, set up before the file's tests and removed after them, even when they fail.
  */
-export function driverTestbed(tag: string): { readonly prefix: string; readonly fx: NetnsFixture; readonly kernel: Kernel; readonly ipam: Ipam } {
+export function driverTestbed(tag: string): {
+  readonly prefix: string;
+  readonly fx: NetnsFixture;
+  readonly kernel: Kernel;
+  readonly ipam: Ipam;
+} {
   const prefix = uniquePrefix(tag);
   const fx = new NetnsFixture(prefix);
   let kernel: Kernel | undefined;
@@ -126,7 +144,11 @@ export function hostUplink(fx: NetnsFixture, name: string): void {
 }
 
 /** What the engine does for one attachment: parse the network's config with the driver, then attach with the result. */
-export async function attachParsed<C>(driver: Driver<C>, req: AttachRequest, env: DriverEnv): Promise<Result<CniResult>> {
+export async function attachParsed<C>(
+  driver: Driver<C>,
+  req: AttachRequest,
+  env: DriverEnv,
+): Promise<Result<CniResult>> {
   const config = driver.parse(req.network.plugins);
   return config.ok ? driver.attach(req, config.value, env) : config;
 }

@@ -66,25 +66,47 @@ const ipam = (): Record<string, unknown> => ({ type: 'host-local', subnet: `10.2
 const vni = randomInt(1_000_000, 16_000_000);
 const veth = (req: AttachRequest): string[] => [hostVethName(req.containerId, req.runtimeIfname, req.ifname)];
 const kinds: readonly Kind[] = [
-  { name: 'bridge', driver: createBridgeDriver, config: () => ({ type: 'bridge', bridge: `${prefix}br`, ipam: ipam() }), hostLinks: veth },
+  {
+    name: 'bridge',
+    driver: createBridgeDriver,
+    config: () => ({ type: 'bridge', bridge: `${prefix}br`, ipam: ipam() }),
+    hostLinks: veth,
+  },
   { name: 'ptp', driver: createPtpDriver, config: () => ({ type: 'ptp', ipam: ipam() }), hostLinks: veth },
   {
-    name: 'vxlan', driver: createVxlanDriver, hostLinks: veth,
+    name: 'vxlan',
+    driver: createVxlanDriver,
+    hostLinks: veth,
     config: () => ({ type: 'vxlan', vni, port: 47899, bridge: `${prefix}vb`, remotes: ['127.0.0.79'], ipam: ipam() }),
   },
-  { name: 'macvlan', driver: () => macvlanDriver, config: () => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam() }) },
   {
-    name: 'ipvlan', driver: () => ipvlanDriver, missing: ipvlanMissing,
+    name: 'macvlan',
+    driver: () => macvlanDriver,
+    config: () => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: ipam() }),
+  },
+  {
+    name: 'ipvlan',
+    driver: () => ipvlanDriver,
+    missing: ipvlanMissing,
     config: () => ({ type: 'ipvlan', master: uplink, mode: 'l2', ipam: ipam() }),
   },
   { name: 'tap', driver: () => tapDriver, config: () => ({ type: 'tap', ipam: ipam() }) },
-  { name: 'host-device', driver: () => hostDeviceDriver, config: () => ({ type: 'host-device', device: hostDevice(), ipam: ipam() }) },
+  {
+    name: 'host-device',
+    driver: () => hostDeviceDriver,
+    config: () => ({ type: 'host-device', device: hostDevice(), ipam: ipam() }),
+  },
 ];
 
 /** `index name` of a link of the pod, or '' when it has none of that name. */
-const linkOf = (ns: TestNetns, name: string): string => ns.exec('ip', '-o', 'link', 'show', name).out.match(/^(\d+): ([^:@]+)/)?.slice(1, 3).join(' ') ?? '';
+const linkOf = (ns: TestNetns, name: string): string =>
+  ns
+    .exec('ip', '-o', 'link', 'show', name)
+    .out.match(/^(\d+): ([^:@]+)/)
+    ?.slice(1, 3)
+    .join(' ') ?? '';
 
-it('host veth names are the attachment\'s own: another CNI_IFNAME of the same container gets another name', async () => {
+it("host veth names are the attachment's own: another CNI_IFNAME of the same container gets another name", async () => {
   const { createHash } = await import('node:crypto');
   const a = hostVethName('c0ffee', 'eth0', 'net1');
   assert.match(a, /^veth[0-9a-f]{11}$/);
@@ -102,7 +124,13 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
       for (const l of [`${prefix}br`, `${prefix}vb`, `vx${vni}`]) fx.trackHostLink(l);
       uplinkMade = true;
     }
-    const req = attachRequest({ network: `${prefix}-${kind.name}${++networks}`, config: kind.config(), netns: pod.path, ifname: 'net1', runtimeIfname: 'eth0' });
+    const req = attachRequest({
+      network: `${prefix}-${kind.name}${++networks}`,
+      config: kind.config(),
+      netns: pod.path,
+      ifname: 'net1',
+      runtimeIfname: 'eth0',
+    });
     for (const l of kind.hostLinks?.(req) ?? []) fx.trackHostLink(l);
     return req;
   };
@@ -121,7 +149,8 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
       assert.match(r.error.message, /net1 already exists/);
       await rec.undo();
       assert.equal(linkOf(pod, 'net1'), before, 'the same net1 is still there');
-      for (const l of kind.hostLinks?.(req) ?? []) assert.equal(ipTry('link', 'show', l).status, 1, `no host link ${l}`);
+      for (const l of kind.hostLinks?.(req) ?? [])
+        assert.equal(ipTry('link', 'show', l).status, 1, `no host link ${l}`);
       assert.deepEqual(await bed.ipam.leases(req.network.cniName), []);
     });
 
@@ -135,12 +164,13 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
       assert.notEqual(linkOf(pod, 'net1'), '');
       await rec.undo();
       assert.equal(linkOf(pod, 'net1'), '', 'net1 is gone from the pod');
-      for (const l of kind.hostLinks?.(req) ?? []) assert.equal(ipTry('link', 'show', l).status, 1, `no host link ${l}`);
+      for (const l of kind.hostLinks?.(req) ?? [])
+        assert.equal(ipTry('link', 'show', l).status, 1, `no host link ${l}`);
       assert.deepEqual(await bed.ipam.leases(req.network.cniName), []);
     });
   }
 
-  it('tap: an existing tap of the name (another pod\'s, another plugin\'s) is an error, never taken over', async () => {
+  it("tap: an existing tap of the name (another pod's, another plugin's) is an error, never taken over", async () => {
     const pod = fx.create('tapx');
     assert.equal(pod.exec('ip', 'tuntap', 'add', 'net1', 'mode', 'tap').status, 0);
     const before = linkOf(pod, 'net1');
@@ -154,7 +184,7 @@ describe('undo removes only what Plexus made, for every driver that makes a pod 
     assert.doesNotMatch(ip('-n', pod.name, 'addr', 'show', 'net1'), /inet /, 'no address was put on it');
   });
 
-  it('a pod link of the same name that another attachment made is not deleted by this one\'s undo', async () => {
+  it("a pod link of the same name that another attachment made is not deleted by this one's undo", async () => {
     const pod = fx.create('other');
     const mine = new RecordingEnv(bed.kernel, bed.ipam);
     const theirs = new RecordingEnv(bed.kernel, bed.ipam);

@@ -15,20 +15,45 @@ const builtInForTest = () => {
 
 const release = (network: string): UndoStep => ({ kind: 'releaseIpam', network, containerId: 'c1', ifname: 'eth0' });
 const link = (name: string, netns?: string): UndoStep => ({ kind: 'deleteLink', name, ...(netns ? { netns } : {}) });
-const names = (stages: UndoStep[][]): string[][] => stages.map((s) => s.map((x) => (x.kind === 'releaseIpam' ? `ip:${x.network}` : x.kind === 'deleteLink' ? `link:${x.name}` : x.kind)));
+const names = (stages: UndoStep[][]): string[][] =>
+  stages.map((s) =>
+    s.map((x) => (x.kind === 'releaseIpam' ? `ip:${x.network}` : x.kind === 'deleteLink' ? `link:${x.name}` : x.kind)),
+  );
 
 describe('undo stages', () => {
   it('deletes the links of a three-network pod together, then releases the addresses, newest first', () => {
     // As recorded by ADD: per network, the lease's release first, then the link's deletion.
-    const recorded = [release('podnet'), link('vethA'), release('blue'), link('vethB'), release('lan'), link('net2', '/var/run/netns/p')];
-    assert.deepEqual(names(undoStages(recorded)), [['link:net2', 'link:vethB', 'link:vethA'], ['ip:lan'], ['ip:blue'], ['ip:podnet']]);
+    const recorded = [
+      release('podnet'),
+      link('vethA'),
+      release('blue'),
+      link('vethB'),
+      release('lan'),
+      link('net2', '/var/run/netns/p'),
+    ];
+    assert.deepEqual(names(undoStages(recorded)), [
+      ['link:net2', 'link:vethB', 'link:vethA'],
+      ['ip:lan'],
+      ['ip:blue'],
+      ['ip:podnet'],
+    ]);
   });
 
   it('keeps every other step in reverse order, alone, and never merges links across one', () => {
-    const delegated = delegateDelStep({ plugin: '/usr/lib/cni/ptp', config: '{}', env: { containerId: 'c1', netns: '', ifname: 'net1', args: '', path: '' } });
+    const delegated = delegateDelStep({
+      plugin: '/usr/lib/cni/ptp',
+      config: '{}',
+      env: { containerId: 'c1', netns: '', ifname: 'net1', args: '', path: '' },
+    });
     const route: UndoStep = { kind: 'deleteRoute', route: { dst: '0.0.0.0/0', gw: '10.0.0.1', dev: 'net1' } };
     const recorded = [release('podnet'), link('vethA'), delegated, link('vethB'), route];
-    assert.deepEqual(names(undoStages(recorded)), [['deleteRoute'], ['link:vethB'], ['driver'], ['link:vethA'], ['ip:podnet']]);
+    assert.deepEqual(names(undoStages(recorded)), [
+      ['deleteRoute'],
+      ['link:vethB'],
+      ['driver'],
+      ['link:vethA'],
+      ['ip:podnet'],
+    ]);
   });
 
   it('has nothing to do for an empty record', () => {
@@ -53,7 +78,12 @@ test('a driver step of a newer version than the driver reads is refused, not gue
 
 test('each driver declares its own step kinds; the generic ones belong to no driver', () => {
   const owners = builtInForTest().flatMap((d) => Object.keys(d.undo ?? {}).map((k) => `${d.type}/${k}`));
-  assert.deepEqual(owners.sort(), ['delegate/delegateDel', 'host-device/returnLink', 'memif/deleteSwitchPort', 'memif/removeSocketDir']);
+  assert.deepEqual(owners.sort(), [
+    'delegate/delegateDel',
+    'host-device/returnLink',
+    'memif/deleteSwitchPort',
+    'memif/removeSocketDir',
+  ]);
   assert.deepEqual(Object.keys(genericUndo).sort(), ['deleteLink', 'deleteRoute', 'releaseIpam']);
 });
 
@@ -68,7 +98,9 @@ describe('deleting a link by its identity', () => {
 
   it('deletes a marked pod link that carries its mark', async () => {
     const kernel = await setup();
-    await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'macvlan', name: 'net1', master: 'x', mode: 'bridge', group: 7 } }]);
+    await kernel.batch(netns, [
+      { op: 'linkAdd', link: { kind: 'macvlan', name: 'net1', master: 'x', mode: 'bridge', group: 7 } },
+    ]);
     assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1', mark: 7 }, kernel)).ok);
     assert.deepEqual(kernel.links(netns), []);
   });
@@ -86,7 +118,7 @@ describe('deleting a link by its identity', () => {
     assert.ok((await run({ kind: 'deleteLink', netns, name: 'net1', mark: 7 }, kernel)).ok);
   });
 
-  it('never deletes lo: an older plexusd\'s step naming it has nothing to undo', async () => {
+  it("never deletes lo: an older plexusd's step naming it has nothing to undo", async () => {
     const kernel = await setup();
     await kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'lo' } }]);
     assert.ok((await run({ kind: 'deleteLink', netns, name: 'lo' }, kernel)).ok);
@@ -101,4 +133,3 @@ describe('deleting a link by its identity', () => {
     assert.deepEqual(kernel.links(netns), []);
   });
 });
-

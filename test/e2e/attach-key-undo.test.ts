@@ -19,10 +19,15 @@ const daemon = new DaemonFixture('podnet');
 const uplink = `${prefix}up`;
 
 function nad(name: string, config: Record<string, unknown>): void {
-  daemon.writeNad(`${name}.json`, JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default' },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
-  }));
+  daemon.writeNad(
+    `${name}.json`,
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace: 'default' },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
+    }),
+  );
 }
 
 before(async () => {
@@ -30,7 +35,12 @@ before(async () => {
   ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
   ip('link', 'set', uplink, 'up');
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}b0`, subnet: subnet(0) });
-  nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
+  nad('mv', {
+    type: 'macvlan',
+    master: uplink,
+    mode: 'bridge',
+    ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] },
+  });
   await daemon.start();
 });
 after(async () => {
@@ -45,14 +55,25 @@ const newPod = (): { cid: string; ns: TestNetns } => {
 };
 const call = (command: 'ADD' | 'DEL', pod: { cid: string; ns: TestNetns }, annotation: string): Promise<ShimOutput> =>
   daemon.cni({
-    command, containerId: pod.cid, netns: pod.ns.path, ifname: 'eth0', args: podArgs(`pod${n}`, pod.cid),
-    config: daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } }),
+    command,
+    containerId: pod.cid,
+    netns: pod.ns.path,
+    ifname: 'eth0',
+    args: podArgs(`pod${n}`, pod.cid),
+    config: daemon.runtimeConfig({
+      runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } },
+    }),
   });
 /** `index: name` of a link in a pod's netns, or '' when it is gone. */
-const linkOf = (ns: TestNetns, name: string): string => ns.exec('ip', '-o', 'link', 'show', name).out.match(/^(\d+): ([^:@]+)/)?.slice(1, 3).join(': ') ?? '';
+const linkOf = (ns: TestNetns, name: string): string =>
+  ns
+    .exec('ip', '-o', 'link', 'show', name)
+    .out.match(/^(\d+): ([^:@]+)/)
+    ?.slice(1, 3)
+    .join(': ') ?? '';
 
 describe('a pod interface name that is taken', () => {
-  it('an interface the netns already has (another plugin\'s net1) fails the ADD with code 7 and is left alone', async () => {
+  it("an interface the netns already has (another plugin's net1) fails the ADD with code 7 and is left alone", async () => {
     const pod = newPod();
     // Another plugin's interface (this kernel has no dummy driver: a bridge stands in).
     assert.equal(pod.ns.exec('ip', 'link', 'add', 'net1', 'type', 'bridge').status, 0);
@@ -92,7 +113,13 @@ describe('recovery of a half-done ADD (the daemon killed before commit)', () => 
     // The crash: both records have every step, and no committed line.
     for (const pod of [made, replaced]) {
       const file = join(daemon.stateDir, 'journal', `${pod.cid}@eth0.jsonl`);
-      writeFileSync(file, readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"t":"committed"')).join('\n'));
+      writeFileSync(
+        file,
+        readFileSync(file, 'utf8')
+          .split('\n')
+          .filter((l) => !l.includes('"t":"committed"'))
+          .join('\n'),
+      );
     }
     // In the second pod, the macvlan is gone and another plugin's net1 took the name (as if the create never happened).
     assert.equal(replaced.ns.exec('ip', 'link', 'del', 'net1').status, 0);
@@ -105,4 +132,3 @@ describe('recovery of a half-done ADD (the daemon killed before commit)', () => 
     assert.deepEqual(daemon.leases('mv'), []);
   });
 });
-

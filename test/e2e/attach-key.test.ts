@@ -22,10 +22,15 @@ const binDir = join(base.dir, 'cni-bin');
 const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir]);
 
 function nad(name: string, config: Record<string, unknown>, annotations: Record<string, string> = {}): void {
-  daemon.writeNad(`${name}.json`, JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default', annotations },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
-  }));
+  daemon.writeNad(
+    `${name}.json`,
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace: 'default', annotations },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
+    }),
+  );
 }
 
 before(async () => {
@@ -33,7 +38,12 @@ before(async () => {
   symlinkSync(join(ROOT, 'test/fixtures/fail-plugin'), join(binDir, 'fail-plugin'));
   for (const b of ['b0', 'b1']) fx.trackHostLink(`${prefix}${b}`);
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}b0`, subnet: subnet(0) });
-  nad('lan', { type: 'bridge', bridge: `${prefix}b1`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
+  nad('lan', {
+    type: 'bridge',
+    bridge: `${prefix}b1`,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] },
+  });
   nad('failnet', { type: 'fail-plugin', failOn: 'ADD' });
   await daemon.start();
 });
@@ -54,15 +64,29 @@ const side = (ifname: string): Side => {
   return { ifname, ns: ns.name, netns: ns.path };
 };
 const config = (annotation: string): Record<string, unknown> =>
-  daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } });
+  daemon.runtimeConfig({
+    runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } },
+  });
 const call = (command: 'ADD' | 'DEL' | 'CHECK', s: Side, annotation = 'lan'): Promise<ShimOutput> =>
-  daemon.cni({ command, containerId: cid, netns: s.netns, ifname: s.ifname, args: podArgs('twice', cid), config: config(annotation) });
+  daemon.cni({
+    command,
+    containerId: cid,
+    netns: s.netns,
+    ifname: s.ifname,
+    args: podArgs('twice', cid),
+    config: config(annotation),
+  });
 
 /** The address of a pod interface, without its prefix. */
-const addressOf = (s: Side, ifname: string): string => ip('-n', s.ns, '-o', '-4', 'addr', 'show', ifname).match(/inet (\S+)\//)?.[1] ?? '';
+const addressOf = (s: Side, ifname: string): string =>
+  ip('-n', s.ns, '-o', '-4', 'addr', 'show', ifname).match(/inet (\S+)\//)?.[1] ?? '';
 /** The ifindex of the host end of a pod veth (`net1@if42`). */
-const hostPeerIndex = (s: Side, ifname: string): string => ip('-n', s.ns, '-o', 'link', 'show', ifname).match(/@if(\d+)/)?.[1] ?? '';
-const hostLinkExists = (index: string): boolean => ipTry('-o', 'link', 'show').out.split('\n').some((l) => l.startsWith(`${index}:`));
+const hostPeerIndex = (s: Side, ifname: string): string =>
+  ip('-n', s.ns, '-o', 'link', 'show', ifname).match(/@if(\d+)/)?.[1] ?? '';
+const hostLinkExists = (index: string): boolean =>
+  ipTry('-o', 'link', 'show')
+    .out.split('\n')
+    .some((l) => l.startsWith(`${index}:`));
 /** Every lease of a network on disk: address -> "container interface". */
 function leases(network: string): Map<string, string> {
   const dir = join(daemon.stateDir, 'ipam', network);
@@ -96,7 +120,8 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
     assert.equal(d.code, 0, d.stdout);
     assert.deepEqual([...leases('lan').keys()], [firstLan], 'the first sandbox keeps its lease on lan');
     assert.match(leases('lan').get(firstLan) ?? '', new RegExp(`^${cid} `));
-    for (const index of firstPeers) assert.ok(hostLinkExists(index), `host link ${index} of the first sandbox is still there`);
+    for (const index of firstPeers)
+      assert.ok(hostLinkExists(index), `host link ${index} of the first sandbox is still there`);
     assert.equal(addressOf(first, 'net1'), firstLan);
     const check = await call('CHECK', first);
     assert.equal(check.code, 0, `CHECK of the first sandbox: ${check.stdout}`);
@@ -107,7 +132,8 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
     const f = await call('ADD', third, 'lan, failnet');
     assert.notEqual(f.code, 0, 'failnet fails the ADD');
     assert.deepEqual([...leases('lan').keys()], [firstLan], 'the rollback released only its own lan lease');
-    for (const index of firstPeers) assert.ok(hostLinkExists(index), `host link ${index} of the first sandbox is still there`);
+    for (const index of firstPeers)
+      assert.ok(hostLinkExists(index), `host link ${index} of the first sandbox is still there`);
     const check = await call('CHECK', first);
     assert.equal(check.code, 0, `CHECK of the first sandbox after the rollback: ${check.stdout}`);
     assert.equal((await call('DEL', third, 'lan, failnet')).code, 0);
@@ -126,9 +152,17 @@ describe('after an upgrade: a record and leases the previous plexusd wrote (owne
   const fresh: Side = { ...side('new'), ifname: 'eth1' };
   const oldCid = `${prefix}up`;
   const callOn = (command: 'ADD' | 'DEL', s: Side): Promise<ShimOutput> =>
-    daemon.cni({ command, containerId: oldCid, netns: s.netns, ifname: s.ifname, args: podArgs('upgraded', oldCid), config: config('lan') });
+    daemon.cni({
+      command,
+      containerId: oldCid,
+      netns: s.netns,
+      ifname: s.ifname,
+      args: podArgs('upgraded', oldCid),
+      config: config('lan'),
+    });
   /** Rewrites a file's text: what the previous plexusd wrote differs from this one's only in the owner's interface. */
-  const rewrite = (path: string, from: string, to: string): void => writeFileSync(path, readFileSync(path, 'utf8').split(from).join(to));
+  const rewrite = (path: string, from: string, to: string): void =>
+    writeFileSync(path, readFileSync(path, 'utf8').split(from).join(to));
 
   it('keeps those leases at start, gives the same container under eth1 its own, and releases them at the DEL', async () => {
     assert.equal((await callOn('ADD', old)).code, 0);
@@ -142,15 +176,21 @@ describe('after an upgrade: a record and leases the previous plexusd wrote (owne
     const oldLan = [...leases('lan')].filter(([, owner]) => owner === `${oldCid} net1`).map(([address]) => address);
     assert.equal(oldLan.length, 1, 'the lan lease is in the old format');
     await daemon.start();
-    assert.deepEqual([...leases('lan').keys()].filter((a) => oldLan.includes(a)), oldLan, 'recovery kept it: its record holds it');
+    assert.deepEqual(
+      [...leases('lan').keys()].filter((a) => oldLan.includes(a)),
+      oldLan,
+      'recovery kept it: its record holds it',
+    );
     assert.equal((await callOn('ADD', fresh)).code, 0);
     const newLan = addressOf(fresh, 'net1');
     assert.notEqual(newLan, oldLan[0]);
     assert.equal((await callOn('DEL', old)).code, 0);
-    assert.deepEqual([...leases('lan')].filter(([, owner]) => owner.startsWith(`${oldCid} `)), [[newLan, `${oldCid} eth1:net1`]]);
+    assert.deepEqual(
+      [...leases('lan')].filter(([, owner]) => owner.startsWith(`${oldCid} `)),
+      [[newLan, `${oldCid} eth1:net1`]],
+    );
     assert.equal((await callOn('DEL', fresh)).code, 0);
     assert.equal(leases('lan').size, 0);
     assert.equal(leases('podnet').size, 0);
   });
 });
-

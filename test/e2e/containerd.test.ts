@@ -22,12 +22,17 @@ const missing = containerdMissing();
 // containerd uses the first config in name order: another one sorting first would make this test about it.
 const firstConf = (): string | undefined => {
   try {
-    return readdirSync(CONF_DIR).filter((f) => /\.(conf|conflist|json)$/.test(f)).sort()[0];
+    return readdirSync(CONF_DIR)
+      .filter((f) => /\.(conf|conflist|json)$/.test(f))
+      .sort()[0];
   } catch {
     return undefined;
   }
 };
-const shadowed = !missing && firstConf() !== undefined && firstConf()! < `00-plexus-${prefix}.conflist` ? `${CONF_DIR}/${firstConf()} sorts before this test's config` : undefined;
+const shadowed =
+  !missing && firstConf() !== undefined && firstConf()! < `00-plexus-${prefix}.conflist`
+    ? `${CONF_DIR}/${firstConf()} sorts before this test's config`
+    : undefined;
 const skip = expectedPrerequisites(missing, shadowed);
 
 describe('the documented conflist on containerd 1.6', { skip }, () => {
@@ -41,15 +46,34 @@ describe('the documented conflist on containerd 1.6', { skip }, () => {
 
   /** The README's runtime config, pointed at this test's daemon. */
   const conflist = (cniVersion: string): string =>
-    JSON.stringify({ cniVersion, name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] });
-  const leftovers = (): unknown => ({ leases: [...daemon.leases('podnet'), ...daemon.leases('sec')], journal: daemon.journalFiles() });
+    JSON.stringify({
+      cniVersion,
+      name: 'plexus',
+      plugins: [
+        { type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
+      ],
+    });
+  const leftovers = (): unknown => ({
+    leases: [...daemon.leases('podnet'), ...daemon.leases('sec')],
+    journal: daemon.journalFiles(),
+  });
 
   before(async () => {
     assert.match(containerdVersion(), /\b1\.6\./, 'this test is about containerd 1.6');
     fx.trackHostLink(`${prefix}b0`);
     fx.trackHostLink(`${prefix}b1`);
-    daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}b0`, subnet: `10.${o}.${t}.0/24`, cniVersion: '1.0.0' });
-    daemon.writeBridgeNetwork({ name: 'sec', bridge: `${prefix}b1`, subnet: `10.${o}.${t + 1}.0/24`, cniVersion: '1.0.0' });
+    daemon.writeBridgeNetwork({
+      name: 'podnet',
+      bridge: `${prefix}b0`,
+      subnet: `10.${o}.${t}.0/24`,
+      cniVersion: '1.0.0',
+    });
+    daemon.writeBridgeNetwork({
+      name: 'sec',
+      bridge: `${prefix}b1`,
+      subnet: `10.${o}.${t + 1}.0/24`,
+      cniVersion: '1.0.0',
+    });
     await daemon.start();
     host.write('/opt/cni/bin/plexus-cni', readFileSync(SHIM), 0o755);
     containerd = await ContainerdFixture.start();
@@ -73,7 +97,9 @@ describe('the documented conflist on containerd 1.6', { skip }, () => {
       run.proc.kill();
       throw new Error(`${(e as Error).message}\nctr run: ${(await run.done).out}`, { cause: e });
     }
-    const addrs = execFileSync('nsenter', ['-t', String(pid), '-n', 'ip', '-o', '-4', 'addr', 'show'], { encoding: 'utf8' });
+    const addrs = execFileSync('nsenter', ['-t', String(pid), '-n', 'ip', '-o', '-4', 'addr', 'show'], {
+      encoding: 'utf8',
+    });
     assert.match(addrs, new RegExp(`eth0\\s+inet 10\\.${o}\\.${t}\\.\\d+/24`), addrs);
     assert.match(addrs, new RegExp(`net1\\s+inet 10\\.${o}\\.${t + 1}\\.\\d+/24`), addrs);
     assert.equal(daemon.leases('podnet').length, 1);

@@ -12,7 +12,11 @@ const PODS = 40;
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
+  daemon.writeBridgeNetwork({
+    name: 'podnet',
+    bridge: `${prefix}br`,
+    subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`,
+  });
   await daemon.start();
 });
 after(async () => {
@@ -21,16 +25,22 @@ after(async () => {
 });
 
 it('a SIGKILL mid-burst followed by a restart leaks no link, IP or journal record once the pods are deleted', async () => {
-  const pods = Array.from({ length: PODS }, (_, i) => ({ cid: `${prefix}c${i}`, name: `pod${i}`, netns: fx.create(`p${i}`).path }));
+  const pods = Array.from({ length: PODS }, (_, i) => ({
+    cid: `${prefix}c${i}`,
+    name: `pod${i}`,
+    netns: fx.create(`p${i}`).path,
+  }));
   for (const p of pods) fx.trackHostLink(hostVethName(p.cid, 'eth0', 'eth0'));
   const config = daemon.runtimeConfig({ daemonWaitSeconds: 30 });
 
   let done = 0;
   const adds: Promise<ShimOutput>[] = pods.map((p) =>
-    daemon.cni({ command: 'ADD', containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid), config }).then((r) => {
-      done++;
-      return r;
-    }),
+    daemon
+      .cni({ command: 'ADD', containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid), config })
+      .then((r) => {
+        done++;
+        return r;
+      }),
   );
   // Kill while the burst is under way: some ADDs done, some in the daemon, some still connecting.
   while (done < 6) await new Promise((r) => setTimeout(r, 5));
@@ -42,7 +52,8 @@ it('a SIGKILL mid-burst followed by a restart leaks no link, IP or journal recor
 
   const succeeded = results.map((r, i) => ({ r, pod: pods[i]! })).filter(({ r }) => r.code === 0);
   const failed = results.filter((r) => r.code !== 0);
-  for (const f of failed) assert.equal(f.json?.code, 11, `an ADD cut off by the crash says "try again later": ${f.stdout}`);
+  for (const f of failed)
+    assert.equal(f.json?.code, 11, `an ADD cut off by the crash says "try again later": ${f.stdout}`);
   const ips = succeeded.map(({ r }) => String((r.json as { ips: { address: string }[] }).ips[0]?.address));
   assert.equal(new Set(ips).size, ips.length, 'no duplicate IPs');
   // What succeeded survived the crash: each IP is still leased and the pod still has it.
@@ -55,7 +66,18 @@ it('a SIGKILL mid-burst followed by a restart leaks no link, IP or journal recor
   assert.equal(succeeded.length, PODS, `every ADD succeeded: ${failed.map((f) => f.stdout).join('; ')}`);
 
   // The runtime deletes every pod of the burst, failed ones included (containerd does after a failed ADD).
-  const dels = await Promise.all(pods.map((p) => daemon.cni({ command: 'DEL', containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid), config })));
+  const dels = await Promise.all(
+    pods.map((p) =>
+      daemon.cni({
+        command: 'DEL',
+        containerId: p.cid,
+        netns: p.netns,
+        ifname: 'eth0',
+        args: podArgs(p.name, p.cid),
+        config,
+      }),
+    ),
+  );
   for (const d of dels) assert.equal(d.code, 0, d.stdout);
   assert.deepEqual(daemon.leases('podnet'), [], 'no leaked IP');
   assert.deepEqual(daemon.journalFiles(), [], 'no journal record left');

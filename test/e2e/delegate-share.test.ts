@@ -22,10 +22,15 @@ const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 
 function nad(name: string, config: Record<string, unknown>): void {
-  daemon.writeNad(`${name}.json`, JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default' },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
-  }));
+  daemon.writeNad(
+    `${name}.json`,
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace: 'default' },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
+    }),
+  );
 }
 
 restoreForwardingAfterwards();
@@ -49,13 +54,29 @@ const newPod = podMaker(fx, prefix, ['eth0']);
 const add = (pod: ReturnType<typeof newPod>, annotation?: string) => {
   const annotations = annotation ? { 'k8s.v1.cni.cncf.io/networks': annotation } : {};
   const config = daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': annotations } }, '1.0.0');
-  return daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config });
+  return daemon.cni({
+    command: 'ADD',
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config,
+  });
 };
 const del = (pod: ReturnType<typeof newPod>) =>
-  daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig() });
+  daemon.cni({
+    command: 'DEL',
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: daemon.runtimeConfig(),
+  });
 const slowAddsStarted = (): number => {
   try {
-    return readFileSync(slowLog, 'utf8').split('\n').filter((l) => l.includes('"ADD"')).length;
+    return readFileSync(slowLog, 'utf8')
+      .split('\n')
+      .filter((l) => l.includes('"ADD"')).length;
   } catch {
     return 0;
   }

@@ -26,7 +26,13 @@ after(async () => {
   fx.cleanup();
 });
 
-const add = (containerId: string): ShimCall => ({ command: 'ADD', containerId, netns, ifname: 'eth0', args: podArgs('pod', containerId) });
+const add = (containerId: string): ShimCall => ({
+  command: 'ADD',
+  containerId,
+  netns,
+  ifname: 'eth0',
+  args: podArgs('pod', containerId),
+});
 
 describe('a container ID too long for a file name', () => {
   for (const command of ['ADD', 'DEL', 'CHECK']) {
@@ -41,7 +47,10 @@ describe('a container ID too long for a file name', () => {
 });
 
 describe('an error answering an unsupported cniVersion', () => {
-  for (const [title, version] of [['0.2.0', '0.2.0'], ['a 64 KiB version string', 'x'.repeat(65536)]] as const) {
+  for (const [title, version] of [
+    ['0.2.0', '0.2.0'],
+    ['a 64 KiB version string', 'x'.repeat(65536)],
+  ] as const) {
     it(`${title}: code 1, in cniVersion 1.1.0, naming the versions Plexus speaks`, async () => {
       const out = await daemon.cni({ ...add(`${prefix}v`), config: daemon.runtimeConfig({}, version) });
       assert.equal(out.json?.code, 1, out.stdout.slice(0, 300));
@@ -52,7 +61,10 @@ describe('an error answering an unsupported cniVersion', () => {
   }
 
   it('a supported older version is still answered in that version', async () => {
-    const out = await daemon.cni({ ...add(`${prefix}w`), config: daemon.runtimeConfig({ defaultNetwork: 'nosuch' }, '0.4.0') });
+    const out = await daemon.cni({
+      ...add(`${prefix}w`),
+      config: daemon.runtimeConfig({ defaultNetwork: 'nosuch' }, '0.4.0'),
+    });
     assert.equal(out.json?.code, 7, out.stdout);
     assert.equal(out.json?.cniVersion, '0.4.0');
   });

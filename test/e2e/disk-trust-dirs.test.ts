@@ -5,7 +5,17 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,15 +43,26 @@ interface Outcome {
 
 /** Runs plexusd until it exits or 10 s pass (then it is killed: the test fails on exitCode null). */
 function runDaemon(root: string, socket: string): Promise<Outcome> {
-  const args = ['--socket', socket, '--state-dir', join(root, 'state'), '--networks-dir', join(root, 'networks'), '--log-level', 'warn'];
+  const args = [
+    '--socket',
+    socket,
+    '--state-dir',
+    join(root, 'state'),
+    '--networks-dir',
+    join(root, 'networks'),
+    '--log-level',
+    'warn',
+  ];
   const proc = spawn(PLEXUSD, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
   const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
-  return new Promise((resolve) => proc.once('close', (code) => {
-    clearTimeout(timer);
-    resolve({ exitCode: code, stderr });
-  }));
+  return new Promise((resolve) =>
+    proc.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ exitCode: code, stderr });
+    }),
+  );
 }
 
 async function assertRefuses(root: string, socket: string, message: RegExp): Promise<void> {
@@ -57,7 +78,11 @@ describe('plexusd refuses a socket directory others could write', () => {
     const t = tree();
     mkdirSync(t.run);
     chmodSync(t.run, 0o777);
-    await assertRefuses(t.root, t.socket, new RegExp(`socket directory ${esc(t.run)} is writable by group or others \\(mode 0777; chmod go-w`));
+    await assertRefuses(
+      t.root,
+      t.socket,
+      new RegExp(`socket directory ${esc(t.run)} is writable by group or others \\(mode 0777; chmod go-w`),
+    );
     assert.deepEqual(readdirSync(t.run), [], 'nothing was made in it');
   });
 
@@ -73,21 +98,43 @@ describe('plexusd refuses a socket directory others could write', () => {
     const t = tree();
     mkdirSync(t.run, { mode: 0o755 });
     chownSync(t.run, NOBODY, NOBODY);
-    await assertRefuses(t.root, t.socket, new RegExp(`socket directory ${esc(t.run)} is owned by uid ${NOBODY}, not by plexusd's uid 0`));
+    await assertRefuses(
+      t.root,
+      t.socket,
+      new RegExp(`socket directory ${esc(t.run)} is owned by uid ${NOBODY}, not by plexusd's uid 0`),
+    );
   });
 
   it('a socket directory inside a directory others could write without the sticky bit', async () => {
     const t = tree();
     chmodSync(t.root, 0o777);
-    await assertRefuses(t.root, t.socket, new RegExp(`${esc(t.root)}, above the socket directory ${esc(t.run)}, is writable by group or others without the sticky bit`));
+    await assertRefuses(
+      t.root,
+      t.socket,
+      new RegExp(
+        `${esc(t.root)}, above the socket directory ${esc(t.run)}, is writable by group or others without the sticky bit`,
+      ),
+    );
   });
 });
 
 describe('plexusd refuses a DEL spool others could write', () => {
   for (const [title, make, message] of [
-    ['a spool of mode 0777', (spool: string) => (mkdirSync(spool), chmodSync(spool, 0o777)), /is writable by group or others \(mode 0777; chmod go-w/],
-    ['a spool that is a symlink', (spool: string) => (mkdirSync(`${spool}.elsewhere`, { mode: 0o700 }), symlinkSync(`${spool}.elsewhere`, spool)), /is a symbolic link/],
-    ['a spool owned by another user', (spool: string) => (mkdirSync(spool, { mode: 0o700 }), chownSync(spool, NOBODY, NOBODY)), /is owned by uid 65534/],
+    [
+      'a spool of mode 0777',
+      (spool: string) => (mkdirSync(spool), chmodSync(spool, 0o777)),
+      /is writable by group or others \(mode 0777; chmod go-w/,
+    ],
+    [
+      'a spool that is a symlink',
+      (spool: string) => (mkdirSync(`${spool}.elsewhere`, { mode: 0o700 }), symlinkSync(`${spool}.elsewhere`, spool)),
+      /is a symbolic link/,
+    ],
+    [
+      'a spool owned by another user',
+      (spool: string) => (mkdirSync(spool, { mode: 0o700 }), chownSync(spool, NOBODY, NOBODY)),
+      /is owned by uid 65534/,
+    ],
   ] as const) {
     it(title, async () => {
       const t = tree();
@@ -129,7 +176,7 @@ describe('files in the DEL spool', () => {
       mkdirSync(spool, { recursive: true, mode: 0o700 });
       chmodSync(join(daemon.dir, 'run'), 0o755);
       execFileSync('mkfifo', [join(spool, 'fifo.json')]);
-      writeFileSync(join(daemon.dir, 'precious'), 'not plexusd\'s');
+      writeFileSync(join(daemon.dir, 'precious'), "not plexusd's");
       symlinkSync(join(daemon.dir, 'precious'), join(spool, 'link.json'));
       await daemon.start(8000);
       assert.deepEqual(readdirSync(spool).sort(), ['fifo.json.bad', 'link.json.bad']);

@@ -21,14 +21,26 @@ let netns = '';
 
 const nad = (name: string): string =>
   JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default' },
-    spec: { config: JSON.stringify({ cniVersion: '1.1.0', name, type: 'bridge', bridge: `${prefix}br`, ipam: { type: 'host-local', ranges: [[{ subnet }]] } }) },
+    apiVersion: 'k8s.cni.cncf.io/v1',
+    kind: 'NetworkAttachmentDefinition',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      config: JSON.stringify({
+        cniVersion: '1.1.0',
+        name,
+        type: 'bridge',
+        bridge: `${prefix}br`,
+        ipam: { type: 'host-local', ranges: [[{ subnet }]] },
+      }),
+    },
   });
 
 /** Asks within a deadline: a daemon hung on a FIFO must fail the test, not hang it. */
 async function withDeadline<T>(what: string, ms: number, p: Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms)));
+  const timeout = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer in ${ms} ms`)), ms)),
+  );
   try {
     return await Promise.race([p, timeout]);
   } finally {
@@ -37,7 +49,8 @@ async function withDeadline<T>(what: string, ms: number, p: Promise<T>): Promise
 }
 
 /** The daemon's peak resident memory (VmHWM), in MiB. */
-const peakRssMib = (pid: number): number => Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+const peakRssMib = (pid: number): number =>
+  Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
@@ -66,7 +79,12 @@ after(async () => {
 });
 
 const add = (defaultNetwork: string): ShimCall => ({
-  command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs('pod', cid), config: daemon.runtimeConfig({ defaultNetwork }),
+  command: 'ADD',
+  containerId: cid,
+  netns,
+  ifname: 'eth0',
+  args: podArgs('pod', cid),
+  config: daemon.runtimeConfig({ defaultNetwork }),
 });
 
 describe('NAD files that are not plain, small files', () => {

@@ -5,7 +5,17 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -22,7 +32,11 @@ let port = 0;
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
+  daemon.writeBridgeNetwork({
+    name: 'podnet',
+    bridge: `${prefix}br`,
+    subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`,
+  });
   mkdirSync(daemon.stateDir, { recursive: true });
   execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m,mode=0700', `${prefix}-state`, daemon.stateDir]);
   mounted = true;
@@ -46,7 +60,9 @@ function healthz(): Promise<{ status: number; body: { checks?: Record<string, st
     const req = request({ host: '127.0.0.1', port, path: '/healthz', method: 'GET' }, (res) => {
       let body = '';
       res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(body) as { checks?: Record<string, string> } }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, body: JSON.parse(body) as { checks?: Record<string, string> } }),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -68,7 +84,8 @@ function fillDisk(): void {
 
 const add = (pod: TestPod) => podCall(daemon, 'ADD', pod, daemon.runtimeConfig());
 const del = (pod: TestPod) => podCall(daemon, 'DEL', pod, daemon.runtimeConfig());
-const addressOf = (out: Awaited<ReturnType<typeof add>>): string => String((out.json as { ips: { address: string }[] }).ips[0]?.address).split('/')[0]!;
+const addressOf = (out: Awaited<ReturnType<typeof add>>): string =>
+  String((out.json as { ips: { address: string }[] }).ips[0]?.address).split('/')[0]!;
 
 describe('a journal that cannot be written', () => {
   it('a full disk: ADD fails with code 5 naming the cause, /healthz says so, and the retry succeeds once there is room', async () => {
@@ -106,12 +123,18 @@ describe('a journal that cannot be written', () => {
     await daemon.kill('SIGTERM');
     const before = daemon.stderr.length;
     await startDaemon();
-    assert.ok(daemon.leases('podnet').includes(addressOf(first)), 'the live pod whose record was lost keeps its address');
+    assert.ok(
+      daemon.leases('podnet').includes(addressOf(first)),
+      'the live pod whose record was lost keeps its address',
+    );
     assert.ok(daemon.leases('podnet').includes(addressOf(second)));
     assert.match(daemon.stderr.slice(before), /journal records were lost/);
     assert.equal((await del(next)).code, 0);
     assert.equal((await del(live)).code, 0, 'DEL of a pod without a record succeeds');
-    assert.deepEqual(readdirSync(join(daemon.stateDir, 'journal')).filter((n) => n.endsWith('.jsonl')), []);
+    assert.deepEqual(
+      readdirSync(join(daemon.stateDir, 'journal')).filter((n) => n.endsWith('.jsonl')),
+      [],
+    );
   });
 
   it('a read-only state dir with a half-done ADD to undo: plexusd starts, ADD is code 5, and all is undone once writable', async () => {
@@ -121,7 +144,9 @@ describe('a journal that cannot be written', () => {
     await daemon.kill('SIGTERM');
     // As if plexusd had died before its commit: complete lines, no committed one.
     const path = join(daemon.stateDir, 'journal', `${pod.cid}@eth0.jsonl`);
-    const lines = readFileSync(path, 'utf8').split('\n').filter((l) => l && !l.includes('"t":"committed"'));
+    const lines = readFileSync(path, 'utf8')
+      .split('\n')
+      .filter((l) => l && !l.includes('"t":"committed"'));
     writeFileSync(path, `${lines.join('\n')}\n`);
     execFileSync('mount', ['-o', 'remount,ro', daemon.stateDir]);
     try {

@@ -19,7 +19,11 @@ const config = (): Record<string, unknown> => daemon.runtimeConfig();
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
+  daemon.writeBridgeNetwork({
+    name: 'podnet',
+    bridge: `${prefix}br`,
+    subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`,
+  });
   await daemon.start();
 });
 after(async () => {
@@ -49,7 +53,11 @@ async function restartAfter(pod: TestPod, change: (path: string) => void): Promi
 function untouched(pod: TestPod, address: string): void {
   assert.ok(existsSync(recordOf(pod)), 'the record is kept');
   assert.ok(daemon.leases('podnet').includes(address), `the lease of ${address} is kept`);
-  assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), [hostVethName(pod.cid, 'eth0', 'eth0')], 'the host veth is kept');
+  assert.deepEqual(
+    hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')),
+    [hostVethName(pod.cid, 'eth0', 'eth0')],
+    'the host veth is kept',
+  );
 }
 
 /** The pod's DEL fails (never half undone) and says which file to look at; then the test removes it by hand. */
@@ -66,7 +74,9 @@ describe('a journal record plexusd cannot use', () => {
     const pod = newPod();
     const address = await attached(pod);
     const lines = readFileSync(recordOf(pod), 'utf8').split('\n').length;
-    const log = await restartAfter(pod, (path) => appendFileSync(path, '{"v":1,"t":"detached","at":"2026-11-25T00:00:00.000Z"}\n'));
+    const log = await restartAfter(pod, (path) =>
+      appendFileSync(path, '{"v":1,"t":"detached","at":"2026-11-25T00:00:00.000Z"}\n'),
+    );
     assert.ok(daemon.alive);
     untouched(pod, address);
     assert.match(log, new RegExp(`${pod.cid}@eth0\\.jsonl, line ${lines}: a: `));
@@ -76,7 +86,9 @@ describe('a journal record plexusd cannot use', () => {
   it('a record whose every line is of a newer format is kept with its lease (after a downgrade)', async () => {
     const pod = newPod();
     const address = await attached(pod);
-    const log = await restartAfter(pod, (path) => writeFileSync(path, readFileSync(path, 'utf8').replaceAll('{"v":1,', '{"v":2,')));
+    const log = await restartAfter(pod, (path) =>
+      writeFileSync(path, readFileSync(path, 'utf8').replaceAll('{"v":1,', '{"v":2,')),
+    );
     untouched(pod, address);
     assert.match(log, new RegExp(`${pod.cid}@eth0\\.jsonl.*line 1.*v2`));
     await delRefusedThenCleaned(pod);

@@ -38,7 +38,8 @@ type Pod = TestPod;
 const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2']);
 const add = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'ADD', pod, config);
 const del = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'DEL', pod, config);
-const addressesOf = (out: ShimOutput): string[] => ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address.split('/')[0]!);
+const addressesOf = (out: ShimOutput): string[] =>
+  ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address.split('/')[0]!);
 
 /** Every lease on disk, as "network/address owner ifname". */
 function leasesOnDisk(): string[] {
@@ -51,8 +52,20 @@ function leasesOnDisk(): string[] {
 }
 const leasesOf = (pod: Pod): string[] => leasesOnDisk().filter((l) => l.includes(` ${pod.cid} `));
 
-async function ctlJson(...args: string[]): Promise<{ removed: unknown[]; leases: { network: string; address: string; containerId: string; ifname: string }[]; leasesReleased: number }> {
-  const { stdout } = await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, '-o', 'json', ...args]);
+async function ctlJson(
+  ...args: string[]
+): Promise<{
+  removed: unknown[];
+  leases: { network: string; address: string; containerId: string; ifname: string }[];
+  leasesReleased: number;
+}> {
+  const { stdout } = await promisify(execFile)(join(ROOT, 'bin/plexusctl'), [
+    '--socket',
+    daemon.socket,
+    '-o',
+    'json',
+    ...args,
+  ]);
   return JSON.parse(stdout) as Awaited<ReturnType<typeof ctlJson>>;
 }
 
@@ -74,13 +87,22 @@ describe('pods with three networks', () => {
     assert.equal(held.length, 9, held.join('\n'));
     for (const pod of pods) {
       const mine = leasesOf(pod);
-      assert.deepEqual(mine.map((l) => l.split('/')[0]), [...NETWORKS]);
+      assert.deepEqual(
+        mine.map((l) => l.split('/')[0]),
+        [...NETWORKS],
+      );
       // The owner is the whole attachment: the runtime's interface and the pod's (docs/ipam.md).
-      assert.deepEqual(mine.map((l) => l.split(' ')[2]), ['eth0:eth0', 'eth0:net1', 'eth0:net2']);
+      assert.deepEqual(
+        mine.map((l) => l.split(' ')[2]),
+        ['eth0:eth0', 'eth0:net1', 'eth0:net2'],
+      );
       for (const lease of mine) {
         const address = lease.split(' ')[0]!.split('/')[1]!;
         const ifname = lease.split(' ')[2]!.split(':')[1]!;
-        assert.match(ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname), new RegExp(`inet ${address.replace(/\./g, '\\.')}/`));
+        assert.match(
+          ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname),
+          new RegExp(`inet ${address.replace(/\./g, '\\.')}/`),
+        );
       }
     }
   });
@@ -111,7 +133,8 @@ describe('pods with three networks', () => {
     assert.equal(lostLeases.length, 3);
     rmSync(join(daemon.stateDir, 'journal', `${lost.cid}@eth0.jsonl`)); // an operator wiping state by hand
 
-    const describe = (l: { network: string; address: string; containerId: string; ifname: string }): string => `${l.network}/${l.address.split('/')[0]} ${l.containerId} ${l.ifname}`;
+    const describe = (l: { network: string; address: string; containerId: string; ifname: string }): string =>
+      `${l.network}/${l.address.split('/')[0]} ${l.containerId} ${l.ifname}`;
     const dry = await ctlJson('gc', '--dry-run');
     assert.deepEqual(dry.leases.map(describe).sort(), lostLeases);
     assert.deepEqual(leasesOnDisk(), [...held, ...lostLeases].sort(), 'a dry run releases nothing');
@@ -141,11 +164,21 @@ describe('pods with three networks', () => {
       await daemon.kill('SIGKILL');
       await daemon.start();
       const results = await Promise.all(adds);
-      assert.deepEqual(leasesOnDisk().filter((l) => held.includes(l)), held, `round ${round}: the long-lived pods kept their leases`);
+      assert.deepEqual(
+        leasesOnDisk().filter((l) => held.includes(l)),
+        held,
+        `round ${round}: the long-lived pods kept their leases`,
+      );
       const given = results.flatMap((r) => (r.code === 0 ? addressesOf(r) : []));
-      for (const a of given) assert.ok(![...liveAddresses].some((l) => l.endsWith(`/${a}`)), `round ${round}: ${a} was given to a new pod while a live pod holds it`);
+      for (const a of given)
+        assert.ok(
+          ![...liveAddresses].some((l) => l.endsWith(`/${a}`)),
+          `round ${round}: ${a} was given to a new pod while a live pod holds it`,
+        );
       assert.equal(new Set(given).size, given.length, `round ${round}: no address given twice`);
-      for (const r of results) if (r.code !== 0) assert.equal(r.json?.code, 11, `an ADD cut off by the crash says "try again later": ${r.stdout}`);
+      for (const r of results)
+        if (r.code !== 0)
+          assert.equal(r.json?.code, 11, `an ADD cut off by the crash says "try again later": ${r.stdout}`);
       for (const p of churn) assert.equal((await del(p)).code, 0);
       assert.deepEqual(leasesOnDisk(), held, `round ${round}: after DEL only the long-lived pods' leases remain`);
     }

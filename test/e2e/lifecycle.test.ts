@@ -19,7 +19,12 @@ before(async () => {
   fx.trackHostLink(`${prefix}bf`);
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${octet}.${third}.0/24` });
   // A network whose last step fails: the route's gateway is not on any link of the pod.
-  daemon.writeBridgeNetwork({ name: 'badroute', bridge: `${prefix}bf`, subnet: `10.${octet}.${(third + 1) % 250}.0/24`, ipamExtra: { routes: [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }] } });
+  daemon.writeBridgeNetwork({
+    name: 'badroute',
+    bridge: `${prefix}bf`,
+    subnet: `10.${octet}.${(third + 1) % 250}.0/24`,
+    ipamExtra: { routes: [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }] },
+  });
   await daemon.start();
 });
 after(async () => {
@@ -45,12 +50,27 @@ function newPod(): Pod {
 }
 
 async function add(pod: Pod, extra: Record<string, unknown> = {}): Promise<string> {
-  const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig(extra) });
+  const out = await daemon.cni({
+    command: 'ADD',
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: daemon.runtimeConfig(extra),
+  });
   assert.equal(out.code, 0, out.stdout);
   return String((out.json as { ips: { address: string }[] }).ips[0]?.address);
 }
 
-const del = (pod: Pod, netns = pod.netns, cid = pod.cid) => daemon.cni({ command: 'DEL', containerId: cid, netns, ifname: 'eth0', args: podArgs(pod.name, cid), config: daemon.runtimeConfig() });
+const del = (pod: Pod, netns = pod.netns, cid = pod.cid) =>
+  daemon.cni({
+    command: 'DEL',
+    containerId: cid,
+    netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, cid),
+    config: daemon.runtimeConfig(),
+  });
 const leaseFiles = (): string[] => daemon.leases('podnet');
 
 describe('DEL', () => {
@@ -73,7 +93,10 @@ describe('DEL', () => {
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
     assert.ok(!leaseFiles().includes(address.split('/')[0]!), 'the lease is released');
-    assert.deepEqual(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)), []);
+    assert.deepEqual(
+      daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
+      [],
+    );
   });
 
   it('works after a daemon restart', async () => {
@@ -116,7 +139,14 @@ describe('DEL', () => {
     const pod = newPod();
     const address = await add(pod);
     await daemon.kill('SIGTERM');
-    const out = await daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({ daemonWaitSeconds: 0.3 }) });
+    const out = await daemon.cni({
+      command: 'DEL',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig({ daemonWaitSeconds: 0.3 }),
+    });
     assert.equal(out.code, 0, `spooled DEL succeeds for the runtime: ${out.stdout}`);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), [pod.hostVeth], 'nothing is removed while the daemon is away');
     await daemon.start();
@@ -128,13 +158,23 @@ describe('DEL', () => {
 describe('ADD', () => {
   it('that fails at its last step undoes everything: no link, no IP, no journal record', async () => {
     const pod = newPod();
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({ defaultNetwork: 'badroute' }) });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig({ defaultNetwork: 'badroute' }),
+    });
     assert.equal(out.code, 1, out.stdout);
     assert.equal(out.json?.code, 100);
     assert.match(String(out.json?.msg), /badroute.*10\.66\.0\.0\/16/);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
     assert.deepEqual(daemon.leases('badroute'), []);
-    assert.deepEqual(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)), []);
+    assert.deepEqual(
+      daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
+      [],
+    );
     assert.equal(ipTry('-n', pod.nsName, 'link', 'show', 'eth0').status, 1);
   });
 
@@ -142,12 +182,22 @@ describe('ADD', () => {
     const pod = newPod();
     ip('-n', pod.nsName, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'x0');
     const before = leaseFiles().length;
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 1, out.stdout);
     assert.match(String(out.json?.msg), /eth0/);
     assert.equal(leaseFiles().length, before);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
-    assert.deepEqual(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)), []);
+    assert.deepEqual(
+      daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
+      [],
+    );
   });
 
   it('repeated for the same container and netns returns the same result without re-plumbing', async () => {
@@ -161,7 +211,14 @@ describe('ADD', () => {
 
   it('reports the MACs the kernel has, on the host veth and in the pod', async () => {
     const pod = newPod();
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 0, out.stdout);
     const r = out.json as { interfaces: { name: string; mac?: string; sandbox?: string }[] };
     const macOf = (args: string[]): string => /link\/ether ([0-9a-f:]{17})/.exec(ip(...args))?.[1] ?? 'none';
@@ -173,7 +230,14 @@ describe('ADD', () => {
   it('honours a static IP and MAC from CNI_ARGS (podman style)', async () => {
     const pod = newPod();
     const wanted = `10.${octet}.${third}.200`;
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;IP=${wanted};MAC=02:11:22:33:44:55`, config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: `IgnoreUnknown=1;IP=${wanted};MAC=02:11:22:33:44:55`,
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 0, out.stdout);
     const r = out.json as { ips: { address: string }[]; interfaces: { name: string; mac: string; sandbox?: string }[] };
     assert.equal(r.ips[0]?.address, `${wanted}/24`);
@@ -184,7 +248,14 @@ describe('ADD', () => {
   it('honours runtimeConfig ips with capitalised keys (containerd)', async () => {
     const pod = newPod();
     const wanted = `10.${octet}.${third}.201/24`;
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({ runtimeConfig: { IPs: [wanted] } }) });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig({ runtimeConfig: { IPs: [wanted] } }),
+    });
     assert.equal(out.code, 0, out.stdout);
     assert.equal((out.json as { ips: { address: string }[] }).ips[0]?.address, wanted);
     assert.equal((await del(pod)).code, 0);
@@ -192,11 +263,17 @@ describe('ADD', () => {
 });
 
 describe('CHECK', () => {
-  it('detects an address removed behind the daemon\'s back', async () => {
+  it("detects an address removed behind the daemon's back", async () => {
     const pod = newPod();
     const address = await add(pod);
     ip('-n', pod.nsName, 'addr', 'del', address, 'dev', 'eth0');
-    const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), new RegExp(`address ${address.replace(/\./g, '\\.')} is missing on eth0`));
     assert.equal((await del(pod)).code, 0);
@@ -206,7 +283,13 @@ describe('CHECK', () => {
     const pod = newPod();
     await add(pod);
     ip('-n', pod.nsName, 'route', 'del', 'default');
-    const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), /route 0\.0\.0\.0\/0 via .* is missing/);
     assert.equal((await del(pod)).code, 0);
@@ -217,7 +300,13 @@ describe('CHECK', () => {
     await add(pod);
     // The pod's eth0 goes with its peer; CHECK must name the host side too, which is what an operator looks for.
     ip('link', 'del', pod.hostVeth);
-    const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), new RegExp(`host interface ${pod.hostVeth} is missing`));
     assert.equal((await del(pod)).code, 0);
@@ -225,7 +314,13 @@ describe('CHECK', () => {
 
   it('of an unknown container answers code 3', async () => {
     const pod = newPod();
-    const out = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const out = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(out.json?.code, 3);
   });
 });
@@ -236,7 +331,10 @@ describe('GC', () => {
     const drop = newPod();
     const keepIp = await add(keep);
     const dropIp = await add(drop);
-    const out = await daemon.cni({ command: 'GC', config: daemon.runtimeConfig({ 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] }) });
+    const out = await daemon.cni({
+      command: 'GC',
+      config: daemon.runtimeConfig({ 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] }),
+    });
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(hostLinksWithPrefix(drop.hostVeth), []);
     assert.deepEqual(hostLinksWithPrefix(keep.hostVeth), [keep.hostVeth]);

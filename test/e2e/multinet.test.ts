@@ -28,12 +28,21 @@ const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir]);
 const uplink = `${prefix}up`;
 
 function nad(name: string, config: Record<string, unknown>, annotations: Record<string, string> = {}): void {
-  daemon.writeNad(`${name}.json`, JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default', annotations },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
-  }));
+  daemon.writeNad(
+    `${name}.json`,
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace: 'default', annotations },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
+    }),
+  );
 }
-const hostLocal = (i: number): Record<string, unknown> => ({ type: 'host-local', ranges: [[{ subnet: subnet(i) }]], dataDir: hostLocalDir });
+const hostLocal = (i: number): Record<string, unknown> => ({
+  type: 'host-local',
+  ranges: [[{ subnet: subnet(i) }]],
+  dataDir: hostLocalDir,
+});
 
 restoreForwardingAfterwards();
 
@@ -46,18 +55,48 @@ before(async () => {
   ip('link', 'set', uplink, 'up');
   ip('link', 'set', `${prefix}upp`, 'up');
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br0`, subnet: subnet(0) });
-  nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, capabilities: { ips: true, mac: true }, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
-  nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(2) }]] } });
+  nad('blue', {
+    type: 'bridge',
+    bridge: `${prefix}br1`,
+    isGateway: true,
+    capabilities: { ips: true, mac: true },
+    ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] },
+  });
+  nad('mv', {
+    type: 'macvlan',
+    master: uplink,
+    mode: 'bridge',
+    ipam: { type: 'host-local', ranges: [[{ subnet: subnet(2) }]] },
+  });
   nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
   nad('forced', { type: 'bridge', bridge: `${prefix}br2`, ipam: hostLocal(4) }, { 'plexus.io/delegate': 'true' });
-  daemon.writeNad('chain.json', JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: 'chain' },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name: 'chain', plugins: [{ type: 'ptp', ipam: hostLocal(5) }, { type: 'tuning', mtu: 1280 }] }) },
-  }));
+  daemon.writeNad(
+    'chain.json',
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name: 'chain' },
+      spec: {
+        config: JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'chain',
+          plugins: [
+            { type: 'ptp', ipam: hostLocal(5) },
+            { type: 'tuning', mtu: 1280 },
+          ],
+        }),
+      },
+    }),
+  );
   nad('failnet', { type: 'fail-plugin', failOn: 'ADD' });
   nad('ptpnative', { type: 'ptp', ipam: { type: 'host-local', ranges: [[{ subnet: subnet(6) }]] } });
   // One macvlan config run natively and delegated, with and without declared capabilities.
-  const macvlanOn = (i: number, delegated: boolean): Record<string, unknown> => ({ type: 'macvlan', master: uplink, mode: 'bridge', ipam: delegated ? hostLocal(i) : { type: 'host-local', ranges: [[{ subnet: subnet(i) }]] } });
+  const macvlanOn = (i: number, delegated: boolean): Record<string, unknown> => ({
+    type: 'macvlan',
+    master: uplink,
+    mode: 'bridge',
+    ipam: delegated ? hostLocal(i) : { type: 'host-local', ranges: [[{ subnet: subnet(i) }]] },
+  });
   nad('plain', macvlanOn(7, false));
   nad('plaind', macvlanOn(8, true), { 'plexus.io/delegate': 'true' });
   nad('capable', { ...macvlanOn(9, false), capabilities: { ips: true, mac: true } });
@@ -85,11 +124,32 @@ function newPod(): Pod {
   return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
 }
 const withNetworks = (annotation: string, cniVersion = '1.1.0'): Record<string, unknown> =>
-  daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } }, cniVersion);
+  daemon.runtimeConfig(
+    { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } },
+    cniVersion,
+  );
 const add = (pod: Pod, annotation: string, cniVersion?: string) =>
-  daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: withNetworks(annotation, cniVersion) });
-const del = (pod: Pod, netns = pod.netns) => daemon.cni({ command: 'DEL', containerId: pod.cid, netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig() });
-const ctlJson = async (...args: string[]): Promise<unknown> => JSON.parse((await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, '-o', 'json', ...args])).stdout);
+  daemon.cni({
+    command: 'ADD',
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: withNetworks(annotation, cniVersion),
+  });
+const del = (pod: Pod, netns = pod.netns) =>
+  daemon.cni({
+    command: 'DEL',
+    containerId: pod.cid,
+    netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: daemon.runtimeConfig(),
+  });
+const ctlJson = async (...args: string[]): Promise<unknown> =>
+  JSON.parse(
+    (await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, '-o', 'json', ...args])).stdout,
+  );
 const delegatedLeases = (network: string): string[] => {
   try {
     return readdirSync(join(hostLocalDir, network)).filter((f) => /^\d/.test(f));
@@ -97,7 +157,8 @@ const delegatedLeases = (network: string): string[] => {
     return [];
   }
 };
-const podAddress = (pod: Pod, ifname: string): string => ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname).match(/inet (\S+)/)?.[1] ?? '';
+const podAddress = (pod: Pod, ifname: string): string =>
+  ip('-n', pod.ns, '-o', '-4', 'addr', 'show', ifname).match(/inet (\S+)/)?.[1] ?? '';
 
 interface AddResult {
   cniVersion: string;
@@ -132,16 +193,30 @@ describe('a pod with four networks (short form)', () => {
   });
 
   it('records network-status with one default entry, namespaced names, IPs and MACs', async () => {
-    const [record] = (await ctlJson('show', pod.cid)) as { details: { networkStatus: { name: string; interface: string; ips: string[]; mac?: string; default: boolean }[]; attachments: { driver: string }[] } }[];
+    const [record] = (await ctlJson('show', pod.cid)) as {
+      details: {
+        networkStatus: { name: string; interface: string; ips: string[]; mac?: string; default: boolean }[];
+        attachments: { driver: string }[];
+      };
+    }[];
     const status = record!.details.networkStatus;
-    assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [
-      ['default/podnet', 'eth0', true], ['default/blue', 'net1', false], ['default/mv', 'data0', false], ['default/ptpnet', 'net2', false],
-    ]);
+    assert.deepEqual(
+      status.map((s) => [s.name, s.interface, s.default]),
+      [
+        ['default/podnet', 'eth0', true],
+        ['default/blue', 'net1', false],
+        ['default/mv', 'data0', false],
+        ['default/ptpnet', 'net2', false],
+      ],
+    );
     for (const s of status) {
       assert.equal(s.ips.length, 1);
       assert.match(s.mac ?? '', /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/);
     }
-    assert.deepEqual(record!.details.attachments.map((a) => a.driver), ['bridge', 'bridge', 'macvlan', 'delegate']);
+    assert.deepEqual(
+      record!.details.attachments.map((a) => a.driver),
+      ['bridge', 'bridge', 'macvlan', 'delegate'],
+    );
   });
 
   it('passes traffic on every network', async () => {
@@ -155,8 +230,14 @@ describe('a pod with four networks (short form)', () => {
         assert.equal(ping.status, 0, `ping over ${ifname}: ${ping.out}`);
       }
       // ptp is point-to-point with the host: the pod reaches its ptp gateway (the host side).
-      const ptpGw = String(result.ips.find((i) => i.address.startsWith(`10.${o}.${t + 3}.`))?.address).split('/')[0]!.replace(/\.\d+$/, '.1');
-      assert.equal(ipTry('netns', 'exec', pod.ns, 'ping', '-c', '1', '-W', '2', ptpGw).status, 0, 'ping over the delegated ptp network');
+      const ptpGw = String(result.ips.find((i) => i.address.startsWith(`10.${o}.${t + 3}.`))?.address)
+        .split('/')[0]!
+        .replace(/\.\d+$/, '.1');
+      assert.equal(
+        ipTry('netns', 'exec', pod.ns, 'ping', '-c', '1', '-W', '2', ptpGw).status,
+        0,
+        'ping over the delegated ptp network',
+      );
     } finally {
       assert.equal((await del(peer)).code, 0);
     }
@@ -174,20 +255,34 @@ describe('a pod with four networks (short form)', () => {
 });
 
 describe('selection options', () => {
-  for (const [name, how] of [['plain', 'natively'], ['plaind', 'delegated']] as const) {
-    for (const [field, value] of [['ips', [`10.${o}.${t + 7}.9/24`]], ['mac', '02:aa:bb:cc:dd:01']] as const) {
+  for (const [name, how] of [
+    ['plain', 'natively'],
+    ['plaind', 'delegated'],
+  ] as const) {
+    for (const [field, value] of [
+      ['ips', [`10.${o}.${t + 7}.9/24`]],
+      ['mac', '02:aa:bb:cc:dd:01'],
+    ] as const) {
       it(`"${field}" on a network whose config does not declare the capability fails the pod, ${how} as well`, async () => {
         const pod = newPod();
         const out = await add(pod, JSON.stringify([{ name, [field]: value }]));
         assert.equal(out.json?.code, 7, out.stdout);
-        assert.match(String(out.json?.msg), new RegExp(`"${field}" needs a plugin with the "${field}" capability, and network default/${name} \\(macvlan\\) does not declare it`));
+        assert.match(
+          String(out.json?.msg),
+          new RegExp(
+            `"${field}" needs a plugin with the "${field}" capability, and network default/${name} \\(macvlan\\) does not declare it`,
+          ),
+        );
         assert.equal(daemon.journalFiles().filter((f) => f.startsWith(pod.cid)).length, 0);
         assert.equal(podLinks(pod.ns).length, 0, 'nothing was made');
       });
     }
   }
 
-  for (const [name, i, how] of [['capable', 9, 'natively'], ['capabled', 10, 'delegated']] as const) {
+  for (const [name, i, how] of [
+    ['capable', 9, 'natively'],
+    ['capabled', 10, 'delegated'],
+  ] as const) {
     it(`ips and mac on a network whose config declares them are honoured, ${how}`, async () => {
       const pod = newPod();
       const wanted = `10.${o}.${t + i}.77/24`;
@@ -202,7 +297,10 @@ describe('selection options', () => {
   it('JSON form: ips and mac go to a network whose config declares them', async () => {
     const pod = newPod();
     const wanted = `10.${o}.${t + 1}.77/24`;
-    const out = await add(pod, JSON.stringify([{ name: 'blue', interface: 'blue0', ips: [wanted], mac: '02:aa:bb:cc:dd:ee' }]));
+    const out = await add(
+      pod,
+      JSON.stringify([{ name: 'blue', interface: 'blue0', ips: [wanted], mac: '02:aa:bb:cc:dd:ee' }]),
+    );
     assert.equal(out.code, 0, out.stdout);
     assert.equal(podAddress(pod, 'blue0'), wanted);
     assert.match(ip('-n', pod.ns, 'link', 'show', 'blue0'), /02:aa:bb:cc:dd:ee/);
@@ -217,16 +315,32 @@ describe('selection options', () => {
     assert.match(routes, new RegExp(`default via ${gateway(1).replace(/\./g, '\\.')} dev net1`));
     assert.doesNotMatch(routes, /dev eth0/);
     const r = out.json as unknown as AddResult;
-    assert.deepEqual(r.routes.filter((x) => x.dst === '0.0.0.0/0').map((x) => x.gw), [gateway(1)]);
-    const [record] = (await ctlJson('show', pod.cid)) as { details: { networkStatus: { name: string; default: boolean }[] } }[];
-    assert.deepEqual(record!.details.networkStatus.filter((s) => s.default).map((s) => s.name), ['default/podnet'], 'default marks the cluster network');
+    assert.deepEqual(
+      r.routes.filter((x) => x.dst === '0.0.0.0/0').map((x) => x.gw),
+      [gateway(1)],
+    );
+    const [record] = (await ctlJson('show', pod.cid)) as {
+      details: { networkStatus: { name: string; default: boolean }[] };
+    }[];
+    assert.deepEqual(
+      record!.details.networkStatus.filter((s) => s.default).map((s) => s.name),
+      ['default/podnet'],
+      'default marks the cluster network',
+    );
     assert.equal((await del(pod)).code, 0);
   });
 
   it('IP= and MAC= in CNI_ARGS (podman) apply to the default network only, not to delegated secondary networks', async () => {
     const pod = newPod();
     const wanted = `10.${o}.${t}.233`;
-    const out = await daemon.cni({ command: 'ADD', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;IP=${wanted};MAC=02:01:02:03:04:05`, config: withNetworks('ptpnet') });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: `IgnoreUnknown=1;IP=${wanted};MAC=02:01:02:03:04:05`,
+      config: withNetworks('ptpnet'),
+    });
     assert.equal(out.code, 0, out.stdout);
     assert.equal(podAddress(pod, 'eth0'), `${wanted}/24`);
     assert.match(podAddress(pod, 'net1'), new RegExp(`^10\\.${o}\\.${t + 3}\\.`));
@@ -238,8 +352,13 @@ describe('selection options', () => {
     const pod = newPod();
     const out = await add(pod, 'forced');
     assert.equal(out.code, 0, out.stdout);
-    const [record] = (await ctlJson('show', pod.cid)) as { details: { attachments: { network: string; driver: string }[] } }[];
-    assert.deepEqual(record!.details.attachments.map((a) => a.driver), ['bridge', 'delegate']);
+    const [record] = (await ctlJson('show', pod.cid)) as {
+      details: { attachments: { network: string; driver: string }[] };
+    }[];
+    assert.deepEqual(
+      record!.details.attachments.map((a) => a.driver),
+      ['bridge', 'delegate'],
+    );
     assert.equal(delegatedLeases('forced').length, 1);
     assert.equal((await del(pod)).code, 0);
     assert.deepEqual(delegatedLeases('forced'), []);
@@ -250,11 +369,23 @@ describe('selection options', () => {
     const out = await add(pod, 'chain');
     assert.equal(out.code, 0, out.stdout);
     assert.match(ip('-n', pod.ns, 'link', 'show', 'net1'), /mtu 1280/);
-    const check = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const check = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(check.code, 0, `CHECK forwarded to the chain: ${check.stdout}`);
     // Only the chain's own CHECK (tuning's) knows the MTU it set: a change behind its back must fail CHECK.
     ip('-n', pod.ns, 'link', 'set', 'net1', 'mtu', '1400');
-    const drifted = await daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', config: daemon.runtimeConfig() });
+    const drifted = await daemon.cni({
+      command: 'CHECK',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      config: daemon.runtimeConfig(),
+    });
     assert.equal(drifted.code, 1, drifted.stdout);
     assert.match(String(drifted.json?.msg), /CHECK of network default\/chain \(net1\).*tuning/);
     assert.equal((await del(pod)).code, 0);
@@ -277,7 +408,12 @@ describe('failures', () => {
   const leftovers = (pod: Pod): unknown => ({
     hostVeths: ['eth0', 'net1', 'net2', 'net3'].flatMap((i) => hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', i))),
     podLinks: podLinks(pod.ns).length,
-    leases: [...daemon.leases('podnet'), ...daemon.leases('blue'), ...daemon.leases('mv'), ...delegatedLeases('ptpnet')],
+    leases: [
+      ...daemon.leases('podnet'),
+      ...daemon.leases('blue'),
+      ...daemon.leases('mv'),
+      ...delegatedLeases('ptpnet'),
+    ],
     journal: daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
   });
   const nothing = { hostVeths: [], podLinks: 0, leases: [], journal: [] };
@@ -327,10 +463,25 @@ describe('failures', () => {
     const pod = newPod();
     const out = await add(pod, 'ptpnative');
     assert.equal(out.code, 0, out.stdout);
-    const [record] = (await ctlJson('show', pod.cid)) as { details: { attachments: { network: string; driver: string }[] } }[];
-    assert.deepEqual(record!.details.attachments.map((a) => [a.network, a.driver]), [['default/podnet', 'bridge'], ['default/ptpnative', 'ptp']]);
-    assert.match(ip('-n', pod.ns, 'route', 'show', 'dev', 'net1'), new RegExp(`${subnet(6).replace(/\./g, '\\.')} via ${gateway(6).replace(/\./g, '\\.')}`));
-    assert.equal(ipTry('netns', 'exec', pod.ns, 'ping', '-c', '1', '-W', '2', '-I', 'net1', gateway(6)).status, 0, 'ping over the native ptp network');
+    const [record] = (await ctlJson('show', pod.cid)) as {
+      details: { attachments: { network: string; driver: string }[] };
+    }[];
+    assert.deepEqual(
+      record!.details.attachments.map((a) => [a.network, a.driver]),
+      [
+        ['default/podnet', 'bridge'],
+        ['default/ptpnative', 'ptp'],
+      ],
+    );
+    assert.match(
+      ip('-n', pod.ns, 'route', 'show', 'dev', 'net1'),
+      new RegExp(`${subnet(6).replace(/\./g, '\\.')} via ${gateway(6).replace(/\./g, '\\.')}`),
+    );
+    assert.equal(
+      ipTry('netns', 'exec', pod.ns, 'ping', '-c', '1', '-W', '2', '-I', 'net1', gateway(6)).status,
+      0,
+      'ping over the native ptp network',
+    );
     assert.equal((await del(pod)).code, 0);
     assert.deepEqual(leftovers(pod), nothing);
     assert.deepEqual(daemon.leases('ptpnative'), []);
@@ -347,7 +498,13 @@ describe('failures', () => {
       assert.equal(d.code, 0, d.stdout);
       assert.deepEqual(leftovers(pod), nothing);
     } finally {
-      nad('blue', { type: 'bridge', bridge: `${prefix}br1`, isGateway: true, capabilities: { ips: true, mac: true }, ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] } });
+      nad('blue', {
+        type: 'bridge',
+        bridge: `${prefix}br1`,
+        isGateway: true,
+        capabilities: { ips: true, mac: true },
+        ipam: { type: 'host-local', ranges: [[{ subnet: subnet(1) }]] },
+      });
       nad('ptpnet', { type: 'ptp', ipam: hostLocal(3) }, { 'plexus.io/delegate': 'true' }); // ptp is also native: these tests are about delegation
     }
   });

@@ -27,11 +27,52 @@ const leaseDir = join(base.dir, 'host-local');
 const primaryFile = join(base.dir, '10-podnet.conflist');
 const uplink = `${prefix}up`;
 
-const primary = { cniVersion: '1.0.0', name: 'podnet', plugins: [{ type: 'bridge', bridge: `${prefix}br0`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } }] };
-const macvlan = { cniVersion: '1.0.0', name: 'mvnet', type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] } };
-const staticNet = { cniVersion: '1.0.0', name: 'staticnet', plugins: [{ type: 'bridge', bridge: `${prefix}br1`, ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 2}.5/24` }] } }] };
-const multusConf = { cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', cniDir: cacheDir, binDir, delegates: [primary, macvlan, staticNet] };
-const daemon = new DaemonFixture(primaryFile, ['--cni-bin-dir', binDir, '--multus-cache-dir', cacheDir, '--log-level', 'info']);
+const primary = {
+  cniVersion: '1.0.0',
+  name: 'podnet',
+  plugins: [
+    {
+      type: 'bridge',
+      bridge: `${prefix}br0`,
+      ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+    },
+  ],
+};
+const macvlan = {
+  cniVersion: '1.0.0',
+  name: 'mvnet',
+  type: 'macvlan',
+  master: uplink,
+  mode: 'bridge',
+  ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] },
+};
+const staticNet = {
+  cniVersion: '1.0.0',
+  name: 'staticnet',
+  plugins: [
+    {
+      type: 'bridge',
+      bridge: `${prefix}br1`,
+      ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 2}.5/24` }] },
+    },
+  ],
+};
+const multusConf = {
+  cniVersion: '1.0.0',
+  name: 'multus-cni-network',
+  type: 'multus',
+  cniDir: cacheDir,
+  binDir,
+  delegates: [primary, macvlan, staticNet],
+};
+const daemon = new DaemonFixture(primaryFile, [
+  '--cni-bin-dir',
+  binDir,
+  '--multus-cache-dir',
+  cacheDir,
+  '--log-level',
+  'info',
+]);
 
 restoreForwardingAfterwards();
 
@@ -43,7 +84,15 @@ before(async () => {
   writeFileSync(primaryFile, JSON.stringify(primary));
   // The pods' secondary networks as NADs too: Multus falls back on them when its cache of a pod cannot be read.
   for (const conf of [macvlan, staticNet]) {
-    daemon.writeNad(`${conf.name}.json`, JSON.stringify({ apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: conf.name, namespace: 'default' }, spec: { config: JSON.stringify(conf) } }));
+    daemon.writeNad(
+      `${conf.name}.json`,
+      JSON.stringify({
+        apiVersion: 'k8s.cni.cncf.io/v1',
+        kind: 'NetworkAttachmentDefinition',
+        metadata: { name: conf.name, namespace: 'default' },
+        spec: { config: JSON.stringify(conf) },
+      }),
+    );
   }
   for (const l of ['br0', 'br1', 'up', 'upp']) fx.trackHostLink(`${prefix}${l}`);
   ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
@@ -62,16 +111,40 @@ type Pod = ReturnType<typeof newPod>;
 /** Multus's ADD, exec'd as containerd would exec it. */
 function multusAdd(pod: Pod): void {
   const r = spawnSync(join(binDir, 'multus'), [], {
-    input: JSON.stringify(multusConf), encoding: 'utf8',
-    env: { PATH: process.env.PATH, CNI_COMMAND: 'ADD', CNI_CONTAINERID: pod.cid, CNI_NETNS: pod.netns, CNI_IFNAME: 'eth0', CNI_ARGS: podArgs(pod.name, pod.cid), CNI_PATH: binDir },
+    input: JSON.stringify(multusConf),
+    encoding: 'utf8',
+    env: {
+      PATH: process.env.PATH,
+      CNI_COMMAND: 'ADD',
+      CNI_CONTAINERID: pod.cid,
+      CNI_NETNS: pod.netns,
+      CNI_IFNAME: 'eth0',
+      CNI_ARGS: podArgs(pod.name, pod.cid),
+      CNI_PATH: binDir,
+    },
   });
   assert.equal(r.status, 0, `multus ADD: ${r.stdout} ${r.stderr}`);
 }
 const plexusCheck = (pod: Pod) =>
-  daemon.cni({ command: 'CHECK', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({}, '1.0.0') });
-const plexusctl = (...args: string[]): string => execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args], { encoding: 'utf8' });
+  daemon.cni({
+    command: 'CHECK',
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: daemon.runtimeConfig({}, '1.0.0'),
+  });
+const plexusctl = (...args: string[]): string =>
+  execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args], { encoding: 'utf8' });
 const plexusDel = (pod: Pod, netns = pod.netns) =>
-  daemon.cni({ command: 'DEL', containerId: pod.cid, netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({}, '1.0.0') });
+  daemon.cni({
+    command: 'DEL',
+    containerId: pod.cid,
+    netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config: daemon.runtimeConfig({}, '1.0.0'),
+  });
 const leases = (network: string): string[] => {
   try {
     return readdirSync(join(leaseDir, network)).filter((f) => /^\d/.test(f));
@@ -79,7 +152,12 @@ const leases = (network: string): string[] => {
     return [];
   }
 };
-const caches = (): string[] => (existsSync(cacheDir) ? readdirSync(cacheDir, { recursive: true }).map(String).filter((f) => f !== 'results') : []);
+const caches = (): string[] =>
+  existsSync(cacheDir)
+    ? readdirSync(cacheDir, { recursive: true })
+        .map(String)
+        .filter((f) => f !== 'results')
+    : [];
 
 describe('a pod Multus made, deleted once Plexus serves the node', { skip: expectedPrerequisites(missing) }, () => {
   it('loses every network Multus gave it: leases, links and caches', async () => {
@@ -89,7 +167,9 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     assert.equal(leases('podnet').length, 1);
     assert.equal(leases('mvnet').length, 1);
     assert.ok(caches().includes(pod.cid));
-    const line = plexusctl('attachments').split('\n').find((l) => l.startsWith(pod.cid));
+    const line = plexusctl('attachments')
+      .split('\n')
+      .find((l) => l.startsWith(pod.cid));
     assert.match(line ?? '', /eth0,net1,net2\s+-\s+podnet,mvnet,staticnet\s+-\s+adopted \(multus\)/);
     const checked = await plexusCheck(pod);
     assert.equal(checked.code, 0, `CHECK as Multus would: ${checked.stdout}`);
@@ -103,12 +183,12 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     assert.deepEqual(podLinks(pod.ns), []);
     assert.deepEqual(leases('podnet'), []);
     assert.deepEqual(leases('mvnet'), []);
-    assert.deepEqual(caches(), [], 'Multus\'s and libcni\'s caches are gone');
+    assert.deepEqual(caches(), [], "Multus's and libcni's caches are gone");
     assert.match(daemon.stderr, /removed as Multus would have removed it/);
     assert.equal((await plexusDel(pod)).code, 0, 'a repeated DEL succeeds');
   });
 
-  it('releases the leases when the runtime deleted the netns first (containerd\'s last DEL)', async () => {
+  it("releases the leases when the runtime deleted the netns first (containerd's last DEL)", async () => {
     const pod = newPod();
     multusAdd(pod);
     ip('netns', 'delete', pod.ns);
@@ -124,13 +204,22 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     const drop = newPod();
     multusAdd(keep);
     multusAdd(drop);
-    const out = await daemon.cni({ command: 'GC', config: daemon.runtimeConfig({ 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] }, '1.1.0') });
+    const out = await daemon.cni({
+      command: 'GC',
+      config: daemon.runtimeConfig(
+        { 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] },
+        '1.1.0',
+      ),
+    });
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(podLinks(drop.ns), [], 'the unlisted sandbox lost its interfaces');
     assert.deepEqual(podLinks(keep.ns), ['eth0', 'net1', 'net2']);
     assert.equal(leases('podnet').length, 1);
     assert.equal(leases('mvnet').length, 1);
-    assert.deepEqual(caches().filter((c) => !c.startsWith('results')), [keep.cid]);
+    assert.deepEqual(
+      caches().filter((c) => !c.startsWith('results')),
+      [keep.cid],
+    );
     assert.equal((await plexusDel(keep)).code, 0);
     assert.deepEqual(leases('podnet'), []);
   });
@@ -144,7 +233,7 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
       assert.notEqual(out.code, 0);
       assert.match(String(out.json?.msg), /network mvnet \(net1\), plugin macvlan: plugin macvlan not found/);
       assert.deepEqual(leases('podnet'), [], 'the other delegates were removed');
-      assert.equal(leases('mvnet').length, 1, 'the gone plugin\'s lease stays: nothing can release it');
+      assert.equal(leases('mvnet').length, 1, "the gone plugin's lease stays: nothing can release it");
       assert.equal((await plexusDel(pod)).code, 0, 'the retry succeeds');
     } finally {
       symlinkSync('/usr/lib/cni/macvlan', join(binDir, 'macvlan'));
@@ -153,19 +242,26 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     }
   });
 
-  it('falls back on the pod\'s annotation and the networks as they are now when Multus\'s cache is truncated, naming the pod and the file', async () => {
+  it("falls back on the pod's annotation and the networks as they are now when Multus's cache is truncated, naming the pod and the file", async () => {
     const pod = newPod();
     multusAdd(pod);
     const cache = join(cacheDir, pod.cid);
     const text = readFileSync(cache, 'utf8');
     writeFileSync(cache, text.slice(0, text.length / 2));
     const annotations = { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'mvnet, staticnet' } };
-    const out = await daemon.cni({ command: 'DEL', containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config: daemon.runtimeConfig({ runtimeConfig: annotations }, '1.0.0') });
+    const out = await daemon.cni({
+      command: 'DEL',
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: podArgs(pod.name, pod.cid),
+      config: daemon.runtimeConfig({ runtimeConfig: annotations }, '1.0.0'),
+    });
     assert.equal(out.code, 0, out.stdout);
     assert.match(daemon.stderr, new RegExp(`"pod":"default/${pod.name}".*"cache":"${cache}".*cannot be read`));
     assert.deepEqual(podLinks(pod.ns), []);
     assert.deepEqual(leases('podnet'), []);
-    assert.deepEqual(leases('mvnet'), [], 'the annotation\'s networks got the DEL too');
+    assert.deepEqual(leases('mvnet'), [], "the annotation's networks got the DEL too");
     assert.ok(!existsSync(cache), 'the unreadable cache goes, as Multus removes it');
   });
 });

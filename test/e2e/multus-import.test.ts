@@ -29,10 +29,23 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
     const settings = join(base.dir, 'plexusd.yaml');
     // As the DaemonSet runs it: the ConfigMap's file names the link and the imported settings; no flag overrides them.
     const daemon = new DaemonFixture('', ['--config', settings, '--cni-bin-dir', '/usr/lib/cni']);
-    const bridge = (name: string, i: number): Record<string, unknown> =>
-      ({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+    const bridge = (name: string, i: number): Record<string, unknown> => ({
+      cniVersion: '1.0.0',
+      name,
+      type: 'bridge',
+      bridge: `${prefix}b${i}`,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+    });
     const nad = (namespace: string, name: string, i: number): void =>
-      daemon.writeNad(`${namespace}-${name}.json`, JSON.stringify({ apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace }, spec: { config: JSON.stringify(bridge(name, i)) } }));
+      daemon.writeNad(
+        `${namespace}-${name}.json`,
+        JSON.stringify({
+          apiVersion: 'k8s.cni.cncf.io/v1',
+          kind: 'NetworkAttachmentDefinition',
+          metadata: { name, namespace },
+          spec: { config: JSON.stringify(bridge(name, i)) },
+        }),
+      );
 
     before(async () => {
       mkdirSync(confDir);
@@ -43,13 +56,37 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
       nad('shared', 'green', 2);
       nad('team-b', 'blue', 3);
       if (clusterNetwork === 'nad') nad('net-system', 'podnet', 0);
-      writeFileSync(join(confDir, '00-multus.conf'), JSON.stringify({
-        cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', multusNamespace: clusterNetwork === 'nad' ? 'net-system' : 'default',
-        clusterNetwork: clusterNetwork === 'nad' ? 'podnet' : join(confDir, '10-podnet.conflist'),
-        defaultNetworks: [clusterNetwork === 'nad' ? '' : 'sidecar'].filter(Boolean), namespaceIsolation: true, globalNamespaces: 'default,shared',
-      }));
-      const installed = await runInstall(['install', '--cni-conf-dir', confDir, '--cni-bin-dir', join(base.dir, 'bin'), '--shim', SHIM,
-        '--default-network-link', link, '--imported-config', imported, '--multus-daemon-config', join(base.dir, 'none.json')], pino({ level: 'silent' }));
+      writeFileSync(
+        join(confDir, '00-multus.conf'),
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'multus-cni-network',
+          type: 'multus',
+          multusNamespace: clusterNetwork === 'nad' ? 'net-system' : 'default',
+          clusterNetwork: clusterNetwork === 'nad' ? 'podnet' : join(confDir, '10-podnet.conflist'),
+          defaultNetworks: [clusterNetwork === 'nad' ? '' : 'sidecar'].filter(Boolean),
+          namespaceIsolation: true,
+          globalNamespaces: 'default,shared',
+        }),
+      );
+      const installed = await runInstall(
+        [
+          'install',
+          '--cni-conf-dir',
+          confDir,
+          '--cni-bin-dir',
+          join(base.dir, 'bin'),
+          '--shim',
+          SHIM,
+          '--default-network-link',
+          link,
+          '--imported-config',
+          imported,
+          '--multus-daemon-config',
+          join(base.dir, 'none.json'),
+        ],
+        pino({ level: 'silent' }),
+      );
       assert.equal(installed, 0);
       await daemon.start();
     });
@@ -64,19 +101,41 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
       const ns = fx.create(`p${++n}`);
       const cid = `${prefix}c${n}`;
       for (const i of ['eth0', 'net1', 'net2']) fx.trackHostLink(hostVethName(cid, 'eth0', i));
-      const config = daemon.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }, '1.0.0');
-      const out = await daemon.cni({ command: 'ADD', containerId: cid, netns: ns.path, ifname: 'eth0', args: podArgs(`pod${n}`, cid, namespace), config });
-      return { out, ns: ns.name, del: () => daemon.cni({ command: 'DEL', containerId: cid, netns: ns.path, ifname: 'eth0', args: podArgs(`pod${n}`, cid, namespace), config }) };
+      const config = daemon.runtimeConfig(
+        { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } },
+        '1.0.0',
+      );
+      const out = await daemon.cni({
+        command: 'ADD',
+        containerId: cid,
+        netns: ns.path,
+        ifname: 'eth0',
+        args: podArgs(`pod${n}`, cid, namespace),
+        config,
+      });
+      return {
+        out,
+        ns: ns.name,
+        del: () =>
+          daemon.cni({
+            command: 'DEL',
+            containerId: cid,
+            netns: ns.path,
+            ifname: 'eth0',
+            args: podArgs(`pod${n}`, cid, namespace),
+            config,
+          }),
+      };
     };
 
-    it('gives a pod the cluster network, Multus\'s defaultNetworks and a NAD of a global namespace', async () => {
+    it("gives a pod the cluster network, Multus's defaultNetworks and a NAD of a global namespace", async () => {
       const pod = await add('team-a', 'shared/green');
       assert.equal(pod.out.code, 0, pod.out.stdout);
       assert.deepEqual(podLinks(pod.ns), clusterNetwork === 'nad' ? ['eth0', 'net1'] : ['eth0', 'net1', 'net2']);
       assert.equal((await pod.del()).code, 0);
     });
 
-    it('refuses a NAD of another namespace, as Multus\'s namespaceIsolation does', async () => {
+    it("refuses a NAD of another namespace, as Multus's namespaceIsolation does", async () => {
       const pod = await add('team-a', 'team-b/blue');
       assert.equal(pod.out.json?.code, 7, pod.out.stdout);
       assert.match(String(pod.out.json?.msg), /team-b/);

@@ -19,10 +19,23 @@ const t = Math.floor(Math.random() * 200);
 const base = new DaemonFixture('podnet');
 const ready = join(base.dir, 'cluster-network-ready');
 const confDir = join(base.dir, 'net.d');
-const multusConf = JSON.stringify({ cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus-shim', clusterNetwork: '/etc/cni/net.d/10-podnet.conflist' });
+const multusConf = JSON.stringify({
+  cniVersion: '1.0.0',
+  name: 'multus-cni-network',
+  type: 'multus-shim',
+  clusterNetwork: '/etc/cni/net.d/10-podnet.conflist',
+});
 const daemon = new DaemonFixture('podnet', [
-  '--default-networks', 'sidecar', '--system-namespaces', 'infra,kube-system', '--readiness-indicator-file', ready,
-  '--install-cni-config', join(confDir, '00-plexus.conflist'), '--take-over-multus', 'true',
+  '--default-networks',
+  'sidecar',
+  '--system-namespaces',
+  'infra,kube-system',
+  '--readiness-indicator-file',
+  ready,
+  '--install-cni-config',
+  join(confDir, '00-plexus.conflist'),
+  '--take-over-multus',
+  'true',
 ]);
 
 restoreForwardingAfterwards();
@@ -46,10 +59,17 @@ const makePod = podMaker(fx, prefix, ['eth0', 'net1']);
 const newPod = (namespace: string) => ({ ...makePod(), namespace });
 type Pod = ReturnType<typeof newPod>;
 const call = (command: 'ADD' | 'DEL', pod: Pod) =>
-  daemon.cni({ command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid, pod.namespace), config: daemon.runtimeConfig({}, '1.0.0') });
+  daemon.cni({
+    command,
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid, pod.namespace),
+    config: daemon.runtimeConfig({}, '1.0.0'),
+  });
 
 describe('Multus settings on plexusd', () => {
-  it('moves Multus\'s config aside once ready, so the runtime calls Plexus (takeOverMultus)', () => {
+  it("moves Multus's config aside once ready, so the runtime calls Plexus (takeOverMultus)", () => {
     assert.ok(existsSync(join(confDir, '00-plexus.conflist')));
     assert.ok(!existsSync(join(confDir, '00-multus.conf')));
     assert.equal(readFileSync(join(confDir, `00-multus.conf${MOVED_ASIDE_SUFFIX}`), 'utf8'), multusConf);

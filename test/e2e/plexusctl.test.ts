@@ -13,16 +13,31 @@ const prefix = uniquePrefix('px');
 const fx = new NetnsFixture(prefix);
 const daemon = new DaemonFixture('podnet');
 const cid = `${prefix}c1`;
-const ctl = async (...args: string[]): Promise<string> => (await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args])).stdout;
+const ctl = async (...args: string[]): Promise<string> =>
+  (await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args])).stdout;
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
   fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
-  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
-  daemon.writeNad('bad.yaml', 'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: Bad_Name}\nspec: {config: "{}"}\n');
+  daemon.writeBridgeNetwork({
+    name: 'podnet',
+    bridge: `${prefix}br`,
+    subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`,
+  });
+  daemon.writeNad(
+    'bad.yaml',
+    'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: Bad_Name}\nspec: {config: "{}"}\n',
+  );
   await daemon.start();
   const netns = fx.create('pod').path;
-  const out = await daemon.cni({ command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs('web', cid, 'shop'), config: daemon.runtimeConfig() });
+  const out = await daemon.cni({
+    command: 'ADD',
+    containerId: cid,
+    netns,
+    ifname: 'eth0',
+    args: podArgs('web', cid, 'shop'),
+    config: daemon.runtimeConfig(),
+  });
   assert.equal(out.code, 0, out.stdout);
 });
 after(async () => {
@@ -48,7 +63,10 @@ it('shows one attachment with its transaction record and timings', async () => {
 
 it('prints JSON with -o json', async () => {
   const records = JSON.parse(await ctl('-o', 'json', 'attachments')) as { meta: { containerId: string } }[];
-  assert.deepEqual(records.map((r) => r.meta.containerId), [cid]);
+  assert.deepEqual(
+    records.map((r) => r.meta.containerId),
+    [cid],
+  );
 });
 
 it('lists networks and reports invalid definitions', async () => {
@@ -58,18 +76,35 @@ it('lists networks and reports invalid definitions', async () => {
 });
 
 it('fails clearly when the daemon cannot be reached', async () => {
-  await assert.rejects(promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', '/nonexistent/plexus.sock', 'attachments']), /cannot reach plexusd at \/nonexistent\/plexus\.sock/);
+  await assert.rejects(
+    promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', '/nonexistent/plexus.sock', 'attachments']),
+    /cannot reach plexusd at \/nonexistent\/plexus\.sock/,
+  );
 });
 
 /** Adds a pod on the default network and answers its address (without prefix). */
 async function addPod(id: string): Promise<{ netns: string; nsName: string; address: string }> {
   fx.trackHostLink(hostVethName(id, 'eth0', 'eth0'));
   const ns = fx.create(id.slice(-6));
-  const out = await daemon.cni({ command: 'ADD', containerId: id, netns: ns.path, ifname: 'eth0', args: podArgs(id, id), config: daemon.runtimeConfig() });
+  const out = await daemon.cni({
+    command: 'ADD',
+    containerId: id,
+    netns: ns.path,
+    ifname: 'eth0',
+    args: podArgs(id, id),
+    config: daemon.runtimeConfig(),
+  });
   assert.equal(out.code, 0, out.stdout);
-  return { netns: ns.path, nsName: ns.name, address: (out.json as { ips: { address: string }[] }).ips[0]!.address.split('/')[0]! };
+  return {
+    netns: ns.path,
+    nsName: ns.name,
+    address: (out.json as { ips: { address: string }[] }).ips[0]!.address.split('/')[0]!,
+  };
 }
-const attachedIds = async (): Promise<string[]> => (JSON.parse(await ctl('-o', 'json', 'attachments')) as { meta: { containerId: string } }[]).map((r) => r.meta.containerId).sort();
+const attachedIds = async (): Promise<string[]> =>
+  (JSON.parse(await ctl('-o', 'json', 'attachments')) as { meta: { containerId: string } }[])
+    .map((r) => r.meta.containerId)
+    .sort();
 
 it('gc removes an attachment whose network namespace is gone, releasing its lease; --dry-run only lists it', async () => {
   const gone = `${prefix}gone`;
@@ -90,8 +125,15 @@ it('gc removes an attachment whose network namespace is gone, releasing its leas
 it('gc --keep removes every attachment not kept, with its host link, and reports as JSON', async () => {
   const extra = `${prefix}extra`;
   await addPod(extra);
-  const report = JSON.parse(await ctl('-o', 'json', 'gc', '--keep', `${cid}@eth0`)) as { removed: { containerId: string; reason: string }[]; kept: number; failures: unknown[] };
-  assert.deepEqual(report.removed.map((r) => [r.containerId, r.reason]), [[extra, 'not in the keep list']]);
+  const report = JSON.parse(await ctl('-o', 'json', 'gc', '--keep', `${cid}@eth0`)) as {
+    removed: { containerId: string; reason: string }[];
+    kept: number;
+    failures: unknown[];
+  };
+  assert.deepEqual(
+    report.removed.map((r) => [r.containerId, r.reason]),
+    [[extra, 'not in the keep list']],
+  );
   assert.equal(report.kept, 1);
   assert.deepEqual(report.failures, []);
   assert.deepEqual(await attachedIds(), [cid]);
@@ -110,6 +152,9 @@ it('gc rejects a malformed request with a clear error and removes nothing', asyn
   });
   assert.equal(bad.status, 400);
   assert.match(bad.body, /invalid GC request.*keep/);
-  await assert.rejects(promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'gc', '--everything']), (e: { code: number; stdout: string }) => e.code === 2 && /unexpected argument --everything/.test(e.stdout));
+  await assert.rejects(
+    promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'gc', '--everything']),
+    (e: { code: number; stdout: string }) => e.code === 2 && /unexpected argument --everything/.test(e.stdout),
+  );
   assert.deepEqual(await attachedIds(), [cid]);
 });

@@ -39,7 +39,10 @@ after(async () => {
 /** Every IPv4 address on an interface of a live test netns, with where it is: an address twice is a failure. */
 function addressesInTestNetns(): Map<string, string[]> {
   const where = new Map<string, string[]>();
-  const names = ip('netns', 'list').split('\n').map((l) => l.split(' ')[0] ?? '').filter((n) => n.startsWith(`${prefix}-`));
+  const names = ip('netns', 'list')
+    .split('\n')
+    .map((l) => l.split(' ')[0] ?? '')
+    .filter((n) => n.startsWith(`${prefix}-`));
   for (const ns of names) {
     const out = ipTry('-n', ns, '-o', '-4', 'addr', 'show');
     for (const line of out.out.split('\n')) {
@@ -51,7 +54,8 @@ function addressesInTestNetns(): Map<string, string[]> {
   return where;
 }
 
-const onTwo = (where: Map<string, string[]>): string[] => [...where].filter(([, at]) => at.length > 1).map(([a, at]) => `${a} on ${at.join(', ')}`);
+const onTwo = (where: Map<string, string[]>): string[] =>
+  [...where].filter(([, at]) => at.length > 1).map(([a, at]) => `${a} on ${at.join(', ')}`);
 const addressOf = (r: ShimOutput): string => String((r.json as { ips: { address: string }[] }).ips[0]?.address);
 
 async function eventually(what: string, check: () => boolean, ms = 20_000): Promise<void> {
@@ -68,7 +72,11 @@ it('plexusd killed while DELs are torn down in the background: no address reused
   const dels = await Promise.all(pods.map((p) => podCall(daemon, 'DEL', p, config())));
   for (const d of dels) assert.equal(d.code, 0, d.stdout);
   const veths = pods.map((p) => hostVethName(p.cid, 'eth0', 'eth0'));
-  assert.equal(veths.flatMap((v) => hostLinksWithPrefix(v)).length, DELETED, 'the teardowns are pending: every host veth is there');
+  assert.equal(
+    veths.flatMap((v) => hostLinksWithPrefix(v)).length,
+    DELETED,
+    'the teardowns are pending: every host veth is there',
+  );
   assert.equal(daemon.journalFiles().length, DELETED, 'each pending teardown is journaled');
   assert.equal(daemon.leases('podnet').length, DELETED, 'and keeps its lease');
   // As a runtime does, half the sandboxes' netns go now (their links with them); the other half stay (KubeVirt-like).
@@ -79,21 +87,33 @@ it('plexusd killed while DELs are torn down in the background: no address reused
   const adds = await Promise.all(later.map((p) => podCall(daemon, 'ADD', p, config())));
   assert.deepEqual(onTwo(addressesInTestNetns()), [], 'no address on two live interfaces');
   const given = adds.filter((r) => r.code === 0);
-  assert.equal(given.length, FREE_AFTER, `the ${FREE_AFTER} free addresses were given, none still held: ${adds.map((r) => r.stdout).join(' ')}`);
-  for (const r of adds.filter((a) => a.code !== 0)) assert.ok(r.json?.code !== undefined && r.json?.msg, `a refused ADD is a CNI error: ${r.stdout}`);
+  assert.equal(
+    given.length,
+    FREE_AFTER,
+    `the ${FREE_AFTER} free addresses were given, none still held: ${adds.map((r) => r.stdout).join(' ')}`,
+  );
+  for (const r of adds.filter((a) => a.code !== 0))
+    assert.ok(r.json?.code !== undefined && r.json?.msg, `a refused ADD is a CNI error: ${r.stdout}`);
 
   await daemon.kill('SIGKILL');
   delete process.env[HOLD];
   await daemon.start();
 
   // Recovery finishes every teardown the crash cut off: links, leases and records of the deleted pods are gone.
-  await eventually('the deleted pods\' records are gone', () => daemon.journalFiles().length === FREE_AFTER);
-  assert.deepEqual(veths.flatMap((v) => hostLinksWithPrefix(v)), [], 'no host veth of a deleted pod');
-  for (const p of pods.slice(0, DELETED / 2)) assert.deepEqual(podLinks(p.ns), [], `${p.ns} (kept by its runtime) has no link left`);
+  await eventually("the deleted pods' records are gone", () => daemon.journalFiles().length === FREE_AFTER);
+  assert.deepEqual(
+    veths.flatMap((v) => hostLinksWithPrefix(v)),
+    [],
+    'no host veth of a deleted pod',
+  );
+  for (const p of pods.slice(0, DELETED / 2))
+    assert.deepEqual(podLinks(p.ns), [], `${p.ns} (kept by its runtime) has no link left`);
   assert.equal(daemon.leases('podnet').length, FREE_AFTER, 'only the live pods hold leases');
 
   // The ADDs that found the pool full succeed now, and still no address is on two interfaces.
-  const retried = await Promise.all(later.filter((_, i) => adds[i]!.code !== 0).map((p) => podCall(daemon, 'ADD', p, config())));
+  const retried = await Promise.all(
+    later.filter((_, i) => adds[i]!.code !== 0).map((p) => podCall(daemon, 'ADD', p, config())),
+  );
   for (const r of retried) assert.equal(r.code, 0, r.stdout);
   const live = [...given, ...retried].map(addressOf);
   assert.equal(new Set(live).size, LATER, 'every live pod has its own address');
@@ -104,6 +124,10 @@ it('plexusd killed while DELs are torn down in the background: no address reused
   await eventually('every record closed', () => daemon.journalFiles().length === 0);
   assert.deepEqual(daemon.leases('podnet'), [], 'no leaked lease');
   const laterVeths = later.map((p) => hostVethName(p.cid, 'eth0', 'eth0'));
-  assert.deepEqual([...veths, ...laterVeths].flatMap((v) => hostLinksWithPrefix(v)), [], 'no leaked host veth');
+  assert.deepEqual(
+    [...veths, ...laterVeths].flatMap((v) => hostLinksWithPrefix(v)),
+    [],
+    'no leaked host veth',
+  );
   for (const p of later) assert.deepEqual(podLinks(p.ns), [], `${p.ns} has no link left`);
 });

@@ -21,7 +21,11 @@ const config = (): Record<string, unknown> => daemon.runtimeConfig({ daemonWaitS
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
-  daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br`, subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24` });
+  daemon.writeBridgeNetwork({
+    name: 'podnet',
+    bridge: `${prefix}br`,
+    subnet: `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`,
+  });
   process.env[HOLD] = String(HOLD_MS);
   await daemon.start();
   delete process.env[HOLD];
@@ -71,7 +75,7 @@ describe('verbs while a teardown is pending', () => {
     assert.equal(add.value.code, 0, add.value.stdout);
     assert.ok(add.ms >= HOLD_MS / 2, `the ADD waited for the pending teardown (${add.ms} ms)`);
     assert.deepEqual(podLinks(p.ns), ['eth0']);
-    assert.equal(daemon.leases('podnet').length, 1, 'one lease: the new attachment\'s');
+    assert.equal(daemon.leases('podnet').length, 1, "one lease: the new attachment's");
     assert.equal((await podCall(daemon, 'CHECK', p, config())).code, 0);
     assert.equal((await podCall(daemon, 'DEL', p, config())).code, 0);
     await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
@@ -83,11 +87,25 @@ describe('verbs while a teardown is pending', () => {
     assert.equal((await podCall(daemon, 'DEL', old, config())).code, 0);
     const next: TestPod = { ...old, cid: `${old.cid}n`, name: `${old.name}n` };
     fx.trackHostLink(veth(next));
-    const add = await daemon.cni({ command: 'ADD', containerId: next.cid, netns: next.netns, ifname: 'eth0', args: podArgs(next.name, next.cid), config: config() });
+    const add = await daemon.cni({
+      command: 'ADD',
+      containerId: next.cid,
+      netns: next.netns,
+      ifname: 'eth0',
+      args: podArgs(next.name, next.cid),
+      config: config(),
+    });
     assert.equal(add.code, 0, add.stdout);
-    assert.deepEqual(hostLinksWithPrefix(veth(old)), [], 'the old sandbox\'s veth is gone');
+    assert.deepEqual(hostLinksWithPrefix(veth(old)), [], "the old sandbox's veth is gone");
     assert.deepEqual(podLinks(old.ns), ['eth0']);
-    const del = await daemon.cni({ command: 'DEL', containerId: next.cid, netns: next.netns, ifname: 'eth0', args: podArgs(next.name, next.cid), config: config() });
+    const del = await daemon.cni({
+      command: 'DEL',
+      containerId: next.cid,
+      netns: next.netns,
+      ifname: 'eth0',
+      args: podArgs(next.name, next.cid),
+      config: config(),
+    });
     assert.equal(del.code, 0);
     await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
     assert.deepEqual(podLinks(old.ns), []);
@@ -101,7 +119,10 @@ describe('verbs while a teardown is pending', () => {
     assert.equal(gc.code, 0, gc.stdout);
     await eventually('the teardowns are done', () => daemon.journalFiles().length === 0);
     assert.deepEqual(daemon.leases('podnet'), []);
-    assert.deepEqual(pods.flatMap((p) => hostLinksWithPrefix(veth(p))), []);
+    assert.deepEqual(
+      pods.flatMap((p) => hostLinksWithPrefix(veth(p))),
+      [],
+    );
   });
 
   it('a stopping plexusd finishes the pending teardowns before it exits', async () => {
@@ -112,7 +133,10 @@ describe('verbs while a teardown is pending', () => {
     await daemon.kill('SIGTERM');
     assert.deepEqual(daemon.journalFiles(), [], 'no record left for the next start');
     assert.deepEqual(daemon.leases('podnet'), []);
-    assert.deepEqual(pods.flatMap((p) => hostLinksWithPrefix(veth(p))), []);
+    assert.deepEqual(
+      pods.flatMap((p) => hostLinksWithPrefix(veth(p))),
+      [],
+    );
     await daemon.start();
   });
 });

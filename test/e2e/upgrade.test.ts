@@ -18,7 +18,11 @@ const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const daemon = new DaemonFixture('podnet');
 const config = (socketPath = daemon.socket): Record<string, unknown> =>
-  daemon.runtimeConfig({ socketPath, daemonWaitSeconds: 30, runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'sec' } } });
+  daemon.runtimeConfig({
+    socketPath,
+    daemonWaitSeconds: 30,
+    runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'sec' } },
+  });
 
 before(async () => {
   fx.trackHostLink(`${prefix}b0`);
@@ -36,7 +40,8 @@ type Pod = TestPod;
 const newPod = podMaker(fx, prefix, ['eth0', 'net1']);
 const add = (pod: Pod, socketPath?: string): Promise<ShimOutput> => podCall(daemon, 'ADD', pod, config(socketPath));
 const del = (pod: Pod): Promise<ShimOutput> => podCall(daemon, 'DEL', pod, config());
-const addresses = (out: ShimOutput): string[] => ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address);
+const addresses = (out: ShimOutput): string[] =>
+  ((out.json as { ips?: { address: string }[] } | undefined)?.ips ?? []).map((x) => x.address);
 const leftovers = (pods: readonly Pod[]): unknown => ({
   leases: [...daemon.leases('podnet'), ...daemon.leases('sec')],
   journal: daemon.journalFiles(),
@@ -82,7 +87,10 @@ describe('plexusd replaced during a burst', () => {
     assert.equal(daemon.journalFiles().length, PODS);
 
     const dels = await Promise.all(pods.map(del));
-    assert.deepEqual(dels.filter((d) => d.code !== 0).map((d) => d.stdout), []);
+    assert.deepEqual(
+      dels.filter((d) => d.code !== 0).map((d) => d.stdout),
+      [],
+    );
     assert.deepEqual(leftovers(pods), nothing);
   });
 });
@@ -120,6 +128,9 @@ describe('an ADD replayed after the daemon acted on it', () => {
     }
     assert.equal((await del(pod)).code, 0);
     assert.deepEqual(leftovers([pod]), nothing);
-    assert.deepEqual(readdirSync(join(daemon.dir, 'run')).filter((f) => f.endsWith('.sock') && f !== 'plexus.sock'), []);
+    assert.deepEqual(
+      readdirSync(join(daemon.dir, 'run')).filter((f) => f.endsWith('.sock') && f !== 'plexus.sock'),
+      [],
+    );
   });
 });

@@ -29,25 +29,52 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
     it('ADD returns a result in the caller version with the pod interface, address and default route', async () => {
       netns = fx.create(version.replace(/\./g, '')).path;
       fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
-      const out = await daemon.cni({ command: 'ADD', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+      const out = await daemon.cni({
+        command: 'ADD',
+        containerId: cid,
+        netns,
+        ifname: 'eth0',
+        args: podArgs(`pod-${version}`, cid),
+        config: config(),
+      });
       assert.equal(out.code, 0, out.stdout);
-      const result = out.json as { cniVersion: string; interfaces: { name: string; mac?: string; sandbox?: string; mtu?: number }[]; ips: Record<string, unknown>[]; routes: { dst: string }[] };
+      const result = out.json as {
+        cniVersion: string;
+        interfaces: { name: string; mac?: string; sandbox?: string; mtu?: number }[];
+        ips: Record<string, unknown>[];
+        routes: { dst: string }[];
+      };
       assert.equal(result.cniVersion, version);
       const podIf = result.interfaces.findIndex((i) => i.sandbox === netns);
       assert.equal(result.interfaces[podIf]?.name, 'eth0');
-      assert.match(result.interfaces[podIf]?.mac ?? '', /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/, 'podman rejects results without a MAC');
+      assert.match(
+        result.interfaces[podIf]?.mac ?? '',
+        /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/,
+        'podman rejects results without a MAC',
+      );
       assert.equal(result.interfaces[podIf]?.mtu !== undefined, version === '1.1.0', 'mtu appears only from 1.1.0');
       const ipEntry = result.ips[0]!;
       assert.equal(ipEntry.interface, podIf);
       assert.equal('version' in ipEntry, version.startsWith('0.'), '0.x results carry ips[].version');
       if (version.startsWith('0.')) assert.equal(ipEntry.version, '4');
       assert.ok(result.routes.some((r) => r.dst === '0.0.0.0/0'));
-      assert.ok(ip('-n', fx.prefix + '-' + version.replace(/\./g, ''), 'addr', 'show', 'eth0').includes(String(ipEntry.address)));
+      assert.ok(
+        ip('-n', fx.prefix + '-' + version.replace(/\./g, ''), 'addr', 'show', 'eth0').includes(
+          String(ipEntry.address),
+        ),
+      );
     });
 
     if (version !== '0.3.0' && version !== '0.3.1') {
       it('CHECK succeeds on an intact attachment', async () => {
-        const out = await daemon.cni({ command: 'CHECK', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+        const out = await daemon.cni({
+          command: 'CHECK',
+          containerId: cid,
+          netns,
+          ifname: 'eth0',
+          args: podArgs(`pod-${version}`, cid),
+          config: config(),
+        });
         assert.equal(out.code, 0, out.stdout);
         assert.equal(out.stdout, '');
       });
@@ -68,10 +95,23 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
     });
 
     it('DEL removes the attachment and succeeds again when repeated', async () => {
-      const first = await daemon.cni({ command: 'DEL', containerId: cid, netns, ifname: 'eth0', args: podArgs(`pod-${version}`, cid), config: config() });
+      const first = await daemon.cni({
+        command: 'DEL',
+        containerId: cid,
+        netns,
+        ifname: 'eth0',
+        args: podArgs(`pod-${version}`, cid),
+        config: config(),
+      });
       assert.equal(first.code, 0, first.stdout);
       assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0', 'eth0')), []);
-      const second = await daemon.cni({ command: 'DEL', containerId: cid, netns: '', ifname: 'eth0', config: config() });
+      const second = await daemon.cni({
+        command: 'DEL',
+        containerId: cid,
+        netns: '',
+        ifname: 'eth0',
+        config: config(),
+      });
       assert.equal(second.code, 0, second.stdout);
     });
   });

@@ -33,12 +33,20 @@ let engine: AttachmentEngine;
 restoreForwardingAfterwards();
 
 function nad(name: string, config: Record<string, unknown>): void {
-  writeFileSync(join(dir, 'networks', `${name}.json`), JSON.stringify({
-    apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace: 'default' },
-    spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
-  }));
+  writeFileSync(
+    join(dir, 'networks', `${name}.json`),
+    JSON.stringify({
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace: 'default' },
+      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, ...config }) },
+    }),
+  );
 }
-const ipamOf = (i: number): Record<string, unknown> => ({ type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] });
+const ipamOf = (i: number): Record<string, unknown> => ({
+  type: 'host-local',
+  ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]],
+});
 
 before(async () => {
   mkdirSync(join(dir, 'networks'));
@@ -51,9 +59,21 @@ before(async () => {
   kernel = new Kernel();
   ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
   journal = await Journal.open(join(dir, 'journal'), false);
-  engine = new AttachmentEngine(kernel, ipam, journal, new NetworkDirectory(join(dir, 'networks')), new DriverRegistry(), {
-    cniBinDir: '/usr/lib/cni', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
-  }, pino({ level: 'silent' }));
+  engine = new AttachmentEngine(
+    kernel,
+    ipam,
+    journal,
+    new NetworkDirectory(join(dir, 'networks')),
+    new DriverRegistry(),
+    {
+      cniBinDir: '/usr/lib/cni',
+      naming: 'multus',
+      selectionAnnotation: true,
+      defaultNetworks: [],
+      defaultNetwork: 'podnet',
+    },
+    pino({ level: 'silent' }),
+  );
 });
 after(async () => {
   fx.cleanup();
@@ -65,8 +85,20 @@ let n = 0;
 function request(command: 'ADD' | 'DEL') {
   const cid = `${prefix}c${n}`;
   const call = {
-    env: { CNI_COMMAND: command, CNI_CONTAINERID: cid, CNI_NETNS: `/var/run/netns/${prefix}-p${n}`, CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni', CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod${n}` },
-    stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'blue, mv' } } }),
+    env: {
+      CNI_COMMAND: command,
+      CNI_CONTAINERID: cid,
+      CNI_NETNS: `/var/run/netns/${prefix}-p${n}`,
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: '/usr/lib/cni',
+      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod${n}`,
+    },
+    stdin: JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'plexus',
+      type: 'plexus-cni',
+      runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': 'blue, mv' } },
+    }),
   };
   const parsed = parseCniRequest(call);
   if (!parsed.ok) throw parsed.error;
@@ -81,7 +113,11 @@ async function attachedPod(): Promise<{ cid: string; ns: string }> {
   assert.ok(r.ok, !r.ok ? r.error.message : '');
   return { cid, ns: ns.name };
 }
-const leasesOf = async (cid: string): Promise<string[]> => (await ipam.leases()).filter((l) => l.containerId === cid).map((l) => `${l.network} ${l.ifname}`).sort();
+const leasesOf = async (cid: string): Promise<string[]> =>
+  (await ipam.leases())
+    .filter((l) => l.containerId === cid)
+    .map((l) => `${l.network} ${l.ifname}`)
+    .sort();
 
 describe('detaching one network from a running pod', () => {
   it('removes that interface, its host veth and its lease, and keeps the rest of the pod', async () => {
@@ -93,15 +129,30 @@ describe('detaching one network from a running pod', () => {
     assert.ok(r.ok, !r.ok ? r.error.message : '');
     assert.deepEqual(podLinks(pod.ns), ['eth0', 'net2']);
     assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'net1')), []);
-    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), [hostVethName(pod.cid, 'eth0', 'eth0')]);
+    assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), [
+      hostVethName(pod.cid, 'eth0', 'eth0'),
+    ]);
     assert.deepEqual(await leasesOf(pod.cid), ['mv eth0:net2', 'podnet eth0:eth0']);
-    assert.deepEqual(r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ['eth0', 'net2'], 'the new result lacks net1');
+    assert.deepEqual(
+      r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name),
+      ['eth0', 'net2'],
+      'the new result lacks net1',
+    );
 
     const record = await journal.load(pod.cid, 'eth0');
-    assert.deepEqual(record?.details?.attachments.map((a) => a.ifname), ['eth0', 'net2']);
-    assert.deepEqual(record?.details?.networkStatus.map((s) => s.interface), ['eth0', 'net2']);
+    assert.deepEqual(
+      record?.details?.attachments.map((a) => a.ifname),
+      ['eth0', 'net2'],
+    );
+    assert.deepEqual(
+      record?.details?.networkStatus.map((s) => s.interface),
+      ['eth0', 'net2'],
+    );
     assert.deepEqual(record?.result, r.value);
-    assert.ok(record?.undoOwners.every((o) => o?.ifname !== 'net1'), 'the record holds no step of net1 any more');
+    assert.ok(
+      record?.undoOwners.every((o) => o?.ifname !== 'net1'),
+      'the record holds no step of net1 any more',
+    );
 
     const again = await engine.detachAttachment(pod.cid, 'eth0', { network: 'default/blue', ifname: 'net1' });
     assert.ok(!again.ok && again.error.code === 7 && /no such attachment/.test(again.error.message));
@@ -119,10 +170,13 @@ describe('detaching one network from a running pod', () => {
     const pod = await attachedPod();
     // Rewrite the record as a v0 daemon wrote it: no versions, no attachments on the steps.
     const file = join(dir, 'journal', `${pod.cid}@eth0.jsonl`);
-    const v0 = readFileSync(file, 'utf8').trim().split('\n').map((l) => {
-      const { v: _v, a: _a, ...rest } = JSON.parse(l) as Record<string, unknown>;
-      return JSON.stringify(rest);
-    });
+    const v0 = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => {
+        const { v: _v, a: _a, ...rest } = JSON.parse(l) as Record<string, unknown>;
+        return JSON.stringify(rest);
+      });
     writeFileSync(file, `${v0.join('\n')}\n`);
     const r = await engine.detachAttachment(pod.cid, 'eth0', { network: 'default/mv', ifname: 'net2' });
     assert.ok(!r.ok && /older plexusd \(journal v0\)/.test(r.error.message), !r.ok ? r.error.message : 'detached');

@@ -26,10 +26,16 @@ describe('the engine on an in-memory kernel', () => {
     const r = await bed.engine.add(request('ADD', 'ca', netns));
     assert.ok(r.ok, !r.ok ? r.error.message : '');
     assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
-    assert.deepEqual(r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name), ['eth0', 'net1', 'net2']);
+    assert.deepEqual(
+      r.value.interfaces.filter((i) => i.sandbox).map((i) => i.name),
+      ['eth0', 'net1', 'net2'],
+    );
     assert.deepEqual(await leases(), ['blue ca eth0:net1', 'podnet ca eth0:eth0', 'red ca eth0:net2']);
     const record = await bed.journal.load('ca', 'eth0');
-    assert.deepEqual([...new Set(record!.undoOwners.map((o) => `${o?.network} ${o?.ifname}`))], ['default/podnet eth0', 'default/blue net1', 'default/red net2']);
+    assert.deepEqual(
+      [...new Set(record!.undoOwners.map((o) => `${o?.network} ${o?.ifname}`))],
+      ['default/podnet eth0', 'default/blue net1', 'default/red net2'],
+    );
     assert.deepEqual(record!.result, r.value);
   });
 
@@ -41,19 +47,29 @@ describe('the engine on an in-memory kernel', () => {
     assert.equal(r.error.code, 100);
     assert.match(r.error.message, /attaching network default\/red as net2/);
     assert.deepEqual(bed.kernel.links(netns), []);
-    assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+    assert.deepEqual(
+      bed.kernel.links().filter((l) => l.startsWith('veth')),
+      [],
+    );
     assert.deepEqual(await leases(), []);
     assert.equal(await bed.journal.load('cb', 'eth0'), undefined);
     const deleted = bed.kernel.log.filter((e) => e.op.op === 'linkDel').map((e) => (e.op as { name: string }).name);
     // net2's deletion was journaled before its creation was tried (journal first), so undo repeats it: gone is fine.
-    assert.deepEqual(deleted, [hostVethName('cb', 'eth0', 'net2'), hostVethName('cb', 'eth0', 'net1'), hostVethName('cb', 'eth0', 'eth0')], 'the host veths, newest first');
+    assert.deepEqual(
+      deleted,
+      [hostVethName('cb', 'eth0', 'net2'), hostVethName('cb', 'eth0', 'net1'), hostVethName('cb', 'eth0', 'eth0')],
+      'the host veths, newest first',
+    );
   });
 
   it('DEL undoes everything; a second DEL of what is gone succeeds', async () => {
     const netns = pod('c');
     assert.ok((await bed.engine.add(request('ADD', 'cc', netns))).ok);
     assert.ok((await bed.engine.del(request('DEL', 'cc', netns))).ok);
-    assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+    assert.deepEqual(
+      bed.kernel.links().filter((l) => l.startsWith('veth')),
+      [],
+    );
     assert.deepEqual(await leases(), []);
     assert.deepEqual(await bed.journal.list(), []);
     assert.ok((await bed.engine.del(request('DEL', 'cc', netns))).ok);
@@ -76,7 +92,10 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await bed.engine.add(request('ADD', 'ck', a))).ok);
     const second = await bed.engine.add({ ...request('ADD', 'ck', b), ifname: 'eth1' });
     assert.ok(second.ok, !second.ok ? second.error.message : '');
-    assert.deepEqual((await leases()).filter((l) => l.startsWith('blue')), ['blue ck eth0:net1', 'blue ck eth1:net1']);
+    assert.deepEqual(
+      (await leases()).filter((l) => l.startsWith('blue')),
+      ['blue ck eth0:net1', 'blue ck eth1:net1'],
+    );
     assert.ok((await bed.engine.del({ ...request('DEL', 'ck', b), ifname: 'eth1' })).ok);
     assert.deepEqual(await leases(), ['blue ck eth0:net1', 'podnet ck eth0:eth0', 'red ck eth0:net2']);
     assert.deepEqual(bed.kernel.links(a), ['eth0', 'net1', 'net2']);
@@ -85,8 +104,19 @@ describe('the engine on an in-memory kernel', () => {
   it('a record and lease of an older plexusd (owner: the bare pod interface) are held, then released by its DEL', async () => {
     const netns = pod('old');
     const config = { type: 'host-local', ranges: [[{ subnet: '10.9.1.0/24' }]] } as never;
-    const entry = await bed.journal.begin({ containerId: 'co', ifname: 'eth0', netns, pod: {}, cniNetwork: 'plexus', networks: ['default/blue'], startedAt: new Date().toISOString() });
-    await entry.record({ kind: 'releaseIpam', network: 'blue', containerId: 'co', ifname: 'net1' }, { network: 'default/blue', ifname: 'net1' });
+    const entry = await bed.journal.begin({
+      containerId: 'co',
+      ifname: 'eth0',
+      netns,
+      pod: {},
+      cniNetwork: 'plexus',
+      networks: ['default/blue'],
+      startedAt: new Date().toISOString(),
+    });
+    await entry.record(
+      { kind: 'releaseIpam', network: 'blue', containerId: 'co', ifname: 'net1' },
+      { network: 'default/blue', ifname: 'net1' },
+    );
     const old = await bed.ipam.allocate({ network: 'blue', containerId: 'co', ifname: 'net1', config });
     assert.ok(old.ok);
     await entry.commit({ cniVersion: '1.0.0', interfaces: [], ips: [], routes: [] } as never, '1.0.0');
@@ -95,7 +125,11 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await bed.engine.add({ ...request('ADD', 'co', pod('new')), ifname: 'eth1' })).ok);
     assert.deepEqual(await bed.engine.releaseOrphanedLeases(), [], 'every lease is held by its record');
     assert.ok((await bed.engine.del(request('DEL', 'co', netns))).ok);
-    assert.deepEqual((await leases()).filter((l) => l.startsWith('blue')), ['blue co eth1:net1'], 'the old lease is released, the new one kept');
+    assert.deepEqual(
+      (await leases()).filter((l) => l.startsWith('blue')),
+      ['blue co eth1:net1'],
+      'the old lease is released, the new one kept',
+    );
   });
 
   it('a repeated ADD of a committed container and interface that asks for other networks is refused with code 4', async () => {
@@ -107,7 +141,10 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok(!other.ok);
     assert.equal(other.error.code, 4);
     assert.match(other.error.message, /CNI_CONTAINERID cr with CNI_IFNAME eth0 is attached already, to other networks/);
-    assert.match(other.error.details, /attached \(runtime network plexus\): default\/podnet as eth0, default\/blue as net1, default\/red as net2; asked: default\/podnet as eth0, default\/blue as net1/);
+    assert.match(
+      other.error.details,
+      /attached \(runtime network plexus\): default\/podnet as eth0, default\/blue as net1, default\/red as net2; asked: default\/podnet as eth0, default\/blue as net1/,
+    );
     assert.equal(bed.kernel.log.length, ops, 'nothing was touched');
     const retry = await bed.engine.add(request('ADD', 'cr', netns, 'blue, red'));
     assert.ok(retry.ok && first.ok);
@@ -131,7 +168,13 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await bed.engine.add(request('ADD', 'ce', netns))).ok);
     // The crash: the record has every step, but no committed line.
     const file = join(bed.dir, 'journal', 'ce@eth0.jsonl');
-    writeFileSync(file, readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"t":"committed"')).join('\n'));
+    writeFileSync(
+      file,
+      readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((l) => !l.includes('"t":"committed"'))
+        .join('\n'),
+    );
     const { undone, failed } = await bed.engine.undoUnfinished();
     assert.deepEqual([undone.length, failed.length], [1, 0]);
     assert.deepEqual(bed.kernel.links(netns), []);
@@ -142,19 +185,34 @@ describe('the engine on an in-memory kernel', () => {
     const netns = pod('f');
     assert.ok((await bed.engine.add(request('ADD', 'cf', netns))).ok);
     const held = await leases();
-    await bed.ipam.allocate({ network: 'blue', containerId: 'gone', ifname: 'net1', config: { type: 'host-local', ranges: [[{ subnet: '10.9.1.0/24' }]] } as never, requestedIps: [] });
-    assert.deepEqual(await bed.engine.releaseOrphanedLeases(true).then((l) => l.map((x) => x.containerId)), ['gone'], 'the dry run lists it');
+    await bed.ipam.allocate({
+      network: 'blue',
+      containerId: 'gone',
+      ifname: 'net1',
+      config: { type: 'host-local', ranges: [[{ subnet: '10.9.1.0/24' }]] } as never,
+      requestedIps: [],
+    });
+    assert.deepEqual(
+      await bed.engine.releaseOrphanedLeases(true).then((l) => l.map((x) => x.containerId)),
+      ['gone'],
+      'the dry run lists it',
+    );
     const released = await bed.engine.releaseOrphanedLeases();
-    assert.deepEqual(released.map((l) => `${l.network} ${l.containerId} ${l.ifname}`), ['blue gone net1']);
+    assert.deepEqual(
+      released.map((l) => `${l.network} ${l.containerId} ${l.ifname}`),
+      ['blue gone net1'],
+    );
     assert.deepEqual(await leases(), held);
   });
 
-  it('tells the status sink what the pod\'s networks became after ADD, a detach and DEL; a sink that throws fails nothing', async () => {
+  it("tells the status sink what the pod's networks became after ADD, a detach and DEL; a sink that throws fails nothing", async () => {
     const told: string[] = [];
     const sink = {
-      attached: (pod: { name?: string }, cid: string, status: readonly { name: string; interface?: string }[]) => told.push(`attached ${pod.name} ${cid} ${status.map((s) => `${s.name}@${s.interface}`).join(',')}`),
+      attached: (pod: { name?: string }, cid: string, status: readonly { name: string; interface?: string }[]) =>
+        told.push(`attached ${pod.name} ${cid} ${status.map((s) => `${s.name}@${s.interface}`).join(',')}`),
       detached: (pod: { name?: string }, cid: string) => told.push(`detached ${pod.name} ${cid}`),
-      failed: (pod: { name?: string }, cid: string, e: { code: number }) => told.push(`failed ${pod.name} ${cid} ${e.code}`),
+      failed: (pod: { name?: string }, cid: string, e: { code: number }) =>
+        told.push(`failed ${pod.name} ${cid} ${e.code}`),
     };
     const engine = bed.engineWith({ statusSink: sink });
     const netns = pod('s');
@@ -169,7 +227,15 @@ describe('the engine on an in-memory kernel', () => {
       'failed cf cf 4',
     ]);
 
-    const throwing = bed.engineWith({ statusSink: { attached: () => { throw new Error('API down'); }, detached: () => undefined, failed: () => undefined } });
+    const throwing = bed.engineWith({
+      statusSink: {
+        attached: () => {
+          throw new Error('API down');
+        },
+        detached: () => undefined,
+        failed: () => undefined,
+      },
+    });
     const r = await throwing.add(request('ADD', 'ct', pod('t')));
     assert.ok(r.ok, 'the pod is attached even when the sink fails');
   });
@@ -179,9 +245,15 @@ describe('the engine on an in-memory kernel', () => {
     const netns = pod('l');
     const many = await engine.add(request('ADD', 'cl', netns));
     assert.ok(!many.ok && many.error.code === 7);
-    assert.match(many.error.message, /the pod asks for 3 interfaces \(the default network, 0 from defaultNetworks, 2 selected\), more than this node allows \(--max-interfaces-per-pod 2\)/);
+    assert.match(
+      many.error.message,
+      /the pod asks for 3 interfaces \(the default network, 0 from defaultNetworks, 2 selected\), more than this node allows \(--max-interfaces-per-pod 2\)/,
+    );
     const long = await engine.add(request('ADD', 'cl', netns, `blue@${'x'.repeat(70)}`));
-    assert.ok(!long.ok && /is 75 bytes, more than this node allows \(--max-annotation-bytes 64\)/.test(long.error.message), !long.ok ? long.error.message : '');
+    assert.ok(
+      !long.ok && /is 75 bytes, more than this node allows \(--max-annotation-bytes 64\)/.test(long.error.message),
+      !long.ok ? long.error.message : '',
+    );
     assert.deepEqual(bed.kernel.log, [], 'nothing reached the kernel');
     assert.ok((await engine.add(request('ADD', 'cl', netns, 'blue'))).ok, 'within the limits');
   });
@@ -191,7 +263,10 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await engine.add(request('ADD', 'n1', pod('n1')))).ok, '3 of 5');
     const refused = await engine.add(request('ADD', 'n2', pod('n2')));
     assert.ok(!refused.ok && refused.error.code === 11);
-    assert.match(refused.error.message, /this node holds 3 pod interfaces; 3 more would pass its limit \(--max-node-attachments 5\)/);
+    assert.match(
+      refused.error.message,
+      /this node holds 3 pod interfaces; 3 more would pass its limit \(--max-node-attachments 5\)/,
+    );
     bed.kernel.failWhen((e) => e.op.op === 'linkAdd' && e.op.link.kind === 'veth' && e.op.link.peer.name === 'net1');
     assert.ok(!(await engine.add(request('ADD', 'n3', pod('n3'), 'blue'))).ok, 'a rolled-back ADD of 2');
     assert.ok((await engine.add(request('ADD', 'n4', pod('n4'), 'blue'))).ok, 'its 2 were given back: 5 of 5');
@@ -199,7 +274,10 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await engine.add(request('ADD', 'n5', pod('n5'), ''))).ok, 'the detached one was given back');
     const restarted = bed.engineWith({ maxNodeAttachments: 5 });
     const full = await restarted.add(request('ADD', 'n6', pod('n6'), ''));
-    assert.ok(!full.ok && /holds 5 pod interfaces/.test(full.error.message), 'a new engine counts what the journal holds');
+    assert.ok(
+      !full.ok && /holds 5 pod interfaces/.test(full.error.message),
+      'a new engine counts what the journal holds',
+    );
     assert.ok((await restarted.del(request('DEL', 'n4', bed.pod('n4')))).ok);
     assert.ok((await restarted.add(request('ADD', 'n6', pod('n6b'), ''))).ok, 'DEL gave 2 back');
   });
@@ -229,15 +307,21 @@ describe('the engine on an in-memory kernel', () => {
       assert.deepEqual(again.value.added, [{ network: 'default/blue', ifname: 'net1' }], 'the next free name');
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1', 'net2']);
       const record = await bed.journal.load('h1', 'eth0');
-      assert.deepEqual(record!.details!.networkStatus.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/red@net2', 'default/blue@net1']);
+      assert.deepEqual(
+        record!.details!.networkStatus.map((s) => `${s.name}@${s.interface}`),
+        ['default/podnet@eth0', 'default/red@net2', 'default/blue@net1'],
+      );
       const same = await bed.engine.changeNetworks('h1', 'eth0', networks('red, blue'));
       assert.ok(same.ok && same.value.added.length === 0 && same.value.removed.length === 0, 'no change, nothing done');
       assert.ok((await bed.engine.del(request('DEL', 'h1', netns))).ok);
       assert.deepEqual(await leases(), []);
-      assert.deepEqual(bed.kernel.links().filter((l) => l.startsWith('veth')), []);
+      assert.deepEqual(
+        bed.kernel.links().filter((l) => l.startsWith('veth')),
+        [],
+      );
     });
 
-    it('refuses with code 7 a network whose interface name the running pod\'s netns already has, changing nothing', async () => {
+    it("refuses with code 7 a network whose interface name the running pod's netns already has, changing nothing", async () => {
       const netns = pod('h9');
       assert.ok((await bed.engine.add(request('ADD', 'h9', netns, 'blue'))).ok);
       await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net2' } }]);
@@ -256,7 +340,10 @@ describe('the engine on an in-memory kernel', () => {
       const before = await bed.journal.load('h2', 'eth0');
       bed.kernel.failWhen((e) => e.op.op === 'linkAdd' && e.op.link.kind === 'veth' && e.op.link.peer.name === 'net2');
       const failed = await bed.engine.changeNetworks('h2', 'eth0', networks('red'));
-      assert.ok(!failed.ok && /attaching network default\/red as net2/.test(failed.error.message), failed.ok ? '' : failed.error.message);
+      assert.ok(
+        !failed.ok && /attaching network default\/red as net2/.test(failed.error.message),
+        failed.ok ? '' : failed.error.message,
+      );
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1'], 'blue was not removed: additions come first');
       assert.deepEqual(await leases(), ['blue h2 eth0:net1', 'podnet h2 eth0:eth0']);
       const after = await bed.journal.load('h2', 'eth0');
@@ -275,19 +362,23 @@ describe('the engine on an in-memory kernel', () => {
       assert.ok((await bed.engine.add(request('ADD', 'h3', netns, 'blue'))).ok);
       // The daemon "dies" inside the kernel call that creates red's veth: the change's lines stay open in the journal.
       const batch = bed.kernel.batch.bind(bed.kernel);
-      bed.kernel.batch = (async (ns: string | undefined, ops: readonly { op: string; link?: { kind?: string } }[]) => {
-        if (ops.some((o) => o.op === 'linkAdd' && o.link?.kind === 'veth') && bed.kernel.links(netns).length === 2) throw new Error('the daemon died here');
+      bed.kernel.batch = async (ns: string | undefined, ops: readonly { op: string; link?: { kind?: string } }[]) => {
+        if (ops.some((o) => o.op === 'linkAdd' && o.link?.kind === 'veth') && bed.kernel.links(netns).length === 2)
+          throw new Error('the daemon died here');
         return batch(ns, ops as never);
-      });
+      };
       await assert.rejects(bed.engine.changeNetworks('h3', 'eth0', networks('red')), /the daemon died here/);
       bed.kernel.batch = batch;
       assert.ok((await bed.journal.load('h3', 'eth0'))!.changing, 'the change is open');
       assert.equal((await bed.engine.undoUnfinished()).failed.length, 0);
       const record = await bed.journal.load('h3', 'eth0');
       assert.equal(record!.changing, undefined);
-      assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/blue@net1']);
+      assert.deepEqual(
+        record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`),
+        ['default/podnet@eth0', 'default/blue@net1'],
+      );
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net1']);
-      assert.deepEqual(await leases(), ['blue h3 eth0:net1', 'podnet h3 eth0:eth0'], 'red\'s lease is released');
+      assert.deepEqual(await leases(), ['blue h3 eth0:net1', 'podnet h3 eth0:eth0'], "red's lease is released");
     });
 
     it('after a crash while removing, recovery finishes the change: the additions stay, the removals are completed', async () => {
@@ -302,7 +393,10 @@ describe('the engine on an in-memory kernel', () => {
       assert.equal((await bed.engine.undoUnfinished()).failed.length, 0);
       const record = await bed.journal.load('h4', 'eth0');
       assert.equal(record!.changing, undefined);
-      assert.deepEqual(record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`), ['default/podnet@eth0', 'default/red@net2']);
+      assert.deepEqual(
+        record!.details!.attachments.map((a) => `${a.network}@${a.ifname}`),
+        ['default/podnet@eth0', 'default/red@net2'],
+      );
       assert.deepEqual(bed.kernel.links(netns), ['eth0', 'net2']);
       assert.deepEqual(await leases(), ['podnet h4 eth0:eth0', 'red h4 eth0:net2']);
     });

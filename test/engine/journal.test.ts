@@ -68,7 +68,10 @@ for (const sync of [true, false]) {
       assert.deepEqual(record.result, result);
       assert.equal(record.cniVersion, '1.0.0');
       assert.equal(record.deleting, false);
-      assert.deepEqual(record.events.map((e) => e.what), ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed']);
+      assert.deepEqual(
+        record.events.map((e) => e.what),
+        ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed'],
+      );
       assert.equal(record.events[0]?.at, '2024-05-01T10:00:00.000Z');
       assert.equal(record.events[1]?.ms, 12.346);
     }, sync);
@@ -84,7 +87,10 @@ test('markDeleting on a reopened record is seen by load', async () => {
     const record = await journal.load('c0ffee01', 'eth0');
     assert.equal(record?.deleting, true);
     assert.deepEqual(record?.result, result);
-    assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed', 'deleting']);
+    assert.deepEqual(
+      record?.events.map((e) => e.what),
+      ['begin', 'attach team-a/blue as eth0 (bridge)', 'committed', 'deleting'],
+    );
   });
 });
 
@@ -122,7 +128,11 @@ test('list returns every record', async () => {
     await writeCommitted(journal, meta('c1', 'eth0'));
     await writeCommitted(journal, meta('c1', 'net1'));
     await writeCommitted(journal, meta('c2', 'eth0'));
-    assert.deepEqual((await journal.list()).map((r) => `${r.meta.containerId}/${r.meta.ifname}`).sort(), ['c1/eth0', 'c1/net1', 'c2/eth0']);
+    assert.deepEqual((await journal.list()).map((r) => `${r.meta.containerId}/${r.meta.ifname}`).sort(), [
+      'c1/eth0',
+      'c1/net1',
+      'c2/eth0',
+    ]);
   });
 });
 
@@ -142,7 +152,10 @@ test('listContainer returns every record of one container and none of another wh
     await writeCommitted(journal, meta('c0ffee0123', 'eth0'));
     assert.deepEqual((await journal.listContainer('c0ffee01')).map((r) => r.meta.ifname).sort(), ['eth0', 'net1']);
     await journal.remove('c0ffee01', 'eth0');
-    assert.deepEqual((await journal.listContainer('c0ffee01')).map((r) => r.meta.ifname), ['net1']);
+    assert.deepEqual(
+      (await journal.listContainer('c0ffee01')).map((r) => r.meta.ifname),
+      ['net1'],
+    );
   });
 });
 
@@ -205,7 +218,10 @@ test('list drops a file that has no begin line', async () => {
     await writeCommitted(journal);
     await writeFile(join(dir, 'deadbeef@eth0.jsonl'), '');
     await writeFile(join(dir, 'deadbeef@net1.jsonl'), '{"t":"begin","me');
-    assert.deepEqual((await journal.list()).map((r) => r.meta.containerId), ['c0ffee01']);
+    assert.deepEqual(
+      (await journal.list()).map((r) => r.meta.containerId),
+      ['c0ffee01'],
+    );
     assert.deepEqual((await readdir(dir)).sort(), ['c0ffee01@eth0.jsonl']);
   });
 });
@@ -221,9 +237,18 @@ test('list ignores files that are not .jsonl', async () => {
 test('every line is written as format v1, and each undo step names its attachment', async () => {
   await withJournal(async (journal, dir) => {
     await writeCommitted(journal);
-    const lines = (await readFile(join(dir, (await readdir(dir))[0]!), 'utf8')).trim().split('\n').map((l) => JSON.parse(l) as { v?: number; t: string; a?: unknown });
-    assert.ok(lines.every((l) => l.v === 1), 'a version on every line');
-    assert.deepEqual(lines.filter((l) => l.t === 'undo').map((l) => l.a), [blue, blue, blue]);
+    const lines = (await readFile(join(dir, (await readdir(dir))[0]!), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { v?: number; t: string; a?: unknown });
+    assert.ok(
+      lines.every((l) => l.v === 1),
+      'a version on every line',
+    );
+    assert.deepEqual(
+      lines.filter((l) => l.t === 'undo').map((l) => l.a),
+      [blue, blue, blue],
+    );
     const record = await journal.load('c0ffee01', 'eth0');
     assert.deepEqual(record?.undoOwners, [blue, blue, blue]);
     assert.equal(record?.unreadable, undefined);
@@ -281,7 +306,10 @@ test('a detached line retires the steps of that attachment only', async () => {
     const record = await journal.load('c0ffee01', 'eth0');
     assert.deepEqual(record?.undo, [steps[0], steps[1]]);
     assert.deepEqual(record?.undoOwners, [blue, blue]);
-    assert.deepEqual(record?.events.map((e) => e.what), ['begin', 'detached team-a/red as net1']);
+    assert.deepEqual(
+      record?.events.map((e) => e.what),
+      ['begin', 'detached team-a/red as net1'],
+    );
   });
 });
 
@@ -298,7 +326,10 @@ test('a line that parses as JSON but lacks a field makes the record unreadable, 
     await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), `${BEGIN}${UNDO_LEASE}${lineOf({ t: 'detached', at: 'x' })}`);
     const [record] = await journal.list();
     assert.equal(record?.meta.containerId, 'c0ffee01');
-    assert.equal(record?.unreadable, `${join(dir, 'c0ffee01@eth0.jsonl')}, line 3: a: Invalid input: expected object, received undefined`);
+    assert.equal(
+      record?.unreadable,
+      `${join(dir, 'c0ffee01@eth0.jsonl')}, line 3: a: Invalid input: expected object, received undefined`,
+    );
   });
 });
 
@@ -317,7 +348,10 @@ test('a record whose every line is of a newer format is kept, not dropped as emp
     const newer = `${BEGIN}${UNDO_LEASE}${COMMITTED}`.replaceAll('{"v":1,', '{"v":2,');
     await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), newer);
     const [record] = await journal.list();
-    assert.match(record?.unreadable ?? '', /c0ffee01@eth0\.jsonl, line 1: journal format v2; this plexusd reads up to v1$/);
+    assert.match(
+      record?.unreadable ?? '',
+      /c0ffee01@eth0\.jsonl, line 1: journal format v2; this plexusd reads up to v1$/,
+    );
     assert.equal(await readFile(join(dir, 'c0ffee01@eth0.jsonl'), 'utf8'), newer, 'the file is kept as it is');
   });
 });
@@ -333,7 +367,10 @@ test('a line cut short in the middle of a record makes it unreadable; only the l
 
 test('a complete last line without its newline is used; garbage that is complete JSON is not ignored', () => {
   assert.deepEqual(parseRecord(`${BEGIN}${UNDO_LEASE.trimEnd()}`)?.undo, [steps[0]]);
-  assert.match(parseRecord(`${BEGIN}{"v":1,"t":"undo","step":{"kind":"deleteLink"}}`)?.unreadable ?? '', /^line 2: step\.name: /);
+  assert.match(
+    parseRecord(`${BEGIN}{"v":1,"t":"undo","step":{"kind":"deleteLink"}}`)?.unreadable ?? '',
+    /^line 2: step\.name: /,
+  );
   assert.match(parseRecord(`${BEGIN}42\n`)?.unreadable ?? '', /^line 2: /);
   assert.match(parseRecord(`${BEGIN}null\n`)?.unreadable ?? '', /^line 2: /);
 });
@@ -388,8 +425,17 @@ test('an append the disk has room for only in part is cut back: the record stays
     } finally {
       closeSync(fd);
     }
-    const big: UndoStep = { kind: 'driver', driver: 'delegate', step: 'delegateDel', v: 1, data: { config: 'y'.repeat(8192) } };
-    await assert.rejects(entry.record(big, blue), (e: unknown) => e instanceof CniError && e.code === 5 && /ENOSPC/.test(e.message) && e.message.includes(path));
+    const big: UndoStep = {
+      kind: 'driver',
+      driver: 'delegate',
+      step: 'delegateDel',
+      v: 1,
+      data: { config: 'y'.repeat(8192) },
+    };
+    await assert.rejects(
+      entry.record(big, blue),
+      (e: unknown) => e instanceof CniError && e.code === 5 && /ENOSPC/.test(e.message) && e.message.includes(path),
+    );
     assert.equal(await readFile(path, 'utf8'), before, 'the part that was written is cut off again');
     await rm(join(root, 'filler'));
     const record = await journal.load('c0ffee01', 'eth0');
@@ -415,7 +461,10 @@ test('a begin the disk has no room for leaves no file, and the same begin succee
     } finally {
       closeSync(fd);
     }
-    await assert.rejects(journal.begin(meta()), (e: unknown) => e instanceof CniError && e.code === 5 && /free space/.test(e.details));
+    await assert.rejects(
+      journal.begin(meta()),
+      (e: unknown) => e instanceof CniError && e.code === 5 && /free space/.test(e.details),
+    );
     assert.deepEqual(await readdir(join(root, 'journal')), []);
     assert.match((await journal.writable()) ?? '', /ENOSPC/);
     await rm(join(root, 'filler'));
@@ -456,7 +505,8 @@ test('no truncation and no garbled character of a record makes the reader throw,
       if (garbled === text) continue;
       const record = parseRecord(garbled);
       // Every change either still validates (a string's content) or makes the record unreadable; none throws.
-      if (record && !record.unreadable) assert.equal(record.undo.length, 2, `garbled at ${at} with ${JSON.stringify(junk)}`);
+      if (record && !record.unreadable)
+        assert.equal(record.undo.length, 2, `garbled at ${at} with ${JSON.stringify(junk)}`);
     }
   }
 });
@@ -472,6 +522,9 @@ test('while the pod netns exists, a last line cut on a page boundary is a crash 
     assert.equal(kept?.unreadable, undefined, 'a write cut by SIGKILL or a full disk stops on a page boundary');
     assert.deepEqual(kept?.undo, [steps[0]]);
     await writeFile(join(dir, 'c0ffee01@eth0.jsonl'), crash.slice(0, 4000));
-    assert.match((await journal.load('c0ffee01', 'eth0'))?.unreadable ?? '', /line 3: cut short while the pod's network namespace .* exists/);
+    assert.match(
+      (await journal.load('c0ffee01', 'eth0'))?.unreadable ?? '',
+      /line 3: cut short while the pod's network namespace .* exists/,
+    );
   });
 });

@@ -24,7 +24,11 @@ it('a spooled DEL is replayed once and its file removed; an unusable one is kept
   writeFileSync(join(spool, 'add-eth0.json'), JSON.stringify(forwardedCall('ADD', 'cz', netns)));
 
   assert.equal(await replaySpooledDels(spool, bed.engine, log), 1);
-  assert.deepEqual(readdirSync(spool).sort(), ['add-eth0.json.bad', 'junk-eth0.json.bad'], 'not JSON, and not a DEL, are kept for an operator');
+  assert.deepEqual(
+    readdirSync(spool).sort(),
+    ['add-eth0.json.bad', 'junk-eth0.json.bad'],
+    'not JSON, and not a DEL, are kept for an operator',
+  );
   assert.deepEqual(await bed.leases(), []);
   assert.deepEqual(bed.kernel.links(netns), []);
   assert.equal(await replaySpooledDels(spool, bed.engine, log), 0, 'nothing is replayed twice');
@@ -34,12 +38,22 @@ it('recover reports what it did: spooled DELs, transactions undone, leases relea
   const kept = bed.pod('k');
   assert.ok((await bed.engine.add(cniCall('ADD', 'ck', kept))).ok);
   // A lease whose owner has no record at all (its record was lost).
-  await bed.ipam.allocate({ network: 'red', containerId: 'lost', ifname: 'net2', config: { type: 'host-local', ranges: [[{ subnet: '10.9.2.0/24' }]] } as never, requestedIps: [] });
+  await bed.ipam.allocate({
+    network: 'red',
+    containerId: 'lost',
+    ifname: 'net2',
+    config: { type: 'host-local', ranges: [[{ subnet: '10.9.2.0/24' }]] } as never,
+    requestedIps: [],
+  });
   const spool = join(bed.dir, 'spool');
   const report = await recover(spool, bed.engine, log);
   assert.deepEqual(report, { spooledDels: 0, undone: 0, undoFailures: 0, unusableRecords: 0, leasesReleased: 1 });
   assert.ok(existsSync(spool), 'the spool directory is made for plexus-cni');
-  assert.deepEqual(await bed.leases(), ['blue ck eth0:net1', 'podnet ck eth0:eth0', 'red ck eth0:net2'], 'the live pod keeps all three');
+  assert.deepEqual(
+    await bed.leases(),
+    ['blue ck eth0:net1', 'podnet ck eth0:eth0', 'red ck eth0:net2'],
+    'the live pod keeps all three',
+  );
 });
 
 it('a record recovery cannot read is not undone, and its container keeps every lease, a half-done one included', async () => {
@@ -58,11 +72,21 @@ it('a record recovery cannot read is not undone, and its container keeps every l
 });
 
 it('while the journal is marked lost, no lease without a record is released, by recovery or GC', async () => {
-  await bed.ipam.allocate({ network: 'red', containerId: 'gone', ifname: 'net2', config: { type: 'host-local', ranges: [[{ subnet: '10.9.2.0/24' }]] } as never, requestedIps: [] });
+  await bed.ipam.allocate({
+    network: 'red',
+    containerId: 'gone',
+    ifname: 'net2',
+    config: { type: 'host-local', ranges: [[{ subnet: '10.9.2.0/24' }]] } as never,
+    requestedIps: [],
+  });
   await bed.journal.markLost('test');
   assert.equal((await recover(join(bed.dir, 'spool'), bed.engine, log, bed.journal)).leasesReleased, 0);
   assert.deepEqual(await bed.engine.releaseOrphanedLeases(), []);
   assert.deepEqual(await bed.leases(), ['red gone net2']);
   rmSync(join(bed.journal.dir, 'LOST'));
-  assert.equal((await bed.engine.releaseOrphanedLeases()).length, 1, 'once an operator removes the marker, it is released');
+  assert.equal(
+    (await bed.engine.releaseOrphanedLeases()).length,
+    1,
+    'once an operator removes the marker, it is released',
+  );
 });

@@ -14,7 +14,8 @@ beforeEach(async () => {
 });
 afterEach(() => bed.remove());
 
-const dumpsOf = (netns: string): number => bed.kernel.log.filter((e) => e.netns === netns && e.op.op === 'linkList').length;
+const dumpsOf = (netns: string): number =>
+  bed.kernel.log.filter((e) => e.netns === netns && e.op.op === 'linkList').length;
 const hostVeths = (): string[] => bed.kernel.links().filter((l) => l.startsWith('veth'));
 
 describe('taken pod interface names', () => {
@@ -39,11 +40,22 @@ describe('taken pod interface names', () => {
   });
 
   it('a network run by a delegated plugin has its names checked before anything is recorded or made', async () => {
-    writeFileSync(join(bed.dir, 'networks', 'dlg.json'), JSON.stringify({
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition',
-      metadata: { name: 'dlg', annotations: { 'plexus.io/delegate': 'true' } },
-      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name: 'dlg', type: 'ptp', ipam: { type: 'host-local', ranges: [[{ subnet: '10.9.9.0/24' }]] } }) },
-    }));
+    writeFileSync(
+      join(bed.dir, 'networks', 'dlg.json'),
+      JSON.stringify({
+        apiVersion: 'k8s.cni.cncf.io/v1',
+        kind: 'NetworkAttachmentDefinition',
+        metadata: { name: 'dlg', annotations: { 'plexus.io/delegate': 'true' } },
+        spec: {
+          config: JSON.stringify({
+            cniVersion: '1.0.0',
+            name: 'dlg',
+            type: 'ptp',
+            ipam: { type: 'host-local', ranges: [[{ subnet: '10.9.9.0/24' }]] },
+          }),
+        },
+      }),
+    );
     const netns = bed.pod('c');
     await bed.kernel.batch(netns, [{ op: 'linkAdd', link: { kind: 'bridge', name: 'net1' } }]);
     const ops = bed.kernel.log.length;
@@ -51,7 +63,11 @@ describe('taken pod interface names', () => {
     assert.ok(!r.ok);
     assert.equal(r.error.code, 7, r.error.message);
     assert.match(r.error.message, /^interface net1 already exists in /);
-    assert.deepEqual(bed.kernel.log.slice(ops).map((e) => e.op.op), ['linkList'], 'the dump, and nothing else');
+    assert.deepEqual(
+      bed.kernel.log.slice(ops).map((e) => e.op.op),
+      ['linkList'],
+      'the dump, and nothing else',
+    );
     assert.deepEqual(await bed.leases(), []);
     assert.deepEqual(await bed.journal.list(), []);
   });

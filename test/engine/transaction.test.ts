@@ -96,7 +96,11 @@ test('rollback undoes the journaled steps in reverse order, addresses last, and 
       describeUndo(lease),
     ]);
     assert.equal(await journal.load('tx0001', 'eth0'), undefined, 'the record is gone');
-    assert.deepEqual(removed.map((x) => x.meta.containerId), ['tx0001'], 'the ports are told, once');
+    assert.deepEqual(
+      removed.map((x) => x.meta.containerId),
+      ['tx0001'],
+      'the ports are told, once',
+    );
   }));
 
 test('a reopened transaction appends to the existing record, and its rollback undoes the steps of both', () =>

@@ -35,7 +35,8 @@ describe('where the Kubernetes binaries come from', () => {
     writeFileSync(join(root, 'loop-a'), 'loop-b');
     writeFileSync(join(root, 'loop-b'), 'loop-a');
     writeFileSync(join(root, 'big'), 'x'.repeat(10_000));
-    for (const p of ['absent', 'dangling', 'loop-a', 'big']) assert.equal(resolveDirectory(join(root, p)), undefined, p);
+    for (const p of ['absent', 'dangling', 'loop-a', 'big'])
+      assert.equal(resolveDirectory(join(root, p)), undefined, p);
   });
 
   it('PLEXUS_K8S_BIN wins; else PLEXUS_K8S_VERSION picks ../shared/k8s/v<version>/bin, 1.35 by default', () => {
@@ -44,15 +45,24 @@ describe('where the Kubernetes binaries come from', () => {
     assert.equal(requestedK8sVersion({ PLEXUS_K8S_VERSION: 'v1.32' }), '1.32');
     const explicit = k8sBinDir({ PLEXUS_K8S_BIN: root, PLEXUS_K8S_VERSION: '1.32' });
     assert.deepEqual(explicit, { dir: root, source: `$PLEXUS_K8S_BIN=${root}` });
-    assert.match(k8sBinDir({ PLEXUS_K8S_BIN: join(root, 'absent') }).problem ?? '', /PLEXUS_K8S_BIN=.*absent is not a directory/);
+    assert.match(
+      k8sBinDir({ PLEXUS_K8S_BIN: join(root, 'absent') }).problem ?? '',
+      /PLEXUS_K8S_BIN=.*absent is not a directory/,
+    );
     assert.equal(k8sBinDir({}).source, '../shared/k8s/v1.35/bin (PLEXUS_K8S_VERSION=1.35)');
-    assert.match(k8sBinDir({ PLEXUS_K8S_VERSION: '1.9' }).problem ?? '', new RegExp(`${shared}/v1\\.9/bin is missing \\(versions tested: 1\\.35, 1\\.32\\)`));
+    assert.match(
+      k8sBinDir({ PLEXUS_K8S_VERSION: '1.9' }).problem ?? '',
+      new RegExp(`${shared}/v1\\.9/bin is missing \\(versions tested: 1\\.35, 1\\.32\\)`),
+    );
     assert.match(k8sBinDir({ PLEXUS_K8S_VERSION: 'latest' }).problem ?? '', /is not a minor version/);
   });
 
   it('a test needing a newer Kubernetes says which, and what this run has', () => {
     const v132 = { major: 1, minor: 32, patch: 13, text: 'v1.32.13' };
-    assert.equal(k8sOlderThan('1.34', v132), 'needs Kubernetes >= 1.34 (this run: v1.32.13; the default PLEXUS_K8S_VERSION=1.35 has it)');
+    assert.equal(
+      k8sOlderThan('1.34', v132),
+      'needs Kubernetes >= 1.34 (this run: v1.32.13; the default PLEXUS_K8S_VERSION=1.35 has it)',
+    );
     assert.equal(k8sOlderThan('1.34', { major: 1, minor: 35, patch: 6, text: 'v1.35.6' }), undefined);
     assert.equal(k8sOlderThan('1.32', v132), undefined);
     assert.equal(k8sOlderThan('1.34', undefined), undefined);
@@ -73,9 +83,15 @@ describe('a run cannot pass by skipping', () => {
   // A real run of scripts/run-tests.js on one suite whose kube-apiserver is made unavailable (nothing is started);
   // NODE_TEST_CONTEXT would make the inner runner think it runs inside this test file.
   const run = (env: Record<string, string>): { status: number | null; out: string } => {
-    const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !['CI', 'PLEXUS_REQUIRE_ALL', 'PLEXUS_K8S_VERSION', 'NODE_TEST_CONTEXT'].includes(k)));
+    const clean = Object.fromEntries(
+      Object.entries(process.env).filter(
+        ([k]) => !['CI', 'PLEXUS_REQUIRE_ALL', 'PLEXUS_K8S_VERSION', 'NODE_TEST_CONTEXT'].includes(k),
+      ),
+    );
     const r = spawnSync(process.execPath, [join(ROOT, 'scripts/run-tests.js'), 'k8s/apiserver.test'], {
-      encoding: 'utf8', env: { ...clean, PLEXUS_K8S_BIN: join(root, 'nonexistent'), ...env }, timeout: 120_000,
+      encoding: 'utf8',
+      env: { ...clean, PLEXUS_K8S_BIN: join(root, 'nonexistent'), ...env },
+      timeout: 120_000,
     });
     return { status: r.status, out: r.stdout + r.stderr };
   };
@@ -84,15 +100,21 @@ describe('a run cannot pass by skipping', () => {
     const { status, out } = run({ CI: 'true' });
     assert.equal(status, 1, out);
     assert.match(out, /not ok \d+ - the prerequisites this file expects are present/);
-    assert.match(out, /missing prerequisite: not available: kube-apiserver \(\$PLEXUS_K8S_BIN=.*nonexistent is not a directory/);
+    assert.match(
+      out,
+      /missing prerequisite: not available: kube-apiserver \(\$PLEXUS_K8S_BIN=.*nonexistent is not a directory/,
+    );
     assert.match(out, /# plexus: FAILED: 1 skip for a missing prerequisite in a run that requires everything/);
   });
 
   it('elsewhere, it is a skip, and the closing lines count it and give the reason', () => {
     const { status, out } = run({});
     assert.equal(status, 0, out);
-    assert.match(out, /^# skipped 0$/m, 'node\'s own summary is intact (it counts tests, not skipped suites)');
-    assert.match(out, /# plexus: skipped 1 suite \(none of its tests ran\):\n# {3}missing prerequisite: not available: kube-apiserver .*: test\/k8s\/apiserver\.test\.ts/);
+    assert.match(out, /^# skipped 0$/m, "node's own summary is intact (it counts tests, not skipped suites)");
+    assert.match(
+      out,
+      /# plexus: skipped 1 suite \(none of its tests ran\):\n# {3}missing prerequisite: not available: kube-apiserver .*: test\/k8s\/apiserver\.test\.ts/,
+    );
     assert.match(out, /# plexus: CI \(or PLEXUS_REQUIRE_ALL=1\) fails a run with these skips/);
   });
 });

@@ -5,12 +5,31 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import pino from 'pino';
-import { findPrimaryConfig, installShim, PLEXUS_CONFLIST, plexusConflist, replaceFile, uninstall } from '../../src/install/cni-conf';
+import {
+  findPrimaryConfig,
+  installShim,
+  PLEXUS_CONFLIST,
+  plexusConflist,
+  replaceFile,
+  uninstall,
+} from '../../src/install/cni-conf';
 import { parseInstallArgs, runInstall } from '../../src/install/main';
 import { DaemonFixture, SHIM } from '../support/daemon';
 
@@ -20,14 +39,18 @@ const silent = pino({ level: 'silent' });
 function captureStderr(): { text: () => string; restore: () => void } {
   const write = process.stderr.write.bind(process.stderr);
   let text = '';
-  process.stderr.write = ((chunk: string | Uint8Array): boolean => {
+  process.stderr.write = (chunk: string | Uint8Array): boolean => {
     text += chunk.toString();
     return true;
-  });
+  };
   return { text: () => text, restore: () => void (process.stderr.write = write) };
 }
 const bridgeConflist = (name: string, cniVersion = '1.0.0'): string =>
-  JSON.stringify({ cniVersion, name, plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } }] });
+  JSON.stringify({
+    cniVersion,
+    name,
+    plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } }],
+  });
 
 describe('the installer', () => {
   let dir = '';
@@ -52,9 +75,15 @@ describe('the installer', () => {
       assert.deepEqual(r, { ok: true, value: { path: join(confDir, '10-a.json'), cniVersion: '0.4.0', name: 'a' } });
     });
 
-    it('skips Plexus\'s own conflist and any other config that runs plexus-cni', () => {
-      writeFileSync(join(confDir, PLEXUS_CONFLIST), plexusConflist({ cniVersion: '1.0.0', socketPath: '/run/plexus/plexus.sock' }));
-      writeFileSync(join(confDir, '01-old-plexus.conf'), JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni' }));
+    it("skips Plexus's own conflist and any other config that runs plexus-cni", () => {
+      writeFileSync(
+        join(confDir, PLEXUS_CONFLIST),
+        plexusConflist({ cniVersion: '1.0.0', socketPath: '/run/plexus/plexus.sock' }),
+      );
+      writeFileSync(
+        join(confDir, '01-old-plexus.conf'),
+        JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni' }),
+      );
       writeFileSync(join(confDir, '10-flannel.conflist'), bridgeConflist('cbr0', '0.3.1'));
       const r = findPrimaryConfig(confDir);
       assert.ok(r.ok && r.value);
@@ -97,13 +126,27 @@ describe('the installer', () => {
       assert.equal(statSync(installed).mode & 0o777, 0o755);
       // A shim waiting for a daemon that is not there: it runs for about 2 s.
       const busy = spawn(installed, [], {
-        env: { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'c1', CNI_NETNS: '/proc/self/ns/net', CNI_IFNAME: 'eth0', CNI_PATH: binDir },
+        env: {
+          CNI_COMMAND: 'ADD',
+          CNI_CONTAINERID: 'c1',
+          CNI_NETNS: '/proc/self/ns/net',
+          CNI_IFNAME: 'eth0',
+          CNI_PATH: binDir,
+        },
         stdio: ['pipe', 'pipe', 'pipe'],
       });
       let stdout = '';
       busy.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
       const exited = new Promise<number | null>((r) => busy.on('close', (code) => r(code)));
-      busy.stdin.end(JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', socketPath: join(dir, 'absent.sock'), daemonWaitSeconds: 2 }));
+      busy.stdin.end(
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'plexus',
+          type: 'plexus-cni',
+          socketPath: join(dir, 'absent.sock'),
+          daemonWaitSeconds: 2,
+        }),
+      );
       await new Promise((r) => setTimeout(r, 300));
       assert.equal(busy.exitCode, null, 'the shim is still running');
       assert.throws(() => openSync(installed, 'w'), /ETXTBSY/);
@@ -114,7 +157,11 @@ describe('the installer', () => {
       assert.deepEqual(readFileSync(installed), readFileSync(newer));
       assert.equal(busy.exitCode, null, 'the running shim was not disturbed');
       assert.equal(await exited, 1);
-      assert.equal((JSON.parse(stdout) as { code: number }).code, 11, 'it ends as it would have: the daemon is unreachable (11)');
+      assert.equal(
+        (JSON.parse(stdout) as { code: number }).code,
+        11,
+        'it ends as it would have: the daemon is unreachable (11)',
+      );
     });
   });
 
@@ -122,16 +169,38 @@ describe('the installer', () => {
     it('install: copies the shim and links the primary config for plexusd --default-network', async () => {
       writeFileSync(join(confDir, '10-bridge.conflist'), bridgeConflist('podnet'));
       const link = join(dir, 'state', 'default-network');
-      const code = await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', link], silent);
+      const code = await runInstall(
+        ['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', link],
+        silent,
+      );
       assert.equal(code, 0);
       assert.deepEqual(readFileSync(join(binDir, 'plexus-cni')), readFileSync(SHIM));
       assert.equal(readlinkSync(link), join(confDir, '10-bridge.conflist'));
-      assert.deepEqual(readdirSync(confDir), ['10-bridge.conflist'], 'the conf dir is plexusd\'s to write, once it is ready');
+      assert.deepEqual(
+        readdirSync(confDir),
+        ['10-bridge.conflist'],
+        "the conf dir is plexusd's to write, once it is ready",
+      );
     });
 
     it('install: waits for the cluster network plugin to write its config', async () => {
       const link = join(dir, 'default-network');
-      const running = runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', link, '--wait-seconds', '10'], silent);
+      const running = runInstall(
+        [
+          'install',
+          '--cni-bin-dir',
+          binDir,
+          '--cni-conf-dir',
+          confDir,
+          '--shim',
+          SHIM,
+          '--default-network-link',
+          link,
+          '--wait-seconds',
+          '10',
+        ],
+        silent,
+      );
       await new Promise((r) => setTimeout(r, 700));
       assert.equal(existsSync(link), false);
       writeFileSync(join(confDir, '10-late.conflist'), bridgeConflist('late'));
@@ -144,21 +213,58 @@ describe('the installer', () => {
       const log = pino({ level: 'info' }, { write: (l: string) => void lines.push(l) });
       const link = join(dir, 'l');
       const started = Date.now();
-      const code = await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', link, '--wait-seconds', '0.3'], log);
+      const code = await runInstall(
+        [
+          'install',
+          '--cni-bin-dir',
+          binDir,
+          '--cni-conf-dir',
+          confDir,
+          '--shim',
+          SHIM,
+          '--default-network-link',
+          link,
+          '--wait-seconds',
+          '0.3',
+        ],
+        log,
+      );
       const waited = Date.now() - started;
       assert.equal(code, 1);
       assert.ok(waited >= 300, `it waited the 0.3 s it was given (${waited} ms)`);
       const error = lines.map((l) => JSON.parse(l) as { level: number; msg: string }).find((l) => l.level >= 50);
-      assert.equal(error?.msg, `no CNI config other than ${PLEXUS_CONFLIST} in ${confDir}: install the cluster's network plugin first`);
+      assert.equal(
+        error?.msg,
+        `no CNI config other than ${PLEXUS_CONFLIST} in ${confDir}: install the cluster's network plugin first`,
+      );
       assert.equal(existsSync(link), false, 'no link to a config that is not there');
     });
 
-    it('install then uninstall: the runtime is back on the node\'s own config, which was never changed', async () => {
+    it("install then uninstall: the runtime is back on the node's own config, which was never changed", async () => {
       const primary = join(confDir, '10-bridge.conflist');
       writeFileSync(primary, bridgeConflist('podnet'));
       const before = readFileSync(primary);
-      assert.equal(await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir, '--shim', SHIM, '--default-network-link', join(dir, 'l')], silent), 0);
-      writeFileSync(join(confDir, PLEXUS_CONFLIST), plexusConflist({ cniVersion: '1.0.0', socketPath: '/run/plexus/plexus.sock' }));
+      assert.equal(
+        await runInstall(
+          [
+            'install',
+            '--cni-bin-dir',
+            binDir,
+            '--cni-conf-dir',
+            confDir,
+            '--shim',
+            SHIM,
+            '--default-network-link',
+            join(dir, 'l'),
+          ],
+          silent,
+        ),
+        0,
+      );
+      writeFileSync(
+        join(confDir, PLEXUS_CONFLIST),
+        plexusConflist({ cniVersion: '1.0.0', socketPath: '/run/plexus/plexus.sock' }),
+      );
       assert.equal(await runInstall(['uninstall', '--cni-bin-dir', binDir, '--cni-conf-dir', confDir], silent), 0);
       assert.deepEqual(readdirSync(confDir), ['10-bridge.conflist']);
       assert.deepEqual(readFileSync(primary), before);
@@ -167,23 +273,35 @@ describe('the installer', () => {
       assert.ok(first.ok && first.value?.path === primary);
     });
 
-    it('uninstall leaves a 00-plexus.conflist that is not Plexus\'s', () => {
+    it("uninstall leaves a 00-plexus.conflist that is not Plexus's", () => {
       writeFileSync(join(confDir, PLEXUS_CONFLIST), bridgeConflist('someone-else'));
       assert.deepEqual(uninstall(confDir, join(dir, 'nobin')), []);
       assert.ok(existsSync(join(confDir, PLEXUS_CONFLIST)));
     });
 
     it('refuses a relative path or an unknown command, saying which, and installs nothing', async () => {
-      assert.deepEqual(parseInstallArgs(['install', '--cni-conf-dir', 'net.d']), { kind: 'error', message: '--cni-conf-dir must be an absolute path' });
-      assert.deepEqual(parseInstallArgs(['reinstall']), { kind: 'error', message: 'expected one command: install or uninstall' });
+      assert.deepEqual(parseInstallArgs(['install', '--cni-conf-dir', 'net.d']), {
+        kind: 'error',
+        message: '--cni-conf-dir must be an absolute path',
+      });
+      assert.deepEqual(parseInstallArgs(['reinstall']), {
+        kind: 'error',
+        message: 'expected one command: install or uninstall',
+      });
       const usage = captureStderr();
       try {
-        assert.equal(await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', 'net.d', '--shim', SHIM], silent), 2);
+        assert.equal(
+          await runInstall(['install', '--cni-bin-dir', binDir, '--cni-conf-dir', 'net.d', '--shim', SHIM], silent),
+          2,
+        );
         assert.equal(await runInstall(['reinstall', '--cni-bin-dir', binDir], silent), 2);
       } finally {
         usage.restore();
       }
-      assert.match(usage.text(), /--cni-conf-dir must be an absolute path[\s\S]*expected one command: install or uninstall/);
+      assert.match(
+        usage.text(),
+        /--cni-conf-dir must be an absolute path[\s\S]*expected one command: install or uninstall/,
+      );
       assert.equal(existsSync(binDir), false, 'no shim was installed');
     });
   });
@@ -195,7 +313,7 @@ describe('plexusd --install-cni-config', () => {
     for (const d of daemons) await d.stop();
   });
 
-  it('writes Plexus\'s conflist once ready, with the default network file\'s cniVersion and its own socket', async () => {
+  it("writes Plexus's conflist once ready, with the default network file's cniVersion and its own socket", async () => {
     const probe = new DaemonFixture();
     daemons.push(probe);
     const confDir = join(probe.dir, 'net.d');
@@ -206,17 +324,23 @@ describe('plexusd --install-cni-config', () => {
     const daemon = new DaemonFixture(primary, ['--install-cni-config', out]);
     daemons.push(daemon);
     await daemon.start();
-    const written = JSON.parse(readFileSync(out, 'utf8')) as { cniVersion: string; plugins: { type: string; socketPath: string; capabilities: Record<string, boolean> }[] };
+    const written = JSON.parse(readFileSync(out, 'utf8')) as {
+      cniVersion: string;
+      plugins: { type: string; socketPath: string; capabilities: Record<string, boolean> }[];
+    };
     assert.equal(written.cniVersion, '0.4.0');
     assert.equal(written.plugins[0]?.type, 'plexus-cni');
     assert.equal(written.plugins[0]?.socketPath, daemon.socket);
     assert.equal(written.plugins[0]?.capabilities['io.kubernetes.cri.pod-annotations'], true);
     const first = findPrimaryConfig(confDir);
-    assert.ok(first.ok && first.value?.path === primary, 'the primary config is still found behind Plexus\'s');
+    assert.ok(first.ok && first.value?.path === primary, "the primary config is still found behind Plexus's");
   });
 
   it('refuses to start, writing nothing, when the default network file cannot be read', async () => {
-    const daemon = new DaemonFixture('/nonexistent/10-bridge.conflist', ['--install-cni-config', '/nonexistent/00-plexus.conflist']);
+    const daemon = new DaemonFixture('/nonexistent/10-bridge.conflist', [
+      '--install-cni-config',
+      '/nonexistent/00-plexus.conflist',
+    ]);
     daemons.push(daemon);
     const out = join(daemon.dir, '00-plexus.conflist');
     daemon.addFlags('--install-cni-config', out);

@@ -4,7 +4,17 @@
  * and plexusd's takeover moves Multus's config aside so that uninstall can put the very same file back.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, it } from 'node:test';
@@ -18,19 +28,46 @@ import { moveMultusAside, MOVED_ASIDE_SUFFIX, restoreMultus } from '../../src/in
 import { loadDaemonConfig } from '../../src/node/config';
 
 const silent = pino({ level: 'silent' });
-const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } }] });
+const podnet = JSON.stringify({
+  cniVersion: '1.0.0',
+  name: 'podnet',
+  plugins: [{ type: 'bridge', bridge: 'cni0', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } }],
+});
 /** A thin Multus config as Multus's docs/configuration.md writes one. */
 const thin = (extra: Record<string, unknown>): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', kubeconfig: '/etc/cni/net.d/multus.d/multus.kubeconfig', ...extra });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'multus-cni-network',
+    type: 'multus',
+    kubeconfig: '/etc/cni/net.d/multus.d/multus.kubeconfig',
+    ...extra,
+  });
 /** What the thick daemon generates (MultusConf.Generate): the shim's type, the primary config as clusterNetwork. */
 const thickShim = (clusterNetwork: string, extra: Record<string, unknown> = {}): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus-shim', clusterNetwork, capabilities: { portMappings: true }, logLevel: 'verbose', logToStderr: true, ...extra });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'multus-cni-network',
+    type: 'multus-shim',
+    clusterNetwork,
+    capabilities: { portMappings: true },
+    logLevel: 'verbose',
+    logToStderr: true,
+    ...extra,
+  });
 
 /** Captures what a logger was told, to check that settings are named. */
 function recordingLogger(): { log: pino.Logger; lines: () => Record<string, unknown>[] } {
   const chunks: string[] = [];
   const log = pino({ level: 'info' }, { write: (s: string) => void chunks.push(s) });
-  return { log, lines: () => chunks.join('').split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>) };
+  return {
+    log,
+    lines: () =>
+      chunks
+        .join('')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+  };
 }
 
 describe('a node running Multus', () => {
@@ -39,11 +76,24 @@ describe('a node running Multus', () => {
   let stateDir = '';
   let daemonConfig = '';
   const installArgs = (): string[] => [
-    'install', '--cni-conf-dir', confDir, '--cni-bin-dir', join(dir, 'bin'), '--shim', join(dir, 'shim'),
-    '--default-network-link', join(stateDir, 'default-network'), '--imported-config', join(stateDir, 'imported-config.json'),
-    '--multus-daemon-config', daemonConfig, '--wait-seconds', '1',
+    'install',
+    '--cni-conf-dir',
+    confDir,
+    '--cni-bin-dir',
+    join(dir, 'bin'),
+    '--shim',
+    join(dir, 'shim'),
+    '--default-network-link',
+    join(stateDir, 'default-network'),
+    '--imported-config',
+    join(stateDir, 'imported-config.json'),
+    '--multus-daemon-config',
+    daemonConfig,
+    '--wait-seconds',
+    '1',
   ];
-  const imported = (): Record<string, unknown> => JSON.parse(readFileSync(join(stateDir, 'imported-config.json'), 'utf8')) as Record<string, unknown>;
+  const imported = (): Record<string, unknown> =>
+    JSON.parse(readFileSync(join(stateDir, 'imported-config.json'), 'utf8')) as Record<string, unknown>;
   beforeEach(() => {
     dir = mkdtempSync(join(tmpdir(), 'plexus-multus-'));
     confDir = join(dir, 'net.d');
@@ -56,19 +106,33 @@ describe('a node running Multus', () => {
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   describe('reading its config', () => {
-    it('gives thin Multus\'s settings with Multus\'s defaults where the file says nothing', () => {
+    it("gives thin Multus's settings with Multus's defaults where the file says nothing", () => {
       writeFileSync(join(confDir, '00-multus.conf'), thin({ clusterNetwork: 'podnet' }));
       const r = readMultus(listConfFiles(confDir)!, daemonConfig);
       assert.ok(r.ok && r.value);
       assert.equal(r.value.mode, 'thin');
       assert.equal(r.value.configFile, join(confDir, '00-multus.conf'));
       const s = r.value.settings;
-      assert.deepEqual([s.multusNamespace, s.globalNamespaces, s.systemNamespaces, s.confDir, s.namespaceIsolation], ['kube-system', ['default'], ['kube-system'], '/etc/cni/multus/net.d', false]);
+      assert.deepEqual(
+        [s.multusNamespace, s.globalNamespaces, s.systemNamespaces, s.confDir, s.namespaceIsolation],
+        ['kube-system', ['default'], ['kube-system'], '/etc/cni/multus/net.d', false],
+      );
     });
 
-    it('lays thick Multus\'s daemon config over the shim\'s config, key by key, as the daemon does on each call', () => {
-      writeFileSync(join(confDir, '00-multus.conf'), thickShim(join(confDir, '10-podnet.conflist'), { namespaceIsolation: false }));
-      writeFileSync(daemonConfig, JSON.stringify({ chrootDir: '/hostroot', namespaceIsolation: true, globalNamespaces: 'default, shared', socketDir: '/host/run/multus/' }));
+    it("lays thick Multus's daemon config over the shim's config, key by key, as the daemon does on each call", () => {
+      writeFileSync(
+        join(confDir, '00-multus.conf'),
+        thickShim(join(confDir, '10-podnet.conflist'), { namespaceIsolation: false }),
+      );
+      writeFileSync(
+        daemonConfig,
+        JSON.stringify({
+          chrootDir: '/hostroot',
+          namespaceIsolation: true,
+          globalNamespaces: 'default, shared',
+          socketDir: '/host/run/multus/',
+        }),
+      );
       const r = readMultus(listConfFiles(confDir)!, daemonConfig);
       assert.ok(r.ok && r.value);
       assert.equal(r.value.mode, 'thick');
@@ -80,7 +144,10 @@ describe('a node running Multus', () => {
 
     it('is a problem, naming both files, when there are two Multus configs', () => {
       writeFileSync(join(confDir, '00-multus.conf'), thin({ clusterNetwork: 'podnet' }));
-      writeFileSync(join(confDir, '01-multus-old.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'm', plugins: [JSON.parse(thin({ clusterNetwork: 'x' }))] }));
+      writeFileSync(
+        join(confDir, '01-multus-old.conflist'),
+        JSON.stringify({ cniVersion: '1.0.0', name: 'm', plugins: [JSON.parse(thin({ clusterNetwork: 'x' }))] }),
+      );
       const r = readMultus(listConfFiles(confDir)!, daemonConfig);
       assert.ok(!r.ok);
       assert.match(r.error.message, /2 Multus configs .*00-multus\.conf, 01-multus-old\.conflist/);
@@ -100,7 +167,7 @@ describe('a node running Multus', () => {
       assert.match(r.error.message, /neither clusterNetwork nor delegates/);
     });
 
-    it('is not the node\'s primary config: the first other config is', () => {
+    it("is not the node's primary config: the first other config is", () => {
       writeFileSync(join(confDir, '00-multus.conf'), thickShim(join(confDir, '10-podnet.conflist')));
       const r = findPrimaryConfig(confDir);
       assert.ok(r.ok && r.value);
@@ -117,25 +184,38 @@ describe('a node running Multus', () => {
     };
 
     it('is a NAD in multusNamespace when given by name', () => {
-      const r = resolveClusterNetwork(settingsOf({ clusterNetwork: 'podnet', multusNamespace: 'net-system' }), (d) => listConfFiles(d));
+      const r = resolveClusterNetwork(settingsOf({ clusterNetwork: 'podnet', multusNamespace: 'net-system' }), (d) =>
+        listConfFiles(d),
+      );
       assert.deepEqual(r, { ok: true, value: { kind: 'nad', reference: 'net-system/podnet' } });
     });
 
-    it('notes a config of that name in Multus\'s confDir, which Multus falls back to', () => {
+    it("notes a config of that name in Multus's confDir, which Multus falls back to", () => {
       const r = resolveClusterNetwork(settingsOf({ clusterNetwork: 'podnet', confDir }), (d) => listConfFiles(d));
-      assert.deepEqual(r, { ok: true, value: { kind: 'nad', reference: 'kube-system/podnet', alsoFile: join(confDir, '10-podnet.conflist') } });
+      assert.deepEqual(r, {
+        ok: true,
+        value: { kind: 'nad', reference: 'kube-system/podnet', alsoFile: join(confDir, '10-podnet.conflist') },
+      });
     });
 
     it('is the first config of a directory, or a file, when given as a path', () => {
       const inDir = resolveClusterNetwork(settingsOf({ clusterNetwork: confDir }), (d) => listConfFiles(d));
       assert.ok(inDir.ok && inDir.value.kind === 'file');
-      assert.equal(inDir.value.path, join(confDir, '00-multus.conf'), 'Multus takes the directory\'s first .conf or .conflist');
-      const file = resolveClusterNetwork(settingsOf({ clusterNetwork: join(confDir, '10-podnet.conflist') }), (d) => listConfFiles(d));
+      assert.equal(
+        inDir.value.path,
+        join(confDir, '00-multus.conf'),
+        "Multus takes the directory's first .conf or .conflist",
+      );
+      const file = resolveClusterNetwork(settingsOf({ clusterNetwork: join(confDir, '10-podnet.conflist') }), (d) =>
+        listConfFiles(d),
+      );
       assert.deepEqual(file, { ok: true, value: { kind: 'file', path: join(confDir, '10-podnet.conflist') } });
     });
 
     it('is a problem when the path does not exist', () => {
-      const r = resolveClusterNetwork(settingsOf({ clusterNetwork: join(dir, 'gone.conflist') }), (d) => listConfFiles(d));
+      const r = resolveClusterNetwork(settingsOf({ clusterNetwork: join(dir, 'gone.conflist') }), (d) =>
+        listConfFiles(d),
+      );
       assert.ok(!r.ok);
       assert.match(r.error.message, /gone\.conflist does not exist/);
     });
@@ -149,23 +229,46 @@ describe('a node running Multus', () => {
 
   describe('carrying its settings over', () => {
     it('carries each setting with a Plexus equivalent and names every other one', () => {
-      writeFileSync(join(confDir, '00-multus.conf'), thin({
-        clusterNetwork: 'podnet', defaultNetworks: ['sidecar', '/etc/cni/multus/extra.conf'], namespaceIsolation: true, globalNamespaces: 'default,shared',
-        systemNamespaces: ['kube-system', 'infra'], multusNamespace: 'net-system', readinessindicatorfile: '/run/flannel/subnet.env', binDir: '/opt/multus/bin',
-        logFile: '/var/log/multus.log', auxiliaryCNIChainName: 'aux', someFutureKey: 1,
-      }));
+      writeFileSync(
+        join(confDir, '00-multus.conf'),
+        thin({
+          clusterNetwork: 'podnet',
+          defaultNetworks: ['sidecar', '/etc/cni/multus/extra.conf'],
+          namespaceIsolation: true,
+          globalNamespaces: 'default,shared',
+          systemNamespaces: ['kube-system', 'infra'],
+          multusNamespace: 'net-system',
+          readinessindicatorfile: '/run/flannel/subnet.env',
+          binDir: '/opt/multus/bin',
+          logFile: '/var/log/multus.log',
+          auxiliaryCNIChainName: 'aux',
+          someFutureKey: 1,
+        }),
+      );
       const r = readMultus(listConfFiles(confDir)!, daemonConfig);
       assert.ok(r.ok && r.value);
       const cluster = resolveClusterNetwork(r.value.settings, (d) => listConfFiles(d));
       assert.ok(cluster.ok);
       const c = carryOver(r.value, cluster.value, { defaultNetworkLink: '/var/lib/plexus/default-network' });
       assert.deepEqual(c.settings, {
-        defaultNetwork: 'net-system/podnet', defaultNetworks: ['net-system/sidecar'], namespaceIsolation: true, globalNamespaces: ['default', 'shared'],
-        systemNamespaces: ['kube-system', 'infra'], readinessIndicatorFile: '/run/flannel/subnet.env', cniBinDir: '/opt/multus/bin', cniConfDir: '/etc/cni/multus/net.d',
+        defaultNetwork: 'net-system/podnet',
+        defaultNetworks: ['net-system/sidecar'],
+        namespaceIsolation: true,
+        globalNamespaces: ['default', 'shared'],
+        systemNamespaces: ['kube-system', 'infra'],
+        readinessIndicatorFile: '/run/flannel/subnet.env',
+        cniBinDir: '/opt/multus/bin',
+        cniConfDir: '/etc/cni/multus/net.d',
         multusCacheDir: '/var/lib/cni/multus',
       });
       const dropped = Object.fromEntries(c.dropped.map((d) => [d.multus, d.why]));
-      assert.deepEqual(Object.keys(dropped).sort(), ['auxiliaryCNIChainName', 'defaultNetworks (/etc/cni/multus/extra.conf)', 'kubeconfig', 'logFile', 'someFutureKey']);
+      assert.deepEqual(Object.keys(dropped).sort(), [
+        'auxiliaryCNIChainName',
+        'defaultNetworks (/etc/cni/multus/extra.conf)',
+        'kubeconfig',
+        'logFile',
+        'someFutureKey',
+      ]);
       assert.match(dropped.someFutureKey!, /not a Multus v4\.3 setting/);
       // The settings are ones plexusd accepts.
       const file = join(dir, 'imported.json');
@@ -176,43 +279,52 @@ describe('a node running Multus', () => {
   });
 
   describe('plexus-install', () => {
-    it('writes the carried settings for plexusd and links the cluster network\'s file (thick)', async () => {
+    it("writes the carried settings for plexusd and links the cluster network's file (thick)", async () => {
       writeFileSync(join(confDir, '00-multus.conf'), thickShim(`/host${confDir}/10-podnet.conflist`));
       writeFileSync(daemonConfig, JSON.stringify({ namespaceIsolation: true, cniConfigDir: `/host${confDir}` }));
       const { log, lines } = recordingLogger();
       assert.equal(await runInstall(installArgs(), log), 0);
-      assert.equal(readlinkSync(join(stateDir, 'default-network')), join(confDir, '10-podnet.conflist'), 'the daemon\'s /host path, as the host sees it');
+      assert.equal(
+        readlinkSync(join(stateDir, 'default-network')),
+        join(confDir, '10-podnet.conflist'),
+        "the daemon's /host path, as the host sees it",
+      );
       assert.equal(imported().namespaceIsolation, true);
       assert.equal(imported().defaultNetwork, join(stateDir, 'default-network'));
-      const named = lines().filter((l) => l.multusSetting).map((l) => l.multusSetting);
+      const named = lines()
+        .filter((l) => l.multusSetting)
+        .map((l) => l.multusSetting);
       assert.ok(named.includes('cniConfigDir') && named.includes('logLevel'), `named: ${named.join(', ')}`);
     });
 
-    it('writes the first delegate of a thin config as the default network\'s file', async () => {
+    it("writes the first delegate of a thin config as the default network's file", async () => {
       writeFileSync(join(confDir, '00-multus.conf'), thin({ delegates: [JSON.parse(podnet)] }));
       assert.equal(await runInstall(installArgs(), silent), 0);
       const target = readlinkSync(join(stateDir, 'default-network'));
       assert.equal((JSON.parse(readFileSync(target, 'utf8')) as { name: string }).name, 'podnet');
     });
 
-    it('changes nothing and fails when Multus\'s config does not parse', async () => {
+    it("changes nothing and fails when Multus's config does not parse", async () => {
       writeFileSync(join(confDir, '00-multus.conf'), '{"type": "multus", "clusterNetwork": ');
       writeFileSync(join(confDir, '00-multus.conf'), '{"cniVersion":"1.0.0","type":"multus","clusterNetwork":5}');
       const { log, lines } = recordingLogger();
       assert.equal(await runInstall(installArgs(), log), 1);
       assert.ok(!existsSync(join(stateDir, 'imported-config.json')));
       assert.ok(!existsSync(join(stateDir, 'default-network')));
-      assert.ok(lines().some((l) => /clusterNetwork.*nothing was changed/.test(String(l.msg))), JSON.stringify(lines()));
+      assert.ok(
+        lines().some((l) => /clusterNetwork.*nothing was changed/.test(String(l.msg))),
+        JSON.stringify(lines()),
+      );
     });
 
-    it('changes nothing and fails when the thick daemon\'s config does not parse', async () => {
+    it("changes nothing and fails when the thick daemon's config does not parse", async () => {
       writeFileSync(join(confDir, '00-multus.conf'), thickShim(join(confDir, '10-podnet.conflist')));
       writeFileSync(daemonConfig, '{"namespaceIsolation": tru');
       assert.equal(await runInstall(installArgs(), silent), 1);
       assert.ok(!existsSync(join(stateDir, 'imported-config.json')));
     });
 
-    it('still reads Multus\'s config after a takeover moved it aside (a rolling restart)', async () => {
+    it("still reads Multus's config after a takeover moved it aside (a rolling restart)", async () => {
       writeFileSync(join(confDir, '00-multus.conf'), thin({ clusterNetwork: 'podnet', namespaceIsolation: true }));
       moveMultusAside(confDir);
       assert.equal(await runInstall(installArgs(), silent), 0);
@@ -222,7 +334,7 @@ describe('a node running Multus', () => {
   });
 
   describe('the takeover', () => {
-    it('moves Multus\'s config aside in one rename, and uninstall puts the same bytes and mode back', async () => {
+    it("moves Multus's config aside in one rename, and uninstall puts the same bytes and mode back", async () => {
       const original = `${thin({ clusterNetwork: 'podnet' })}\n  `;
       const path = join(confDir, '00-multus.conf');
       writeFileSync(path, original);
@@ -230,7 +342,21 @@ describe('a node running Multus', () => {
       assert.deepEqual(moveMultusAside(confDir), [`${path}${MOVED_ASIDE_SUFFIX}`]);
       assert.ok(!existsSync(path));
       assert.equal(findMultusOf(confDir), 0, 'the runtime no longer loads it');
-      assert.equal(await runInstall(['uninstall', '--cni-conf-dir', confDir, '--cni-bin-dir', join(dir, 'bin'), '--imported-config', join(stateDir, 'imported-config.json')], silent), 0);
+      assert.equal(
+        await runInstall(
+          [
+            'uninstall',
+            '--cni-conf-dir',
+            confDir,
+            '--cni-bin-dir',
+            join(dir, 'bin'),
+            '--imported-config',
+            join(stateDir, 'imported-config.json'),
+          ],
+          silent,
+        ),
+        0,
+      );
       assert.equal(readFileSync(path, 'utf8'), original);
       assert.equal(statSync(path).mode & 0o777, 0o640);
     });
@@ -247,4 +373,5 @@ describe('a node running Multus', () => {
   });
 });
 
-const findMultusOf = (confDir: string): number => (listConfFiles(confDir) ?? []).filter((f) => /multus/.test(f.read() ?? '')).length;
+const findMultusOf = (confDir: string): number =>
+  (listConfFiles(confDir) ?? []).filter((f) => /multus/.test(f.read() ?? '')).length;

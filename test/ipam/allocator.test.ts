@@ -7,18 +7,33 @@ import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED, type Ipam, type IpamConfig, t
 import { config, errorOf, hostLocal, unwrap, withIpam } from './fixture';
 
 const net24 = hostLocal('10.1.0.0/24');
-const request = (containerId: string, cfg: IpamConfig = net24, extra: Partial<IpamRequest> = {}): IpamRequest => ({ network: 'net1', containerId, ifname: 'eth0', config: cfg, ...extra });
-const addressesOf = async (ipam: Ipam, req: IpamRequest): Promise<string[]> => unwrap(await ipam.allocate(req)).ips.map((ip) => ip.address);
+const request = (containerId: string, cfg: IpamConfig = net24, extra: Partial<IpamRequest> = {}): IpamRequest => ({
+  network: 'net1',
+  containerId,
+  ifname: 'eth0',
+  config: cfg,
+  ...extra,
+});
+const addressesOf = async (ipam: Ipam, req: IpamRequest): Promise<string[]> =>
+  unwrap(await ipam.allocate(req)).ips.map((ip) => ip.address);
 
 test('the first allocation gets .2 with the default gateway .1', async () => {
   await withIpam(async (ipam) => {
-    assert.deepEqual(unwrap(await ipam.allocate(request('c1'))), { ips: [{ address: '10.1.0.2/24', gateway: '10.1.0.1' }], routes: [] });
+    assert.deepEqual(unwrap(await ipam.allocate(request('c1'))), {
+      ips: [{ address: '10.1.0.2/24', gateway: '10.1.0.1' }],
+      routes: [],
+    });
   });
 });
 
 test('routes and dns of the config are returned', async () => {
   await withIpam(async (ipam) => {
-    const cfg = config({ type: 'host-local', subnet: '10.1.0.0/24', routes: [{ dst: '0.0.0.0/0' }], dns: { nameservers: ['10.1.0.53'] } });
+    const cfg = config({
+      type: 'host-local',
+      subnet: '10.1.0.0/24',
+      routes: [{ dst: '0.0.0.0/0' }],
+      dns: { nameservers: ['10.1.0.53'] },
+    });
     const result = unwrap(await ipam.allocate(request('c1', cfg)));
     assert.deepEqual(result.routes, [{ dst: '0.0.0.0/0' }]);
     assert.deepEqual(result.dns, { nameservers: ['10.1.0.53'] });
@@ -27,13 +42,18 @@ test('routes and dns of the config are returned', async () => {
 
 test('an IPv6 range allocates ::2 with gateway ::1', async () => {
   await withIpam(async (ipam) => {
-    assert.deepEqual(unwrap(await ipam.allocate(request('c1', hostLocal('fd00:1::/64')))).ips, [{ address: 'fd00:1::2/64', gateway: 'fd00:1::1' }]);
+    assert.deepEqual(unwrap(await ipam.allocate(request('c1', hostLocal('fd00:1::/64')))).ips, [
+      { address: 'fd00:1::2/64', gateway: 'fd00:1::1' },
+    ]);
   });
 });
 
 test('dual-stack: two range sets give one address each', async () => {
   await withIpam(async (ipam) => {
-    assert.deepEqual(await addressesOf(ipam, request('c1', hostLocal('10.1.0.0/24', 'fd00::/64'))), ['10.1.0.2/24', 'fd00::2/64']);
+    assert.deepEqual(await addressesOf(ipam, request('c1', hostLocal('10.1.0.0/24', 'fd00::/64'))), [
+      '10.1.0.2/24',
+      'fd00::2/64',
+    ]);
   });
 });
 
@@ -89,7 +109,9 @@ test('a requested IP is honoured', async () => {
 
 test('a requested IP with a matching prefix is honoured', async () => {
   await withIpam(async (ipam) => {
-    assert.deepEqual(await addressesOf(ipam, request('c1', net24, { requestedIps: ['10.1.0.77/24'] })), ['10.1.0.77/24']);
+    assert.deepEqual(await addressesOf(ipam, request('c1', net24, { requestedIps: ['10.1.0.77/24'] })), [
+      '10.1.0.77/24',
+    ]);
   });
 });
 
@@ -104,7 +126,10 @@ test('a requested IP outside every range fails with code 7', async () => {
 
 test('requesting the gateway fails with code 7', async () => {
   await withIpam(async (ipam) => {
-    assert.equal(errorOf(await ipam.allocate(request('c1', net24, { requestedIps: ['10.1.0.1'] }))).code, CniCode.InvalidNetworkConfig);
+    assert.equal(
+      errorOf(await ipam.allocate(request('c1', net24, { requestedIps: ['10.1.0.1'] }))).code,
+      CniCode.InvalidNetworkConfig,
+    );
   });
 });
 
@@ -120,7 +145,10 @@ test('a requested IP already leased fails with code 101 naming the holder', asyn
 
 test('a range set without a requested IP still gets a dynamic address', async () => {
   await withIpam(async (ipam) => {
-    assert.deepEqual(await addressesOf(ipam, request('c1', hostLocal('10.1.0.0/24', 'fd00::/64'), { requestedIps: ['fd00::99'] })), ['10.1.0.2/24', 'fd00::99/64']);
+    assert.deepEqual(
+      await addressesOf(ipam, request('c1', hostLocal('10.1.0.0/24', 'fd00::/64'), { requestedIps: ['fd00::99'] })),
+      ['10.1.0.2/24', 'fd00::99/64'],
+    );
   });
 });
 
@@ -143,7 +171,10 @@ test('a /30 has exactly one allocatable address (host-local: .1 is the gateway, 
     assert.deepEqual(await addressesOf(ipam, request('c1', cfg)), ['10.1.0.2/30']);
     const error = errorOf(await ipam.allocate(request('c2', cfg)));
     assert.equal(error.code, IPAM_POOL_EXHAUSTED);
-    assert.equal(error.message, 'no free address in network net1: range set 0 (10.1.0.0/30 10.1.0.1-10.1.0.2) is exhausted');
+    assert.equal(
+      error.message,
+      'no free address in network net1: range set 0 (10.1.0.0/30 10.1.0.1-10.1.0.2) is exhausted',
+    );
   });
 });
 
@@ -181,15 +212,26 @@ test('releaseUnless releases exactly the leases not kept', async () => {
     for (const id of ['c1', 'c2', 'c3']) await addressesOf(ipam, request(id));
     await addressesOf(ipam, request('c2', net24, { network: 'net2' }));
     const released = await ipam.releaseUnless((lease) => lease.containerId === 'c1');
-    assert.deepEqual(released.map((lease) => `${lease.network}/${lease.containerId}`).sort(), ['net1/c2', 'net1/c3', 'net2/c2']);
-    assert.deepEqual((await ipam.leases()).map((lease) => lease.containerId), ['c1']);
+    assert.deepEqual(released.map((lease) => `${lease.network}/${lease.containerId}`).sort(), [
+      'net1/c2',
+      'net1/c3',
+      'net2/c2',
+    ]);
+    assert.deepEqual(
+      (await ipam.leases()).map((lease) => lease.containerId),
+      ['c1'],
+    );
   });
 });
 
 test('unsafe network names are rejected with code 7', async () => {
   await withIpam(async (ipam) => {
     for (const network of ['..', '.', '', '../etc', 'a/b', '-leading-dash', 'x'.repeat(254)]) {
-      assert.equal(errorOf(await ipam.allocate(request('c1', net24, { network }))).code, CniCode.InvalidNetworkConfig, network);
+      assert.equal(
+        errorOf(await ipam.allocate(request('c1', net24, { network }))).code,
+        CniCode.InvalidNetworkConfig,
+        network,
+      );
       assert.equal(errorOf(await ipam.release(network, 'c1', 'eth0')).code, CniCode.InvalidNetworkConfig, network);
     }
   });
@@ -203,7 +245,12 @@ test('a container ID with a newline is rejected with code 4', async () => {
 
 test('static IPAM returns the configured addresses and stores nothing', async () => {
   await withIpam(async (ipam) => {
-    const cfg = config({ type: 'static', addresses: [{ address: '10.10.0.1/24', gateway: '10.10.0.254' }], routes: [{ dst: '0.0.0.0/0' }], dns: { nameservers: ['8.8.8.8'] } });
+    const cfg = config({
+      type: 'static',
+      addresses: [{ address: '10.10.0.1/24', gateway: '10.10.0.254' }],
+      routes: [{ dst: '0.0.0.0/0' }],
+      dns: { nameservers: ['8.8.8.8'] },
+    });
     assert.deepEqual(unwrap(await ipam.allocate(request('c1', cfg))), {
       ips: [{ address: '10.10.0.1/24', gateway: '10.10.0.254' }],
       routes: [{ dst: '0.0.0.0/0' }],
@@ -216,7 +263,12 @@ test('static IPAM returns the configured addresses and stores nothing', async ()
 test('static IPAM adds requested addresses, which need a prefix', async () => {
   await withIpam(async (ipam) => {
     const cfg = config({ type: 'static', addresses: [] });
-    assert.deepEqual(unwrap(await ipam.allocate(request('c1', cfg, { requestedIps: ['10.10.0.9/24'] }))).ips, [{ address: '10.10.0.9/24' }]);
-    assert.equal(errorOf(await ipam.allocate(request('c1', cfg, { requestedIps: ['10.10.0.9'] }))).code, CniCode.InvalidNetworkConfig);
+    assert.deepEqual(unwrap(await ipam.allocate(request('c1', cfg, { requestedIps: ['10.10.0.9/24'] }))).ips, [
+      { address: '10.10.0.9/24' },
+    ]);
+    assert.equal(
+      errorOf(await ipam.allocate(request('c1', cfg, { requestedIps: ['10.10.0.9'] }))).code,
+      CniCode.InvalidNetworkConfig,
+    );
   });
 });

@@ -28,7 +28,8 @@ export function config(raw: unknown): IpamConfig {
   return unwrap(parseIpamConfig(raw));
 }
 
-export const hostLocal = (...subnets: string[]): IpamConfig => config({ type: 'host-local', ranges: subnets.map((subnet) => [{ subnet }]) });
+export const hostLocal = (...subnets: string[]): IpamConfig =>
+  config({ type: 'host-local', ranges: subnets.map((subnet) => [{ subnet }]) });
 
 export function errorOf<T>(result: Result<T>): { code: number; message: string } {
   if (result.ok) assert.fail(`expected an error, got ${JSON.stringify(result.value)}`);

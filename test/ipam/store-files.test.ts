@@ -8,7 +8,10 @@ import { Ipam, IPAM_POOL_EXHAUSTED } from '../../src/ipam';
 import { LeaseStore } from '../../src/ipam/store';
 import { config, errorOf, withStoreDir } from './fixture';
 
-const range = config({ type: 'host-local', ranges: [[{ subnet: '10.1.0.0/24', rangeStart: '10.1.0.5', rangeEnd: '10.1.0.7' }]] });
+const range = config({
+  type: 'host-local',
+  ranges: [[{ subnet: '10.1.0.0/24', rangeStart: '10.1.0.5', rangeEnd: '10.1.0.7' }]],
+});
 
 /** A network directory holding a FIFO at .5, a directory at .6, a symlink at .7 and a real lease at .8. */
 async function strangeEntries(dir: string): Promise<void> {
@@ -28,8 +31,14 @@ describe('entries of the lease store that are not lease files', { timeout: 10000
       await withStoreDir(async (dir) => {
         await strangeEntries(dir);
         const skipped: string[] = [];
-        const store = await LeaseStore.open(dir, { sync, onSkipped: (file, reason) => skipped.push(`${file} ${reason}`) });
-        assert.deepEqual(store.all().map((s) => s.lease.address), ['10.1.0.8/24']);
+        const store = await LeaseStore.open(dir, {
+          sync,
+          onSkipped: (file, reason) => skipped.push(`${file} ${reason}`),
+        });
+        assert.deepEqual(
+          store.all().map((s) => s.lease.address),
+          ['10.1.0.8/24'],
+        );
         assert.deepEqual(skipped.sort(), [
           `${join(dir, 'net1', '10.1.0.5')} is a FIFO, not a regular file`,
           `${join(dir, 'net1', '10.1.0.6')} is a directory, not a regular file`,

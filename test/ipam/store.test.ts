@@ -5,7 +5,12 @@ import { join } from 'node:path';
 import { Ipam, IPAM_POOL_EXHAUSTED, type IpamConfig, type IpamRequest } from '../../src/ipam';
 import { config, errorOf, hostLocal, unwrap, withIpam, withStoreDir } from './fixture';
 
-const request = (containerId: string, cfg: IpamConfig, network = 'net1'): IpamRequest => ({ network, containerId, ifname: 'eth0', config: cfg });
+const request = (containerId: string, cfg: IpamConfig, network = 'net1'): IpamRequest => ({
+  network,
+  containerId,
+  ifname: 'eth0',
+  config: cfg,
+});
 
 test('open creates the store directory with mode 0700', async () => {
   await withStoreDir(async (dir) => {
@@ -24,25 +29,40 @@ test('leases survive reopening the store and are not allocated again', async () 
 
     const reopened = await Ipam.open(dir);
     assert.deepEqual(await reopened.leases(), before);
-    assert.deepEqual(unwrap(await reopened.allocate(request('c3', cfg))).ips.map((ip) => ip.address), ['10.1.0.4/24', 'fd00::4/64']);
-    assert.deepEqual(unwrap(await reopened.allocate(request('c1', cfg))).ips.map((ip) => ip.address), ['10.1.0.2/24', 'fd00::2/64']);
+    assert.deepEqual(
+      unwrap(await reopened.allocate(request('c3', cfg))).ips.map((ip) => ip.address),
+      ['10.1.0.4/24', 'fd00::4/64'],
+    );
+    assert.deepEqual(
+      unwrap(await reopened.allocate(request('c1', cfg))).ips.map((ip) => ip.address),
+      ['10.1.0.2/24', 'fd00::2/64'],
+    );
   });
 });
 
 test('the round-robin hint survives reopening, also when a shorter address overwrites a longer one', async () => {
   await withStoreDir(async (dir) => {
-    const cfg = config({ type: 'host-local', ranges: [[{ subnet: '10.1.0.0/24', rangeStart: '10.1.0.8', rangeEnd: '10.1.0.10' }]] });
+    const cfg = config({
+      type: 'host-local',
+      ranges: [[{ subnet: '10.1.0.0/24', rangeStart: '10.1.0.8', rangeEnd: '10.1.0.10' }]],
+    });
     const first = await Ipam.open(dir, { sync: false });
     for (const c of ['c1', 'c2', 'c3']) unwrap(await first.allocate(request(c, cfg)));
     unwrap(await first.release('net1', 'c2', 'eth0'));
     // Wraps around past .8 to .9: the hint "10.1.0.9" replaces "10.1.0.10" in place.
-    assert.deepEqual(unwrap(await first.allocate(request('c4', cfg))).ips.map((ip) => ip.address), ['10.1.0.9/24']);
+    assert.deepEqual(
+      unwrap(await first.allocate(request('c4', cfg))).ips.map((ip) => ip.address),
+      ['10.1.0.9/24'],
+    );
     assert.equal((await readFile(join(dir, 'net1', 'last_reserved_ip.0'), 'utf8')).trim(), '10.1.0.9');
     unwrap(await first.release('net1', 'c1', 'eth0'));
     unwrap(await first.release('net1', 'c3', 'eth0'));
     // After .9 comes .10; a lost or garbled hint would start again at .8.
     const reopened = await Ipam.open(dir, { sync: false });
-    assert.deepEqual(unwrap(await reopened.allocate(request('c5', cfg))).ips.map((ip) => ip.address), ['10.1.0.10/24']);
+    assert.deepEqual(
+      unwrap(await reopened.allocate(request('c5', cfg))).ips.map((ip) => ip.address),
+      ['10.1.0.10/24'],
+    );
   });
 });
 
@@ -62,10 +82,19 @@ test('an empty lease file blocks its address, is owned by nobody, and releaseUnl
     await writeFile(join(dir, 'net1', '10.1.0.2'), '');
     const ipam = await Ipam.open(dir);
     assert.deepEqual(await ipam.leases(), [{ network: 'net1', address: '10.1.0.2/32', containerId: '', ifname: '' }]);
-    assert.deepEqual(unwrap(await ipam.allocate(request('c1', hostLocal('10.1.0.0/24')))).ips.map((ip) => ip.address), ['10.1.0.3/24']);
+    assert.deepEqual(
+      unwrap(await ipam.allocate(request('c1', hostLocal('10.1.0.0/24')))).ips.map((ip) => ip.address),
+      ['10.1.0.3/24'],
+    );
     const released = await ipam.releaseUnless((lease) => lease.containerId !== '');
-    assert.deepEqual(released.map((lease) => lease.address), ['10.1.0.2/32']);
-    assert.deepEqual(await readdir(join(dir, 'net1')).then((names) => names.filter((name) => !name.startsWith('last_')).sort()), ['10.1.0.3']);
+    assert.deepEqual(
+      released.map((lease) => lease.address),
+      ['10.1.0.2/32'],
+    );
+    assert.deepEqual(
+      await readdir(join(dir, 'net1')).then((names) => names.filter((name) => !name.startsWith('last_')).sort()),
+      ['10.1.0.3'],
+    );
   });
 });
 
@@ -74,7 +103,10 @@ test('a host-local style lease file (id CRLF ifname) is read with its owner', as
     await mkdir(join(dir, 'net1'), { recursive: true });
     await writeFile(join(dir, 'net1', '10.1.0.9'), 'abc\r\neth0');
     const ipam = await Ipam.open(dir);
-    assert.deepEqual(unwrap(await ipam.release('net1', 'abc', 'eth0')).map((lease) => lease.address), ['10.1.0.9/32']);
+    assert.deepEqual(
+      unwrap(await ipam.release('net1', 'abc', 'eth0')).map((lease) => lease.address),
+      ['10.1.0.9/32'],
+    );
   });
 });
 
@@ -93,7 +125,10 @@ test('an address taken on disk by another process after open is skipped', async 
     const cfg = hostLocal('10.1.0.0/24');
     unwrap(await ipam.allocate(request('c1', cfg)));
     await writeFile(join(dir, 'net1', '10.1.0.3'), 'other\neth0\n');
-    assert.deepEqual(unwrap(await ipam.allocate(request('c2', cfg))).ips.map((ip) => ip.address), ['10.1.0.4/24']);
+    assert.deepEqual(
+      unwrap(await ipam.allocate(request('c2', cfg))).ips.map((ip) => ip.address),
+      ['10.1.0.4/24'],
+    );
     assert.ok((await ipam.leases()).some((lease) => lease.containerId === 'other' && lease.address === '10.1.0.3/32'));
   });
 });
@@ -114,7 +149,8 @@ test('300 concurrent allocations in a /24: exactly 253 succeed, distinct, and th
     const succeeded = results.filter((result) => result.ok);
     assert.equal(succeeded.length, 253); // .2-.254: .0 network, .1 gateway, .255 broadcast
     assert.equal(new Set(succeeded.map((result) => unwrap(result).ips[0]?.address)).size, 253);
-    for (const failed of results.filter((result) => !result.ok)) assert.equal(errorOf(failed).code, IPAM_POOL_EXHAUSTED);
+    for (const failed of results.filter((result) => !result.ok))
+      assert.equal(errorOf(failed).code, IPAM_POOL_EXHAUSTED);
     assert.equal((await ipam.leases('net1')).length, 253);
   });
 });
@@ -122,8 +158,14 @@ test('300 concurrent allocations in a /24: exactly 253 succeed, distinct, and th
 test('concurrent allocations in different networks proceed independently', async () => {
   await withIpam(async (ipam) => {
     const cfg = hostLocal('10.1.0.0/24');
-    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => ipam.allocate(request('c1', cfg, `net${i % 4}`))));
-    for (const result of results) assert.deepEqual(unwrap(result).ips.map((ip) => ip.address), ['10.1.0.2/24']);
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => ipam.allocate(request('c1', cfg, `net${i % 4}`))),
+    );
+    for (const result of results)
+      assert.deepEqual(
+        unwrap(result).ips.map((ip) => ip.address),
+        ['10.1.0.2/24'],
+      );
     assert.equal((await ipam.leases()).length, 4);
   });
 });
@@ -134,7 +176,9 @@ test('allocate and release in a /16 holding 5000 leases each take well under 5 m
     const names: string[] = [];
     for (let i = 2; names.length < 5000; i++) names.push(`10.2.${i >> 8}.${i & 255}`);
     for (let i = 0; i < names.length; i += 200) {
-      await Promise.all(names.slice(i, i + 200).map((name, j) => writeFile(join(dir, 'big', name), `old${i + j}\neth0\n10.2.0.0/16\n`)));
+      await Promise.all(
+        names.slice(i, i + 200).map((name, j) => writeFile(join(dir, 'big', name), `old${i + j}\neth0\n10.2.0.0/16\n`)),
+      );
     }
     const ipam = await Ipam.open(dir);
     assert.equal((await ipam.leases('big')).length, 5000);
@@ -149,7 +193,8 @@ test('allocate and release in a /16 holding 5000 leases each take well under 5 m
       unwrap(await ipam.release('big', `new${i}`, 'eth0'));
       releaseTimes.push(performance.now() - start);
     }
-    const median = (times: number[]): number => [...times].sort((a, b) => a - b)[Math.floor(times.length / 2)] ?? Infinity;
+    const median = (times: number[]): number =>
+      [...times].sort((a, b) => a - b)[Math.floor(times.length / 2)] ?? Infinity;
     assert.ok(median(allocateTimes) < 5, `median allocate ${median(allocateTimes).toFixed(2)} ms`);
     assert.ok(median(releaseTimes) < 5, `median release ${median(releaseTimes).toFixed(2)} ms`);
   });

@@ -28,11 +28,19 @@ describe('a real API server with the NetworkAttachmentDefinition CRD', { skip },
     assert.equal(got.status, 200);
     assert.equal((got.body as { spec: { config: string } }).spec.config, config);
     const list = await api.request('GET', NADS);
-    assert.deepEqual((list.body as { items: { metadata: { name: string } }[] }).items.map((n) => n.metadata.name), ['blue']);
+    assert.deepEqual(
+      (list.body as { items: { metadata: { name: string } }[] }).items.map((n) => n.metadata.name),
+      ['blue'],
+    );
   });
 
   it('refuses a NAD whose spec.config is not text, as the upstream schema does', async () => {
-    const bad = await api.request('POST', NADS, { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: 'bad' }, spec: { config: { type: 'bridge' } } });
+    const bad = await api.request('POST', NADS, {
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name: 'bad' },
+      spec: { config: { type: 'bridge' } },
+    });
     assert.equal(bad.status, 422, JSON.stringify(bad.body));
   });
 });

@@ -25,7 +25,11 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 // A /29 in /30 blocks: 10.o.0.0/30 (.2 .3: .0 is the network, .1 the gateway) and 10.o.0.4/30 (.4 .5 .6: .7 is the
 // broadcast address). Five addresses in two blocks: one node holding both leaves none for another.
 const TINY = JSON.stringify({
-  cniVersion: '1.0.0', name: 'tiny', type: 'macvlan', master, mode: 'bridge',
+  cniVersion: '1.0.0',
+  name: 'tiny',
+  type: 'macvlan',
+  master,
+  mode: 'bridge',
   ipam: { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/29` }]], blockSize: { v4: 30 } },
 });
 
@@ -38,7 +42,8 @@ interface Block {
   readonly spec: { pool: string; cidr: string; node: string };
 }
 
-const addressesOf = (out: ShimOutput): string[] => ((out.json?.ips as { address: string }[] | undefined) ?? []).map((x) => x.address.split('/')[0]!);
+const addressesOf = (out: ShimOutput): string[] =>
+  ((out.json?.ips as { address: string }[] | undefined) ?? []).map((x) => x.address.split('/')[0]!);
 
 /** GET over plexusd's socket (its /metrics). */
 const socketGet = (socket: string, path: string): Promise<string> =>
@@ -52,7 +57,7 @@ const socketGet = (socket: string, path: string): Promise<string> =>
     req.end();
   });
 
-describe('cluster IPAM takes a node\'s blocks back only when the node is proven dead', { skip }, () => {
+describe("cluster IPAM takes a node's blocks back only when the node is proven dead", { skip }, () => {
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   let kubeconfig = '';
@@ -67,8 +72,20 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
 
   const daemon = (node: string): DaemonFixture => {
     const d = new DaemonFixture('tiny', [
-      '--kubeconfig', kubeconfig, '--node-name', node, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '0.5',
-      '--ipam-node-grace-seconds', String(GRACE_S), '--node-lease-seconds', String(LEASE_S), '--orphan-sweep-seconds', '0',
+      '--kubeconfig',
+      kubeconfig,
+      '--node-name',
+      node,
+      '--cni-bin-dir',
+      '/usr/lib/cni',
+      '--ipam-reconcile-seconds',
+      '0.5',
+      '--ipam-node-grace-seconds',
+      String(GRACE_S),
+      '--node-lease-seconds',
+      String(LEASE_S),
+      '--orphan-sweep-seconds',
+      '0',
     ]);
     daemons.push(d);
     return d;
@@ -99,7 +116,14 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
     return { cid: `${prefix}c${podCount}`, netns: ns.path };
   };
   const call = (d: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod): Promise<ShimOutput> =>
-    d.cni({ command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`, config: d.runtimeConfig({}, '1.0.0') });
+    d.cni({
+      command,
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
+      config: d.runtimeConfig({}, '1.0.0'),
+    });
   const add = async (d: DaemonFixture, node: string): Promise<ShimOutput> => {
     const pod = newPod();
     const out = await call(d, 'ADD', pod);
@@ -107,17 +131,28 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
     else assert.equal((await call(d, 'DEL', pod)).code, 0, 'the runtime DELs a sandbox whose ADD failed');
     return out;
   };
-  const blocks = async (): Promise<Block[]> => ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: Block[] }).items;
-  const blocksOf = async (node: string): Promise<string[]> => (await blocks()).filter((x) => x.spec.node === node).map((x) => x.spec.cidr).sort();
-  const liveAddresses = (node?: string): string[] => [...live.values()].filter((p) => node === undefined || p.node === node).flatMap((p) => p.addresses);
+  const blocks = async (): Promise<Block[]> =>
+    ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: Block[] }).items;
+  const blocksOf = async (node: string): Promise<string[]> =>
+    (await blocks())
+      .filter((x) => x.spec.node === node)
+      .map((x) => x.spec.cidr)
+      .sort();
+  const liveAddresses = (node?: string): string[] =>
+    [...live.values()].filter((p) => node === undefined || p.node === node).flatMap((p) => p.addresses);
   const duplicates = (addresses: readonly string[]): string[] => addresses.filter((x, i) => addresses.indexOf(x) !== i);
-  const lease = async (node: string) => api.request('GET', `/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/plexus-node-${node}`);
+  const lease = async (node: string) =>
+    api.request('GET', `/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/plexus-node-${node}`);
 
-  it('each plexusd holds and renews its node\'s Lease in its namespace', async () => {
+  it("each plexusd holds and renews its node's Lease in its namespace", async () => {
     const first = await lease(nodeA);
     assert.equal(first.status, 200, JSON.stringify(first.body));
-    const spec = (first.body as { spec: { holderIdentity: string; leaseDurationSeconds: number; renewTime: string } }).spec;
-    assert.ok(spec.holderIdentity.includes(`/${a.pid}/`), `holder ${spec.holderIdentity} names plexusd's process ${a.pid}`);
+    const spec = (first.body as { spec: { holderIdentity: string; leaseDurationSeconds: number; renewTime: string } })
+      .spec;
+    assert.ok(
+      spec.holderIdentity.includes(`/${a.pid}/`),
+      `holder ${spec.holderIdentity} names plexusd's process ${a.pid}`,
+    );
     assert.equal(spec.leaseDurationSeconds, LEASE_S);
     await sleep(LEASE_S * 1000);
     const later = (await lease(nodeA)).body as { spec: { renewTime: string } };
@@ -135,28 +170,37 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
     assert.equal(out.json?.code, 102, out.stdout);
   });
 
-  it('a deleted Node object whose plexusd still runs keeps its blocks after the grace: B never gets A\'s live addresses', async () => {
+  it("a deleted Node object whose plexusd still runs keeps its blocks after the grace: B never gets A's live addresses", async () => {
     assert.equal((await api.request('DELETE', `/api/v1/nodes/${nodeA}`)).status, 200);
     // Three graces, with B reconciling twice a second: today's code gave A's blocks to B after one.
     const until = Date.now() + 3 * GRACE_S * 1000;
     while (Date.now() < until) {
       const out = await add(b, nodeB);
-      assert.notEqual(out.code, 0, `B got ${addressesOf(out).join(', ')} while A's pods hold ${liveAddresses(nodeA).join(', ')}`);
+      assert.notEqual(
+        out.code,
+        0,
+        `B got ${addressesOf(out).join(', ')} while A's pods hold ${liveAddresses(nodeA).join(', ')}`,
+      );
       await sleep(500);
     }
-    assert.deepEqual(await blocksOf(nodeA), [`10.${o}.0.0/30`, `10.${o}.0.4/30`], 'A\'s blocks are still A\'s');
+    assert.deepEqual(await blocksOf(nodeA), [`10.${o}.0.0/30`, `10.${o}.0.4/30`], "A's blocks are still A's");
     assert.deepEqual(duplicates(liveAddresses()), []);
   });
 
-  it('once A\'s plexusd is gone its Lease expires, and with no Node object its blocks are reclaimed after the grace', async () => {
+  it("once A's plexusd is gone its Lease expires, and with no Node object its blocks are reclaimed after the grace", async () => {
     await a.kill('SIGKILL'); // the node dies: nothing releases its lease, it expires
     const killed = Date.now();
     for (const [cid, p] of live) if (p.node === nodeA) live.delete(cid); // its sandboxes die with it
     while ((await blocksOf(nodeA)).length > 0 && Date.now() - killed < 30000) await sleep(200);
     const took = Date.now() - killed;
     assert.deepEqual(await blocksOf(nodeA), []);
-    assert.ok(took >= GRACE_S * 1000, `reclaimed ${took} ms after the kill: not before the grace (${GRACE_S} s) after the lease expired`);
-    console.log(`# A's blocks reclaimed ${took} ms after its plexusd was killed (lease ${LEASE_S} s + grace ${GRACE_S} s)`);
+    assert.ok(
+      took >= GRACE_S * 1000,
+      `reclaimed ${took} ms after the kill: not before the grace (${GRACE_S} s) after the lease expired`,
+    );
+    console.log(
+      `# A's blocks reclaimed ${took} ms after its plexusd was killed (lease ${LEASE_S} s + grace ${GRACE_S} s)`,
+    );
     const out = await add(b, nodeB);
     assert.equal(out.code, 0, out.stdout);
   });
@@ -164,7 +208,11 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
   it('a block deleted under a running plexusd: its next ADD in the pool fails naming the block, and no address is given twice', async () => {
     for (let i = 0; i < 2; i++) assert.equal((await add(b, nodeB)).code, 0);
     const mine = (await blocks()).filter((x) => x.spec.node === nodeB);
-    const inUse = mine.find((x) => liveAddresses(nodeB).some((addr) => Number(addr.split('.')[3]) >> 2 === Number(x.spec.cidr.split('.')[3]!.split('/')[0]) >> 2));
+    const inUse = mine.find((x) =>
+      liveAddresses(nodeB).some(
+        (addr) => Number(addr.split('.')[3]) >> 2 === Number(x.spec.cidr.split('.')[3]!.split('/')[0]) >> 2,
+      ),
+    );
     assert.ok(inUse, `a block of B with a live address (${JSON.stringify(mine.map((x) => x.spec.cidr))})`);
     const deleted = await api.request('DELETE', `/apis/ipam.plexus.io/v1alpha1/ipblocks/${inUse.metadata.name}`);
     assert.equal(deleted.status, 200);
@@ -175,8 +223,18 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
       await sleep(50);
     }
     assert.ok(out && out.code !== 0, 'an ADD after the deletion fails');
-    assert.match(out.stdout, new RegExp(`block ${inUse.spec.cidr.replace(/\./g, '\\.')} \\(IPBlock ${inUse.metadata.name.replace(/\./g, '\\.')}\\)`));
-    assert.match(b.stderr, new RegExp(`"level":50[^\\n]*"ipblock":"${inUse.metadata.name.replace(/\./g, '\\.')}"[^\\n]*was deleted by someone else`));
+    assert.match(
+      out.stdout,
+      new RegExp(
+        `block ${inUse.spec.cidr.replace(/\./g, '\\.')} \\(IPBlock ${inUse.metadata.name.replace(/\./g, '\\.')}\\)`,
+      ),
+    );
+    assert.match(
+      b.stderr,
+      new RegExp(
+        `"level":50[^\\n]*"ipblock":"${inUse.metadata.name.replace(/\./g, '\\.')}"[^\\n]*was deleted by someone else`,
+      ),
+    );
     assert.deepEqual(duplicates(liveAddresses()), []);
     // No other node holds it: B claims it again on its next pass, and allocates again, never an address it gave.
     let again: ShimOutput | undefined;
@@ -199,8 +257,12 @@ describe('cluster IPAM takes a node\'s blocks back only when the node is proven 
     assert.match(second.stderr, /"level":50[^\n]*another plexusd renews this node's lease/);
     assert.match(await socketGet(second.socket, '/metrics'), /^plexus_node_lease_conflict 1$/m);
     assert.match(await socketGet(b.socket, '/metrics'), /^plexus_node_lease_conflict 0$/m);
-    const events = (await api.request('GET', '/api/v1/namespaces/kube-system/events')).body as { items: { reason: string; message: string; involvedObject: { name: string } }[] };
-    const conflict = events.items.find((e) => e.reason === 'NodeLeaseConflict' && e.involvedObject.name === `plexus-node-${nodeB}`);
+    const events = (await api.request('GET', '/api/v1/namespaces/kube-system/events')).body as {
+      items: { reason: string; message: string; involvedObject: { name: string } }[];
+    };
+    const conflict = events.items.find(
+      (e) => e.reason === 'NodeLeaseConflict' && e.involvedObject.name === `plexus-node-${nodeB}`,
+    );
     assert.ok(conflict, 'a NodeLeaseConflict event on the Lease');
     // The first keeps serving, and its blocks: the second wrote nothing.
     const held = await blocksOf(nodeB);

@@ -41,11 +41,22 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
     api = await KubeApiFixture.startForPlexus();
-    for (const [name, config] of Object.entries({ base: BASE, old: OLD })) assert.equal((await api.createNad('default', name, config)).status, 201);
+    for (const [name, config] of Object.entries({ base: BASE, old: OLD }))
+      assert.equal((await api.createNad('default', name, config)).status, 201);
     await api.createNode(`${prefix}-x`);
     node = new DaemonFixture('base', [
-      '--kubeconfig', api.userKubeconfig('plexus'), '--node-name', `${prefix}-x`, '--cni-bin-dir', '/usr/lib/cni',
-      '--ipam-reconcile-seconds', '0.5', '--ipam-node-grace-seconds', String(GRACE_S), '--orphan-sweep-seconds', '0',
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      `${prefix}-x`,
+      '--cni-bin-dir',
+      '/usr/lib/cni',
+      '--ipam-reconcile-seconds',
+      '0.5',
+      '--ipam-node-grace-seconds',
+      String(GRACE_S),
+      '--orphan-sweep-seconds',
+      '0',
     ]);
     await node.start(60000);
   });
@@ -61,8 +72,15 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
   };
   const call = (command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
     node.cni({
-      command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
-      config: node.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }, '1.0.0'),
+      command,
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
+      config: node.runtimeConfig(
+        { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } },
+        '1.0.0',
+      ),
     });
   /** An ADD of a new pod on `networks`, DELed at once (the runtime's DEL after a failure, or the test's). */
   const tryAdd = async (networks: string): Promise<ShimOutput> => {
@@ -71,13 +89,18 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     assert.equal((await call('DEL', pod, networks)).code, 0);
     return out;
   };
-  const pool = async (name: string): Promise<number> => (await api.request('GET', `/apis/ipam.plexus.io/v1alpha1/ippools/${name}`)).status;
+  const pool = async (name: string): Promise<number> =>
+    (await api.request('GET', `/apis/ipam.plexus.io/v1alpha1/ippools/${name}`)).status;
 
-  it('while a pod has an address of a deleted network\'s pool, the pool counts: a new overlapping one is refused', async () => {
+  it("while a pod has an address of a deleted network's pool, the pool counts: a new overlapping one is refused", async () => {
     holder = newPod();
     const out = await call('ADD', holder, 'old');
     assert.equal(out.code, 0, out.stdout);
-    assert.equal((await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/old')).status, 200);
+    assert.equal(
+      (await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/old'))
+        .status,
+      200,
+    );
     // Pools are ordered by creationTimestamp, in whole seconds (then by name, where "new" < "old"): a second apart.
     await sleep(1100);
     assert.equal((await api.createNad('default', 'new', NEW)).status, 201);
@@ -85,7 +108,7 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     let refused: ShimOutput | undefined;
     while (Date.now() < until) {
       refused = await tryAdd('new');
-      assert.notEqual(refused.code, 0, 'the old pool still has a pod\'s address');
+      assert.notEqual(refused.code, 0, "the old pool still has a pod's address");
       await sleep(500);
     }
     assert.match(refused!.stdout, /pool new overlaps pool old/);
@@ -105,6 +128,8 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     assert.equal(out.code, 0, out.stdout);
     assert.equal(await pool('old'), 404);
     assert.ok(took >= GRACE_S * 1000, `the new pool served ${took} ms after the release: not before the grace`);
-    console.log(`# the new overlapping pool served ${took} ms after the old pool's last address was released (grace ${GRACE_S} s)`);
+    console.log(
+      `# the new overlapping pool served ${took} ms after the old pool's last address was released (grace ${GRACE_S} s)`,
+    );
   });
 });

@@ -24,10 +24,22 @@ const master = `${prefix}m0`;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', capabilities: { ips: true }, ipam });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'macvlan',
+    master,
+    mode: 'bridge',
+    capabilities: { ips: true },
+    ipam,
+  });
 const NADS: Record<string, string> = {
   ca: macvlan('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
-  cb: macvlan('cb', { type: 'whereabouts', network_name: `${prefix}-cb`, ipRanges: [{ range: `10.${o}.8.0/21` }, { range: `fd00:${o}::/116` }] }),
+  cb: macvlan('cb', {
+    type: 'whereabouts',
+    network_name: `${prefix}-cb`,
+    ipRanges: [{ range: `10.${o}.8.0/21` }, { range: `fd00:${o}::/116` }],
+  }),
   small: macvlan('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
   overlapping: macvlan('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
 };
@@ -46,16 +58,19 @@ interface Added {
 async function pool<T, R>(items: readonly T[], limit: number, task: (item: T) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await task(items[i]!);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await task(items[i]!);
+      }
+    }),
+  );
   return results;
 }
 
-const addressesOf = (out: ShimOutput): string[] => ((out.json?.ips as { address: string }[] | undefined) ?? []).map((x) => x.address.split('/')[0]!);
+const addressesOf = (out: ShimOutput): string[] =>
+  ((out.json?.ips as { address: string }[] | undefined) ?? []).map((x) => x.address.split('/')[0]!);
 
 describe('cluster IPAM across simulated nodes on one API server', { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -68,12 +83,28 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
     api = await KubeApiFixture.startForPlexus({ audit: true });
-    for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, config)).status, 201, name);
+    for (const [name, config] of Object.entries(NADS))
+      assert.equal((await api.createNad('default', name, config)).status, 201, name);
     const kubeconfig = api.userKubeconfig('plexus');
     for (let i = 0; i < NODES; i++) {
       const name = `${prefix}-n${i}`;
       await api.createNode(name);
-      nodes.push(new DaemonFixture('ca', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2', '--node-lease-seconds', '2']));
+      nodes.push(
+        new DaemonFixture('ca', [
+          '--kubeconfig',
+          kubeconfig,
+          '--node-name',
+          name,
+          '--cni-bin-dir',
+          '/usr/lib/cni',
+          '--ipam-reconcile-seconds',
+          '1',
+          '--ipam-node-grace-seconds',
+          '2',
+          '--node-lease-seconds',
+          '2',
+        ]),
+      );
     }
     await Promise.all(nodes.map((n) => n.start(60000)));
   });
@@ -87,11 +118,19 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     const ns = fx.create(`p${++podCount}`);
     return { cid: `${prefix}c${podCount}`, netns: ns.path, nsName: ns.name };
   };
-  const cniArgs = (pod: Pod): string => `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`;
+  const cniArgs = (pod: Pod): string =>
+    `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`;
   const call = (node: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks = 'cb'): Promise<ShimOutput> =>
     node.cni({
-      command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: cniArgs(pod),
-      config: node.runtimeConfig({ runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }, '1.0.0'),
+      command,
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: cniArgs(pod),
+      config: node.runtimeConfig(
+        { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } },
+        '1.0.0',
+      ),
     });
 
   /** Every lease file of every node, as "pool/address" → how many nodes hold it. */
@@ -105,7 +144,10 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       } catch {
         continue;
       }
-      for (const p of pools) for (const f of readdirSync(join(root, p))) if (!f.startsWith('.') && !f.startsWith('last_reserved')) seen.set(`${p}/${f}`, (seen.get(`${p}/${f}`) ?? 0) + 1);
+      for (const p of pools)
+        for (const f of readdirSync(join(root, p)))
+          if (!f.startsWith('.') && !f.startsWith('last_reserved'))
+            seen.set(`${p}/${f}`, (seen.get(`${p}/${f}`) ?? 0) + 1);
     }
     return seen;
   }
@@ -117,7 +159,11 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       for (const f of readdirSync(join(root, p))) {
         if (f.startsWith('.') || f.startsWith('last_reserved')) continue;
         try {
-          holders.add(readFileSync(join(root, p, f), 'utf8').split('\n')[0]!.trim());
+          holders.add(
+            readFileSync(join(root, p, f), 'utf8')
+              .split('\n')[0]!
+              .trim(),
+          );
         } catch {
           /* released meanwhile */
         }
@@ -127,52 +173,88 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
   }
   const duplicates = (addresses: readonly string[]): string[] => addresses.filter((a, i) => addresses.indexOf(a) !== i);
   const blocksOfNode = async (node: string): Promise<string[]> =>
-    ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: { spec: { node: string; cidr: string } }[] }).items.filter((b) => b.spec.node === node).map((b) => b.spec.cidr);
+    (
+      (await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as {
+        items: { spec: { node: string; cidr: string } }[];
+      }
+    ).items
+      .filter((b) => b.spec.node === node)
+      .map((b) => b.spec.cidr);
 
   const live: Added[] = [];
 
-  it('the pools of the API\'s cluster-IPAM networks exist before any pod: started nodes read or create them ahead', async () => {
-    const names = async (): Promise<string[]> => ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ippools')).body as { items: { metadata: { name: string } }[] }).items.map((p) => p.metadata.name).sort();
+  it("the pools of the API's cluster-IPAM networks exist before any pod: started nodes read or create them ahead", async () => {
+    const names = async (): Promise<string[]> =>
+      (
+        (await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ippools')).body as {
+          items: { metadata: { name: string } }[];
+        }
+      ).items
+        .map((p) => p.metadata.name)
+        .sort();
     // Prepared in the background once each node is ready: give them a moment.
     const deadline = Date.now() + 10000;
-    while ((await names()).length < Object.keys(NADS).length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    assert.deepEqual(await names(), ['ca', `${prefix}-cb`, 'overlapping', 'small'].sort(), 'one pool per cluster-IPAM network, before any ADD');
+    while ((await names()).length < Object.keys(NADS).length && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(
+      await names(),
+      ['ca', `${prefix}-cb`, 'overlapping', 'small'].sort(),
+      'one pool per cluster-IPAM network, before any ADD',
+    );
   });
 
   it(`${NODES} nodes x ${PODS} pods x 2 cluster-IPAM networks (one dual-stack): 0 failures, 0 duplicates, few API writes`, async () => {
     const pods = nodes.map(() => Array.from({ length: PODS }, newPod));
-    const writesBefore = api.auditEvents('plexus').filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length;
+    const writesBefore = api
+      .auditEvents('plexus')
+      .filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length;
     const latencies: number[] = [];
     const started = Date.now();
-    const added = (await Promise.all(nodes.map((node, i) => pool(pods[i]!, 4, async (pod) => {
-      const t0 = performance.now();
-      const out = await call(node, 'ADD', pod);
-      latencies.push(performance.now() - t0);
-      return { pod, out, node };
-    })))).flat();
+    const added = (
+      await Promise.all(
+        nodes.map((node, i) =>
+          pool(pods[i]!, 4, async (pod) => {
+            const t0 = performance.now();
+            const out = await call(node, 'ADD', pod);
+            latencies.push(performance.now() - t0);
+            return { pod, out, node };
+          }),
+        ),
+      )
+    ).flat();
     const seconds = (Date.now() - started) / 1000;
     const failed = added.filter((a) => a.out.code !== 0);
     assert.deepEqual(failed.map((a) => a.out.stdout).slice(0, 3), [], `${failed.length} failed`);
     const addresses = added.flatMap((a) => addressesOf(a.out));
     assert.equal(addresses.length, NODES * PODS * 3, 'eth0 (ca), net1 (cb: IPv4 and IPv6)');
     assert.deepEqual(duplicates(addresses), []);
-    assert.ok(addresses.some((a) => a.includes(':')), 'IPv6 addresses from the dual-stack pool');
-    const writes = api.auditEvents('plexus').filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length - writesBefore;
+    assert.ok(
+      addresses.some((a) => a.includes(':')),
+      'IPv6 addresses from the dual-stack pool',
+    );
+    const writes =
+      api
+        .auditEvents('plexus')
+        .filter((e) => ['create', 'update', 'patch', 'delete'].includes(e.verb) && e.resource.startsWith('ip')).length -
+      writesBefore;
     latencies.sort((a, b) => a - b);
     const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
-    console.log(`# cluster IPAM: ${added.length} pods (${addresses.length} addresses) on ${NODES} nodes in ${seconds.toFixed(1)} s = ${(added.length / seconds).toFixed(0)} pods/s; ` +
-      `IPAM API writes ${writes} = ${(writes / (added.length * 2)).toFixed(3)} per allocation; ADD p50 ${latencies[Math.floor(latencies.length / 2)]!.toFixed(0)} ms p99 ${p99.toFixed(0)} ms`);
+    console.log(
+      `# cluster IPAM: ${added.length} pods (${addresses.length} addresses) on ${NODES} nodes in ${seconds.toFixed(1)} s = ${(added.length / seconds).toFixed(0)} pods/s; ` +
+        `IPAM API writes ${writes} = ${(writes / (added.length * 2)).toFixed(3)} per allocation; ADD p50 ${latencies[Math.floor(latencies.length / 2)]!.toFixed(0)} ms p99 ${p99.toFixed(0)} ms`,
+    );
     assert.ok(writes / (added.length * 2) <= 0.05, `${writes} API writes for ${added.length * 2} allocations`);
     live.push(...added);
   });
 
-  it('kill -9 of a node\'s daemon mid-burst, restart and the runtime\'s DELs: 0 leaked, 0 duplicated', async () => {
+  it("kill -9 of a node's daemon mid-burst, restart and the runtime's DELs: 0 leaked, 0 duplicated", async () => {
     const node = nodes[0]!;
     const pods = Array.from({ length: 30 }, newPod);
     const burst = pool(pods, 6, async (pod) => ({ pod, out: await call(node, 'ADD', pod) }));
     // Kill while ADDs of the burst are under way (a record begun and not committed) and already hold an address
     // (a lease file names the container): the case that leaks if recovery is wrong. Then see that it cut some.
-    const inFlight = (): string[] => addsInFlight(node.stateDir).filter((f) => pods.some((p) => f.startsWith(`${p.cid}@`)));
+    const inFlight = (): string[] =>
+      addsInFlight(node.stateDir).filter((f) => pods.some((p) => f.startsWith(`${p.cid}@`)));
     const holdingAddresses = (): string[] => {
       const leased = leaseHolders(node.stateDir);
       return inFlight().filter((f) => leased.has(f.split('@')[0]!));
@@ -190,7 +272,11 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     }
     live.push(...done);
     const onDisk = leasesOnDisk();
-    assert.deepEqual([...onDisk].filter(([, n]) => n > 1), [], 'no address held by two nodes');
+    assert.deepEqual(
+      [...onDisk].filter(([, n]) => n > 1),
+      [],
+      'no address held by two nodes',
+    );
     const expected = live.flatMap((a) => addressesOf(a.out)).sort();
     const held = [...onDisk.keys()].map((k) => k.split('/')[1]!).sort();
     assert.deepEqual(duplicates(expected), []);
@@ -200,8 +286,14 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
 
   it('a static address reserves inside the pool, once', async () => {
     const node = nodes[1]!;
-    const held = ((await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: { spec: { cidr: string } }[] }).items.map((b) => b.spec.cidr);
-    const free = Array.from({ length: 32 }, (_, i) => `10.${o}.${8 + Math.floor(i / 4)}.${(i % 4) * 64}/26`).find((cidr) => !held.includes(cidr));
+    const held = (
+      (await api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as {
+        items: { spec: { cidr: string } }[];
+      }
+    ).items.map((b) => b.spec.cidr);
+    const free = Array.from({ length: 32 }, (_, i) => `10.${o}.${8 + Math.floor(i / 4)}.${(i % 4) * 64}/26`).find(
+      (cidr) => !held.includes(cidr),
+    );
     assert.ok(free, 'a block of pool cb no node holds');
     const wanted = free.replace(/\.(\d+)\/26$/, (_m, last: string) => `.${Number(last) + 10}`);
     const first = newPod();
@@ -248,7 +340,9 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
 
   it('an API server restart mid-burst: no duplicate, and the failed ADDs succeed when retried', async () => {
     const pods = nodes.map(() => Array.from({ length: 10 }, newPod));
-    const burst = Promise.all(nodes.map((node, i) => pool(pods[i]!, 2, async (pod) => ({ pod, node, out: await call(node, 'ADD', pod) }))));
+    const burst = Promise.all(
+      nodes.map((node, i) => pool(pods[i]!, 2, async (pod) => ({ pod, node, out: await call(node, 'ADD', pod) }))),
+    );
     await api.stopApiServer();
     await sleep(1000);
     await api.startApiServer();
@@ -267,7 +361,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     assert.deepEqual(duplicates(addresses), []);
   });
 
-  it('a dead node\'s blocks (its daemon killed, so its Lease expires, and its Node deleted) go back to the pool after the grace period', async () => {
+  it("a dead node's blocks (its daemon killed, so its Lease expires, and its Node deleted) go back to the pool after the grace period", async () => {
     const gone = nodes[NODES - 1]!;
     const name = `${prefix}-n${NODES - 1}`;
     assert.ok((await blocksOfNode(name)).length > 0);

@@ -23,10 +23,16 @@ const nsA = `${prefix}-a`;
 const nsB = `${prefix}-b`;
 const nsG = `${prefix}-g`;
 const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type, bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type,
+    bridge: `${prefix}b${i}`,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+  });
 const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 
 describe('plexusd on the Kubernetes API', { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -44,10 +50,15 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     api = await KubeApiFixture.startForPlexus();
     for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
     const nads: [string, string, string][] = [
-      ['default', 'podnet', bridgeConfig('podnet', 0)], ['default', 'sec', bridgeConfig('sec', 1)], ['default', 'alt', bridgeConfig('alt', 3)],
-      [nsB, 'blue', bridgeConfig('blue', 4)], [nsG, 'green', bridgeConfig('green', 5)], ['default', 'slow', bridgeConfig('slow', 6, 'slow')],
+      ['default', 'podnet', bridgeConfig('podnet', 0)],
+      ['default', 'sec', bridgeConfig('sec', 1)],
+      ['default', 'alt', bridgeConfig('alt', 3)],
+      [nsB, 'blue', bridgeConfig('blue', 4)],
+      [nsG, 'green', bridgeConfig('green', 5)],
+      ['default', 'slow', bridgeConfig('slow', 6, 'slow')],
     ];
-    for (const [ns, name, config] of nads) assert.equal((await api.createNad(ns, name, config)).status, 201, `${ns}/${name}`);
+    for (const [ns, name, config] of nads)
+      assert.equal((await api.createNad(ns, name, config)).status, 201, `${ns}/${name}`);
     const kubeconfig = api.userKubeconfig('plexus');
     const flags = ['--kubeconfig', kubeconfig, '--node-name', NODE, '--cni-bin-dir', binDir];
     open = new DaemonFixture('podnet', flags);
@@ -63,19 +74,34 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   });
 
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
-  const apiPod = (name: string, annotations: Record<string, string>, namespace = 'default'): Promise<ApiPod> => pods().create(name, annotations, namespace);
+  const apiPod = (name: string, annotations: Record<string, string>, namespace = 'default'): Promise<ApiPod> =>
+    pods().create(name, annotations, namespace);
   /** The runtime's call; its own pod annotations (`runtimeAnnotations`) are what a standalone node would read. */
-  const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL' | 'CHECK', p: { pod: TestPod; args: string }, runtimeAnnotations?: Record<string, string>): Promise<ShimOutput> =>
+  const call = (
+    daemon: DaemonFixture,
+    command: 'ADD' | 'DEL' | 'CHECK',
+    p: { pod: TestPod; args: string },
+    runtimeAnnotations?: Record<string, string>,
+  ): Promise<ShimOutput> =>
     daemon.cni({
-      command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args,
-      config: daemon.runtimeConfig(runtimeAnnotations ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': runtimeAnnotations } } : {}, '1.0.0'),
+      command,
+      containerId: p.pod.cid,
+      netns: p.pod.netns,
+      ifname: 'eth0',
+      args: p.args,
+      config: daemon.runtimeConfig(
+        runtimeAnnotations ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': runtimeAnnotations } } : {},
+        '1.0.0',
+      ),
     });
   const annotationsOf = (ns: string, name: string): Promise<Record<string, string>> => pods().annotations(ns, name);
   const statusOf = (ns: string, name: string): Promise<StatusEntry[]> => pods().status(ns, name);
-  const eventsOf = (ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> => pods().events(ns, name, until);
-  const leases = (daemon: DaemonFixture): string[] => ['podnet', 'sec', 'alt', 'blue', 'green', 'slow'].flatMap((n) => daemon.leases(n));
+  const eventsOf = (ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> =>
+    pods().events(ns, name, until);
+  const leases = (daemon: DaemonFixture): string[] =>
+    ['podnet', 'sec', 'alt', 'blue', 'green', 'slow'].flatMap((n) => daemon.leases(n));
 
-  it('takes the selection from the pod in the API, not from the runtime\'s copy, and DEL removes it all', async () => {
+  it("takes the selection from the pod in the API, not from the runtime's copy, and DEL removes it all", async () => {
     const p = await apiPod('short', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
     const out = await call(open, 'ADD', p, { 'k8s.v1.cni.cncf.io/networks': 'no-such-network' });
     assert.equal(out.code, 0, out.stdout);
@@ -87,7 +113,9 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   });
 
   it('reads the JSON form, with a namespace and an interface name', async () => {
-    const p = await apiPod('json', { 'k8s.v1.cni.cncf.io/networks': JSON.stringify([{ name: 'sec', namespace: 'default', interface: 'blue0' }]) });
+    const p = await apiPod('json', {
+      'k8s.v1.cni.cncf.io/networks': JSON.stringify([{ name: 'sec', namespace: 'default', interface: 'blue0' }]),
+    });
     const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'blue0'), subnetOf(1));
@@ -103,17 +131,33 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       mac: /link\/ether (\S+)/.exec(ip('-n', p.pod.ns, '-o', 'link', 'show', ifname))![1]!,
     });
     const status = await statusOf('default', 'web');
-    assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [['default/podnet', 'eth0', true], ['default/sec', 'net1', false]]);
+    assert.deepEqual(
+      status.map((s) => [s.name, s.interface, s.default]),
+      [
+        ['default/podnet', 'eth0', true],
+        ['default/sec', 'net1', false],
+      ],
+    );
     for (const s of status) {
       const actual = inNetns(s.interface);
       assert.deepEqual(s.ips, [actual.ip], `${s.interface}'s IPs`);
       assert.equal(s.mac, actual.mac, `${s.interface}'s MAC`);
     }
-    assert.equal((await annotationsOf('default', 'web'))['team.example/owner'], 'me', 'the pod keeps its other annotations');
+    assert.equal(
+      (await annotationsOf('default', 'web'))['team.example/owner'],
+      'me',
+      'the pod keeps its other annotations',
+    );
     const events = await eventsOf('default', 'web', (e) => e.filter((x) => x.reason === 'AddedInterface').length >= 2);
     assert.deepEqual(
-      events.filter((e) => e.reason === 'AddedInterface').map((e) => [e.type, e.message, e.involvedObject.uid]).sort(),
-      [['Normal', `Add eth0 [${inNetns('eth0').ip}] from default/podnet`, p.uid], ['Normal', `Add net1 [${inNetns('net1').ip}] from default/sec`, p.uid]],
+      events
+        .filter((e) => e.reason === 'AddedInterface')
+        .map((e) => [e.type, e.message, e.involvedObject.uid])
+        .sort(),
+      [
+        ['Normal', `Add eth0 [${inNetns('eth0').ip}] from default/podnet`, p.uid],
+        ['Normal', `Add net1 [${inNetns('net1').ip}] from default/sec`, p.uid],
+      ],
     );
     assert.equal((await call(open, 'DEL', p)).code, 0);
   });
@@ -123,14 +167,22 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     for (let i = 0; i < 2; i++) {
       const rejected = await call(open, 'ADD', p);
       assert.equal(rejected.json?.code, 7, rejected.stdout);
-      assert.match(String(rejected.json?.msg), /network default\/late is not defined: there is no such NetworkAttachmentDefinition in the API/);
+      assert.match(
+        String(rejected.json?.msg),
+        /network default\/late is not defined: there is no such NetworkAttachmentDefinition in the API/,
+      );
       assert.equal((await call(open, 'DEL', p)).code, 0, 'the runtime cleans up the failed sandbox');
     }
-    const warnings = await eventsOf('default', 'late', (e) => e.some((x) => x.reason === 'FailedAttachNetwork' && x.count === 2));
+    const warnings = await eventsOf('default', 'late', (e) =>
+      e.some((x) => x.reason === 'FailedAttachNetwork' && x.count === 2),
+    );
     const warning = warnings.find((x) => x.reason === 'FailedAttachNetwork');
     assert.equal(warning?.type, 'Warning', JSON.stringify(warnings));
     assert.equal(warning?.count, 2, 'the retry counts on the same event');
-    assert.match(warning.message, /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/);
+    assert.match(
+      warning.message,
+      /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/,
+    );
 
     assert.equal((await api.createNad('default', 'late', bridgeConfig('late', 2))).status, 201);
     let retried = await call(open, 'ADD', p);
@@ -147,9 +199,18 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   it('removes a pod whose NAD was deleted after it attached: DEL and CHECK work from the journal', async () => {
     assert.equal((await api.createNad('default', 'fleeting', bridgeConfig('fleeting', 7))).status, 201);
     const p = await apiPod('orphaned', { 'k8s.v1.cni.cncf.io/networks': 'fleeting' });
-    for (let i = 0; i < 50 && !(await call(open, 'ADD', p)).json?.interfaces; i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 50 && !(await call(open, 'ADD', p)).json?.interfaces; i++)
+      await new Promise((r) => setTimeout(r, 100));
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(7));
-    assert.equal((await api.request('DELETE', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/fleeting')).status, 200);
+    assert.equal(
+      (
+        await api.request(
+          'DELETE',
+          '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/fleeting',
+        )
+      ).status,
+      200,
+    );
     await new Promise((r) => setTimeout(r, 500)); // the informer has dropped it
     assert.equal((await call(open, 'CHECK', p)).code, 0);
     assert.equal((await call(open, 'DEL', p)).code, 0);
@@ -166,7 +227,12 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
 
     const refused = await call(isolated, 'ADD', cross);
     assert.equal(refused.json?.code, 7, refused.stdout);
-    assert.match(String(refused.json?.msg), new RegExp(`element 1 \\(${nsB}/blue\\): network ${nsB}/blue is in namespace ${nsB}, and namespace isolation is on \\(--namespace-isolation\\): pods of ${nsA} may use only networks of ${nsA} and of the global namespaces \\(default, ${nsG}\\)`));
+    assert.match(
+      String(refused.json?.msg),
+      new RegExp(
+        `element 1 \\(${nsB}/blue\\): network ${nsB}/blue is in namespace ${nsB}, and namespace isolation is on \\(--namespace-isolation\\): pods of ${nsA} may use only networks of ${nsA} and of the global namespaces \\(default, ${nsG}\\)`,
+      ),
+    );
     assert.deepEqual(podLinks(cross.pod.ns), [], 'nothing was attached');
     assert.equal((await call(isolated, 'DEL', cross)).code, 0);
 
@@ -179,30 +245,50 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   });
 
   it('gives a pod the default network its v1.multus-cni.io/default-network annotation names, marked default in its status', async () => {
-    const p = await apiPod('override', { 'v1.multus-cni.io/default-network': 'alt', 'k8s.v1.cni.cncf.io/networks': 'sec' });
+    const p = await apiPod('override', {
+      'v1.multus-cni.io/default-network': 'alt',
+      'k8s.v1.cni.cncf.io/networks': 'sec',
+    });
     const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), subnetOf(3));
     const status = await statusOf('default', 'override');
-    assert.deepEqual(status.map((s) => [s.name, s.interface, s.default]), [['default/alt', 'eth0', true], ['default/sec', 'net1', false]]);
+    assert.deepEqual(
+      status.map((s) => [s.name, s.interface, s.default]),
+      [
+        ['default/alt', 'eth0', true],
+        ['default/sec', 'net1', false],
+      ],
+    );
     assert.equal((await call(open, 'DEL', p)).code, 0);
 
     const bad = await apiPod('override-bad', { 'v1.multus-cni.io/default-network': 'alt,sec' });
     const refused = await call(open, 'ADD', bad);
     assert.equal(refused.json?.code, 7, refused.stdout);
-    assert.match(String(refused.json?.msg), /v1\.multus-cni\.io\/default-network: must name exactly one network, not 2/);
+    assert.match(
+      String(refused.json?.msg),
+      /v1\.multus-cni\.io\/default-network: must name exactly one network, not 2/,
+    );
     const isolatedOverride = await apiPod('override-iso', { 'v1.multus-cni.io/default-network': `${nsB}/blue` }, nsA);
     const isoRefused = await call(isolated, 'ADD', isolatedOverride);
-    assert.match(String(isoRefused.json?.msg), /v1\.multus-cni\.io\/default-network: network .*\/blue is in namespace .*, and namespace isolation is on/);
+    assert.match(
+      String(isoRefused.json?.msg),
+      /v1\.multus-cni\.io\/default-network: network .*\/blue is in namespace .*, and namespace isolation is on/,
+    );
     for (const x of [bad, isolatedOverride]) assert.deepEqual(podLinks(x.pod.ns), []);
   });
 
-  it('refuses a sandbox whose K8S_POD_UID is not the pod\'s (a stale sandbox), and one of a pod that is gone, attaching nothing', async () => {
+  it("refuses a sandbox whose K8S_POD_UID is not the pod's (a stale sandbox), and one of a pod that is gone, attaching nothing", async () => {
     const p = await apiPod('stale', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
     const stale = { pod: p.pod, args: p.args.replace(p.uid, '11111111-2222-3333-4444-555555555555') };
     const refused = await call(open, 'ADD', stale);
     assert.equal(refused.json?.code, 4, refused.stdout);
-    assert.match(String(refused.json?.msg), new RegExp(`pod default/stale in the API has UID ${p.uid}, but this sandbox is for UID 11111111-2222-3333-4444-555555555555`));
+    assert.match(
+      String(refused.json?.msg),
+      new RegExp(
+        `pod default/stale in the API has UID ${p.uid}, but this sandbox is for UID 11111111-2222-3333-4444-555555555555`,
+      ),
+    );
     const gone = { pod: newPod(), args: p.args.replace('K8S_POD_NAME=stale', 'K8S_POD_NAME=never-created') };
     const missing = await call(open, 'ADD', gone);
     assert.equal(missing.json?.code, 4, missing.stdout);
@@ -215,13 +301,20 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const p = await apiPod('doomed', { 'k8s.v1.cni.cncf.io/networks': 'slow' });
     const adding = call(open, 'ADD', p);
     await sleep(300); // the "slow" plugin holds the ADD for a second
-    assert.equal((await api.request('DELETE', '/api/v1/namespaces/default/pods/doomed', { gracePeriodSeconds: 0 })).status, 200);
+    assert.equal(
+      (await api.request('DELETE', '/api/v1/namespaces/default/pods/doomed', { gracePeriodSeconds: 0 })).status,
+      200,
+    );
     const again = await api.createPod('default', 'doomed', { nodeName: NODE });
     assert.equal(again.status, 201);
     const out = await adding;
     assert.equal(out.code, 0, out.stdout);
     await sleep(1500);
-    assert.equal((await annotationsOf('default', 'doomed'))['k8s.v1.cni.cncf.io/network-status'], undefined, 'the new pod of that name got no status');
+    assert.equal(
+      (await annotationsOf('default', 'doomed'))['k8s.v1.cni.cncf.io/network-status'],
+      undefined,
+      'the new pod of that name got no status',
+    );
     assert.equal((await call(open, 'DEL', p)).code, 0);
     assert.deepEqual(podLinks(p.pod.ns), []);
     assert.deepEqual(leases(open), []);
@@ -240,7 +333,10 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       const started = Date.now();
       const added = await call(open, 'ADD', cached);
       assert.equal(added.code, 0, added.stdout);
-      assert.ok(Date.now() - started < 2000, `a cached pod's ADD does not wait for the API (${Date.now() - started} ms)`);
+      assert.ok(
+        Date.now() - started < 2000,
+        `a cached pod's ADD does not wait for the API (${Date.now() - started} ms)`,
+      );
       assert.equal((await call(open, 'CHECK', cached)).code, 0);
       const del = await call(open, 'DEL', done);
       assert.equal(del.code, 0, del.stdout);
@@ -249,7 +345,14 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       assert.match(String(miss.json?.msg), /cannot read pod default\/not-in-cache from the Kubernetes API/);
 
       // A daemon started now is not ready until its caches have synced.
-      late = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE, '--cni-bin-dir', binDir]);
+      late = new DaemonFixture('podnet', [
+        '--kubeconfig',
+        api.userKubeconfig('plexus'),
+        '--node-name',
+        NODE,
+        '--cni-bin-dir',
+        binDir,
+      ]);
       const lateReady = late.start(60000);
       await sleep(1500);
       assert.equal((await getJson(late.socket, '/readyz')).status, 503, 'not ready while the API is away');
@@ -260,7 +363,11 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       await late?.stop();
     }
     const status = await statusOf('default', 'cached');
-    assert.deepEqual(status.map((s) => s.interface), ['eth0', 'net1'], 'the status written while the API was down lands when it returns');
+    assert.deepEqual(
+      status.map((s) => s.interface),
+      ['eth0', 'net1'],
+      'the status written while the API was down lands when it returns',
+    );
     assert.equal((await call(open, 'DEL', cached)).code, 0);
     assert.deepEqual(leases(open), []);
   });

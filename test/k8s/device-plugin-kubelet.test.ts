@@ -8,7 +8,16 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -35,8 +44,7 @@ const t = Math.floor(Math.random() * 200);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
-
-describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () => {
+describe("plexusd as the kubelet's device plugin on a real node", { skip }, () => {
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
   let work: string;
@@ -46,30 +54,51 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
   let podResources: PodResourcesClient;
   const macs = new Map<string, string>();
 
-  const nodeResources = async (): Promise<{ capacity: Record<string, string>; allocatable: Record<string, string> }> => {
+  const nodeResources = async (): Promise<{
+    capacity: Record<string, string>;
+    allocatable: Record<string, string>;
+  }> => {
     const r = await node.call('GET', `/api/v1/nodes/${node.nodeName}`);
-    const status = (r.body as { status: { capacity: Record<string, string>; allocatable: Record<string, string> } }).status;
+    const status = (r.body as { status: { capacity: Record<string, string>; allocatable: Record<string, string> } })
+      .status;
     return { capacity: status.capacity, allocatable: status.allocatable };
   };
   /** The devices the running kubelet knows (pod-resources GetAllocatableResources), per resource. */
   const allocatable = async (): Promise<Map<string, string[]>> => {
     const Lister = serviceOf(podResourcesPackage(), 'PodResourcesLister');
-    const client = new Lister(unixTarget(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock')), grpc.credentials.createInsecure());
+    const client = new Lister(
+      unixTarget(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock')),
+      grpc.credentials.createInsecure(),
+    );
     try {
-      const reply = await unary<object, { devices?: { resource_name: string; device_ids?: string[] }[] }>(client, 'GetAllocatableResources', {}, 2000);
+      const reply = await unary<object, { devices?: { resource_name: string; device_ids?: string[] }[] }>(
+        client,
+        'GetAllocatableResources',
+        {},
+        2000,
+      );
       const out = new Map<string, string[]>();
-      for (const d of reply.devices ?? []) out.set(d.resource_name, [...(out.get(d.resource_name) ?? []), ...(d.device_ids ?? [])]);
+      for (const d of reply.devices ?? [])
+        out.set(d.resource_name, [...(out.get(d.resource_name) ?? []), ...(d.device_ids ?? [])]);
       return out;
     } finally {
       client.close();
     }
   };
-  const containerSpec = async (name: string): Promise<{ env: string[]; mounts: { destination: string; source: string }[] }> => {
-    const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as { status: { containerStatuses: { containerID: string }[] } };
+  const containerSpec = async (
+    name: string,
+  ): Promise<{ env: string[]; mounts: { destination: string; source: string }[] }> => {
+    const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as {
+      status: { containerStatuses: { containerID: string }[] };
+    };
     const id = pod.status.containerStatuses[0]!.containerID.replace(/^containerd:\/\//, '');
     const info = node.ctr(['containers', 'info', id]);
     assert.equal(info.status, 0, info.out);
-    const spec = (JSON.parse(info.out) as { Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] } }).Spec;
+    const spec = (
+      JSON.parse(info.out) as {
+        Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] };
+      }
+    ).Spec;
     return { env: spec.process.env, mounts: spec.mounts };
   };
 
@@ -87,29 +116,76 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
       execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
       macs.set(name, execFileSync('cat', [`/sys/class/net/${name}/address`], { encoding: 'utf8' }).trim());
     }
-    writeFileSync(join(work, 'devices.yaml'), JSON.stringify({ resources: [
-      { name: MEMIF, kind: 'memif', count: 4, socketDir: join(work, 'memif'), containerPath: '/run/memif' },
-      { name: NIC, kind: 'host-device', devices: NICS },
-    ] }));
+    writeFileSync(
+      join(work, 'devices.yaml'),
+      JSON.stringify({
+        resources: [
+          { name: MEMIF, kind: 'memif', count: 4, socketDir: join(work, 'memif'), containerPath: '/run/memif' },
+          { name: NIC, kind: 'host-device', devices: NICS },
+        ],
+      }),
+    );
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;
     await api.installPlexus();
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
-    assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    const fast = JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device', ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 1}.5/24` }] } });
-    const made = await api.request('POST', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions', {
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition',
-      metadata: { name: 'fast', annotations: { 'k8s.v1.cni.cncf.io/resourceName': NIC } }, spec: { config: fast },
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
     });
+    assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
+    const fast = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'fast',
+      type: 'host-device',
+      ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 1}.5/24` }] },
+    });
+    const made = await api.request(
+      'POST',
+      '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions',
+      {
+        apiVersion: 'k8s.cni.cncf.io/v1',
+        kind: 'NetworkAttachmentDefinition',
+        metadata: { name: 'fast', annotations: { 'k8s.v1.cni.cncf.io/resourceName': NIC } },
+        spec: { config: fast },
+      },
+    );
     assert.equal(made.status, 201, JSON.stringify(made.body));
-    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--device-plugin-config', join(work, 'devices.yaml'), '--device-info-dir', join(work, 'devinfo'),
-      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'), '--log-level', 'info');
+    daemon.addFlags(
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--device-plugin-config',
+      join(work, 'devices.yaml'),
+      '--device-info-dir',
+      join(work, 'devinfo'),
+      '--pod-resources-socket',
+      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--log-level',
+      'info',
+    );
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });
@@ -119,16 +195,17 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     podResources?.close();
     await node?.stop({ runtimeStopped: () => daemon.stop() });
     await daemon?.stop();
-    for (const name of [...NICS, ...PEERS]) if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
+    for (const name of [...NICS, ...PEERS])
+      if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
     if (work) rmSync(work, { recursive: true, force: true });
     // plexusd removed its sockets when it stopped; the fixture put the kubelet's directory back.
     assert.deepEqual(existsSync(PLUGIN_DIR) ? readdirSync(PLUGIN_DIR).filter((f) => f.startsWith('plexus-')) : [], []);
   });
 
-  it('registers plexus.io/memif and the host-device pool: the node\'s capacity shows them', async () => {
+  it("registers plexus.io/memif and the host-device pool: the node's capacity shows them", async () => {
     const startedAt = Date.now();
     await daemon.start(30000);
-    const capacity = await until('the resources in the node\'s allocatable', async () => {
+    const capacity = await until("the resources in the node's allocatable", async () => {
       const r = await nodeResources();
       return r.allocatable[MEMIF] === '4' && r.allocatable[NIC] === '2' ? r : undefined;
     });
@@ -153,11 +230,19 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     const mount = spec.mounts.find((m) => m.destination === `/run/memif/${device}`);
     assert.equal(mount?.source, join(work, 'memif', device!));
     assert.ok(statSync(mount.source).isDirectory());
-    assert.deepEqual(readDeviceInfo(join(work, 'devinfo'), MEMIF, device!), { type: 'memif', version: '1.1.0', memif: { role: 'slave', path: `/run/memif/${device}/memif.sock`, mode: 'ethernet' } });
+    assert.deepEqual(readDeviceInfo(join(work, 'devinfo'), MEMIF, device!), {
+      type: 'memif',
+      version: '1.1.0',
+      memif: { role: 'slave', path: `/run/memif/${device}/memif.sock`, mode: 'ethernet' },
+    });
   });
 
-  it('a pod on a network naming the pool\'s resource gets the device the kubelet allocated it', async () => {
-    const [pod] = await node.createPods(1, { namePrefix: 'nic-', limits: { [NIC]: '1' }, annotations: { [NETWORKS]: 'fast' } });
+  it("a pod on a network naming the pool's resource gets the device the kubelet allocated it", async () => {
+    const [pod] = await node.createPods(1, {
+      namePrefix: 'nic-',
+      limits: { [NIC]: '1' },
+      annotations: { [NETWORKS]: 'fast' },
+    });
     const timings = await node.waitAllRunning([pod!], 60000);
     assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
     const listed = await podResources.devicesOf('default', pod!);
@@ -165,11 +250,16 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     const [device] = listed.value.get(NIC) ?? [];
     assert.ok(NICS.includes(device ?? ''), `pod-resources lists ${device}`);
     const netns = await node.podNetns('default', pod!);
-    const inPod = /link\/ether (\S+)/.exec(execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }))?.[1];
+    const inPod = /link\/ether (\S+)/.exec(
+      execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }),
+    )?.[1];
     assert.equal(inPod, macs.get(device!), 'net1 in the pod is the device the kubelet allocated');
     assert.equal(existsSync(`/sys/class/net/${device}`), false, 'it left the host');
     const status = await pods.status('default', pod!, (s) => s.length === 2);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/fast@net1']);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/fast@net1'],
+    );
     assert.deepEqual(status[1]!.ips, [`10.${o}.${t + 1}.5`]);
     // What deviceID adds to an ADD: one pod-resources List (median of 20, this node's few pods), spaced out so the
     // kubelet's rate limit (a burst of 10) does not make plexusd's client wait and retry.
@@ -186,7 +276,9 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     const burst = await Promise.all(Array.from({ length: 40 }, () => podResources.devicesOf('default', pod!)));
     assert.ok(burst.every((r) => r.ok && r.value.get(NIC)?.[0] === device));
     console.log(`# 40 concurrent deviceID lookups: ${(performance.now() - t1).toFixed(1)} ms`);
-    console.log(`# pod-resources List (deviceID lookup per ADD): median ${samples[10]!.toFixed(2)} ms, max ${samples[19]!.toFixed(2)} ms`);
+    console.log(
+      `# pod-resources List (deviceID lookup per ADD): median ${samples[10]!.toFixed(2)} ms, max ${samples[19]!.toFixed(2)} ms`,
+    );
     // In a pod, the device is not on the host, yet it stays healthy: both still allocatable-counted.
     await sleep(2500);
     assert.equal((await nodeResources()).allocatable[NIC], '2');
@@ -195,31 +287,53 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
   it('a pod that asks no device for such a network is refused with a message naming the resource', async () => {
     const [pod] = await node.createPods(1, { namePrefix: 'nodev-', annotations: { [NETWORKS]: 'fast' } });
     const events = await pods.events('default', pod!, (e) => e.some((x) => x.reason === 'FailedAttachNetwork'));
-    assert.match(events.find((e) => e.reason === 'FailedAttachNetwork')!.message, /network default\/fast \(net1\) needs a device of plexus\.io\/testnic .* allocated pod default\/nodev-0 0 for 1 network/);
+    assert.match(
+      events.find((e) => e.reason === 'FailedAttachNetwork')!.message,
+      /network default\/fast \(net1\) needs a device of plexus\.io\/testnic .* allocated pod default\/nodev-0 0 for 1 network/,
+    );
     await node.call('DELETE', `/api/v1/namespaces/default/pods/${pod}`);
   });
 
   it('health follows the link: a pool device taken down is not allocatable until it is up again', async () => {
     const free = NICS.find((n) => existsSync(`/sys/class/net/${n}`))!;
     execFileSync('ip', ['link', 'set', 'dev', free, 'down']);
-    await until('allocatable to drop to 1', async () => ((await nodeResources()).allocatable[NIC] === '1' ? true : undefined));
+    await until('allocatable to drop to 1', async () =>
+      (await nodeResources()).allocatable[NIC] === '1' ? true : undefined,
+    );
     execFileSync('ip', ['link', 'set', 'dev', free, 'up']);
-    await until('allocatable back to 2', async () => ((await nodeResources()).allocatable[NIC] === '2' ? true : undefined));
+    await until('allocatable back to 2', async () =>
+      (await nodeResources()).allocatable[NIC] === '2' ? true : undefined,
+    );
   });
 
   it('registers again when the kubelet restarts (it wipes the device-plugins directory)', async () => {
-    const registrations = (): number[] => daemon.stderr.split('\n').filter((l) => l.includes('registered with the kubelet')).map((l) => (JSON.parse(l) as { time: number }).time);
+    const registrations = (): number[] =>
+      daemon.stderr
+        .split('\n')
+        .filter((l) => l.includes('registered with the kubelet'))
+        .map((l) => (JSON.parse(l) as { time: number }).time);
     const before = registrations().length;
     const spawnedAt = await node.restartKubelet();
-    const again = await until('plexusd to register both resources again', () => (registrations().length >= before + 2 ? registrations().slice(before) : undefined), 60000);
+    const again = await until(
+      'plexusd to register both resources again',
+      () => (registrations().length >= before + 2 ? registrations().slice(before) : undefined),
+      60000,
+    );
     // The new kubelet's own word (the node object keeps the old allocatable until the kubelet posts its status).
-    await until('the new kubelet to know every device again', async () => {
-      const known = await allocatable().catch(() => undefined);
-      return known?.get(MEMIF)?.length === 4 && known.get(NIC)?.length === 2 ? true : undefined;
-    }, 60000);
+    await until(
+      'the new kubelet to know every device again',
+      async () => {
+        const known = await allocatable().catch(() => undefined);
+        return known?.get(MEMIF)?.length === 4 && known.get(NIC)?.length === 2 ? true : undefined;
+      },
+      60000,
+    );
     // The pods' devices survive the restart (the kubelet's checkpoint), and new pods get devices.
     const kept = await podResources.devicesOf('default', 'memif-0');
-    assert.ok(kept.ok && kept.value.get(MEMIF)?.length === 1, kept.ok ? JSON.stringify([...kept.value]) : kept.error.message);
+    assert.ok(
+      kept.ok && kept.value.get(MEMIF)?.length === 1,
+      kept.ok ? JSON.stringify([...kept.value]) : kept.error.message,
+    );
     const [pod] = await node.createPods(1, { namePrefix: 'after-', limits: { [MEMIF]: '1' } });
     await node.waitAllRunning([pod!], 60000);
     console.log(`# kubelet spawned to plexusd registered again: ${Math.max(...again) - spawnedAt} ms (both resources)`);
@@ -240,9 +354,14 @@ describe('plexusd as the kubelet\'s device plugin on a real node', { skip }, () 
     const events = await pods.events('default', pod!, () => true);
     const failed = events.filter((e) => e.reason === 'FailedAttachNetwork').map((e) => e.message);
     assert.deepEqual(failed, []);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/fast@net1']);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/fast@net1'],
+    );
     const netns = await node.podNetns('default', pod!);
-    const inPod = /link\/ether (\S+)/.exec(execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }))?.[1];
+    const inPod = /link\/ether (\S+)/.exec(
+      execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }),
+    )?.[1];
     assert.equal(inPod, macs.get(device!), 'net1 is the device the kubelet allocated the pod');
   });
 

@@ -25,7 +25,8 @@ import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 function nodeMissing(): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager']) if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
+  for (const b of ['kube-scheduler', 'kube-controller-manager'])
+    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
   return undefined;
 }
 
@@ -53,39 +54,77 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
 
   const created = async (path: string, body: unknown): Promise<void> => {
     const r = await node.call('POST', path, body);
-    assert.ok(r.status === 201 || r.status === 409, `POST ${path}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`);
+    assert.ok(
+      r.status === 201 || r.status === 409,
+      `POST ${path}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`,
+    );
   };
   const podEvents = async (name: string): Promise<string[]> => {
-    const r = await node.call('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`);
-    return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
+    const r = await node.call(
+      'GET',
+      `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`,
+    );
+    return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map(
+      (e) => `${e.reason}: ${e.message}`,
+    );
   };
-  const phase = async (name: string): Promise<string | undefined> => (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
+  const phase = async (name: string): Promise<string | undefined> =>
+    (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
   /** A template for one device of the test driver, chosen by its deviceID attribute (CEL has no device name). */
   const template = (name: string, deviceID: string): unknown => ({
-    apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaimTemplate', metadata: { name, namespace: NS },
-    spec: { spec: { devices: { requests: [{ name: 'nic', exactly: {
-      deviceClassName: 'nics.plexus-test.example', selectors: [{ cel: { expression: `device.attributes["k8s.cni.cncf.io"].deviceID == "${deviceID}"` } }],
-    } }] } } },
+    apiVersion: 'resource.k8s.io/v1',
+    kind: 'ResourceClaimTemplate',
+    metadata: { name, namespace: NS },
+    spec: {
+      spec: {
+        devices: {
+          requests: [
+            {
+              name: 'nic',
+              exactly: {
+                deviceClassName: 'nics.plexus-test.example',
+                selectors: [{ cel: { expression: `device.attributes["k8s.cni.cncf.io"].deviceID == "${deviceID}"` } }],
+              },
+            },
+          ],
+        },
+      },
+    },
   });
   /** A pod the scheduler places (with claims it must), on the network `network`. */
   const claimingPod = (name: string, templateName: string, network: string): unknown => ({
-    apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: NS, annotations: { [NETWORKS]: network } },
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: NS, annotations: { [NETWORKS]: network } },
     spec: {
-      automountServiceAccountToken: false, enableServiceLinks: false, terminationGracePeriodSeconds: 1,
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      terminationGracePeriodSeconds: 1,
       resourceClaims: [{ name: 'nic', resourceClaimTemplateName: templateName }],
-      containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', resources: { claims: [{ name: 'nic' }] } }],
+      containers: [
+        { name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', resources: { claims: [{ name: 'nic' }] } },
+      ],
     },
   });
   const claimUidOf = async (pod: string): Promise<string> => {
     const got = await node.call('GET', `/api/v1/namespaces/${NS}/pods/${pod}`);
-    const claim = (got.body as { status?: { resourceClaimStatuses?: { resourceClaimName: string }[] } }).status?.resourceClaimStatuses?.[0];
+    const claim = (got.body as { status?: { resourceClaimStatuses?: { resourceClaimName: string }[] } }).status
+      ?.resourceClaimStatuses?.[0];
     assert.ok(claim, `pod ${pod} has a claim in its status`);
-    const c = await node.call('GET', `/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaims/${claim.resourceClaimName}`);
+    const c = await node.call(
+      'GET',
+      `/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaims/${claim.resourceClaimName}`,
+    );
     return (c.body as { metadata: { uid: string } }).metadata.uid;
   };
   const deletePod = async (name: string): Promise<void> => {
     await node.call('DELETE', `/api/v1/namespaces/${NS}/pods/${name}`);
-    await until(`pod ${name} gone from the API`, async () => ((await node.call('GET', `/api/v1/namespaces/${NS}/pods/${name}`)).status === 404 ? true : undefined), 60000, 200);
+    await until(
+      `pod ${name} gone from the API`,
+      async () => ((await node.call('GET', `/api/v1/namespaces/${NS}/pods/${name}`)).status === 404 ? true : undefined),
+      60000,
+      200,
+    );
   };
   const hostDevice = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
 
@@ -104,17 +143,43 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     }
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, controlPlane: true, ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      controlPlane: true,
+      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     const api = node.api;
     await api.installPlexus();
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+    });
     assert.equal((await api.createNad(NS, 'podnet', podnet)).status, 201);
-    const fast = JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device', ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 1}.5/24` }] } });
+    const fast = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'fast',
+      type: 'host-device',
+      ipam: { type: 'static', addresses: [{ address: `10.${o}.${t + 1}.5/24` }] },
+    });
     const made = await api.request('POST', `/apis/k8s.cni.cncf.io/v1/namespaces/${NS}/network-attachment-definitions`, {
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition',
-      metadata: { name: 'fast', annotations: { 'k8s.v1.cni.cncf.io/resourceName': RESOURCE } }, spec: { config: fast },
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name: 'fast', annotations: { 'k8s.v1.cni.cncf.io/resourceName': RESOURCE } },
+      spec: { config: fast },
     });
     assert.equal(made.status, 201, JSON.stringify(made.body));
     driver = new DraTestDriver(DRIVER, node.kubeletRoot, node.nodeName, (m, p, b) => node.call(m, p, b));
@@ -124,8 +189,18 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       { name: 'nic1', deviceID: NICS[1]!, resourceName: OTHER },
     ]);
     await driver.start();
-    daemon.addFlags('--kubeconfig', api.userKubeconfig(PLEXUS_USER), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'), '--log-level', 'info');
+    daemon.addFlags(
+      '--kubeconfig',
+      api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--pod-resources-socket',
+      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--log-level',
+      'info',
+    );
     await daemon.start(30000);
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
@@ -136,30 +211,50 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     await node?.stop({ runtimeStopped: () => daemon?.stop() });
     await daemon?.stop();
     await driver?.stop();
-    for (const name of [...NICS, ...PEERS]) if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
+    for (const name of [...NICS, ...PEERS])
+      if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
   it('the test driver registers with the kubelet under its own name', async () => {
-    await until('the kubelet\'s registration of the test driver', () => (driver.registrations.some((r) => r.plugin_registered) ? true : undefined), 30000, 100);
-    assert.deepEqual(driver.registrations.filter((r) => !r.plugin_registered), []);
+    await until(
+      "the kubelet's registration of the test driver",
+      () => (driver.registrations.some((r) => r.plugin_registered) ? true : undefined),
+      30000,
+      100,
+    );
+    assert.deepEqual(
+      driver.registrations.filter((r) => !r.plugin_registered),
+      [],
+    );
   });
 
-  it('a pod claiming the driver\'s device runs with that device as the NAD\'s interface, moved in by plexusd', async () => {
+  it("a pod claiming the driver's device runs with that device as the NAD's interface, moved in by plexusd", async () => {
     await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('fast0', NICS[0]!));
     const startedAt = Date.now();
     await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-a', 'fast0', 'fast'));
-    await until('pod drc-a Running', async () => ((await phase('drc-a')) === 'Running' ? true : undefined), 90000, 200)
-      .catch(async (e: Error) => assert.fail(`${e.message}: ${(await podEvents('drc-a')).join(' | ')}\n${daemon.stderr.slice(-2000)}`));
+    await until(
+      'pod drc-a Running',
+      async () => ((await phase('drc-a')) === 'Running' ? true : undefined),
+      90000,
+      200,
+    ).catch(async (e: Error) =>
+      assert.fail(`${e.message}: ${(await podEvents('drc-a')).join(' | ')}\n${daemon.stderr.slice(-2000)}`),
+    );
     console.log(`# pod claiming another driver's device: created to Running in ${Date.now() - startedAt} ms`);
     assert.ok(driver.prepared.includes(await claimUidOf('drc-a')), 'the kubelet had the test driver prepare the claim');
     const netns = await node.podNetns(NS, 'drc-a');
-    const inPod = /link\/ether (\S+)/.exec(execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }))?.[1];
+    const inPod = /link\/ether (\S+)/.exec(
+      execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }),
+    )?.[1];
     assert.equal(inPod, macs.get(NICS[0]!), 'net1 in the pod is the claimed device');
     assert.equal(hostDevice(NICS[0]!), false, 'it left the host');
     assert.equal(hostDevice(NICS[1]!), true, 'the unclaimed device stays');
     const status = await pods.status(NS, 'drc-a', (s) => s.length === 2);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/fast@net1']);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/fast@net1'],
+    );
     assert.deepEqual(status[1]!.ips, [`10.${o}.${t + 1}.5`]);
   });
 
@@ -168,17 +263,28 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     await deletePod('drc-a');
     await until('the device back on the host', () => (hostDevice(NICS[0]!) ? true : undefined), 60000, 200);
     await until('the claim unprepared', () => (driver.unprepared.includes(claim) ? true : undefined), 60000, 200);
-    assert.equal(execFileSync('cat', [`/sys/class/net/${NICS[0]}/address`], { encoding: 'utf8' }).trim(), macs.get(NICS[0]!));
+    assert.equal(
+      execFileSync('cat', [`/sys/class/net/${NICS[0]}/address`], { encoding: 'utf8' }).trim(),
+      macs.get(NICS[0]!),
+    );
   });
 
   it('a claimed device of another resource does not serve the NAD: the attach fails naming the resource', async () => {
     await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('slow1', NICS[1]!));
     await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-b', 'slow1', 'fast'));
-    const events = await until('a FailedAttachNetwork event', async () => {
-      const all = await podEvents('drc-b');
-      return all.some((e) => e.startsWith('FailedAttachNetwork')) ? all : undefined;
-    }, 60000, 250);
-    assert.match(events.find((e) => e.startsWith('FailedAttachNetwork'))!, /needs a device of example\.com\/fastnic/);
+    const events = await until(
+      'a FailedAttachNetwork event',
+      async () => {
+        const all = await podEvents('drc-b');
+        return all.some((e) => e.startsWith('FailedAttachNetwork')) ? all : undefined;
+      },
+      60000,
+      250,
+    );
+    assert.match(
+      events.find((e) => e.startsWith('FailedAttachNetwork'))!,
+      /needs a device of example\.com\/fastnic/,
+    );
     assert.notEqual(await phase('drc-b'), 'Running');
     assert.equal(hostDevice(NICS[1]!), true, 'the other device never moved');
     await deletePod('drc-b');

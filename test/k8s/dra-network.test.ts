@@ -10,14 +10,31 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { ApiPods, type ApiEvent } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import {
-  claimingPod, claimSpec, create, docExample, draNodeMissing, draTooOld, hostDeviceTemplate, installDra, RESOURCE_API,
+  claimingPod,
+  claimSpec,
+  create,
+  docExample,
+  draNodeMissing,
+  draTooOld,
+  hostDeviceTemplate,
+  installDra,
+  RESOURCE_API,
 } from '../support/dra-node';
 import { PLEXUS_USER } from '../support/k8s';
 import { KubeNodeFixture } from '../support/kube-node';
@@ -40,11 +57,18 @@ interface Claim {
   metadata: { name: string; uid: string; deletionTimestamp?: string };
   status?: {
     allocation?: unknown;
-    devices?: { driver: string; pool: string; device: string; conditions?: { type: string; status: string; reason: string; message: string }[];
-      networkData?: { interfaceName?: string; ips?: string[]; hardwareAddress?: string } }[];
+    devices?: {
+      driver: string;
+      pool: string;
+      device: string;
+      conditions?: { type: string; status: string; reason: string; message: string }[];
+      networkData?: { interfaceName?: string; ips?: string[]; hardwareAddress?: string };
+    }[];
   };
 }
-interface Slice { spec: { driver: string; devices: { name: string }[] } }
+interface Slice {
+  spec: { driver: string; devices: { name: string }[] };
+}
 
 describe('a network device claimed through DRA on a real 1.35 node', { skip }, () => {
   let node: KubeNodeFixture;
@@ -54,45 +78,72 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
   let pods: ApiPods;
   const macs = new Map<string, string>();
 
-  const call = (method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> => node.call(method, path, body);
+  const call = (method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> =>
+    node.call(method, path, body);
   const claimFiles = (): string[] => {
     const dir = join(daemon.stateDir, 'dra', 'claims');
     return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
   };
-  const phase = async (name: string, ns = NS): Promise<string | undefined> => (await node.pod(ns, name).catch(() => undefined))?.status?.phase;
+  const phase = async (name: string, ns = NS): Promise<string | undefined> =>
+    (await node.pod(ns, name).catch(() => undefined))?.status?.phase;
   const events = async (name: string, ns = NS): Promise<string[]> => {
-    const r = await call('GET', `/api/v1/namespaces/${ns}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`);
+    const r = await call(
+      'GET',
+      `/api/v1/namespaces/${ns}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`,
+    );
     return ((r.body as { items?: ApiEvent[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
   };
   const running = async (name: string, ns = NS): Promise<void> => {
-    await until(`pod ${name} Running`, async () => ((await phase(name, ns)) === 'Running' ? true : undefined), 90000, 100)
-      .catch(async (e: Error) => assert.fail(`${e.message}: ${(await events(name, ns)).join(' | ')}\n${node.logTail('kubelet', 15)}`));
+    await until(
+      `pod ${name} Running`,
+      async () => ((await phase(name, ns)) === 'Running' ? true : undefined),
+      90000,
+      100,
+    ).catch(async (e: Error) =>
+      assert.fail(`${e.message}: ${(await events(name, ns)).join(' | ')}\n${node.logTail('kubelet', 15)}`),
+    );
   };
-  const eventSaying = (name: string, text: string | RegExp, ns = NS): Promise<string[]> => until(`an event of ${name} saying ${String(text)}`, async () => {
-    const all = await events(name, ns);
-    return all.some((e) => (typeof text === 'string' ? e.includes(text) : text.test(e))) ? all : undefined;
-  }, 60000, 250);
+  const eventSaying = (name: string, text: string | RegExp, ns = NS): Promise<string[]> =>
+    until(
+      `an event of ${name} saying ${String(text)}`,
+      async () => {
+        const all = await events(name, ns);
+        return all.some((e) => (typeof text === 'string' ? e.includes(text) : text.test(e))) ? all : undefined;
+      },
+      60000,
+      250,
+    );
   const deletePod = async (name: string, ns = NS): Promise<void> => {
     await call('DELETE', `/api/v1/namespaces/${ns}/pods/${name}`);
-    await until(`pod ${name} gone`, async () => ((await call('GET', `/api/v1/namespaces/${ns}/pods/${name}`)).status === 404 ? true : undefined), 60000, 100);
+    await until(
+      `pod ${name} gone`,
+      async () => ((await call('GET', `/api/v1/namespaces/${ns}/pods/${name}`)).status === 404 ? true : undefined),
+      60000,
+      100,
+    );
   };
   /** The claim a pod's template made (status.resourceClaimStatuses), as the API has it now. */
   const claimOf = async (pod: string, ns = NS): Promise<Claim> => {
     const name = await until(`the claim of ${pod}`, async () => {
-      const p = (await call('GET', `/api/v1/namespaces/${ns}/pods/${pod}`)).body as { status?: { resourceClaimStatuses?: { resourceClaimName?: string }[] } };
+      const p = (await call('GET', `/api/v1/namespaces/${ns}/pods/${pod}`)).body as {
+        status?: { resourceClaimStatuses?: { resourceClaimName?: string }[] };
+      };
       return p.status?.resourceClaimStatuses?.[0]?.resourceClaimName;
     });
     return (await call('GET', `${RESOURCE_API}/namespaces/${ns}/resourceclaims/${name}`)).body as Claim;
   };
   const podLink = async (pod: string, ifname: string): Promise<string> => {
     const netns = await node.podNetns(NS, pod);
-    return execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'addr', 'show', 'dev', ifname], { encoding: 'utf8' })
-      + execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', ifname], { encoding: 'utf8' });
+    return (
+      execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'addr', 'show', 'dev', ifname], { encoding: 'utf8' }) +
+      execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', ifname], { encoding: 'utf8' })
+    );
   };
   /** The pods a test makes go when it ends, passed or not, so the next test finds its device free. */
-  const owned = (t: TestContext, ...names: string[]): void => t.after(async () => {
-    for (const name of names) await deletePod(name).catch(() => undefined);
-  });
+  const owned = (t: TestContext, ...names: string[]): void =>
+    t.after(async () => {
+      for (const name of names) await deletePod(name).catch(() => undefined);
+    });
   const onHost = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
   const byName = (ifname: string): string => `device.attributes["plexus.io"].interfaceName == "${ifname}"`;
   const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
@@ -109,30 +160,80 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
       macs.set(name, readFileSync(`/sys/class/net/${name}/address`, 'utf8').trim());
     }
-    writeFileSync(join(work, 'resources.yaml'), JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }));
+    writeFileSync(
+      join(work, 'resources.yaml'),
+      JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
+    );
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, controlPlane: true, ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      controlPlane: true,
+      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     await node.api.installPlexus();
     await installDra(node);
     await node.api.ensureNamespace(OTHER_NS);
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${B}.${C}.0/24` }]] } });
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${B}.${C}.0/24` }]] },
+    });
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
-    const hostDevice = (name: string, ipam: unknown): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'host-device', capabilities: { ips: true }, ipam });
+    const hostDevice = (name: string, ipam: unknown): string =>
+      JSON.stringify({ cniVersion: '1.0.0', name, type: 'host-device', capabilities: { ips: true }, ipam });
     assert.equal((await node.api.createNad(OTHER_NS, 'fenced', hostDevice('fenced', { type: 'static' }))).status, 201);
     // Addresses of a /30 range: a claim asking for one outside it fails at attach, after Prepare took it.
-    assert.equal((await node.api.createNad(NS, 'narrow', hostDevice('narrow', { type: 'host-local', ranges: [[{ subnet: `10.${B}.${C + 2}.0/30` }]] }))).status, 201);
-    daemon.addFlags('--kubeconfig', node.api.userKubeconfig(PLEXUS_USER), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--device-plugin-config', join(work, 'resources.yaml'), '--device-info-dir', join(work, 'devinfo'),
-      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'), '--namespace-isolation', 'true',
-      '--dra', 'true', '--kubelet-root-dir', node.kubeletRoot, '--log-level', 'info');
+    assert.equal(
+      (
+        await node.api.createNad(
+          NS,
+          'narrow',
+          hostDevice('narrow', { type: 'host-local', ranges: [[{ subnet: `10.${B}.${C + 2}.0/30` }]] }),
+        )
+      ).status,
+      201,
+    );
+    daemon.addFlags(
+      '--kubeconfig',
+      node.api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--device-plugin-config',
+      join(work, 'resources.yaml'),
+      '--device-info-dir',
+      join(work, 'devinfo'),
+      '--pod-resources-socket',
+      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--namespace-isolation',
+      'true',
+      '--dra',
+      'true',
+      '--kubelet-root-dir',
+      node.kubeletRoot,
+      '--log-level',
+      'info',
+    );
     pods = new ApiPods(node.api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });
     await daemon.start(30000);
-    await until('the kubelet\'s registration of plexus.io', () => (registrations() > 0 ? true : undefined), 30000, 100);
+    await until("the kubelet's registration of plexus.io", () => (registrations() > 0 ? true : undefined), 30000, 100);
   });
 
   after(async () => {
@@ -142,12 +243,14 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
-  it('docs/dra.md\'s example runs as written: the claimed device is net1 in the pod, in one transaction with eth0', async () => {
+  it("docs/dra.md's example runs as written: the claimed device is net1 in the pod, in one transaction with eth0", async () => {
     const startedAt = Date.now();
     for (const object of docExample('host-device')) await create(node, object);
     await running('fast-pod');
     console.log(`# docs/dra.md example: pod created to Running in ${Date.now() - startedAt} ms`);
-    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', claimFiles()[0]!), 'utf8')) as { devices: { device: string }[] };
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', claimFiles()[0]!), 'utf8')) as {
+      devices: { device: string }[];
+    };
     const device = record.devices[0]!.device;
     assert.ok(NICS.includes(device), device);
     const link = await podLink('fast-pod', 'net1');
@@ -155,38 +258,75 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     assert.ok(link.includes(`link/ether ${macs.get(device)}`), `net1 is ${device}: ${link}`);
     assert.equal(onHost(device), false, 'the device left the host');
     const status = await pods.status(NS, 'fast-pod', (s) => s.length === 2);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/fast@net1']);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/fast@net1'],
+    );
     const journal = daemon.journalFiles();
     assert.equal(journal.length, 1, `one journal record for the pod: ${journal.join(', ')}`);
     const lines = readFileSync(join(daemon.stateDir, 'journal', journal[0]!), 'utf8');
-    assert.match(lines.split('\n')[0]!, /default\/podnet.*default\/fast|default\/fast.*default\/podnet/, 'both networks in its begin line');
+    assert.match(
+      lines.split('\n')[0]!,
+      /default\/podnet.*default\/fast|default\/fast.*default\/podnet/,
+      'both networks in its begin line',
+    );
   });
 
-  it('the claim\'s status.devices[] has the interface name, IPs and MAC of the network-status annotation, and Ready', async () => {
+  it("the claim's status.devices[] has the interface name, IPs and MAC of the network-status annotation, and Ready", async () => {
     const status = await pods.status(NS, 'fast-pod', (s) => s.length === 2);
     const net1 = status.find((s) => s.interface === 'net1')!;
-    const claim = await until('the claim\'s device status', async () => {
+    const claim = await until("the claim's device status", async () => {
       const c = await claimOf('fast-pod');
       return c.status?.devices?.length ? c : undefined;
-    }).catch((e: Error) => assert.fail(`${e.message}; plexusd: ${daemon.stderr.split('\n').filter((l) => /claim/i.test(l)).slice(-5).join('\n')}`));
+    }).catch((e: Error) =>
+      assert.fail(
+        `${e.message}; plexusd: ${daemon.stderr
+          .split('\n')
+          .filter((l) => /claim/i.test(l))
+          .slice(-5)
+          .join('\n')}`,
+      ),
+    );
     const [entry] = claim.status!.devices!;
     assert.equal(entry!.driver, 'plexus.io');
-    assert.deepEqual(entry!.networkData, { interfaceName: 'net1', ips: net1.ips.map((ip) => `${ip}/24`), hardwareAddress: net1.mac });
-    assert.deepEqual(entry!.conditions?.map((c) => `${c.type}=${c.status}`), ['Ready=True']);
+    assert.deepEqual(entry!.networkData, {
+      interfaceName: 'net1',
+      ips: net1.ips.map((ip) => `${ip}/24`),
+      hardwareAddress: net1.mac,
+    });
+    assert.deepEqual(
+      entry!.conditions?.map((c) => `${c.type}=${c.status}`),
+      ['Ready=True'],
+    );
   });
 
-  it('the device stays in the node\'s ResourceSlice while the pod holds it, and is freed when the pod goes', async (t) => {
+  it("the device stays in the node's ResourceSlice while the pod holds it, and is freed when the pod goes", async (t) => {
     owned(t, 'fast-pod', 'again');
-    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', claimFiles()[0]!), 'utf8')) as { devices: { device: string }[] };
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', claimFiles()[0]!), 'utf8')) as {
+      devices: { device: string }[];
+    };
     const device = record.devices[0]!.device;
-    const slice = await call('GET', `${RESOURCE_API}/resourceslices?fieldSelector=${encodeURIComponent(`spec.nodeName=${node.nodeName}`)}`);
-    const published = ((slice.body as { items: Slice[] }).items.find((s) => s.spec.driver === 'plexus.io')?.spec.devices ?? []).map((d) => d.name);
+    const slice = await call(
+      'GET',
+      `${RESOURCE_API}/resourceslices?fieldSelector=${encodeURIComponent(`spec.nodeName=${node.nodeName}`)}`,
+    );
+    const published = (
+      (slice.body as { items: Slice[] }).items.find((s) => s.spec.driver === 'plexus.io')?.spec.devices ?? []
+    ).map((d) => d.name);
     assert.deepEqual(published, NICS, 'held devices are published too');
     await deletePod('fast-pod');
-    await until('the claim unprepared (record removed)', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+    await until(
+      'the claim unprepared (record removed)',
+      () => (claimFiles().length === 0 ? true : undefined),
+      30000,
+      100,
+    );
     assert.ok(onHost(device), 'the device is back on the host');
     // Allocatable again: a pod that asks for exactly that device runs.
-    await create(node, hostDeviceTemplate(NS, 'again', byName(device), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.6/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'again', byName(device), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.6/24'] }),
+    );
     await create(node, claimingPod(NS, 'again', { template: 'again' }));
     await running('again');
     assert.match(await podLink('again', 'net1'), /inet 10\.1\.0\.6\/24/);
@@ -196,22 +336,43 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
 
   it('opaque config that does not parse: the pod does not start, its event names the field, nothing is recorded', async (t) => {
     owned(t, 'badcfg');
-    await create(node, hostDeviceTemplate(NS, 'badcfg', byName(NICS[1]!), { network: 'fast', ips: ['not-an-address'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'badcfg', byName(NICS[1]!), { network: 'fast', ips: ['not-an-address'] }),
+    );
     await create(node, claimingPod(NS, 'badcfg', { template: 'badcfg' }));
     const all = await eventSaying('badcfg', 'ips[0]: must be an address with its prefix');
-    assert.ok(all.some((e) => e.startsWith('FailedPrepareDynamicResources') && e.includes('opaque config for plexus.io from the claim')), all.join(' | '));
+    assert.ok(
+      all.some(
+        (e) =>
+          e.startsWith('FailedPrepareDynamicResources') && e.includes('opaque config for plexus.io from the claim'),
+      ),
+      all.join(' | '),
+    );
     assert.notEqual(await phase('badcfg'), 'Running');
     assert.deepEqual(claimFiles(), []);
     await deletePod('badcfg');
   });
 
-  it('a NAD that does not exist: Prepare refuses with the NAD named; once it exists the kubelet\'s retry starts the pod', async (t) => {
+  it("a NAD that does not exist: Prepare refuses with the NAD named; once it exists the kubelet's retry starts the pod", async (t) => {
     owned(t, 'nonad');
     await create(node, hostDeviceTemplate(NS, 'nonad', byName(NICS[1]!), { network: 'later', interfaceName: 'net1' }));
     await create(node, claimingPod(NS, 'nonad', { template: 'nonad' }));
-    await eventSaying('nonad', 'network default/later is not defined: there is no such NetworkAttachmentDefinition in the API');
+    await eventSaying(
+      'nonad',
+      'network default/later is not defined: there is no such NetworkAttachmentDefinition in the API',
+    );
     assert.deepEqual(claimFiles(), []);
-    assert.equal((await node.api.createNad(NS, 'later', JSON.stringify({ cniVersion: '1.0.0', name: 'later', type: 'host-device' }))).status, 201);
+    assert.equal(
+      (
+        await node.api.createNad(
+          NS,
+          'later',
+          JSON.stringify({ cniVersion: '1.0.0', name: 'later', type: 'host-device' }),
+        )
+      ).status,
+      201,
+    );
     await running('nonad');
     assert.match(await podLink('nonad', 'net1'), /net1/);
     await deletePod('nonad');
@@ -222,7 +383,10 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     owned(t, 'fenced');
     await create(node, hostDeviceTemplate(NS, 'fenced', byName(NICS[1]!), { network: `${OTHER_NS}/fenced` }));
     await create(node, claimingPod(NS, 'fenced', { template: 'fenced' }));
-    await eventSaying('fenced', `network ${OTHER_NS}/fenced is in namespace ${OTHER_NS}, and namespace isolation is on`);
+    await eventSaying(
+      'fenced',
+      `network ${OTHER_NS}/fenced is in namespace ${OTHER_NS}, and namespace isolation is on`,
+    );
     assert.deepEqual(claimFiles(), []);
     await deletePod('fenced');
   });
@@ -231,30 +395,60 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     owned(t, 'holder', 'twice');
     t.after(async () => {
       await call('DELETE', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice`);
-      await node.call('PATCH', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice`, { metadata: { finalizers: null } }, 'application/merge-patch+json');
+      await node.call(
+        'PATCH',
+        `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice`,
+        { metadata: { finalizers: null } },
+        'application/merge-patch+json',
+      );
     });
-    await create(node, hostDeviceTemplate(NS, 'holder', byName(NICS[2]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.7/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'holder', byName(NICS[2]!), {
+        network: 'fast',
+        interfaceName: 'net1',
+        ips: ['10.1.0.7/24'],
+      }),
+    );
     await create(node, claimingPod(NS, 'holder', { template: 'holder' }));
     await running('holder');
     const first = await claimOf('holder');
     // A second claim with the first's allocation written into its status: what a second scheduler (or a bug) would do.
-    await create(node, { apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaim', metadata: { name: 'twice', namespace: NS, finalizers: ['resource.kubernetes.io/delete-protection'] },
-      spec: claimSpec(byName(NICS[2]!), { network: 'fast', ips: ['10.1.0.8/24'] }) });
-    const twice = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice`)).body as Claim & Record<string, unknown>;
-    const put = await call('PUT', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice/status`, { ...twice, status: { allocation: first.status!.allocation } });
+    await create(node, {
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceClaim',
+      metadata: { name: 'twice', namespace: NS, finalizers: ['resource.kubernetes.io/delete-protection'] },
+      spec: claimSpec(byName(NICS[2]!), { network: 'fast', ips: ['10.1.0.8/24'] }),
+    });
+    const twice = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice`)).body as Claim &
+      Record<string, unknown>;
+    const put = await call('PUT', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/twice/status`, {
+      ...twice,
+      status: { allocation: first.status!.allocation },
+    });
     assert.equal(put.status, 200, JSON.stringify(put.body).slice(0, 400));
     await create(node, claimingPod(NS, 'twice', { claim: 'twice' }));
-    await eventSaying('twice', `is already prepared for ResourceClaim ${NS}/${first.metadata.name} (${first.metadata.uid})`);
-    assert.equal(claimFiles().length, 1, 'only the holder\'s record');
+    await eventSaying(
+      'twice',
+      `is already prepared for ResourceClaim ${NS}/${first.metadata.name} (${first.metadata.uid})`,
+    );
+    assert.equal(claimFiles().length, 1, "only the holder's record");
     assert.notEqual(await phase('twice'), 'Running');
     await deletePod('twice');
     await deletePod('holder');
-    await until('the holder\'s record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+    await until("the holder's record removed", () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
   });
 
-  it('plexusd restarted between Prepare and the pod\'s ADD: the restarted daemon attaches the device from the record', async (t) => {
+  it("plexusd restarted between Prepare and the pod's ADD: the restarted daemon attaches the device from the record", async (t) => {
     owned(t, 'restart');
-    await create(node, hostDeviceTemplate(NS, 'restart', byName(NICS[0]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.9/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'restart', byName(NICS[0]!), {
+        network: 'fast',
+        interfaceName: 'net1',
+        ips: ['10.1.0.9/24'],
+      }),
+    );
     await create(node, claimingPod(NS, 'restart', { template: 'restart' }));
     // Stopped the moment the claim is recorded (well before containerd asks for the sandbox's network), then killed.
     await until('the claim recorded', () => (claimFiles().length === 1 ? true : undefined), 60000, 5);
@@ -272,31 +466,56 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
 
   it('a claim deleted while its pod runs: the pod keeps its interface, and its deletion frees the device', async (t) => {
     owned(t, 'doomed');
-    await create(node, hostDeviceTemplate(NS, 'doomed', byName(NICS[0]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.10/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'doomed', byName(NICS[0]!), {
+        network: 'fast',
+        interfaceName: 'net1',
+        ips: ['10.1.0.10/24'],
+      }),
+    );
     await create(node, claimingPod(NS, 'doomed', { template: 'doomed' }));
     await running('doomed');
     const claim = await claimOf('doomed');
     const r = await call('DELETE', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${claim.metadata.name}`);
     assert.equal(r.status, 200, JSON.stringify(r.body).slice(0, 300));
-    const deleting = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${claim.metadata.name}`)).body as Claim;
+    const deleting = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${claim.metadata.name}`))
+      .body as Claim;
     assert.ok(deleting.metadata.deletionTimestamp, 'kept (deleting) while the pod uses it');
     await new Promise((resolve) => setTimeout(resolve, 2000));
     assert.equal(await phase('doomed'), 'Running');
     assert.match(await podLink('doomed', 'net1'), /inet 10\.1\.0\.10\/24/);
     await deletePod('doomed');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
-    await until('the claim gone', async () => ((await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${claim.metadata.name}`)).status === 404 ? true : undefined), 30000, 200);
+    await until(
+      'the claim gone',
+      async () =>
+        (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${claim.metadata.name}`)).status === 404
+          ? true
+          : undefined,
+      30000,
+      200,
+    );
     assert.ok(onHost(NICS[0]!));
   });
 
-  it('an attach that fails after Prepare: the claim\'s Ready is False with the error, and the pod has the event', async (t) => {
+  it("an attach that fails after Prepare: the claim's Ready is False with the error, and the pod has the event", async (t) => {
     owned(t, 'narrow');
-    await create(node, hostDeviceTemplate(NS, 'narrow', byName(NICS[1]!), { network: 'narrow', interfaceName: 'net1', ips: [`10.${B}.${C + 3}.5/24`] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'narrow', byName(NICS[1]!), {
+        network: 'narrow',
+        interfaceName: 'net1',
+        ips: [`10.${B}.${C + 3}.5/24`],
+      }),
+    );
     await create(node, claimingPod(NS, 'narrow', { template: 'narrow' }));
     await eventSaying('narrow', /^FailedAttachNetwork: plexus: .*10\.\d+\.\d+\.5/);
-    const claim = await until('Ready=False in the claim\'s status', async () => {
+    const claim = await until("Ready=False in the claim's status", async () => {
       const c = await claimOf('narrow');
-      return c.status?.devices?.[0]?.conditions?.some((x) => x.type === 'Ready' && x.status === 'False') ? c : undefined;
+      return c.status?.devices?.[0]?.conditions?.some((x) => x.type === 'Ready' && x.status === 'False')
+        ? c
+        : undefined;
     });
     const ready = claim.status!.devices![0]!.conditions!.find((x) => x.type === 'Ready')!;
     assert.equal(ready.reason, 'NetworkAttachFailed');
@@ -309,7 +528,14 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
 
   it('a restarted kubelet registers plexus.io again; a pod running across the restart is still freed when it goes', async (t) => {
     owned(t, 'kubelet');
-    await create(node, hostDeviceTemplate(NS, 'kubelet', byName(NICS[2]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.11/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'kubelet', byName(NICS[2]!), {
+        network: 'fast',
+        interfaceName: 'net1',
+        ips: ['10.1.0.11/24'],
+      }),
+    );
     await create(node, claimingPod(NS, 'kubelet', { template: 'kubelet' }));
     await running('kubelet');
     const before = registrations();
@@ -326,15 +552,39 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await daemon.kill('SIGTERM');
     const ghost = '00000000-0000-4000-8000-00000000dead';
     const pool = `${node.nodeName}/${NIC}`;
-    writeFileSync(join(daemon.stateDir, 'dra', 'claims', `${ghost}.json`), JSON.stringify({
-      v: 1, uid: ghost, namespace: NS, name: 'ghost', pods: [{ name: 'ghost-pod', uid: '00000000-0000-4000-8000-00000000beef' }],
-      devices: [{ request: 'nic', pool, device: NICS[1], resourceName: NIC, kind: 'host-device', deviceID: NICS[1], network: { namespace: NS, name: 'fast' } }],
-      preparedAt: new Date().toISOString(),
-    }));
+    writeFileSync(
+      join(daemon.stateDir, 'dra', 'claims', `${ghost}.json`),
+      JSON.stringify({
+        v: 1,
+        uid: ghost,
+        namespace: NS,
+        name: 'ghost',
+        pods: [{ name: 'ghost-pod', uid: '00000000-0000-4000-8000-00000000beef' }],
+        devices: [
+          {
+            request: 'nic',
+            pool,
+            device: NICS[1],
+            resourceName: NIC,
+            kind: 'host-device',
+            deviceID: NICS[1],
+            network: { namespace: NS, name: 'fast' },
+          },
+        ],
+        preparedAt: new Date().toISOString(),
+      }),
+    );
     await daemon.start(30000);
     await until('the stale record released', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
     assert.match(daemon.stderr, /stale prepared claim released/);
-    await create(node, hostDeviceTemplate(NS, 'afterghost', byName(NICS[1]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.12/24'] }));
+    await create(
+      node,
+      hostDeviceTemplate(NS, 'afterghost', byName(NICS[1]!), {
+        network: 'fast',
+        interfaceName: 'net1',
+        ips: ['10.1.0.12/24'],
+      }),
+    );
     await create(node, claimingPod(NS, 'afterghost', { template: 'afterghost' }));
     await running('afterghost');
     await deletePod('afterghost');
@@ -344,7 +594,8 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
   it('nothing leaked: no journal record, no prepared claim, no lease, every device back on the host', async () => {
     await until('no journal record', () => (daemon.journalFiles().length === 0 ? true : undefined), 30000, 100);
     assert.deepEqual(claimFiles(), []);
-    for (const network of ['podnet', 'fast', 'narrow', 'later']) assert.deepEqual(daemon.leases(`default/${network}`).concat(daemon.leases(network)), [], network);
+    for (const network of ['podnet', 'fast', 'narrow', 'later'])
+      assert.deepEqual(daemon.leases(`default/${network}`).concat(daemon.leases(network)), [], network);
     for (const name of NICS) assert.ok(onHost(name), `${name} is on the host`);
     assert.deepEqual(node.netnsLeft(), []);
   });

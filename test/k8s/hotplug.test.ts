@@ -22,11 +22,18 @@ const t = Math.floor(Math.random() * 200);
 const NODE = `${prefix}-node`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type, bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type,
+    bridge: `${prefix}b${i}`,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+  });
 const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-describe('hot-plug: changing a running pod\'s networks through its annotation', { skip }, () => {
+describe("hot-plug: changing a running pod's networks through its annotation", { skip }, () => {
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   let daemon: DaemonFixture;
@@ -39,10 +46,22 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
     for (let i = 0; i < 4; i++) fx.trackHostLink(`${prefix}b${i}`);
     binDir = pluginDirWithSlowBridge();
     api = await KubeApiFixture.startForPlexus();
-    for (const [name, i, type] of [['podnet', 0], ['sec', 1], ['alt', 2], ['slow', 3, 'slow']] as const) {
+    for (const [name, i, type] of [
+      ['podnet', 0],
+      ['sec', 1],
+      ['alt', 2],
+      ['slow', 3, 'slow'],
+    ] as const) {
       assert.equal((await api.createNad('default', name, bridgeConfig(name, i, type))).status, 201);
     }
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE, '--cni-bin-dir', binDir]);
+    daemon = new DaemonFixture('podnet', [
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      NODE,
+      '--cni-bin-dir',
+      binDir,
+    ]);
     await daemon.start(30000);
     pods = new ApiPods(api, NODE, newPod);
   });
@@ -54,14 +73,22 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
   });
 
   const call = (command: 'ADD' | 'DEL', p: ApiPod) =>
-    daemon.cni({ command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args, config: daemon.runtimeConfig({}, '1.0.0') });
+    daemon.cni({
+      command,
+      containerId: p.pod.cid,
+      netns: p.pod.netns,
+      ifname: 'eth0',
+      args: p.args,
+      config: daemon.runtimeConfig({}, '1.0.0'),
+    });
   async function running(name: string, networks: string): Promise<ApiPod> {
     const p = await pods.create(name, { [NETWORKS]: networks });
     const out = await call('ADD', p);
     assert.equal(out.code, 0, out.stdout);
     return p;
   }
-  const leases = (): string[] => ['podnet', 'sec', 'alt', 'slow'].flatMap((n) => daemon.leases(n).map((l) => `${n}:${l}`));
+  const leases = (): string[] =>
+    ['podnet', 'sec', 'alt', 'slow'].flatMap((n) => daemon.leases(n).map((l) => `${n}:${l}`));
   /** The pod's links once they are `want` (polling), or what they are after ~10 s. */
   async function linksBecome(p: ApiPod, want: string[]): Promise<string[]> {
     let links = podLinks(p.pod.ns);
@@ -80,16 +107,29 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(2));
     const status = await pods.status('default', 'grow', (s) => s.length === 3);
     const ms = Date.now() - started;
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/sec@net1', 'default/alt@net2']);
-    assert.deepEqual(status[2]!.ips, [/inet (\S+)\//.exec(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'))![1]!]);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/sec@net1', 'default/alt@net2'],
+    );
+    assert.deepEqual(status[2]!.ips, [
+      /inet (\S+)\//.exec(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'))![1]!,
+    ]);
     assert.ok(ms < 5000, `added and reported within ${ms} ms`);
 
     await pods.annotate('default', 'grow', NETWORKS, 'alt');
     assert.deepEqual(await linksBecome(p, ['eth0', 'net2']), ['eth0', 'net2'], 'sec is gone; alt keeps net2');
-    assert.deepEqual((await pods.status('default', 'grow', (s) => s.length === 2)).map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/alt@net2']);
-    assert.deepEqual(daemon.leases('sec'), [], 'the removed network\'s lease is released');
+    assert.deepEqual(
+      (await pods.status('default', 'grow', (s) => s.length === 2)).map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/alt@net2'],
+    );
+    assert.deepEqual(daemon.leases('sec'), [], "the removed network's lease is released");
     const events = await pods.events('default', 'grow', (e) => e.some((x) => x.reason === 'RemovedInterface'));
-    assert.ok(events.some((e) => e.reason === 'AddedInterface' && /^Add net2 \[10\.\d+\.\d+\.\d+\] from default\/alt$/.test(e.message)), JSON.stringify(events.map((e) => e.message)));
+    assert.ok(
+      events.some(
+        (e) => e.reason === 'AddedInterface' && /^Add net2 \[10\.\d+\.\d+\.\d+\] from default\/alt$/.test(e.message),
+      ),
+      JSON.stringify(events.map((e) => e.message)),
+    );
     assert.ok(events.some((e) => e.reason === 'RemovedInterface' && e.message === 'Remove net1 from default/sec'));
     assert.equal((await call('DEL', p)).code, 0);
     assert.deepEqual(leases(), []);
@@ -101,9 +141,15 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
     const events = await pods.events('default', 'steady', (e) => e.some((x) => x.type === 'Warning'));
     const warning = events.find((e) => e.type === 'Warning');
     assert.equal(warning?.reason, 'FailedAttachNetwork');
-    assert.match(warning.message, /changing the networks of the running pod: .*network default\/no-such-network is not defined/);
+    assert.match(
+      warning.message,
+      /changing the networks of the running pod: .*network default\/no-such-network is not defined/,
+    );
     assert.deepEqual(podLinks(p.pod.ns), ['eth0', 'net1']);
-    assert.deepEqual((await pods.status('default', 'steady')).map((s) => s.interface), ['eth0', 'net1']);
+    assert.deepEqual(
+      (await pods.status('default', 'steady')).map((s) => s.interface),
+      ['eth0', 'net1'],
+    );
     assert.equal((await call('DEL', p)).code, 0);
   });
 
@@ -123,13 +169,23 @@ describe('hot-plug: changing a running pod\'s networks through its annotation', 
     const record = `${p.pod.cid}@eth0.jsonl`;
     for (let i = 0; i < 200 && !changeInFlight(daemon.stateDir, record); i++) await sleep(10);
     await daemon.kill('SIGKILL');
-    assert.ok(changeInFlight(daemon.stateDir, record), `the kill cut the change: ${recordKinds(daemon.stateDir, record).join(' ')}`);
+    assert.ok(
+      changeInFlight(daemon.stateDir, record),
+      `the kill cut the change: ${recordKinds(daemon.stateDir, record).join(' ')}`,
+    );
     await daemon.start(30000);
     // Cut off while adding slow: undone at the restart (the pod as it was), then made again from the annotation.
-    assert.deepEqual(await linksBecome(p, ['eth0', 'net2']), ['eth0', 'net2'], 'the change is made again after the restart');
+    assert.deepEqual(
+      await linksBecome(p, ['eth0', 'net2']),
+      ['eth0', 'net2'],
+      'the change is made again after the restart',
+    );
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(3));
     const status = await pods.status('default', 'crash', (s) => s.length === 2 && s[1]?.name === 'default/slow');
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/slow@net2']);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/slow@net2'],
+    );
     assert.deepEqual(daemon.leases('sec'), []);
     assert.equal((await call('DEL', p)).code, 0);
     assert.deepEqual(podLinks(p.pod.ns), []);

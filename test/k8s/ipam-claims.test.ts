@@ -24,11 +24,22 @@ const CLAIMS = '/apis/k8s.cni.cncf.io/v1alpha1/namespaces/default/ipamclaims';
 const BLOCKS = '/apis/ipam.plexus.io/v1alpha1/ipblocks';
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', capabilities: { ips: true }, ipam });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'macvlan',
+    master,
+    mode: 'bridge',
+    capabilities: { ips: true },
+    ipam,
+  });
 const NADS: Record<string, string> = {
   base: macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.100.0/24` }]] }),
   // Dual stack: a claim holds one address per family.
-  vmnet: macvlan('vmnet', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/22` }], [{ subnet: `fd00:${o}::/116` }]] }),
+  vmnet: macvlan('vmnet', {
+    type: 'plexus',
+    ranges: [[{ subnet: `10.${o}.0.0/22` }], [{ subnet: `fd00:${o}::/116` }]],
+  }),
   sts: macvlan('sts', { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/24` }]] }),
   // One block of 13 addresses: what a claim owns in it shows in who else gets what.
   tiny: macvlan('tiny', { type: 'plexus', ranges: [[{ subnet: `10.${o}.9.0/28` }]], blockSize: { v4: 28 } }),
@@ -55,7 +66,9 @@ interface Block {
 const addressesOf = (out: ShimOutput, ifname = 'net1'): string[] => {
   const ifaces = (out.json?.interfaces as { name: string }[] | undefined) ?? [];
   const index = ifaces.findIndex((i) => i.name === ifname);
-  return ((out.json?.ips as { address: string; interface?: number }[] | undefined) ?? []).filter((x) => x.interface === index).map((x) => x.address);
+  return ((out.json?.ips as { address: string; interface?: number }[] | undefined) ?? [])
+    .filter((x) => x.interface === index)
+    .map((x) => x.address);
 };
 
 describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
@@ -70,11 +83,25 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
     api = await KubeApiFixture.startForPlexus();
-    for (const [name, config] of Object.entries(NADS)) assert.equal((await api.createNad('default', name, config)).status, 201, name);
+    for (const [name, config] of Object.entries(NADS))
+      assert.equal((await api.createNad('default', name, config)).status, 201, name);
     const kubeconfig = api.userKubeconfig('plexus');
     for (const name of nodeNames) {
       await api.createNode(name);
-      nodes.push(new DaemonFixture('base', ['--kubeconfig', kubeconfig, '--node-name', name, '--cni-bin-dir', '/usr/lib/cni', '--ipam-reconcile-seconds', '1', '--ipam-node-grace-seconds', '2']));
+      nodes.push(
+        new DaemonFixture('base', [
+          '--kubeconfig',
+          kubeconfig,
+          '--node-name',
+          name,
+          '--cni-bin-dir',
+          '/usr/lib/cni',
+          '--ipam-reconcile-seconds',
+          '1',
+          '--ipam-node-grace-seconds',
+          '2',
+        ]),
+      );
     }
     await Promise.all(nodes.map((n) => n.start(60000)));
   });
@@ -86,30 +113,51 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
 
   /** A pod object on node `i` selecting `networks`, and a sandbox for it. */
   const newPod = async (i: number, networks: string, name = `${prefix}-p${++count}`): Promise<Pod> => {
-    const created = await api.createPod('default', name, { nodeName: nodeNames[i]!, annotations: { 'k8s.v1.cni.cncf.io/networks': networks } });
+    const created = await api.createPod('default', name, {
+      nodeName: nodeNames[i]!,
+      annotations: { 'k8s.v1.cni.cncf.io/networks': networks },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const ns = fx.create(`s${++count}`);
-    return { name, uid: (created.body as { metadata: { uid: string } }).metadata.uid, cid: `${prefix}c${count}`, netns: ns.path };
+    return {
+      name,
+      uid: (created.body as { metadata: { uid: string } }).metadata.uid,
+      cid: `${prefix}c${count}`,
+      netns: ns.path,
+    };
   };
   const call = (i: number, command: 'ADD' | 'DEL', pod: Pod): Promise<ShimOutput> =>
     nodes[i]!.cni({
-      command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0',
+      command,
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
       args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${pod.name};K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${pod.uid}`,
       config: nodes[i]!.runtimeConfig({}, '1.0.0'),
     });
-  const claimOf = (name: string, network = 'vmnet'): string => JSON.stringify([{ name: network, 'ipam-claim-reference': name }]);
+  const claimOf = (name: string, network = 'vmnet'): string =>
+    JSON.stringify([{ name: network, 'ipam-claim-reference': name }]);
   const createClaim = async (name: string, network = 'vmnet'): Promise<void> => {
-    const r = await api.request('POST', CLAIMS, { apiVersion: 'k8s.cni.cncf.io/v1alpha1', kind: 'IPAMClaim', metadata: { name }, spec: { network, interface: 'net1' } });
+    const r = await api.request('POST', CLAIMS, {
+      apiVersion: 'k8s.cni.cncf.io/v1alpha1',
+      kind: 'IPAMClaim',
+      metadata: { name },
+      spec: { network, interface: 'net1' },
+    });
     assert.equal(r.status, 201, JSON.stringify(r.body));
   };
-  const getClaim = async (name: string): Promise<{ status?: { ips?: string[]; ownerPod?: string } }> => (await api.request('GET', `${CLAIMS}/${name}`)).body as { status?: { ips?: string[]; ownerPod?: string } };
+  const getClaim = async (name: string): Promise<{ status?: { ips?: string[]; ownerPod?: string } }> =>
+    (await api.request('GET', `${CLAIMS}/${name}`)).body as { status?: { ips?: string[]; ownerPod?: string } };
   const blocks = async (): Promise<Block[]> => ((await api.request('GET', BLOCKS)).body as { items: Block[] }).items;
   /** Claim entries of every block, with the block's node. */
-  const entries = async (): Promise<(Entry & { holder: string })[]> => (await blocks()).flatMap((b) => (b.spec.claims ?? []).map((e) => ({ ...e, holder: b.spec.node })));
+  const entries = async (): Promise<(Entry & { holder: string })[]> =>
+    (await blocks()).flatMap((b) => (b.spec.claims ?? []).map((e) => ({ ...e, holder: b.spec.node })));
   /** The addresses leased on node `i` in pool `pool` (lease file names). */
   const leasesOn = (i: number, pool: string): string[] => {
     try {
-      return readdirSync(join(nodes[i]!.stateDir, 'ipam-pools', pool)).filter((f) => !f.startsWith('.') && !f.startsWith('last_reserved'));
+      return readdirSync(join(nodes[i]!.stateDir, 'ipam-pools', pool)).filter(
+        (f) => !f.startsWith('.') && !f.startsWith('last_reserved'),
+      );
     } catch {
       return [];
     }
@@ -126,7 +174,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
   let vm1: string[] = [];
   const vm1Pods: [number, Pod][] = [];
 
-  it('a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod\'s ADD', async () => {
+  it("a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod's ADD", async () => {
     await createClaim('vm1');
     const first = await newPod(0, claimOf('vm1'), 'virt-launcher-vm1-a');
     const out = await call(0, 'ADD', first);
@@ -141,7 +189,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.ok(recorded.every((e) => e.holder === nodeNames[0] && e.nodes.join() === nodeNames[0]));
 
     assert.equal((await call(0, 'DEL', first)).code, 0);
-    assert.ok(!leasesOn(0, 'vmnet').includes(bare(vm1[0]!)), 'the pod\'s lease ends with its sandbox');
+    assert.ok(!leasesOn(0, 'vmnet').includes(bare(vm1[0]!)), "the pod's lease ends with its sandbox");
     await sleep(2500); // reconciler passes: a claim that exists keeps its addresses
     assert.equal((await entries()).filter((e) => e.claim === 'default/vm1').length, 2, 'the claim still owns them');
 
@@ -152,7 +200,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     vm1Pods.push([0, again]);
   });
 
-  it('no other pod gets a claim\'s address: dynamic allocations skip it and a static request is refused (101)', async () => {
+  it("no other pod gets a claim's address: dynamic allocations skip it and a static request is refused (101)", async () => {
     assert.equal((await call(0, 'DEL', vm1Pods.pop()![1])).code, 0);
     const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
     const refused = await call(0, 'ADD', stat);
@@ -184,16 +232,25 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await api.request('DELETE', `${CLAIMS}/vm5`)).status, 200);
   });
 
-  it('a claim\'s addresses follow its pod to another node (the block stays node 0\'s; node 1 is recorded as a user)', async () => {
+  it("a claim's addresses follow its pod to another node (the block stays node 0's; node 1 is recorded as a user)", async () => {
     const moved = await newPod(1, claimOf('vm1'), 'virt-launcher-vm1-c');
     const out = await call(1, 'ADD', moved);
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(addressesOf(out).sort(), [...vm1].sort());
     const recorded = (await entries()).filter((e) => e.claim === 'default/vm1');
-    assert.ok(recorded.every((e) => e.holder === nodeNames[0] && e.nodes.includes(nodeNames[1]!)), JSON.stringify(recorded));
-    assert.ok(vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))), 'node 1 leases them for its pod');
+    assert.ok(
+      recorded.every((e) => e.holder === nodeNames[0] && e.nodes.includes(nodeNames[1]!)),
+      JSON.stringify(recorded),
+    );
+    assert.ok(
+      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      'node 1 leases them for its pod',
+    );
     await sleep(2500);
-    assert.ok(vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))), 'node 1\'s reconciler does not treat them as strays');
+    assert.ok(
+      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      "node 1's reconciler does not treat them as strays",
+    );
     vm1Pods.push([1, moved]);
   });
 
@@ -208,8 +265,16 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     const claimed = (await getClaim('vm2')).status?.ips ?? [];
     assert.deepEqual([...claimed].sort(), addressesOf(outA).sort());
     const recorded = (await entries()).filter((e) => e.claim === 'default/vm2');
-    assert.deepEqual(recorded.map((e) => e.address).sort(), claimed.map(bare).sort(), 'the loser\'s own new addresses were given back');
-    for (const [i, pod] of [[1, a], [2, b]] as const) assert.equal((await call(i, 'DEL', pod)).code, 0);
+    assert.deepEqual(
+      recorded.map((e) => e.address).sort(),
+      claimed.map(bare).sort(),
+      "the loser's own new addresses were given back",
+    );
+    for (const [i, pod] of [
+      [1, a],
+      [2, b],
+    ] as const)
+      assert.equal((await call(i, 'DEL', pod)).code, 0);
     assert.equal((await api.request('DELETE', `${CLAIMS}/vm2`)).status, 200);
   });
 
@@ -240,8 +305,11 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await api.request('DELETE', `${CLAIMS}/vm1`)).status, 200);
     await sleep(3000); // reconciler passes on every node
     const still = (await entries()).filter((e) => e.claim === 'default/vm1');
-    assert.equal(still.length, 2, 'node 1\'s pod still uses them');
-    assert.ok(still.every((e) => e.nodes.join() === nodeNames[1]), `node 0 let go, node 1 did not: ${JSON.stringify(still)}`);
+    assert.equal(still.length, 2, "node 1's pod still uses them");
+    assert.ok(
+      still.every((e) => e.nodes.join() === nodeNames[1]),
+      `node 0 let go, node 1 did not: ${JSON.stringify(still)}`,
+    );
     const [i, pod] = vm1Pods.pop()!;
     assert.equal((await call(i, 'DEL', pod)).code, 0);
     await until('the entries of vm1 are gone', async () => (await entries()).every((e) => e.claim !== 'default/vm1'));
@@ -252,15 +320,21 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await call(0, 'DEL', stat)).code, 0);
   });
 
-  it('a StatefulSet pod recreated under its name (new UID) keeps its new address; the old sandbox\'s is freed by its own end', async () => {
+  it("a StatefulSet pod recreated under its name (new UID) keeps its new address; the old sandbox's is freed by its own end", async () => {
     const old = await newPod(0, 'sts', 'web-0');
     const outA = await call(0, 'ADD', old);
     assert.equal(outA.code, 0, outA.stdout);
     const a = bare(addressesOf(outA)[0]!);
     // The pod object is deleted and the StatefulSet controller creates web-0 again: a new UID, same name, same node,
     // while the runtime has not yet torn the old sandbox down.
-    assert.equal((await api.request('DELETE', '/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=0')).status, 200);
-    await until('web-0 is gone', async () => (await api.request('GET', '/api/v1/namespaces/default/pods/web-0')).status === 404);
+    assert.equal(
+      (await api.request('DELETE', '/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=0')).status,
+      200,
+    );
+    await until(
+      'web-0 is gone',
+      async () => (await api.request('GET', '/api/v1/namespaces/default/pods/web-0')).status === 404,
+    );
     const recreated = await newPod(0, 'sts', 'web-0');
     assert.notEqual(recreated.uid, old.uid);
     const outB = await call(0, 'ADD', recreated);
@@ -270,7 +344,12 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     await sleep(3000); // IPAM reconciler passes: neither lease is freed; the old sandbox may still have its address
     assert.deepEqual(leasesOn(0, 'sts').sort(), [a, b].sort());
     // The runtime's reconciliation (CNI GC with the sandboxes it keeps) ends the old sandbox: its lease alone goes.
-    const gc = await nodes[0]!.cni({ command: 'GC', config: nodes[0]!.runtimeConfig({ 'cni.dev/valid-attachments': [{ containerID: recreated.cid, ifname: 'eth0' }] }) });
+    const gc = await nodes[0]!.cni({
+      command: 'GC',
+      config: nodes[0]!.runtimeConfig({
+        'cni.dev/valid-attachments': [{ containerID: recreated.cid, ifname: 'eth0' }],
+      }),
+    });
     assert.equal(gc.code, 0, gc.stdout);
     assert.deepEqual(leasesOn(0, 'sts'), [b]);
     await sleep(2500);
@@ -279,7 +358,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.deepEqual(leasesOn(0, 'sts'), []);
   });
 
-  it('a pod deleted while its node\'s daemon was down is cleaned when the daemon is back (the spooled DEL)', async () => {
+  it("a pod deleted while its node's daemon was down is cleaned when the daemon is back (the spooled DEL)", async () => {
     const pod = await newPod(2, 'sts');
     const out = await call(2, 'ADD', pod);
     assert.equal(out.code, 0, out.stdout);

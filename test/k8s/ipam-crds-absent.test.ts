@@ -14,7 +14,8 @@ import { expectedPrerequisites } from '../support/prerequisites';
 const prefix = uniquePrefix('nc');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);
-const bridge = (name: string, i: number, ipam: Record<string, unknown>): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam });
+const bridge = (name: string, i: number, ipam: Record<string, unknown>): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam });
 
 describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisites(k8sMissing()) }, () => {
   const fx = new NetnsFixture(prefix);
@@ -28,8 +29,26 @@ describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisite
     api = await KubeApiFixture.start();
     await api.installNadCrd();
     await api.grantPlexusRbac('plexus');
-    assert.equal((await api.createNad('default', 'podnet', bridge('podnet', 0, { type: 'host-local', ranges: [[{ subnet: `10.${o}.1.0/24` }]] }))).status, 201);
-    assert.equal((await api.createNad('default', 'wide', bridge('wide', 1, { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/21` }]] }))).status, 201);
+    assert.equal(
+      (
+        await api.createNad(
+          'default',
+          'podnet',
+          bridge('podnet', 0, { type: 'host-local', ranges: [[{ subnet: `10.${o}.1.0/24` }]] }),
+        )
+      ).status,
+      201,
+    );
+    assert.equal(
+      (
+        await api.createNad(
+          'default',
+          'wide',
+          bridge('wide', 1, { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/21` }]] }),
+        )
+      ).status,
+      201,
+    );
     daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE]);
     await daemon.start(30000); // ready, though the IPAM CRDs are not served
     pods = new ApiPods(api, NODE, podMaker(fx, prefix, ['eth0', 'net1']));
@@ -42,7 +61,15 @@ describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisite
 
   it('attaches host-local networks, and refuses a cluster-IPAM one with 11 naming the missing CRDs', async () => {
     const plain = await pods.create('plain', {});
-    const call = (command: 'ADD' | 'DEL', p: typeof plain) => daemon.cni({ command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args, config: daemon.runtimeConfig({}, '1.0.0') });
+    const call = (command: 'ADD' | 'DEL', p: typeof plain) =>
+      daemon.cni({
+        command,
+        containerId: p.pod.cid,
+        netns: p.pod.netns,
+        ifname: 'eth0',
+        args: p.args,
+        config: daemon.runtimeConfig({}, '1.0.0'),
+      });
     assert.equal((await call('ADD', plain)).code, 0);
     const wide = await pods.create('wide', { 'k8s.v1.cni.cncf.io/networks': 'wide' });
     const refused = await call('ADD', wide);

@@ -19,7 +19,12 @@ const write = (name: string, config: unknown): string => {
   return path;
 };
 const kubeconfig = (cluster: Record<string, unknown>, user: Record<string, unknown>): Record<string, unknown> => ({
-  apiVersion: 'v1', kind: 'Config', 'current-context': 'c', clusters: [{ name: 'k', cluster }], users: [{ name: 'u', user }], contexts: [{ name: 'c', context: { cluster: 'k', user: 'u' } }],
+  apiVersion: 'v1',
+  kind: 'Config',
+  'current-context': 'c',
+  clusters: [{ name: 'k', cluster }],
+  users: [{ name: 'u', user }],
+  contexts: [{ name: 'c', context: { cluster: 'k', user: 'u' } }],
 });
 const problem = (path: string): string => {
   const r = loadKubeConfig(path);
@@ -31,12 +36,32 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 describe('kubeconfig', () => {
   it('refuses what it cannot use, saying what and where', () => {
     assert.match(problem(join(dir, 'missing')), /cannot use the kubeconfig .*missing: ENOENT/);
-    assert.match(problem(write('no-ctx.json', { ...kubeconfig({ server: 'https://127.0.0.1:1' }, {}), 'current-context': 'x' })), /current-context "x" is not among its contexts/);
-    assert.match(problem(write('bad-url.json', kubeconfig({ server: 'not a url' }, {}))), /clusters\[0\]\.cluster\.server/);
-    assert.match(problem(write('auth-provider.json', kubeconfig({ server: 'https://127.0.0.1:1' }, { 'auth-provider': { name: 'gcp' } }))), /auth-provider entries are not supported/);
-    assert.match(problem(write('proxy.json', kubeconfig({ server: 'https://127.0.0.1:1', 'proxy-url': 'http://p:3128' }, {}))), /proxy-url is not supported/);
+    assert.match(
+      problem(write('no-ctx.json', { ...kubeconfig({ server: 'https://127.0.0.1:1' }, {}), 'current-context': 'x' })),
+      /current-context "x" is not among its contexts/,
+    );
+    assert.match(
+      problem(write('bad-url.json', kubeconfig({ server: 'not a url' }, {}))),
+      /clusters\[0\]\.cluster\.server/,
+    );
+    assert.match(
+      problem(
+        write(
+          'auth-provider.json',
+          kubeconfig({ server: 'https://127.0.0.1:1' }, { 'auth-provider': { name: 'gcp' } }),
+        ),
+      ),
+      /auth-provider entries are not supported/,
+    );
+    assert.match(
+      problem(write('proxy.json', kubeconfig({ server: 'https://127.0.0.1:1', 'proxy-url': 'http://p:3128' }, {}))),
+      /proxy-url is not supported/,
+    );
     assert.match(problem(write('http.json', kubeconfig({ server: 'http://127.0.0.1:1' }, {}))), /plain HTTP/);
-    assert.match(problem(write('ca.json', kubeconfig({ server: 'https://127.0.0.1:1', 'certificate-authority': 'nope.crt' }, {}))), /cannot read the certificate authority: .*nope\.crt/);
+    assert.match(
+      problem(write('ca.json', kubeconfig({ server: 'https://127.0.0.1:1', 'certificate-authority': 'nope.crt' }, {}))),
+      /cannot read the certificate authority: .*nope\.crt/,
+    );
   });
 
   it('is not needed on a standalone node: no path and no service account means no API', () => {
@@ -67,19 +92,54 @@ describe('kubeconfig credentials on a real API server', { skip: expectedPrerequi
 
   it('uses certificate and key files named relative to the kubeconfig', async () => {
     for (const f of ['ca.crt', 'admin.crt', 'admin.key']) copyFileSync(certs(f), join(dir, f));
-    assert.equal(await get(write('files.json', kubeconfig({ server: api.server, 'certificate-authority': 'ca.crt' }, { 'client-certificate': 'admin.crt', 'client-key': 'admin.key' }))), 200);
+    assert.equal(
+      await get(
+        write(
+          'files.json',
+          kubeconfig(
+            { server: api.server, 'certificate-authority': 'ca.crt' },
+            { 'client-certificate': 'admin.crt', 'client-key': 'admin.key' },
+          ),
+        ),
+      ),
+      200,
+    );
   });
 
   it('runs an exec credential plugin and uses the certificate it prints; a failing plugin is a clear error', async () => {
     const plugin = join(dir, 'credential-plugin');
-    const credential = { apiVersion: 'client.authentication.k8s.io/v1', kind: 'ExecCredential', status: { clientCertificateData: readFileSync(certs('admin.crt'), 'utf8'), clientKeyData: readFileSync(certs('admin.key'), 'utf8') } };
+    const credential = {
+      apiVersion: 'client.authentication.k8s.io/v1',
+      kind: 'ExecCredential',
+      status: {
+        clientCertificateData: readFileSync(certs('admin.crt'), 'utf8'),
+        clientKeyData: readFileSync(certs('admin.key'), 'utf8'),
+      },
+    };
     writeFileSync(join(dir, 'credential.json'), JSON.stringify(credential));
-    writeFileSync(plugin, `#!/bin/sh\n[ -n "$KUBERNETES_EXEC_INFO" ] || exit 3\ncat "${join(dir, 'credential.json')}"\n`);
+    writeFileSync(
+      plugin,
+      `#!/bin/sh\n[ -n "$KUBERNETES_EXEC_INFO" ] || exit 3\ncat "${join(dir, 'credential.json')}"\n`,
+    );
     chmodSync(plugin, 0o755);
     const ca = readFileSync(certs('ca.crt')).toString('base64');
-    assert.equal(await get(write('exec.json', kubeconfig({ server: api.server, 'certificate-authority-data': ca }, { exec: { apiVersion: 'client.authentication.k8s.io/v1', command: plugin } }))), 200);
+    assert.equal(
+      await get(
+        write(
+          'exec.json',
+          kubeconfig(
+            { server: api.server, 'certificate-authority-data': ca },
+            { exec: { apiVersion: 'client.authentication.k8s.io/v1', command: plugin } },
+          ),
+        ),
+      ),
+      200,
+    );
 
-    const failing = write('exec-fails.json', kubeconfig({ server: api.server, 'certificate-authority-data': ca }, { exec: { command: '/bin/false' } }));
+    const failing = write(
+      'exec-fails.json',
+      kubeconfig({ server: api.server, 'certificate-authority-data': ca }, { exec: { command: '/bin/false' } }),
+    );
     const endpoint = loadKubeConfig(failing);
     assert.ok(endpoint.ok && endpoint.value);
     const creds = await endpoint.value.credentials();
@@ -89,6 +149,14 @@ describe('kubeconfig credentials on a real API server', { skip: expectedPrerequi
   it('sends a token from a token file, which the API server judges (unknown token: 401)', async () => {
     writeFileSync(join(dir, 'token'), 'not-a-real-token\n');
     const ca = readFileSync(certs('ca.crt')).toString('base64');
-    assert.equal(await get(write('token.json', kubeconfig({ server: api.server, 'certificate-authority-data': ca }, { tokenFile: 'token' }))), 401);
+    assert.equal(
+      await get(
+        write(
+          'token.json',
+          kubeconfig({ server: api.server, 'certificate-authority-data': ca }, { tokenFile: 'token' }),
+        ),
+      ),
+      401,
+    );
   });
 });

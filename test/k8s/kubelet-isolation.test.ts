@@ -19,7 +19,13 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 150 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const bridgeConfig = (name: string, i: number): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'bridge',
+    bridge: `${prefix}b${i}`,
+    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+  });
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges (none when the bridge was never made). */
 const portsOn = (i: number): string[] => {
@@ -38,8 +44,19 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     copyFileSync(SHIM, join(binDir, 'plexus-cni'));
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`),
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`),
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     const api = node.api;
     await api.installPlexus();
@@ -49,8 +66,18 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     assert.equal((await api.createNad('team-b', 'theirs', bridgeConfig('theirs', 2))).status, 201);
     assert.equal((await api.createNad('shared', 'common', bridgeConfig('common', 3))).status, 201);
     assert.equal((await api.createNad('default', 'everyone', bridgeConfig('everyone', 4))).status, 201);
-    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--namespace-isolation', 'true', '--global-namespaces', 'shared');
+    daemon.addFlags(
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--namespace-isolation',
+      'true',
+      '--global-namespaces',
+      'shared',
+    );
     await daemon.start(30000);
   });
   after(async () => {
@@ -60,7 +87,11 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
   });
 
   it('refuses a NAD of another namespace: no sandbox, the event names the rule, nothing left behind', async () => {
-    const [pod] = await node.createPods(1, { namespace: 'team-a', namePrefix: 'cross-', annotations: { [NETWORKS]: 'own,team-b/theirs' } });
+    const [pod] = await node.createPods(1, {
+      namespace: 'team-a',
+      namePrefix: 'cross-',
+      annotations: { [NETWORKS]: 'own,team-b/theirs' },
+    });
     let failures: string[] = [];
     for (let i = 0; i < 120 && failures.length < 2; i++) {
       await sleep(500);
@@ -76,8 +107,12 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     assert.equal((await node.call('DELETE', `/api/v1/namespaces/team-a/pods/${pod!}`)).status, 200);
   });
 
-  it('runs a pod that uses its own namespace\'s NAD, one of default and one of a global namespace', async () => {
-    const names = await node.createPods(1, { namespace: 'team-a', namePrefix: 'allowed-', annotations: { [NETWORKS]: 'own,default/everyone,shared/common' } });
+  it("runs a pod that uses its own namespace's NAD, one of default and one of a global namespace", async () => {
+    const names = await node.createPods(1, {
+      namespace: 'team-a',
+      namePrefix: 'allowed-',
+      annotations: { [NETWORKS]: 'own,default/everyone,shared/common' },
+    });
     const timings = await node.waitAllRunning(names, 90_000, 'team-a');
     // The namespace's failures include the refused pod's of the case above: this pod's own must be none.
     const mine = timings.failureMessages.filter((m) => m.startsWith(names[0]!));

@@ -22,15 +22,26 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const bridgeConfig = (name: string, i: number): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] } });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'bridge',
+    bridge: `${prefix}b${i}`,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+  });
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The pod's interfaces and IPv4 addresses, read in its netns. */
 const addressesIn = (netns: string): Map<string, string> =>
-  new Map(execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', '-4', 'addr', 'show'], { encoding: 'utf8' }).split('\n').flatMap((l) => {
-    const m = /^\d+: (\S+)\s+inet (\S+)\//.exec(l);
-    return m && m[1] !== 'lo' ? [[m[1]!, m[2]!] as [string, string]] : [];
-  }));
+  new Map(
+    execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', '-4', 'addr', 'show'], { encoding: 'utf8' })
+      .split('\n')
+      .flatMap((l) => {
+        const m = /^\d+: (\S+)\s+inet (\S+)\//.exec(l);
+        return m && m[1] !== 'lo' ? [[m[1]!, m[2]!] as [string, string]] : [];
+      }),
+  );
 
 describe('Plexus on a real kubelet + containerd node', { skip }, () => {
   let node: KubeNodeFixture;
@@ -44,13 +55,36 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     copyFileSync(SHIM, join(binDir, 'plexus-cni'));
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`),
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`),
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     const api = node.api;
     await api.installPlexus();
-    for (const [name, i] of [['podnet', 0], ['sec', 1], ['alt', 2]] as const) assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
-    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir);
+    for (const [name, i] of [
+      ['podnet', 0],
+      ['sec', 1],
+      ['alt', 2],
+    ] as const)
+      assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
+    daemon.addFlags(
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+    );
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });
@@ -65,43 +99,82 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
   it('runs pods with the networks their annotations select, network-status matching each netns', async () => {
     await daemon.start(30000);
     const short = await node.createPods(2, { namePrefix: 'short-', annotations: { [NETWORKS]: 'sec' } });
-    const json = await node.createPods(1, { namePrefix: 'json-', annotations: { [NETWORKS]: JSON.stringify([{ name: 'alt', interface: 'data0' }, { name: 'sec' }]) } });
+    const json = await node.createPods(1, {
+      namePrefix: 'json-',
+      annotations: { [NETWORKS]: JSON.stringify([{ name: 'alt', interface: 'data0' }, { name: 'sec' }]) },
+    });
     const none = await node.createPods(1, { namePrefix: 'none-' });
     const timings = await node.waitAllRunning([...short, ...json, ...none], 120000);
     assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
-    const want: Record<string, string[]> = { [short[0]!]: ['eth0', 'net1'], [short[1]!]: ['eth0', 'net1'], [json[0]!]: ['eth0', 'data0', 'net1'], [none[0]!]: ['eth0'] };
+    const want: Record<string, string[]> = {
+      [short[0]!]: ['eth0', 'net1'],
+      [short[1]!]: ['eth0', 'net1'],
+      [json[0]!]: ['eth0', 'data0', 'net1'],
+      [none[0]!]: ['eth0'],
+    };
     for (const [name, interfaces] of Object.entries(want)) {
       const status = await pods.status('default', name, (s) => s.length === interfaces.length);
-      assert.deepEqual(status.map((s) => s.interface), interfaces, `${name}'s network-status`);
+      assert.deepEqual(
+        status.map((s) => s.interface),
+        interfaces,
+        `${name}'s network-status`,
+      );
       const inNetns = addressesIn(await node.podNetns('default', name));
-      for (const s of status) assert.deepEqual(s.ips, [inNetns.get(s.interface)], `${name} ${s.interface}: status and netns agree`);
-      assert.equal(status.filter((s) => s.default).map((s) => s.interface).join(), 'eth0');
-      const events = await pods.events('default', name, (e) => e.filter((x) => x.reason === 'AddedInterface').length === interfaces.length);
-      assert.equal(events.filter((e) => e.reason === 'AddedInterface').length, interfaces.length, `${name}: one AddedInterface per interface`);
+      for (const s of status)
+        assert.deepEqual(s.ips, [inNetns.get(s.interface)], `${name} ${s.interface}: status and netns agree`);
+      assert.equal(
+        status
+          .filter((s) => s.default)
+          .map((s) => s.interface)
+          .join(),
+        'eth0',
+      );
+      const events = await pods.events(
+        'default',
+        name,
+        (e) => e.filter((x) => x.reason === 'AddedInterface').length === interfaces.length,
+      );
+      assert.equal(
+        events.filter((e) => e.reason === 'AddedInterface').length,
+        interfaces.length,
+        `${name}: one AddedInterface per interface`,
+      );
     }
   });
 
   it('keeps a pod whose NAD does not exist yet waiting, says why, and runs it once the NAD is created', async () => {
     const [late] = await node.createPods(1, { namePrefix: 'late-', annotations: { [NETWORKS]: 'late' } });
     const warnings = await pods.events('default', late!, (e) => e.some((x) => x.reason === 'FailedAttachNetwork'));
-    assert.match(warnings.find((e) => e.reason === 'FailedAttachNetwork')!.message, /network default\/late is not defined/);
+    assert.match(
+      warnings.find((e) => e.reason === 'FailedAttachNetwork')!.message,
+      /network default\/late is not defined/,
+    );
     assert.notEqual((await node.pod('default', late!)).status?.phase, 'Running');
     assert.equal((await node.api.createNad('default', 'late', bridgeConfig('late', 3))).status, 201);
     const timings = await node.waitAllRunning([late!], 120000);
     assert.equal(timings.pods, 1);
-    assert.deepEqual((await pods.status('default', late!, (s) => s.length === 2)).map((s) => s.name), ['default/podnet', 'default/late']);
+    assert.deepEqual(
+      (await pods.status('default', late!, (s) => s.length === 2)).map((s) => s.name),
+      ['default/podnet', 'default/late'],
+    );
   });
 
-  it('changes a running pod\'s networks when its annotation changes (kubectl annotate --overwrite)', async () => {
+  it("changes a running pod's networks when its annotation changes (kubectl annotate --overwrite)", async () => {
     const [pod] = await node.createPods(1, { namePrefix: 'plug-' });
     await node.waitAllRunning([pod!], 120000);
     const netns = await node.podNetns('default', pod!);
     await pods.annotate('default', pod!, NETWORKS, 'alt');
     const added = await pods.status('default', pod!, (s) => s.length === 2);
-    assert.deepEqual(added.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/alt@net1']);
+    assert.deepEqual(
+      added.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/alt@net1'],
+    );
     assert.equal(addressesIn(netns).get('net1'), added[1]!.ips[0]);
     await pods.annotate('default', pod!, NETWORKS, '');
-    assert.deepEqual((await pods.status('default', pod!, (s) => s.length === 1)).map((s) => s.interface), ['eth0']);
+    assert.deepEqual(
+      (await pods.status('default', pod!, (s) => s.length === 1)).map((s) => s.interface),
+      ['eth0'],
+    );
     for (let i = 0; i < 50 && addressesIn(netns).has('net1'); i++) await sleep(100);
     assert.equal(addressesIn(netns).has('net1'), false);
     assert.equal((await node.pod('default', pod!)).status?.phase, 'Running', 'the pod was not restarted');
@@ -110,7 +183,14 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
   it('deleting every pod leaves no journal record and no lease', async () => {
     await node.deleteAllPods(120000);
     assert.deepEqual(daemon.journalFiles(), []);
-    assert.deepEqual(['podnet', 'sec', 'alt', 'late'].flatMap((n) => daemon.leases(n)), []);
-    assert.ok(ip('-o', 'link', 'show').split('\n').every((l) => !l.includes(`${prefix}b`) || !/veth/.test(l)));
+    assert.deepEqual(
+      ['podnet', 'sec', 'alt', 'late'].flatMap((n) => daemon.leases(n)),
+      [],
+    );
+    assert.ok(
+      ip('-o', 'link', 'show')
+        .split('\n')
+        .every((l) => !l.includes(`${prefix}b`) || !/veth/.test(l)),
+    );
   });
 });

@@ -21,11 +21,19 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 150 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const bridgeConfig = (name: string, i: number, routes: unknown[] = []): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `${prefix}b${i}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]], routes } });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'bridge',
+    bridge: `${prefix}b${i}`,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]], routes },
+  });
 const BAD_ROUTE = [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges: one per pod interface attached there. */
-const portsOn = (i: number): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
+const portsOn = (i: number): string[] =>
+  ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
 
 describe('a rolled-back ADD under a real kubelet', { skip }, () => {
   let node: KubeNodeFixture;
@@ -39,15 +47,33 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
     copyFileSync(SHIM, join(binDir, 'plexus-cni'));
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`),
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      cniBinDir: binDir,
+      ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`),
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
     });
     const api = node.api;
     await api.installPlexus();
     assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
     assert.equal((await api.createNad('default', 'good', bridgeConfig('good', 1))).status, 201);
     assert.equal((await api.createNad('default', 'broken', bridgeConfig('broken', 2, BAD_ROUTE))).status, 201);
-    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir);
+    daemon.addFlags(
+      '--kubeconfig',
+      api.userKubeconfig('plexus'),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+    );
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });
@@ -61,7 +87,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
 
   let pod = '';
 
-  it('a failing second network fails the sandbox, and the kubelet\'s retries leave nothing behind', async () => {
+  it("a failing second network fails the sandbox, and the kubelet's retries leave nothing behind", async () => {
     pod = (await node.createPods(1, { namePrefix: 'rb-', annotations: { [NETWORKS]: 'good,broken' } }))[0]!;
     let failures: string[] = [];
     for (let i = 0; i < 180 && failures.length < 3; i++) {
@@ -71,7 +97,10 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
     assert.ok(failures.length >= 3, `the kubelet retried the sandbox: ${failures.length} failures`);
     assert.match(failures[0]!, /attaching network default\/broken as net2: .*10\.66\.0\.0\/16/);
     const warnings = await pods.events('default', pod, (e) => e.some((x) => x.reason === 'FailedAttachNetwork'));
-    assert.ok(warnings.some((e) => e.reason === 'FailedAttachNetwork' && /default\/broken/.test(e.message)), 'a Warning on the pod names the network');
+    assert.ok(
+      warnings.some((e) => e.reason === 'FailedAttachNetwork' && /default\/broken/.test(e.message)),
+      'a Warning on the pod names the network',
+    );
     assert.notEqual((await node.pod('default', pod)).status?.phase, 'Running');
     // An attempt may be under way now: at most its own interface and address, never one per failed attempt.
     assert.ok(daemon.leases('good').length <= 1, `leases of good: ${daemon.leases('good').join(' ')}`);
@@ -81,21 +110,39 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
 
   it('once the network is fixed, the next retry runs the pod with one address of each network', async () => {
     assert.ok(pod, 'the failing pod exists');
-    const fixed = await node.call('PATCH', '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/broken',
-      { spec: { config: bridgeConfig('broken', 2) } }, 'application/merge-patch+json');
+    const fixed = await node.call(
+      'PATCH',
+      '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/broken',
+      { spec: { config: bridgeConfig('broken', 2) } },
+      'application/merge-patch+json',
+    );
     assert.equal(fixed.status, 200, JSON.stringify(fixed.body));
     await node.waitAllRunning([pod], 180000);
     const status = await pods.status('default', pod, (s) => s.length === 3);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/good@net1', 'default/broken@net2']);
-    assert.deepEqual(['podnet', 'good', 'broken'].map((n) => daemon.leases(n).length), [1, 1, 1], 'one address per network: the failed attempts released theirs');
-    assert.deepEqual([0, 1, 2].map((i) => portsOn(i).length), [1, 1, 1], 'one port per bridge');
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/good@net1', 'default/broken@net2'],
+    );
+    assert.deepEqual(
+      ['podnet', 'good', 'broken'].map((n) => daemon.leases(n).length),
+      [1, 1, 1],
+      'one address per network: the failed attempts released theirs',
+    );
+    assert.deepEqual(
+      [0, 1, 2].map((i) => portsOn(i).length),
+      [1, 1, 1],
+      'one port per bridge',
+    );
     assert.equal(daemon.journalFiles().length, 1);
   });
 
   it('deleting the pod leaves no record, lease or port', async () => {
     await node.deleteAllPods(120000);
     assert.deepEqual(daemon.journalFiles(), []);
-    assert.deepEqual(['podnet', 'good', 'broken'].flatMap((n) => daemon.leases(n)), []);
+    assert.deepEqual(
+      ['podnet', 'good', 'broken'].flatMap((n) => daemon.leases(n)),
+      [],
+    );
     assert.deepEqual([0, 1, 2].flatMap(portsOn), []);
   });
 });

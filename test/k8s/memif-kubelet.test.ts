@@ -7,7 +7,16 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -24,7 +33,10 @@ import { expectedPrerequisites } from '../support/prerequisites';
 
 const nodeMissing = kubeNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
-const skip = expectedPrerequisites(nodeMissing && `no real kubelet node here: ${nodeMissing}`, ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`);
+const skip = expectedPrerequisites(
+  nodeMissing && `no real kubelet node here: ${nodeMissing}`,
+  ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`,
+);
 const prefix = uniquePrefix('mk');
 const bridge = `${prefix}ovs`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
@@ -32,230 +44,361 @@ const MEMIF = 'plexus.io/memif';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 
-
 /** A value of an ovs-vsctl `get` (strings come quoted). */
 const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);
-const devarg = (devargs: string, key: string): string | undefined => new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];
+const devarg = (devargs: string, key: string): string | undefined =>
+  new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];
 
-describe('a memif network on a real node: the kubelet\'s memif device is the switch port\'s socket', { skip, timeout: 600_000 }, () => {
-  const fixtures: { node?: KubeNodeFixture; daemon?: DaemonFixture; ovs?: OvsDpdkFixture; podResources?: PodResourcesClient; work?: string } = {};
-  let node: KubeNodeFixture;
-  let daemon: DaemonFixture;
-  let ovs: OvsDpdkFixture;
-  let pods: ApiPods;
-  let work: string;
+describe(
+  "a memif network on a real node: the kubelet's memif device is the switch port's socket",
+  { skip, timeout: 600_000 },
+  () => {
+    const fixtures: {
+      node?: KubeNodeFixture;
+      daemon?: DaemonFixture;
+      ovs?: OvsDpdkFixture;
+      podResources?: PodResourcesClient;
+      work?: string;
+    } = {};
+    let node: KubeNodeFixture;
+    let daemon: DaemonFixture;
+    let ovs: OvsDpdkFixture;
+    let pods: ApiPods;
+    let work: string;
 
-  /** The switch's Plexus ports (external_ids plexus-owner is the node's name). */
-  const plexusPorts = (): string[] => ovs.vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${node.nodeName}"`).split('\n').map((l) => l.trim()).filter(Boolean);
-  /** The end of the switch's log: why a port or a memif connection failed. */
-  const switchLog = (): string => {
-    try {
-      return readFileSync(join(ovs.dir, 'vswitchd.log'), 'utf8').split('\n').slice(-25).join('\n');
-    } catch {
-      return '(no log)';
-    }
-  };
-  const containerSpec = async (name: string): Promise<{ env: Map<string, string>; mounts: { destination: string; source: string }[] }> => {
-    const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as { status: { containerStatuses: { containerID: string }[] } };
-    const id = pod.status.containerStatuses[0]!.containerID.replace(/^containerd:\/\//, '');
-    const info = node.ctr(['containers', 'info', id]);
-    assert.equal(info.status, 0, info.out);
-    const spec = (JSON.parse(info.out) as { Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] } }).Spec;
-    return { env: new Map(spec.process.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])), mounts: spec.mounts };
-  };
+    /** The switch's Plexus ports (external_ids plexus-owner is the node's name). */
+    const plexusPorts = (): string[] =>
+      ovs
+        .vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${node.nodeName}"`)
+        .split('\n')
+        .map((l) => l.trim())
+        .filter(Boolean);
+    /** The end of the switch's log: why a port or a memif connection failed. */
+    const switchLog = (): string => {
+      try {
+        return readFileSync(join(ovs.dir, 'vswitchd.log'), 'utf8').split('\n').slice(-25).join('\n');
+      } catch {
+        return '(no log)';
+      }
+    };
+    const containerSpec = async (
+      name: string,
+    ): Promise<{ env: Map<string, string>; mounts: { destination: string; source: string }[] }> => {
+      const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as {
+        status: { containerStatuses: { containerID: string }[] };
+      };
+      const id = pod.status.containerStatuses[0]!.containerID.replace(/^containerd:\/\//, '');
+      const info = node.ctr(['containers', 'info', id]);
+      assert.equal(info.status, 0, info.out);
+      const spec = (
+        JSON.parse(info.out) as {
+          Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] };
+        }
+      ).Spec;
+      return {
+        env: new Map(spec.process.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])),
+        mounts: spec.mounts,
+      };
+    };
 
-  before(async () => {
-    work = mkdtempSync(join(tmpdir(), 'plexus-mk-'));
-    fixtures.work = work;
-    const binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
-    writeFileSync(join(work, 'devices.yaml'), JSON.stringify({ resources: [
-      { name: MEMIF, kind: 'memif', count: 2, socketDir: join(work, 'memif'), containerPath: '/run/memif' },
-    ] }));
+    before(async () => {
+      work = mkdtempSync(join(tmpdir(), 'plexus-mk-'));
+      fixtures.work = work;
+      const binDir = join(work, 'bin');
+      execFileSync('mkdir', ['-p', binDir]);
+      for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+      copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+      writeFileSync(
+        join(work, 'devices.yaml'),
+        JSON.stringify({
+          resources: [
+            { name: MEMIF, kind: 'memif', count: 2, socketDir: join(work, 'memif'), containerPath: '/run/memif' },
+          ],
+        }),
+      );
 
-    ovs = await OvsDpdkFixture.start();
-    fixtures.ovs = ovs;
-    ovs.addBridge(bridge);
+      ovs = await OvsDpdkFixture.start();
+      fixtures.ovs = ovs;
+      ovs.addBridge(bridge);
 
-    daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket]);
-    fixtures.daemon = daemon;
-    node = await KubeNodeFixture.start({
-      cniBinDir: binDir, ownedLinks: [`${prefix}b0`],
-      cniConfList: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', plugins: [{ type: 'plexus-cni', socketPath: daemon.socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }] }),
+      daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket]);
+      fixtures.daemon = daemon;
+      node = await KubeNodeFixture.start({
+        cniBinDir: binDir,
+        ownedLinks: [`${prefix}b0`],
+        cniConfList: JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'plexus',
+          plugins: [
+            {
+              type: 'plexus-cni',
+              socketPath: daemon.socket,
+              capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+            },
+          ],
+        }),
+      });
+      fixtures.node = node;
+      fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
+      const api = node.api;
+      await api.installPlexus();
+      const podnet = JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'podnet',
+        type: 'bridge',
+        bridge: `${prefix}b0`,
+        isGateway: true,
+        ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+      });
+      assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
+      const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
+      const made = await api.createNad('default', 'memnet', memnet, { 'k8s.v1.cni.cncf.io/resourceName': MEMIF });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      daemon.addFlags(
+        '--kubeconfig',
+        api.userKubeconfig('plexus'),
+        '--node-name',
+        node.nodeName,
+        '--cni-bin-dir',
+        binDir,
+        '--device-plugin-config',
+        join(work, 'devices.yaml'),
+        '--device-info-dir',
+        join(work, 'devinfo'),
+        '--pod-resources-socket',
+        join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+        '--log-level',
+        'info',
+      );
+      pods = new ApiPods(api, node.nodeName, () => {
+        throw new Error('sandboxes come from the kubelet here');
+      });
+      await daemon.start(30000);
+      // A pod asking for a resource the node does not yet count fails admission: wait for the kubelet to publish it.
+      await until(
+        "plexus.io/memif in the node's allocatable",
+        async () => {
+          const r = await node.call('GET', `/api/v1/nodes/${node.nodeName}`);
+          return (r.body as { status: { allocatable: Record<string, string> } }).status.allocatable[MEMIF] === '2'
+            ? true
+            : undefined;
+        },
+        60000,
+      );
     });
-    fixtures.node = node;
-    fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
-    const api = node.api;
-    await api.installPlexus();
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
-    assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
-    const made = await api.createNad('default', 'memnet', memnet, { 'k8s.v1.cni.cncf.io/resourceName': MEMIF });
-    assert.equal(made.status, 201, JSON.stringify(made.body));
-    daemon.addFlags('--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName, '--cni-bin-dir', binDir,
-      '--device-plugin-config', join(work, 'devices.yaml'), '--device-info-dir', join(work, 'devinfo'),
-      '--pod-resources-socket', join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'), '--log-level', 'info');
-    pods = new ApiPods(api, node.nodeName, () => {
-      throw new Error('sandboxes come from the kubelet here');
+
+    after(async () => {
+      fixtures.podResources?.close();
+      // plexusd stops once containerd did (the pods' DELs went through it); the switch after both.
+      if (fixtures.node) await fixtures.node.stop({ runtimeStopped: async () => fixtures.daemon?.stop() });
+      await fixtures.daemon?.stop();
+      await fixtures.ovs?.stop();
+      if (fixtures.work) rmSync(fixtures.work, { recursive: true, force: true });
     });
-    await daemon.start(30000);
-    // A pod asking for a resource the node does not yet count fails admission: wait for the kubelet to publish it.
-    await until('plexus.io/memif in the node\'s allocatable', async () => {
-      const r = await node.call('GET', `/api/v1/nodes/${node.nodeName}`);
-      return (r.body as { status: { allocatable: Record<string, string> } }).status.allocatable[MEMIF] === '2' ? true : undefined;
-    }, 60000);
-  });
 
-  after(async () => {
-    fixtures.podResources?.close();
-    // plexusd stops once containerd did (the pods' DELs went through it); the switch after both.
-    if (fixtures.node) await fixtures.node.stop({ runtimeStopped: async () => fixtures.daemon?.stop() });
-    await fixtures.daemon?.stop();
-    await fixtures.ovs?.stop();
-    if (fixtures.work) rmSync(fixtures.work, { recursive: true, force: true });
-  });
+    let pod = '';
+    let device = '';
+    let hostSocket = '';
+    let secret = '';
+    let port = '';
 
-  let pod = '';
-  let device = '';
-  let hostSocket = '';
-  let secret = '';
-  let port = '';
-
-  it('the pod gets MEMIF_SOCKET, MEMIF_SECRET and the device\'s socket directory from the kubelet', async () => {
-    pod = (await node.createPods(1, { namePrefix: 'memif-', limits: { [MEMIF]: '1' }, annotations: { [NETWORKS]: 'memnet' } }))[0]!;
-    const timings = await node.waitAllRunning([pod], 60000);
-    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
-    const listed = await fixtures.podResources!.devicesOf('default', pod);
-    assert.ok(listed.ok, listed.ok ? '' : listed.error.message);
-    const devices = listed.value.get(MEMIF) ?? [];
-    assert.equal(devices.length, 1, `pod-resources lists ${devices.join(', ')}`);
-    device = devices[0]!;
-    assert.match(device, /^memif[01]$/);
-    const spec = await containerSpec(pod);
-    assert.equal(spec.env.get('MEMIF_SOCKET'), `/run/memif/${device}/memif.sock`);
-    secret = spec.env.get('MEMIF_SECRET') ?? '';
-    assert.match(secret, /^[A-Za-z0-9]{1,23}$/);
-    const mount = spec.mounts.find((m) => m.destination === `/run/memif/${device}`);
-    assert.equal(mount?.source, join(work, 'memif', device));
-    hostSocket = join(work, 'memif', device, 'memif.sock');
-  });
-
-  it('the switch has one Plexus port, serving the host socket of the device the kubelet allocated with the secret the pod got', () => {
-    const ports = plexusPorts();
-    assert.equal(ports.length, 1, `Plexus ports on the switch: ${ports.join(' ')}`);
-    port = ports[0]!;
-    assert.deepEqual(ovs.ports(bridge), [port], `${port} is on ${bridge}`);
-    const devargs = unquote(ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
-    assert.equal(devarg(devargs, 'role'), 'server');
-    assert.equal(devarg(devargs, 'socket'), hostSocket, 'the port listens on the kubelet device\'s host socket');
-    assert.equal(devarg(devargs, 'secret'), secret, 'with the secret the pod was given');
-    assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'options:n_rxq')), '2');
-    assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')), '', 'the switch opened it');
-    assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-pod')), `default/${pod}`);
-    assert.equal(port, memifPortName(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-container-id')), 'eth0', 'net1'));
-    assert.ok(statSync(hostSocket).isSocket(), `the switch listens on ${hostSocket}`);
-    // The device plugin's own book agrees: the allocation on record is the one the port was made with.
-    const book = JSON.parse(readFileSync(join(daemon.stateDir, 'devices', 'plexus.io_memif.json'), 'utf8')) as { devices: Record<string, { socket?: string; secret?: string }> };
-    assert.deepEqual({ socket: book.devices[device]?.socket, secret: book.devices[device]?.secret }, { socket: hostSocket, secret });
-  });
-
-  it('network-status has the memif interface, with device-info naming the socket as the pod sees it', async () => {
-    const status = await pods.status('default', pod, (s) => s.length === 2);
-    assert.deepEqual(status.map((s) => `${s.name}@${s.interface}`), ['default/podnet@eth0', 'default/memnet@net1']);
-    const entry = status[1] as unknown as { 'device-info'?: unknown };
-    assert.deepEqual(entry['device-info'], { type: 'memif', version: '1.1.0', memif: { role: 'slave', mode: 'ethernet', path: `/run/memif/${device}/memif.sock` } });
-  });
-
-  it('a memif client with the pod\'s secret on the device\'s host socket gets the link up', async () => {
-    // The switch transmits on PMD threads + 1 = 2 queues: the client receives on both.
-    const client = await Testpmd.start({ socket: hostSocket, secret, rxq: 2, txq: 2 }).catch((e: Error) => {
-      throw new Error(`${e.message.slice(-1500)}\novs-vswitchd: ${switchLog()}`);
+    it("the pod gets MEMIF_SOCKET, MEMIF_SECRET and the device's socket directory from the kubelet", async () => {
+      pod = (
+        await node.createPods(1, {
+          namePrefix: 'memif-',
+          limits: { [MEMIF]: '1' },
+          annotations: { [NETWORKS]: 'memnet' },
+        })
+      )[0]!;
+      const timings = await node.waitAllRunning([pod], 60000);
+      assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
+      const listed = await fixtures.podResources!.devicesOf('default', pod);
+      assert.ok(listed.ok, listed.ok ? '' : listed.error.message);
+      const devices = listed.value.get(MEMIF) ?? [];
+      assert.equal(devices.length, 1, `pod-resources lists ${devices.join(', ')}`);
+      device = devices[0]!;
+      assert.match(device, /^memif[01]$/);
+      const spec = await containerSpec(pod);
+      assert.equal(spec.env.get('MEMIF_SOCKET'), `/run/memif/${device}/memif.sock`);
+      secret = spec.env.get('MEMIF_SECRET') ?? '';
+      assert.match(secret, /^[A-Za-z0-9]{1,23}$/);
+      const mount = spec.mounts.find((m) => m.destination === `/run/memif/${device}`);
+      assert.equal(mount?.source, join(work, 'memif', device));
+      hostSocket = join(work, 'memif', device, 'memif.sock');
     });
-    try {
-      await until('the switch to see the memif link up', () => (unquote(ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined), 20000);
-    } finally {
+
+    it('the switch has one Plexus port, serving the host socket of the device the kubelet allocated with the secret the pod got', () => {
+      const ports = plexusPorts();
+      assert.equal(ports.length, 1, `Plexus ports on the switch: ${ports.join(' ')}`);
+      port = ports[0]!;
+      assert.deepEqual(ovs.ports(bridge), [port], `${port} is on ${bridge}`);
+      const devargs = unquote(ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
+      assert.equal(devarg(devargs, 'role'), 'server');
+      assert.equal(devarg(devargs, 'socket'), hostSocket, "the port listens on the kubelet device's host socket");
+      assert.equal(devarg(devargs, 'secret'), secret, 'with the secret the pod was given');
+      assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'options:n_rxq')), '2');
+      assert.equal(
+        unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')),
+        '',
+        'the switch opened it',
+      );
+      assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-pod')), `default/${pod}`);
+      assert.equal(
+        port,
+        memifPortName(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-container-id')), 'eth0', 'net1'),
+      );
+      assert.ok(statSync(hostSocket).isSocket(), `the switch listens on ${hostSocket}`);
+      // The device plugin's own book agrees: the allocation on record is the one the port was made with.
+      const book = JSON.parse(readFileSync(join(daemon.stateDir, 'devices', 'plexus.io_memif.json'), 'utf8')) as {
+        devices: Record<string, { socket?: string; secret?: string }>;
+      };
+      assert.deepEqual(
+        { socket: book.devices[device]?.socket, secret: book.devices[device]?.secret },
+        { socket: hostSocket, secret },
+      );
+    });
+
+    it('network-status has the memif interface, with device-info naming the socket as the pod sees it', async () => {
+      const status = await pods.status('default', pod, (s) => s.length === 2);
+      assert.deepEqual(
+        status.map((s) => `${s.name}@${s.interface}`),
+        ['default/podnet@eth0', 'default/memnet@net1'],
+      );
+      const entry = status[1] as unknown as { 'device-info'?: unknown };
+      assert.deepEqual(entry['device-info'], {
+        type: 'memif',
+        version: '1.1.0',
+        memif: { role: 'slave', mode: 'ethernet', path: `/run/memif/${device}/memif.sock` },
+      });
+    });
+
+    it("a memif client with the pod's secret on the device's host socket gets the link up", async () => {
+      // The switch transmits on PMD threads + 1 = 2 queues: the client receives on both.
+      const client = await Testpmd.start({ socket: hostSocket, secret, rxq: 2, txq: 2 }).catch((e: Error) => {
+        throw new Error(`${e.message.slice(-1500)}\novs-vswitchd: ${switchLog()}`);
+      });
+      try {
+        await until(
+          'the switch to see the memif link up',
+          () => (unquote(ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined),
+          20000,
+        );
+      } finally {
+        await client.stop();
+      }
+    });
+
+    it('a sandbox the kubelet makes again (its pause died) gets a new port on the same device socket and secret', async () => {
+      const old = (await node.sandboxes()).find((s) => s.ready && s.name === pod);
+      assert.ok(old, `a ready sandbox of ${pod}`);
+      const task = node
+        .ctr(['tasks', 'ls'])
+        .out.split('\n')
+        .map((l) => l.trim().split(/\s+/))
+        .find((f) => f[0] === old.id);
+      const pid = Number(task?.[1]);
+      assert.ok(pid > 0, `the pause process of sandbox ${old.id}`);
+      // The pause process of this test's own pod, by its PID: the kubelet sees the sandbox die and makes a new one.
+      process.kill(pid, 'SIGKILL');
+      const fresh = await until(
+        'a new ready sandbox',
+        async () => (await node.sandboxes()).find((s) => s.ready && s.name === pod && s.id !== old.id),
+        60000,
+      );
+      const ports = await until("the new sandbox's port, and only it", () => {
+        const p = plexusPorts();
+        return p.length === 1 && p[0] !== port ? p : undefined;
+      });
+      const devargs = unquote(ovs.vsctl('get', 'Interface', ports[0]!, 'options:dpdk-devargs'));
+      assert.equal(unquote(ovs.vsctl('get', 'Interface', ports[0]!, 'external_ids:plexus-container-id')), fresh.id);
+      assert.equal(devarg(devargs, 'socket'), hostSocket);
+      assert.equal(devarg(devargs, 'secret'), secret, 'the kubelet does not allocate again: the pod keeps its secret');
+      port = ports[0]!;
+      const client = await Testpmd.start({ socket: hostSocket, secret, rxq: 2, txq: 2 });
       await client.stop();
-    }
-  });
-
-  it('a sandbox the kubelet makes again (its pause died) gets a new port on the same device socket and secret', async () => {
-    const old = (await node.sandboxes()).find((s) => s.ready && s.name === pod);
-    assert.ok(old, `a ready sandbox of ${pod}`);
-    const task = node.ctr(['tasks', 'ls']).out.split('\n').map((l) => l.trim().split(/\s+/)).find((f) => f[0] === old.id);
-    const pid = Number(task?.[1]);
-    assert.ok(pid > 0, `the pause process of sandbox ${old.id}`);
-    // The pause process of this test's own pod, by its PID: the kubelet sees the sandbox die and makes a new one.
-    process.kill(pid, 'SIGKILL');
-    const fresh = await until('a new ready sandbox', async () => (await node.sandboxes()).find((s) => s.ready && s.name === pod && s.id !== old.id), 60000);
-    const ports = await until('the new sandbox\'s port, and only it', () => {
-      const p = plexusPorts();
-      return p.length === 1 && p[0] !== port ? p : undefined;
     });
-    const devargs = unquote(ovs.vsctl('get', 'Interface', ports[0]!, 'options:dpdk-devargs'));
-    assert.equal(unquote(ovs.vsctl('get', 'Interface', ports[0]!, 'external_ids:plexus-container-id')), fresh.id);
-    assert.equal(devarg(devargs, 'socket'), hostSocket);
-    assert.equal(devarg(devargs, 'secret'), secret, 'the kubelet does not allocate again: the pod keeps its secret');
-    port = ports[0]!;
-    const client = await Testpmd.start({ socket: hostSocket, secret, rxq: 2, txq: 2 });
-    await client.stop();
-  });
 
-  it('deleting the pod removes its port from the switch and leaves no journal record', async () => {
-    await node.deleteAllPods(120000);
-    assert.deepEqual(plexusPorts(), []);
-    assert.deepEqual(ovs.ports(bridge), []);
-    assert.deepEqual(daemon.journalFiles(), []);
-  });
+    it('deleting the pod removes its port from the switch and leaves no journal record', async () => {
+      await node.deleteAllPods(120000);
+      assert.deepEqual(plexusPorts(), []);
+      assert.deepEqual(ovs.ports(bridge), []);
+      assert.deepEqual(daemon.journalFiles(), []);
+    });
 
-  it('the freed device serves the next pods: each port follows its own pod\'s device and new secret', async () => {
-    // Two pods take both devices, so one of them is the device the deleted pod had.
-    const names = await node.createPods(2, { namePrefix: 'again-', limits: { [MEMIF]: '1' }, annotations: { [NETWORKS]: 'memnet' } });
-    const timings = await node.waitAllRunning(names, 60000);
-    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
-    const byPod = new Map<string, { device: string; secret: string }>();
-    for (const name of names) {
-      const listed = await fixtures.podResources!.devicesOf('default', name);
+    it("the freed device serves the next pods: each port follows its own pod's device and new secret", async () => {
+      // Two pods take both devices, so one of them is the device the deleted pod had.
+      const names = await node.createPods(2, {
+        namePrefix: 'again-',
+        limits: { [MEMIF]: '1' },
+        annotations: { [NETWORKS]: 'memnet' },
+      });
+      const timings = await node.waitAllRunning(names, 60000);
+      assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
+      const byPod = new Map<string, { device: string; secret: string }>();
+      for (const name of names) {
+        const listed = await fixtures.podResources!.devicesOf('default', name);
+        assert.ok(listed.ok);
+        const env = (await containerSpec(name)).env;
+        byPod.set(name, { device: listed.value.get(MEMIF)?.[0] ?? '', secret: env.get('MEMIF_SECRET') ?? '' });
+      }
+      assert.deepEqual([...byPod.values()].map((d) => d.device).sort(), ['memif0', 'memif1']);
+      const ports = plexusPorts();
+      assert.equal(ports.length, 2, `Plexus ports: ${ports.join(' ')}`);
+      for (const p of ports) {
+        const owner = unquote(ovs.vsctl('get', 'Interface', p, 'external_ids:plexus-pod')).replace(/^default\//, '');
+        const want = byPod.get(owner);
+        assert.ok(want, `${p} belongs to ${owner}`);
+        const devargs = unquote(ovs.vsctl('get', 'Interface', p, 'options:dpdk-devargs'));
+        assert.equal(devarg(devargs, 'socket'), join(work, 'memif', want.device, 'memif.sock'));
+        assert.equal(devarg(devargs, 'secret'), want.secret);
+      }
+      const reused = [...byPod.values()].find((d) => d.device === device)!;
+      assert.notEqual(reused.secret, secret, 'a device allocated again gets a new secret');
+      const client = await Testpmd.start({ socket: hostSocket, secret: reused.secret, rxq: 2, txq: 2 });
+      await client.stop();
+      await node.deleteAllPods(120000);
+      assert.deepEqual(plexusPorts(), []);
+    });
+
+    it("a memif network hot-plugged into a running pod takes the pod's other device, not the one its first network uses", async () => {
+      const [name] = await node.createPods(1, {
+        namePrefix: 'plug-',
+        limits: { [MEMIF]: '2' },
+        annotations: { [NETWORKS]: 'memnet' },
+      });
+      const timings = await node.waitAllRunning([name!], 60000);
+      assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
+      await pods.status('default', name!, (st) => st.length === 2);
+      assert.equal(plexusPorts().length, 1);
+      await pods.annotate('default', name!, NETWORKS, 'memnet, memnet@mem2');
+      const status = await pods.status('default', name!, (st) => st.length === 3);
+      assert.deepEqual(
+        status.map((st) => `${st.name}@${st.interface}`),
+        ['default/podnet@eth0', 'default/memnet@net1', 'default/memnet@mem2'],
+      );
+      const paths = status
+        .slice(1)
+        .map(
+          (st) =>
+            (st as unknown as { 'device-info'?: { memif?: { path?: string } } })['device-info']?.memif?.path ?? '',
+        );
+      const listed = await fixtures.podResources!.devicesOf('default', name!);
       assert.ok(listed.ok);
-      const env = (await containerSpec(name)).env;
-      byPod.set(name, { device: listed.value.get(MEMIF)?.[0] ?? '', secret: env.get('MEMIF_SECRET') ?? '' });
-    }
-    assert.deepEqual([...byPod.values()].map((d) => d.device).sort(), ['memif0', 'memif1']);
-    const ports = plexusPorts();
-    assert.equal(ports.length, 2, `Plexus ports: ${ports.join(' ')}`);
-    for (const p of ports) {
-      const owner = unquote(ovs.vsctl('get', 'Interface', p, 'external_ids:plexus-pod')).replace(/^default\//, '');
-      const want = byPod.get(owner);
-      assert.ok(want, `${p} belongs to ${owner}`);
-      const devargs = unquote(ovs.vsctl('get', 'Interface', p, 'options:dpdk-devargs'));
-      assert.equal(devarg(devargs, 'socket'), join(work, 'memif', want.device, 'memif.sock'));
-      assert.equal(devarg(devargs, 'secret'), want.secret);
-    }
-    const reused = [...byPod.values()].find((d) => d.device === device)!;
-    assert.notEqual(reused.secret, secret, 'a device allocated again gets a new secret');
-    const client = await Testpmd.start({ socket: hostSocket, secret: reused.secret, rxq: 2, txq: 2 });
-    await client.stop();
-    await node.deleteAllPods(120000);
-    assert.deepEqual(plexusPorts(), []);
-  });
-
-  it('a memif network hot-plugged into a running pod takes the pod\'s other device, not the one its first network uses', async () => {
-    const [name] = await node.createPods(1, { namePrefix: 'plug-', limits: { [MEMIF]: '2' }, annotations: { [NETWORKS]: 'memnet' } });
-    const timings = await node.waitAllRunning([name!], 60000);
-    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
-    await pods.status('default', name!, (st) => st.length === 2);
-    assert.equal(plexusPorts().length, 1);
-    await pods.annotate('default', name!, NETWORKS, 'memnet, memnet@mem2');
-    const status = await pods.status('default', name!, (st) => st.length === 3);
-    assert.deepEqual(status.map((st) => `${st.name}@${st.interface}`), ['default/podnet@eth0', 'default/memnet@net1', 'default/memnet@mem2']);
-    const paths = status.slice(1).map((st) => ((st as unknown as { 'device-info'?: { memif?: { path?: string } } })['device-info']?.memif?.path ?? ''));
-    const listed = await fixtures.podResources!.devicesOf('default', name!);
-    assert.ok(listed.ok);
-    assert.deepEqual(paths.sort(), (listed.value.get(MEMIF) ?? []).map((d) => `/run/memif/${d}/memif.sock`).sort(), 'each memif interface has one of the pod\'s two devices');
-    const sockets = plexusPorts().map((p) => devarg(unquote(ovs.vsctl('get', 'Interface', p, 'options:dpdk-devargs')), 'socket')).sort();
-    assert.deepEqual(sockets, (listed.value.get(MEMIF) ?? []).map((d) => join(work, 'memif', d, 'memif.sock')).sort(), 'two ports, one per device');
-    await node.deleteAllPods(120000);
-    assert.deepEqual(plexusPorts(), []);
-  });
-});
+      assert.deepEqual(
+        paths.sort(),
+        (listed.value.get(MEMIF) ?? []).map((d) => `/run/memif/${d}/memif.sock`).sort(),
+        "each memif interface has one of the pod's two devices",
+      );
+      const sockets = plexusPorts()
+        .map((p) => devarg(unquote(ovs.vsctl('get', 'Interface', p, 'options:dpdk-devargs')), 'socket'))
+        .sort();
+      assert.deepEqual(
+        sockets,
+        (listed.value.get(MEMIF) ?? []).map((d) => join(work, 'memif', d, 'memif.sock')).sort(),
+        'two ports, one per device',
+      );
+      await node.deleteAllPods(120000);
+      assert.deepEqual(plexusPorts(), []);
+    });
+  },
+);

@@ -7,7 +7,17 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,7 +44,11 @@ function addsServed(socketPath: string): Promise<number> {
     const req = request({ socketPath, path: '/metrics' }, (res) => {
       let text = '';
       res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve(Number(/^plexus_cni_request_duration_seconds_count\{[^}]*command="ADD"[^}]*\} (\d+)/m.exec(text)?.[1] ?? 0)));
+      res.on('end', () =>
+        resolve(
+          Number(/^plexus_cni_request_duration_seconds_count\{[^}]*command="ADD"[^}]*\} (\d+)/m.exec(text)?.[1] ?? 0),
+        ),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -49,16 +63,30 @@ function addsServed(socketPath: string): Promise<number> {
 class MultusDaemon {
   private proc: ChildProcess | undefined;
   log = '';
-  constructor(readonly dir: string, readonly config: string) {}
+  constructor(
+    readonly dir: string,
+    readonly config: string,
+  ) {}
 
   static async start(node: KubeNodeFixture, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
     const api = node.api;
-    await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts', { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'multus' } });
-    await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'multus-test' },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' }, subjects: [{ kind: 'ServiceAccount', name: 'multus', namespace: 'kube-system' }],
+    await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts', {
+      apiVersion: 'v1',
+      kind: 'ServiceAccount',
+      metadata: { name: 'multus' },
     });
-    const token = await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts/multus/token', { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } });
+    await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: 'multus-test' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' },
+      subjects: [{ kind: 'ServiceAccount', name: 'multus', namespace: 'kube-system' }],
+    });
+    const token = await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts/multus/token', {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenRequest',
+      spec: { expirationSeconds: 3600 },
+    });
     const secrets = join(dir, 'sa');
     mkdirSync(secrets, { recursive: true });
     writeFileSync(join(secrets, 'token'), (token.body as { status: { token: string } }).status.token);
@@ -75,7 +103,11 @@ class MultusDaemon {
     const sa = '/run/secrets/kubernetes.io/serviceaccount';
     const script = `mount -t tmpfs tmpfs /run && mkdir -p ${sa} && cp ${secrets}/token ${secrets}/ca.crt ${sa}/ && exec ${multusBinary('multus-daemon')} -config ${config}`;
     d.proc = spawn('unshare', ['--mount', '--propagation', 'slave', 'sh', '-c', script], {
-      env: { PATH: process.env.PATH, KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(api.server).port },
+      env: {
+        PATH: process.env.PATH,
+        KUBERNETES_SERVICE_HOST: '127.0.0.1',
+        KUBERNETES_SERVICE_PORT: new URL(api.server).port,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     d.proc.stdout?.on('data', (c: Buffer) => (d.log = (d.log + c.toString()).slice(-20000)));
@@ -83,7 +115,8 @@ class MultusDaemon {
     const generated = join(node.cniConfDir, '00-multus.conf');
     const deadline = Date.now() + 30_000;
     while (!existsSync(generated)) {
-      if (Date.now() > deadline || d.proc.exitCode !== null) throw new Error(`multus-daemon wrote no 00-multus.conf: ${d.log}`);
+      if (Date.now() > deadline || d.proc.exitCode !== null)
+        throw new Error(`multus-daemon wrote no 00-multus.conf: ${d.log}`);
       await sleep(100);
     }
     return d;
@@ -101,146 +134,259 @@ class MultusDaemon {
   }
 }
 
-for (const mode of ['thin', 'thick'] as const) describe(`a ${mode} Multus node taken over by Plexus while pods come and go`, { skip }, () => {
-  let node: KubeNodeFixture;
-  let daemon: DaemonFixture;
-  let dir: string;
-  let binDir: string;
-  let leaseDir: string;
-  let multusCache: string;
-  let multusConf: string;
-  let multusPods: string[] = [];
-  let multusDaemon: MultusDaemon | undefined;
-  let daemonConfig = '';
-  const leases = (network: string): string[] => {
-    try {
-      return readdirSync(join(leaseDir, network)).filter((f) => /^\d/.test(f));
-    } catch {
-      return [];
-    }
-  };
-  const hostVeths = (): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b1`).split('\n').filter(Boolean);
-
-  before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'plexus-mm-'));
-    binDir = join(dir, 'bin');
-    leaseDir = join(dir, 'leases');
-    multusCache = join(dir, 'multus-cache');
-    mkdirSync(binDir);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
-    copyFileSync(multusBinary('multus')!, join(binDir, 'multus'));
-    const podnet = { cniVersion: '1.0.0', name: 'podnet', plugins: [{ type: 'bridge', bridge: `${prefix}b0`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } }] };
-    node = await KubeNodeFixture.start({ cniBinDir: binDir, cniConfList: JSON.stringify(podnet), ownedLinks: [`${prefix}b1`, uplink, `${prefix}upp`] });
-    ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
-    ip('link', 'set', uplink, 'up');
-    const api = node.api;
-    await api.installPlexus();
-    const nad = (name: string, config: Record<string, unknown>) => api.createNad('default', name, JSON.stringify({ cniVersion: '1.0.0', name, ...config }));
-    assert.equal((await nad('sec', { type: 'bridge', bridge: `${prefix}b1`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] } })).status, 201);
-    assert.equal((await nad('mv', { type: 'macvlan', master: uplink, mode: 'bridge', ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 2}.0/24` }]] } })).status, 201);
-    if (mode === 'thin') {
-      // Multus thin, as its docs write it: the node's own config is the cluster network.
-      multusConf = `${JSON.stringify({
-        cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', kubeconfig: api.kubeconfig, cniDir: multusCache, binDir,
-        clusterNetwork: join(node.cniConfDir, '10-test.conflist'), capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-      }, null, 2)}\n`;
-      writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
-    } else {
-      // Multus thick, as its DaemonSet runs it: the daemon finds the node's config and generates 00-multus.conf.
-      copyFileSync(multusBinary('multus-shim')!, join(binDir, 'multus-shim'));
-      const socketDir = join(dir, 'multus-run');
-      multusDaemon = await MultusDaemon.start(node, join(dir, 'multus-daemon'), {
-        cniVersion: '1.0.0', logLevel: 'verbose', logToStderr: true, cniConfigDir: node.cniConfDir, multusAutoconfigDir: node.cniConfDir,
-        multusConfigFile: 'auto', socketDir, daemonSocketDir: socketDir, cniDir: multusCache, binDir,
-      });
-      daemonConfig = multusDaemon.config;
-      multusConf = readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8');
-    }
-    daemon = new DaemonFixture(join(dir, 'state', 'default-network'), [
-      '--imported-config', join(dir, 'state', 'imported-config.json'), '--kubeconfig', api.userKubeconfig('plexus'), '--node-name', node.nodeName,
-      '--install-cni-config', join(node.cniConfDir, '00-plexus.conflist'), '--take-over-multus', 'true', '--log-level', 'info',
-    ]);
-  });
-  after(async () => {
-    await multusDaemon?.stop();
-    await node?.stop({ runtimeStopped: () => daemon?.stop() });
-    await daemon?.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it('runs 10 pods with two secondary networks under Multus', async () => {
-    await sleep(1500); // containerd picks up 00-multus.conf
-    multusPods = await node.createPods(10, { namePrefix: 'under-multus-', annotations: { [NETWORKS]: 'sec,mv' } });
-    const timings = await node.waitAllRunning(multusPods, 120_000);
-    assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('; '));
-    assert.equal(leases('sec').length, 10);
-    assert.equal(leases('mv').length, 10);
-    assert.equal(readdirSync(multusCache).filter((f) => f !== 'results').length, 10, `Multus made them (its cache has each)${multusDaemon ? `: ${multusDaemon.log.slice(-2000)}` : ''}`);
-  });
-
-  it('takes the node over while 20 pods are created and deleted, with no failed sandbox', async () => {
-    const churned: string[] = [];
-    // 4 waves of 5 pods, each created, run and deleted: the takeover happens somewhere in the middle.
-    const churn = (async () => {
-      for (let wave = 0; wave < 4; wave++) {
-        const names = await node.createPods(5, { namePrefix: `churn-${wave}-`, annotations: { [NETWORKS]: 'sec' } });
-        churned.push(...names);
-        await node.waitAllRunning(names, 120_000);
-        for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+for (const mode of ['thin', 'thick'] as const)
+  describe(`a ${mode} Multus node taken over by Plexus while pods come and go`, { skip }, () => {
+    let node: KubeNodeFixture;
+    let daemon: DaemonFixture;
+    let dir: string;
+    let binDir: string;
+    let leaseDir: string;
+    let multusCache: string;
+    let multusConf: string;
+    let multusPods: string[] = [];
+    let multusDaemon: MultusDaemon | undefined;
+    let daemonConfig = '';
+    const leases = (network: string): string[] => {
+      try {
+        return readdirSync(join(leaseDir, network)).filter((f) => /^\d/.test(f));
+      } catch {
+        return [];
       }
-    })();
-    await sleep(1000);
-    // The documented steps: the installer carries Multus's settings over, plexusd takes over once ready.
-    const installed = await runInstall(['install', '--cni-conf-dir', node.cniConfDir, '--cni-bin-dir', binDir, '--shim', SHIM,
-      '--default-network-link', join(dir, 'state', 'default-network'), '--imported-config', join(dir, 'state', 'imported-config.json'),
-      '--multus-daemon-config', daemonConfig || join(dir, 'absent.json'), '--wait-seconds', '5'], pino({ level: 'silent' }));
-    assert.equal(installed, 0);
-    await daemon.start(60_000);
-    assert.ok(!existsSync(join(node.cniConfDir, '00-multus.conf')), 'Multus\'s config went aside');
-    // The documented next step: Multus's DaemonSet goes once the node is taken over.
-    await multusDaemon?.stop();
-    await churn;
-    assert.equal(churned.length, 20);
-    assert.deepEqual(await node.sandboxFailures('default'), []);
-    const servedByPlexus = await addsServed(daemon.socket);
-    assert.ok(servedByPlexus > 0 && servedByPlexus < 20, `the takeover fell inside the churn: Plexus made ${servedByPlexus} of its 20 sandboxes, Multus the rest`);
-  });
+    };
+    const hostVeths = (): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b1`).split('\n').filter(Boolean);
 
-  it('gives new pods their networks from Plexus', async () => {
-    const names = await node.createPods(2, { namePrefix: 'under-plexus-', annotations: { [NETWORKS]: 'sec,mv' } });
-    await node.waitAllRunning(names, 60_000);
-    const attachments = execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'attachments'], { encoding: 'utf8' });
-    for (const name of names) assert.match(attachments, new RegExp(`default/${name}\\s+\\S*sec\\S*mv`), attachments);
-    for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
-  });
+    before(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'plexus-mm-'));
+      binDir = join(dir, 'bin');
+      leaseDir = join(dir, 'leases');
+      multusCache = join(dir, 'multus-cache');
+      mkdirSync(binDir);
+      for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+      copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+      copyFileSync(multusBinary('multus')!, join(binDir, 'multus'));
+      const podnet = {
+        cniVersion: '1.0.0',
+        name: 'podnet',
+        plugins: [
+          {
+            type: 'bridge',
+            bridge: `${prefix}b0`,
+            ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+          },
+        ],
+      };
+      node = await KubeNodeFixture.start({
+        cniBinDir: binDir,
+        cniConfList: JSON.stringify(podnet),
+        ownedLinks: [`${prefix}b1`, uplink, `${prefix}upp`],
+      });
+      ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
+      ip('link', 'set', uplink, 'up');
+      const api = node.api;
+      await api.installPlexus();
+      const nad = (name: string, config: Record<string, unknown>) =>
+        api.createNad('default', name, JSON.stringify({ cniVersion: '1.0.0', name, ...config }));
+      assert.equal(
+        (
+          await nad('sec', {
+            type: 'bridge',
+            bridge: `${prefix}b1`,
+            ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] },
+          })
+        ).status,
+        201,
+      );
+      assert.equal(
+        (
+          await nad('mv', {
+            type: 'macvlan',
+            master: uplink,
+            mode: 'bridge',
+            ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t + 2}.0/24` }]] },
+          })
+        ).status,
+        201,
+      );
+      if (mode === 'thin') {
+        // Multus thin, as its docs write it: the node's own config is the cluster network.
+        multusConf = `${JSON.stringify(
+          {
+            cniVersion: '1.0.0',
+            name: 'multus-cni-network',
+            type: 'multus',
+            kubeconfig: api.kubeconfig,
+            cniDir: multusCache,
+            binDir,
+            clusterNetwork: join(node.cniConfDir, '10-test.conflist'),
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+          null,
+          2,
+        )}\n`;
+        writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
+      } else {
+        // Multus thick, as its DaemonSet runs it: the daemon finds the node's config and generates 00-multus.conf.
+        copyFileSync(multusBinary('multus-shim')!, join(binDir, 'multus-shim'));
+        const socketDir = join(dir, 'multus-run');
+        multusDaemon = await MultusDaemon.start(node, join(dir, 'multus-daemon'), {
+          cniVersion: '1.0.0',
+          logLevel: 'verbose',
+          logToStderr: true,
+          cniConfigDir: node.cniConfDir,
+          multusAutoconfigDir: node.cniConfDir,
+          multusConfigFile: 'auto',
+          socketDir,
+          daemonSocketDir: socketDir,
+          cniDir: multusCache,
+          binDir,
+        });
+        daemonConfig = multusDaemon.config;
+        multusConf = readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8');
+      }
+      daemon = new DaemonFixture(join(dir, 'state', 'default-network'), [
+        '--imported-config',
+        join(dir, 'state', 'imported-config.json'),
+        '--kubeconfig',
+        api.userKubeconfig('plexus'),
+        '--node-name',
+        node.nodeName,
+        '--install-cni-config',
+        join(node.cniConfDir, '00-plexus.conflist'),
+        '--take-over-multus',
+        'true',
+        '--log-level',
+        'info',
+      ]);
+    });
+    after(async () => {
+      await multusDaemon?.stop();
+      await node?.stop({ runtimeStopped: () => daemon?.stop() });
+      await daemon?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    });
 
-  it('kept the pods Multus made running through the takeover, none restarted', async () => {
-    const list = await node.call('GET', '/api/v1/namespaces/default/pods');
-    type Pod = { metadata: { name: string }; status?: { phase?: string; containerStatuses?: { restartCount: number }[] } };
-    const pods = ((list.body as { items?: Pod[] }).items ?? []).filter((p) => multusPods.includes(p.metadata.name));
-    assert.equal(pods.length, 10);
-    for (const p of pods) {
-      assert.equal(p.status?.phase, 'Running', p.metadata.name);
-      assert.deepEqual((p.status?.containerStatuses ?? []).map((c) => c.restartCount), [0], p.metadata.name);
-    }
-  });
+    it('runs 10 pods with two secondary networks under Multus', async () => {
+      await sleep(1500); // containerd picks up 00-multus.conf
+      multusPods = await node.createPods(10, { namePrefix: 'under-multus-', annotations: { [NETWORKS]: 'sec,mv' } });
+      const timings = await node.waitAllRunning(multusPods, 120_000);
+      assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('; '));
+      assert.equal(leases('sec').length, 10);
+      assert.equal(leases('mv').length, 10);
+      assert.equal(
+        readdirSync(multusCache).filter((f) => f !== 'results').length,
+        10,
+        `Multus made them (its cache has each)${multusDaemon ? `: ${multusDaemon.log.slice(-2000)}` : ''}`,
+      );
+    });
 
-  it('removes every lease and host link of the pods Multus made when they are deleted', async () => {
-    for (const name of multusPods) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
-    await node.deleteAllPods(180_000);
-    const deadline = Date.now() + 30_000;
-    while ((leases('sec').length || leases('mv').length || hostVeths().length) && Date.now() < deadline) await sleep(250);
-    assert.deepEqual(leases('sec'), []);
-    assert.deepEqual(leases('mv'), []);
-    assert.deepEqual(hostVeths(), [], 'no veth is left on the secondary bridge');
-    assert.deepEqual(readdirSync(multusCache).filter((f) => f !== 'results'), []);
-  });
+    it('takes the node over while 20 pods are created and deleted, with no failed sandbox', async () => {
+      const churned: string[] = [];
+      // 4 waves of 5 pods, each created, run and deleted: the takeover happens somewhere in the middle.
+      const churn = (async () => {
+        for (let wave = 0; wave < 4; wave++) {
+          const names = await node.createPods(5, { namePrefix: `churn-${wave}-`, annotations: { [NETWORKS]: 'sec' } });
+          churned.push(...names);
+          await node.waitAllRunning(names, 120_000);
+          for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+        }
+      })();
+      await sleep(1000);
+      // The documented steps: the installer carries Multus's settings over, plexusd takes over once ready.
+      const installed = await runInstall(
+        [
+          'install',
+          '--cni-conf-dir',
+          node.cniConfDir,
+          '--cni-bin-dir',
+          binDir,
+          '--shim',
+          SHIM,
+          '--default-network-link',
+          join(dir, 'state', 'default-network'),
+          '--imported-config',
+          join(dir, 'state', 'imported-config.json'),
+          '--multus-daemon-config',
+          daemonConfig || join(dir, 'absent.json'),
+          '--wait-seconds',
+          '5',
+        ],
+        pino({ level: 'silent' }),
+      );
+      assert.equal(installed, 0);
+      await daemon.start(60_000);
+      assert.ok(!existsSync(join(node.cniConfDir, '00-multus.conf')), "Multus's config went aside");
+      // The documented next step: Multus's DaemonSet goes once the node is taken over.
+      await multusDaemon?.stop();
+      await churn;
+      assert.equal(churned.length, 20);
+      assert.deepEqual(await node.sandboxFailures('default'), []);
+      const servedByPlexus = await addsServed(daemon.socket);
+      assert.ok(
+        servedByPlexus > 0 && servedByPlexus < 20,
+        `the takeover fell inside the churn: Plexus made ${servedByPlexus} of its 20 sandboxes, Multus the rest`,
+      );
+    });
 
-  it('gives Multus its config back byte for byte on uninstall', async () => {
-    assert.equal(await runInstall(['uninstall', '--cni-conf-dir', node.cniConfDir, '--cni-bin-dir', join(dir, 'uninstalled-bin'),
-      '--imported-config', join(dir, 'state', 'imported-config.json')], pino({ level: 'silent' })), 0);
-    assert.equal(readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8'), multusConf);
-    assert.ok(!existsSync(join(node.cniConfDir, '00-plexus.conflist')));
+    it('gives new pods their networks from Plexus', async () => {
+      const names = await node.createPods(2, { namePrefix: 'under-plexus-', annotations: { [NETWORKS]: 'sec,mv' } });
+      await node.waitAllRunning(names, 60_000);
+      const attachments = execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'attachments'], {
+        encoding: 'utf8',
+      });
+      for (const name of names) assert.match(attachments, new RegExp(`default/${name}\\s+\\S*sec\\S*mv`), attachments);
+      for (const name of names) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+    });
+
+    it('kept the pods Multus made running through the takeover, none restarted', async () => {
+      const list = await node.call('GET', '/api/v1/namespaces/default/pods');
+      type Pod = {
+        metadata: { name: string };
+        status?: { phase?: string; containerStatuses?: { restartCount: number }[] };
+      };
+      const pods = ((list.body as { items?: Pod[] }).items ?? []).filter((p) => multusPods.includes(p.metadata.name));
+      assert.equal(pods.length, 10);
+      for (const p of pods) {
+        assert.equal(p.status?.phase, 'Running', p.metadata.name);
+        assert.deepEqual(
+          (p.status?.containerStatuses ?? []).map((c) => c.restartCount),
+          [0],
+          p.metadata.name,
+        );
+      }
+    });
+
+    it('removes every lease and host link of the pods Multus made when they are deleted', async () => {
+      for (const name of multusPods) await node.call('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+      await node.deleteAllPods(180_000);
+      const deadline = Date.now() + 30_000;
+      while ((leases('sec').length || leases('mv').length || hostVeths().length) && Date.now() < deadline)
+        await sleep(250);
+      assert.deepEqual(leases('sec'), []);
+      assert.deepEqual(leases('mv'), []);
+      assert.deepEqual(hostVeths(), [], 'no veth is left on the secondary bridge');
+      assert.deepEqual(
+        readdirSync(multusCache).filter((f) => f !== 'results'),
+        [],
+      );
+    });
+
+    it('gives Multus its config back byte for byte on uninstall', async () => {
+      assert.equal(
+        await runInstall(
+          [
+            'uninstall',
+            '--cni-conf-dir',
+            node.cniConfDir,
+            '--cni-bin-dir',
+            join(dir, 'uninstalled-bin'),
+            '--imported-config',
+            join(dir, 'state', 'imported-config.json'),
+          ],
+          pino({ level: 'silent' }),
+        ),
+        0,
+      );
+      assert.equal(readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8'), multusConf);
+      assert.ok(!existsSync(join(node.cniConfDir, '00-plexus.conflist')));
+    });
   });
-});

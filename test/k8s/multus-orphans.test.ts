@@ -33,7 +33,17 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
   const binDir = join(base.dir, 'bin');
   const cacheDir = join(base.dir, 'multus-cache');
   const leaseDir = join(base.dir, 'leases');
-  const delegate = { cniVersion: '1.0.0', name: 'mnet', plugins: [{ type: 'bridge', bridge: `${prefix}b1`, ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } }] };
+  const delegate = {
+    cniVersion: '1.0.0',
+    name: 'mnet',
+    plugins: [
+      {
+        type: 'bridge',
+        bridge: `${prefix}b1`,
+        ipam: { type: 'host-local', dataDir: leaseDir, ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+      },
+    ],
+  };
   restoreForwardingAfterwards();
 
   before(async () => {
@@ -42,9 +52,26 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
     mkdirSync(binDir);
     for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
     api = await KubeApiFixture.startForPlexus();
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] } });
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] },
+    });
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig(PLEXUS_USER), '--node-name', NODE, '--orphan-sweep-seconds', '0.5', '--multus-cache-dir', cacheDir, '--cni-bin-dir', binDir]);
+    daemon = new DaemonFixture('podnet', [
+      '--kubeconfig',
+      api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      NODE,
+      '--orphan-sweep-seconds',
+      '0.5',
+      '--multus-cache-dir',
+      cacheDir,
+      '--cni-bin-dir',
+      binDir,
+    ]);
     await daemon.start(30000);
   });
   after(async () => {
@@ -54,14 +81,31 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
     fx.cleanup();
   });
 
-  const leases = (): string[] => (existsSync(join(leaseDir, 'mnet')) ? readdirSync(join(leaseDir, 'mnet')).filter((f) => /^\d/.test(f)) : []);
+  const leases = (): string[] =>
+    existsSync(join(leaseDir, 'mnet')) ? readdirSync(join(leaseDir, 'mnet')).filter((f) => /^\d/.test(f)) : [];
   /** A pod object on the node, and Multus's ADD of its sandbox, exec'd as a runtime would. */
   const multusPod = async (name: string) => {
     const p = await new ApiPods(api, NODE, newPod).create(name, {});
-    const conf = { cniVersion: '1.0.0', name: 'multus-cni-network', type: 'multus', cniDir: cacheDir, binDir, delegates: [delegate] };
+    const conf = {
+      cniVersion: '1.0.0',
+      name: 'multus-cni-network',
+      type: 'multus',
+      cniDir: cacheDir,
+      binDir,
+      delegates: [delegate],
+    };
     const r = spawnSync(multusBinary('multus')!, [], {
-      input: JSON.stringify(conf), encoding: 'utf8',
-      env: { PATH: process.env.PATH, CNI_COMMAND: 'ADD', CNI_CONTAINERID: p.pod.cid, CNI_NETNS: p.pod.netns, CNI_IFNAME: 'eth0', CNI_ARGS: p.args, CNI_PATH: binDir },
+      input: JSON.stringify(conf),
+      encoding: 'utf8',
+      env: {
+        PATH: process.env.PATH,
+        CNI_COMMAND: 'ADD',
+        CNI_CONTAINERID: p.pod.cid,
+        CNI_NETNS: p.pod.netns,
+        CNI_IFNAME: 'eth0',
+        CNI_ARGS: p.args,
+        CNI_PATH: binDir,
+      },
     });
     assert.equal(r.status, 0, `multus ADD: ${r.stdout} ${r.stderr}`);
     return p;
@@ -75,10 +119,14 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
     const p = await multusPod('alive');
     await deletePod('alive');
     await sleep(2000); // four sweeps
-    assert.ok(existsSync(join(cacheDir, p.pod.cid)), 'Multus\'s cache of it is still there');
+    assert.ok(existsSync(join(cacheDir, p.pod.cid)), "Multus's cache of it is still there");
     assert.equal(leases().length, 1);
     ip('netns', 'delete', p.pod.ns);
-    await until('the sandbox whose netns went too is removed', () => (existsSync(join(cacheDir, p.pod.cid)) ? undefined : true), 15_000);
+    await until(
+      'the sandbox whose netns went too is removed',
+      () => (existsSync(join(cacheDir, p.pod.cid)) ? undefined : true),
+      15_000,
+    );
     assert.deepEqual(leases(), [], 'its lease is released as Multus would release it');
     assert.match(daemon.stderr, /removed a sandbox Multus made whose pod is gone without a DEL/);
   });
@@ -90,7 +138,11 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
     assert.ok(existsSync(join(cacheDir, p.pod.cid)));
     assert.equal(leases().length, 1);
     await deletePod('kept');
-    await until('removed once its pod is gone too', () => (existsSync(join(cacheDir, p.pod.cid)) ? undefined : true), 15_000);
+    await until(
+      'removed once its pod is gone too',
+      () => (existsSync(join(cacheDir, p.pod.cid)) ? undefined : true),
+      15_000,
+    );
     assert.deepEqual(leases(), []);
   });
 });

@@ -10,7 +10,14 @@ import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const skip = expectedPrerequisites(k8sMissing());
-const config = (name: string, bridge: string): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge, ipam: { type: 'host-local', subnet: '10.91.0.0/24' } });
+const config = (name: string, bridge: string): string =>
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'bridge',
+    bridge,
+    ipam: { type: 'host-local', subnet: '10.91.0.0/24' },
+  });
 
 /** Polls until `check` passes (the informer hears of a change within a moment), or fails with its last error. */
 async function eventually(check: () => void, timeoutMs = 10000): Promise<void> {
@@ -33,12 +40,24 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     api = await KubeApiFixture.start();
     await api.installNadCrd();
     assert.equal((await api.createNad('default', 'early', config('early', 'early0'))).status, 201);
-    assert.equal((await api.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'team-a' } })).status, 201);
+    assert.equal(
+      (
+        await api.request('POST', '/api/v1/namespaces', {
+          apiVersion: 'v1',
+          kind: 'Namespace',
+          metadata: { name: 'team-a' },
+        })
+      ).status,
+      201,
+    );
     client = apiClientFor(api.kubeconfig);
     source = new ApiNetworkSource(client);
     assert.equal(source.ready, false);
     const notYet = source.get('default', 'early');
-    assert.ok(!notYet.ok && /not loaded from the API yet/.test(notYet.error.message), 'before the first list, a lookup says so');
+    assert.ok(
+      !notYet.ok && /not loaded from the API yet/.test(notYet.error.message),
+      'before the first list, a lookup says so',
+    );
     await source.start();
   });
   after(async () => {
@@ -59,16 +78,26 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     assert.equal((await api.createNad('team-a', 'blue', config('blue', 'blue0'))).status, 201);
     await eventually(() => assert.ok(source.get('team-a', 'blue').ok));
     const path = '/apis/k8s.cni.cncf.io/v1/namespaces/team-a/network-attachment-definitions/blue';
-    const changed = await api.request('PATCH', path, { spec: { config: config('blue', 'blue1') } }, 'application/merge-patch+json');
+    const changed = await api.request(
+      'PATCH',
+      path,
+      { spec: { config: config('blue', 'blue1') } },
+      'application/merge-patch+json',
+    );
     assert.equal(changed.status, 200, JSON.stringify(changed.body));
     await eventually(() => {
       const r = source.get('team-a', 'blue');
-      assert.ok(r.ok && (r.value.plugins[0] as Record<string, unknown> | undefined)?.bridge === 'blue1', 'the change is seen');
+      assert.ok(
+        r.ok && (r.value.plugins[0] as Record<string, unknown> | undefined)?.bridge === 'blue1',
+        'the change is seen',
+      );
     });
     assert.equal((await api.request('DELETE', path)).status, 200);
     await eventually(() => {
       const r = source.get('team-a', 'blue');
-      assert.ok(!r.ok && r.error.code === 7 && /there is no such NetworkAttachmentDefinition in the API/.test(r.error.message));
+      assert.ok(
+        !r.ok && r.error.code === 7 && /there is no such NetworkAttachmentDefinition in the API/.test(r.error.message),
+      );
     });
   });
 
@@ -76,7 +105,10 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     assert.equal((await api.createNad('default', 'broken', '{"cniVersion": "1.0.0", "type": ')).status, 201);
     await eventually(() => {
       const r = source.get('default', 'broken');
-      assert.ok(!r.ok && r.error.code === 7 && /NetworkAttachmentDefinition default\/broken in the API/.test(r.error.message), !r.ok ? r.error.message : 'parsed');
+      assert.ok(
+        !r.ok && r.error.code === 7 && /NetworkAttachmentDefinition default\/broken in the API/.test(r.error.message),
+        !r.ok ? r.error.message : 'parsed',
+      );
     });
     const { networks, errors } = source.list();
     assert.ok(networks.some((n) => n.key === 'default/early'));

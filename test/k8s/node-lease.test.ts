@@ -24,7 +24,10 @@ class FakeLeases {
   private version = 1;
 
   put(name: string, holder: string, durationSeconds = 1): void {
-    this.leases.set(name, { metadata: { name, uid: 'u', resourceVersion: String(++this.version) }, spec: { holderIdentity: holder, leaseDurationSeconds: durationSeconds } });
+    this.leases.set(name, {
+      metadata: { name, uid: 'u', resourceVersion: String(++this.version) },
+      spec: { holderIdentity: holder, leaseDurationSeconds: durationSeconds },
+    });
   }
 
   get client(): KubeApiClient {
@@ -33,25 +36,45 @@ class FakeLeases {
       const body = o.body as Stored | undefined;
       const name = method === 'POST' ? body!.metadata.name : decodeURIComponent(path.split('/').pop()!);
       const have = this.leases.get(name);
-      if (method === 'GET') return have ? { ok: true, value: structuredClone(have) } : { ok: false, error: { status: 404, message: 'not found' } };
+      if (method === 'GET')
+        return have
+          ? { ok: true, value: structuredClone(have) }
+          : { ok: false, error: { status: 404, message: 'not found' } };
       if (method === 'POST') {
         if (have) return { ok: false, error: { status: 409, message: 'exists' } };
-        this.leases.set(name, { metadata: { name, uid: 'u', resourceVersion: String(++this.version) }, spec: body!.spec });
+        this.leases.set(name, {
+          metadata: { name, uid: 'u', resourceVersion: String(++this.version) },
+          spec: body!.spec,
+        });
         return { ok: true, value: this.leases.get(name) };
       }
-      if (!have || have.metadata.resourceVersion !== body!.metadata.resourceVersion) return { ok: false, error: { status: 409, message: 'conflict' } };
-      this.leases.set(name, { metadata: { ...have.metadata, resourceVersion: String(++this.version) }, spec: body!.spec });
+      if (!have || have.metadata.resourceVersion !== body!.metadata.resourceVersion)
+        return { ok: false, error: { status: 409, message: 'conflict' } };
+      this.leases.set(name, {
+        metadata: { ...have.metadata, resourceVersion: String(++this.version) },
+        spec: body!.spec,
+      });
       return { ok: true, value: this.leases.get(name) };
     };
     return { request } as unknown as KubeApiClient;
   }
 }
 
-const leasesOf = (api: FakeLeases, o: { node?: string; identity?: string; predecessor?: string; durationMs?: number } = {}): NodeLeases =>
-  new NodeLeases(api.client, {
-    node: o.node ?? 'n1', namespace: 'kube-system', identity: o.identity ?? 'me', durationMs: o.durationMs ?? 300,
-    ...(o.predecessor ? { predecessor: o.predecessor } : {}),
-  }, log);
+const leasesOf = (
+  api: FakeLeases,
+  o: { node?: string; identity?: string; predecessor?: string; durationMs?: number } = {},
+): NodeLeases =>
+  new NodeLeases(
+    api.client,
+    {
+      node: o.node ?? 'n1',
+      namespace: 'kube-system',
+      identity: o.identity ?? 'me',
+      durationMs: o.durationMs ?? 300,
+      ...(o.predecessor ? { predecessor: o.predecessor } : {}),
+    },
+    log,
+  );
 
 describe('node lease', () => {
   it('creates the lease under its identity and renews it', async () => {
@@ -61,13 +84,17 @@ describe('node lease', () => {
     const first = api.leases.get(leaseNameOf('n1'))!;
     assert.equal(first.spec.holderIdentity, 'me');
     await sleep(250);
-    assert.notEqual(api.leases.get(leaseNameOf('n1'))!.metadata.resourceVersion, first.metadata.resourceVersion, 'renewed');
+    assert.notEqual(
+      api.leases.get(leaseNameOf('n1'))!.metadata.resourceVersion,
+      first.metadata.resourceVersion,
+      'renewed',
+    );
     assert.equal(mine.refusal(1000), undefined);
     await mine.stop();
     assert.equal(api.leases.get(leaseNameOf('n1'))!.spec.holderIdentity, '', 'released at stop');
   });
 
-  it('takes over at once the lease its state directory\'s previous process held', async () => {
+  it("takes over at once the lease its state directory's previous process held", async () => {
     const api = new FakeLeases();
     api.put(leaseNameOf('n1'), 'before', 40);
     const mine = leasesOf(api, { predecessor: 'before' });

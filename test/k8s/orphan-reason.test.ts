@@ -3,12 +3,29 @@ import { describe, it } from 'node:test';
 import type { AttachmentRecord } from '../../src/engine/journal';
 import { adoptedOrphanReason, orphanReason } from '../../src/k8s/orphans';
 
-const record = (over: Partial<AttachmentRecord> = {}, pod = { namespace: 'default', name: 'web-0', uid: 'u1' }): AttachmentRecord =>
-  ({
-    meta: { containerId: 'c1', ifname: 'eth0', netns: '/var/run/netns/x', pod, cniNetwork: 'plexus', networks: [], startedAt: '' },
-    undo: [], undoOwners: [], events: [], result: { interfaces: [], ips: [], routes: [] }, deleting: false, ...over,
-  });
-const pods = (uids: Record<string, string>) => ({ cachedPod: (ns: string, name: string) => (uids[`${ns}/${name}`] ? { uid: uids[`${ns}/${name}`]! } : undefined) });
+const record = (
+  over: Partial<AttachmentRecord> = {},
+  pod = { namespace: 'default', name: 'web-0', uid: 'u1' },
+): AttachmentRecord => ({
+  meta: {
+    containerId: 'c1',
+    ifname: 'eth0',
+    netns: '/var/run/netns/x',
+    pod,
+    cniNetwork: 'plexus',
+    networks: [],
+    startedAt: '',
+  },
+  undo: [],
+  undoOwners: [],
+  events: [],
+  result: { interfaces: [], ips: [], routes: [] },
+  deleting: false,
+  ...over,
+});
+const pods = (uids: Record<string, string>) => ({
+  cachedPod: (ns: string, name: string) => (uids[`${ns}/${name}`] ? { uid: uids[`${ns}/${name}`]! } : undefined),
+});
 const gone = (): boolean => false;
 const there = (): boolean => true;
 
@@ -34,7 +51,13 @@ describe('orphanReason', () => {
 });
 
 describe('adoptedOrphanReason (sandboxes Multus made)', () => {
-  const sandbox = { containerId: 'm1', maker: 'multus', networks: [{ name: 'podnet', ifname: 'eth0' }], pod: { namespace: 'default', name: 'web-0', uid: 'u1' }, netns: '/var/run/netns/m' };
+  const sandbox = {
+    containerId: 'm1',
+    maker: 'multus',
+    networks: [{ name: 'podnet', ifname: 'eth0' }],
+    pod: { namespace: 'default', name: 'web-0', uid: 'u1' },
+    netns: '/var/run/netns/m',
+  };
   it('keeps one whose netns exists, or whose pod the API still has with that UID', () => {
     assert.equal(adoptedOrphanReason(sandbox, pods({}), there), undefined);
     assert.equal(adoptedOrphanReason(sandbox, pods({ 'default/web-0': 'u1' }), gone), undefined);

@@ -30,9 +30,23 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
   before(async () => {
     fx.trackHostLink(`${prefix}b0`);
     api = await KubeApiFixture.startForPlexus();
-    const podnet = JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] } });
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+    });
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig(PLEXUS_USER), '--node-name', NODE, '--orphan-sweep-seconds', '0.5']);
+    daemon = new DaemonFixture('podnet', [
+      '--kubeconfig',
+      api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      NODE,
+      '--orphan-sweep-seconds',
+      '0.5',
+    ]);
     await daemon.start(30000);
   });
   after(async () => {
@@ -44,7 +58,14 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
   const add = async (name: string) => {
     const p = await pods().create(name, {});
-    const out = await daemon.cni({ command: 'ADD', containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args, config: daemon.runtimeConfig({}, '1.0.0') });
+    const out = await daemon.cni({
+      command: 'ADD',
+      containerId: p.pod.cid,
+      netns: p.pod.netns,
+      ifname: 'eth0',
+      args: p.args,
+      config: daemon.runtimeConfig({}, '1.0.0'),
+    });
     assert.equal(out.code, 0, out.stdout);
     return p;
   };
@@ -76,16 +97,23 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
     assert.deepEqual(daemon.leases('podnet'), []);
   });
 
-  it('a pod made again under the same name (a StatefulSet) does not protect the old UID\'s orphan, and keeps its own', async () => {
+  it("a pod made again under the same name (a StatefulSet) does not protect the old UID's orphan, and keeps its own", async () => {
     const old = await add('web-0');
     await deletePod('web-0');
     ip('netns', 'del', old.pod.ns);
     const now = await add('web-0');
-    await until('the old UID\'s orphan to be removed', () => (hasRecord(old.pod.cid) ? undefined : true), 10000);
+    await until("the old UID's orphan to be removed", () => (hasRecord(old.pod.cid) ? undefined : true), 10000);
     await sleep(1500);
     assert.ok(hasRecord(now.pod.cid), 'the new pod keeps its attachment');
     assert.equal(daemon.leases('podnet').length, 1);
-    const out = await daemon.cni({ command: 'DEL', containerId: now.pod.cid, netns: now.pod.netns, ifname: 'eth0', args: now.args, config: daemon.runtimeConfig({}, '1.0.0') });
+    const out = await daemon.cni({
+      command: 'DEL',
+      containerId: now.pod.cid,
+      netns: now.pod.netns,
+      ifname: 'eth0',
+      args: now.args,
+      config: daemon.runtimeConfig({}, '1.0.0'),
+    });
     assert.equal(out.code, 0);
   });
 });

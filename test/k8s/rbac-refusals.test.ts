@@ -4,13 +4,26 @@ import { describe, it } from 'node:test';
 import pino from 'pino';
 import { RbacRefusals } from '../../src/k8s/rbac-refusals';
 
-interface Line { level: number; msg: string; verb?: string; resource?: string; refusals?: number }
+interface Line {
+  level: number;
+  msg: string;
+  verb?: string;
+  resource?: string;
+  refusals?: number;
+}
 
 const recording = (): { lines: Line[]; log: pino.Logger } => {
   const lines: Line[] = [];
   return { lines, log: pino({ level: 'info' }, { write: (l: string) => void lines.push(JSON.parse(l) as Line) }) };
 };
-const patchPods = { verb: 'patch', resource: 'pods', namespace: 'default', path: '/api/v1/namespaces/default/pods/web', message: 'forbidden', blocksServing: false };
+const patchPods = {
+  verb: 'patch',
+  resource: 'pods',
+  namespace: 'default',
+  path: '/api/v1/namespaces/default/pods/web',
+  message: 'forbidden',
+  blocksServing: false,
+};
 const listPods = { verb: 'list', resource: 'pods', path: '/api/v1/pods', message: 'forbidden', blocksServing: true };
 
 describe('RbacRefusals', () => {
@@ -37,7 +50,13 @@ describe('RbacRefusals', () => {
     r.refused(patchPods);
     now += 31_000;
     r.refused(patchPods);
-    assert.deepEqual(lines.map((l) => [l.level, l.refusals]), [[50, 1], [50, 2]]);
+    assert.deepEqual(
+      lines.map((l) => [l.level, l.refusals]),
+      [
+        [50, 1],
+        [50, 2],
+      ],
+    );
   });
 
   it('fails readiness only for what serving depends on, and lists the rest apart', () => {
@@ -46,7 +65,10 @@ describe('RbacRefusals', () => {
     r.refused({ ...patchPods, verb: 'create', resource: 'events', path: '/api/v1/namespaces/default/events' });
     r.refused(listPods);
     const problems = r.problems();
-    assert.deepEqual(problems.map((p) => p.blocksServing), [true, false]);
+    assert.deepEqual(
+      problems.map((p) => p.blocksServing),
+      [true, false],
+    );
     assert.match(problems[0]!.problem, /refuses list pods: plexusd cannot serve/);
     assert.match(problems[1]!.problem, /refuses create events, patch pods;/);
   });

@@ -22,17 +22,26 @@ const prefix = uniquePrefix('rb');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-interface Rule { apiGroups: string[]; resources: string[]; verbs: string[] }
+interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
 
 /** deploy/10-rbac.yaml's rules without `verb` on `resource` (of the core group), the other rules untouched. */
 function rulesWithout(verb: string, resource: string): Rule[] {
-  const docs = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; rules?: Rule[] });
+  const docs = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map(
+    (d) => d.toJSON() as { kind: string; rules?: Rule[] },
+  );
   const rules = docs.find((d) => d.kind === 'ClusterRole')!.rules!;
   return rules.flatMap((r) => {
     if (!r.apiGroups.includes('') || !r.resources.includes(resource) || !r.verbs.includes(verb)) return [r];
     const others = r.resources.filter((x) => x !== resource);
     const verbs = r.verbs.filter((v) => v !== verb);
-    return [...(others.length ? [{ ...r, resources: others }] : []), ...(verbs.length ? [{ ...r, resources: [resource], verbs }] : [])];
+    return [
+      ...(others.length ? [{ ...r, resources: others }] : []),
+      ...(verbs.length ? [{ ...r, resources: [resource], verbs }] : []),
+    ];
   });
 }
 
@@ -57,7 +66,12 @@ const httpGet = (port: number, path: string): Promise<{ status: number; body: st
     req.end();
   });
 
-interface LogLine { level: number; msg: string; verb?: string; resource?: string }
+interface LogLine {
+  level: number;
+  msg: string;
+  verb?: string;
+  resource?: string;
+}
 const logLines = (daemon: DaemonFixture): LogLine[] =>
   daemon.stderr.split('\n').flatMap((l) => {
     try {
@@ -72,7 +86,11 @@ class RefusedDaemon {
   readonly daemon: DaemonFixture;
   readonly node: string;
 
-  private constructor(daemon: DaemonFixture, node: string, readonly port: number) {
+  private constructor(
+    daemon: DaemonFixture,
+    node: string,
+    readonly port: number,
+  ) {
     this.daemon = daemon;
     this.node = node;
   }
@@ -80,28 +98,53 @@ class RefusedDaemon {
   static async make(api: KubeApiFixture, verb: string, resource: string, extra: string[] = []): Promise<RefusedDaemon> {
     const user = `${prefix}-no-${verb}-${resource}`;
     const role = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterroles', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: user }, rules: rulesWithout(verb, resource),
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata: { name: user },
+      rules: rulesWithout(verb, resource),
     });
     assert.equal(role.status, 201, JSON.stringify(role.body));
     const binding = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: user },
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: user },
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: user },
       subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
     });
     assert.equal(binding.status, 201, JSON.stringify(binding.body));
     // deploy/10-rbac.yaml's Role (its node's Lease in kube-system), granted whole.
-    const leaseRole = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string }).find((d) => d.kind === 'Role');
-    const roleMade = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles', leaseRole);
+    const leaseRole = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8'))
+      .map((d) => d.toJSON() as { kind: string })
+      .find((d) => d.kind === 'Role');
+    const roleMade = await api.request(
+      'POST',
+      '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/roles',
+      leaseRole,
+    );
     assert.ok(roleMade.status === 201 || roleMade.status === 409, JSON.stringify(roleMade.body));
-    const roleBinding = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: user, namespace: 'kube-system' },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' },
-      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
-    });
+    const roleBinding = await api.request(
+      'POST',
+      '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings',
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: user, namespace: 'kube-system' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+      },
+    );
     assert.equal(roleBinding.status, 201, JSON.stringify(roleBinding.body));
     const port = await freePort();
     const node = `${prefix}-${verb}-${resource}`;
-    const flags = ['--kubeconfig', api.userKubeconfig(user), '--node-name', node, '--metrics-address', `127.0.0.1:${port}`, ...extra];
+    const flags = [
+      '--kubeconfig',
+      api.userKubeconfig(user),
+      '--node-name',
+      node,
+      '--metrics-address',
+      `127.0.0.1:${port}`,
+      ...extra,
+    ];
     return new RefusedDaemon(new DaemonFixture('podnet', flags), node, port);
   }
 
@@ -117,13 +160,21 @@ class RefusedDaemon {
 
   async forbiddenCount(verb: string, resource: string): Promise<number> {
     const metrics = await httpGet(this.port, '/metrics');
-    const m = new RegExp(`^plexus_api_forbidden_total\\{verb="${verb}",resource="${resource}"\\} (\\d+)$`, 'm').exec(metrics.body);
+    const m = new RegExp(`^plexus_api_forbidden_total\\{verb="${verb}",resource="${resource}"\\} (\\d+)$`, 'm').exec(
+      metrics.body,
+    );
     return m ? Number(m[1]) : 0;
   }
 
-  async readyz(): Promise<{ status: number; report: { ok: boolean; checks: Record<string, string>; warnings?: Record<string, string> } }> {
+  async readyz(): Promise<{
+    status: number;
+    report: { ok: boolean; checks: Record<string, string>; warnings?: Record<string, string> };
+  }> {
     const r = await httpGet(this.port, '/readyz');
-    return { status: r.status, report: JSON.parse(r.body) as { ok: boolean; checks: Record<string, string>; warnings?: Record<string, string> } };
+    return {
+      status: r.status,
+      report: JSON.parse(r.body) as { ok: boolean; checks: Record<string, string>; warnings?: Record<string, string> },
+    };
   }
 }
 
@@ -137,7 +188,14 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
   before(async () => {
     fx.trackHostLink(`${prefix}b0`);
     api = await KubeApiFixture.startForPlexus();
-    const config = { cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet }]] } };
+    const config = {
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet }]] },
+    };
     assert.equal((await api.createNad('default', 'podnet', JSON.stringify(config))).status, 201);
   });
   after(async () => {
@@ -156,7 +214,14 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
   const addAndDelete = async (d: RefusedDaemon, name: string): Promise<void> => {
     const p = await new ApiPods(api, d.node, newPod).create(name, {});
     const call = (command: 'ADD' | 'DEL'): Promise<{ code: number | null; stdout: string }> =>
-      d.daemon.cni({ command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args, config: d.daemon.runtimeConfig({}, '1.0.0') });
+      d.daemon.cni({
+        command,
+        containerId: p.pod.cid,
+        netns: p.pod.netns,
+        ifname: 'eth0',
+        args: p.args,
+        config: d.daemon.runtimeConfig({}, '1.0.0'),
+      });
     const added = await call('ADD');
     assert.equal(added.code, 0, added.stdout);
     assert.equal((await call('DEL')).code, 0);
@@ -187,7 +252,7 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
     assert.match(ready.report.warnings?.rbac ?? '', /refuses create events/);
   });
 
-  it('without list on nodes: the cluster-IPAM reconciler\'s refusal is an error naming list nodes, counted, a warning on /readyz', async () => {
+  it("without list on nodes: the cluster-IPAM reconciler's refusal is an error naming list nodes, counted, a warning on /readyz", async () => {
     const d = await started('list', 'nodes', ['--ipam-reconcile-seconds', '1']);
     const line = await d.errorLine('list', 'nodes');
     assert.ok(line, `no error line for list nodes in:\n${d.daemon.stderr}`);

@@ -8,11 +8,31 @@ import { NetworkStatusKeeper } from '../../src/k8s/status-keeper';
 import type { NetworkStatusEntry } from '../../src/networks/status';
 
 const STATUS = 'k8s.v1.cni.cncf.io/network-status';
-const status: NetworkStatusEntry[] = [{ name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} }];
-const pod = (annotation?: string, uid = 'u1'): CachedPod => ({ namespace: 'default', name: 'web', uid, annotations: annotation === undefined ? {} : { [STATUS]: annotation } });
+const status: NetworkStatusEntry[] = [
+  { name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} },
+];
+const pod = (annotation?: string, uid = 'u1'): CachedPod => ({
+  namespace: 'default',
+  name: 'web',
+  uid,
+  annotations: annotation === undefined ? {} : { [STATUS]: annotation },
+});
 const record = (containerId: string, at: string, s: NetworkStatusEntry[], uid = 'u1'): AttachmentRecord => ({
-  meta: { containerId, ifname: 'eth0', netns: '/x', pod: { namespace: 'default', name: 'web', uid }, cniNetwork: 'plexus', networks: ['default/podnet'], startedAt: at },
-  undo: [], undoOwners: [], events: [{ at, what: 'committed' }], result: { cniVersion: '1.0.0', interfaces: [], ips: [], routes: [] } as unknown as AttachmentRecord['result'], details: { attachments: [], networkStatus: s }, deleting: false,
+  meta: {
+    containerId,
+    ifname: 'eth0',
+    netns: '/x',
+    pod: { namespace: 'default', name: 'web', uid },
+    cniNetwork: 'plexus',
+    networks: ['default/podnet'],
+    startedAt: at,
+  },
+  undo: [],
+  undoOwners: [],
+  events: [{ at, what: 'committed' }],
+  result: { cniVersion: '1.0.0', interfaces: [], ips: [], routes: [] } as unknown as AttachmentRecord['result'],
+  details: { attachments: [], networkStatus: s },
+  deleting: false,
 });
 
 function bed(records: AttachmentRecord[]) {
@@ -34,9 +54,13 @@ function bed(records: AttachmentRecord[]) {
 }
 
 describe('NetworkStatusKeeper', () => {
-  it('writes back the newest committed record\'s status of the pod\'s UID when another writer changes it', async () => {
+  it("writes back the newest committed record's status of the pod's UID when another writer changes it", async () => {
     const older: NetworkStatusEntry[] = [{ ...status[0]!, ips: ['10.1.0.3'] }];
-    const b = bed([record('c-new', '2026-01-01T00:00:02Z', status), record('c-old', '2026-01-01T00:00:01Z', older), record('c-other', '2026-01-01T00:00:03Z', older, 'u0')]);
+    const b = bed([
+      record('c-new', '2026-01-01T00:00:02Z', status),
+      record('c-old', '2026-01-01T00:00:01Z', older),
+      record('c-other', '2026-01-01T00:00:03Z', older, 'u0'),
+    ]);
     await b.change(pod(JSON.stringify(status)), pod('[]'));
     assert.deepEqual(b.writes, [{ containerId: 'c-new', status }]);
   });
@@ -45,7 +69,10 @@ describe('NetworkStatusKeeper', () => {
     const b = bed([record('c1', '2026-01-01T00:00:01Z', status)]);
     b.keeper.sink.attached({ namespace: 'default', name: 'web', uid: 'u1' }, 'c1', status, status);
     await b.change(pod(undefined), pod(JSON.stringify(status, null, 2)));
-    await b.change(pod(JSON.stringify(status)), { ...pod(JSON.stringify(status)), annotations: { [STATUS]: JSON.stringify(status), other: 'x' } });
+    await b.change(pod(JSON.stringify(status)), {
+      ...pod(JSON.stringify(status)),
+      annotations: { [STATUS]: JSON.stringify(status), other: 'x' },
+    });
     assert.equal(b.reads(), 0);
     assert.deepEqual(b.writes, []);
   });

@@ -28,7 +28,14 @@ describe('network-status changed by another writer', { skip }, () => {
   before(async () => {
     fx.trackHostLink(`${prefix}b0`);
     api = await KubeApiFixture.startForPlexus();
-    const config = { cniVersion: '1.0.0', name: 'podnet', type: 'bridge', bridge: `${prefix}b0`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet }]] } };
+    const config = {
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet }]] },
+    };
     assert.equal((await api.createNad('default', 'podnet', JSON.stringify(config))).status, 201);
     daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE]);
     await daemon.start(30000);
@@ -41,24 +48,41 @@ describe('network-status changed by another writer', { skip }, () => {
 
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
   const call = (command: 'ADD' | 'DEL', p: ApiPod): Promise<{ code: number | null; stdout: string }> =>
-    daemon.cni({ command, containerId: p.pod.cid, netns: p.pod.netns, ifname: 'eth0', args: p.args, config: daemon.runtimeConfig({}, '1.0.0') });
+    daemon.cni({
+      command,
+      containerId: p.pod.cid,
+      netns: p.pod.netns,
+      ifname: 'eth0',
+      args: p.args,
+      config: daemon.runtimeConfig({}, '1.0.0'),
+    });
   /** The pod's attached status, once plexusd has written it. */
   const attached = async (name: string): Promise<{ p: ApiPod; written: StatusEntry[] }> => {
     const p = await pods().create(name, {});
     const added = await call('ADD', p);
     assert.equal(added.code, 0, added.stdout);
     const written = await pods().status('default', name);
-    assert.deepEqual(written.map((s) => s.name), ['default/podnet']);
+    assert.deepEqual(
+      written.map((s) => s.name),
+      ['default/podnet'],
+    );
     return { p, written };
   };
   const removeStatus = async (name: string): Promise<void> => {
-    const r = await api.request('PATCH', `/api/v1/namespaces/default/pods/${name}`, { metadata: { annotations: { [STATUS]: null } } }, 'application/merge-patch+json');
+    const r = await api.request(
+      'PATCH',
+      `/api/v1/namespaces/default/pods/${name}`,
+      { metadata: { annotations: { [STATUS]: null } } },
+      'application/merge-patch+json',
+    );
     assert.equal(r.status, 200, JSON.stringify(r.body));
   };
 
-  it('writes the journal\'s status back when another writer rewrites it', async () => {
+  it("writes the journal's status back when another writer rewrites it", async () => {
     const { p, written } = await attached('rewritten');
-    const forged: StatusEntry[] = [{ name: 'default/podnet', interface: 'eth0', ips: ['192.0.2.66'], mac: '02:00:00:00:00:66', default: true }];
+    const forged: StatusEntry[] = [
+      { name: 'default/podnet', interface: 'eth0', ips: ['192.0.2.66'], mac: '02:00:00:00:00:66', default: true },
+    ];
     await pods().annotate('default', 'rewritten', STATUS, JSON.stringify(forged));
     const back = await pods().status('default', 'rewritten', (s) => s[0]?.ips[0] !== '192.0.2.66');
     assert.deepEqual(back, written);

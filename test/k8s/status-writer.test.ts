@@ -34,7 +34,12 @@ describe('network-status write-back on a real API server', { skip }, () => {
     assert.equal(made.status, 201, JSON.stringify(made.body));
     return (made.body as { metadata: { uid: string } }).metadata.uid;
   }
-  const annotations = async (name: string): Promise<Record<string, string>> => ((await api.request('GET', `/api/v1/namespaces/default/pods/${name}`)).body as { metadata: { annotations?: Record<string, string> } }).metadata.annotations ?? {};
+  const annotations = async (name: string): Promise<Record<string, string>> =>
+    (
+      (await api.request('GET', `/api/v1/namespaces/default/pods/${name}`)).body as {
+        metadata: { annotations?: Record<string, string> };
+      }
+    ).metadata.annotations ?? {};
 
   it('writes the annotation with a PATCH of it alone: the pod keeps its other annotations', async () => {
     const uid = await pod('p1');
@@ -59,10 +64,17 @@ describe('network-status write-back on a real API server', { skip }, () => {
 
   it('retries while the API cannot be reached, then gives up without failing anything', async () => {
     const dead = join(api.dir, 'dead.kubeconfig');
-    writeFileSync(dead, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'x', clusters: [{ name: 'x', cluster: { server: 'https://127.0.0.1:1', 'insecure-skip-tls-verify': true } }],
-      users: [{ name: 'u', user: { token: 't' } }], contexts: [{ name: 'x', context: { cluster: 'x', user: 'u' } }],
-    }));
+    writeFileSync(
+      dead,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'x',
+        clusters: [{ name: 'x', cluster: { server: 'https://127.0.0.1:1', 'insecure-skip-tls-verify': true } }],
+        users: [{ name: 'u', user: { token: 't' } }],
+        contexts: [{ name: 'x', context: { cluster: 'x', user: 'u' } }],
+      }),
+    );
     const unreachable = apiClientFor(dead);
     // Every PATCH the writer sends still goes to the real (unreachable) client; this only notes when it was sent.
     const sentAt: number[] = [];
@@ -80,7 +92,13 @@ describe('network-status write-back on a real API server', { skip }, () => {
     unreachable.close();
     assert.equal(sentAt.length, 3, 'the first PATCH and two retries');
     const gaps = sentAt.slice(1).map((at, i) => at - sentAt[i]!);
-    assert.ok(gaps[0]! >= 45 && gaps[1]! >= 95, `backing off 50 ms, then 100 ms: ${gaps.map((g) => g.toFixed(0)).join(', ')} ms`);
-    assert.ok(lines.some((l) => /not written after retries/.test(l)), lines.join('\n'));
+    assert.ok(
+      gaps[0]! >= 45 && gaps[1]! >= 95,
+      `backing off 50 ms, then 100 ms: ${gaps.map((g) => g.toFixed(0)).join(', ')} ms`,
+    );
+    assert.ok(
+      lines.some((l) => /not written after retries/.test(l)),
+      lines.join('\n'),
+    );
   });
 });

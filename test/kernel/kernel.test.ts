@@ -25,7 +25,14 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const pod = fx.create('veth');
     const host = `${prefix}v0`;
     fx.trackHostLink(host);
-    must(await kernel.batch(undefined, [{ op: 'linkAdd', link: { kind: 'veth', name: host, up: true, mtu: 1400, peer: { name: 'eth0', netns: pod.path } } }]));
+    must(
+      await kernel.batch(undefined, [
+        {
+          op: 'linkAdd',
+          link: { kind: 'veth', name: host, up: true, mtu: 1400, peer: { name: 'eth0', netns: pod.path } },
+        },
+      ]),
+    );
     must(await kernel.batch(pod.path, [{ op: 'linkSet', name: 'eth0', up: true }]));
     const peer = must(await kernel.getLink(pod.path, 'eth0'));
     assert.ok(peer, 'eth0 exists in the pod netns');
@@ -40,35 +47,53 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
 
   it('adds addresses and routes inside a netns and lists them back', async () => {
     const pod = fx.create('addr');
-    must(await kernel.batch(pod.path, [
-      { op: 'linkAdd', link: { kind: 'dummy', name: 'd0', up: true } },
-    ]).then((r) => (r.ok ? r : (r.error.is('EOPNOTSUPP') || r.error.failure.extack?.includes('Unknown device type') ? { ok: true as const, value: [] } : r))));
+    must(
+      await kernel
+        .batch(pod.path, [{ op: 'linkAdd', link: { kind: 'dummy', name: 'd0', up: true } }])
+        .then((r) =>
+          r.ok
+            ? r
+            : r.error.is('EOPNOTSUPP') || r.error.failure.extack?.includes('Unknown device type')
+              ? { ok: true as const, value: [] }
+              : r,
+        ),
+    );
     const haveDummy = must(await kernel.getLink(pod.path, 'd0')) !== null;
     const dev = haveDummy ? 'd0' : 'lo';
-    must(await kernel.batch(pod.path, [
-      { op: 'addrAdd', name: dev, address: '10.77.0.2/24' },
-      { op: 'addrAdd', name: dev, address: 'fd77::2/64', noDad: true },
-      ...(haveDummy ? [{ op: 'routeAdd' as const, route: { dst: '10.78.0.0/16', gw: '10.77.0.1' } }] : []),
-    ]));
+    must(
+      await kernel.batch(pod.path, [
+        { op: 'addrAdd', name: dev, address: '10.77.0.2/24' },
+        { op: 'addrAdd', name: dev, address: 'fd77::2/64', noDad: true },
+        ...(haveDummy ? [{ op: 'routeAdd' as const, route: { dst: '10.78.0.0/16', gw: '10.77.0.1' } }] : []),
+      ]),
+    );
     const addrs = must(await kernel.listAddresses(pod.path, dev)).map((a) => a.address);
     assert.ok(addrs.includes('10.77.0.2/24'), `addresses: ${addrs.join(', ')}`);
     assert.ok(addrs.includes('fd77::2/64'), `addresses: ${addrs.join(', ')}`);
     if (haveDummy) {
       const routes = must(await kernel.listRoutes(pod.path, 4));
-      assert.ok(routes.some((r) => r.dst === '10.78.0.0/16' && r.gw === '10.77.0.1'), JSON.stringify(routes));
+      assert.ok(
+        routes.some((r) => r.dst === '10.78.0.0/16' && r.gw === '10.77.0.1'),
+        JSON.stringify(routes),
+      );
     }
   });
 
   it('reports errno names and the kernel extended ack text', async () => {
     const pod = fx.create('err');
-    const r = await kernel.batch(pod.path, [{ op: 'addrAdd', name: 'lo', address: '10.1.1.1/8' }, { op: 'addrAdd', name: 'lo', address: '10.1.1.1/8' }]);
+    const r = await kernel.batch(pod.path, [
+      { op: 'addrAdd', name: 'lo', address: '10.1.1.1/8' },
+      { op: 'addrAdd', name: 'lo', address: '10.1.1.1/8' },
+    ]);
     assert.equal(r.ok, false);
     if (!r.ok) {
       assert.equal(r.error.failure.errnoName, 'EEXIST');
       assert.equal(r.error.index, 1);
       assert.match(r.error.details, /^errno=17 EEXIST/, 'errno in details, for the CNI error a driver makes of it');
     }
-    const bad = await kernel.batch(pod.path, [{ op: 'linkAdd', link: { kind: 'macvlan', name: 'm0', master: 'lo', mode: 'bridge' } }]);
+    const bad = await kernel.batch(pod.path, [
+      { op: 'linkAdd', link: { kind: 'macvlan', name: 'm0', master: 'lo', mode: 'bridge' } },
+    ]);
     assert.equal(bad.ok, false);
     if (!bad.ok) assert.ok(bad.error.failure.extack || bad.error.failure.errnoName, 'an explanation is present');
   });
@@ -92,8 +117,19 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const uplink = `${prefix}up`;
     fx.trackHostLink(uplink);
     fx.trackHostLink(`${prefix}upp`);
-    must(await kernel.batch(undefined, [{ op: 'linkAdd', link: { kind: 'veth', name: uplink, up: true, peer: { name: `${prefix}upp` } } }]));
-    must(await kernel.batch(undefined, [{ op: 'linkAdd', link: { kind: 'macvlan', name: 'net1', master: uplink, mode: 'bridge', netns: pod.path, up: true } }]));
+    must(
+      await kernel.batch(undefined, [
+        { op: 'linkAdd', link: { kind: 'veth', name: uplink, up: true, peer: { name: `${prefix}upp` } } },
+      ]),
+    );
+    must(
+      await kernel.batch(undefined, [
+        {
+          op: 'linkAdd',
+          link: { kind: 'macvlan', name: 'net1', master: uplink, mode: 'bridge', netns: pod.path, up: true },
+        },
+      ]),
+    );
     const l = must(await kernel.getLink(pod.path, 'net1'));
     assert.equal(l?.kind, 'macvlan');
   });
@@ -103,12 +139,14 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const port = `${prefix}p`;
     fx.trackHostLink(br);
     fx.trackHostLink(port);
-    must(await kernel.batch(undefined, [
-      { op: 'linkAdd', link: { kind: 'bridge', name: br, up: true } },
-      { op: 'linkAdd', link: { kind: 'veth', name: port, bridge: br, up: true, peer: { name: `${prefix}q` } } },
-      { op: 'linkSet', name: port, hairpin: true },
-      { op: 'linkSet', name: br, promisc: true },
-    ]));
+    must(
+      await kernel.batch(undefined, [
+        { op: 'linkAdd', link: { kind: 'bridge', name: br, up: true } },
+        { op: 'linkAdd', link: { kind: 'veth', name: port, bridge: br, up: true, peer: { name: `${prefix}q` } } },
+        { op: 'linkSet', name: port, hairpin: true },
+        { op: 'linkSet', name: br, promisc: true },
+      ]),
+    );
     const b = must(await kernel.getLink(undefined, br));
     const p = must(await kernel.getLink(undefined, port));
     assert.equal(p?.masterIndex, b?.index);
@@ -118,7 +156,11 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
 
   it('creates a persistent tap inside a netns through the tun ioctls', async () => {
     const pod = fx.create('tap');
-    must(await kernel.batch(pod.path, [{ op: 'tapAdd', tap: { name: 'tap0', owner: 0, multiQueue: true, mtu: 1300, up: true } }]));
+    must(
+      await kernel.batch(pod.path, [
+        { op: 'tapAdd', tap: { name: 'tap0', owner: 0, multiQueue: true, mtu: 1300, up: true } },
+      ]),
+    );
     const l = must(await kernel.getLink(pod.path, 'tap0'));
     assert.equal(l?.kind, 'tun');
     assert.equal(l?.mtu, 1300);
@@ -126,11 +168,18 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
 
   it('creates a vxlan device and appends a remote VTEP', async () => {
     const pod = fx.create('vx');
-    must(await kernel.batch(pod.path, [
-      { op: 'addrAdd', name: 'lo', address: '127.0.0.9/8' },
-      { op: 'linkAdd', link: { kind: 'vxlan', name: 'vx0', vni: 42, port: 4789, local: '127.0.0.9', learning: false, up: true } },
-      { op: 'fdbAppend', dev: 'vx0', mac: '00:00:00:00:00:00', dst: '127.0.0.10' },
-    ]).then((r) => (r.ok || !r.error.is('EEXIST') ? r : { ok: true as const, value: [] })));
+    must(
+      await kernel
+        .batch(pod.path, [
+          { op: 'addrAdd', name: 'lo', address: '127.0.0.9/8' },
+          {
+            op: 'linkAdd',
+            link: { kind: 'vxlan', name: 'vx0', vni: 42, port: 4789, local: '127.0.0.9', learning: false, up: true },
+          },
+          { op: 'fdbAppend', dev: 'vx0', mac: '00:00:00:00:00:00', dst: '127.0.0.10' },
+        ])
+        .then((r) => (r.ok || !r.error.is('EEXIST') ? r : { ok: true as const, value: [] })),
+    );
     const l = must(await kernel.getLink(pod.path, 'vx0'));
     assert.equal(l?.kind, 'vxlan');
     assert.match(pod.exec('bridge', 'fdb', 'show', 'dev', 'vx0').out, /dst 127\.0\.0\.10/);
@@ -140,7 +189,15 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const group = 4000 + Math.floor(Math.random() * 1000);
     const names = [0, 1, 2].map((i) => `${prefix}g${i}`);
     for (const n of names) fx.trackHostLink(n);
-    must(await kernel.batch(undefined, names.map((n) => ({ op: 'linkAdd' as const, link: { kind: 'veth' as const, name: n, group, peer: { name: `${n}x` } } }))));
+    must(
+      await kernel.batch(
+        undefined,
+        names.map((n) => ({
+          op: 'linkAdd' as const,
+          link: { kind: 'veth' as const, name: n, group, peer: { name: `${n}x` } },
+        })),
+      ),
+    );
     assert.equal(hostLinksWithPrefix(`${prefix}g`).length, 6);
     must(await kernel.batch(undefined, [{ op: 'linkDelGroup', group }]));
     assert.deepEqual(hostLinksWithPrefix(`${prefix}g`), []);
@@ -151,13 +208,27 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const ours = [0, 1, 2].map((i) => `${prefix}m${i}`);
     const stranger = `${prefix}s0`;
     for (const n of [...ours, stranger]) fx.trackHostLink(n);
-    must(await kernel.batch(undefined, [...ours, stranger].map((n) => ({ op: 'linkAdd' as const, link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } } }))));
+    must(
+      await kernel.batch(
+        undefined,
+        [...ours, stranger].map((n) => ({
+          op: 'linkAdd' as const,
+          link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } },
+        })),
+      ),
+    );
     must(await kernel.batch(undefined, [{ op: 'linkSet', name: stranger, group }]));
     // With the stranger in the group, ours go one by one; the already-missing name counts as deleted.
-    const first = must(await kernel.batch(undefined, [{ op: 'linkDelMany', names: [ours[0]!, ours[1]!, `${prefix}gone`], group }]));
+    const first = must(
+      await kernel.batch(undefined, [{ op: 'linkDelMany', names: [ours[0]!, ours[1]!, `${prefix}gone`], group }]),
+    );
     assert.deepEqual(first[0], { failed: [] });
     assert.deepEqual(hostLinksWithPrefix(`${prefix}m`).sort(), [ours[2]!, `${ours[2]!}x`].sort());
-    assert.deepEqual(hostLinksWithPrefix(`${prefix}s`).sort(), [stranger, `${stranger}x`].sort(), 'the stranger in the group is kept');
+    assert.deepEqual(
+      hostLinksWithPrefix(`${prefix}s`).sort(),
+      [stranger, `${stranger}x`].sort(),
+      'the stranger in the group is kept',
+    );
     // Without it, by group.
     must(await kernel.batch(undefined, [{ op: 'linkSet', name: stranger, group: 0 }]));
     const second = must(await kernel.batch(undefined, [{ op: 'linkDelMany', names: [ours[2]!, stranger], group }]));
@@ -169,9 +240,20 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
   it('deletes host links asked for concurrently, each answered on its own', async () => {
     const names = Array.from({ length: 12 }, (_, i) => `${prefix}c${i}`);
     for (const n of names) fx.trackHostLink(n);
-    must(await kernel.batch(undefined, names.map((n) => ({ op: 'linkAdd' as const, link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } } }))));
+    must(
+      await kernel.batch(
+        undefined,
+        names.map((n) => ({
+          op: 'linkAdd' as const,
+          link: { kind: 'veth' as const, name: n, peer: { name: `${n}x` } },
+        })),
+      ),
+    );
     const results = await Promise.all([...names, `${prefix}cnone`].map((n) => kernel.deleteLink(undefined, n)));
-    assert.ok(results.every((r) => r.ok), JSON.stringify(results.filter((r) => !r.ok)));
+    assert.ok(
+      results.every((r) => r.ok),
+      JSON.stringify(results.filter((r) => !r.ok)),
+    );
     assert.deepEqual(hostLinksWithPrefix(`${prefix}c`), []);
   });
 
@@ -179,7 +261,11 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     const pods = Array.from({ length: 8 }, (_, i) => fx.create(`d${i}`));
     for (const [i, pod] of pods.entries()) {
       fx.trackHostLink(`${prefix}d${i}`);
-      must(await kernel.batch(undefined, [{ op: 'linkAdd', link: { kind: 'veth', name: `${prefix}d${i}`, peer: { name: 'net1', netns: pod.path } } }]));
+      must(
+        await kernel.batch(undefined, [
+          { op: 'linkAdd', link: { kind: 'veth', name: `${prefix}d${i}`, peer: { name: 'net1', netns: pod.path } } },
+        ]),
+      );
     }
     const results = await Promise.all([
       ...pods.map((p) => kernel.deleteLink(p.path, 'net1')),
@@ -187,12 +273,21 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
       kernel.deleteLink(pods[1]!.path, 'lo'),
       kernel.deleteLink(`/var/run/netns/${prefix}-gone`, 'net1'),
     ]);
-    assert.ok(results.slice(0, pods.length + 1).every((r) => r.ok), 'deleted, and a missing link counts as deleted');
+    assert.ok(
+      results.slice(0, pods.length + 1).every((r) => r.ok),
+      'deleted, and a missing link counts as deleted',
+    );
     for (const pod of pods) assert.doesNotMatch(ip('-n', pod.name, '-o', 'link', 'show'), /net1/);
     const lo = results[pods.length + 1]!;
-    assert.ok(!lo.ok && lo.error.failure.op === 'RTM_DELLINK' && lo.error.is('EOPNOTSUPP'), 'the kernel refuses to delete lo, and says so');
+    assert.ok(
+      !lo.ok && lo.error.failure.op === 'RTM_DELLINK' && lo.error.is('EOPNOTSUPP'),
+      'the kernel refuses to delete lo, and says so',
+    );
     const gone = results[pods.length + 2]!;
-    assert.ok(!gone.ok && gone.error.failure.op === 'open netns' && gone.error.is('ENOENT'), 'a netns that is gone is reported as such');
+    assert.ok(
+      !gone.ok && gone.error.failure.op === 'open netns' && gone.error.is('ENOENT'),
+      'a netns that is gone is reported as such',
+    );
     assert.deepEqual(hostLinksWithPrefix(`${prefix}d`), [], 'the host ends went with their peers');
   });
 

@@ -7,7 +7,12 @@ const MiB = 1048576;
 
 describe('health', () => {
   it('is live and ready when the kernel worker answers, memory is under the ceiling and start-up is done', async () => {
-    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 120 * MiB });
+    const h = new DaemonHealth({
+      kernelAnswers: () => Promise.resolve(),
+      ready: () => true,
+      memoryCeilingBytes: 300 * MiB,
+      rss: () => 120 * MiB,
+    });
     assert.deepEqual(await h.live(), { ok: true, checks: { kernel: 'ok', memory: 'ok' } });
     assert.equal((await h.ready()).ok, true);
   });
@@ -26,14 +31,26 @@ describe('health', () => {
       { check: 'rbac', problem: 'the API refuses patch pods', blocksServing: false },
     ];
     const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, problems: () => problems });
-    assert.deepEqual(await h.ready(), { ok: false, checks: { kernel: 'ok', started: 'ok', rbac: 'the API refuses list pods' }, warnings: { rbac: 'the API refuses patch pods' } });
-    const warned = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, problems: () => problems.slice(1) });
+    assert.deepEqual(await h.ready(), {
+      ok: false,
+      checks: { kernel: 'ok', started: 'ok', rbac: 'the API refuses list pods' },
+      warnings: { rbac: 'the API refuses patch pods' },
+    });
+    const warned = new DaemonHealth({
+      kernelAnswers: () => Promise.resolve(),
+      ready: () => true,
+      problems: () => problems.slice(1),
+    });
     assert.equal((await warned.ready()).ok, true);
     assert.equal((await warned.live()).ok, true);
   });
 
   it('is not live when the kernel worker does not answer in time', async () => {
-    const h = new DaemonHealth({ kernelAnswers: () => new Promise(() => undefined), ready: () => true, kernelTimeoutMs: 50 });
+    const h = new DaemonHealth({
+      kernelAnswers: () => new Promise(() => undefined),
+      ready: () => true,
+      kernelTimeoutMs: 50,
+    });
     const live = await h.live();
     assert.equal(live.ok, false);
     assert.equal(live.checks.kernel, 'the kernel worker has not answered for 50 ms');
@@ -42,7 +59,11 @@ describe('health', () => {
 
   it('is not live while the journal cannot be written, saying why, and live again once it can', async () => {
     let problem: string | undefined = 'plexusd cannot write its journal record /s/journal/.probe: ENOSPC';
-    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, journalWritable: () => Promise.resolve(problem) });
+    const h = new DaemonHealth({
+      kernelAnswers: () => Promise.resolve(),
+      ready: () => true,
+      journalWritable: () => Promise.resolve(problem),
+    });
     assert.deepEqual(await h.live(), { ok: false, checks: { kernel: 'ok', journal: problem } });
     problem = undefined;
     await new Promise((r) => setTimeout(r, 1001)); // asked at most once per second
@@ -58,7 +79,12 @@ describe('health', () => {
   });
 
   it('is not live over the memory ceiling, saying by how much', async () => {
-    const h = new DaemonHealth({ kernelAnswers: () => Promise.resolve(), ready: () => true, memoryCeilingBytes: 300 * MiB, rss: () => 350 * MiB });
+    const h = new DaemonHealth({
+      kernelAnswers: () => Promise.resolve(),
+      ready: () => true,
+      memoryCeilingBytes: 300 * MiB,
+      rss: () => 350 * MiB,
+    });
     const live = await h.live();
     assert.equal(live.ok, false);
     assert.equal(live.checks.memory, 'resident memory 350 MiB is over the ceiling of 300 MiB');

@@ -17,7 +17,12 @@ const third = Math.floor(Math.random() * 248);
 const daemon = new DaemonFixture('podnet', ['--metrics-address', '127.0.0.1:0', '--log-level', 'info']);
 const fx = new NetnsFixture(prefix);
 
-function get(options: { socketPath?: string; host?: string; port?: number; path: string }): Promise<{ status: number; type: string; body: string }> {
+function get(options: {
+  socketPath?: string;
+  host?: string;
+  port?: number;
+  path: string;
+}): Promise<{ status: number; type: string; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ ...options, method: 'GET' }, (res) => {
       let body = '';
@@ -56,9 +61,24 @@ describe('metrics', () => {
       pods.push({ cid, netns: ns.path, name: `pod${i}` });
     }
     const config = (selection?: string): Record<string, unknown> =>
-      daemon.runtimeConfig(selection ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': selection } } } : {});
-    const call = async (command: string, p: { cid: string; netns: string; name: string }, c: Record<string, unknown>): Promise<number> => {
-      const out = await daemon.cni({ command, containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid), config: c });
+      daemon.runtimeConfig(
+        selection
+          ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': selection } } }
+          : {},
+      );
+    const call = async (
+      command: string,
+      p: { cid: string; netns: string; name: string },
+      c: Record<string, unknown>,
+    ): Promise<number> => {
+      const out = await daemon.cni({
+        command,
+        containerId: p.cid,
+        netns: p.netns,
+        ifname: 'eth0',
+        args: podArgs(p.name, p.cid),
+        config: c,
+      });
       return (out.json?.code as number | undefined) ?? out.code ?? -1;
     };
     assert.equal(await call('ADD', pods[0]!, config()), 0);
@@ -76,23 +96,52 @@ describe('metrics', () => {
     metrics = scraped.body;
   });
   after(async () => {
-    for (const p of pods) await daemon.cni({ command: 'DEL', containerId: p.cid, netns: p.netns, ifname: 'eth0', args: podArgs(p.name, p.cid), config: daemon.runtimeConfig() });
+    for (const p of pods)
+      await daemon.cni({
+        command: 'DEL',
+        containerId: p.cid,
+        netns: p.netns,
+        ifname: 'eth0',
+        args: podArgs(p.name, p.cid),
+        config: daemon.runtimeConfig(),
+      });
     await daemon.stop();
     fx.cleanup();
   });
 
   it('times ADD, CHECK and DEL by the network types of the sandbox', () => {
-    assert.equal(sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="bridge",result="ok"}'), 3);
-    assert.equal(sample(metrics, 'plexus_cni_request_duration_seconds_count{command="CHECK",network_type="bridge",result="ok"}'), 1);
-    assert.equal(sample(metrics, 'plexus_cni_request_duration_seconds_count{command="DEL",network_type="bridge",result="ok"}'), 1);
-    const sum = sample(metrics, 'plexus_cni_request_duration_seconds_sum{command="ADD",network_type="bridge",result="ok"}')!;
+    assert.equal(
+      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="bridge",result="ok"}'),
+      3,
+    );
+    assert.equal(
+      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="CHECK",network_type="bridge",result="ok"}'),
+      1,
+    );
+    assert.equal(
+      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="DEL",network_type="bridge",result="ok"}'),
+      1,
+    );
+    const sum = sample(
+      metrics,
+      'plexus_cni_request_duration_seconds_sum{command="ADD",network_type="bridge",result="ok"}',
+    )!;
     assert.ok(sum > 0 && sum < 10, String(sum));
-    assert.equal(sample(metrics, 'plexus_cni_request_duration_seconds_bucket{le="30",command="ADD",network_type="bridge",result="ok"}'), 3);
+    assert.equal(
+      sample(
+        metrics,
+        'plexus_cni_request_duration_seconds_bucket{le="30",command="ADD",network_type="bridge",result="ok"}',
+      ),
+      3,
+    );
   });
 
   it('counts errors by CNI code', () => {
     assert.equal(sample(metrics, 'plexus_cni_errors_total{command="ADD",code="7"}'), 1);
-    assert.equal(sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="unknown",result="error"}'), 1);
+    assert.equal(
+      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="unknown",result="error"}'),
+      1,
+    );
   });
 
   it('counts the attached interfaces by network, and the journal', () => {
@@ -105,9 +154,15 @@ describe('metrics', () => {
   });
 
   it('logs each CNI call as a JSON line naming its container, interface, pod and interfaces', () => {
-    const lines = daemon.stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = daemon.stderr
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     const add = lines.find((l) => l.msg === 'ADD' && l.containerId === `${prefix}c2`);
-    assert.deepEqual({ pod: add?.pod, ifname: add?.ifname, interfaces: add?.interfaces }, { pod: 'default/pod2', ifname: 'eth0', interfaces: ['eth0', 'net1'] });
+    assert.deepEqual(
+      { pod: add?.pod, ifname: add?.ifname, interfaces: add?.interfaces },
+      { pod: 'default/pod2', ifname: 'eth0', interfaces: ['eth0', 'net1'] },
+    );
     const failed = lines.find((l) => l.msg === 'CNI call failed' && l.containerId === `${prefix}c4`);
     assert.equal(failed?.pod, 'default/pod4');
     assert.equal(failed?.code, 7);
@@ -128,6 +183,10 @@ describe('metrics', () => {
     const ready = await get({ host: '127.0.0.1', port: tcpPort, path: '/readyz' });
     assert.equal(ready.status, 200);
     assert.deepEqual(JSON.parse(ready.body), { ok: true, checks: { kernel: 'ok', journal: 'ok', started: 'ok' } });
-    assert.equal((await get({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status, 404, 'the CNI and plexusctl API stays on the socket');
+    assert.equal(
+      (await get({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status,
+      404,
+      'the CNI and plexusctl API stays on the socket',
+    );
   });
 });

@@ -11,11 +11,25 @@ import type { NetworkDefinition } from '../../src/networks/nad';
 import type { NetworkSource } from '../../src/networks/source';
 
 const def = (namespace: string, name: string): NetworkDefinition => ({
-  namespace, name, key: `${namespace}/${name}`, annotations: {}, cniVersion: '1.0.0', cniName: name, plugins: [{ type: 'bridge', name, cniVersion: '1.0.0' }], source: 'test',
+  namespace,
+  name,
+  key: `${namespace}/${name}`,
+  annotations: {},
+  cniVersion: '1.0.0',
+  cniName: name,
+  plugins: [{ type: 'bridge', name, cniVersion: '1.0.0' }],
+  source: 'test',
 });
-const known = new Map([['default/podnet', def('default', 'podnet')], ['team-a/alt', def('team-a', 'alt')], ['team-b/far', def('team-b', 'far')]]);
+const known = new Map([
+  ['default/podnet', def('default', 'podnet')],
+  ['team-a/alt', def('team-a', 'alt')],
+  ['team-b/far', def('team-b', 'far')],
+]);
 const networks: NetworkSource = {
-  get: (ns, name) => known.get(`${ns}/${name}`) ? ok(known.get(`${ns}/${name}`)!) : err(new CniError(CniCode.InvalidNetworkConfig, `network ${ns}/${name} is not defined`)),
+  get: (ns, name) =>
+    known.get(`${ns}/${name}`)
+      ? ok(known.get(`${ns}/${name}`)!)
+      : err(new CniError(CniCode.InvalidNetworkConfig, `network ${ns}/${name} is not defined`)),
   list: () => ({ networks: [...known.values()], errors: [] }),
 };
 const choose = (configured: string | undefined, annotations: Record<string, string> = {}, isolation = {}) =>
@@ -25,7 +39,7 @@ describe('the default network', () => {
   const dir = mkdtempSync(join(tmpdir(), 'plexus-defnet-'));
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('is the configured NAD unless the pod\'s annotation names another, resolved in the pod\'s namespace', () => {
+  it("is the configured NAD unless the pod's annotation names another, resolved in the pod's namespace", () => {
     const configured = choose('podnet');
     assert.ok(configured.ok && configured.value.key === 'default/podnet');
     const overridden = choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt' });
@@ -51,14 +65,38 @@ describe('the default network', () => {
 
   it('refuses an override that names several networks, asks for more than the network, or crosses isolation', () => {
     const message = (r: ReturnType<typeof choose>): string => (r.ok ? 'ok' : r.error.message);
-    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt,podnet' })), /must name exactly one network, not 2/);
-    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt@eth9' })), /only selects the network; interface cannot be set here/);
-    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '{"name":"alt","ips":["10.0.0.9/24"]}' })), /only selects the network; ips cannot be set here/);
-    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '' })), /must name exactly one network, not 0/);
+    assert.match(
+      message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt,podnet' })),
+      /must name exactly one network, not 2/,
+    );
+    assert.match(
+      message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'alt@eth9' })),
+      /only selects the network; interface cannot be set here/,
+    );
+    assert.match(
+      message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '{"name":"alt","ips":["10.0.0.9/24"]}' })),
+      /only selects the network; ips cannot be set here/,
+    );
+    assert.match(
+      message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '' })),
+      /must name exactly one network, not 0/,
+    );
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: '{"name":"alt"' })), /not valid JSON/);
     assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'nope' })), /team-a\/nope is not defined/);
-    assert.match(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' }, { namespaceIsolation: true })), /namespace isolation is on/);
-    assert.equal(message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' }, { namespaceIsolation: true, globalNamespaces: ['team-b'] })), 'ok');
+    assert.match(
+      message(choose('podnet', { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' }, { namespaceIsolation: true })),
+      /namespace isolation is on/,
+    );
+    assert.equal(
+      message(
+        choose(
+          'podnet',
+          { [DEFAULT_NETWORK_ANNOTATION]: 'team-b/far' },
+          { namespaceIsolation: true, globalNamespaces: ['team-b'] },
+        ),
+      ),
+      'ok',
+    );
   });
 
   it('may be a CNI config file on the node, read at each use and named by its CNI name', () => {

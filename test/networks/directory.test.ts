@@ -17,7 +17,8 @@ function withDir(body: (dir: string) => void): void {
   }
 }
 
-const config = (name: string, bridge = `br-${name}`): string => JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge });
+const config = (name: string, bridge = `br-${name}`): string =>
+  JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge });
 
 const yamlNad = (name: string, namespace = 'default', bridge?: string): string => `apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -64,13 +65,22 @@ test('files with other extensions are ignored', () => {
 test('every document of a multi-document YAML file is read', () => {
   withDir((dir) => {
     writeFileSync(join(dir, 'all.yaml'), `${yamlNad('blue')}---\n${yamlNad('green', 'team-b')}---\n`);
-    assert.deepEqual(new NetworkDirectory(dir).list().networks.map((n) => n.key).sort(), ['default/blue', 'team-b/green']);
+    assert.deepEqual(
+      new NetworkDirectory(dir)
+        .list()
+        .networks.map((n) => n.key)
+        .sort(),
+      ['default/blue', 'team-b/green'],
+    );
   });
 });
 
 test('a kind: List document contributes each of its items', () => {
   withDir((dir) => {
-    writeFileSync(join(dir, 'list.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [jsonNad('blue'), jsonNad('green', 'team-b')] }));
+    writeFileSync(
+      join(dir, 'list.json'),
+      JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [jsonNad('blue'), jsonNad('green', 'team-b')] }),
+    );
     const { networks, errors } = new NetworkDirectory(dir).list();
     assert.deepEqual(errors, []);
     assert.deepEqual(networks.map((n) => n.key).sort(), ['default/blue', 'team-b/green']);
@@ -102,7 +112,10 @@ test('a broken file does not hide valid ones, and a lookup that fails mentions i
     assert.equal(unwrap(networks.get('default', 'blue')).name, 'blue');
     const error = errorOf(networks.get('default', 'green'));
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
-    assert.ok(error.message.startsWith(`network default/green is not defined in ${dir} (problems reading definitions: `), error.message);
+    assert.ok(
+      error.message.startsWith(`network default/green is not defined in ${dir} (problems reading definitions: `),
+      error.message,
+    );
     assert.ok(error.message.includes(join(dir, 'a-broken.yaml')), error.message);
     assert.ok(error.message.includes(join(dir, 'b-invalid.yaml')), error.message);
   });
@@ -113,8 +126,14 @@ test('list reports YAML errors as decode failures (6) and invalid NADs as invali
     writeFileSync(join(dir, 'a-broken.yaml'), 'apiVersion: [unclosed\n');
     writeFileSync(join(dir, 'b-invalid.yaml'), `${yamlNad('blue')}---\n${yamlNad('Not_Valid')}`);
     const { networks, errors } = new NetworkDirectory(dir).list();
-    assert.deepEqual(networks.map((n) => n.key), ['default/blue']);
-    assert.deepEqual(errors.map((e) => e.code), [CniCode.DecodeFailure, CniCode.InvalidNetworkConfig]);
+    assert.deepEqual(
+      networks.map((n) => n.key),
+      ['default/blue'],
+    );
+    assert.deepEqual(
+      errors.map((e) => e.code),
+      [CniCode.DecodeFailure, CniCode.InvalidNetworkConfig],
+    );
     assert.ok(errors[1]?.message.startsWith(`${join(dir, 'b-invalid.yaml')} (document 2): `), errors[1]?.message);
   });
 });
@@ -169,6 +188,9 @@ test('a missing directory finds nothing and reports the I/O failure', () => {
     assert.ok(error.message.startsWith(`network default/blue is not defined in ${dir}`), error.message);
     assert.ok(error.message.includes(`cannot read networks directory ${dir}`), error.message);
     const { errors } = networks.list();
-    assert.deepEqual(errors.map((e) => e.code), [CniCode.IoFailure]);
+    assert.deepEqual(
+      errors.map((e) => e.code),
+      [CniCode.IoFailure],
+    );
   });
 });

@@ -6,7 +6,11 @@ import { unwrap, errorOf } from '../support/result';
 
 const SOURCE = '/etc/plexus/networks.d/blue.yaml';
 
-const nad = (config: unknown, metadata: Record<string, unknown> = { name: 'blue', namespace: 'team-a' }, top: Record<string, unknown> = {}): unknown => ({
+const nad = (
+  config: unknown,
+  metadata: Record<string, unknown> = { name: 'blue', namespace: 'team-a' },
+  top: Record<string, unknown> = {},
+): unknown => ({
   apiVersion: 'k8s.cni.cncf.io/v1',
   kind: 'NetworkAttachmentDefinition',
   metadata,
@@ -14,7 +18,13 @@ const nad = (config: unknown, metadata: Record<string, unknown> = { name: 'blue'
   ...top,
 });
 
-const bridge = { cniVersion: '1.0.0', name: 'blue-net', type: 'bridge', bridge: 'br-blue', ipam: { type: 'host-local', subnet: '10.1.0.0/24' } };
+const bridge = {
+  cniVersion: '1.0.0',
+  name: 'blue-net',
+  type: 'bridge',
+  bridge: 'br-blue',
+  ipam: { type: 'host-local', subnet: '10.1.0.0/24' },
+};
 
 const rejected = (obj: unknown, code: number, mentions: string): void => {
   const error = errorOf(parseNad(obj, SOURCE));
@@ -84,15 +94,18 @@ test('a wrong kind is an invalid network config (7) naming kind', () => {
 });
 
 test('a name that is not a DNS-1123 subdomain is an invalid network config (7) naming metadata.name', () => {
-  for (const name of ['Blue', 'blue_net', '-blue', 'blue-', '', 'a'.repeat(254)]) rejected(nad(bridge, { name }), CniCode.InvalidNetworkConfig, 'metadata.name');
+  for (const name of ['Blue', 'blue_net', '-blue', 'blue-', '', 'a'.repeat(254)])
+    rejected(nad(bridge, { name }), CniCode.InvalidNetworkConfig, 'metadata.name');
 });
 
 test('a namespace that is not a DNS-1123 label is an invalid network config (7) naming metadata.namespace', () => {
-  for (const namespace of ['Team-a', 'team_a', 'team.a']) rejected(nad(bridge, { name: 'blue', namespace }), CniCode.InvalidNetworkConfig, 'metadata.namespace');
+  for (const namespace of ['Team-a', 'team_a', 'team.a'])
+    rejected(nad(bridge, { name: 'blue', namespace }), CniCode.InvalidNetworkConfig, 'metadata.namespace');
 });
 
 test('a NAD that is not an object is an invalid network config (7)', () => {
-  for (const obj of [null, 'blue', [], 42]) assert.equal(errorOf(parseNad(obj, SOURCE)).code, CniCode.InvalidNetworkConfig);
+  for (const obj of [null, 'blue', [], 42])
+    assert.equal(errorOf(parseNad(obj, SOURCE)).code, CniCode.InvalidNetworkConfig);
 });
 
 test('an empty or missing spec.config is an invalid network config (7)', () => {
@@ -115,9 +128,21 @@ test('a conflist with no plugins is an invalid network config (7)', () => {
 });
 
 test('a plugin without a type is an invalid network config (7) naming plugins[i]', () => {
-  rejected(nad({ cniVersion: '1.0.0', name: 'blue', plugins: [{ type: 'bridge' }, { sysctl: {} }] }), CniCode.InvalidNetworkConfig, 'plugins[1] has no "type"');
-  rejected(nad({ cniVersion: '1.0.0', name: 'blue', plugins: [{ type: '' }] }), CniCode.InvalidNetworkConfig, 'plugins[0] has no "type"');
-  rejected(nad({ cniVersion: '1.0.0', name: 'blue', plugins: ['bridge'] }), CniCode.InvalidNetworkConfig, 'plugins[0] is not an object');
+  rejected(
+    nad({ cniVersion: '1.0.0', name: 'blue', plugins: [{ type: 'bridge' }, { sysctl: {} }] }),
+    CniCode.InvalidNetworkConfig,
+    'plugins[1] has no "type"',
+  );
+  rejected(
+    nad({ cniVersion: '1.0.0', name: 'blue', plugins: [{ type: '' }] }),
+    CniCode.InvalidNetworkConfig,
+    'plugins[0] has no "type"',
+  );
+  rejected(
+    nad({ cniVersion: '1.0.0', name: 'blue', plugins: ['bridge'] }),
+    CniCode.InvalidNetworkConfig,
+    'plugins[0] is not an object',
+  );
 });
 
 test('a single config without a type is an invalid network config (7)', () => {

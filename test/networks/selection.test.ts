@@ -1,7 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CniCode, type Result } from '../../src/cni/errors';
-import { describeSelection, parsePodAnnotations, parseSelection, type NetworkSelection } from '../../src/networks/selection';
+import {
+  describeSelection,
+  parsePodAnnotations,
+  parseSelection,
+  type NetworkSelection,
+} from '../../src/networks/selection';
 
 function unwrap<T>(result: Result<T>): T {
   if (!result.ok) assert.fail(`expected ok, got error ${result.error.code}: ${result.error.message}`);
@@ -77,22 +82,40 @@ test('more than one "/" or "@" is rejected', () => {
 });
 
 test('a network name that is not a DNS-1123 subdomain is rejected, naming the element', () => {
-  rejected('blue,Green', `${A}: element 2 ("Green"): network name "Green" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`);
-  rejected('blue_net', `${A}: element 1 ("blue_net"): network name "blue_net" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`);
+  rejected(
+    'blue,Green',
+    `${A}: element 2 ("Green"): network name "Green" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`,
+  );
+  rejected(
+    'blue_net',
+    `${A}: element 1 ("blue_net"): network name "blue_net" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`,
+  );
 });
 
 test('a network name longer than 253 characters is rejected', () => {
   const long = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(63)}`; // 255 characters
   const result = parseSelection(long, 'pods');
   assert.equal(result.ok, false);
-  assert.ok(!result.ok && result.error.message.includes('is not a DNS-1123 subdomain'), !result.ok ? result.error.message : '');
+  assert.ok(
+    !result.ok && result.error.message.includes('is not a DNS-1123 subdomain'),
+    !result.ok ? result.error.message : '',
+  );
 });
 
 test('a namespace that is not a DNS-1123 label (dots, capitals, over 63) is rejected', () => {
-  rejected('team.a/blue', `${A}: element 1 ("team.a/blue"): namespace "team.a" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`);
-  rejected('Team/blue', `${A}: element 1 ("Team/blue"): namespace "Team" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`);
+  rejected(
+    'team.a/blue',
+    `${A}: element 1 ("team.a/blue"): namespace "team.a" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`,
+  );
+  rejected(
+    'Team/blue',
+    `${A}: element 1 ("Team/blue"): namespace "Team" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`,
+  );
   const long = 'n'.repeat(64);
-  rejected(`${long}/blue`, `${A}: element 1 ("${long}/blue"): namespace "${long}" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`);
+  rejected(
+    `${long}/blue`,
+    `${A}: element 1 ("${long}/blue"): namespace "${long}" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`,
+  );
 });
 
 test('an interface name with whitespace inside is rejected, naming the element', () => {
@@ -100,7 +123,10 @@ test('an interface name with whitespace inside is rejected, naming the element',
 });
 
 test('an interface name longer than 15 bytes is rejected (bytes, not characters)', () => {
-  rejected('blue@abcdefghijklmnop', `${A}: element 1 ("blue@abcdefghijklmnop"): interface "abcdefghijklmnop" is longer than 15 bytes`);
+  rejected(
+    'blue@abcdefghijklmnop',
+    `${A}: element 1 ("blue@abcdefghijklmnop"): interface "abcdefghijklmnop" is longer than 15 bytes`,
+  );
   rejected('blue@ééééééééé', `${A}: element 1 ("blue@ééééééééé"): interface "ééééééééé" is longer than 15 bytes`);
   assert.equal(parse('blue@abcdefghijklmno')[0]?.interface, 'abcdefghijklmno');
 });
@@ -112,11 +138,17 @@ test('"." and ".." and names with ":" are not interface names', () => {
 });
 
 test('an interface name with "/" is rejected (JSON form, where "/" cannot split it)', () => {
-  rejected('[{"name":"blue","interface":"a/b"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"interface\\":\\"a/b\\"}"): interface "a/b" may not contain "/"`);
+  rejected(
+    '[{"name":"blue","interface":"a/b"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"interface\\":\\"a/b\\"}"): interface "a/b" may not contain "/"`,
+  );
 });
 
 test('the same explicit interface twice is rejected, naming both elements', () => {
-  rejected('blue@data0,green,red@data0', `${A}: element 3 (pods/red@data0): interface "data0" is already requested by element 1 (pods/blue@data0)`);
+  rejected(
+    'blue@data0,green,red@data0',
+    `${A}: element 3 (pods/red@data0): interface "data0" is already requested by element 1 (pods/blue@data0)`,
+  );
 });
 
 // The JSON form
@@ -156,7 +188,10 @@ test('the JSON form reads every field', () => {
 });
 
 test('in the JSON form a missing or empty namespace is the pod namespace', () => {
-  assert.deepEqual(parse('[{"name":"blue"},{"name":"green","namespace":""}]').map((s) => s.namespace), ['pods', 'pods']);
+  assert.deepEqual(
+    parse('[{"name":"blue"},{"name":"green","namespace":""}]').map((s) => s.namespace),
+    ['pods', 'pods'],
+  );
 });
 
 test('in the JSON form an empty interface means none was asked for', () => {
@@ -168,7 +203,9 @@ test('the JSON form may be surrounded by whitespace and span lines', () => {
 });
 
 test('unknown JSON keys are ignored', () => {
-  assert.deepEqual(parse('[{"name":"blue","org.example/colour":"blue","future":[1]}]'), [{ namespace: 'pods', name: 'blue', index: 0 }]);
+  assert.deepEqual(parse('[{"name":"blue","org.example/colour":"blue","future":[1]}]'), [
+    { namespace: 'pods', name: 'blue', index: 0 },
+  ]);
 });
 
 test('a 20-byte IP-over-InfiniBand hardware address is a valid mac; dashes become colons', () => {
@@ -186,8 +223,14 @@ test('malformed JSON is rejected', () => {
 });
 
 test('JSON that is not a list is rejected, even without a leading "[" (Multus reads any "{" or quote as JSON)', () => {
-  rejected('{"name":"blue"}', `${A}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`);
-  rejected('"blue"', `${A}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`);
+  rejected(
+    '{"name":"blue"}',
+    `${A}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`,
+  );
+  rejected(
+    '"blue"',
+    `${A}: the JSON form must be a list of objects (or use the short form: [namespace/]name[@interface], comma separated)`,
+  );
 });
 
 test('a list element that is not an object is rejected', () => {
@@ -200,40 +243,88 @@ test('a missing name is rejected', () => {
 
 test('wrong JSON types are rejected, naming the field', () => {
   rejected('[{"name":1}]', `${A}: element 1 ("{\\"name\\":1}"): "name" must be a string`);
-  rejected('[{"name":"blue","ips":"10.1.0.7"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":\\"10.1.0.7\\"}"): "ips" must be a list`);
-  rejected('[{"name":"blue","ips":[7]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[7]}"): "ips[0]" must be a string`);
-  rejected('[{"name":"blue","bandwidth":[1]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"bandwidth\\":[1]}"): "bandwidth" must be a JSON object`);
-  rejected('[{"name":"blue","portMappings":[1]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"portMappings\\":[1]}"): "portMappings[0]" must be a JSON object`);
-  rejected('[{"name":"blue","cni-args":"x"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"cni-args\\":\\"x\\"}"): "cni-args" must be a JSON object`);
-  rejected('[{"name":"blue","default-route":"10.0.0.1"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"default-route\\":\\"10.0.0.1\\"}"): "default-route" must be a list`);
-  rejected('[{"name":"blue","mac":null}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":null}"): "mac" must be a string`);
+  rejected(
+    '[{"name":"blue","ips":"10.1.0.7"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":\\"10.1.0.7\\"}"): "ips" must be a list`,
+  );
+  rejected(
+    '[{"name":"blue","ips":[7]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[7]}"): "ips[0]" must be a string`,
+  );
+  rejected(
+    '[{"name":"blue","bandwidth":[1]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"bandwidth\\":[1]}"): "bandwidth" must be a JSON object`,
+  );
+  rejected(
+    '[{"name":"blue","portMappings":[1]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"portMappings\\":[1]}"): "portMappings[0]" must be a JSON object`,
+  );
+  rejected(
+    '[{"name":"blue","cni-args":"x"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"cni-args\\":\\"x\\"}"): "cni-args" must be a JSON object`,
+  );
+  rejected(
+    '[{"name":"blue","default-route":"10.0.0.1"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"default-route\\":\\"10.0.0.1\\"}"): "default-route" must be a list`,
+  );
+  rejected(
+    '[{"name":"blue","mac":null}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":null}"): "mac" must be a string`,
+  );
 });
 
 test('a bad JSON name or namespace is rejected like in the short form', () => {
-  rejected('[{"name":"Blue"}]', `${A}: element 1 ("{\\"name\\":\\"Blue\\"}"): network name "Blue" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`);
-  rejected('[{"name":"blue","namespace":"a.b"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"namespace\\":\\"a.b\\"}"): namespace "a.b" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`);
+  rejected(
+    '[{"name":"Blue"}]',
+    `${A}: element 1 ("{\\"name\\":\\"Blue\\"}"): network name "Blue" is not a DNS-1123 subdomain (lower case letters, digits, "-" and "."; at most 253 characters)`,
+  );
+  rejected(
+    '[{"name":"blue","namespace":"a.b"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"namespace\\":\\"a.b\\"}"): namespace "a.b" is not a DNS-1123 label (lower case letters, digits and "-"; at most 63 characters)`,
+  );
 });
 
 test('an ips entry that is neither an IP nor a CIDR is rejected', () => {
-  rejected('[{"name":"blue","ips":["10.1.0.7","10.1.0.300"]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[\\"10.1.0.7\\",\\"10.1.0.300\\"]}"): ips[1] "10.1.0.300" is not an IP address or CIDR`);
-  rejected('[{"name":"blue","ips":["10.1.0.7/33"]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[\\"10.1.0.7/33\\"]}"): ips[0] "10.1.0.7/33" is not an IP address or CIDR`);
+  rejected(
+    '[{"name":"blue","ips":["10.1.0.7","10.1.0.300"]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[\\"10.1.0.7\\",\\"10.1.0.300\\"]}"): ips[1] "10.1.0.300" is not an IP address or CIDR`,
+  );
+  rejected(
+    '[{"name":"blue","ips":["10.1.0.7/33"]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[\\"10.1.0.7/33\\"]}"): ips[0] "10.1.0.7/33" is not an IP address or CIDR`,
+  );
 });
 
 test('an empty ips list is rejected (the spec requires at least one)', () => {
-  rejected('[{"name":"blue","ips":[]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[]}"): "ips" is an empty list`);
+  rejected(
+    '[{"name":"blue","ips":[]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"ips\\":[]}"): "ips" is an empty list`,
+  );
 });
 
 test('a bad mac is rejected', () => {
-  rejected('[{"name":"blue","mac":"02:00:00:00:00"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":\\"02:00:00:00:00\\"}"): mac "02:00:00:00:00" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`);
-  rejected('[{"name":"blue","mac":"zz:00:00:00:00:01"}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":\\"zz:00:00:00:00:01\\"}"): mac "zz:00:00:00:00:01" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`);
+  rejected(
+    '[{"name":"blue","mac":"02:00:00:00:00"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":\\"02:00:00:00:00\\"}"): mac "02:00:00:00:00" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`,
+  );
+  rejected(
+    '[{"name":"blue","mac":"zz:00:00:00:00:01"}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"mac\\":\\"zz:00:00:00:00:01\\"}"): mac "zz:00:00:00:00:01" is not a MAC address (6 hex pairs, or 20 for IP over InfiniBand, separated by ":")`,
+  );
 });
 
 test('a bad infiniband-guid is rejected', () => {
-  rejected('[{"name":"ib","infiniband-guid":"02:00:00:00:00:01"}]', `${A}: element 1 ("{\\"name\\":\\"ib\\",\\"infiniband-guid\\":\\"02:00:00:00:00:01\\"}"): infiniband-guid "02:00:00:00:00:01" is not a GUID (8 hex pairs separated by ":")`);
+  rejected(
+    '[{"name":"ib","infiniband-guid":"02:00:00:00:00:01"}]',
+    `${A}: element 1 ("{\\"name\\":\\"ib\\",\\"infiniband-guid\\":\\"02:00:00:00:00:01\\"}"): infiniband-guid "02:00:00:00:00:01" is not a GUID (8 hex pairs separated by ":")`,
+  );
 });
 
 test('a default-route gateway that is not an IP is rejected', () => {
-  rejected('[{"name":"blue","default-route":["10.1.0.0/24"]}]', `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"default-route\\":[\\"10.1.0.0/24\\"]}"): default-route[0] "10.1.0.0/24" is not an IP address`);
+  rejected(
+    '[{"name":"blue","default-route":["10.1.0.0/24"]}]',
+    `${A}: element 1 ("{\\"name\\":\\"blue\\",\\"default-route\\":[\\"10.1.0.0/24\\"]}"): default-route[0] "10.1.0.0/24" is not an IP address`,
+  );
 });
 
 test('two elements with default-route are rejected, naming both', () => {
@@ -244,7 +335,10 @@ test('two elements with default-route are rejected, naming both', () => {
 });
 
 test('the same explicit interface twice in the JSON form is rejected, naming both elements', () => {
-  rejected('[{"name":"blue","interface":"net5"},{"name":"green","interface":"net5"}]', `${A}: element 2 (pods/green@net5): interface "net5" is already requested by element 1 (pods/blue@net5)`);
+  rejected(
+    '[{"name":"blue","interface":"net5"},{"name":"green","interface":"net5"}]',
+    `${A}: element 2 (pods/green@net5): interface "net5" is already requested by element 1 (pods/blue@net5)`,
+  );
 });
 
 test('ipam-claim-reference together with ips is rejected', () => {
@@ -282,6 +376,9 @@ test('pod annotations that are not a string map are invalid (7)', () => {
     const result = parsePodAnnotations(value);
     assert.ok(!result.ok, JSON.stringify(value));
     assert.equal(result.error.code, CniCode.InvalidNetworkConfig);
-    assert.ok(result.error.message.startsWith('runtimeConfig "io.kubernetes.cri.pod-annotations"'), result.error.message);
+    assert.ok(
+      result.error.message.startsWith('runtimeConfig "io.kubernetes.cri.pod-annotations"'),
+      result.error.message,
+    );
   }
 });

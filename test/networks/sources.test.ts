@@ -32,7 +32,10 @@ function withDirs(body: (dirs: { nads: string; conf: string; root: string }) => 
   }
 }
 
-const nad = (name: string, options: { config?: string; annotations?: Record<string, string> } = {}): Record<string, unknown> => ({
+const nad = (
+  name: string,
+  options: { config?: string; annotations?: Record<string, string> } = {},
+): Record<string, unknown> => ({
   apiVersion: 'k8s.cni.cncf.io/v1',
   kind: 'NetworkAttachmentDefinition',
   metadata: { name, namespace: 'team-a', ...(options.annotations ? { annotations: options.annotations } : {}) },
@@ -40,8 +43,16 @@ const nad = (name: string, options: { config?: string; annotations?: Record<stri
 });
 
 const conflist = (name: string, bridge: string): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, plugins: [{ type: 'bridge', bridge }, { type: 'tuning', cniVersion: '0.3.1' }] });
-const conf = (name: string, bridge: string): string => JSON.stringify({ cniVersion: '0.4.0', name, type: 'bridge', bridge });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    plugins: [
+      { type: 'bridge', bridge },
+      { type: 'tuning', cniVersion: '0.3.1' },
+    ],
+  });
+const conf = (name: string, bridge: string): string =>
+  JSON.stringify({ cniVersion: '0.4.0', name, type: 'bridge', bridge });
 
 const SOURCE = '/etc/plexus/networks.d/blue.yaml';
 
@@ -80,7 +91,10 @@ test('a conf is used when no conflist has the name', () => {
     writeFileSync(join(dir, '10-green.conflist'), conflist('green', 'br-green'));
     writeFileSync(join(dir, '20-blue.conf'), conf('blue', 'br-conf'));
     const def = unwrap(parseNad(nad('blue'), SOURCE, new CniConfDir(dir)));
-    assert.deepEqual([def.plugins.length, def.plugins[0]?.bridge, def.cniVersion, def.configFile], [1, 'br-conf', '0.4.0', join(dir, '20-blue.conf')]);
+    assert.deepEqual(
+      [def.plugins.length, def.plugins[0]?.bridge, def.cniVersion, def.configFile],
+      [1, 'br-conf', '0.4.0', join(dir, '20-blue.conf')],
+    );
   });
 });
 
@@ -112,7 +126,10 @@ test('no file with the name is an invalid network config (7) naming the NAD and 
     writeFileSync(join(dir, '10-green.conflist'), conflist('green', 'br-green'));
     const error = errorOf(parseNad(nad('blue'), SOURCE, new CniConfDir(dir)));
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
-    assert.equal(error.message, `${SOURCE}: spec.config of team-a/blue is empty and no CNI config file in ${dir} has "name": "blue"`);
+    assert.equal(
+      error.message,
+      `${SOURCE}: spec.config of team-a/blue is empty and no CNI config file in ${dir} has "name": "blue"`,
+    );
   });
 });
 
@@ -121,13 +138,19 @@ test('a missing config directory is an invalid network config (7) naming it', ()
     const dir = join(root, 'absent');
     const error = errorOf(parseNad(nad('blue'), SOURCE, new CniConfDir(dir)));
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
-    assert.equal(error.message, `${SOURCE}: spec.config of team-a/blue is empty and the CNI config directory ${dir} does not exist`);
+    assert.equal(
+      error.message,
+      `${SOURCE}: spec.config of team-a/blue is empty and the CNI config directory ${dir} does not exist`,
+    );
   });
 });
 
 test('a config file of type plexus-cni is refused: it would call Plexus recursively', () => {
   withDirs(({ conf: dir }) => {
-    writeFileSync(join(dir, '00-plexus.conflist'), JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', plugins: [{ type: 'plexus-cni' }] }));
+    writeFileSync(
+      join(dir, '00-plexus.conflist'),
+      JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', plugins: [{ type: 'plexus-cni' }] }),
+    );
     const error = errorOf(parseNad(nad('plexus'), SOURCE, new CniConfDir(dir)));
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
     assert.ok(error.message.includes('would call Plexus recursively'), error.message);
@@ -147,9 +170,17 @@ test('a matching file with an invalid config is reported with the file name', ()
 
 test('plexus.io/config-id reads <conf dir>/<id>.conf, with the NAD name when the file has none', () => {
   withDirs(({ conf: dir }) => {
-    writeFileSync(join(dir, 'fabric-a.conf'), JSON.stringify({ cniVersion: '1.0.0', type: 'bridge', bridge: 'br-fab' }));
-    const def = unwrap(parseNad(nad('blue', { annotations: { 'plexus.io/config-id': 'fabric-a' } }), SOURCE, new CniConfDir(dir)));
-    assert.deepEqual([def.cniName, def.plugins[0]?.bridge, def.configFile], ['blue', 'br-fab', join(dir, 'fabric-a.conf')]);
+    writeFileSync(
+      join(dir, 'fabric-a.conf'),
+      JSON.stringify({ cniVersion: '1.0.0', type: 'bridge', bridge: 'br-fab' }),
+    );
+    const def = unwrap(
+      parseNad(nad('blue', { annotations: { 'plexus.io/config-id': 'fabric-a' } }), SOURCE, new CniConfDir(dir)),
+    );
+    assert.deepEqual(
+      [def.cniName, def.plugins[0]?.bridge, def.configFile],
+      ['blue', 'br-fab', join(dir, 'fabric-a.conf')],
+    );
   });
 });
 
@@ -164,7 +195,9 @@ for (const [id, why] of [
 ] as const) {
   test(`config id ${JSON.stringify(id)} is refused: ${why}`, () => {
     withDirs(({ conf: dir }) => {
-      const error = errorOf(parseNad(nad('blue', { annotations: { 'plexus.io/config-id': id } }), SOURCE, new CniConfDir(dir)));
+      const error = errorOf(
+        parseNad(nad('blue', { annotations: { 'plexus.io/config-id': id } }), SOURCE, new CniConfDir(dir)),
+      );
       assert.equal(error.code, CniCode.InvalidNetworkConfig);
       assert.equal(error.message, `${SOURCE}: team-a/blue: plexus.io/config-id "${id}": config id "${id}" ${why}`);
     });
@@ -173,24 +206,41 @@ for (const [id, why] of [
 
 test('a config id whose file does not exist is an invalid network config (7) naming the path', () => {
   withDirs(({ conf: dir }) => {
-    const error = errorOf(parseNad(nad('blue', { annotations: { 'plexus.io/config-id': 'absent' } }), SOURCE, new CniConfDir(dir)));
+    const error = errorOf(
+      parseNad(nad('blue', { annotations: { 'plexus.io/config-id': 'absent' } }), SOURCE, new CniConfDir(dir)),
+    );
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
-    assert.equal(error.message, `${SOURCE}: team-a/blue: plexus.io/config-id "absent": ${join(dir, 'absent.conf')} does not exist`);
+    assert.equal(
+      error.message,
+      `${SOURCE}: team-a/blue: plexus.io/config-id "absent": ${join(dir, 'absent.conf')} does not exist`,
+    );
   });
 });
 
 test('a config id together with a non-empty spec.config is refused as ambiguous', () => {
   withDirs(({ conf: dir }) => {
-    const error = errorOf(parseNad(nad('blue', { config: conf('blue', 'br'), annotations: { 'plexus.io/config-id': 'x' } }), SOURCE, new CniConfDir(dir)));
+    const error = errorOf(
+      parseNad(
+        nad('blue', { config: conf('blue', 'br'), annotations: { 'plexus.io/config-id': 'x' } }),
+        SOURCE,
+        new CniConfDir(dir),
+      ),
+    );
     assert.equal(error.code, CniCode.InvalidNetworkConfig);
-    assert.equal(error.message, `${SOURCE}: team-a/blue has both spec.config and the plexus.io/config-id annotation; keep one`);
+    assert.equal(
+      error.message,
+      `${SOURCE}: team-a/blue has both spec.config and the plexus.io/config-id annotation; keep one`,
+    );
   });
 });
 
 test('without a config source, a config id is an invalid network config (7)', () => {
   const error = errorOf(parseNad(nad('blue', { annotations: { 'plexus.io/config-id': 'x' } }), SOURCE));
   assert.equal(error.code, CniCode.InvalidNetworkConfig);
-  assert.equal(error.message, `${SOURCE}: team-a/blue names config id "x" but there is no CNI config directory to read it from`);
+  assert.equal(
+    error.message,
+    `${SOURCE}: team-a/blue names config id "x" but there is no CNI config directory to read it from`,
+  );
 });
 
 // Through the directory
@@ -208,8 +258,14 @@ test('the directory resolves empty spec.config in its cniConfDir', () => {
 test('the directory resolves config ids in its cniConfDir', () => {
   withDirs(({ nads, conf: dir }) => {
     writeFileSync(join(dir, 'fab.conf'), conf('fab', 'br-fab'));
-    writeFileSync(join(nads, 'blue.json'), JSON.stringify(nad('blue', { annotations: { 'plexus.io/config-id': 'fab' } })));
-    assert.equal(unwrap(new NetworkDirectory(nads, { cniConfDir: dir }).get('team-a', 'blue')).plugins[0]?.bridge, 'br-fab');
+    writeFileSync(
+      join(nads, 'blue.json'),
+      JSON.stringify(nad('blue', { annotations: { 'plexus.io/config-id': 'fab' } })),
+    );
+    assert.equal(
+      unwrap(new NetworkDirectory(nads, { cniConfDir: dir }).get('team-a', 'blue')).plugins[0]?.bridge,
+      'br-fab',
+    );
   });
 });
 

@@ -109,15 +109,35 @@ test('a later flag wins over an earlier one', () => {
 });
 
 test('--config reads camelCase keys from a YAML file', () => {
-  withFile('plexusd.yaml', 'socket: /tmp/p/plexus.sock\nmaxConcurrent: 8\nstateSync: true\ndefaultNetwork: team-a/blue\nhostLinkGroup: 9\n', (path) => {
-    assert.deepEqual(configOf(['--config', path]), { ...DEFAULTS, socket: '/tmp/p/plexus.sock', maxConcurrent: 8, stateSync: true, defaultNetwork: 'team-a/blue', hostLinkGroup: 9 });
-  });
+  withFile(
+    'plexusd.yaml',
+    'socket: /tmp/p/plexus.sock\nmaxConcurrent: 8\nstateSync: true\ndefaultNetwork: team-a/blue\nhostLinkGroup: 9\n',
+    (path) => {
+      assert.deepEqual(configOf(['--config', path]), {
+        ...DEFAULTS,
+        socket: '/tmp/p/plexus.sock',
+        maxConcurrent: 8,
+        stateSync: true,
+        defaultNetwork: 'team-a/blue',
+        hostLinkGroup: 9,
+      });
+    },
+  );
 });
 
 test('--config reads a JSON file', () => {
-  withFile('plexusd.json', JSON.stringify({ stateDir: '/tmp/p/state', logLevel: 'warn', spoolScanSeconds: 2 }), (path) => {
-    assert.deepEqual(configOf([`--config=${path}`]), { ...DEFAULTS, stateDir: '/tmp/p/state', logLevel: 'warn', spoolScanSeconds: 2 });
-  });
+  withFile(
+    'plexusd.json',
+    JSON.stringify({ stateDir: '/tmp/p/state', logLevel: 'warn', spoolScanSeconds: 2 }),
+    (path) => {
+      assert.deepEqual(configOf([`--config=${path}`]), {
+        ...DEFAULTS,
+        stateDir: '/tmp/p/state',
+        logLevel: 'warn',
+        spoolScanSeconds: 2,
+      });
+    },
+  );
 });
 
 test('an empty config file gives the defaults', () => {
@@ -128,8 +148,16 @@ test('an empty config file gives the defaults', () => {
 
 test('flags win over the config file, wherever --config appears', () => {
   withFile('plexusd.yaml', 'logLevel: warn\nmaxConcurrent: 8\n', (path) => {
-    assert.deepEqual(configOf(['--log-level', 'debug', '--config', path]), { ...DEFAULTS, logLevel: 'debug', maxConcurrent: 8 });
-    assert.deepEqual(configOf(['--config', path, '--log-level', 'debug']), { ...DEFAULTS, logLevel: 'debug', maxConcurrent: 8 });
+    assert.deepEqual(configOf(['--log-level', 'debug', '--config', path]), {
+      ...DEFAULTS,
+      logLevel: 'debug',
+      maxConcurrent: 8,
+    });
+    assert.deepEqual(configOf(['--config', path, '--log-level', 'debug']), {
+      ...DEFAULTS,
+      logLevel: 'debug',
+      maxConcurrent: 8,
+    });
   });
 });
 
@@ -192,7 +220,7 @@ test('an invalid value in the config file is an error naming the setting', () =>
 
 test('an unknown key in the config file is an error naming it', () => {
   withFile('plexusd.yaml', 'socket: /run/p.sock\nmax_concurrent: 4\n', (path) => {
-    assert.match(errorOf(["--config", path]), /unknown setting max_concurrent in /);
+    assert.match(errorOf(['--config', path]), /unknown setting max_concurrent in /);
   });
 });
 

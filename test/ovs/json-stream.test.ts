@@ -5,7 +5,10 @@ import { JsonStreamSplitter } from '../../src/ovs/json-stream';
 describe('OVSDB stream splitting', () => {
   it('splits messages written back to back, with no delimiter', () => {
     const s = new JsonStreamSplitter();
-    assert.deepEqual(s.push(Buffer.from('{"id":1,"result":[]}{"id":2,"result":[{}]}')), ['{"id":1,"result":[]}', '{"id":2,"result":[{}]}']);
+    assert.deepEqual(s.push(Buffer.from('{"id":1,"result":[]}{"id":2,"result":[{}]}')), [
+      '{"id":1,"result":[]}',
+      '{"id":2,"result":[{}]}',
+    ]);
   });
 
   it('joins a message cut anywhere, even inside a string or between a backslash and what it escapes', () => {

@@ -15,7 +15,10 @@ import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const SCHEMA = '/usr/share/openvswitch/vswitch.ovsschema';
-const missing = existsSync(SCHEMA) && existsSync('/usr/sbin/ovsdb-server') ? undefined : 'ovsdb-server is not installed (scripts/setup.sh installs openvswitch-switch)';
+const missing =
+  existsSync(SCHEMA) && existsSync('/usr/sbin/ovsdb-server')
+    ? undefined
+    : 'ovsdb-server is not installed (scripts/setup.sh installs openvswitch-switch)';
 
 describe('OVSDB client on a real ovsdb-server', { skip: expectedPrerequisites(missing) }, () => {
   let dir: string;
@@ -27,7 +30,11 @@ describe('OVSDB client on a real ovsdb-server', { skip: expectedPrerequisites(mi
     dir = mkdtempSync(join(tmpdir(), 'plexus-ovsdb-'));
     socket = join(dir, 'db.sock');
     execFileSync('ovsdb-tool', ['create', join(dir, 'conf.db'), SCHEMA]);
-    server = spawn('ovsdb-server', [join(dir, 'conf.db'), `--remote=punix:${socket}`, `--unixctl=${join(dir, 'ctl')}`], { stdio: 'ignore' });
+    server = spawn(
+      'ovsdb-server',
+      [join(dir, 'conf.db'), `--remote=punix:${socket}`, `--unixctl=${join(dir, 'ctl')}`],
+      { stdio: 'ignore' },
+    );
     await until('ovsdb-server to listen', () => (existsSync(socket) ? true : undefined), 10000);
     execFileSync('ovs-vsctl', [`--db=unix:${socket}`, '--no-wait', 'init']);
     execFileSync('ovs-vsctl', [`--db=unix:${socket}`, '--no-wait', 'add-br', 'pxtest0']);
@@ -45,11 +52,23 @@ describe('OVSDB client on a real ovsdb-server', { skip: expectedPrerequisites(mi
     assert.deepEqual(r.value[0]?.rows, [{ name: 'pxtest0' }]);
   });
 
-  it('a refused transaction is an error with the database\'s reason, and the memif secret does not reach its details', async () => {
+  it("a refused transaction is an error with the database's reason, and the memif secret does not reach its details", async () => {
     // A wait that cannot hold fails the whole transaction, the insert after it included.
-    const row = { name: 'pxdup', type: 'dpdk', options: ['map', [['dpdk-devargs', 'net_memif_x,role=server,socket=/run/x.sock,secret=TopSecret123']]] };
+    const row = {
+      name: 'pxdup',
+      type: 'dpdk',
+      options: ['map', [['dpdk-devargs', 'net_memif_x,role=server,socket=/run/x.sock,secret=TopSecret123']]],
+    };
     const r = await db.transact([
-      { op: 'wait', table: 'Bridge', where: [['name', '==', 'pxnothere']], columns: ['name'], until: '==', rows: [{ name: 'pxnothere' }], timeout: 0 },
+      {
+        op: 'wait',
+        table: 'Bridge',
+        where: [['name', '==', 'pxnothere']],
+        columns: ['name'],
+        until: '==',
+        rows: [{ name: 'pxnothere' }],
+        timeout: 0,
+      },
       { op: 'insert', table: 'Interface', row },
     ]);
     assert.ok(!r.ok);
@@ -61,7 +80,13 @@ describe('OVSDB client on a real ovsdb-server', { skip: expectedPrerequisites(mi
 
   it('adding a port to a bridge the switch lacks is code 7 naming it, and nothing is made', async () => {
     const ports = new SwitchPorts(db, 2000);
-    const r = await ports.add({ bridge: 'pxnone0', port: 'pxmport', devargs: 'net_memif_pxmport,role=server,socket=/run/y.sock,secret=s', rxQueues: 1, externalIds: { 'plexus-owner': 't' } });
+    const r = await ports.add({
+      bridge: 'pxnone0',
+      port: 'pxmport',
+      devargs: 'net_memif_pxmport,role=server,socket=/run/y.sock,secret=s',
+      rxQueues: 1,
+      externalIds: { 'plexus-owner': 't' },
+    });
     assert.ok(!r.ok);
     assert.equal(r.error.code, 7);
     assert.match(r.error.message, /no bridge pxnone0/);

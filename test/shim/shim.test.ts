@@ -4,7 +4,17 @@
 import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -57,7 +67,11 @@ function tempDir(t: TestContext): string {
 
 function answerJson(res: ServerResponse, body: string, exitCode: number): void {
   // As plexusd does: always a Content-Length (the shim refuses chunked replies).
-  res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), 'X-CNI-Exit-Code': String(exitCode) });
+  res.writeHead(200, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(body),
+    'X-CNI-Exit-Code': String(exitCode),
+  });
   res.end(body);
 }
 
@@ -68,7 +82,12 @@ async function startDaemon(t: TestContext, socketPath: string, answer: Answer): 
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      const recorded = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks) };
+      const recorded = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks),
+      };
       requests.push(recorded);
       answer(recorded, res, requests.length - 1);
     });
@@ -193,7 +212,13 @@ describe('plexus-cni forwards each CNI call to plexusd', () => {
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => answerJson(res, '', 0));
 
     const withEmpty = await runShim({
-      env: { CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', CNI_NETNS: '', PLEXUS_SOCKET: daemon.socketPath },
+      env: {
+        CNI_COMMAND: 'DEL',
+        CNI_CONTAINERID: 'c1',
+        CNI_IFNAME: 'eth0',
+        CNI_NETNS: '',
+        PLEXUS_SOCKET: daemon.socketPath,
+      },
       stdin: '{}',
     });
     const withoutNetns = await runShim({
@@ -356,7 +381,13 @@ describe('plexus-cni when plexusd is not there', () => {
     const socketPath = path.join(dir, 'plexus.sock');
     const stdin = JSON.stringify({ cniVersion: '1.1.0', name: 'net', daemonWaitSeconds: 0.2 });
     // Key order as the shim writes them, so the spooled bytes can be compared exactly.
-    const env = { CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'abc/../123', CNI_NETNS: '', CNI_IFNAME: 'net1', PLEXUS_SOCKET: socketPath };
+    const env = {
+      CNI_COMMAND: 'DEL',
+      CNI_CONTAINERID: 'abc/../123',
+      CNI_NETNS: '',
+      CNI_IFNAME: 'net1',
+      PLEXUS_SOCKET: socketPath,
+    };
 
     const run = await runShim({ env, stdin });
 
@@ -377,7 +408,12 @@ describe('plexus-cni when plexusd is not there', () => {
     spawnSync('touch', [blocker]);
 
     const run = await runShim({
-      env: { CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c', CNI_IFNAME: 'eth0', PLEXUS_SOCKET: path.join(blocker, 'plexus.sock') },
+      env: {
+        CNI_COMMAND: 'DEL',
+        CNI_CONTAINERID: 'c',
+        CNI_IFNAME: 'eth0',
+        PLEXUS_SOCKET: path.join(blocker, 'plexus.sock'),
+      },
       stdin: JSON.stringify({ daemonWaitSeconds: 0 }),
     });
 
@@ -390,7 +426,10 @@ describe('plexus-cni when plexusd is not there', () => {
   test('STATUS answers code 50 at once', async (t) => {
     const socketPath = path.join(tempDir(t), 'plexus.sock');
 
-    const run = await runShim({ env: { CNI_COMMAND: 'STATUS', PLEXUS_SOCKET: socketPath }, stdin: '{"cniVersion":"1.1.0"}' });
+    const run = await runShim({
+      env: { CNI_COMMAND: 'STATUS', PLEXUS_SOCKET: socketPath },
+      stdin: '{"cniVersion":"1.1.0"}',
+    });
 
     assert.equal(run.code, 1);
     const error = parseCniError(run);
@@ -402,7 +441,10 @@ describe('plexus-cni when plexusd is not there', () => {
   test('VERSION answers the supported versions locally and exits 0', async (t) => {
     const socketPath = path.join(tempDir(t), 'plexus.sock');
 
-    const run = await runShim({ env: { CNI_COMMAND: 'VERSION', PLEXUS_SOCKET: socketPath }, stdin: '{"cniVersion":"0.4.0"}' });
+    const run = await runShim({
+      env: { CNI_COMMAND: 'VERSION', PLEXUS_SOCKET: socketPath },
+      stdin: '{"cniVersion":"0.4.0"}',
+    });
 
     assert.equal(run.code, 0);
     assert.deepEqual(JSON.parse(run.stdout.toString()), { cniVersion: '1.1.0', supportedVersions: LOCAL_VERSIONS });
@@ -433,7 +475,10 @@ describe('plexus-cni when plexusd is not there', () => {
   test('an error never echoes a cniVersion Plexus does not speak: it is answered in 1.1.0', async (t) => {
     const socketPath = path.join(tempDir(t), 'plexus.sock');
     for (const version of ['9.9.9', '0.2.0', 'x'.repeat(100000)]) {
-      const run = await runShim({ env: addEnv(socketPath), stdin: JSON.stringify({ cniVersion: version, daemonWaitSeconds: 0 }) });
+      const run = await runShim({
+        env: addEnv(socketPath),
+        stdin: JSON.stringify({ cniVersion: version, daemonWaitSeconds: 0 }),
+      });
       assert.equal(parseCniError(run).cniVersion, '1.1.0');
       assert.ok(run.stdout.length < 2048, `${run.stdout.length} bytes`);
     }
@@ -442,7 +487,12 @@ describe('plexus-cni when plexusd is not there', () => {
 
 describe('plexus-cni spools a DEL only where nobody but its owner can write', () => {
   const NOBODY = 65534;
-  const delEnv = (socketPath: string): Record<string, string> => ({ CNI_COMMAND: 'DEL', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', PLEXUS_SOCKET: socketPath });
+  const delEnv = (socketPath: string): Record<string, string> => ({
+    CNI_COMMAND: 'DEL',
+    CNI_CONTAINERID: 'c1',
+    CNI_IFNAME: 'eth0',
+    PLEXUS_SOCKET: socketPath,
+  });
   const stdin = JSON.stringify({ cniVersion: '1.1.0', daemonWaitSeconds: 0 });
 
   async function assertRefused(socketPath: string, why: RegExp): Promise<void> {
@@ -458,7 +508,10 @@ describe('plexus-cni spools a DEL only where nobody but its owner can write', ()
     const run = path.join(tempDir(t), 'run');
     mkdirSync(run);
     chmodSync(run, 0o777);
-    await assertRefused(path.join(run, 'plexus.sock'), new RegExp(`${run} is writable by group or others \\(mode 0777\\)`));
+    await assertRefused(
+      path.join(run, 'plexus.sock'),
+      new RegExp(`${run} is writable by group or others \\(mode 0777\\)`),
+    );
     assert.deepEqual(readdirSync(run), []);
   });
 
@@ -504,7 +557,10 @@ describe('plexus-cni bounds what it waits for and reads', () => {
     const dir = tempDir(t);
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), () => undefined);
 
-    const run = await runShim({ env: addEnv(daemon.socketPath), stdin: JSON.stringify({ daemonReplyTimeoutSeconds: 0.5 }) });
+    const run = await runShim({
+      env: addEnv(daemon.socketPath),
+      stdin: JSON.stringify({ daemonReplyTimeoutSeconds: 0.5 }),
+    });
 
     assert.equal(run.code, 1);
     const error = parseCniError(run);
@@ -515,14 +571,20 @@ describe('plexus-cni bounds what it waits for and reads', () => {
 
   test('a connection cut before any reply byte (a daemon being replaced) is replayed, and the replay answered', async (t) => {
     const dir = tempDir(t);
-    const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res, i) => (i < 2 ? res.socket?.destroy() : answerJson(res, '{"cniVersion":"1.1.0"}', 0)));
+    const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res, i) =>
+      i < 2 ? res.socket?.destroy() : answerJson(res, '{"cniVersion":"1.1.0"}', 0),
+    );
 
     const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{}' });
 
     assert.equal(run.code, 0, run.stdout.toString());
     assert.equal(run.stdout.toString(), '{"cniVersion":"1.1.0"}');
     assert.equal(daemon.requests.length, 3);
-    assert.deepEqual(daemon.requests[2]!.body, daemon.requests[0]!.body, 'the replay is the same request, byte for byte');
+    assert.deepEqual(
+      daemon.requests[2]!.body,
+      daemon.requests[0]!.body,
+      'the replay is the same request, byte for byte',
+    );
   });
 
   test('a daemon that keeps closing without a reply gives code 11 once daemonWaitSeconds are over', async (t) => {
@@ -570,7 +632,10 @@ describe('plexus-cni is memory-clean', () => {
   const valgrind = ['valgrind', '-q', '--error-exitcode=99', '--leak-check=full'];
 
   test('an ADD forwarded to the daemon runs clean under valgrind', async (t) => {
-    if (skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')) return;
+    if (
+      skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')
+    )
+      return;
     const build = spawnSync('make', ['-s', '-C', 'shim', 'debug'], { cwd: repoRoot, encoding: 'utf8' });
     assert.equal(build.status, 0, build.stderr);
     const dir = tempDir(t);
@@ -578,20 +643,31 @@ describe('plexus-cni is memory-clean', () => {
 
     // The static binary is what ships; the dynamic debug build lets valgrind see every malloc.
     for (const binary of [shimBinary, debugBinary]) {
-      const run = await runShim({ env: addEnv(daemon.socketPath), stdin: '{"cniVersion":"1.1.0"}', command: [...valgrind, binary] });
+      const run = await runShim({
+        env: addEnv(daemon.socketPath),
+        stdin: '{"cniVersion":"1.1.0"}',
+        command: [...valgrind, binary],
+      });
       assert.equal(run.code, 0, `${binary}:\n${run.stderr}`);
       assert.equal(run.stdout.toString(), '{"ok":1}');
     }
   });
 
   test('an ADD with no daemon runs clean under valgrind', async (t) => {
-    if (skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')) return;
+    if (
+      skipUnlessPresent(t, hasValgrind() ? undefined : 'valgrind is not installed (bash scripts/setup.sh installs it)')
+    )
+      return;
     const build = spawnSync('make', ['-s', '-C', 'shim', 'debug'], { cwd: repoRoot, encoding: 'utf8' });
     assert.equal(build.status, 0, build.stderr);
     const socketPath = path.join(tempDir(t), 'plexus.sock');
 
     for (const binary of [shimBinary, debugBinary]) {
-      const run = await runShim({ env: addEnv(socketPath), stdin: '{"daemonWaitSeconds":0.3}', command: [...valgrind, binary] });
+      const run = await runShim({
+        env: addEnv(socketPath),
+        stdin: '{"daemonWaitSeconds":0.3}',
+        command: [...valgrind, binary],
+      });
       assert.equal(run.code, 1, `${binary}:\n${run.stderr}`);
       assert.equal(parseCniError(run).code, 11);
     }
@@ -602,10 +678,15 @@ describe('plexus-cni is memory-clean', () => {
     assert.equal(build.status, 0, build.stderr);
     const dir = tempDir(t);
     const daemon = await startDaemon(t, path.join(dir, 'plexus.sock'), (_req, res) => answerJson(res, '{"ok":2}', 0));
-    const stdin = '{"a":"\\ud83d\\ude00 \\ud800 x","socketPath":"\\u002fnope","n":[1,{"b":"}"}],"daemonWaitSeconds":1e1}\x00\x01';
+    const stdin =
+      '{"a":"\\ud83d\\ude00 \\ud800 x","socketPath":"\\u002fnope","n":[1,{"b":"}"}],"daemonWaitSeconds":1e1}\x00\x01';
 
     const run = await runShim({
-      env: { ...addEnv(daemon.socketPath), ASAN_OPTIONS: 'abort_on_error=0:exitcode=98', UBSAN_OPTIONS: 'print_stacktrace=1' },
+      env: {
+        ...addEnv(daemon.socketPath),
+        ASAN_OPTIONS: 'abort_on_error=0:exitcode=98',
+        UBSAN_OPTIONS: 'print_stacktrace=1',
+      },
       stdin,
       command: [asanBinary],
     });

@@ -48,21 +48,38 @@ export class ApiPods {
     assert.equal(made.status, 201, JSON.stringify(made.body));
     const uid = (made.body as Meta).metadata.uid;
     const pod = this.newPod();
-    return { pod, uid, args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}` };
+    return {
+      pod,
+      uid,
+      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${namespace};K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${pod.cid};K8S_POD_UID=${uid}`,
+    };
   }
 
   async annotations(namespace: string, name: string): Promise<Record<string, string>> {
-    return ((await this.api.request('GET', `/api/v1/namespaces/${namespace}/pods/${name}`)).body as Meta).metadata.annotations ?? {};
+    return (
+      ((await this.api.request('GET', `/api/v1/namespaces/${namespace}/pods/${name}`)).body as Meta).metadata
+        .annotations ?? {}
+    );
   }
 
   /** Sets one annotation by merge patch, as `kubectl annotate --overwrite` does. */
   async annotate(namespace: string, name: string, key: string, value: string): Promise<void> {
-    const r = await this.api.request('PATCH', `/api/v1/namespaces/${namespace}/pods/${name}`, { metadata: { annotations: { [key]: value } } }, 'application/merge-patch+json');
+    const r = await this.api.request(
+      'PATCH',
+      `/api/v1/namespaces/${namespace}/pods/${name}`,
+      { metadata: { annotations: { [key]: value } } },
+      'application/merge-patch+json',
+    );
     assert.equal(r.status, 200, JSON.stringify(r.body));
   }
 
   /** The pod's network-status once `until` accepts it (default: once it is written), or the last one read. */
-  async status(namespace: string, name: string, until: (s: StatusEntry[]) => boolean = (s) => s.length > 0, tries = 200): Promise<StatusEntry[]> {
+  async status(
+    namespace: string,
+    name: string,
+    until: (s: StatusEntry[]) => boolean = (s) => s.length > 0,
+    tries = 200,
+  ): Promise<StatusEntry[]> {
     let status: StatusEntry[] = [];
     for (let i = 0; i < tries; i++) {
       const text = (await this.annotations(namespace, name))['k8s.v1.cni.cncf.io/network-status'];
@@ -77,7 +94,14 @@ export class ApiPods {
   async events(namespace: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> {
     let events: ApiEvent[] = [];
     for (let i = 0; i < 200; i++) {
-      events = ((await this.api.request('GET', `/api/v1/namespaces/${namespace}/events?fieldSelector=involvedObject.name=${name}`)).body as { items: ApiEvent[] }).items;
+      events = (
+        (
+          await this.api.request(
+            'GET',
+            `/api/v1/namespaces/${namespace}/events?fieldSelector=involvedObject.name=${name}`,
+          )
+        ).body as { items: ApiEvent[] }
+      ).items;
       if (until(events)) return events;
       await sleep(50);
     }

@@ -11,14 +11,17 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
 
 const which = (name: string): string | undefined => {
-  const dirs = process.env.PLEXUS_CONTAINERD_BIN ? [process.env.PLEXUS_CONTAINERD_BIN] : (process.env.PATH ?? '').split(delimiter);
+  const dirs = process.env.PLEXUS_CONTAINERD_BIN
+    ? [process.env.PLEXUS_CONTAINERD_BIN]
+    : (process.env.PATH ?? '').split(delimiter);
   return [...dirs, '/usr/sbin', '/sbin'].map((d) => join(d, name)).find((p) => existsSync(p));
 };
 
 /** Why the containerd tests cannot run here, or undefined when they can. */
 export function containerdMissing(): string | undefined {
   const missing = ['containerd', 'ctr', 'runc', 'musl-gcc', 'nsenter'].filter((b) => !which(b));
-  if (missing.length) return `not installed: ${missing.join(', ')} (bash scripts/setup.sh installs Debian's containerd, runc and musl-tools; or set PLEXUS_CONTAINERD_BIN)`;
+  if (missing.length)
+    return `not installed: ${missing.join(', ')} (bash scripts/setup.sh installs Debian's containerd, runc and musl-tools; or set PLEXUS_CONTAINERD_BIN)`;
   return undefined;
 }
 
@@ -47,20 +50,23 @@ export class ContainerdFixture {
     }
     const config = join(fx.dir, 'containerd.toml');
     mkdirSync(join(fx.dir, 'run'), { recursive: true });
-    writeFileSync(config, [
-      'version = 2',
-      `root = "${join(fx.dir, 'root')}"`,
-      `state = "${join(fx.dir, 'state')}"`,
-      'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
-      '[grpc]',
-      `  address = "${fx.socket}"`,
-      '[ttrpc]',
-      `  address = "${join(fx.dir, 'run', 'containerd.sock.ttrpc')}"`,
-      // Its default is /opt/containerd, created at start.
-      '[plugins."io.containerd.internal.v1.opt"]',
-      `  path = "${join(fx.dir, 'opt')}"`,
-      '',
-    ].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'version = 2',
+        `root = "${join(fx.dir, 'root')}"`,
+        `state = "${join(fx.dir, 'state')}"`,
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
+        '[grpc]',
+        `  address = "${fx.socket}"`,
+        '[ttrpc]',
+        `  address = "${join(fx.dir, 'run', 'containerd.sock.ttrpc')}"`,
+        // Its default is /opt/containerd, created at start.
+        '[plugins."io.containerd.internal.v1.opt"]',
+        `  path = "${join(fx.dir, 'opt')}"`,
+        '',
+      ].join('\n'),
+    );
     const proc = spawn(which('containerd')!, ['--config', config], { stdio: ['ignore', 'ignore', 'pipe'] });
     fx.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (fx.log += c.toString()));
@@ -76,13 +82,21 @@ export class ContainerdFixture {
   }
 
   ctr(args: readonly string[], timeoutMs = 60000): { status: number | null; out: string } {
-    const r = spawnSync(which('ctr')!, ['--address', this.socket, '--namespace', this.namespace, ...args], { encoding: 'utf8', timeout: timeoutMs });
+    const r = spawnSync(which('ctr')!, ['--address', this.socket, '--namespace', this.namespace, ...args], {
+      encoding: 'utf8',
+      timeout: timeoutMs,
+    });
     return { status: r.status, out: `${r.stdout}${r.stderr}` };
   }
 
   /** `ctr run` in the background (it stays until the container exits, then tears its network down). */
-  ctrRun(args: readonly string[]): { readonly proc: ChildProcess; readonly done: Promise<{ code: number | null; out: string }> } {
-    const proc = spawn(which('ctr')!, ['--address', this.socket, '--namespace', this.namespace, 'run', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  ctrRun(args: readonly string[]): {
+    readonly proc: ChildProcess;
+    readonly done: Promise<{ code: number | null; out: string }>;
+  } {
+    const proc = spawn(which('ctr')!, ['--address', this.socket, '--namespace', this.namespace, 'run', ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     proc.stdout?.on('data', (c: Buffer) => (out += c.toString()));
     proc.stderr?.on('data', (c: Buffer) => (out += c.toString()));
@@ -93,10 +107,13 @@ export class ContainerdFixture {
   async taskPid(id: string, timeoutMs = 20000): Promise<number> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const line = this.ctr(['tasks', 'ls']).out.split('\n').find((l) => l.split(/\s+/)[0] === id);
+      const line = this.ctr(['tasks', 'ls'])
+        .out.split('\n')
+        .find((l) => l.split(/\s+/)[0] === id);
       const [, pid, status] = line?.split(/\s+/) ?? [];
       if (status === 'RUNNING' && Number(pid) > 0) return Number(pid);
-      if (Date.now() > deadline) throw new Error(`task ${id} not running after ${timeoutMs} ms: ${this.ctr(['tasks', 'ls']).out}`);
+      if (Date.now() > deadline)
+        throw new Error(`task ${id} not running after ${timeoutMs} ms: ${this.ctr(['tasks', 'ls']).out}`);
       await new Promise((r) => setTimeout(r, 50));
     }
   }
@@ -125,7 +142,11 @@ export class ContainerdFixture {
       clearTimeout(timer);
     }
     // Snapshot mounts left behind (a crash mid-test) must go before the directory can.
-    const mounts = readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '').filter((m) => m.startsWith(this.dir)).reverse();
+    const mounts = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .map((l) => l.split(' ')[1] ?? '')
+      .filter((m) => m.startsWith(this.dir))
+      .reverse();
     for (const m of mounts) spawnSync('umount', ['-l', m]);
     rmSync(this.dir, { recursive: true, force: true });
     // Deepest first; one that is not empty (another containerd uses it) stays.
@@ -139,7 +160,8 @@ export class ContainerdFixture {
   }
 }
 
-const PAUSE_C = '#include <signal.h>\n#include <unistd.h>\nstatic void t(int s){(void)s;_exit(0);}\nint main(void){signal(SIGINT,t);signal(SIGTERM,t);for(;;)pause();}\n';
+const PAUSE_C =
+  '#include <signal.h>\n#include <unistd.h>\nstatic void t(int s){(void)s;_exit(0);}\nint main(void){signal(SIGINT,t);signal(SIGTERM,t);for(;;)pause();}\n';
 
 /** A one-binary image (a static pause) as an OCI image-layout tar; returns the archive's path. */
 export function buildPauseImage(dir: string): string {
@@ -150,7 +172,11 @@ export function buildPauseImage(dir: string): string {
   for (const d of ['proc', 'sys', 'dev', 'tmp', 'etc']) mkdirSync(join(rootfs, d), { mode: 0o755 });
   writeFileSync(join(dir, 'pause.c'), PAUSE_C);
   execFileSync(which('musl-gcc')!, ['-static', '-Os', '-s', '-o', join(rootfs, 'bin', 'pause'), join(dir, 'pause.c')]);
-  const layer = execFileSync('tar', ['--sort=name', '--owner=0', '--group=0', '--numeric-owner', '--mtime=@0', '-C', rootfs, '-cf', '-', '.'], { maxBuffer: 64 << 20 });
+  const layer = execFileSync(
+    'tar',
+    ['--sort=name', '--owner=0', '--group=0', '--numeric-owner', '--mtime=@0', '-C', rootfs, '-cf', '-', '.'],
+    { maxBuffer: 64 << 20 },
+  );
   const blob = (bytes: Buffer | string): { digest: string; size: number } => {
     const buf = Buffer.from(bytes);
     const hex = createHash('sha256').update(buf).digest('hex');
@@ -158,17 +184,38 @@ export function buildPauseImage(dir: string): string {
     return { digest: `sha256:${hex}`, size: buf.length };
   };
   const l = blob(layer);
-  const c = blob(JSON.stringify({ architecture: 'amd64', os: 'linux', config: { Env: ['PATH=/bin'], Cmd: ['/bin/pause'] }, rootfs: { type: 'layers', diff_ids: [l.digest] } }));
-  const m = blob(JSON.stringify({
-    schemaVersion: 2, mediaType: 'application/vnd.oci.image.manifest.v1+json',
-    config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...c },
-    layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar', ...l }],
-  }));
+  const c = blob(
+    JSON.stringify({
+      architecture: 'amd64',
+      os: 'linux',
+      config: { Env: ['PATH=/bin'], Cmd: ['/bin/pause'] },
+      rootfs: { type: 'layers', diff_ids: [l.digest] },
+    }),
+  );
+  const m = blob(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.manifest.v1+json',
+      config: { mediaType: 'application/vnd.oci.image.config.v1+json', ...c },
+      layers: [{ mediaType: 'application/vnd.oci.image.layer.v1.tar', ...l }],
+    }),
+  );
   writeFileSync(join(layout, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}');
-  writeFileSync(join(layout, 'index.json'), JSON.stringify({
-    schemaVersion: 2, mediaType: 'application/vnd.oci.image.index.v1+json',
-    manifests: [{ mediaType: 'application/vnd.oci.image.manifest.v1+json', ...m, platform: { architecture: 'amd64', os: 'linux' }, annotations: { 'io.containerd.image.name': 'local.test/pause:1', 'org.opencontainers.image.ref.name': '1' } }],
-  }));
+  writeFileSync(
+    join(layout, 'index.json'),
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: 'application/vnd.oci.image.index.v1+json',
+      manifests: [
+        {
+          mediaType: 'application/vnd.oci.image.manifest.v1+json',
+          ...m,
+          platform: { architecture: 'amd64', os: 'linux' },
+          annotations: { 'io.containerd.image.name': 'local.test/pause:1', 'org.opencontainers.image.ref.name': '1' },
+        },
+      ],
+    }),
+  );
   const archive = join(dir, 'pause.tar');
   execFileSync('tar', ['-C', layout, '-cf', archive, '.']);
   return archive;

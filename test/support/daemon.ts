@@ -76,7 +76,10 @@ export class DaemonFixture {
   launcher: readonly string[] = [];
 
   /** `defaultNetwork` "": no --default-network flag (a --config or --imported-config file names it). */
-  constructor(readonly defaultNetwork = 'podnet', extraFlags: readonly string[] = []) {
+  constructor(
+    readonly defaultNetwork = 'podnet',
+    extraFlags: readonly string[] = [],
+  ) {
     this.extraFlags = [...extraFlags];
     this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
     this.socket = join(this.dir, 'run', 'plexus.sock');
@@ -112,17 +115,46 @@ export class DaemonFixture {
 
   writeBridgeNetwork(o: BridgeNetworkOptions): void {
     const config = {
-      cniVersion: o.cniVersion ?? '1.1.0', name: o.name, type: 'bridge', bridge: o.bridge, isGateway: true, isDefaultGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: o.subnet }]], ...o.ipamExtra }, ...o.extra,
+      cniVersion: o.cniVersion ?? '1.1.0',
+      name: o.name,
+      type: 'bridge',
+      bridge: o.bridge,
+      isGateway: true,
+      isDefaultGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: o.subnet }]], ...o.ipamExtra },
+      ...o.extra,
     };
-    const nad = { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name: o.name, namespace: o.namespace ?? 'default' }, spec: { config: JSON.stringify(config) } };
+    const nad = {
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name: o.name, namespace: o.namespace ?? 'default' },
+      spec: { config: JSON.stringify(config) },
+    };
     this.writeNad(`${o.name}.json`, JSON.stringify(nad));
   }
 
   /** Starts plexusd and resolves when it is ready (within `readyTimeoutMs`). */
   async start(readyTimeoutMs = 15000): Promise<void> {
     const [command, ...before] = [...this.launcher, PLEXUSD];
-    const proc = spawn(command, [...before, '--socket', this.socket, '--state-dir', this.stateDir, '--networks-dir', this.networksDir, ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []), '--log-level', 'warn', '--spool-scan-seconds', '0.5', ...this.extraFlags], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(
+      command,
+      [
+        ...before,
+        '--socket',
+        this.socket,
+        '--state-dir',
+        this.stateDir,
+        '--networks-dir',
+        this.networksDir,
+        ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []),
+        '--log-level',
+        'warn',
+        '--spool-scan-seconds',
+        '0.5',
+        ...this.extraFlags,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
     this.proc = proc;
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;
@@ -157,7 +189,9 @@ export class DaemonFixture {
   async replace(): Promise<{ readonly oldExit: Promise<{ code: number | null; signal: NodeJS.Signals | null }> }> {
     const old = this.proc;
     if (!old) throw new Error('no daemon to replace');
-    const oldExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => old.once('exit', (code, signal) => r({ code, signal })));
+    const oldExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+      old.once('exit', (code, signal) => r({ code, signal })),
+    );
     old.kill('SIGTERM');
     await this.start();
     return { oldExit };
@@ -193,11 +227,16 @@ export class DaemonFixture {
         return false;
       }
     };
-    for (const deadline = Date.now() + ms; deleting() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 5));
+    for (const deadline = Date.now() + ms; deleting() && Date.now() < deadline;)
+      await new Promise((r) => setTimeout(r, 5));
   }
 
   private execShim(call: ShimCall): Promise<ShimOutput> {
-    const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', CNI_COMMAND: call.command, CNI_PATH: '/usr/lib/cni' };
+    const env: Record<string, string> = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      CNI_COMMAND: call.command,
+      CNI_PATH: '/usr/lib/cni',
+    };
     if (call.containerId !== undefined) env.CNI_CONTAINERID = call.containerId;
     if (call.netns !== undefined) env.CNI_NETNS = call.netns;
     if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
@@ -238,7 +277,9 @@ export class DaemonFixture {
   /** Lease files of a network (round-robin hint files excluded). */
   leases(network: string): string[] {
     try {
-      return readdirSync(join(this.stateDir, 'ipam', network)).filter((n) => !n.startsWith('last_reserved') && !n.startsWith('.'));
+      return readdirSync(join(this.stateDir, 'ipam', network)).filter(
+        (n) => !n.startsWith('last_reserved') && !n.startsWith('.'),
+      );
     } catch {
       return [];
     }
@@ -279,5 +320,17 @@ export function podMaker(fx: NetnsFixture, prefix: string, hostVethsOf: readonly
 }
 
 /** ADD or DEL of a pod, as containerd sends it (CNI_IFNAME eth0, the pod's CNI_ARGS). */
-export const podCall = (daemon: DaemonFixture, command: 'ADD' | 'DEL' | 'CHECK', pod: TestPod, config: Record<string, unknown>): Promise<ShimOutput> =>
-  daemon.cni({ command, containerId: pod.cid, netns: pod.netns, ifname: 'eth0', args: podArgs(pod.name, pod.cid), config });
+export const podCall = (
+  daemon: DaemonFixture,
+  command: 'ADD' | 'DEL' | 'CHECK',
+  pod: TestPod,
+  config: Record<string, unknown>,
+): Promise<ShimOutput> =>
+  daemon.cni({
+    command,
+    containerId: pod.cid,
+    netns: pod.netns,
+    ifname: 'eth0',
+    args: podArgs(pod.name, pod.cid),
+    config,
+  });

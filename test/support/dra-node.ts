@@ -17,7 +17,8 @@ export const RESOURCE_API = '/apis/resource.k8s.io/v1';
 export function draNodeMissing(): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager']) if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
+  for (const b of ['kube-scheduler', 'kube-controller-manager'])
+    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
   return undefined;
 }
 
@@ -25,12 +26,15 @@ export function draNodeMissing(): string | undefined {
 export function draTooOld(): string | undefined {
   const version = execFileSync(k8sBinary('kubelet')!, ['--version'], { encoding: 'utf8' });
   const minor = Number(/v1\.(\d+)\./.exec(version)?.[1] ?? 0);
-  return minor < 34 ? `DRA (resource.k8s.io/v1) needs Kubernetes 1.34 or later; the kubelet is ${version.trim()}` : undefined;
+  return minor < 34
+    ? `DRA (resource.k8s.io/v1) needs Kubernetes 1.34 or later; the kubelet is ${version.trim()}`
+    : undefined;
 }
 
 /** The DRA manifest of deploy/ (deploy/dra/ once it moved there). */
 export const draManifest = (): string =>
-  ['deploy/dra/50-dra.yaml', 'deploy/50-dra.yaml'].map((f) => join(ROOT, f)).find((f) => existsSync(f)) ?? 'deploy/dra/50-dra.yaml';
+  ['deploy/dra/50-dra.yaml', 'deploy/50-dra.yaml'].map((f) => join(ROOT, f)).find((f) => existsSync(f)) ??
+  'deploy/dra/50-dra.yaml';
 
 const PATHS: Record<string, (ns: string) => string> = {
   DeviceClass: () => `${RESOURCE_API}/deviceclasses`,
@@ -42,7 +46,10 @@ const PATHS: Record<string, (ns: string) => string> = {
   Pod: (ns) => `/api/v1/namespaces/${ns}/pods`,
 };
 
-interface ApiObject { kind: string; metadata: { name: string; namespace?: string } }
+interface ApiObject {
+  kind: string;
+  metadata: { name: string; namespace?: string };
+}
 
 /** Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. */
 export async function create(node: KubeNodeFixture, object: unknown): Promise<void> {
@@ -50,14 +57,17 @@ export async function create(node: KubeNodeFixture, object: unknown): Promise<vo
   const path = PATHS[o.kind];
   if (!path) throw new Error(`no API path for kind ${o.kind}`);
   const r = await node.call('POST', path(o.metadata.namespace ?? 'default'), object);
-  if (r.status !== 201 && r.status !== 409) throw new Error(`POST ${o.kind} ${o.metadata.name}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`);
+  if (r.status !== 201 && r.status !== 409)
+    throw new Error(`POST ${o.kind} ${o.metadata.name}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`);
 }
 
 /** deploy/'s DRA manifest as written, its role also bound to the test's plexusd user. */
 export async function installDra(node: KubeNodeFixture): Promise<void> {
   for (const doc of parseAllDocuments(readFileSync(draManifest(), 'utf8'))) await create(node, doc.toJSON());
   await create(node, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: 'plexus-dra-user' },
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: { name: 'plexus-dra-user' },
     roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus-dra' },
     subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: PLEXUS_USER }],
   });
@@ -72,7 +82,9 @@ export function docExample(name: string): ApiObject[] {
   const block = new RegExp(`<!-- example: ${name} -->\\s*\`\`\`yaml\\n([\\s\\S]*?)\`\`\``).exec(doc)?.[1];
   if (!block) throw new Error(`docs/dra.md has no example ${name}`);
   return parseAllDocuments(block).map((d) => {
-    const o = d.toJSON() as ApiObject & { spec?: { containers?: Record<string, unknown>[]; terminationGracePeriodSeconds?: number } };
+    const o = d.toJSON() as ApiObject & {
+      spec?: { containers?: Record<string, unknown>[]; terminationGracePeriodSeconds?: number };
+    };
     if (o.kind === 'Pod' && o.spec) {
       o.spec.terminationGracePeriodSeconds = 1;
       for (const c of o.spec.containers ?? []) Object.assign(c, { image: PAUSE_IMAGE, imagePullPolicy: 'Never' });
@@ -83,35 +95,57 @@ export function docExample(name: string): ApiObject[] {
 
 /** A ResourceClaimTemplate of one host device, chosen by a CEL expression, with this plexus.io opaque config. */
 export const hostDeviceTemplate = (namespace: string, name: string, cel: string, parameters: unknown): unknown => ({
-  apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaimTemplate', metadata: { name, namespace },
+  apiVersion: 'resource.k8s.io/v1',
+  kind: 'ResourceClaimTemplate',
+  metadata: { name, namespace },
   spec: { spec: claimSpec(cel, parameters) },
 });
 
 /** A claim's spec: one request `nic` of class host-device.plexus.io, with the opaque config. */
 export const claimSpec = (cel: string, parameters: unknown): unknown => ({
   devices: {
-    requests: [{ name: 'nic', exactly: { deviceClassName: 'host-device.plexus.io', selectors: [{ cel: { expression: cel } }] } }],
+    requests: [
+      { name: 'nic', exactly: { deviceClassName: 'host-device.plexus.io', selectors: [{ cel: { expression: cel } }] } },
+    ],
     config: [{ requests: ['nic'], opaque: { driver: 'plexus.io', parameters } }],
   },
 });
 
 /** A pod the scheduler places (a pod with claims must not set spec.nodeName), claiming `nic` from a template or a claim. */
 export const claimingPod = (
-  namespace: string, name: string, from: { template: string } | { claim: string }, annotations: Record<string, string> = {},
+  namespace: string,
+  name: string,
+  from: { template: string } | { claim: string },
+  annotations: Record<string, string> = {},
 ): unknown => ({
-  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, annotations },
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name, namespace, annotations },
   spec: {
-    automountServiceAccountToken: false, enableServiceLinks: false, terminationGracePeriodSeconds: 1,
-    resourceClaims: [{ name: 'nic', ...('template' in from ? { resourceClaimTemplateName: from.template } : { resourceClaimName: from.claim }) }],
+    automountServiceAccountToken: false,
+    enableServiceLinks: false,
+    terminationGracePeriodSeconds: 1,
+    resourceClaims: [
+      {
+        name: 'nic',
+        ...('template' in from ? { resourceClaimTemplateName: from.template } : { resourceClaimName: from.claim }),
+      },
+    ],
     containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', resources: { claims: [{ name: 'nic' }] } }],
   },
 });
 
 /** A pod like claimingPod, but its device comes from the device plugin (resources.limits) and its network from the annotation. */
 export const devicePluginPod = (namespace: string, name: string, resource: string, network: string): unknown => ({
-  apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, annotations: { 'k8s.v1.cni.cncf.io/networks': network } },
+  apiVersion: 'v1',
+  kind: 'Pod',
+  metadata: { name, namespace, annotations: { 'k8s.v1.cni.cncf.io/networks': network } },
   spec: {
-    automountServiceAccountToken: false, enableServiceLinks: false, terminationGracePeriodSeconds: 1,
-    containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', resources: { limits: { [resource]: '1' } } }],
+    automountServiceAccountToken: false,
+    enableServiceLinks: false,
+    terminationGracePeriodSeconds: 1,
+    containers: [
+      { name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', resources: { limits: { [resource]: '1' } } },
+    ],
   },
 });

@@ -9,9 +9,16 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import {
-  DRA_PLUGIN_TYPE, loadDraServices,
-  type ClaimRef, type NodePrepareResourceResponse, type NodePrepareResourcesRequest, type NodePrepareResourcesResponse,
-  type NodeUnprepareResourcesRequest, type NodeUnprepareResourcesResponse, type PluginInfo, type RegistrationStatus,
+  DRA_PLUGIN_TYPE,
+  loadDraServices,
+  type ClaimRef,
+  type NodePrepareResourceResponse,
+  type NodePrepareResourcesRequest,
+  type NodePrepareResourcesResponse,
+  type NodeUnprepareResourcesRequest,
+  type NodeUnprepareResourcesResponse,
+  type PluginInfo,
+  type RegistrationStatus,
 } from '../../src/dra/api';
 
 export interface TestDevice {
@@ -27,7 +34,9 @@ type Unary<Req, Res> = (call: grpc.ServerUnaryCall<Req, Res>, cb: grpc.sendUnary
 const RESOURCE = '/apis/resource.k8s.io/v1';
 
 interface ClaimResults {
-  status?: { allocation?: { devices?: { results?: { request: string; driver: string; pool: string; device: string }[] } } };
+  status?: {
+    allocation?: { devices?: { results?: { request: string; driver: string; pool: string; device: string }[] } };
+  };
 }
 
 export class DraTestDriver {
@@ -62,18 +71,25 @@ export class DraTestDriver {
   /** A DeviceClass selecting every device of this driver. */
   async createDeviceClass(name: string): Promise<void> {
     const r = await this.call('POST', `${RESOURCE}/deviceclasses`, {
-      apiVersion: 'resource.k8s.io/v1', kind: 'DeviceClass', metadata: { name },
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'DeviceClass',
+      metadata: { name },
       spec: { selectors: [{ cel: { expression: `device.driver == "${this.driver}"` } }] },
     });
-    if (r.status !== 201 && r.status !== 409) throw new Error(`DeviceClass ${name}: ${r.status} ${JSON.stringify(r.body)}`);
+    if (r.status !== 201 && r.status !== 409)
+      throw new Error(`DeviceClass ${name}: ${r.status} ${JSON.stringify(r.body)}`);
   }
 
   /** Publishes the node's slice with these devices (generation 1). */
   async publish(devices: readonly TestDevice[]): Promise<void> {
     const r = await this.call('POST', `${RESOURCE}/resourceslices`, {
-      apiVersion: 'resource.k8s.io/v1', kind: 'ResourceSlice', metadata: { name: this.sliceName },
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceSlice',
+      metadata: { name: this.sliceName },
       spec: {
-        driver: this.driver, nodeName: this.nodeName, pool: { name: this.pool, generation: 1, resourceSliceCount: 1 },
+        driver: this.driver,
+        nodeName: this.nodeName,
+        pool: { name: this.pool, generation: 1, resourceSliceCount: 1 },
         devices: devices.map((d) => ({
           name: d.name,
           attributes: {
@@ -95,8 +111,9 @@ export class DraTestDriver {
     const services = loadDraServices();
     const server = new grpc.Server();
     const prepare: Unary<NodePrepareResourcesRequest, NodePrepareResourcesResponse> = (call, cb) => {
-      void Promise.all((call.request.claims ?? []).map(async (c) => [c.uid, await this.prepareOne(c)] as const))
-        .then((answers) => cb(null, { claims: Object.fromEntries(answers) }));
+      void Promise.all((call.request.claims ?? []).map(async (c) => [c.uid, await this.prepareOne(c)] as const)).then(
+        (answers) => cb(null, { claims: Object.fromEntries(answers) }),
+      );
     };
     const unprepare: Unary<NodeUnprepareResourcesRequest, NodeUnprepareResourcesResponse> = (call, cb) => {
       const claims = call.request.claims ?? [];
@@ -104,7 +121,12 @@ export class DraTestDriver {
       cb(null, { claims: Object.fromEntries(claims.map((c) => [c.uid, { error: '' }])) });
     };
     server.addService(services.draPlugin.v1, { NodePrepareResources: prepare, NodeUnprepareResources: unprepare });
-    const info: PluginInfo = { type: DRA_PLUGIN_TYPE, name: this.driver, endpoint: this.service, supported_versions: ['v1.DRAPlugin'] };
+    const info: PluginInfo = {
+      type: DRA_PLUGIN_TYPE,
+      name: this.driver,
+      endpoint: this.service,
+      supported_versions: ['v1.DRAPlugin'],
+    };
     const getInfo: Unary<unknown, PluginInfo> = (_call, cb) => cb(null, info);
     const notify: Unary<RegistrationStatus, unknown> = (call, cb) => {
       this.registrations.push(call.request);
@@ -135,9 +157,16 @@ export class DraTestDriver {
     this.prepared.push(ref.uid);
     const got = await this.call('GET', `${RESOURCE}/namespaces/${ref.namespace}/resourceclaims/${ref.name}`);
     if (got.status !== 200) return { devices: [], error: `reading claim ${ref.namespace}/${ref.name}: ${got.status}` };
-    const results = ((got.body as ClaimResults).status?.allocation?.devices?.results ?? []).filter((r) => r.driver === this.driver);
+    const results = ((got.body as ClaimResults).status?.allocation?.devices?.results ?? []).filter(
+      (r) => r.driver === this.driver,
+    );
     return {
-      devices: results.map((r) => ({ request_names: [r.request], pool_name: r.pool, device_name: r.device, cdi_device_ids: [] })),
+      devices: results.map((r) => ({
+        request_names: [r.request],
+        pool_name: r.pool,
+        device_name: r.device,
+        cdi_device_ids: [],
+      })),
       error: '',
     };
   }

@@ -34,23 +34,55 @@ export async function engineBed(): Promise<EngineBed> {
   const dir = mkdtempSync(join(tmpdir(), 'plexus-engine-'));
   mkdirSync(join(dir, 'networks'));
   ['podnet', 'blue', 'red'].forEach((name, i) => {
-    writeFileSync(join(dir, 'networks', `${name}.json`), JSON.stringify({
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name },
-      spec: { config: JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', bridge: `br-${name}`, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: `10.9.${i}.0/24` }]] } }) },
-    }));
+    writeFileSync(
+      join(dir, 'networks', `${name}.json`),
+      JSON.stringify({
+        apiVersion: 'k8s.cni.cncf.io/v1',
+        kind: 'NetworkAttachmentDefinition',
+        metadata: { name },
+        spec: {
+          config: JSON.stringify({
+            cniVersion: '1.0.0',
+            name,
+            type: 'bridge',
+            bridge: `br-${name}`,
+            isGateway: true,
+            ipam: { type: 'host-local', ranges: [[{ subnet: `10.9.${i}.0/24` }]] },
+          }),
+        },
+      }),
+    );
   });
   const kernel = new FakeKernel();
   const ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
   const journal = await Journal.open(join(dir, 'journal'), false);
   const engineWith = (options: Partial<EngineOptions>): AttachmentEngine =>
-    new AttachmentEngine(kernel, ipam, journal, new NetworkDirectory(join(dir, 'networks')), new DriverRegistry(), {
-      cniBinDir: '/nonexistent', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'podnet',
-      // The fake kernel's namespaces are plain files: the real guard is tested on real namespaces.
-      podNetnsProblem: (path) => (existsSync(path) ? undefined : new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${path} does not exist`)),
-      ...options,
-    }, pino({ level: 'silent' }));
+    new AttachmentEngine(
+      kernel,
+      ipam,
+      journal,
+      new NetworkDirectory(join(dir, 'networks')),
+      new DriverRegistry(),
+      {
+        cniBinDir: '/nonexistent',
+        naming: 'multus',
+        selectionAnnotation: true,
+        defaultNetworks: [],
+        defaultNetwork: 'podnet',
+        // The fake kernel's namespaces are plain files: the real guard is tested on real namespaces.
+        podNetnsProblem: (path) =>
+          existsSync(path) ? undefined : new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${path} does not exist`),
+        ...options,
+      },
+      pino({ level: 'silent' }),
+    );
   return {
-    kernel, ipam, journal, dir, engineWith, engine: engineWith({}),
+    kernel,
+    ipam,
+    journal,
+    dir,
+    engineWith,
+    engine: engineWith({}),
     pod: (name) => {
       const path = join(dir, `netns-${name}`);
       writeFileSync(path, '');
@@ -70,6 +102,18 @@ export function cniCall(command: 'ADD' | 'DEL' | 'CHECK', cid: string, netns: st
 }
 
 export const forwardedCall = (command: string, cid: string, netns: string, networks = 'blue, red') => ({
-  env: { CNI_COMMAND: command, CNI_CONTAINERID: cid, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/nonexistent', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${cid}` },
-  stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } }),
+  env: {
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: cid,
+    CNI_NETNS: netns,
+    CNI_IFNAME: 'eth0',
+    CNI_PATH: '/nonexistent',
+    CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${cid}`,
+  },
+  stdin: JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'plexus',
+    type: 'plexus-cni',
+    runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } },
+  }),
 });

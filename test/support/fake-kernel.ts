@@ -58,11 +58,17 @@ export class FakeKernel implements KernelPort {
     return r.ok ? ok(null) : r;
   }
 
-  batch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): Promise<KernelResult<ResultsOf<Ops>>> {
+  batch<const Ops extends readonly BatchOp[]>(
+    netns: string | undefined,
+    ops: Ops,
+  ): Promise<KernelResult<ResultsOf<Ops>>> {
     return Promise.resolve(this.runBatch(netns, ops));
   }
 
-  private runBatch<const Ops extends readonly BatchOp[]>(netns: string | undefined, ops: Ops): KernelResult<ResultsOf<Ops>> {
+  private runBatch<const Ops extends readonly BatchOp[]>(
+    netns: string | undefined,
+    ops: Ops,
+  ): KernelResult<ResultsOf<Ops>> {
     const results: unknown[] = [];
     for (const [index, op] of ops.entries()) {
       const where = op.at ?? netns ?? HOST;
@@ -98,7 +104,16 @@ export class FakeKernel implements KernelPort {
 
   /** Runs one op; pushes its result and answers undefined, or answers the errno it fails with. */
   private run(ns: Namespace, op: BatchOp, results: unknown[]): string | undefined {
-    const link = (name: string, kind: string, mac?: string): LinkInfo => ({ index: this.nextIndex++, name, kind, mtu: 1500, up: false, promisc: false, group: 0, mac: mac ?? `02:00:00:00:00:${(this.nextIndex % 256).toString(16).padStart(2, '0')}` });
+    const link = (name: string, kind: string, mac?: string): LinkInfo => ({
+      index: this.nextIndex++,
+      name,
+      kind,
+      mtu: 1500,
+      up: false,
+      promisc: false,
+      group: 0,
+      mac: mac ?? `02:00:00:00:00:${(this.nextIndex % 256).toString(16).padStart(2, '0')}`,
+    });
     switch (op.op) {
       case 'linkAdd': {
         const target = op.link.netns ? this.namespaces.get(op.link.netns) : ns;
@@ -109,7 +124,10 @@ export class FakeKernel implements KernelPort {
           const peerNs = this.namespaces.get(op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns));
           if (peerNs?.links.has(op.link.peer.name)) return 'EEXIST';
         }
-        target.links.set(op.link.name, { ...link(op.link.name, op.link.kind, op.link.mac), ...(op.link.group !== undefined ? { group: op.link.group } : {}) });
+        target.links.set(op.link.name, {
+          ...link(op.link.name, op.link.kind, op.link.mac),
+          ...(op.link.group !== undefined ? { group: op.link.group } : {}),
+        });
         if (op.link.kind === 'veth') {
           const peerPath = op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns);
           const peerNs = this.namespaces.get(peerPath);
@@ -133,7 +151,13 @@ export class FakeKernel implements KernelPort {
       case 'linkSet': {
         const existing = ns.links.get(op.name);
         if (!existing) return 'ENODEV';
-        ns.links.set(op.name, { ...existing, ...(op.up !== undefined ? { up: op.up } : {}), ...(op.mac ? { mac: op.mac } : {}), ...(op.mtu ? { mtu: op.mtu } : {}), ...(op.group !== undefined ? { group: op.group } : {}) });
+        ns.links.set(op.name, {
+          ...existing,
+          ...(op.up !== undefined ? { up: op.up } : {}),
+          ...(op.mac ? { mac: op.mac } : {}),
+          ...(op.mtu ? { mtu: op.mtu } : {}),
+          ...(op.group !== undefined ? { group: op.group } : {}),
+        });
         break;
       }
       case 'linkGet':
@@ -154,10 +178,19 @@ export class FakeKernel implements KernelPort {
         return undefined;
       case 'routeAdd':
         if (ns.routes.some((r) => r.dst === op.route.dst && r.gw === op.route.gw)) return 'EEXIST';
-        ns.routes.push({ family: op.route.dst.includes(':') ? 6 : 4, dst: op.route.dst, ...(op.route.gw ? { gw: op.route.gw } : {}), table: 254, scope: 0, protocol: 4 });
+        ns.routes.push({
+          family: op.route.dst.includes(':') ? 6 : 4,
+          dst: op.route.dst,
+          ...(op.route.gw ? { gw: op.route.gw } : {}),
+          table: 254,
+          scope: 0,
+          protocol: 4,
+        });
         break;
       case 'routeDel': {
-        const i = ns.routes.findIndex((r) => r.dst === op.route.dst && (op.route.gw === undefined || r.gw === op.route.gw));
+        const i = ns.routes.findIndex(
+          (r) => r.dst === op.route.dst && (op.route.gw === undefined || r.gw === op.route.gw),
+        );
         if (i < 0) return 'ENOENT';
         ns.routes.splice(i, 1);
         break;

@@ -6,7 +6,16 @@
  * as v1.32/bin is on some machines). .xz binaries are decompressed once into a cache under the temp directory.
  */
 import { execFileSync } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { ROOT } from './daemon';
@@ -29,7 +38,10 @@ export interface K8sBinDir {
 }
 
 const onPath = (name: string): string | undefined =>
-  (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name)).find((p) => existsSync(p));
+  (process.env.PATH ?? '')
+    .split(delimiter)
+    .map((d) => join(d, name))
+    .find((p) => existsSync(p));
 
 /** A directory, a symlink to one, or a small file whose content is a path (relative to the file's directory). */
 export function resolveDirectory(path: string, hops = 0): string | undefined {

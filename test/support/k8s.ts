@@ -22,12 +22,17 @@ export { k8sBinary, k8sBinaryMissing, k8sOlderThan, k8sVersion, kubectlBinary } 
 /** The client-certificate user a test's plexusd runs as, with exactly the RBAC of deploy/10-rbac.yaml. */
 export const PLEXUS_USER = 'plexus';
 
-const onPath = (name: string): string | undefined => (process.env.PATH ?? '').split(delimiter).map((d) => join(d, name)).find((p) => existsSync(p));
+const onPath = (name: string): string | undefined =>
+  (process.env.PATH ?? '')
+    .split(delimiter)
+    .map((d) => join(d, name))
+    .find((p) => existsSync(p));
 
 /** Why the API server tests cannot run here, or undefined when they can. */
 export function k8sMissing(): string | undefined {
   const tools = ['etcd', 'openssl', 'xz'].filter((b) => !onPath(b));
-  if (tools.length) return `not installed: ${tools.join(', ')} (bash scripts/setup.sh installs etcd-server, openssl and xz-utils)`;
+  if (tools.length)
+    return `not installed: ${tools.join(', ')} (bash scripts/setup.sh installs etcd-server, openssl and xz-utils)`;
   return k8sBinaryMissing('kube-apiserver');
 }
 
@@ -74,22 +79,59 @@ export class KubeApiFixture {
       const [etcdClient, etcdPeer, api] = [await freePort(), await freePort(), await freePort()];
       fx.apiPort = api;
       fx.spawn('etcd', onPath('etcd')!, [
-        '--name', 't', '--data-dir', join(fx.dir, 'etcd'),
-        '--listen-client-urls', `http://127.0.0.1:${etcdClient}`, '--advertise-client-urls', `http://127.0.0.1:${etcdClient}`,
-        '--listen-peer-urls', `http://127.0.0.1:${etcdPeer}`, '--initial-advertise-peer-urls', `http://127.0.0.1:${etcdPeer}`,
-        '--initial-cluster', `t=http://127.0.0.1:${etcdPeer}`, '--initial-cluster-state', 'new', '--quota-backend-bytes', '2147483648',
+        '--name',
+        't',
+        '--data-dir',
+        join(fx.dir, 'etcd'),
+        '--listen-client-urls',
+        `http://127.0.0.1:${etcdClient}`,
+        '--advertise-client-urls',
+        `http://127.0.0.1:${etcdClient}`,
+        '--listen-peer-urls',
+        `http://127.0.0.1:${etcdPeer}`,
+        '--initial-advertise-peer-urls',
+        `http://127.0.0.1:${etcdPeer}`,
+        '--initial-cluster',
+        `t=http://127.0.0.1:${etcdPeer}`,
+        '--initial-cluster-state',
+        'new',
+        '--quota-backend-bytes',
+        '2147483648',
       ]);
-      await fx.waitFor('etcd', async () => (await fetch(`http://127.0.0.1:${etcdClient}/health`).then((r) => r.ok).catch(() => false)), 20000);
+      await fx.waitFor(
+        'etcd',
+        async () =>
+          await fetch(`http://127.0.0.1:${etcdClient}/health`)
+            .then((r) => r.ok)
+            .catch(() => false),
+        20000,
+      );
       const c = (f: string): string => join(fx.dir, 'certs', f);
       fx.apiArgs = [
-        '--bind-address=127.0.0.1', '--advertise-address=127.0.0.1', `--secure-port=${api}`, '--endpoint-reconciler-type=none',
-        `--etcd-servers=http://127.0.0.1:${etcdClient}`, `--cert-dir=${join(fx.dir, 'apiserver')}`,
+        '--bind-address=127.0.0.1',
+        '--advertise-address=127.0.0.1',
+        `--secure-port=${api}`,
+        '--endpoint-reconciler-type=none',
+        `--etcd-servers=http://127.0.0.1:${etcdClient}`,
+        `--cert-dir=${join(fx.dir, 'apiserver')}`,
         '--service-cluster-ip-range=10.244.240.0/20',
-        `--tls-cert-file=${c('apiserver.crt')}`, `--tls-private-key-file=${c('apiserver.key')}`, `--client-ca-file=${c('ca.crt')}`,
-        `--service-account-key-file=${c('sa.pub')}`, `--service-account-signing-key-file=${c('sa.key')}`,
+        `--tls-cert-file=${c('apiserver.crt')}`,
+        `--tls-private-key-file=${c('apiserver.key')}`,
+        `--client-ca-file=${c('ca.crt')}`,
+        `--service-account-key-file=${c('sa.pub')}`,
+        `--service-account-signing-key-file=${c('sa.key')}`,
         '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
-        '--authorization-mode=Node,RBAC', '--enable-admission-plugins=NodeRestriction', '--allow-privileged=true', '--profiling=false',
-        ...(options.audit ? [`--audit-policy-file=${fx.writeAuditPolicy()}`, `--audit-log-path=${fx.auditLog}`, '--audit-log-format=json'] : []),
+        '--authorization-mode=Node,RBAC',
+        '--enable-admission-plugins=NodeRestriction',
+        '--allow-privileged=true',
+        '--profiling=false',
+        ...(options.audit
+          ? [
+              `--audit-policy-file=${fx.writeAuditPolicy()}`,
+              `--audit-log-path=${fx.auditLog}`,
+              '--audit-log-format=json',
+            ]
+          : []),
       ];
       await fx.startApiServer();
       fx.writeKubeconfig();
@@ -107,30 +149,67 @@ export class KubeApiFixture {
 
   private writeAuditPolicy(): string {
     const path = join(this.dir, 'audit-policy.yaml');
-    writeFileSync(path, JSON.stringify({ apiVersion: 'audit.k8s.io/v1', kind: 'Policy', omitStages: ['RequestReceived'], rules: [{ level: 'Metadata' }] }));
+    writeFileSync(
+      path,
+      JSON.stringify({
+        apiVersion: 'audit.k8s.io/v1',
+        kind: 'Policy',
+        omitStages: ['RequestReceived'],
+        rules: [{ level: 'Metadata' }],
+      }),
+    );
     return path;
   }
 
   /** Audit events (stage ResponseComplete) of requests made by `user`, e.g. "plexus". */
-  auditEvents(user: string): { verb: string; resource: string; name?: string; namespace?: string; code: number; userAgent: string }[] {
+  auditEvents(
+    user: string,
+  ): { verb: string; resource: string; name?: string; namespace?: string; code: number; userAgent: string }[] {
     let text: string;
     try {
       text = readFileSync(this.auditLog, 'utf8');
     } catch {
       return [];
     }
-    return text.split('\n').filter(Boolean).flatMap((line) => {
-      const e = JSON.parse(line) as { stage: string; verb: string; user: { username: string }; userAgent?: string; objectRef?: { resource?: string; name?: string; namespace?: string }; responseStatus?: { code?: number } };
-      if (e.stage !== 'ResponseComplete' || e.user.username !== user) return [];
-      return [{ verb: e.verb, resource: e.objectRef?.resource ?? '', ...(e.objectRef?.name ? { name: e.objectRef.name } : {}), ...(e.objectRef?.namespace ? { namespace: e.objectRef.namespace } : {}), code: e.responseStatus?.code ?? 0, userAgent: e.userAgent ?? '' }];
-    });
+    return text
+      .split('\n')
+      .filter(Boolean)
+      .flatMap((line) => {
+        const e = JSON.parse(line) as {
+          stage: string;
+          verb: string;
+          user: { username: string };
+          userAgent?: string;
+          objectRef?: { resource?: string; name?: string; namespace?: string };
+          responseStatus?: { code?: number };
+        };
+        if (e.stage !== 'ResponseComplete' || e.user.username !== user) return [];
+        return [
+          {
+            verb: e.verb,
+            resource: e.objectRef?.resource ?? '',
+            ...(e.objectRef?.name ? { name: e.objectRef.name } : {}),
+            ...(e.objectRef?.namespace ? { namespace: e.objectRef.namespace } : {}),
+            code: e.responseStatus?.code ?? 0,
+            userAgent: e.userAgent ?? '',
+          },
+        ];
+      });
   }
 
   /** Starts kube-apiserver (again, after stopApiServer: same port, same etcd) and waits for /readyz. */
   async startApiServer(): Promise<void> {
-    if (this.procs.some((p) => p.name === 'kube-apiserver' && p.proc.exitCode === null && p.proc.signalCode === null)) return;
+    if (this.procs.some((p) => p.name === 'kube-apiserver' && p.proc.exitCode === null && p.proc.signalCode === null))
+      return;
     this.spawn('kube-apiserver', k8sBinary('kube-apiserver')!, this.apiArgs);
-    await this.waitFor('kube-apiserver', async () => (await this.request('GET', '/readyz').then((r) => r.status === 200).catch(() => false)), 60000);
+    await this.waitFor(
+      'kube-apiserver',
+      async () =>
+        await this.request('GET', '/readyz')
+          .then((r) => r.status === 200)
+          .catch(() => false),
+      60000,
+    );
   }
 
   /** Stops kube-apiserver alone (by its PID), leaving etcd and the data: the API is down until startApiServer. */
@@ -150,9 +229,38 @@ export class KubeApiFixture {
     const name = `user-${user.replace(/[^a-z0-9-]/gi, '_')}`;
     const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
     ssl('genrsa', '-out', `${name}.key`, '2048');
-    ssl('req', '-new', '-key', `${name}.key`, '-subj', `${groups.map((g) => `/O=${g}`).join('')}/CN=${user}`, '-out', `${name}.csr`);
-    writeFileSync(join(dir, `${name}.ext`), 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth');
-    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '30', '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+    ssl(
+      'req',
+      '-new',
+      '-key',
+      `${name}.key`,
+      '-subj',
+      `${groups.map((g) => `/O=${g}`).join('')}/CN=${user}`,
+      '-out',
+      `${name}.csr`,
+    );
+    writeFileSync(
+      join(dir, `${name}.ext`),
+      'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth',
+    );
+    ssl(
+      'x509',
+      '-req',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-days',
+      '30',
+      '-sha256',
+      '-extfile',
+      `${name}.ext`,
+      '-out',
+      `${name}.crt`,
+    );
     const path = join(this.dir, `${name}.kubeconfig`);
     this.writeKubeconfigFor(path, `${name}.crt`, `${name}.key`);
     return path;
@@ -163,14 +271,58 @@ export class KubeApiFixture {
     mkdirSync(dir);
     const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
     ssl('genrsa', '-out', 'ca.key', '2048');
-    ssl('req', '-x509', '-new', '-nodes', '-key', 'ca.key', '-sha256', '-days', '30', '-subj', '/CN=plexus-test-ca', '-out', 'ca.crt');
+    ssl(
+      'req',
+      '-x509',
+      '-new',
+      '-nodes',
+      '-key',
+      'ca.key',
+      '-sha256',
+      '-days',
+      '30',
+      '-subj',
+      '/CN=plexus-test-ca',
+      '-out',
+      'ca.crt',
+    );
     const issue = (name: string, subject: string, eku: string, san?: string): void => {
       ssl('genrsa', '-out', `${name}.key`, '2048');
       ssl('req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`);
-      writeFileSync(join(dir, `${name}.ext`), ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', `extendedKeyUsage=${eku}`, ...(san ? [`subjectAltName=${san}`] : [])].join('\n'));
-      ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '30', '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+      writeFileSync(
+        join(dir, `${name}.ext`),
+        [
+          'basicConstraints=CA:FALSE',
+          'keyUsage=critical,digitalSignature,keyEncipherment',
+          `extendedKeyUsage=${eku}`,
+          ...(san ? [`subjectAltName=${san}`] : []),
+        ].join('\n'),
+      );
+      ssl(
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-days',
+        '30',
+        '-sha256',
+        '-extfile',
+        `${name}.ext`,
+        '-out',
+        `${name}.crt`,
+      );
     };
-    issue('apiserver', '/CN=kube-apiserver', 'serverAuth', 'IP:127.0.0.1,IP:10.244.240.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc');
+    issue(
+      'apiserver',
+      '/CN=kube-apiserver',
+      'serverAuth',
+      'IP:127.0.0.1,IP:10.244.240.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc',
+    );
     issue('admin', '/O=system:masters/CN=admin', 'clientAuth');
     ssl('genrsa', '-out', 'sa.key', '2048');
     ssl('rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
@@ -182,12 +334,18 @@ export class KubeApiFixture {
 
   private writeKubeconfigFor(path: string, cert: string, key: string): void {
     const b64 = (f: string): string => readFileSync(join(this.dir, 'certs', f)).toString('base64');
-    writeFileSync(path, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'test',
-      clusters: [{ name: 'test', cluster: { server: this.server, 'certificate-authority-data': b64('ca.crt') } }],
-      users: [{ name: 'user', user: { 'client-certificate-data': b64(cert), 'client-key-data': b64(key) } }],
-      contexts: [{ name: 'test', context: { cluster: 'test', user: 'user' } }],
-    }), { mode: 0o600 });
+    writeFileSync(
+      path,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'test',
+        clusters: [{ name: 'test', cluster: { server: this.server, 'certificate-authority-data': b64('ca.crt') } }],
+        users: [{ name: 'user', user: { 'client-certificate-data': b64(cert), 'client-key-data': b64(key) } }],
+        contexts: [{ name: 'test', context: { cluster: 'test', user: 'user' } }],
+      }),
+      { mode: 0o600 },
+    );
   }
 
   private spawn(name: string, bin: string, args: string[]): void {
@@ -203,7 +361,8 @@ export class KubeApiFixture {
     const deadline = Date.now() + timeoutMs;
     const { proc } = [...this.procs].reverse().find((p) => p.name === name)!;
     while (!(await ready())) {
-      if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`${name} did not become ready: ${(this.logs[name] ?? '').slice(-3000)}`);
+      if (proc.exitCode !== null || Date.now() > deadline)
+        throw new Error(`${name} did not become ready: ${(this.logs[name] ?? '').slice(-3000)}`);
       await sleep(200);
     }
   }
@@ -212,15 +371,36 @@ export class KubeApiFixture {
    * A request to the API server as the admin over kept-alive connections (many pods at once); the body is sent and
    * answered as JSON (plain text, such as /readyz's, is kept as text).
    */
-  request(method: string, path: string, body?: unknown, contentType = 'application/json', timeoutMs = 30000): Promise<ApiReply> {
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    contentType = 'application/json',
+    timeoutMs = 30000,
+  ): Promise<ApiReply> {
     const certs = join(this.dir, 'certs');
-    this.agent ??= new HttpsAgent({ keepAlive: true, maxSockets: 16, ca: readFileSync(join(certs, 'ca.crt')), cert: readFileSync(join(certs, 'admin.crt')), key: readFileSync(join(certs, 'admin.key')) });
+    this.agent ??= new HttpsAgent({
+      keepAlive: true,
+      maxSockets: 16,
+      ca: readFileSync(join(certs, 'ca.crt')),
+      cert: readFileSync(join(certs, 'admin.crt')),
+      key: readFileSync(join(certs, 'admin.key')),
+    });
     const payload = body === undefined ? undefined : JSON.stringify(body);
     return new Promise((done, fail) => {
       const req = httpsRequest(
         {
-          host: '127.0.0.1', port: this.apiPort, path, method, agent: this.agent,
-          headers: { Accept: 'application/json', ...(payload !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) } : {}) },
+          host: '127.0.0.1',
+          port: this.apiPort,
+          path,
+          method,
+          agent: this.agent,
+          headers: {
+            Accept: 'application/json',
+            ...(payload !== undefined
+              ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) }
+              : {}),
+          },
           timeout: timeoutMs,
         },
         (res) => {
@@ -261,7 +441,10 @@ export class KubeApiFixture {
 
   /** On a running server (a kubelet node's): every CRD of deploy/crds/ and plexusd's RBAC for PLEXUS_USER. */
   async installPlexus(): Promise<void> {
-    for (const file of readdirSync(join(ROOT, 'deploy/crds')).filter((f) => f.endsWith('.yaml')).sort()) await this.installCrds(`deploy/crds/${file}`);
+    for (const file of readdirSync(join(ROOT, 'deploy/crds'))
+      .filter((f) => f.endsWith('.yaml'))
+      .sort())
+      await this.installCrds(`deploy/crds/${file}`);
     await this.grantPlexusRbac(PLEXUS_USER);
   }
 
@@ -281,7 +464,8 @@ export class KubeApiFixture {
     for (const doc of parseAllDocuments(readFileSync(join(ROOT, file), 'utf8'))) {
       const crd = doc.toJSON() as { metadata: { name: string } };
       const created = await this.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd);
-      if (created.status !== 201) throw new Error(`creating CRD ${crd.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
+      if (created.status !== 201)
+        throw new Error(`creating CRD ${crd.metadata.name}: ${created.status} ${JSON.stringify(created.body)}`);
       await this.waitEstablished(crd.metadata.name);
     }
   }
@@ -289,7 +473,8 @@ export class KubeApiFixture {
   private async waitEstablished(name: string): Promise<void> {
     for (let i = 0; i < 100; i++) {
       const got = await this.request('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`);
-      const conditions = (got.body as { status?: { conditions?: { type: string; status: string }[] } }).status?.conditions ?? [];
+      const conditions =
+        (got.body as { status?: { conditions?: { type: string; status: string }[] } }).status?.conditions ?? [];
       if (conditions.some((c) => c.type === 'Established' && c.status === 'True')) return;
       await sleep(200);
     }
@@ -297,9 +482,17 @@ export class KubeApiFixture {
   }
 
   /** Creates (POST) a NetworkAttachmentDefinition with this CNI config text. */
-  createNad(namespace: string, name: string, config: string, annotations: Record<string, string> = {}): Promise<ApiReply> {
+  createNad(
+    namespace: string,
+    name: string,
+    config: string,
+    annotations: Record<string, string> = {},
+  ): Promise<ApiReply> {
     return this.request('POST', `/apis/k8s.cni.cncf.io/v1/namespaces/${namespace}/network-attachment-definitions`, {
-      apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata: { name, namespace, annotations }, spec: { config },
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name, namespace, annotations },
+      spec: { config },
     });
   }
 
@@ -307,12 +500,23 @@ export class KubeApiFixture {
    * Creates a pod object (no controller-manager runs, so the namespace's default ServiceAccount is made here first, as
    * NOTES.md says); answers the API's reply. The pod runs nowhere unless a kubelet serves its node.
    */
-  async createPod(namespace: string, name: string, extra: { annotations?: Record<string, string>; nodeName?: string } = {}): Promise<ApiReply> {
+  async createPod(
+    namespace: string,
+    name: string,
+    extra: { annotations?: Record<string, string>; nodeName?: string } = {},
+  ): Promise<ApiReply> {
     await this.ensureNamespace(namespace);
-    const sa = await this.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } });
-    if (sa.status !== 201 && sa.status !== 409) throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
+    const sa = await this.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, {
+      apiVersion: 'v1',
+      kind: 'ServiceAccount',
+      metadata: { name: 'default' },
+    });
+    if (sa.status !== 201 && sa.status !== 409)
+      throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
     return this.request('POST', `/api/v1/namespaces/${namespace}/pods`, {
-      apiVersion: 'v1', kind: 'Pod', metadata: { name, ...(extra.annotations ? { annotations: extra.annotations } : {}) },
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, ...(extra.annotations ? { annotations: extra.annotations } : {}) },
       spec: { nodeName: extra.nodeName ?? 'nowhere', containers: [{ name: 'c', image: 'local.test/pause:1' }] },
     });
   }
@@ -320,8 +524,13 @@ export class KubeApiFixture {
   /** Creates a namespace unless it exists. */
   async ensureNamespace(namespace: string): Promise<void> {
     if (namespace === 'default') return;
-    const r = await this.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
-    if (r.status !== 201 && r.status !== 409) throw new Error(`creating namespace ${namespace}: ${r.status} ${JSON.stringify(r.body)}`);
+    const r = await this.request('POST', '/api/v1/namespaces', {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: { name: namespace },
+    });
+    if (r.status !== 201 && r.status !== 409)
+      throw new Error(`creating namespace ${namespace}: ${r.status} ${JSON.stringify(r.body)}`);
   }
 
   /**
@@ -329,7 +538,9 @@ export class KubeApiFixture {
    * to the manifest's service account, so a test's plexusd runs with exactly the documented permissions.
    */
   async grantPlexusRbac(user: string): Promise<void> {
-    const docs = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map((d) => d.toJSON() as { kind: string; metadata: { namespace?: string } });
+    const docs = parseAllDocuments(readFileSync(join(ROOT, 'deploy/10-rbac.yaml'), 'utf8')).map(
+      (d) => d.toJSON() as { kind: string; metadata: { namespace?: string } },
+    );
     const paths: Record<string, (ns?: string) => string> = {
       ClusterRole: () => '/apis/rbac.authorization.k8s.io/v1/clusterroles',
       ClusterRoleBinding: () => '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
@@ -341,19 +552,32 @@ export class KubeApiFixture {
       const path = paths[doc.kind];
       if (!path) throw new Error(`deploy/10-rbac.yaml: no path for kind ${doc.kind}`);
       const r = await this.request('POST', path(doc.metadata.namespace), doc);
-      if (r.status !== 201 && r.status !== 409) throw new Error(`applying ${doc.kind}: ${r.status} ${JSON.stringify(r.body)}`);
+      if (r.status !== 201 && r.status !== 409)
+        throw new Error(`applying ${doc.kind}: ${r.status} ${JSON.stringify(r.body)}`);
     }
     const bound = await this.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: `plexus-user-${user}` },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus' }, subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata: { name: `plexus-user-${user}` },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus' },
+      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
     });
-    if (bound.status !== 201 && bound.status !== 409) throw new Error(`binding plexus to ${user}: ${bound.status} ${JSON.stringify(bound.body)}`);
+    if (bound.status !== 201 && bound.status !== 409)
+      throw new Error(`binding plexus to ${user}: ${bound.status} ${JSON.stringify(bound.body)}`);
     // The node lease's Role (kube-system, where plexusd runs and keeps it).
-    const leaseBound = await this.request('POST', '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: `plexus-user-${user}` },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' }, subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
-    });
-    if (leaseBound.status !== 201 && leaseBound.status !== 409) throw new Error(`binding the lease Role to ${user}: ${leaseBound.status} ${JSON.stringify(leaseBound.body)}`);
+    const leaseBound = await this.request(
+      'POST',
+      '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings',
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: `plexus-user-${user}` },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'plexus' },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+      },
+    );
+    if (leaseBound.status !== 201 && leaseBound.status !== 409)
+      throw new Error(`binding the lease Role to ${user}: ${leaseBound.status} ${JSON.stringify(leaseBound.body)}`);
   }
 
   /** Stops the API server, then etcd, each by its PID (SIGTERM, then SIGKILL after 10 s), and removes the directory. */
@@ -367,7 +591,8 @@ export class KubeApiFixture {
 /** plexusd's API client for a kubeconfig file (the limits plexusd has by default). */
 export function apiClientFor(kubeconfig: string): KubeApiClient {
   const endpoint = loadKubeConfig(kubeconfig);
-  if (!endpoint.ok || !endpoint.value) throw new Error(`${kubeconfig}: ${endpoint.ok ? 'no endpoint' : endpoint.error.message}`);
+  if (!endpoint.ok || !endpoint.value)
+    throw new Error(`${kubeconfig}: ${endpoint.ok ? 'no endpoint' : endpoint.error.message}`);
   return new KubeApiClient(endpoint.value, { qps: 50, burst: 100, timeoutMs: 5000 });
 }
 

@@ -11,7 +11,19 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
-  closeSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, rmdirSync, writeFileSync,
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  rmdirSync,
+  writeFileSync,
 } from 'node:fs';
 import { connect as http2Connect, constants as http2Constants } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
@@ -28,7 +40,9 @@ export const PAUSE_IMAGE = 'local.test/pause:1';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const which = (name: string): string | undefined =>
-  [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin'].map((d) => join(d, name)).find((p) => existsSync(p));
+  [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']
+    .map((d) => join(d, name))
+    .find((p) => existsSync(p));
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
 /** TCP ports some socket listens on (IPv4 and IPv6), read from /proc: synchronous, so a skip reason can use it. */
@@ -53,7 +67,9 @@ function listeningPorts(): Set<number> {
 function portsTaken(): string | undefined {
   const listening = listeningPorts();
   const taken = [KUBELET_PORT, KUBELET_HEALTHZ_PORT].filter((p) => listening.has(p));
-  return taken.length ? `port ${taken.join(' and ')} already in use on this machine (another kubelet?): the kubelet's ports are fixed` : undefined;
+  return taken.length
+    ? `port ${taken.join(' and ')} already in use on this machine (another kubelet?): the kubelet's ports are fixed`
+    : undefined;
 }
 
 /** Why a real node cannot run here, or undefined when it can. */
@@ -160,7 +176,14 @@ export class KubeNodeFixture {
   private turn: InstanceLock | undefined;
   private readonly host = new HostPaths();
   private readonly cgroups = new KubeCgroups();
-  private readonly sysctls = new KernelSettings(['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops', 'kernel/keys/root_maxkeys', 'kernel/keys/root_maxbytes']);
+  private readonly sysctls = new KernelSettings([
+    'vm/overcommit_memory',
+    'vm/panic_on_oom',
+    'kernel/panic',
+    'kernel/panic_on_oops',
+    'kernel/keys/root_maxkeys',
+    'kernel/keys/root_maxbytes',
+  ]);
   private readonly links: { name: string; existed: boolean }[] = [];
   private readonly pods = new Map<string, PodRecord>();
   private readonly watches = new Map<string, () => void>();
@@ -198,12 +221,14 @@ export class KubeNodeFixture {
     try {
       // Held until the kubelet starts: a second node (another test run) sees them taken before it touches the host.
       await fx.reservePorts();
-      for (const d of ['certs', 'etc', 'log', 'run/containerd', 'var/lib', 'var/log/pods']) mkdirSync(join(fx.dir, d), { recursive: true });
+      for (const d of ['certs', 'etc', 'log', 'run/containerd', 'var/lib', 'var/log/pods'])
+        mkdirSync(join(fx.dir, d), { recursive: true });
       mkdirSync(fx.cniConfDir, { recursive: true });
       const conflist = typeof options.cniConfList === 'string' ? options.cniConfList : options.cniConfList(fx.dir);
       const parsed = JSON.parse(conflist) as { plugins?: { type?: string; bridge?: string }[] };
       const bridges = (parsed.plugins ?? []).filter((p) => p.type === 'bridge').map((p) => p.bridge ?? 'cni0');
-      for (const name of [...bridges, ...(options.ownedLinks ?? [])]) fx.links.push({ name, existed: linkExists(name) });
+      for (const name of [...bridges, ...(options.ownedLinks ?? [])])
+        fx.links.push({ name, existed: linkExists(name) });
       writeFileSync(join(fx.cniConfDir, '10-test.conflist'), conflist);
 
       fx.apiFixture = await KubeApiFixture.start();
@@ -224,7 +249,10 @@ export class KubeNodeFixture {
       return fx;
     } catch (e) {
       const problems = await fx.stop();
-      throw new Error(`${message(e)}${problems.length ? `\n(clean-up after the failed start: ${problems.join('; ')})` : ''}`, { cause: e });
+      throw new Error(
+        `${message(e)}${problems.length ? `\n(clean-up after the failed start: ${problems.join('; ')})` : ''}`,
+        { cause: e },
+      );
     }
   }
 
@@ -234,7 +262,13 @@ export class KubeNodeFixture {
     for (const port of [KUBELET_PORT, KUBELET_HEALTHZ_PORT]) {
       const server = createServer();
       await new Promise<void>((done, fail) => {
-        server.once('error', (e: NodeJS.ErrnoException) => fail(e.code === 'EADDRINUSE' ? new Error(`port ${port} already in use (another kubelet?): the kubelet's ports are fixed`) : e));
+        server.once('error', (e: NodeJS.ErrnoException) =>
+          fail(
+            e.code === 'EADDRINUSE'
+              ? new Error(`port ${port} already in use (another kubelet?): the kubelet's ports are fixed`)
+              : e,
+          ),
+        );
         server.listen(port, '127.0.0.1', () => done());
       });
       this.reserved.push(server);
@@ -247,7 +281,11 @@ export class KubeNodeFixture {
 
   private adminTls(): { ca: Buffer; cert: Buffer; key: Buffer } {
     const certs = join(this.api.dir, 'certs');
-    return { ca: readFileSync(join(certs, 'ca.crt')), cert: readFileSync(join(certs, 'admin.crt')), key: readFileSync(join(certs, 'admin.key')) };
+    return {
+      ca: readFileSync(join(certs, 'ca.crt')),
+      cert: readFileSync(join(certs, 'admin.crt')),
+      key: readFileSync(join(certs, 'admin.key')),
+    };
   }
 
   /** The kubelet's client identity (the Node authorizer's system:node:<name>) and its serving cert for :10250, from the API's CA. */
@@ -258,74 +296,139 @@ export class KubeNodeFixture {
     const issue = (name: string, subject: string, eku: string, san?: string): void => {
       ssl('genrsa', '-out', `${name}.key`, '2048');
       ssl('req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`);
-      writeFileSync(join(dir, `${name}.ext`), ['basicConstraints=CA:FALSE', 'keyUsage=critical,digitalSignature,keyEncipherment', `extendedKeyUsage=${eku}`, ...(san ? [`subjectAltName=${san}`] : [])].join('\n'));
-      ssl('x509', '-req', '-in', `${name}.csr`, '-CA', join(caDir, 'ca.crt'), '-CAkey', join(caDir, 'ca.key'), '-CAserial', join(dir, 'ca.srl'), '-CAcreateserial',
-        '-days', '30', '-sha256', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+      writeFileSync(
+        join(dir, `${name}.ext`),
+        [
+          'basicConstraints=CA:FALSE',
+          'keyUsage=critical,digitalSignature,keyEncipherment',
+          `extendedKeyUsage=${eku}`,
+          ...(san ? [`subjectAltName=${san}`] : []),
+        ].join('\n'),
+      );
+      ssl(
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        join(caDir, 'ca.crt'),
+        '-CAkey',
+        join(caDir, 'ca.key'),
+        '-CAserial',
+        join(dir, 'ca.srl'),
+        '-CAcreateserial',
+        '-days',
+        '30',
+        '-sha256',
+        '-extfile',
+        `${name}.ext`,
+        '-out',
+        `${name}.crt`,
+      );
     };
     issue('kubelet-client', `/O=system:nodes/CN=system:node:${this.nodeName}`, 'clientAuth');
     issue('kubelet-server', `/CN=${this.nodeName}`, 'serverAuth', `IP:${this.nodeName},DNS:localhost`);
     const b64 = (f: string): string => readFileSync(join(dir, f)).toString('base64');
-    writeFileSync(join(this.dir, 'etc', 'kubelet.kubeconfig'), JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'node',
-      clusters: [{ name: 'test', cluster: { server: this.api.server, 'certificate-authority-data': readFileSync(join(caDir, 'ca.crt')).toString('base64') } }],
-      users: [{ name: 'node', user: { 'client-certificate-data': b64('kubelet-client.crt'), 'client-key-data': b64('kubelet-client.key') } }],
-      contexts: [{ name: 'node', context: { cluster: 'test', user: 'node' } }],
-    }), { mode: 0o600 });
+    writeFileSync(
+      join(this.dir, 'etc', 'kubelet.kubeconfig'),
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'node',
+        clusters: [
+          {
+            name: 'test',
+            cluster: {
+              server: this.api.server,
+              'certificate-authority-data': readFileSync(join(caDir, 'ca.crt')).toString('base64'),
+            },
+          },
+        ],
+        users: [
+          {
+            name: 'node',
+            user: {
+              'client-certificate-data': b64('kubelet-client.crt'),
+              'client-key-data': b64('kubelet-client.key'),
+            },
+          },
+        ],
+        contexts: [{ name: 'node', context: { cluster: 'test', user: 'node' } }],
+      }),
+      { mode: 0o600 },
+    );
   }
 
   /** kube-controller-manager and kube-scheduler (NOTES.md section 2), as the admin, no serving port. */
   private startControlPlane(): void {
     const certs = join(this.api.dir, 'certs');
     const kubeconfig = this.api.kubeconfig;
-    this.spawn('kube-controller-manager', k8sBinary('kube-controller-manager')!, [
-      `--kubeconfig=${kubeconfig}`, '--secure-port=0', '--leader-elect=false', '--use-service-account-credentials=false',
-      `--service-account-private-key-file=${join(certs, 'sa.key')}`, `--root-ca-file=${join(certs, 'ca.crt')}`,
-      '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller',
-    ], join(this.dir, 'log', 'kube-controller-manager.log'));
-    this.spawn('kube-scheduler', k8sBinary('kube-scheduler')!, [`--kubeconfig=${kubeconfig}`, '--secure-port=0', '--leader-elect=false'],
-      join(this.dir, 'log', 'kube-scheduler.log'));
+    this.spawn(
+      'kube-controller-manager',
+      k8sBinary('kube-controller-manager')!,
+      [
+        `--kubeconfig=${kubeconfig}`,
+        '--secure-port=0',
+        '--leader-elect=false',
+        '--use-service-account-credentials=false',
+        `--service-account-private-key-file=${join(certs, 'sa.key')}`,
+        `--root-ca-file=${join(certs, 'ca.crt')}`,
+        '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller',
+      ],
+      join(this.dir, 'log', 'kube-controller-manager.log'),
+    );
+    this.spawn(
+      'kube-scheduler',
+      k8sBinary('kube-scheduler')!,
+      [`--kubeconfig=${kubeconfig}`, '--secure-port=0', '--leader-elect=false'],
+      join(this.dir, 'log', 'kube-scheduler.log'),
+    );
   }
 
   private async startContainerd(cniBinDir: string): Promise<void> {
     const d = (p: string): string => JSON.stringify(join(this.dir, p)); // TOML basic strings accept JSON's escapes
     const config = join(this.dir, 'etc', 'containerd.toml');
-    writeFileSync(config, [
-      'version = 2',
-      `root = ${d('var/lib/containerd')}`,
-      `state = ${d('run/containerd')}`,
-      '[grpc]',
-      `  address = ${JSON.stringify(this.containerdSocket)}`,
-      '[ttrpc]',
-      `  address = ${JSON.stringify(`${this.containerdSocket}.ttrpc`)}`,
-      // Its default is /opt/containerd, created at start.
-      '[plugins."io.containerd.internal.v1.opt"]',
-      `  path = ${d('opt')}`,
-      '[plugins."io.containerd.grpc.v1.cri"]',
-      `  sandbox_image = "${PAUSE_IMAGE}"`,
-      // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
-      '  restrict_oom_score_adj = true',
-      // Pods' network namespaces under containerd's state dir, not /var/run/netns: all of it under the temp root.
-      '  netns_mounts_under_state_dir = true',
-      '  stream_server_address = "127.0.0.1"',
-      '  stream_server_port = "0"',
-      '  [plugins."io.containerd.grpc.v1.cri".containerd]',
-      '    snapshotter = "overlayfs"',
-      '    default_runtime_name = "runc"',
-      '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
-      '      runtime_type = "io.containerd.runc.v2"',
-      '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
-      '        SystemdCgroup = false',
-      `        Root = ${d('run/runc')}`,
-      '  [plugins."io.containerd.grpc.v1.cri".cni]',
-      `    bin_dir = ${JSON.stringify(cniBinDir)}`,
-      `    conf_dir = ${JSON.stringify(this.cniConfDir)}`,
-      '    max_conf_num = 1',
-      '',
-    ].join('\n'));
+    writeFileSync(
+      config,
+      [
+        'version = 2',
+        `root = ${d('var/lib/containerd')}`,
+        `state = ${d('run/containerd')}`,
+        '[grpc]',
+        `  address = ${JSON.stringify(this.containerdSocket)}`,
+        '[ttrpc]',
+        `  address = ${JSON.stringify(`${this.containerdSocket}.ttrpc`)}`,
+        // Its default is /opt/containerd, created at start.
+        '[plugins."io.containerd.internal.v1.opt"]',
+        `  path = ${d('opt')}`,
+        '[plugins."io.containerd.grpc.v1.cri"]',
+        `  sandbox_image = "${PAUSE_IMAGE}"`,
+        // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
+        '  restrict_oom_score_adj = true',
+        // Pods' network namespaces under containerd's state dir, not /var/run/netns: all of it under the temp root.
+        '  netns_mounts_under_state_dir = true',
+        '  stream_server_address = "127.0.0.1"',
+        '  stream_server_port = "0"',
+        '  [plugins."io.containerd.grpc.v1.cri".containerd]',
+        '    snapshotter = "overlayfs"',
+        '    default_runtime_name = "runc"',
+        '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+        '      runtime_type = "io.containerd.runc.v2"',
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
+        '        SystemdCgroup = false',
+        `        Root = ${d('run/runc')}`,
+        '  [plugins."io.containerd.grpc.v1.cri".cni]',
+        `    bin_dir = ${JSON.stringify(cniBinDir)}`,
+        `    conf_dir = ${JSON.stringify(this.cniConfDir)}`,
+        '    max_conf_num = 1',
+        '',
+      ].join('\n'),
+    );
     this.spawn('containerd', which('containerd')!, ['--config', config], this.containerdLog);
     const deadline = Date.now() + 20000;
     while (this.ctr(['version']).status !== 0) {
-      if (!this.running('containerd') || Date.now() > deadline) throw new Error(`containerd did not start:\n${this.logTail('containerd')}`);
+      if (!this.running('containerd') || Date.now() > deadline)
+        throw new Error(`containerd did not start:\n${this.logTail('containerd')}`);
       await sleep(100);
     }
   }
@@ -339,40 +442,60 @@ export class KubeNodeFixture {
   private async startKubelet(): Promise<void> {
     const certs = join(this.dir, 'certs');
     const config = join(this.dir, 'etc', 'kubelet-config.json'); // JSON is YAML
-    writeFileSync(config, JSON.stringify({
-      apiVersion: 'kubelet.config.k8s.io/v1beta1',
-      kind: 'KubeletConfiguration',
-      address: '127.0.0.1',
-      port: KUBELET_PORT,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: KUBELET_HEALTHZ_PORT,
-      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: join(this.api.dir, 'certs', 'ca.crt') } },
-      authorization: { mode: 'Webhook' },
-      tlsCertFile: join(certs, 'kubelet-server.crt'),
-      tlsPrivateKeyFile: join(certs, 'kubelet-server.key'),
-      containerRuntimeEndpoint: `unix://${this.containerdSocket}`,
-      cgroupDriver: 'cgroupfs', // no systemd as PID 1
-      failCgroupV1: false,
-      failSwapOn: false,
-      makeIPTablesUtilChains: false, // leave the host's iptables alone
-      hairpinMode: 'none',
-      imageGCHighThresholdPercent: 100, // never collect the local-only images
-      imageGCLowThresholdPercent: 99,
-      evictionHard: { 'memory.available': '100Mi', 'nodefs.available': '1%', 'imagefs.available': '1%', 'nodefs.inodesFree': '1%' },
-      clusterDomain: 'cluster.local',
-      clusterDNS: ['10.244.240.10'],
-      resolvConf: '/etc/resolv.conf',
-      serializeImagePulls: false,
-      maxPods: 250,
-      podLogsDir: join(this.dir, 'var', 'log', 'pods'), // not /var/log/pods
-    }));
+    writeFileSync(
+      config,
+      JSON.stringify({
+        apiVersion: 'kubelet.config.k8s.io/v1beta1',
+        kind: 'KubeletConfiguration',
+        address: '127.0.0.1',
+        port: KUBELET_PORT,
+        healthzBindAddress: '127.0.0.1',
+        healthzPort: KUBELET_HEALTHZ_PORT,
+        authentication: {
+          anonymous: { enabled: false },
+          webhook: { enabled: true },
+          x509: { clientCAFile: join(this.api.dir, 'certs', 'ca.crt') },
+        },
+        authorization: { mode: 'Webhook' },
+        tlsCertFile: join(certs, 'kubelet-server.crt'),
+        tlsPrivateKeyFile: join(certs, 'kubelet-server.key'),
+        containerRuntimeEndpoint: `unix://${this.containerdSocket}`,
+        cgroupDriver: 'cgroupfs', // no systemd as PID 1
+        failCgroupV1: false,
+        failSwapOn: false,
+        makeIPTablesUtilChains: false, // leave the host's iptables alone
+        hairpinMode: 'none',
+        imageGCHighThresholdPercent: 100, // never collect the local-only images
+        imageGCLowThresholdPercent: 99,
+        evictionHard: {
+          'memory.available': '100Mi',
+          'nodefs.available': '1%',
+          'imagefs.available': '1%',
+          'nodefs.inodesFree': '1%',
+        },
+        clusterDomain: 'cluster.local',
+        clusterDNS: ['10.244.240.10'],
+        resolvConf: '/etc/resolv.conf',
+        serializeImagePulls: false,
+        maxPods: 250,
+        podLogsDir: join(this.dir, 'var', 'log', 'pods'), // not /var/log/pods
+      }),
+    );
     await this.releasePorts();
-    this.spawn('kubelet', k8sBinary('kubelet')!, [
-      `--config=${config}`, `--kubeconfig=${join(this.dir, 'etc', 'kubelet.kubeconfig')}`, `--hostname-override=${this.nodeName}`,
-      `--root-dir=${this.kubeletRoot}`, `--cert-dir=${join(this.kubeletRoot, 'pki')}`,
-      // Else /usr/libexec/kubernetes/kubelet-plugins/volume/exec is created.
-      `--volume-plugin-dir=${join(this.dir, 'var', 'lib', 'kubelet-plugins')}`,
-    ], this.kubeletLog);
+    this.spawn(
+      'kubelet',
+      k8sBinary('kubelet')!,
+      [
+        `--config=${config}`,
+        `--kubeconfig=${join(this.dir, 'etc', 'kubelet.kubeconfig')}`,
+        `--hostname-override=${this.nodeName}`,
+        `--root-dir=${this.kubeletRoot}`,
+        `--cert-dir=${join(this.kubeletRoot, 'pki')}`,
+        // Else /usr/libexec/kubernetes/kubelet-plugins/volume/exec is created.
+        `--volume-plugin-dir=${join(this.dir, 'var', 'lib', 'kubelet-plugins')}`,
+      ],
+      this.kubeletLog,
+    );
   }
 
   /**
@@ -393,11 +516,15 @@ export class KubeNodeFixture {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const node = await this.call('GET', `/api/v1/nodes/${this.nodeName}`).catch(() => undefined);
-      const conditions = (node?.body as { status?: { conditions?: { type: string; status: string; message?: string }[] } } | undefined)?.status?.conditions ?? [];
+      const conditions =
+        (node?.body as { status?: { conditions?: { type: string; status: string; message?: string }[] } } | undefined)
+          ?.status?.conditions ?? [];
       if (conditions.some((c) => c.type === 'Ready' && c.status === 'True')) return;
       if (!this.running('kubelet')) throw new Error(`the kubelet exited:\n${this.logTail('kubelet')}`);
       if (Date.now() > deadline) {
-        throw new Error(`node ${this.nodeName} not Ready after ${timeoutMs} ms (${JSON.stringify(conditions.find((c) => c.type === 'Ready') ?? 'no node object')}):\n${this.logTail('kubelet')}`);
+        throw new Error(
+          `node ${this.nodeName} not Ready after ${timeoutMs} ms (${JSON.stringify(conditions.find((c) => c.type === 'Ready') ?? 'no node object')}):\n${this.logTail('kubelet')}`,
+        );
       }
       await sleep(250);
     }
@@ -419,11 +546,18 @@ export class KubeNodeFixture {
 
   /** PIDs of the processes this fixture started that still run. */
   get pids(): Record<string, number> {
-    return Object.fromEntries(this.procs.filter((s) => this.running(s.name) && s.proc.pid !== undefined).map((s) => [s.name, s.proc.pid!]));
+    return Object.fromEntries(
+      this.procs.filter((s) => this.running(s.name) && s.proc.pid !== undefined).map((s) => [s.name, s.proc.pid!]),
+    );
   }
 
   logTail(name: 'kubelet' | 'containerd' | 'kube-scheduler' | 'kube-controller-manager', lines = 40): string {
-    const file = name === 'kubelet' ? this.kubeletLog : name === 'containerd' ? this.containerdLog : join(this.dir, 'log', `${name}.log`);
+    const file =
+      name === 'kubelet'
+        ? this.kubeletLog
+        : name === 'containerd'
+          ? this.containerdLog
+          : join(this.dir, 'log', `${name}.log`);
     try {
       return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
     } catch {
@@ -433,7 +567,10 @@ export class KubeNodeFixture {
 
   /** `ctr` against this node's containerd, in the CRI's k8s.io namespace. */
   ctr(args: readonly string[], timeoutMs = 60000): { status: number | null; out: string } {
-    const r = spawnSync(which('ctr')!, ['--address', this.containerdSocket, '--namespace', 'k8s.io', ...args], { encoding: 'utf8', timeout: timeoutMs });
+    const r = spawnSync(which('ctr')!, ['--address', this.containerdSocket, '--namespace', 'k8s.io', ...args], {
+      encoding: 'utf8',
+      timeout: timeoutMs,
+    });
     return { status: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };
   }
 
@@ -446,12 +583,22 @@ export class KubeNodeFixture {
 
   private async ensureNamespace(namespace: string): Promise<void> {
     if (namespace !== 'default') {
-      const ns = await this.call('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: namespace } });
-      if (ns.status !== 201 && ns.status !== 409) throw new Error(`creating namespace ${namespace}: ${ns.status} ${JSON.stringify(ns.body)}`);
+      const ns = await this.call('POST', '/api/v1/namespaces', {
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: { name: namespace },
+      });
+      if (ns.status !== 201 && ns.status !== 409)
+        throw new Error(`creating namespace ${namespace}: ${ns.status} ${JSON.stringify(ns.body)}`);
     }
     // No controller-manager runs: the ServiceAccount admission wants sa/default to exist.
-    const sa = await this.call('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } });
-    if (sa.status !== 201 && sa.status !== 409) throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
+    const sa = await this.call('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, {
+      apiVersion: 'v1',
+      kind: 'ServiceAccount',
+      metadata: { name: 'default' },
+    });
+    if (sa.status !== 201 && sa.status !== 409)
+      throw new Error(`creating sa/default in ${namespace}: ${sa.status} ${JSON.stringify(sa.body)}`);
   }
 
   /**
@@ -464,24 +611,31 @@ export class KubeNodeFixture {
     const rv = (list.body as { metadata?: { resourceVersion?: string } }).metadata?.resourceVersion;
     if (list.status !== 200 || !rv) throw new Error(`listing pods in ${namespace}: ${list.status}`);
     await new Promise<void>((opened, fail) => {
-      const req = httpsRequest({
-        host: '127.0.0.1', port: this.api.apiPort, method: 'GET', agent: false, ...this.adminTls(),
-        path: `/api/v1/namespaces/${namespace}/pods?watch=true&resourceVersion=${rv}&timeoutSeconds=3600`,
-      }, (res) => {
-        if (res.statusCode !== 200) return fail(new Error(`watching pods in ${namespace}: ${res.statusCode}`));
-        opened();
-        let buffered = '';
-        res.setEncoding('utf8').on('data', (chunk: string) => {
-          buffered += chunk;
-          let nl: number;
-          while ((nl = buffered.indexOf('\n')) >= 0) {
-            const line = buffered.slice(0, nl);
-            buffered = buffered.slice(nl + 1);
-            if (line.trim()) this.onPodEvent(namespace, line);
-          }
-        });
-        res.on('end', () => this.watches.delete(namespace));
-      });
+      const req = httpsRequest(
+        {
+          host: '127.0.0.1',
+          port: this.api.apiPort,
+          method: 'GET',
+          agent: false,
+          ...this.adminTls(),
+          path: `/api/v1/namespaces/${namespace}/pods?watch=true&resourceVersion=${rv}&timeoutSeconds=3600`,
+        },
+        (res) => {
+          if (res.statusCode !== 200) return fail(new Error(`watching pods in ${namespace}: ${res.statusCode}`));
+          opened();
+          let buffered = '';
+          res.setEncoding('utf8').on('data', (chunk: string) => {
+            buffered += chunk;
+            let nl: number;
+            while ((nl = buffered.indexOf('\n')) >= 0) {
+              const line = buffered.slice(0, nl);
+              buffered = buffered.slice(nl + 1);
+              if (line.trim()) this.onPodEvent(namespace, line);
+            }
+          });
+          res.on('end', () => this.watches.delete(namespace));
+        },
+      );
       req.on('error', (e) => {
         this.watches.delete(namespace);
         fail(e);
@@ -525,13 +679,18 @@ export class KubeNodeFixture {
         const record = this.pods.get(`${namespace}/${name}`) ?? {};
         record.createdAt = performance.now();
         this.pods.set(`${namespace}/${name}`, record);
-        const made = await this.call('POST', `/api/v1/namespaces/${namespace}/pods`, podObject(name, this.nodeName, options.annotations ?? {}, options.limits));
+        const made = await this.call(
+          'POST',
+          `/api/v1/namespaces/${namespace}/pods`,
+          podObject(name, this.nodeName, options.annotations ?? {}, options.limits),
+        );
         if (made.status !== 201) errors.push(`${name}: ${made.status} ${JSON.stringify(made.body).slice(0, 300)}`);
         record.acceptedAt = performance.now();
       }
     };
     await Promise.all(Array.from({ length: Math.min(options.concurrency ?? 10, n) }, worker));
-    if (errors.length) throw new Error(`creating pods: ${errors.length} refused, e.g. ${errors.slice(0, 3).join('; ')}`);
+    if (errors.length)
+      throw new Error(`creating pods: ${errors.length} refused, e.g. ${errors.slice(0, 3).join('; ')}`);
     return names;
   }
 
@@ -544,7 +703,9 @@ export class KubeNodeFixture {
       if (pending.length === 0) break;
       if (!this.watches.has(namespace)) await this.catchUp(namespace, pending); // a watch that ended
       if (Date.now() > deadline || !this.running('kubelet') || !this.running('containerd')) {
-        throw new Error(`${pending.length} of ${names.length} pods not Running after ${timeoutMs} ms: ${await this.describePods(namespace, pending.slice(0, 5))}\n${this.logTail('kubelet', 15)}`);
+        throw new Error(
+          `${pending.length} of ${names.length} pods not Running after ${timeoutMs} ms: ${await this.describePods(namespace, pending.slice(0, 5))}\n${this.logTail('kubelet', 15)}`,
+        );
       }
       await sleep(50);
     }
@@ -554,9 +715,15 @@ export class KubeNodeFixture {
     const last = Math.max(...records.map((r) => r.runningAt!));
     const failures = await this.sandboxFailures(namespace);
     return {
-      pods: names.length, totalMs: last - first, perPodMs,
-      createMs: Math.max(...records.map((r) => r.acceptedAt ?? NaN)) - first, firstRunningMs: Math.min(...records.map((r) => r.runningAt!)) - first, p50Ms: percentile(perPodMs, 50), p95Ms: percentile(perPodMs, 95),
-      sandboxFailures: failures.length, failureMessages: failures.slice(0, 5),
+      pods: names.length,
+      totalMs: last - first,
+      perPodMs,
+      createMs: Math.max(...records.map((r) => r.acceptedAt ?? NaN)) - first,
+      firstRunningMs: Math.min(...records.map((r) => r.runningAt!)) - first,
+      p50Ms: percentile(perPodMs, 50),
+      p95Ms: percentile(perPodMs, 95),
+      sandboxFailures: failures.length,
+      failureMessages: failures.slice(0, 5),
     };
   }
 
@@ -574,26 +741,50 @@ export class KubeNodeFixture {
   async describePods(namespace: string, names: readonly string[]): Promise<string> {
     const out: string[] = [];
     const events = await this.call('GET', `/api/v1/namespaces/${namespace}/events`).catch(() => undefined);
-    const items = (events?.body as { items?: { involvedObject: { name: string }; reason: string; message: string }[] } | undefined)?.items ?? [];
+    const items =
+      (events?.body as { items?: { involvedObject: { name: string }; reason: string; message: string }[] } | undefined)
+        ?.items ?? [];
     for (const name of names) {
       const pod = await this.call('GET', `/api/v1/namespaces/${namespace}/pods/${name}`).catch(() => undefined);
-      const status = (pod?.body as { status?: { phase?: string; containerStatuses?: { state?: { waiting?: { reason?: string } } }[] } } | undefined)?.status;
-      const waiting = (status?.containerStatuses ?? []).map((c) => c.state?.waiting?.reason).filter(Boolean).join(',');
-      const last = items.filter((e) => e.involvedObject.name === name).slice(-2).map((e) => `${e.reason}: ${e.message.slice(0, 300)}`);
-      out.push(`${name} ${status?.phase ?? '?'}${waiting ? ` (${waiting})` : ''}${last.length ? ` [${last.join(' | ')}]` : ''}`);
+      const status = (
+        pod?.body as
+          | { status?: { phase?: string; containerStatuses?: { state?: { waiting?: { reason?: string } } }[] } }
+          | undefined
+      )?.status;
+      const waiting = (status?.containerStatuses ?? [])
+        .map((c) => c.state?.waiting?.reason)
+        .filter(Boolean)
+        .join(',');
+      const last = items
+        .filter((e) => e.involvedObject.name === name)
+        .slice(-2)
+        .map((e) => `${e.reason}: ${e.message.slice(0, 300)}`);
+      out.push(
+        `${name} ${status?.phase ?? '?'}${waiting ? ` (${waiting})` : ''}${last.length ? ` [${last.join(' | ')}]` : ''}`,
+      );
     }
     return out.join('; ');
   }
 
   /** Messages of the FailedCreatePodSandBox events in a namespace. */
   async sandboxFailures(namespace: string): Promise<string[]> {
-    const events = await this.call('GET', `/api/v1/namespaces/${namespace}/events?fieldSelector=reason%3DFailedCreatePodSandBox`);
-    const items = (events.body as { items?: { involvedObject: { name: string }; message: string; count?: number }[] }).items ?? [];
+    const events = await this.call(
+      'GET',
+      `/api/v1/namespaces/${namespace}/events?fieldSelector=reason%3DFailedCreatePodSandBox`,
+    );
+    const items =
+      (events.body as { items?: { involvedObject: { name: string }; message: string; count?: number }[] }).items ?? [];
     return items.flatMap((e) => Array.from({ length: e.count ?? 1 }, () => `${e.involvedObject.name}: ${e.message}`));
   }
 
   /** A pod as the API has it now (metadata, spec, status). */
-  async pod(namespace: string, name: string): Promise<{ metadata: { uid: string; annotations?: Record<string, string> }; status?: { phase?: string; podIP?: string; podIPs?: { ip: string }[] } }> {
+  async pod(
+    namespace: string,
+    name: string,
+  ): Promise<{
+    metadata: { uid: string; annotations?: Record<string, string> };
+    status?: { phase?: string; podIP?: string; podIPs?: { ip: string }[] };
+  }> {
     const got = await this.call('GET', `/api/v1/namespaces/${namespace}/pods/${name}`);
     if (got.status !== 200) throw new Error(`GET pod ${namespace}/${name}: ${got.status}`);
     return got.body as never;
@@ -609,15 +800,21 @@ export class KubeNodeFixture {
     const namespaces = [...new Set([...this.pods.keys()].map((k) => k.split('/')[0]!))];
     for (const ns of namespaces) {
       const r = await this.call('DELETE', `/api/v1/namespaces/${ns}/pods`);
-      if (r.status !== 200) throw new Error(`deleting the pods of ${ns}: ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
+      if (r.status !== 200)
+        throw new Error(`deleting the pods of ${ns}: ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
     }
     const deadline = Date.now() + timeoutMs;
     for (const ns of namespaces) {
       for (;;) {
         const list = await this.call('GET', `/api/v1/namespaces/${ns}/pods`);
-        const left = ((list.body as { items?: { metadata: { name: string } }[] }).items ?? []).map((p) => p.metadata.name);
+        const left = ((list.body as { items?: { metadata: { name: string } }[] }).items ?? []).map(
+          (p) => p.metadata.name,
+        );
         if (left.length === 0) break;
-        if (Date.now() > deadline || !this.running('kubelet')) throw new Error(`${left.length} pods of ${ns} still in the API after ${timeoutMs} ms: ${await this.describePods(ns, left.slice(0, 3))}`);
+        if (Date.now() > deadline || !this.running('kubelet'))
+          throw new Error(
+            `${left.length} pods of ${ns} still in the API after ${timeoutMs} ms: ${await this.describePods(ns, left.slice(0, 3))}`,
+          );
         await sleep(200);
       }
     }
@@ -626,7 +823,10 @@ export class KubeNodeFixture {
     for (;;) {
       const ready = (await cri.listSandboxes()).filter((s) => s.ready);
       if (ready.length === 0) break;
-      if (Date.now() > deadline) throw new Error(`sandboxes still ready after their pods were deleted: ${ready.map((s) => `${s.namespace}/${s.name}`).join(', ')}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `sandboxes still ready after their pods were deleted: ${ready.map((s) => `${s.namespace}/${s.name}`).join(', ')}`,
+        );
       await sleep(200);
     }
     return performance.now() - started;
@@ -685,7 +885,8 @@ export class KubeNodeFixture {
         problems.push(`${what}: ${message(e)}`);
       }
     };
-    if (this.running('kubelet') && this.apiFixture && this.pods.size > 0) await attempt('delete pods', () => this.deleteAllPods(30000));
+    if (this.running('kubelet') && this.apiFixture && this.pods.size > 0)
+      await attempt('delete pods', () => this.deleteAllPods(30000));
     for (const close of this.watches.values()) close();
     this.watches.clear();
     await attempt('stop kubelet', () => this.stopProcess('kubelet'));
@@ -693,12 +894,17 @@ export class KubeNodeFixture {
       await attempt('remove sandboxes through CRI', async () => {
         const cri = new CriRuntime(this.containerdSocket);
         for (const s of await cri.listSandboxes()) {
-          await cri.stopSandbox(s.id).catch((e) => problems.push(`StopPodSandbox ${s.namespace}/${s.name}: ${message(e)}`));
-          await cri.removeSandbox(s.id).catch((e) => problems.push(`RemovePodSandbox ${s.namespace}/${s.name}: ${message(e)}`));
+          await cri
+            .stopSandbox(s.id)
+            .catch((e) => problems.push(`StopPodSandbox ${s.namespace}/${s.name}: ${message(e)}`));
+          await cri
+            .removeSandbox(s.id)
+            .catch((e) => problems.push(`RemovePodSandbox ${s.namespace}/${s.name}: ${message(e)}`));
         }
       });
       const left = this.netnsLeft();
-      if (left.length) problems.push(`${left.length} pod network namespaces left after CRI removed the sandboxes (no CNI DEL?)`);
+      if (left.length)
+        problems.push(`${left.length} pod network namespaces left after CRI removed the sandboxes (no CNI DEL?)`);
       await attempt('delete tasks left', () => {
         for (const line of this.ctr(['tasks', 'ls', '-q']).out.split('\n').filter(Boolean)) {
           this.ctr(['tasks', 'kill', '-s', 'SIGKILL', line]);
@@ -717,7 +923,8 @@ export class KubeNodeFixture {
     await attempt('host paths', () => problems.push(...this.host.restore()));
     await attempt('kernel settings', () => this.sysctls.restore());
     await attempt('links', () => {
-      for (const l of this.links) if (!l.existed && linkExists(l.name)) execFileSync('ip', ['link', 'del', 'dev', l.name]);
+      for (const l of this.links)
+        if (!l.existed && linkExists(l.name)) execFileSync('ip', ['link', 'del', 'dev', l.name]);
     });
     await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
     return problems;
@@ -761,8 +968,14 @@ export class KubeNodeFixture {
   }
 }
 
-const podObject = (name: string, nodeName: string, annotations: Readonly<Record<string, string>>, limits?: Readonly<Record<string, string>>): unknown => ({
-  apiVersion: 'v1', kind: 'Pod',
+const podObject = (
+  name: string,
+  nodeName: string,
+  annotations: Readonly<Record<string, string>>,
+  limits?: Readonly<Record<string, string>>,
+): unknown => ({
+  apiVersion: 'v1',
+  kind: 'Pod',
   metadata: { name, ...(Object.keys(annotations).length ? { annotations } : {}) },
   spec: {
     nodeName,
@@ -770,21 +983,27 @@ const podObject = (name: string, nodeName: string, annotations: Readonly<Record<
     automountServiceAccountToken: false,
     enableServiceLinks: false,
     terminationGracePeriodSeconds: 1,
-    containers: [{ name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', ...(limits ? { resources: { limits } } : {}) }],
+    containers: [
+      { name: 'c', image: PAUSE_IMAGE, imagePullPolicy: 'Never', ...(limits ? { resources: { limits } } : {}) },
+    ],
   },
 });
 
-const linkExists = (name: string): boolean => spawnSync('ip', ['link', 'show', 'dev', name], { stdio: 'ignore' }).status === 0;
+const linkExists = (name: string): boolean =>
+  spawnSync('ip', ['link', 'show', 'dev', name], { stdio: 'ignore' }).status === 0;
 
 /** Unmounts every mount point under dir, deepest first (the kubelet's shared bind of its root, sandboxes' shm, overlays). */
 function unmountUnder(dir: string): void {
   for (let round = 0; round < 5; round++) {
-    const mounts = readFileSync('/proc/mounts', 'utf8').split('\n')
+    const mounts = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
       .map((l) => (l.split(' ')[1] ?? '').replace(/\\040/g, ' '))
       .filter((m) => m === dir || m.startsWith(`${dir}/`))
       .sort((a, b) => b.split('/').length - a.split('/').length);
     if (mounts.length === 0) return;
-    for (const m of mounts) if (spawnSync('umount', [m], { stdio: 'ignore' }).status !== 0) spawnSync('umount', ['-l', m], { stdio: 'ignore' });
+    for (const m of mounts)
+      if (spawnSync('umount', [m], { stdio: 'ignore' }).status !== 0)
+        spawnSync('umount', ['-l', m], { stdio: 'ignore' });
   }
   throw new Error(`mounts left under ${dir}`);
 }
@@ -858,7 +1077,8 @@ class HostPaths {
         rmdirSync(d);
       } catch (err) {
         // Not empty: someone else's files came meanwhile (host-local's /var/lib/cni/networks, say); ours are checked elsewhere.
-        if (!['ENOENT', 'ENOTEMPTY', 'EEXIST'].includes((err as NodeJS.ErrnoException).code ?? '')) problems.push(`${d} not removed: ${message(err)}`);
+        if (!['ENOENT', 'ENOTEMPTY', 'EEXIST'].includes((err as NodeJS.ErrnoException).code ?? ''))
+          problems.push(`${d} not removed: ${message(err)}`);
       }
     }
     return problems;
@@ -870,8 +1090,12 @@ class KubeCgroups {
   private roots: string[] = [];
 
   record(): void {
-    this.roots = readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' '))
-      .filter((f) => f[2] === 'cgroup' || f[2] === 'cgroup2').map((f) => join(f[1]!, 'kubepods')).filter((p) => !existsSync(p));
+    this.roots = readFileSync('/proc/mounts', 'utf8')
+      .split('\n')
+      .map((l) => l.split(' '))
+      .filter((f) => f[2] === 'cgroup' || f[2] === 'cgroup2')
+      .map((f) => join(f[1]!, 'kubepods'))
+      .filter((p) => !existsSync(p));
   }
 
   remove(): string[] {
@@ -919,7 +1143,8 @@ class KernelSettings {
   }
 
   restore(): void {
-    for (const [k, v] of this.before) if (readFileSync(`/proc/sys/${k}`, 'utf8') !== v) writeFileSync(`/proc/sys/${k}`, v);
+    for (const [k, v] of this.before)
+      if (readFileSync(`/proc/sys/${k}`, 'utf8') !== v) writeFileSync(`/proc/sys/${k}`, v);
     this.before.clear();
   }
 }
@@ -937,7 +1162,8 @@ const varint = (n: number): Buffer => {
   } while (n > 0);
   return Buffer.from(bytes);
 };
-const stringField = (no: number, s: string): Buffer => Buffer.concat([varint((no << 3) | 2), varint(Buffer.byteLength(s)), Buffer.from(s)]);
+const stringField = (no: number, s: string): Buffer =>
+  Buffer.concat([varint((no << 3) | 2), varint(Buffer.byteLength(s)), Buffer.from(s)]);
 const varintField = (no: number, v: number): Buffer => Buffer.concat([varint(no << 3), varint(v)]);
 
 /** The fields of one protobuf message: number -> values (Buffers for length-delimited, numbers for varints). */
@@ -959,11 +1185,25 @@ function decode(buf: Buffer): Map<number, (Buffer | number)[]> {
     const no = Math.floor(tag / 8);
     let value: Buffer | number;
     switch (tag & 7) {
-      case 0: value = readVarint(); break;
-      case 1: value = buf.subarray(i, i + 8); i += 8; break;
-      case 2: { const len = readVarint(); value = buf.subarray(i, i + len); i += len; break; }
-      case 5: value = buf.subarray(i, i + 4); i += 4; break;
-      default: throw new Error(`CRI: unsupported protobuf wire type ${tag & 7}`);
+      case 0:
+        value = readVarint();
+        break;
+      case 1:
+        value = buf.subarray(i, i + 8);
+        i += 8;
+        break;
+      case 2: {
+        const len = readVarint();
+        value = buf.subarray(i, i + len);
+        i += len;
+        break;
+      }
+      case 5:
+        value = buf.subarray(i, i + 4);
+        i += 4;
+        break;
+      default:
+        throw new Error(`CRI: unsupported protobuf wire type ${tag & 7}`);
     }
     fields.set(no, [...(fields.get(no) ?? []), value]);
   }
@@ -985,7 +1225,12 @@ class CriRuntime {
         reject(e);
       };
       session.on('error', fail);
-      const req = session.request({ ':method': 'POST', ':path': `/runtime.v1.RuntimeService/${method}`, 'content-type': 'application/grpc', te: 'trailers' });
+      const req = session.request({
+        ':method': 'POST',
+        ':path': `/runtime.v1.RuntimeService/${method}`,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+      });
       req.setTimeout(timeoutMs, () => {
         req.close(http2Constants.NGHTTP2_CANCEL);
         fail(new Error(`CRI ${method}: no answer in ${timeoutMs} ms`));
@@ -1018,12 +1263,20 @@ class CriRuntime {
 
   async listSandboxes(): Promise<Sandbox[]> {
     const reply = decode(await this.call('ListPodSandbox', Buffer.alloc(0)));
-    return (reply.get(1) ?? []).filter((b) => Buffer.isBuffer(b)).map((item) => {
-      const s = decode(item);
-      const meta = decode((s.get(2)?.[0] as Buffer | undefined) ?? Buffer.alloc(0));
-      // state: SANDBOX_READY = 0 (proto3 leaves it out), SANDBOX_NOTREADY = 1
-      return { id: str(s, 1), name: str(meta, 1), uid: str(meta, 2), namespace: str(meta, 3), ready: ((s.get(3)?.[0] as number | undefined) ?? 0) === 0 };
-    });
+    return (reply.get(1) ?? [])
+      .filter((b) => Buffer.isBuffer(b))
+      .map((item) => {
+        const s = decode(item);
+        const meta = decode((s.get(2)?.[0] as Buffer | undefined) ?? Buffer.alloc(0));
+        // state: SANDBOX_READY = 0 (proto3 leaves it out), SANDBOX_NOTREADY = 1
+        return {
+          id: str(s, 1),
+          name: str(meta, 1),
+          uid: str(meta, 2),
+          namespace: str(meta, 3),
+          ready: ((s.get(3)?.[0] as number | undefined) ?? 0) === 0,
+        };
+      });
   }
 
   async stopSandbox(id: string): Promise<void> {
@@ -1039,7 +1292,9 @@ class CriRuntime {
     for (const entry of (reply.get(2) ?? []).filter((b) => Buffer.isBuffer(b))) {
       const kv = decode(entry);
       if (str(kv, 1) !== 'info') continue;
-      const info = JSON.parse(str(kv, 2)) as { runtimeSpec?: { linux?: { namespaces?: { type: string; path?: string }[] } } };
+      const info = JSON.parse(str(kv, 2)) as {
+        runtimeSpec?: { linux?: { namespaces?: { type: string; path?: string }[] } };
+      };
       const path = info.runtimeSpec?.linux?.namespaces?.find((n) => n.type === 'network')?.path;
       if (path) return path;
     }

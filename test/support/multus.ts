@@ -29,5 +29,7 @@ export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): 
 
 /** Why the Multus tests cannot run here, or undefined. */
 export function multusMissing(): string | undefined {
-  return multusBinary('multus') ? undefined : `not available: multus (in $PLEXUS_MULTUS_BIN or ${multusDir()}, plain or .xz)`;
+  return multusBinary('multus')
+    ? undefined
+    : `not available: multus (in $PLEXUS_MULTUS_BIN or ${multusDir()}, plain or .xz)`;
 }

@@ -54,7 +54,11 @@ export class NetnsFixture {
 }
 
 /** The link names in `ip -o link show` output (without the `@peer` suffix). */
-const linkNames = (output: string): string[] => output.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter(Boolean);
+const linkNames = (output: string): string[] =>
+  output
+    .split('\n')
+    .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
+    .filter(Boolean);
 
 /** Host links whose name starts with the prefix (to assert nothing leaked). */
 export function hostLinksWithPrefix(prefix: string): string[] {
@@ -63,5 +67,7 @@ export function hostLinksWithPrefix(prefix: string): string[] {
 
 /** The links in a network namespace (by name) other than lo, sorted: what a pod was given, or left with. */
 export function podLinks(netnsName: string): string[] {
-  return linkNames(ip('-n', netnsName, '-o', 'link', 'show')).filter((n) => n !== 'lo').sort();
+  return linkNames(ip('-n', netnsName, '-o', 'link', 'show'))
+    .filter((n) => n !== 'lo')
+    .sort();
 }

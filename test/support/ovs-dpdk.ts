@@ -5,7 +5,16 @@
  * directory. Everything it starts it stops by PID; everything it makes it removes, even when a test fails.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { uniquePrefix } from './netns';
@@ -30,10 +39,15 @@ const which = (cmd: string): boolean => {
 
 /** Why a private OVS-DPDK cannot run here, or undefined when it can. */
 export function ovsDpdkMissing(): string | undefined {
-  for (const [path, pkg] of [[OVS_VSWITCHD_DPDK, 'openvswitch-switch-dpdk'], [SCHEMA, 'openvswitch-common'], [MEMIF_PMD, 'librte-net-memif23']] as const) {
+  for (const [path, pkg] of [
+    [OVS_VSWITCHD_DPDK, 'openvswitch-switch-dpdk'],
+    [SCHEMA, 'openvswitch-common'],
+    [MEMIF_PMD, 'librte-net-memif23'],
+  ] as const) {
     if (!existsSync(path)) return `${path} is missing (Debian package ${pkg}; scripts/setup.sh installs it)`;
   }
-  for (const cmd of ['ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'dpdk-testpmd']) if (!which(cmd)) return `${cmd} is not installed (scripts/setup.sh installs it)`;
+  for (const cmd of ['ovsdb-server', 'ovsdb-tool', 'ovs-vsctl', 'ovs-ofctl', 'dpdk-testpmd'])
+    if (!which(cmd)) return `${cmd} is not installed (scripts/setup.sh installs it)`;
   if (process.getuid?.() !== 0) return 'hugepages and the switch need root';
   try {
     const nr = Number(readFileSync(NR_HUGEPAGES, 'utf8'));
@@ -86,7 +100,8 @@ export class OvsDpdkFixture {
     const freeBefore = Number(readFileSync(FREE_HUGEPAGES, 'utf8'));
     writeFileSync(NR_HUGEPAGES, String(this.pagesBefore + PAGES));
     const free = Number(readFileSync(FREE_HUGEPAGES, 'utf8'));
-    if (free - freeBefore < PAGES) throw new Error(`the kernel gave ${free - freeBefore} of ${PAGES} 2 MB hugepages (memory too fragmented?)`);
+    if (free - freeBefore < PAGES)
+      throw new Error(`the kernel gave ${free - freeBefore} of ${PAGES} 2 MB hugepages (memory too fragmented?)`);
     execFileSync('mount', ['-t', 'hugetlbfs', '-o', 'pagesize=2M', 'none', this.hugeDir]);
     this.mounted = true;
     execFileSync('ip', ['netns', 'add', this.netns]);
@@ -102,19 +117,48 @@ export class OvsDpdkFixture {
       rmSync(db, { force: true });
       execFileSync('ovsdb-tool', ['create', db, SCHEMA]);
     }
-    this.ovsdb = this.spawnLogged('ovsdb-server', [db, `--remote=punix:${this.dbSocket}`, `--unixctl=${join(this.runDir, 'ovsdb.ctl')}`, '--log-file=' + join(this.dir, 'ovsdb.log')]);
-    await this.waitFor(() => existsSync(this.dbSocket) && this.tryVsctl("--no-wait", "show") !== false, "ovsdb-server to listen");
+    this.ovsdb = this.spawnLogged('ovsdb-server', [
+      db,
+      `--remote=punix:${this.dbSocket}`,
+      `--unixctl=${join(this.runDir, 'ovsdb.ctl')}`,
+      '--log-file=' + join(this.dir, 'ovsdb.log'),
+    ]);
+    await this.waitFor(
+      () => existsSync(this.dbSocket) && this.tryVsctl('--no-wait', 'show') !== false,
+      'ovsdb-server to listen',
+    );
   }
 
   private async startSwitch(): Promise<void> {
-    this.vswitchd = this.spawnLogged('ip', ['netns', 'exec', this.netns, OVS_VSWITCHD_DPDK, `unix:${this.dbSocket}`, `--unixctl=${join(this.runDir, 'vswitchd.ctl')}`, '--log-file=' + join(this.dir, 'vswitchd.log')], { OVS_RUNDIR: this.runDir });
+    this.vswitchd = this.spawnLogged(
+      'ip',
+      [
+        'netns',
+        'exec',
+        this.netns,
+        OVS_VSWITCHD_DPDK,
+        `unix:${this.dbSocket}`,
+        `--unixctl=${join(this.runDir, 'vswitchd.ctl')}`,
+        '--log-file=' + join(this.dir, 'vswitchd.log'),
+      ],
+      { OVS_RUNDIR: this.runDir },
+    );
     // Its control socket answers once this process runs (a killed one's is refused); dpdk_initialized once EAL is up.
-    await this.waitFor(() => this.appctl('version') !== false && this.appctl('dpif/show') !== false, 'ovs-vswitchd to answer');
-    await this.waitFor(() => this.tryVsctl('--no-wait', 'get', 'Open_vSwitch', '.', 'dpdk_initialized') === 'true', 'ovs-vswitchd to initialise DPDK');
+    await this.waitFor(
+      () => this.appctl('version') !== false && this.appctl('dpif/show') !== false,
+      'ovs-vswitchd to answer',
+    );
+    await this.waitFor(
+      () => this.tryVsctl('--no-wait', 'get', 'Open_vSwitch', '.', 'dpdk_initialized') === 'true',
+      'ovs-vswitchd to initialise DPDK',
+    );
   }
 
   private spawnLogged(cmd: string, args: string[], env: Record<string, string> = {}): ChildProcess {
-    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, OVS_RUNDIR: this.runDir, OVS_DBDIR: this.dir, OVS_LOGDIR: this.dir, ...env } });
+    const p = spawn(cmd, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, OVS_RUNDIR: this.runDir, OVS_DBDIR: this.dir, OVS_LOGDIR: this.dir, ...env },
+    });
     p.stdout?.on('data', (c: Buffer) => (this.log += c.toString()));
     p.stderr?.on('data', (c: Buffer) => (this.log += c.toString()));
     return p;
@@ -129,7 +173,9 @@ export class OvsDpdkFixture {
   }
 
   vsctl(...args: string[]): string {
-    return execFileSync('ovs-vsctl', [`--db=unix:${this.dbSocket}`, '--timeout=20', ...args], { encoding: 'utf8' }).trim();
+    return execFileSync('ovs-vsctl', [`--db=unix:${this.dbSocket}`, '--timeout=20', ...args], {
+      encoding: 'utf8',
+    }).trim();
   }
 
   private tryVsctl(...args: string[]): string | false {
@@ -142,14 +188,21 @@ export class OvsDpdkFixture {
 
   private appctl(...args: string[]): string | false {
     try {
-      return execFileSync('ovs-appctl', ['-t', join(this.runDir, 'vswitchd.ctl'), '--timeout=5', ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+      return execFileSync('ovs-appctl', ['-t', join(this.runDir, 'vswitchd.ctl'), '--timeout=5', ...args], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }).trim();
     } catch {
       return false;
     }
   }
 
   ofctl(bridge: string, ...args: string[]): string {
-    return execFileSync('ovs-ofctl', [...args.slice(0, 1), `unix:${join(this.runDir, `${bridge}.mgmt`)}`, ...args.slice(1)], { encoding: 'utf8' }).trim();
+    return execFileSync(
+      'ovs-ofctl',
+      [...args.slice(0, 1), `unix:${join(this.runDir, `${bridge}.mgmt`)}`, ...args.slice(1)],
+      { encoding: 'utf8' },
+    ).trim();
   }
 
   /** A userspace bridge (datapath_type netdev), as an operator makes one for memif networks. */
@@ -196,9 +249,14 @@ export class OvsDpdkFixture {
    * switch's main thread hung after its first port in 2 of 5 runs of the kubelet test, and never in 5 runs with it.
    */
   private vsctlSettings(): string[] {
-    return ['other_config:dpdk-init=true', `other_config:dpdk-socket-mem=${SOCKET_MEM_MB}`,
+    return [
+      'other_config:dpdk-init=true',
+      `other_config:dpdk-socket-mem=${SOCKET_MEM_MB}`,
       `other_config:dpdk-extra=--no-pci --no-telemetry --huge-dir=${this.hugeDir} --file-prefix=${this.filePrefix}`,
-      'other_config:dpdk-lcore-mask=0x1', 'other_config:pmd-cpu-mask=0x2', 'other_config:pmd-maxsleep=500'];
+      'other_config:dpdk-lcore-mask=0x1',
+      'other_config:pmd-cpu-mask=0x2',
+      'other_config:pmd-maxsleep=500',
+    ];
   }
 
   async stop(): Promise<void> {
@@ -211,11 +269,18 @@ export class OvsDpdkFixture {
     }
     if (this.mounted) execFileSync('umount', [this.hugeDir]);
     // Give back what this fixture added, not the count it saw: another run's fixture may have added pages since.
-    if (this.pagesBefore !== undefined) writeFileSync(NR_HUGEPAGES, String(Math.max(0, Number(readFileSync(NR_HUGEPAGES, 'utf8')) - PAGES)));
+    if (this.pagesBefore !== undefined)
+      writeFileSync(NR_HUGEPAGES, String(Math.max(0, Number(readFileSync(NR_HUGEPAGES, 'utf8')) - PAGES)));
     rmSync(join('/var/run/dpdk', this.filePrefix), { recursive: true, force: true });
     if (!this.dpdkRunDirExisted) rmdirQuietly('/var/run/dpdk');
     // PLEXUS_KEEP_OVS_LOG=FILE keeps the switch's log of a run (to see why a port or a client failed).
-    if (process.env.PLEXUS_KEEP_OVS_LOG) { try { copyFileSync(join(this.dir, 'vswitchd.log'), process.env.PLEXUS_KEEP_OVS_LOG); } catch { /* none */ } }
+    if (process.env.PLEXUS_KEEP_OVS_LOG) {
+      try {
+        copyFileSync(join(this.dir, 'vswitchd.log'), process.env.PLEXUS_KEEP_OVS_LOG);
+      } catch {
+        /* none */
+      }
+    }
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -17,13 +17,16 @@ export const REQUIRED_TITLE = 'the prerequisites this file expects are present';
 
 /** Whether this run must have every expected prerequisite (CI, or PLEXUS_REQUIRE_ALL=1). */
 export function requireAll(env: NodeJS.ProcessEnv = process.env): boolean {
-  const on = (v: string | undefined): boolean => v !== undefined && !['', '0', 'false', 'no'].includes(v.trim().toLowerCase());
+  const on = (v: string | undefined): boolean =>
+    v !== undefined && !['', '0', 'false', 'no'].includes(v.trim().toLowerCase());
   return on(env.CI) || on(env.PLEXUS_REQUIRE_ALL);
 }
 
 const missingInCi = (reason: string): Error =>
-  new Error(`${MISSING}${reason}. This run requires it (CI or PLEXUS_REQUIRE_ALL=1 is set): install it ` +
-    '(bash scripts/setup.sh; ../shared beside the checkout; run as root), or run without CI to skip instead');
+  new Error(
+    `${MISSING}${reason}. This run requires it (CI or PLEXUS_REQUIRE_ALL=1 is set): install it ` +
+      '(bash scripts/setup.sh; ../shared beside the checkout; run as root), or run without CI to skip instead',
+  );
 
 /**
  * The `skip` option of a suite or test that needs these prerequisites (each a reason it cannot run, or undefined):

@@ -41,7 +41,8 @@ function serve(listen: Endpoint, target: Endpoint): void {
   });
   const ready = (): void => {
     const address = server.address();
-    const bound = typeof address === 'string' || address === null ? listen : { host: address.address, port: address.port };
+    const bound =
+      typeof address === 'string' || address === null ? listen : { host: address.address, port: address.port };
     process.stdout.write(`${JSON.stringify({ listening: format(bound) })}\n`);
   };
   if ('path' in listen) server.listen(listen.path, ready);
@@ -64,7 +65,13 @@ export class Relay {
    * listens. `ip netns exec` execs the relay, so the PID kept is the relay's own.
    */
   static start(listen: Endpoint, target: Endpoint, netns?: string): Promise<Relay> {
-    const command = [...(netns ? ['ip', 'netns', 'exec', netns] : []), process.execPath, __filename, format(listen), format(target)];
+    const command = [
+      ...(netns ? ['ip', 'netns', 'exec', netns] : []),
+      process.execPath,
+      __filename,
+      format(listen),
+      format(target),
+    ];
     const proc = spawn(command[0]!, command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
     let stderr = '';
     proc.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -79,7 +86,8 @@ export class Relay {
           done(new Relay(proc, parse((JSON.parse(line) as { listening: string }).listening)));
         }
       };
-      const onExit = (code: number | null): void => fail(new Error(`relay ${format(listen)} → ${format(target)} exited with ${code}: ${stderr}`));
+      const onExit = (code: number | null): void =>
+        fail(new Error(`relay ${format(listen)} → ${format(target)} exited with ${code}: ${stderr}`));
       proc.stdout?.on('data', onData);
       proc.once('exit', onExit);
       proc.once('error', fail);

@@ -27,7 +27,10 @@ export interface TestpmdOptions {
 export class Testpmd {
   private output = '';
 
-  private constructor(private readonly proc: ChildProcess, private readonly prefix: string) {
+  private constructor(
+    private readonly proc: ChildProcess,
+    private readonly prefix: string,
+  ) {
     proc.stdout?.on('data', (c: Buffer) => (this.output += c.toString()));
     proc.stderr?.on('data', (c: Buffer) => (this.output += c.toString()));
   }
@@ -36,8 +39,32 @@ export class Testpmd {
     const vdev = `net_memif0,role=client,id=0,socket=${o.socket},socket-abstract=no,secret=${o.secret}`;
     const prefix = uniquePrefix('pxpmd');
     // stdbuf: testpmd's printf output is block-buffered on a pipe, and its answers must arrive before the next prompt.
-    const proc = spawn('stdbuf', ['-o0', '-e0', 'dpdk-testpmd', '--no-huge', '-m', '256', '--no-pci', '--no-shconf', '--no-telemetry', `--file-prefix=${prefix}`, '-l', o.lcores ?? '0,1', ...(o.mainLcore !== undefined ? [`--main-lcore=${o.mainLcore}`] : []), `--vdev=${vdev}`,
-      '--', '-i', `--forward-mode=${o.forwardMode ?? 'rxonly'}`, `--rxq=${o.rxq}`, `--txq=${o.txq}`, '--total-num-mbufs=4096'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const proc = spawn(
+      'stdbuf',
+      [
+        '-o0',
+        '-e0',
+        'dpdk-testpmd',
+        '--no-huge',
+        '-m',
+        '256',
+        '--no-pci',
+        '--no-shconf',
+        '--no-telemetry',
+        `--file-prefix=${prefix}`,
+        '-l',
+        o.lcores ?? '0,1',
+        ...(o.mainLcore !== undefined ? [`--main-lcore=${o.mainLcore}`] : []),
+        `--vdev=${vdev}`,
+        '--',
+        '-i',
+        `--forward-mode=${o.forwardMode ?? 'rxonly'}`,
+        `--rxq=${o.rxq}`,
+        `--txq=${o.txq}`,
+        '--total-num-mbufs=4096',
+      ],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    );
     const t = new Testpmd(proc, prefix);
     try {
       await t.until(/testpmd> /, 20_000);
@@ -94,8 +121,10 @@ export class Testpmd {
   private async until(pattern: RegExp, timeoutMs: number, from = 0): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (!pattern.test(this.output.slice(from))) {
-      if (this.proc.exitCode !== null || this.proc.signalCode !== null) throw new Error(`dpdk-testpmd exited: ${this.output.slice(-3000)}`);
-      if (Date.now() > deadline) throw new Error(`dpdk-testpmd: timed out waiting for ${pattern}: ${this.output.slice(-3000)}`);
+      if (this.proc.exitCode !== null || this.proc.signalCode !== null)
+        throw new Error(`dpdk-testpmd exited: ${this.output.slice(-3000)}`);
+      if (Date.now() > deadline)
+        throw new Error(`dpdk-testpmd: timed out waiting for ${pattern}: ${this.output.slice(-3000)}`);
       await new Promise((r) => setTimeout(r, 50));
     }
   }

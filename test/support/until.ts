@@ -1,5 +1,10 @@
 /** Polling for a condition in tests: the value a probe answers once it answers one, or an error naming what never came. */
-export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30000, everyMs = 50): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 30000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();

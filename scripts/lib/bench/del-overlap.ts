@@ -15,7 +15,11 @@ export class AddressOverlapCheck {
   private readonly output: Promise<string>;
 
   constructor(teardown: Teardown, prefix: string, intervalMs = 250) {
-    this.child = spawn('nice', ['-n', '19', process.execPath, join(__dirname, 'del-overlap-sampler.js'), prefix, String(intervalMs)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    this.child = spawn(
+      'nice',
+      ['-n', '19', process.execPath, join(__dirname, 'del-overlap-sampler.js'), prefix, String(intervalMs)],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let text = '';
     this.child.stdout?.on('data', (c: Buffer) => (text += c.toString()));
     this.output = new Promise((resolve) => this.child.on('exit', () => resolve(text)));
@@ -29,7 +33,12 @@ export class AddressOverlapCheck {
     try {
       return JSON.parse(text) as OverlapFigures;
     } catch {
-      return { samples: 0, mostNetns: 0, overlaps: 0, examples: [`the sampler said nothing usable: ${text.slice(0, 200)}`] };
+      return {
+        samples: 0,
+        mostNetns: 0,
+        overlaps: 0,
+        examples: [`the sampler said nothing usable: ${text.slice(0, 200)}`],
+      };
     }
   }
 }

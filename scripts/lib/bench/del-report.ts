@@ -21,16 +21,26 @@ export function renderDel(report: Report, markdown: boolean): string[] {
   if (d === undefined) return [];
   const li = markdown ? '- ' : '';
   const out = ['', markdown ? '### DEL off the critical path' : '== DEL off the critical path', ''];
-  out.push(`${li}1-interface DEL median, plexus/reference bridge: ${verdict(report.ratios['plexus/reference']?.delMedian, TARGET_1)}`);
-  out.push(`${li}1-interface DEL median in churn, plexus/reference bridge: ${verdict(report.ratiosChurn['plexus/reference']?.delMedian, TARGET_1)}`);
-  out.push(`${li}4-interface DEL median, plexus/reference runtime: ${verdict(report.multi?.ratios['4']?.delMedian, TARGET_4)}`);
+  out.push(
+    `${li}1-interface DEL median, plexus/reference bridge: ${verdict(report.ratios['plexus/reference']?.delMedian, TARGET_1)}`,
+  );
+  out.push(
+    `${li}1-interface DEL median in churn, plexus/reference bridge: ${verdict(report.ratiosChurn['plexus/reference']?.delMedian, TARGET_1)}`,
+  );
+  out.push(
+    `${li}4-interface DEL median, plexus/reference runtime: ${verdict(report.multi?.ratios['4']?.delMedian, TARGET_4)}`,
+  );
   const waits = d.teardownWaitsMs;
   if (waits.length > 0) {
-    out.push(`${li}background teardown finished at most ${Math.max(...waits)} ms after a section's last DEL (${waits.length} leak checks, each after it)`);
+    out.push(
+      `${li}background teardown finished at most ${Math.max(...waits)} ms after a section's last DEL (${waits.length} leak checks, each after it)`,
+    );
   }
   const o = d.overlap;
   if (o !== undefined) {
-    out.push(`${li}an address on two interfaces: ${o.overlaps} in ${o.samples} samples of every bench netns (up to ${o.mostNetns} at once)`);
+    out.push(
+      `${li}an address on two interfaces: ${o.overlaps} in ${o.samples} samples of every bench netns (up to ${o.mostNetns} at once)`,
+    );
     for (const e of o.examples) out.push(`${li}  ${e}`);
   }
   return out;

@@ -67,7 +67,12 @@ function kernelProxy(kernel: Kernel, r: Recorder): KernelPort {
 type AsyncMethod = (...args: unknown[]) => Promise<unknown>;
 
 /** `target` with the methods named in `parts` timed as those parts (and `wrap` applied to what they answer). */
-function timedMethods<T extends object>(target: T, r: Recorder, parts: Readonly<Record<string, string>>, wrap?: (x: unknown) => unknown): T {
+function timedMethods<T extends object>(
+  target: T,
+  r: Recorder,
+  parts: Readonly<Record<string, string>>,
+  wrap?: (x: unknown) => unknown,
+): T {
   return new Proxy(target, {
     get(t, key, receiver): unknown {
       const v: unknown = Reflect.get(t, key, receiver);
@@ -83,18 +88,32 @@ function timedMethods<T extends object>(target: T, r: Recorder, parts: Readonly<
   });
 }
 
-const ipamProxy = (ipam: Ipam, r: Recorder): IpamBackend => timedMethods(ipam, r, { allocate: 'IPAM: allocate (lease file)' });
+const ipamProxy = (ipam: Ipam, r: Recorder): IpamBackend =>
+  timedMethods(ipam, r, { allocate: 'IPAM: allocate (lease file)' });
 
 const entryProxy = (entry: JournalEntry, r: Recorder): JournalEntry =>
-  timedMethods(entry, r, { record: 'journal: undo lines', event: 'journal: event lines', commit: 'journal: commit line', close: 'journal: close' });
+  timedMethods(entry, r, {
+    record: 'journal: undo lines',
+    event: 'journal: event lines',
+    commit: 'journal: commit line',
+    close: 'journal: close',
+  });
 
 const journalProxy = (journal: Journal, r: Recorder): Journal =>
-  timedMethods(journal, r, { begin: 'journal: create + begin line', load: 'journal: look for an existing record' }, (x) =>
-    (x instanceof JournalEntry ? entryProxy(x, r) : x));
+  timedMethods(
+    journal,
+    r,
+    { begin: 'journal: create + begin line', load: 'journal: look for an existing record' },
+    (x) => (x instanceof JournalEntry ? entryProxy(x, r) : x),
+  );
 
 const forwarded = (cid: string, netns: string, socketPath: string) => ({
   env: {
-    CNI_COMMAND: 'ADD', CNI_CONTAINERID: cid, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_PATH: '/usr/lib/cni',
+    CNI_COMMAND: 'ADD',
+    CNI_CONTAINERID: cid,
+    CNI_NETNS: netns,
+    CNI_IFNAME: 'eth0',
+    CNI_PATH: '/usr/lib/cni',
     CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=prof-${cid.slice(0, 8)};K8S_POD_INFRA_CONTAINER_ID=${cid}`,
   },
   stdin: JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath }),
@@ -110,7 +129,13 @@ async function main(): Promise<void> {
   const networksDir = join(root, 'networks');
   mkdirSync(networksDir);
   await writeNetworkDefinition(networksDir, 'default', 'podnet', {
-    cniVersion: '1.1.0', name: 'podnet', type: 'bridge', bridge, isGateway: true, isDefaultGateway: true, ipMasq: false,
+    cniVersion: '1.1.0',
+    name: 'podnet',
+    type: 'bridge',
+    bridge,
+    isGateway: true,
+    isDefaultGateway: true,
+    ipMasq: false,
     ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.0.0/16` }]] },
   });
   const r: Recorder = { current: undefined };
@@ -118,10 +143,25 @@ async function main(): Promise<void> {
   const ipam = await Ipam.open(join(root, 'ipam'), { sync: false });
   const journal = await Journal.open(join(root, 'journal'), false);
   const log = pino({ level: 'silent' });
-  const engine = new AttachmentEngine(kernelProxy(kernel, r), ipamProxy(ipam, r), journalProxy(journal, r), new NetworkDirectory(networksDir), new DriverRegistry(), {
-    cniBinDir: '/usr/lib/cni', naming: 'multus', selectionAnnotation: true, defaultNetworks: [], defaultNetwork: 'default/podnet',
-    namespaceIsolation: false, globalNamespaces: [], systemNamespaces: [], limits: { interfacesPerPod: 32, annotationBytes: 32768 },
-  }, log);
+  const engine = new AttachmentEngine(
+    kernelProxy(kernel, r),
+    ipamProxy(ipam, r),
+    journalProxy(journal, r),
+    new NetworkDirectory(networksDir),
+    new DriverRegistry(),
+    {
+      cniBinDir: '/usr/lib/cni',
+      naming: 'multus',
+      selectionAnnotation: true,
+      defaultNetworks: [],
+      defaultNetwork: 'default/podnet',
+      namespaceIsolation: false,
+      globalNamespaces: [],
+      systemNamespaces: [],
+      limits: { interfacesPerPod: 32, annotationBytes: 32768 },
+    },
+    log,
+  );
   const socket = join(root, 'plexus.sock');
   const server = new DaemonServer({ socketPath: socket, slots: new CallSlots(16, 1024) }, engine, { ready: true }, log);
   await server.listen();
@@ -158,7 +198,15 @@ async function main(): Promise<void> {
           if (reply.headers['x-cni-exit-code'] !== '0') throw new Error(`HTTP ADD: ${reply.body}`);
         } else {
           const pod = { ...newPod('default', `prof-${i}`, netns), containerId: cid };
-          const out = await invoke({ binary: shimBinary(), config: JSON.parse(call.stdin) as Record<string, unknown>, env: { CNI_PATH: '/usr/lib/cni' } }, 'ADD', pod);
+          const out = await invoke(
+            {
+              binary: shimBinary(),
+              config: JSON.parse(call.stdin) as Record<string, unknown>,
+              env: { CNI_PATH: '/usr/lib/cni' },
+            },
+            'ADD',
+            pod,
+          );
           if (out.exitCode !== 0) throw new Error(`shim ADD: ${out.stdout} ${out.stderr}`);
           ms = out.ms;
         }
@@ -193,12 +241,22 @@ async function main(): Promise<void> {
   }
   rows.push(['engine: the rest (plan, locks, driver logic, result merge)', us(engineMedian - attributed)]);
   rows.push(['engine.add, median', us(engineMedian)]);
-  rows.push(['HTTP server + request parse + result conversion (HTTP ADD - engine.add)', us(median(samples.http) - engineMedian)]);
+  rows.push([
+    'HTTP server + request parse + result conversion (HTTP ADD - engine.add)',
+    us(median(samples.http) - engineMedian),
+  ]);
   rows.push(['HTTP ADD in-process, median', us(median(samples.http))]);
-  rows.push(['exec of bin/plexus-cni + its socket round trip (shim ADD - HTTP ADD)', us(median(samples.shim) - median(samples.http))]);
+  rows.push([
+    'exec of bin/plexus-cni + its socket round trip (shim ADD - HTTP ADD)',
+    us(median(samples.shim) - median(samples.http)),
+  ]);
   rows.push(['ADD through bin/plexus-cni, median', us(median(samples.shim))]);
   console.log(table(['part of a 1-interface ADD', 'µs (median)'], rows));
-  if (values.json) writeFileSync(values.json, `${JSON.stringify({ runs, samples: { engine: summarize(samples.engine), http: summarize(samples.http), shim: summarize(samples.shim) }, parts: Object.fromEntries(keys.map((k) => [k, round(median(parts.map((p) => p.get(k) ?? 0)), 4)])) }, null, 2)}\n`);
+  if (values.json)
+    writeFileSync(
+      values.json,
+      `${JSON.stringify({ runs, samples: { engine: summarize(samples.engine), http: summarize(samples.http), shim: summarize(samples.shim) }, parts: Object.fromEntries(keys.map((k) => [k, round(median(parts.map((p) => p.get(k) ?? 0)), 4)])) }, null, 2)}\n`,
+    );
 }
 
 main().then(

@@ -46,7 +46,11 @@ export interface FloorReport extends FloorFigures {
 const TRUE_SOURCE = 'int main(void) { return 0; }\n';
 
 /** Builds a static executable from one C file, with the first compiler that can (musl-gcc, as the shim, first). */
-function buildStatic(source: string, path: string, compilers: readonly string[]): { path: string; compiler: string } | undefined {
+function buildStatic(
+  source: string,
+  path: string,
+  compilers: readonly string[],
+): { path: string; compiler: string } | undefined {
   for (const compiler of compilers) {
     const r = spawnSync(compiler, ['-std=c11', '-static', '-O2', '-s', '-o', path, source], { encoding: 'utf8' });
     if (r.status === 0) return { path, compiler };
@@ -66,15 +70,22 @@ async function execFloor(root: string, shim: string, calls: number): Promise<Flo
   const built = buildStaticTrue(root);
   const trivial: Plugin = { binary: built.path, config: {}, env: {} };
   const shimAlone: Plugin = {
-    binary: shim, env: {},
-    config: { cniVersion: '1.1.0', name: 'floor', type: 'plexus-cni', socketPath: join(root, 'no-daemon', 'plexus.sock') },
+    binary: shim,
+    env: {},
+    config: {
+      cniVersion: '1.1.0',
+      name: 'floor',
+      type: 'plexus-cni',
+      socketPath: join(root, 'no-daemon', 'plexus.sock'),
+    },
   };
   const a: number[] = [];
   const b: number[] = [];
   for (let i = 0; i < WARMUP + calls; i++) {
     const t = await invoke(trivial, 'VERSION', undefined);
     const s = await invoke(shimAlone, 'VERSION', undefined);
-    if (t.exitCode !== 0 || s.exitCode !== 0) throw new Error(`exec floor: exit ${t.exitCode} / ${s.exitCode}: ${s.stderr}`);
+    if (t.exitCode !== 0 || s.exitCode !== 0)
+      throw new Error(`exec floor: exit ${t.exitCode} / ${s.exitCode}: ${s.stderr}`);
     if (i < WARMUP) continue;
     a.push(t.ms);
     b.push(s.ms);
@@ -85,9 +96,10 @@ async function execFloor(root: string, shim: string, calls: number): Promise<Flo
 /** Runs the batch in a process of its own: floor-batch.js (Node.js), or the C build of floor-batch.c when given. */
 function runBatch(settings: FloorBatchSettings, c?: string): Promise<number[]> {
   const s = settings;
-  const [file, args] = c !== undefined
-    ? [c, [String(s.runs), String(s.warmup), s.prefix, s.bridge, s.net, s.churn ? '1' : '0']]
-    : [process.execPath, [join(__dirname, 'floor-batch.js'), JSON.stringify(s)]];
+  const [file, args] =
+    c !== undefined
+      ? [c, [String(s.runs), String(s.warmup), s.prefix, s.bridge, s.net, s.churn ? '1' : '0']]
+      : [process.execPath, [join(__dirname, 'floor-batch.js'), JSON.stringify(s)]];
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
@@ -96,7 +108,10 @@ function runBatch(settings: FloorBatchSettings, c?: string): Promise<number[]> {
     child.stderr.setEncoding('utf8').on('data', (d: string) => (errText += d));
     child.on('error', reject);
     child.on('close', (code) => {
-      if (code !== 0) return reject(new Error(`floor batch (${settings.churn ? 'churn' : 'interleaved'}) exited ${code}: ${errText.trim()}`));
+      if (code !== 0)
+        return reject(
+          new Error(`floor batch (${settings.churn ? 'churn' : 'interleaved'}) exited ${code}: ${errText.trim()}`),
+        );
       resolve((JSON.parse(out) as { samples: number[] }).samples);
     });
   });
@@ -106,7 +121,14 @@ function runBatch(settings: FloorBatchSettings, c?: string): Promise<number[]> {
  * Measures the floor: the batch `runs` times in each variant (on a bridge of its own, pods in 10.<net>.0.0/16), then
  * the exec floor `runs` times. Everything it makes is gone when it returns (and registered with the tear-down).
  */
-export async function measureFloor(teardown: Teardown, prefix: string, root: string, shim: string, net: number, runs: number): Promise<FloorFigures> {
+export async function measureFloor(
+  teardown: Teardown,
+  prefix: string,
+  root: string,
+  shim: string,
+  net: number,
+  runs: number,
+): Promise<FloorFigures> {
   const bridge = `${prefix}fb`;
   const nsPrefix = `${prefix}-f`;
   const leftovers = (): void => {
@@ -119,7 +141,10 @@ export async function measureFloor(teardown: Teardown, prefix: string, root: str
   try {
     const settings = { runs, warmup: WARMUP, bridge, net: `10.${net}` };
     // glibc's static build first: musl has no kernel headers here.
-    const c = buildStatic(join(repoRoot(), 'scripts', 'lib', 'bench', 'floor-batch.c'), join(root, 'floor-batch'), ['gcc', 'musl-gcc']);
+    const c = buildStatic(join(repoRoot(), 'scripts', 'lib', 'bench', 'floor-batch.c'), join(root, 'floor-batch'), [
+      'gcc',
+      'musl-gcc',
+    ]);
     const both = async (binary?: string): Promise<BatchFigures> => ({
       interleaved: summarize(await runBatch({ ...settings, prefix: `${nsPrefix}l`, churn: false }, binary)),
       churn: summarize(await runBatch({ ...settings, prefix: `${nsPrefix}c`, churn: true }, binary)),
@@ -138,11 +163,14 @@ export function floorReport(floor: FloorFigures, addMedian: { interleaved?: numb
   const exec = floor.exec.staticBinary.median;
   const batch = floor.batchC ?? floor.batchNode;
   const floorMs = { interleaved: round(batch.interleaved.median + exec), churn: round(batch.churn.median + exec) };
-  const over = (add: number | undefined, f: number): number | undefined => (add === undefined ? undefined : round(add / f));
+  const over = (add: number | undefined, f: number): number | undefined =>
+    add === undefined ? undefined : round(add / f);
   const interleaved = over(addMedian.interleaved, floorMs.interleaved);
   const churn = over(addMedian.churn, floorMs.churn);
   return {
-    ...floor, addMedian, floorMs,
+    ...floor,
+    addMedian,
+    floorMs,
     addOverFloor: { ...(interleaved !== undefined ? { interleaved } : {}), ...(churn !== undefined ? { churn } : {}) },
   };
 }
@@ -151,20 +179,32 @@ type TableFn = (header: readonly string[], rows: readonly (readonly string[])[])
 
 /** The floor's table and the ratio lines, as report.ts renders every section. */
 export function renderFloor(f: FloorReport, t: TableFn, markdown: boolean): string[] {
-  const row = (what: string, s: Summary): string[] => [what, fmt(s.median, 2), fmt(s.p90, 2), fmt(s.min, 2), fmt(s.max, 2)];
+  const row = (what: string, s: Summary): string[] => [
+    what,
+    fmt(s.median, 2),
+    fmt(s.p90, 2),
+    fmt(s.min, 2),
+    fmt(s.max, 2),
+  ];
   const li = markdown ? '- ' : '';
-  const target = (x: number | undefined): string => (x === undefined ? 'n/a' : `${fmt(x, 2)}x (target <= 2x: ${x <= 2 ? 'met' : 'not met'})`);
+  const target = (x: number | undefined): string =>
+    x === undefined ? 'n/a' : `${fmt(x, 2)}x (target <= 2x: ${x <= 2 ? 'met' : 'not met'})`;
   return [
-    t(['floor', 'median', 'p90', 'min', 'max'], [
-      ...(f.batchC !== undefined ? [
-        row('rtnetlink batch of a 1-interface bridge ADD (C), netns made beforehand', f.batchC.interleaved),
-        row('the same (C), churn: netns made just before, deleted after', f.batchC.churn),
-      ] : []),
-      row('the same batch through src/kernel (Node.js), netns made beforehand', f.batchNode.interleaved),
-      row('the same through src/kernel (Node.js), churn', f.batchNode.churn),
-      row(`exec of a static do-nothing binary (${f.exec.compiler} -static)`, f.exec.staticBinary),
-      row('exec of bin/plexus-cni VERSION, no daemon (answers locally)', f.exec.shimNoDaemon),
-    ]),
+    t(
+      ['floor', 'median', 'p90', 'min', 'max'],
+      [
+        ...(f.batchC !== undefined
+          ? [
+              row('rtnetlink batch of a 1-interface bridge ADD (C), netns made beforehand', f.batchC.interleaved),
+              row('the same (C), churn: netns made just before, deleted after', f.batchC.churn),
+            ]
+          : []),
+        row('the same batch through src/kernel (Node.js), netns made beforehand', f.batchNode.interleaved),
+        row('the same through src/kernel (Node.js), churn', f.batchNode.churn),
+        row(`exec of a static do-nothing binary (${f.exec.compiler} -static)`, f.exec.staticBinary),
+        row('exec of bin/plexus-cni VERSION, no daemon (answers locally)', f.exec.shimNoDaemon),
+      ],
+    ),
     '',
     `${li}floor = batch (${f.batchC !== undefined ? 'C' : 'Node.js'}) + static exec: ${fmt(f.floorMs.interleaved, 2)} ms (interleaved), ${fmt(f.floorMs.churn, 2)} ms (churn)`,
     `${li}plexus 1-interface ADD median / floor, interleaved: ${fmt(f.addMedian.interleaved, 2)} ms = ${target(f.addOverFloor.interleaved)}`,

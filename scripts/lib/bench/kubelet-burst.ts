@@ -44,7 +44,11 @@ export interface KubeletBurstReport {
   readonly verified: { readonly fromApi: number; readonly netns: number };
   /** VmHWM at the end; VmRSS sampled every 100 ms; CNI calls in flight and queued (its /readyz) at most, sampled alike. */
   readonly plexusd?: {
-    readonly peakRssMiB: number; readonly sampledPeakRssMiB: number; readonly startRssMiB: number; readonly peakInFlight: number; readonly peakQueued: number;
+    readonly peakRssMiB: number;
+    readonly sampledPeakRssMiB: number;
+    readonly startRssMiB: number;
+    readonly peakInFlight: number;
+    readonly peakQueued: number;
   };
   /** Left after the pods were deleted: bridge ports, leases, journal records. */
   readonly leaks: readonly string[];
@@ -72,7 +76,12 @@ export interface Network {
 }
 
 export const bridgeConfig = (n: Network, dataDir?: string): Record<string, unknown> => ({
-  cniVersion: '1.0.0', name: n.name, type: 'bridge', bridge: n.bridge, isGateway: false, ipMasq: false,
+  cniVersion: '1.0.0',
+  name: n.name,
+  type: 'bridge',
+  bridge: n.bridge,
+  isGateway: false,
+  ipMasq: false,
   ipam: { type: 'host-local', ranges: [[{ subnet: `${n.net}.0/24` }]], ...(dataDir ? { dataDir } : {}) },
 });
 
@@ -86,15 +95,40 @@ const kib = (pid: number, field: 'VmHWM' | 'VmRSS'): number | undefined => {
 };
 
 /** plexusd as the brief of this burst runs it: networks from the API, this node's name, the private plugin directory. */
-export async function startPlexusd(root: string, socket: string, binDir: string, kubeconfig: string, extra: readonly string[]): Promise<ChildProcess> {
+export async function startPlexusd(
+  root: string,
+  socket: string,
+  binDir: string,
+  kubeconfig: string,
+  extra: readonly string[],
+): Promise<ChildProcess> {
   const networksDir = join(root, 'networks'); // empty: every network comes from the API
   mkdirSync(networksDir);
   const log = join(root, 'plexusd.log');
   const fd = openSync(log, 'a');
-  const child = spawn(daemonEntry(), [
-    '--socket', socket, '--state-dir', join(root, 'state'), '--networks-dir', networksDir, '--cni-bin-dir', binDir,
-    '--kubeconfig', kubeconfig, '--node-name', '127.0.0.1', '--default-network', 'default/podnet', '--log-level', 'warn', ...extra,
-  ], { stdio: ['ignore', fd, fd] });
+  const child = spawn(
+    daemonEntry(),
+    [
+      '--socket',
+      socket,
+      '--state-dir',
+      join(root, 'state'),
+      '--networks-dir',
+      networksDir,
+      '--cni-bin-dir',
+      binDir,
+      '--kubeconfig',
+      kubeconfig,
+      '--node-name',
+      '127.0.0.1',
+      '--default-network',
+      'default/podnet',
+      '--log-level',
+      'warn',
+      ...extra,
+    ],
+    { stdio: ['ignore', fd, fd] },
+  );
   closeSync(fd);
   const text = (): string => readFileSync(log, 'utf8').slice(-5000);
   const deadline = Date.now() + 30000;
@@ -138,7 +172,11 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
   restoreForwardingOnTeardown(teardown);
   const prefix = uniquePrefix('kb');
   const second = freeTenNet(100, 199);
-  const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({ name, bridge: `${prefix}b${i}`, net: `10.${second}.${i}` }));
+  const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({
+    name,
+    bridge: `${prefix}b${i}`,
+    net: `10.${second}.${i}`,
+  }));
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
   const state: { node?: KubeNodeFixture; daemon?: ChildProcess; problems: string[] } = { problems: [] };
   // One step, in the order that works: the node's CRI tear-down needs plexusd alive for its CNI DELs, and plexusd's
@@ -160,23 +198,36 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const binDir = join(root, 'bin');
     let conflist: (nodeRoot: string) => string;
     if (mode === 'bridge') {
-      conflist = (nodeRoot) => JSON.stringify({ cniVersion: '1.0.0', name: 'podnet', plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))] });
+      conflist = (nodeRoot) =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'podnet',
+          plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))],
+        });
     } else {
       // plexus-cni beside the reference plugins plexusd delegates to, in a directory of the burst's own.
       mkdirSync(binDir);
       copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
       for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
-      conflist = () => JSON.stringify({
-        cniVersion: '1.0.0', name: 'plexus',
-        plugins: [{ type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }],
-      });
+      conflist = () =>
+        JSON.stringify({
+          cniVersion: '1.0.0',
+          name: 'plexus',
+          plugins: [
+            { type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
+          ],
+        });
     }
     const startedAt = performance.now();
     const node = (state.node = await KubeNodeFixture.start({
-      cniConfList: conflist, cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir, ownedLinks: networks.map((n) => n.bridge),
+      cniConfList: conflist,
+      cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,
+      ownedLinks: networks.map((n) => n.bridge),
     }));
     const nodeStartSeconds = (performance.now() - startedAt) / 1000;
-    log(`${mode}: node Ready in ${nodeStartSeconds.toFixed(1)} s (root ${node.dir}); ${options.pods} pods, subnets 10.${second}.{0,1,2}.0/24`);
+    log(
+      `${mode}: node Ready in ${nodeStartSeconds.toFixed(1)} s (root ${node.dir}); ${options.pods} pods, subnets 10.${second}.{0,1,2}.0/24`,
+    );
     let rssStart: number | undefined;
     let rssPeakSampled = 0;
     const calls = { inFlight: 0, queued: 0 };
@@ -189,20 +240,30 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const daemon = (state.daemon = await startPlexusd(root, socket, binDir, node.api.kubeconfig, options.plexusdArgs));
+      const daemon = (state.daemon = await startPlexusd(
+        root,
+        socket,
+        binDir,
+        node.api.kubeconfig,
+        options.plexusdArgs,
+      ));
       rssStart = kib(daemon.pid!, 'VmRSS');
       sampler = setInterval(() => {
         rssPeakSampled = Math.max(rssPeakSampled, kib(daemon.pid!, 'VmRSS') ?? 0);
-        void httpOverSocket(socket, 'GET', '/readyz', undefined, 1000).then((r) => {
-          const { inFlight = 0, queued = 0 } = JSON.parse(r.body) as { inFlight?: number; queued?: number };
-          calls.inFlight = Math.max(calls.inFlight, inFlight);
-          calls.queued = Math.max(calls.queued, queued);
-        }, () => undefined);
+        void httpOverSocket(socket, 'GET', '/readyz', undefined, 1000).then(
+          (r) => {
+            const { inFlight = 0, queued = 0 } = JSON.parse(r.body) as { inFlight?: number; queued?: number };
+            calls.inFlight = Math.max(calls.inFlight, inFlight);
+            calls.queued = Math.max(calls.queued, queued);
+          },
+          () => undefined,
+        );
       }, 100);
     }
 
     const names = await node.createPods(options.pods, {
-      namePrefix: 'burst-', concurrency: options.createConcurrency,
+      namePrefix: 'burst-',
+      concurrency: options.createConcurrency,
       ...(mode === 'plexus' ? { annotations: { [NETWORKS_ANNOTATION]: 'sec1,sec2' } } : {}),
     });
     let failureMessages: string[] = [];
@@ -217,7 +278,10 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
 
     const verified = { fromApi: 0, netns: 0 };
     if (timings) {
-      const expected = mode === 'plexus' ? networks.map((n, i) => ({ ifname: i === 0 ? 'eth0' : `net${i}`, net: n.net })) : [{ ifname: 'eth0', net: networks[0]!.net }];
+      const expected =
+        mode === 'plexus'
+          ? networks.map((n, i) => ({ ifname: i === 0 ? 'eth0' : `net${i}`, net: n.net }))
+          : [{ ifname: 'eth0', net: networks[0]!.net }];
       const wrong: string[] = [];
       for (const name of names) {
         // plexusd writes network-status in the background: give it a moment after Running.
@@ -227,7 +291,9 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
           if (mode === 'plexus') {
             const text = pod.metadata.annotations?.[STATUS_ANNOTATION];
             const status = text ? (JSON.parse(text) as { interface?: string; ips?: string[] }[]) : [];
-            const got = expected.map((e) => status.find((s) => s.interface === e.ifname && (s.ips ?? []).some((ip) => ip.startsWith(`${e.net}.`))));
+            const got = expected.map((e) =>
+              status.find((s) => s.interface === e.ifname && (s.ips ?? []).some((ip) => ip.startsWith(`${e.net}.`))),
+            );
             if (got.some((g) => g === undefined)) problem = `${name}: network-status ${text ?? '(none)'}`;
           } else if (!(pod.status?.podIP ?? '').startsWith(`${expected[0]!.net}.`)) {
             problem = `${name}: pod IP ${pod.status?.podIP ?? '(none)'}`;
@@ -243,11 +309,17 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
           await new Promise((r) => setTimeout(r, 100));
         }
       }
-      const sample = [names[0]!, names[Math.floor(names.length / 2)]!, names[names.length - 1]!].slice(0, options.netnsChecks);
+      const sample = [names[0]!, names[Math.floor(names.length / 2)]!, names[names.length - 1]!].slice(
+        0,
+        options.netnsChecks,
+      );
       for (const name of [...new Set(sample)]) {
         const addresses = netnsAddresses(await node.podNetns('default', name));
         const missing = expected.filter((e) => !(addresses.get(e.ifname) ?? '').startsWith(`${e.net}.`));
-        if (missing.length) wrong.push(`${name}'s netns: ${[...addresses].map(([k, v]) => `${k}=${v}`).join(' ')} (expected ${expected.map((e) => `${e.ifname} in ${e.net}.0/24`).join(', ')})`);
+        if (missing.length)
+          wrong.push(
+            `${name}'s netns: ${[...addresses].map(([k, v]) => `${k}=${v}`).join(' ')} (expected ${expected.map((e) => `${e.ifname} in ${e.net}.0/24`).join(', ')})`,
+          );
         else verified.netns++;
       }
       failureMessages.push(...wrong);
@@ -260,12 +332,15 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     log(`${mode}: pods deleted and their sandboxes stopped in ${(deleteMs / 1000).toFixed(1)} s`);
     const leaks = [
       ...networks.flatMap((n) => linksOfBridge(n.bridge).map((l) => `port ${n.bridge}:${l}`)),
-      ...(mode === 'bridge' ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet') : await plexusLeftovers(join(root, 'state'))),
+      ...(mode === 'bridge'
+        ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet')
+        : await plexusLeftovers(join(root, 'state'))),
     ];
     const per = timings?.perPodMs ?? [];
     const seconds = (ms: number): number => round(ms / 1000, 2);
     report = {
-      mode, pods: options.pods,
+      mode,
+      pods: options.pods,
       allRunningSeconds: timings ? seconds(timings.totalMs) : NaN,
       createSeconds: timings ? seconds(timings.createMs) : NaN,
       firstRunningSeconds: timings ? seconds(timings.firstRunningMs) : NaN,
@@ -276,12 +351,17 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
       failureMessages: failureMessages.slice(0, 10),
       deleteSeconds: seconds(deleteMs),
       verified,
-      ...(mode === 'plexus' ? {
-        plexusd: {
-          peakRssMiB: round((peak ?? NaN) / 1024, 1), sampledPeakRssMiB: round(rssPeakSampled / 1024, 1), startRssMiB: round((rssStart ?? NaN) / 1024, 1),
-          peakInFlight: calls.inFlight, peakQueued: calls.queued,
-        },
-      } : {}),
+      ...(mode === 'plexus'
+        ? {
+            plexusd: {
+              peakRssMiB: round((peak ?? NaN) / 1024, 1),
+              sampledPeakRssMiB: round(rssPeakSampled / 1024, 1),
+              startRssMiB: round((rssStart ?? NaN) / 1024, 1),
+              peakInFlight: calls.inFlight,
+              peakQueued: calls.queued,
+            },
+          }
+        : {}),
       leaks,
       problems: state.problems,
       nodeStartSeconds: round(nodeStartSeconds, 1),

@@ -25,7 +25,11 @@ export interface MultiLatency {
 }
 
 /** Links a runtime's pods left: host links their results named, and anything but lo in their (still existing) netns. */
-export function multiLinkLeaks(runtime: MultiRuntime, adds: readonly MultiAdd[], netnsNames: readonly string[]): string[] {
+export function multiLinkLeaks(
+  runtime: MultiRuntime,
+  adds: readonly MultiAdd[],
+  netnsNames: readonly string[],
+): string[] {
   const present = hostLinks();
   const links = new Set<string>();
   for (const a of adds) for (const l of hostLinksOfAdd(a, runtime.bridges)) if (present.has(l)) links.add(`link ${l}`);
@@ -43,10 +47,17 @@ export function trackHostLinks(runtime: MultiRuntime, added: MultiAdd): void {
   hostLinksCreated.set(runtime.name, links);
 }
 
-export async function measureMultiLatency(teardown: Teardown, prefix: string, variants: readonly MultiVariant[], iterations: number): Promise<MultiLatency> {
+export async function measureMultiLatency(
+  teardown: Teardown,
+  prefix: string,
+  variants: readonly MultiVariant[],
+  iterations: number,
+): Promise<MultiLatency> {
   const total = WARMUP + iterations;
   const netnsOf = (v: MultiVariant, r: MultiRuntime, i: number): string => `${prefix}-${r.tag}${v.key}-${i}`;
-  const names = variants.flatMap((v) => v.runtimes.flatMap((r) => Array.from({ length: total }, (_, i) => netnsOf(v, r, i))));
+  const names = variants.flatMap((v) =>
+    v.runtimes.flatMap((r) => Array.from({ length: total }, (_, i) => netnsOf(v, r, i))),
+  );
   createNetns(teardown, names);
   try {
     const families = new Map<string, MultiRuntime[]>();
@@ -85,7 +96,12 @@ export async function measureMultiLatency(teardown: Teardown, prefix: string, va
       for (const r of v.runtimes) {
         const a = acc.get(r) as Acc;
         const netns = Array.from({ length: total }, (_, i) => netnsOf(v, r, i));
-        row[r.name] = { add: summarize(a.add), del: summarize(a.del), failures: a.failures, leaks: multiLinkLeaks(r, a.adds, netns) };
+        row[r.name] = {
+          add: summarize(a.add),
+          del: summarize(a.del),
+          failures: a.failures,
+          leaks: multiLinkLeaks(r, a.adds, netns),
+        };
       }
       figures[v.key] = row;
     }
@@ -93,7 +109,10 @@ export async function measureMultiLatency(teardown: Teardown, prefix: string, va
     for (const [name, rs] of families) {
       const was = before.get(name) ?? new Set<string>();
       const bridges = [...new Set(rs.flatMap((r) => r.bridges))];
-      sharedLeaks[name] = [...bridgePorts(bridges), ...(await (rs[0] as MultiRuntime).leftovers()).filter((l) => !was.has(l))];
+      sharedLeaks[name] = [
+        ...bridgePorts(bridges),
+        ...(await (rs[0] as MultiRuntime).leftovers()).filter((l) => !was.has(l)),
+      ];
     }
     return { figures, sharedLeaks };
   } finally {
@@ -110,7 +129,14 @@ export interface MultiBurstFigures extends BurstFigures {
   readonly daemonPeakRssKiB?: number;
 }
 
-export async function measureMultiBurst(teardown: Teardown, prefix: string, runtime: MultiRuntime, pods: number, concurrency: number, daemon: Plexusd | undefined): Promise<MultiBurstFigures> {
+export async function measureMultiBurst(
+  teardown: Teardown,
+  prefix: string,
+  runtime: MultiRuntime,
+  pods: number,
+  concurrency: number,
+  daemon: Plexusd | undefined,
+): Promise<MultiBurstFigures> {
   const names = Array.from({ length: pods }, (_, i) => `${prefix}-${runtime.tag}m-${i}`);
   createNetns(teardown, names);
   try {
@@ -150,7 +176,12 @@ export async function measureMultiBurst(teardown: Teardown, prefix: string, runt
       delFailures: deleted.filter((d) => d.error !== undefined).length,
       duplicateIps: [...owners].filter(([, n]) => n > 1).map(([a, n]) => `${a} x${n}`),
       leaks,
-      errors: [...new Set([...added.flatMap((a) => (a.error !== undefined ? [`ADD: ${a.error}`] : [])), ...deleted.flatMap((d) => (d.error !== undefined ? [`DEL: ${d.error}`] : []))])].slice(0, 5),
+      errors: [
+        ...new Set([
+          ...added.flatMap((a) => (a.error !== undefined ? [`ADD: ${a.error}`] : [])),
+          ...deleted.flatMap((d) => (d.error !== undefined ? [`DEL: ${d.error}`] : [])),
+        ]),
+      ].slice(0, 5),
       ...(peak !== undefined ? { daemonPeakRssKiB: peak } : {}),
     };
   } finally {

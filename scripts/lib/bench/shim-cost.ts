@@ -24,16 +24,26 @@ export interface ShimFigures {
 
 export async function execTrue(): Promise<number> {
   const t0 = process.hrtime.bigint();
-  await new Promise<void>((resolve, reject) => spawn('/bin/true', [], { stdio: 'ignore' }).on('error', reject).on('close', () => resolve()));
+  await new Promise<void>((resolve, reject) =>
+    spawn('/bin/true', [], { stdio: 'ignore' })
+      .on('error', reject)
+      .on('close', () => resolve()),
+  );
   return Number(process.hrtime.bigint() - t0) / 1e6;
 }
 
 /** Max of a few /usr/bin/time -f %M readings for VERSION, ADD and DEL of one plugin. */
-export async function peakRss(teardown: Teardown, prefix: string, subject: Subject, samples: number): Promise<{ version?: number; add?: number; del?: number }> {
+export async function peakRss(
+  teardown: Teardown,
+  prefix: string,
+  subject: Subject,
+  samples: number,
+): Promise<{ version?: number; add?: number; del?: number }> {
   if (!existsSync(TIME_BINARY)) return {};
   const names = Array.from({ length: samples }, (_, i) => `${prefix}-${subject.tag}-m${i}`);
   createNetns(teardown, names);
-  const max = (xs: (number | undefined)[]): number | undefined => (xs.some((x) => x !== undefined) ? Math.max(...xs.filter((x): x is number => x !== undefined)) : undefined);
+  const max = (xs: (number | undefined)[]): number | undefined =>
+    xs.some((x) => x !== undefined) ? Math.max(...xs.filter((x): x is number => x !== undefined)) : undefined;
   const version: (number | undefined)[] = [];
   const add: (number | undefined)[] = [];
   const del: (number | undefined)[] = [];
@@ -47,25 +57,41 @@ export async function peakRss(teardown: Teardown, prefix: string, subject: Subje
         add.push(a.maxRssKiB);
         for (const l of hostSideLinksOf(parsed.result, subject.bridge)) hostLinksCreated.get(subject.name)?.add(l);
       }
-      const d = await invoke(subject.plugin, 'DEL', pod, { measureRss: true, ...(parsed.ok ? { prevResult: parsed.result } : {}) });
+      const d = await invoke(subject.plugin, 'DEL', pod, {
+        measureRss: true,
+        ...(parsed.ok ? { prevResult: parsed.result } : {}),
+      });
       if (d.exitCode === 0) del.push(d.maxRssKiB);
     }
   } finally {
     deleteNetns(names);
   }
   const out: { version?: number; add?: number; del?: number } = {};
-  const v = max(version), a = max(add), d = max(del);
+  const v = max(version),
+    a = max(add),
+    d = max(del);
   if (v !== undefined) out.version = v;
   if (a !== undefined) out.add = a;
   if (d !== undefined) out.del = d;
   return out;
 }
 
-export async function measureShim(teardown: Teardown, prefix: string, plexus: Subject, daemon: Plexusd, reference: Subject | undefined, calls: number): Promise<ShimFigures> {
+export async function measureShim(
+  teardown: Teardown,
+  prefix: string,
+  plexus: Subject,
+  daemon: Plexusd,
+  reference: Subject | undefined,
+  calls: number,
+): Promise<ShimFigures> {
   const config = JSON.stringify(plexus.plugin.config);
-  const body = JSON.stringify({ env: { CNI_COMMAND: 'VERSION', CNI_PATH: plexus.plugin.env['CNI_PATH'] ?? '' }, stdin: config });
+  const body = JSON.stringify({
+    env: { CNI_COMMAND: 'VERSION', CNI_PATH: plexus.plugin.env['CNI_PATH'] ?? '' },
+    stdin: config,
+  });
   const check = await httpOverSocket(daemon.socket, 'POST', '/v1/cni', body);
-  if (check.status !== 200 || check.headers['x-cni-exit-code'] !== '0') throw new Error(`in-process VERSION: HTTP ${check.status}: ${check.body}`);
+  if (check.status !== 200 || check.headers['x-cni-exit-code'] !== '0')
+    throw new Error(`in-process VERSION: HTTP ${check.status}: ${check.body}`);
   const viaShim: number[] = [];
   const inProcess: number[] = [];
   const floor: number[] = [];

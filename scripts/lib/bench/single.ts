@@ -1,5 +1,15 @@
 /** One-interface pods through any subject: ADD/DEL latency (section 1, 1c) and bursts (section 3). */
-import { type AddResult, type Outcome, type Pod, addressesOf, describeFailure, hostSideLinksOf, invoke, newPod, parseAdd } from '../cni';
+import {
+  type AddResult,
+  type Outcome,
+  type Pod,
+  addressesOf,
+  describeFailure,
+  hostSideLinksOf,
+  invoke,
+  newPod,
+  parseAdd,
+} from '../cni';
 import { createNetns, deleteNetns, hostLinks, ipBatch, linksOfBridge, netnsPath } from '../host';
 import { type Summary, mapLimit, round, summarize } from '../stats';
 import { type Subject } from '../subject';
@@ -33,17 +43,31 @@ export async function addPod(subject: Subject, pod: Pod): Promise<Pick<PodRun, '
 }
 
 /** The first DEL, as containerd's StopPodSandbox sends it: the pod's netns, prevResult from the cache. */
-export async function delPod(subject: Subject, added: Pick<PodRun, 'pod' | 'result'>): Promise<{ del: Outcome; delError?: string }> {
-  const del = await invoke(subject.plugin, 'DEL', added.pod, added.result !== undefined ? { prevResult: added.result } : {});
+export async function delPod(
+  subject: Subject,
+  added: Pick<PodRun, 'pod' | 'result'>,
+): Promise<{ del: Outcome; delError?: string }> {
+  const del = await invoke(
+    subject.plugin,
+    'DEL',
+    added.pod,
+    added.result !== undefined ? { prevResult: added.result } : {},
+  );
   return del.exitCode === 0 ? { del } : { del, delError: describeFailure(del) };
 }
 
 /** What a subject left on the host and in its IPAM after all its pods were deleted (netns still present). */
-export async function leaksOf(subject: Subject, runs: readonly PodRun[], before: ReadonlySet<string>): Promise<string[]> {
+export async function leaksOf(
+  subject: Subject,
+  runs: readonly PodRun[],
+  before: ReadonlySet<string>,
+): Promise<string[]> {
   await subject.settled?.();
   const present = hostLinks();
   const links = new Set<string>();
-  for (const r of runs) for (const l of r.result !== undefined ? hostSideLinksOf(r.result, subject.bridge) : []) if (present.has(l)) links.add(l);
+  for (const r of runs)
+    for (const l of r.result !== undefined ? hostSideLinksOf(r.result, subject.bridge) : [])
+      if (present.has(l)) links.add(l);
   if (subject.bridge !== undefined) for (const l of linksOfBridge(subject.bridge)) links.add(l);
   const state = (await subject.leftovers()).filter((l) => !before.has(l));
   return [...[...links].map((l) => `link ${l}`), ...state];
@@ -66,7 +90,13 @@ export interface LatencyFigures {
  * meets whatever that DEL and the namespace's teardown (the kernel's cleanup_net) left the kernel doing. Subjects
  * still alternate, so both see the same background.
  */
-export async function measureLatency(teardown: Teardown, prefix: string, subjects: readonly Subject[], iterations: number, churn = false): Promise<Map<string, LatencyFigures>> {
+export async function measureLatency(
+  teardown: Teardown,
+  prefix: string,
+  subjects: readonly Subject[],
+  iterations: number,
+  churn = false,
+): Promise<Map<string, LatencyFigures>> {
   const total = WARMUP + iterations;
   const mode = churn ? 'c' : 'l';
   const netnsNames = subjects.flatMap((s) => Array.from({ length: total }, (_, i) => `${prefix}-${s.tag}-${mode}${i}`));
@@ -75,9 +105,19 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
   const churnLeaks = new Map<string, string[]>();
   const before = new Map<string, Set<string>>();
   for (const s of subjects) before.set(s.name, new Set(await s.leftovers()));
-  const samples = new Map(subjects.map((s) => [s.name, { add: [] as number[], del: [] as number[], failures: [] as string[], runs: [] as PodRun[] }]));
+  const samples = new Map(
+    subjects.map((s) => [
+      s.name,
+      { add: [] as number[], del: [] as number[], failures: [] as string[], runs: [] as PodRun[] },
+    ]),
+  );
   const alive = new Map<string, { added: Awaited<ReturnType<typeof addPod>>; measured: boolean }>();
-  const remove = async (subject: Subject, acc: NonNullable<ReturnType<typeof samples.get>>, added: Awaited<ReturnType<typeof addPod>>, measured: boolean): Promise<void> => {
+  const remove = async (
+    subject: Subject,
+    acc: NonNullable<ReturnType<typeof samples.get>>,
+    added: Awaited<ReturnType<typeof addPod>>,
+    measured: boolean,
+  ): Promise<void> => {
     const { del, delError } = await delPod(subject, added);
     acc.runs.push({ ...added, del, ...(delError !== undefined ? { delError } : {}) });
     if (delError !== undefined) acc.failures.push(`DEL ${added.pod.name}: ${delError}`);
@@ -87,8 +127,10 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
     // down after it answered (plexusd) still has it now; its records tell after it settled (leaksOf), as a veth
     // plexusd could not delete keeps its record open.
     const present = subject.settled === undefined ? hostLinks() : new Set<string>();
-    const left = added.result !== undefined ? hostSideLinksOf(added.result, subject.bridge).filter((l) => present.has(l)) : [];
-    if (left.length) churnLeaks.set(subject.name, [...(churnLeaks.get(subject.name) ?? []), ...left.map((l) => `link ${l}`)]);
+    const left =
+      added.result !== undefined ? hostSideLinksOf(added.result, subject.bridge).filter((l) => present.has(l)) : [];
+    if (left.length)
+      churnLeaks.set(subject.name, [...(churnLeaks.get(subject.name) ?? []), ...left.map((l) => `link ${l}`)]);
     const r = ipBatch([`netns del ${added.pod.netns.split('/').pop()}`]);
     if (r.status !== 0) throw new Error(`ip netns del: ${r.stderr.trim()}`);
   };
@@ -100,7 +142,11 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
       if (acc === undefined) continue;
       const previous = alive.get(subject.name);
       if (previous !== undefined) await remove(subject, acc, previous.added, previous.measured);
-      const pod = newPod('default', `bench-${subject.tag}-${mode}${i}`, netnsPath(`${prefix}-${subject.tag}-${mode}${i}`));
+      const pod = newPod(
+        'default',
+        `bench-${subject.tag}-${mode}${i}`,
+        netnsPath(`${prefix}-${subject.tag}-${mode}${i}`),
+      );
       if (churn) {
         const r = ipBatch([`netns add ${prefix}-${subject.tag}-${mode}${i}`]);
         if (r.status !== 0) throw new Error(`ip netns add: ${r.stderr.trim()}`);
@@ -123,7 +169,10 @@ export async function measureLatency(teardown: Teardown, prefix: string, subject
   for (const subject of subjects) {
     const acc = samples.get(subject.name);
     if (acc === undefined) continue;
-    const leaks = [...(churnLeaks.get(subject.name) ?? []), ...(await leaksOf(subject, acc.runs, before.get(subject.name) ?? new Set()))];
+    const leaks = [
+      ...(churnLeaks.get(subject.name) ?? []),
+      ...(await leaksOf(subject, acc.runs, before.get(subject.name) ?? new Set())),
+    ];
     figures.set(subject.name, { add: summarize(acc.add), del: summarize(acc.del), failures: acc.failures, leaks });
   }
   deleteNetns(netnsNames);
@@ -148,12 +197,20 @@ export interface BurstFigures {
   readonly errors: readonly string[];
 }
 
-export async function measureBurst(teardown: Teardown, prefix: string, subject: Subject, pods: number, concurrency: number): Promise<BurstFigures> {
+export async function measureBurst(
+  teardown: Teardown,
+  prefix: string,
+  subject: Subject,
+  pods: number,
+  concurrency: number,
+): Promise<BurstFigures> {
   const names = Array.from({ length: pods }, (_, i) => `${prefix}-${subject.tag}-c${concurrency}-${i}`);
   createNetns(teardown, names);
   try {
     const before = new Set(await subject.leftovers());
-    const podList = names.map((n, i) => newPod('default', `bench-${subject.tag}-c${concurrency}-${i}`, `/var/run/netns/${n}`));
+    const podList = names.map((n, i) =>
+      newPod('default', `bench-${subject.tag}-c${concurrency}-${i}`, `/var/run/netns/${n}`),
+    );
     let t0 = process.hrtime.bigint();
     const added = await mapLimit(podList, concurrency, (pod) => addPod(subject, pod));
     const addWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
@@ -162,7 +219,8 @@ export async function measureBurst(teardown: Teardown, prefix: string, subject: 
     const delWallMs = Number(process.hrtime.bigint() - t0) / 1e6;
     const runs: PodRun[] = added.map((a, i) => ({ ...a, ...deleted[i] }));
     const owners = new Map<string, number>();
-    for (const r of runs) for (const a of r.result !== undefined ? addressesOf(r.result) : []) owners.set(a, (owners.get(a) ?? 0) + 1);
+    for (const r of runs)
+      for (const a of r.result !== undefined ? addressesOf(r.result) : []) owners.set(a, (owners.get(a) ?? 0) + 1);
     const ok = runs.filter((r) => r.addError === undefined);
     return {
       subject: subject.name,
@@ -177,7 +235,12 @@ export async function measureBurst(teardown: Teardown, prefix: string, subject: 
       duplicateIps: [...owners].filter(([, n]) => n > 1).map(([a, n]) => `${a} x${n}`),
       leaks: await leaksOf(subject, runs, before),
       errors: [
-        ...new Set(runs.flatMap((r) => [...(r.addError !== undefined ? [`ADD: ${r.addError}`] : []), ...(r.delError !== undefined ? [`DEL: ${r.delError}`] : [])])),
+        ...new Set(
+          runs.flatMap((r) => [
+            ...(r.addError !== undefined ? [`ADD: ${r.addError}`] : []),
+            ...(r.delError !== undefined ? [`DEL: ${r.delError}`] : []),
+          ]),
+        ),
       ].slice(0, 5),
     };
   } finally {

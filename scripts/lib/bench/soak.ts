@@ -26,7 +26,16 @@ export interface SoakFigures {
   readonly errors: readonly string[];
 }
 
-export async function measureSoak(teardown: Teardown, prefix: string, runtime: MultiRuntime, networks: string, daemon: Plexusd, cycles: number, concurrency = 8, segment = 1000): Promise<SoakFigures> {
+export async function measureSoak(
+  teardown: Teardown,
+  prefix: string,
+  runtime: MultiRuntime,
+  networks: string,
+  daemon: Plexusd,
+  cycles: number,
+  concurrency = 8,
+  segment = 1000,
+): Promise<SoakFigures> {
   // Each worker churns pods through one namespace of its own: ADD, then DEL, then the next pod.
   const names = Array.from({ length: concurrency }, (_, w) => `${prefix}-soak${w}`);
   createNetns(teardown, names);
@@ -55,7 +64,10 @@ export async function measureSoak(teardown: Teardown, prefix: string, runtime: M
   };
   await Promise.all(Array.from({ length: concurrency }, (_, w) => worker(w)));
   await runtime.settled?.();
-  const leaks = [...(await runtime.leftovers()), ...runtime.bridges.flatMap((b) => linksOfBridge(b).map((l) => `port ${l} on ${b}`))];
+  const leaks = [
+    ...(await runtime.leftovers()),
+    ...runtime.bridges.flatMap((b) => linksOfBridge(b).map((l) => `port ${l} on ${b}`)),
+  ];
   deleteNetns(names);
   return { cycles, concurrency, networks, segments, leaks, errors: [...errors].slice(0, 5) };
 }

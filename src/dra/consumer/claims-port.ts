@@ -5,7 +5,12 @@
 import { segment, type KubeApiClient } from '../../k8s/api-client';
 import { err, ok, type Result } from '../../common/result';
 import {
-  ClaimSchema, PodSchema, SliceListSchema, type AllocatedClaim, type ClaimingPod, type PublishedSlice,
+  ClaimSchema,
+  PodSchema,
+  SliceListSchema,
+  type AllocatedClaim,
+  type ClaimingPod,
+  type PublishedSlice,
 } from './shapes';
 
 export interface ClaimsPort {

@@ -22,17 +22,27 @@ export interface ClaimDeviceOptions {
   readonly log?: Logger;
 }
 
-const apiFailure = (message: string): CniError => new CniError(CniCode.TryAgainLater, message,
-  'plexusd reads the pod, its ResourceClaims and their drivers\' ResourceSlices (RBAC: deploy/10-rbac.yaml)');
+const apiFailure = (message: string): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    message,
+    "plexusd reads the pod, its ResourceClaims and their drivers' ResourceSlices (RBAC: deploy/10-rbac.yaml)",
+  );
 const podMissing = (namespace: string, name: string): CniError =>
   new CniError(CniCode.TryAgainLater, `pod ${namespace}/${name} is not in the API: its DRA claims cannot be read`);
-const claimMissing = (namespace: string, name: string): CniError => new CniError(CniCode.TryAgainLater,
-  `ResourceClaim ${namespace}/${name} of the pod does not exist (deleted while the pod starts?)`);
+const claimMissing = (namespace: string, name: string): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `ResourceClaim ${namespace}/${name} of the pod does not exist (deleted while the pod starts?)`,
+  );
 
 export class ClaimDeviceReader implements PodDeviceSource {
   private readonly skipDrivers: ReadonlySet<string>;
 
-  constructor(private readonly port: ClaimsPort, private readonly options: ClaimDeviceOptions = {}) {
+  constructor(
+    private readonly port: ClaimsPort,
+    private readonly options: ClaimDeviceOptions = {},
+  ) {
     this.skipDrivers = new Set(options.skipDrivers ?? [DRIVER_NAME]);
   }
 
@@ -84,7 +94,8 @@ export function withClaimedDevices(kubelet: PodDeviceSource, claims: PodDeviceSo
   return {
     async devicesOf(namespace, name) {
       const [fromKubelet, fromClaims] = await Promise.all([
-        kubelet.devicesOf(namespace, name), claims.devicesOf(namespace, name),
+        kubelet.devicesOf(namespace, name),
+        claims.devicesOf(namespace, name),
       ]);
       if (!fromKubelet.ok) return fromKubelet;
       if (!fromClaims.ok) return fromClaims;

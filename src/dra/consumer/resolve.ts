@@ -19,15 +19,24 @@ export interface Resolution {
 }
 
 const claimErrors = {
-  notMadeYet: (pod: string, ref: string) => new CniError(CniCode.TryAgainLater,
-    `pod ${pod}: the ResourceClaim of its claim ${ref} (from a template) is not in the pod's status yet`,
-    'the resource claim controller (kube-controller-manager) makes it; the runtime retries the ADD'),
-  notAllocated: (claim: string) => new CniError(CniCode.TryAgainLater,
-    `ResourceClaim ${claim} has no device allocation`,
-    'the scheduler allocates a claim before the pod is bound to a node; is kube-scheduler running?'),
-  notReserved: (claim: string, pod: string) => new CniError(CniCode.InvalidEnvironment,
-    `ResourceClaim ${claim} is not reserved for pod ${pod} (status.reservedFor): its devices are not the pod's`,
-    'a claim is reserved for the pods the scheduler placed with it; was the claim deleted and made again?'),
+  notMadeYet: (pod: string, ref: string) =>
+    new CniError(
+      CniCode.TryAgainLater,
+      `pod ${pod}: the ResourceClaim of its claim ${ref} (from a template) is not in the pod's status yet`,
+      'the resource claim controller (kube-controller-manager) makes it; the runtime retries the ADD',
+    ),
+  notAllocated: (claim: string) =>
+    new CniError(
+      CniCode.TryAgainLater,
+      `ResourceClaim ${claim} has no device allocation`,
+      'the scheduler allocates a claim before the pod is bound to a node; is kube-scheduler running?',
+    ),
+  notReserved: (claim: string, pod: string) =>
+    new CniError(
+      CniCode.InvalidEnvironment,
+      `ResourceClaim ${claim} is not reserved for pod ${pod} (status.reservedFor): its devices are not the pod's`,
+      'a claim is reserved for the pods the scheduler placed with it; was the claim deleted and made again?',
+    ),
 };
 
 /**

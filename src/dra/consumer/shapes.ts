@@ -9,33 +9,54 @@ const Meta = z.object({ name: z.string(), namespace: z.string().optional(), uid:
 
 export const PodSchema = z.object({
   metadata: Meta,
-  spec: z.object({
-    nodeName: z.string().optional(),
-    resourceClaims: z.array(z.object({
-      name: z.string(),
-      resourceClaimName: z.string().nullish(),
-      resourceClaimTemplateName: z.string().nullish(),
-    })).nullish(),
-  }).optional(),
-  status: z.object({
-    /** One per template claim: the claim the controller made for the pod (unset when none was needed). */
-    resourceClaimStatuses: z.array(z.object({ name: z.string(), resourceClaimName: z.string().nullish() })).nullish(),
-  }).optional(),
+  spec: z
+    .object({
+      nodeName: z.string().optional(),
+      resourceClaims: z
+        .array(
+          z.object({
+            name: z.string(),
+            resourceClaimName: z.string().nullish(),
+            resourceClaimTemplateName: z.string().nullish(),
+          }),
+        )
+        .nullish(),
+    })
+    .optional(),
+  status: z
+    .object({
+      /** One per template claim: the claim the controller made for the pod (unset when none was needed). */
+      resourceClaimStatuses: z.array(z.object({ name: z.string(), resourceClaimName: z.string().nullish() })).nullish(),
+    })
+    .optional(),
 });
 export type ClaimingPod = z.infer<typeof PodSchema>;
 
 export const ClaimSchema = z.object({
   metadata: Meta,
-  status: z.object({
-    allocation: z.object({
-      devices: z.object({
-        results: z.array(z.object({
-          request: z.string(), driver: z.string(), pool: z.string(), device: z.string(),
-        })).nullish(),
-      }).nullish(),
-    }).nullish(),
-    reservedFor: z.array(z.object({ resource: z.string().optional(), name: z.string(), uid: z.string() })).nullish(),
-  }).optional(),
+  status: z
+    .object({
+      allocation: z
+        .object({
+          devices: z
+            .object({
+              results: z
+                .array(
+                  z.object({
+                    request: z.string(),
+                    driver: z.string(),
+                    pool: z.string(),
+                    device: z.string(),
+                  }),
+                )
+                .nullish(),
+            })
+            .nullish(),
+        })
+        .nullish(),
+      reservedFor: z.array(z.object({ resource: z.string().optional(), name: z.string(), uid: z.string() })).nullish(),
+    })
+    .optional(),
 });
 export type AllocatedClaim = z.infer<typeof ClaimSchema>;
 

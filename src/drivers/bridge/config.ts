@@ -35,16 +35,33 @@ export interface BridgeConfig {
 export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
   const r = BridgeSchema.safeParse(plugin);
   if (!r.success) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `bridge config of network ${plugin.name}: ${firstIssue(r.error, '(config)')}`));
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `bridge config of network ${plugin.name}: ${firstIssue(r.error, '(config)')}`,
+      ),
+    );
   }
   const c = r.data;
   const name = validateIfname(c.bridge, 'bridge');
   if (!name.ok) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${plugin.name}: ${name.error.message}`));
   if (c.ipMasq) {
-    return err(new CniError(CniCode.UnsupportedField, `network ${plugin.name}: ipMasq is not implemented by the native bridge driver yet`, 'set "ipMasq": false, or masquerade on the node; see docs/configuration.md'));
+    return err(
+      new CniError(
+        CniCode.UnsupportedField,
+        `network ${plugin.name}: ipMasq is not implemented by the native bridge driver yet`,
+        'set "ipMasq": false, or masquerade on the node; see docs/configuration.md',
+      ),
+    );
   }
   if (c.vlan !== 0) {
-    return err(new CniError(CniCode.UnsupportedField, `network ${plugin.name}: vlan ${c.vlan} is not implemented by the native bridge driver yet`, 'remove "vlan" or set it to 0; see docs/configuration.md'));
+    return err(
+      new CniError(
+        CniCode.UnsupportedField,
+        `network ${plugin.name}: vlan ${c.vlan} is not implemented by the native bridge driver yet`,
+        'remove "vlan" or set it to 0; see docs/configuration.md',
+      ),
+    );
   }
   let ipam: IpamConfig | undefined;
   if (c.ipam && Object.keys(c.ipam).length > 0) {

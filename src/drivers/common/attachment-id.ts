@@ -13,7 +13,10 @@ export const attachmentId = (containerId: string, runtimeIfname: string, podIfna
 
 /** `hex` hexadecimal digits of the attachment identity's SHA-256: a short name part no other attachment has. */
 export const attachmentHash = (containerId: string, runtimeIfname: string, podIfname: string, hex: number): string =>
-  createHash('sha256').update(attachmentId(containerId, runtimeIfname, podIfname)).digest('hex').slice(0, hex);
+  createHash('sha256')
+    .update(attachmentId(containerId, runtimeIfname, podIfname))
+    .digest('hex')
+    .slice(0, hex);
 
 /** Link groups "PY…": beside the "PX…" range of the kernel layer's batched host deletions; no tool hands them out. */
 const POD_LINK_MARK_BASE = 0x50590000;

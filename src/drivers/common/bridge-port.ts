@@ -27,10 +27,18 @@ export interface BridgePort {
   readonly ensureBridge: (again: boolean) => Promise<Result<{ readonly mac?: string }>>;
 }
 
-export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port: BridgePort): Promise<Result<CniResult>> {
+export async function attachBridgePort(
+  req: AttachRequest,
+  env: DriverEnv,
+  port: BridgePort,
+): Promise<Result<CniResult>> {
   let bridge = await port.ensureBridge(false);
   if (!bridge.ok) return bridge;
-  const veth = await prepareHostVeth(req, env, { bridge: port.bridge, ...(port.mtu ? { mtu: port.mtu } : {}), ...(port.node ? { node: port.node } : {}) });
+  const veth = await prepareHostVeth(req, env, {
+    bridge: port.bridge,
+    ...(port.mtu ? { mtu: port.mtu } : {}),
+    ...(port.node ? { node: port.node } : {}),
+  });
   let bridgeMissing = false;
   const plumb = () =>
     plumbPodInterface(req, env, {
@@ -50,6 +58,18 @@ export async function attachBridgePort(req: AttachRequest, env: DriverEnv, port:
     plumbed = await plumb();
   }
   if (!plumbed.ok) return plumbed;
-  const hostInterfaces: CniInterface[] = [{ name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) }, { name: veth.name, mac: veth.mac }];
-  return ok(podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: port.ipam, routes: plumbed.value.routes }));
+  const hostInterfaces: CniInterface[] = [
+    { name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) },
+    { name: veth.name, mac: veth.mac },
+  ];
+  return ok(
+    podResult({
+      hostInterfaces,
+      ifname: req.ifname,
+      netns: req.netns,
+      link: plumbed.value.link,
+      ipam: port.ipam,
+      routes: plumbed.value.routes,
+    }),
+  );
 }

@@ -32,7 +32,10 @@ export function checkLinkName(plugin: PluginConfig, field: string, name: string)
 }
 
 /** The `ipam` section, if it is present and not empty (the reference plugins' "{}" means "no addresses"). */
-export function parseOptionalIpam(plugin: PluginConfig, raw: Readonly<Record<string, unknown>> | undefined): Result<IpamConfig | undefined> {
+export function parseOptionalIpam(
+  plugin: PluginConfig,
+  raw: Readonly<Record<string, unknown>> | undefined,
+): Result<IpamConfig | undefined> {
   if (!raw || Object.keys(raw).length === 0) return ok(undefined);
   const parsed = parseIpamConfig(raw);
   if (!parsed.ok) return err(parsed.error.withContext(`${plugin.type} config of network ${plugin.name}`));
@@ -42,6 +45,8 @@ export function parseOptionalIpam(plugin: PluginConfig, raw: Readonly<Record<str
 // Field schemas the drivers share.
 export const ipamField = z.record(z.string(), z.unknown()).optional();
 export const mtuField = z.number().int().min(68).max(65535).optional();
-export const macField = z.string().regex(/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/, 'must be a MAC address like aa:bb:cc:dd:ee:ff');
+export const macField = z
+  .string()
+  .regex(/^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/, 'must be a MAC address like aa:bb:cc:dd:ee:ff');
 export const ipField = z.string().refine((s) => isIP(s) !== 0, 'must be an IP address');
 export const ipFamily = (address: string): 4 | 6 => (isIP(address) === 6 ? 6 : 4);

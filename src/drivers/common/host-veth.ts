@@ -54,7 +54,10 @@ export async function prepareHostVeth(
     create: {
       op: 'linkAdd',
       link: {
-        kind: 'veth', name, mac, up: true,
+        kind: 'veth',
+        name,
+        mac,
+        up: true,
         ...(opts.bridge ? { bridge: opts.bridge } : {}),
         ...(opts.mtu ? { mtu: opts.mtu } : {}),
         ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
@@ -63,7 +66,11 @@ export async function prepareHostVeth(
     },
     createFailed: (e) =>
       e.is('EEXIST')
-        ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${name} exists`, e.details)
+        ? new CniError(
+            CniCode.Internal,
+            `${what}: interface ${req.ifname} already exists in ${req.netns} or host link ${name} exists`,
+            e.details,
+          )
         : kernelError(e, `${what}: creating veth ${name} <-> ${req.ifname}`),
   };
 }

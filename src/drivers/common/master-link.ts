@@ -23,7 +23,10 @@ export interface MasterLinkConfig<Mode extends string> {
 }
 
 /** The config schema of a master-link plugin whose modes are `modes`, the first being the default. */
-export function parseMasterLinkConfig<Mode extends string>(modes: readonly [Mode, ...Mode[]], plugin: PluginConfig): Result<MasterLinkConfig<Mode>> {
+export function parseMasterLinkConfig<Mode extends string>(
+  modes: readonly [Mode, ...Mode[]],
+  plugin: PluginConfig,
+): Result<MasterLinkConfig<Mode>> {
   const schema = z.looseObject({
     master: z.string().optional(),
     mode: z.enum(modes).default(modes[0]),
@@ -35,7 +38,13 @@ export function parseMasterLinkConfig<Mode extends string>(modes: readonly [Mode
   if (!parsed.ok) return parsed;
   const c = parsed.value;
   if (c.linkInContainer) {
-    return err(unsupportedField(plugin, 'linkInContainer: a master inside the pod netns is not supported natively', 'set "linkInContainer": false, or run the reference plugin through the delegate driver'));
+    return err(
+      unsupportedField(
+        plugin,
+        'linkInContainer: a master inside the pod netns is not supported natively',
+        'set "linkInContainer": false, or run the reference plugin through the delegate driver',
+      ),
+    );
   }
   if (c.master !== undefined) {
     const name = checkLinkName(plugin, 'master', c.master);
@@ -43,7 +52,12 @@ export function parseMasterLinkConfig<Mode extends string>(modes: readonly [Mode
   }
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
-  return ok({ ...(c.master ? { master: c.master } : {}), mode: c.mode, ...(c.mtu ? { mtu: c.mtu } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
+  return ok({
+    ...(c.master ? { master: c.master } : {}),
+    mode: c.mode,
+    ...(c.mtu ? { mtu: c.mtu } : {}),
+    ...(ipam.value ? { ipam: ipam.value } : {}),
+  });
 }
 
 /** Attaches a macvlan or ipvlan: resolve the master, reserve IPs, create the link in the pod, configure it. */
@@ -61,7 +75,10 @@ export async function attachMasterLink<Mode extends string>(
 
   const group = await recordPodLink(req, env);
   const base = {
-    name: req.ifname, netns: req.netns, master: master.value, group,
+    name: req.ifname,
+    netns: req.netns,
+    master: master.value,
+    group,
     ...(conf.mtu ? { mtu: conf.mtu } : {}),
   };
   const link =
@@ -75,9 +92,20 @@ export async function attachMasterLink<Mode extends string>(
         ? masterNotFound(what, master.value)
         : e.is('EEXIST')
           ? new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`, e.details)
-          : kernelError(e, `${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`),
+          : kernelError(
+              e,
+              `${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`,
+            ),
     ipam: ipam.value,
   });
   if (!plumbed.ok) return plumbed;
-  return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes }));
+  return ok(
+    podResult({
+      ifname: req.ifname,
+      netns: req.netns,
+      link: plumbed.value.link,
+      ipam: ipam.value,
+      routes: plumbed.value.routes,
+    }),
+  );
 }

@@ -17,10 +17,26 @@ import type { AttachRequest, DriverEnv } from '../driver';
  * Allocates the attachment's addresses, recording their release first. Without IPAM, static IPs cannot be
  * honoured: that is a config error rather than a silently address-less interface.
  */
-export async function allocatePodIps(req: AttachRequest, env: DriverEnv, ipam: IpamConfig | undefined): Promise<Result<IpamResult | undefined>> {
+export async function allocatePodIps(
+  req: AttachRequest,
+  env: DriverEnv,
+  ipam: IpamConfig | undefined,
+): Promise<Result<IpamResult | undefined>> {
   if (!ipam) {
-    if (req.ips.length) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so static IPs ${req.ips.join(', ')} cannot be assigned`));
-    if (req.options?.ipamClaim) return err(new CniError(CniCode.InvalidNetworkConfig, `network ${req.network.key} has no IPAM, so IPAMClaim ${req.options.ipamClaim} cannot give it addresses`));
+    if (req.ips.length)
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `network ${req.network.key} has no IPAM, so static IPs ${req.ips.join(', ')} cannot be assigned`,
+        ),
+      );
+    if (req.options?.ipamClaim)
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `network ${req.network.key} has no IPAM, so IPAMClaim ${req.options.ipamClaim} cannot give it addresses`,
+        ),
+      );
     return ok(undefined);
   }
   // The lease's owner is the whole attachment; the step names it exactly, so its undo releases no other's lease.
@@ -39,7 +55,8 @@ const isDefaultRoute = (dst: string): boolean => /^(0\.0\.0\.0|::)\/0$/.test(dst
 /** The first gateway of each family among the allocated addresses. */
 export function gatewaysOf(ipam: IpamResult | undefined): Map<4 | 6, string> {
   const gateways = new Map<4 | 6, string>();
-  for (const ip of ipam?.ips ?? []) if (ip.gateway && !gateways.has(family(ip.address))) gateways.set(family(ip.address), ip.gateway);
+  for (const ip of ipam?.ips ?? [])
+    if (ip.gateway && !gateways.has(family(ip.address))) gateways.set(family(ip.address), ip.gateway);
   return gateways;
 }
 
@@ -79,23 +96,46 @@ export interface PodInterfaceSetup {
  */
 export function podInterfaceOps(setup: PodInterfaceSetup, at: string): BatchOp[] {
   const ops: BatchOp[] = [...(setup.before ?? []), { op: 'linkSet', name: setup.ifname, up: true }];
-  for (const ip of setup.ipam?.ips ?? []) ops.push({ op: 'addrAdd', name: setup.ifname, address: ip.address, noDad: true, ...(setup.noPrefixRoute ? { noPrefixRoute: true } : {}) });
+  for (const ip of setup.ipam?.ips ?? [])
+    ops.push({
+      op: 'addrAdd',
+      name: setup.ifname,
+      address: ip.address,
+      noDad: true,
+      ...(setup.noPrefixRoute ? { noPrefixRoute: true } : {}),
+    });
   ops.push(...(setup.afterAddresses ?? []));
-  for (const r of setup.routes) ops.push({ op: 'routeAdd', route: { dst: r.dst, dev: setup.ifname, ...(r.gw ? { gw: r.gw } : {}) }, ignore: ['EEXIST'] });
+  for (const r of setup.routes)
+    ops.push({
+      op: 'routeAdd',
+      route: { dst: r.dst, dev: setup.ifname, ...(r.gw ? { gw: r.gw } : {}) },
+      ignore: ['EEXIST'],
+    });
   ops.push({ op: 'linkGet', name: setup.ifname });
   return ops.map((op) => ({ ...op, at }));
 }
 
 /** Configures a pod interface that already exists (one batch in the pod netns) and answers it as the kernel now sees it. */
-export async function configurePodInterface(req: AttachRequest, env: DriverEnv, setup: PodInterfaceSetup): Promise<Result<LinkInfo>> {
+export async function configurePodInterface(
+  req: AttachRequest,
+  env: DriverEnv,
+  setup: PodInterfaceSetup,
+): Promise<Result<LinkInfo>> {
   const r = await env.kernel.batch(req.netns, podInterfaceOps(setup, req.netns));
-  if (!r.ok) return err(kernelError(r.error, `network ${req.network.key}: configuring ${setup.ifname} in ${req.netns}`));
+  if (!r.ok)
+    return err(kernelError(r.error, `network ${req.network.key}: configuring ${setup.ifname} in ${req.netns}`));
   return podLinkOf(req, setup.ifname, r.value);
 }
 
 function podLinkOf(req: AttachRequest, ifname: string, values: readonly unknown[]): Result<LinkInfo> {
   const link = values[values.length - 1] as LinkInfo | null | undefined;
-  if (!link) return err(new CniError(CniCode.Internal, `network ${req.network.key}: ${ifname} vanished from ${req.netns} while it was being configured`));
+  if (!link)
+    return err(
+      new CniError(
+        CniCode.Internal,
+        `network ${req.network.key}: ${ifname} vanished from ${req.netns} while it was being configured`,
+      ),
+    );
   return ok(link);
 }
 
@@ -120,17 +160,29 @@ export interface Plumbing {
  * Creates the pod interface and configures it in one trip to the kernel worker: the `create` ops, then the pod
  * side (podInterfaceOps). Answers the results of the `create` ops, the pod link and the routes it added.
  */
-export async function plumbPodInterface(req: AttachRequest, env: DriverEnv, p: Plumbing): Promise<Result<{ created: unknown[]; link: LinkInfo; routes: readonly CniRoute[] }>> {
+export async function plumbPodInterface(
+  req: AttachRequest,
+  env: DriverEnv,
+  p: Plumbing,
+): Promise<Result<{ created: unknown[]; link: LinkInfo; routes: readonly CniRoute[] }>> {
   const routes = p.routes ?? podRoutes(p.ipam);
   const podOps = podInterfaceOps(
-    { ifname: req.ifname, ipam: p.ipam, routes, ...(p.before ? { before: p.before } : {}), ...(p.noPrefixRoute ? { noPrefixRoute: true } : {}), ...(p.afterAddresses ? { afterAddresses: p.afterAddresses } : {}) },
+    {
+      ifname: req.ifname,
+      ipam: p.ipam,
+      routes,
+      ...(p.before ? { before: p.before } : {}),
+      ...(p.noPrefixRoute ? { noPrefixRoute: true } : {}),
+      ...(p.afterAddresses ? { afterAddresses: p.afterAddresses } : {}),
+    },
     req.netns,
   );
   const after = p.after ?? [];
   const r = await env.kernel.batch(p.node, [...p.create, ...podOps, ...after]);
   if (!r.ok) {
     if (r.error.index < p.create.length) return err(p.createFailed(r.error));
-    if (r.error.index >= p.create.length + podOps.length) return err(kernelError(r.error, `network ${req.network.key}: configuring the host side of ${req.ifname}`));
+    if (r.error.index >= p.create.length + podOps.length)
+      return err(kernelError(r.error, `network ${req.network.key}: configuring the host side of ${req.ifname}`));
     return err(kernelError(r.error, `network ${req.network.key}: configuring ${req.ifname} in ${req.netns}`));
   }
   const link = podLinkOf(req, req.ifname, r.value.slice(0, p.create.length + podOps.length));
@@ -157,7 +209,15 @@ export function podResult(opts: {
     ...(opts.pciID ? { pciID: opts.pciID } : {}),
   };
   const index = hostInterfaces.length;
-  const ips: CniIp[] = (opts.ipam?.ips ?? []).map((ip) => ({ address: ip.address, ...(ip.gateway ? { gateway: ip.gateway } : {}), interface: index }));
-  return { interfaces: [...hostInterfaces, pod], ips, routes: [...opts.routes], ...(opts.ipam?.dns ? { dns: opts.ipam.dns } : {}) };
+  const ips: CniIp[] = (opts.ipam?.ips ?? []).map((ip) => ({
+    address: ip.address,
+    ...(ip.gateway ? { gateway: ip.gateway } : {}),
+    interface: index,
+  }));
+  return {
+    interfaces: [...hostInterfaces, pod],
+    ips,
+    routes: [...opts.routes],
+    ...(opts.ipam?.dns ? { dns: opts.ipam.dns } : {}),
+  };
 }
-

@@ -12,7 +12,6 @@ import type { AttachRequest } from '../driver';
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-
 /**
  * The value for one declared capability, or undefined when the request has none. The well-known ones come from
  * the attachment (IPs, MAC, selection options), falling back to the runtime's runtimeConfig; anything else
@@ -67,6 +66,10 @@ export function buildPluginConfig(plugin: PluginConfig, req: AttachRequest, prev
     out.args = { ...args, cni: { ...cni, ...extra } };
   }
 
-  if (prevResult) out.prevResult = convertResult(prevResult, isSupportedVersion(plugin.cniVersion) ? plugin.cniVersion : LATEST_VERSION);
+  if (prevResult)
+    out.prevResult = convertResult(
+      prevResult,
+      isSupportedVersion(plugin.cniVersion) ? plugin.cniVersion : LATEST_VERSION,
+    );
   return out;
 }

@@ -54,6 +54,7 @@ export class ExecLimits {
   }
 
   private dropIdleShares(): void {
-    for (const [network, share] of this.shares) if (share.inFlight === 0 && share.queued === 0) this.shares.delete(network);
+    for (const [network, share] of this.shares)
+      if (share.inFlight === 0 && share.queued === 0) this.shares.delete(network);
   }
 }

@@ -67,7 +67,13 @@ export type DelegateDelStep = DelegateInvocation;
 /** Plugin types are file names inside the bin dir, never paths. */
 export function validatePluginType(type: string): Result<string> {
   if (type === '' || type === '.' || type.includes('/') || type.includes('..') || type.includes('\0')) {
-    return err(new CniError(CniCode.InvalidNetworkConfig, `plugin type "${type}" is not a plugin name`, 'a plugin type must be a file name in the CNI bin dir, without "/" or ".."'));
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `plugin type "${type}" is not a plugin name`,
+        'a plugin type must be a file name in the CNI bin dir, without "/" or ".."',
+      ),
+    );
   }
   return ok(type);
 }
@@ -87,7 +93,13 @@ export async function findPlugin(type: string, cniPath: string): Promise<Result<
       // not here (or not executable): try the next directory
     }
   }
-  return err(new CniError(CniCode.Internal, `plugin ${type} not found in ${dirs.join(':') || '(empty CNI path)'}`, 'install the plugin binary on this node or fix the network\'s "type"'));
+  return err(
+    new CniError(
+      CniCode.Internal,
+      `plugin ${type} not found in ${dirs.join(':') || '(empty CNI path)'}`,
+      'install the plugin binary on this node or fix the network\'s "type"',
+    ),
+  );
 }
 
 export type { PluginCall, PluginOutput } from './plugin-run';
@@ -97,7 +109,8 @@ export type { PluginCall, PluginOutput } from './plugin-run';
  * prefixed with `plugin <type>: `), or code 100 with an excerpt of its output when that is not an error object.
  */
 export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Promise<Result<PluginOutput>> {
-  const exec = (): Promise<Result<PluginOutput>> => execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
+  const exec = (): Promise<Result<PluginOutput>> =>
+    execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
   if (!opts.limits) return exec();
   const ran = await opts.limits.run(call.network, exec);
   return ran ? ran.value : err(tooManyQueued(call));
@@ -106,7 +119,11 @@ export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Prom
 const DEFAULT_BUSY_RETRY_MS = 5000;
 
 const tooManyQueued = (call: PluginCall): CniError =>
-  new CniError(CniCode.TryAgainLater, `plugin ${call.type} of network ${call.network}: too many plugin executions queued`, 'retry later');
+  new CniError(
+    CniCode.TryAgainLater,
+    `plugin ${call.type} of network ${call.network}: too many plugin executions queued`,
+    'retry later',
+  );
 
 /** The network a journaled plugin config belongs to: its CNI "name" (for its share of execs). */
 function networkOfConfig(config: string): string {
@@ -132,7 +149,6 @@ async function execRetryingBusy(call: PluginCall, timeoutMs: number, budgetMs: n
   }
 }
 
-
 /**
  * DEL from a journaled step: the recorded environment and the very bytes used at ADD. The recorded netns is
  * passed only while it still exists, else "" (as containerd's last DEL does), so the plugin still releases what
@@ -143,14 +159,29 @@ export async function runDelegateDel(step: DelegateDelStep, opts: ExecOptions = 
   if (!path.ok) return err(path.error.withContext(`DEL ${step.env.containerId}/${step.env.ifname}`));
   const netns = step.env.netns !== '' && existsSync(step.env.netns) ? step.env.netns : '';
   const r = await execPlugin(
-    { command: 'DEL', type: step.plugin, network: networkOfConfig(step.config), path: path.value, stdin: step.config, containerId: step.env.containerId, netns, ifname: step.env.ifname, args: step.env.args, cniPath: step.env.path },
+    {
+      command: 'DEL',
+      type: step.plugin,
+      network: networkOfConfig(step.config),
+      path: path.value,
+      stdin: step.config,
+      containerId: step.env.containerId,
+      netns,
+      ifname: step.env.ifname,
+      args: step.env.args,
+      cniPath: step.env.path,
+    },
     opts,
   );
   return r.ok ? ok(undefined) : r;
 }
 
 /** CHECK each journaled invocation in ADD order, with prevResult = the attachment's stored final result. */
-export async function delegateCheck(invocations: readonly DelegateInvocation[], prevResult: CniResult, opts: ExecOptions = {}): Promise<Result<void>> {
+export async function delegateCheck(
+  invocations: readonly DelegateInvocation[],
+  prevResult: CniResult,
+  opts: ExecOptions = {},
+): Promise<Result<void>> {
   for (const [i, inv] of invocations.entries()) {
     const context = `CHECK ${inv.env.containerId}/${inv.env.ifname}, plugin ${i + 1}/${invocations.length} (${inv.plugin})`;
     let config: Record<string, unknown>;
@@ -160,13 +191,30 @@ export async function delegateCheck(invocations: readonly DelegateInvocation[], 
       return err(new CniError(CniCode.Internal, `${context}: the journaled config is not JSON`, (e as Error).message));
     }
     const version = config.cniVersion;
-    if (!isSupportedVersion(version)) return err(new CniError(CniCode.IncompatibleVersion, `${context}: journaled config has unsupported cniVersion "${String(version)}"`));
+    if (!isSupportedVersion(version))
+      return err(
+        new CniError(
+          CniCode.IncompatibleVersion,
+          `${context}: journaled config has unsupported cniVersion "${String(version)}"`,
+        ),
+      );
     if (compareVersions(version, '0.4.0') < 0) continue;
     const path = await findPlugin(inv.plugin, inv.env.path);
     if (!path.ok) return err(path.error.withContext(context));
     const stdin = JSON.stringify({ ...config, prevResult: convertResult(prevResult, version) });
     const r = await execPlugin(
-      { command: 'CHECK', type: inv.plugin, network: networkOfConfig(inv.config), path: path.value, stdin, containerId: inv.env.containerId, netns: inv.env.netns, ifname: inv.env.ifname, args: inv.env.args, cniPath: inv.env.path },
+      {
+        command: 'CHECK',
+        type: inv.plugin,
+        network: networkOfConfig(inv.config),
+        path: path.value,
+        stdin,
+        containerId: inv.env.containerId,
+        netns: inv.env.netns,
+        ifname: inv.env.ifname,
+        args: inv.env.args,
+        cniPath: inv.env.path,
+      },
       opts,
     );
     if (!r.ok) return err(r.error.withContext(context));
@@ -175,7 +223,11 @@ export async function delegateCheck(invocations: readonly DelegateInvocation[], 
 }
 
 /** STATUS each plugin of the network in order; the first failure, with context, is the network's status. */
-export async function delegateStatus(network: NetworkDefinition, cniBinDir: string, opts: ExecOptions = {}): Promise<Result<void>> {
+export async function delegateStatus(
+  network: NetworkDefinition,
+  cniBinDir: string,
+  opts: ExecOptions = {},
+): Promise<Result<void>> {
   if (compareVersions(network.cniVersion, '1.1.0') < 0) return ok(undefined);
   for (const [i, plugin] of network.plugins.entries()) {
     const context = `STATUS of network ${network.key}, plugin ${i + 1}/${network.plugins.length} (${plugin.type})`;
@@ -184,22 +236,53 @@ export async function delegateStatus(network: NetworkDefinition, cniBinDir: stri
       const code = path.error.code === CniCode.InvalidNetworkConfig ? path.error.code : CniCode.PluginNotAvailable;
       return err(new CniError(code, `${context}: ${path.error.message}`, path.error.details));
     }
-    const r = await execPlugin({ command: 'STATUS', type: plugin.type, network: network.cniName, path: path.value, stdin: JSON.stringify(plugin), cniPath: cniBinDir }, opts);
+    const r = await execPlugin(
+      {
+        command: 'STATUS',
+        type: plugin.type,
+        network: network.cniName,
+        path: path.value,
+        stdin: JSON.stringify(plugin),
+        cniPath: cniBinDir,
+      },
+      opts,
+    );
     if (!r.ok) return err(r.error.withContext(context));
   }
   return ok(undefined);
 }
 
 /** GC each plugin of the network, telling it which attachments are still valid; continues past failures. */
-export async function delegateGc(network: NetworkDefinition, validAttachments: readonly AttachmentKey[], cniBinDir: string, opts: ExecOptions = {}): Promise<Result<void>> {
+export async function delegateGc(
+  network: NetworkDefinition,
+  validAttachments: readonly AttachmentKey[],
+  cniBinDir: string,
+  opts: ExecOptions = {},
+): Promise<Result<void>> {
   if (compareVersions(network.cniVersion, '1.1.0') < 0) return ok(undefined);
   const attachments = validAttachments.map((a) => ({ containerID: a.containerId, ifname: a.ifname }));
   let first: CniError | undefined;
   for (const [i, plugin] of network.plugins.entries()) {
     const context = `GC of network ${network.key}, plugin ${i + 1}/${network.plugins.length} (${plugin.type})`;
-    const config: PluginConfig = { ...plugin, 'cni.dev/valid-attachments': attachments, 'cni.dev/attachments': attachments };
+    const config: PluginConfig = {
+      ...plugin,
+      'cni.dev/valid-attachments': attachments,
+      'cni.dev/attachments': attachments,
+    };
     const path = await findPlugin(plugin.type, cniBinDir);
-    const r = path.ok ? await execPlugin({ command: 'GC', type: plugin.type, network: network.cniName, path: path.value, stdin: JSON.stringify(config), cniPath: cniBinDir }, opts) : path;
+    const r = path.ok
+      ? await execPlugin(
+          {
+            command: 'GC',
+            type: plugin.type,
+            network: network.cniName,
+            path: path.value,
+            stdin: JSON.stringify(config),
+            cniPath: cniBinDir,
+          },
+          opts,
+        )
+      : path;
     if (!r.ok) first ??= r.error.withContext(context);
   }
   return first ? err(first) : ok(undefined);

@@ -13,15 +13,33 @@ import { isSupportedVersion } from '../../cni/version';
 import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, Driver, DriverEnv } from '../driver';
 import { buildPluginConfig } from './config';
-import { type DelegateEnv, delegateCheck, delegateGc, delegateStatus, type ExecOptions, execPlugin, findPlugin, validatePluginType } from './exec';
+import {
+  type DelegateEnv,
+  delegateCheck,
+  delegateGc,
+  delegateStatus,
+  type ExecOptions,
+  execPlugin,
+  findPlugin,
+  validatePluginType,
+} from './exec';
 import { ExecLimits } from './exec-limits';
 import { parseCniResult } from './result';
 import { delegateDelStep, delegateStepKinds, invocationsIn } from './undo';
 
 export { buildPluginConfig, declaredCapabilities } from './config';
 export {
-  DEFAULT_TIMEOUT_MS, delegateCheck, delegateGc, delegateStatus, execPlugin, findPlugin, runDelegateDel,
-  type DelegateDelStep, type DelegateEnv, type DelegateInvocation, type ExecOptions,
+  DEFAULT_TIMEOUT_MS,
+  delegateCheck,
+  delegateGc,
+  delegateStatus,
+  execPlugin,
+  findPlugin,
+  runDelegateDel,
+  type DelegateDelStep,
+  type DelegateEnv,
+  type DelegateInvocation,
+  type ExecOptions,
 } from './exec';
 export { DEFAULT_EXEC_LIMITS, ExecLimits, type ExecLimitsOptions } from './exec-limits';
 export { parseCniResult, parsePluginError } from './result';
@@ -63,21 +81,37 @@ const CLAIM_READERS: ReadonlySet<string> = new Set(['ovn-k8s-cni-overlay']);
 function unhonouredClaim(req: AttachRequest, plugins: readonly PluginConfig[]): CniError | undefined {
   const claim = req.options?.ipamClaim;
   if (!claim || plugins.some((p) => CLAIM_READERS.has(p.type))) return undefined;
-  return new CniError(CniCode.InvalidNetworkConfig,
+  return new CniError(
+    CniCode.InvalidNetworkConfig,
     `network ${req.network.key} is delegated to ${plugins.map((p) => p.type).join(', ')}, which cannot honour IPAMClaim ${claim} (ipam-claim-reference): Multus passes it to no plugin`,
-    'drop ipam-claim-reference from the selection, or give the network plexus or whereabouts IPAM with a driver Plexus runs natively (docs/ipam.md)');
+    'drop ipam-claim-reference from the selection, or give the network plexus or whereabouts IPAM with a driver Plexus runs natively (docs/ipam.md)',
+  );
 }
 
 /** Runs the chain `parse` accepted: each plugin's type is a file name, and there is at least one. */
-async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[], env: DriverEnv, opts: ExecOptions): Promise<Result<CniResult>> {
+async function attachChain(
+  req: AttachRequest,
+  plugins: readonly PluginConfig[],
+  env: DriverEnv,
+  opts: ExecOptions,
+): Promise<Result<CniResult>> {
   const refused = unhonouredClaim(req, plugins);
   if (refused) return err(refused);
-  const delegateEnv: DelegateEnv = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: req.cniArgs ?? '', path: env.cniBinDir };
+  const delegateEnv: DelegateEnv = {
+    containerId: req.containerId,
+    netns: req.netns,
+    ifname: req.ifname,
+    args: req.cniArgs ?? '',
+    path: env.cniBinDir,
+  };
 
   let result: CniResult | undefined;
   for (const [i, plugin] of plugins.entries()) {
     const context = `network ${req.network.key}, plugin ${i + 1}/${plugins.length} (${plugin.type})`;
-    if (!isSupportedVersion(plugin.cniVersion)) return err(new CniError(CniCode.IncompatibleVersion, `${context}: unsupported cniVersion "${plugin.cniVersion}"`));
+    if (!isSupportedVersion(plugin.cniVersion))
+      return err(
+        new CniError(CniCode.IncompatibleVersion, `${context}: unsupported cniVersion "${plugin.cniVersion}"`),
+      );
     // Found before anything is recorded: a missing binary then leaves no step that DEL could never run.
     const path = await findPlugin(plugin.type, env.cniBinDir);
     if (!path.ok) return err(path.error.withContext(context));
@@ -85,7 +119,18 @@ async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[],
     const config = JSON.stringify(buildPluginConfig(plugin, req, result));
     await env.record(delegateDelStep({ plugin: plugin.type, config, env: delegateEnv }));
     const added = await execPlugin(
-      { command: 'ADD', type: plugin.type, network: req.network.cniName, path: path.value, stdin: config, containerId: req.containerId, netns: req.netns, ifname: req.ifname, args: delegateEnv.args, cniPath: env.cniBinDir },
+      {
+        command: 'ADD',
+        type: plugin.type,
+        network: req.network.cniName,
+        path: path.value,
+        stdin: config,
+        containerId: req.containerId,
+        netns: req.netns,
+        ifname: req.ifname,
+        args: delegateEnv.args,
+        cniPath: env.cniBinDir,
+      },
       opts,
     );
     if (!added.ok) return err(added.error.withContext(context));
@@ -93,10 +138,23 @@ async function attachChain(req: AttachRequest, plugins: readonly PluginConfig[],
     try {
       json = JSON.parse(added.value.stdout);
     } catch (e) {
-      return err(new CniError(CniCode.Internal, `${context}: plugin ${plugin.type} printed no JSON result`, `${(e as Error).message}; stdout: ${added.value.stdout.slice(0, 500)}`));
+      return err(
+        new CniError(
+          CniCode.Internal,
+          `${context}: plugin ${plugin.type} printed no JSON result`,
+          `${(e as Error).message}; stdout: ${added.value.stdout.slice(0, 500)}`,
+        ),
+      );
     }
     const parsed = parseCniResult(json, plugin.cniVersion);
-    if (!parsed.ok) return err(new CniError(parsed.error.code, `${context}: plugin ${plugin.type} returned an invalid result: ${parsed.error.message}`, added.value.stdout.slice(0, 500)));
+    if (!parsed.ok)
+      return err(
+        new CniError(
+          parsed.error.code,
+          `${context}: plugin ${plugin.type} returned an invalid result: ${parsed.error.message}`,
+          added.value.stdout.slice(0, 500),
+        ),
+      );
     result = parsed.value;
   }
   // The chain's last result is the attachment's result (it may have no sandbox interface, e.g. IPAM-only chains).

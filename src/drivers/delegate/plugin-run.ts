@@ -183,5 +183,7 @@ const overflowed = (call: PluginCall, output: PluginOutput): CniError =>
 
 const excerpt = (stderr: string, stdout: string): string => {
   const cut = (s: string): string => (s.length > 500 ? `${s.slice(0, 500)}…` : s);
-  return [stderr.trim() && `stderr: ${cut(stderr.trim())}`, stdout.trim() && `stdout: ${cut(stdout.trim())}`].filter(Boolean).join('; ');
+  return [stderr.trim() && `stderr: ${cut(stderr.trim())}`, stdout.trim() && `stdout: ${cut(stdout.trim())}`]
+    .filter(Boolean)
+    .join('; ');
 };

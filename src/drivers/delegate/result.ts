@@ -80,7 +80,8 @@ export function parseCniResult(json: unknown, version: CniVersion): Result<CniRe
   const r = parsed.data;
   const resultVersion = r.cniVersion ?? version;
   if (!isSupportedVersion(resultVersion)) return bad(`result has unsupported cniVersion "${resultVersion}"`);
-  if (resultVersion !== version) return bad(`result has cniVersion ${resultVersion}, but the config asked for ${version}`);
+  if (resultVersion !== version)
+    return bad(`result has cniVersion ${resultVersion}, but the config asked for ${version}`);
   const v1 = compareVersions(version, '1.0.0') >= 0;
   const v11 = compareVersions(version, '1.1.0') >= 0;
 
@@ -95,16 +96,24 @@ export function parseCniResult(json: unknown, version: CniVersion): Result<CniRe
   const ips: CniIp[] = [];
   for (const [n, ip] of (r.ips ?? []).entries()) {
     const family = ip.address.includes(':') ? '6' : '4';
-    if (!v1 && ip.version !== undefined && ip.version !== family) return bad(`ips[${n}]: version "${ip.version}" does not match address ${ip.address}`);
+    if (!v1 && ip.version !== undefined && ip.version !== family)
+      return bad(`ips[${n}]: version "${ip.version}" does not match address ${ip.address}`);
     if (ip.interface !== undefined && ip.interface >= interfaces.length) {
-      return bad(`ips[${n}]: interface index ${ip.interface} is out of range (the result has ${interfaces.length} interfaces)`);
+      return bad(
+        `ips[${n}]: interface index ${ip.interface} is out of range (the result has ${interfaces.length} interfaces)`,
+      );
     }
-    ips.push({ address: ip.address, ...(ip.gateway !== undefined ? { gateway: ip.gateway } : {}), ...(ip.interface !== undefined ? { interface: ip.interface } : {}) });
+    ips.push({
+      address: ip.address,
+      ...(ip.gateway !== undefined ? { gateway: ip.gateway } : {}),
+      ...(ip.interface !== undefined ? { interface: ip.interface } : {}),
+    });
   }
   const routes: CniRoute[] = (r.routes ?? []).map((rt) => {
     const out: { -readonly [K in keyof CniRoute]: CniRoute[K] } = { dst: rt.dst };
     if (rt.gw !== undefined) out.gw = rt.gw;
-    if (v11) for (const k of ['mtu', 'advmss', 'priority', 'table', 'scope'] as const) if (rt[k] !== undefined) out[k] = rt[k];
+    if (v11)
+      for (const k of ['mtu', 'advmss', 'priority', 'table', 'scope'] as const) if (rt[k] !== undefined) out[k] = rt[k];
     return out;
   });
   let dns: CniDns | undefined;

@@ -8,7 +8,8 @@ const V = 1;
 const DRIVER = 'delegate';
 const text = z.string();
 const schema = z.looseObject({
-  plugin: z.string().min(1), config: text,
+  plugin: z.string().min(1),
+  config: text,
   env: z.looseObject({ containerId: text, netns: text, ifname: text, args: text, path: text }),
 });
 
@@ -20,7 +21,9 @@ const delegateDelKind = (opts: ExecOptions): DriverStepKind<DelegateDelStep> => 
 });
 
 /** The step kinds of a delegate driver whose plugins run with `opts` (its exec limits). */
-export const delegateStepKinds = (opts: ExecOptions): DriverStepKinds => ({ delegateDel: stepKind(delegateDelKind(opts)) });
+export const delegateStepKinds = (opts: ExecOptions): DriverStepKinds => ({
+  delegateDel: stepKind(delegateDelKind(opts)),
+});
 
 export const delegateDelStep = (step: DelegateDelStep): UndoStep => driverStep(DRIVER, 'delegateDel', V, step);
 

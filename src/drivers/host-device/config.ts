@@ -12,7 +12,10 @@ const HostDeviceSchema = z.looseObject({
   hwaddr: macField.optional(),
   kernelpath: z
     .string()
-    .refine((p) => p.startsWith('/sys/devices/') && !p.split('/').includes('..'), 'must be an absolute path under /sys/devices/')
+    .refine(
+      (p) => p.startsWith('/sys/devices/') && !p.split('/').includes('..'),
+      'must be an absolute path under /sys/devices/',
+    )
     .optional(),
   pciBusID: z.string().regex(PCI_ADDRESS, 'must be a PCI address like 0000:3b:00.1').optional(),
   ipam: ipamField,
@@ -53,13 +56,28 @@ export function parseHostDeviceConfig(plugin: PluginConfig): Result<HostDeviceCo
  * the config, as in the reference plugin. A PCI address is found through sysfs; anything else is taken as a host
  * interface name (Plexus's host-device pools hand out interfaces by name), never vDPA or auxiliary devices.
  */
-export function selectorFor(plugin: PluginConfig, conf: HostDeviceConfig, deviceID: string | undefined): Result<DeviceSelector> {
+export function selectorFor(
+  plugin: PluginConfig,
+  conf: HostDeviceConfig,
+  deviceID: string | undefined,
+): Result<DeviceSelector> {
   if (deviceID) {
     if (PCI_ADDRESS.test(deviceID)) return ok({ by: 'pciBusID', pciAddress: deviceID.toLowerCase() });
     const name = checkLinkName(plugin, 'deviceID', deviceID);
-    if (!name.ok) return err(invalidConfig(plugin, `deviceID ${JSON.stringify(deviceID)} from the device plugin is neither a PCI address like 0000:3b:00.1 nor an interface name`));
+    if (!name.ok)
+      return err(
+        invalidConfig(
+          plugin,
+          `deviceID ${JSON.stringify(deviceID)} from the device plugin is neither a PCI address like 0000:3b:00.1 nor an interface name`,
+        ),
+      );
     return ok({ by: 'device', name: deviceID });
   }
   if (conf.selector) return ok(conf.selector);
-  return err(invalidConfig(plugin, 'specify one of "device", "hwaddr", "kernelpath" or "pciBusID", or request the device through a device plugin (deviceID)'));
+  return err(
+    invalidConfig(
+      plugin,
+      'specify one of "device", "hwaddr", "kernelpath" or "pciBusID", or request the device through a device plugin (deviceID)',
+    ),
+  );
 }

@@ -19,7 +19,11 @@ export const describeSelector = (s: DeviceSelector): string => {
 };
 
 const notFound = (s: DeviceSelector, why = ''): CniError =>
-  new CniError(CniCode.InvalidNetworkConfig, `${describeSelector(s)} not found on the host${why ? ` (${why})` : ''}`, 'is it already in use by another pod, or bound to a userspace driver?');
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${describeSelector(s)} not found on the host${why ? ` (${why})` : ''}`,
+    'is it already in use by another pod, or bound to a userspace driver?',
+  );
 
 async function netdevNames(dir: string): Promise<string[] | undefined> {
   try {
@@ -33,8 +37,13 @@ async function netdevNames(dir: string): Promise<string[] | undefined> {
  * The link among `links` (the host's) that the selector names. sysfs is read under `sysfsRoot` (tests point it
  * at a fake tree). A PCI function's netdev is listed in <pci device>/net, or <pci device>/virtio*\/net for virtio.
  */
-export async function findHostDevice(selector: DeviceSelector, links: readonly LinkInfo[], sysfsRoot = '/sys'): Promise<Result<LinkInfo>> {
-  const byName = (names: readonly string[] | undefined): LinkInfo | undefined => names?.map((n) => links.find((l) => l.name === n)).find((l) => l !== undefined);
+export async function findHostDevice(
+  selector: DeviceSelector,
+  links: readonly LinkInfo[],
+  sysfsRoot = '/sys',
+): Promise<Result<LinkInfo>> {
+  const byName = (names: readonly string[] | undefined): LinkInfo | undefined =>
+    names?.map((n) => links.find((l) => l.name === n)).find((l) => l !== undefined);
   let found: LinkInfo | undefined;
   switch (selector.by) {
     case 'device':

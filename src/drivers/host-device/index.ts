@@ -25,10 +25,18 @@ export const createHostDeviceDriver = (): Driver<HostDeviceConfig> => ({
   attach: attachHostDevice,
 });
 
-async function attachHostDevice(req: AttachRequest, conf: HostDeviceConfig, env: DriverEnv): Promise<Result<CniResult>> {
+async function attachHostDevice(
+  req: AttachRequest,
+  conf: HostDeviceConfig,
+  env: DriverEnv,
+): Promise<Result<CniResult>> {
   const what = `network ${req.network.key}`;
   const fromRuntime = req.runtimeConfig.get('deviceID');
-  const selector = selectorFor(req.plugin, conf, req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined));
+  const selector = selectorFor(
+    req.plugin,
+    conf,
+    req.options?.deviceID ?? (typeof fromRuntime === 'string' ? fromRuntime : undefined),
+  );
   if (!selector.ok) return selector;
 
   const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
@@ -40,7 +48,8 @@ async function attachHostDevice(req: AttachRequest, conf: HostDeviceConfig, env:
   // Checked before anything is recorded: undoing a move onto an existing pod interface would take that one instead.
   const existing = await env.kernel.getLink(req.netns, req.ifname);
   if (!existing.ok) return err(kernelError(existing.error, `${what}: looking up ${req.ifname} in ${req.netns}`));
-  if (existing.value) return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
+  if (existing.value)
+    return err(new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`));
 
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
@@ -49,10 +58,23 @@ async function attachHostDevice(req: AttachRequest, conf: HostDeviceConfig, env:
   await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac }));
   const plumbed = await plumbPodInterface(req, env, {
     create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
-    createFailed: (e) => kernelError(e, `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`),
+    createFailed: (e) =>
+      kernelError(
+        e,
+        `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`,
+      ),
     ipam: ipam.value,
   });
   if (!plumbed.ok) return plumbed;
   const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
-  return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes, ...(pciID ? { pciID } : {}) }));
+  return ok(
+    podResult({
+      ifname: req.ifname,
+      netns: req.netns,
+      link: plumbed.value.link,
+      ipam: ipam.value,
+      routes: plumbed.value.routes,
+      ...(pciID ? { pciID } : {}),
+    }),
+  );
 }

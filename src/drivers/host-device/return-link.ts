@@ -32,12 +32,16 @@ export async function returnLinkToHost(step: ReturnLinkStep, kernel: KernelPort)
   if (step.mac !== undefined) {
     const found = await kernel.getLink(step.netns, step.name);
     if (!found.ok) {
-      return netnsGone(step, found.error) ? ok(undefined) : err(kernelError(found.error, `looking up ${step.name} in ${step.netns}`));
+      return netnsGone(step, found.error)
+        ? ok(undefined)
+        : err(kernelError(found.error, `looking up ${step.name} in ${step.netns}`));
     }
     // Gone, or another interface of that name (the move never happened): not the device Plexus moved, so it stays.
     if (found.value?.mac !== step.mac) return ok(undefined);
   }
-  const r = await kernel.batch(step.netns, [{ op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName }]);
+  const r = await kernel.batch(step.netns, [
+    { op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName },
+  ]);
   if (r.ok) return ok(undefined);
   const f = r.error.failure;
   // The pod netns is gone (or its bind mount was removed): the kernel already took the device back or destroyed it.
@@ -45,7 +49,13 @@ export async function returnLinkToHost(step: ReturnLinkStep, kernel: KernelPort)
   // The device is no longer in the pod netns under that name: already returned, or destroyed.
   if (f.op === 'lookup' && f.errnoName === 'ENODEV') return ok(undefined);
   if (f.errnoName === 'EEXIST') {
-    return err(new CniError(CniCode.Internal, `cannot return ${step.name} from ${step.netns} to the host as ${step.hostName}: a link of that name already exists on the host`, r.error.details));
+    return err(
+      new CniError(
+        CniCode.Internal,
+        `cannot return ${step.name} from ${step.netns} to the host as ${step.hostName}: a link of that name already exists on the host`,
+        r.error.details,
+      ),
+    );
   }
   return err(kernelError(r.error, `returning ${step.name} from ${step.netns} to the host as ${step.hostName}`));
 }

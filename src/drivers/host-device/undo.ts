@@ -6,7 +6,6 @@ import { driverStep, type DriverStepKind, type DriverUndoStep } from '../driver'
 import { returnLinkToHost } from './return-link';
 import type { ReturnLinkStep } from './return-link';
 
-
 export type { ReturnLinkStep };
 
 const V = 1;
@@ -20,4 +19,5 @@ export const returnLinkKind: DriverStepKind<ReturnLinkStep> = {
   describe: (step) => `return ${step.name} from ${step.netns} to the host as ${step.hostName}`,
 };
 
-export const returnLinkStep = (step: ReturnLinkStep): DriverUndoStep => driverStep('host-device', 'returnLink', V, step);
+export const returnLinkStep = (step: ReturnLinkStep): DriverUndoStep =>
+  driverStep('host-device', 'returnLink', V, step);

@@ -49,12 +49,16 @@ export const memifDevargs = (port: string, socket: string, secret: string): stri
   `net_memif_${port},role=server,id=0,socket=${socket},socket-abstract=no,secret=${secret}`;
 
 export async function attachMemif(
-  req: AttachRequest, conf: MemifConfig, env: DriverEnv, deps: MemifAttachDeps,
+  req: AttachRequest,
+  conf: MemifConfig,
+  env: DriverEnv,
+  deps: MemifAttachDeps,
 ): Promise<Result<CniResult>> {
   const socket = await socketFor(req, conf, env, deps.deviceSocket);
   if (!socket.ok) return socket;
   const { hostSocket, podSocket, secret } = socket.value;
-  if (hostSocket.includes(',') || Buffer.byteLength(hostSocket) > SOCKET_PATH_MAX) return err(unusableSocket(hostSocket));
+  if (hostSocket.includes(',') || Buffer.byteLength(hostSocket) > SOCKET_PATH_MAX)
+    return err(unusableSocket(hostSocket));
   const spec = portSpec(req, conf, memifDevargs(portOf(req), hostSocket, secret), deps.owner);
   const ovsdb = deps.switches.ovsdbOf(conf);
   const ipam = await allocatePodIps(req, env, conf.ipam);
@@ -76,7 +80,8 @@ const portOf = (req: AttachRequest): string => memifPortName(req.containerId, re
 
 /** The port as it is made and journaled; its external_ids say whose it is (GC and operators read them). */
 function portSpec(req: AttachRequest, conf: MemifConfig, devargs: string, owner: string): DpdkPortSpec {
-  const pod: Record<string, string> = req.pod.namespace && req.pod.name ? { 'plexus-pod': `${req.pod.namespace}/${req.pod.name}` } : {};
+  const pod: Record<string, string> =
+    req.pod.namespace && req.pod.name ? { 'plexus-pod': `${req.pod.namespace}/${req.pod.name}` } : {};
   return {
     bridge: conf.bridge,
     port: portOf(req),
@@ -95,10 +100,14 @@ function portSpec(req: AttachRequest, conf: MemifConfig, devargs: string, owner:
 
 /** The pod's socket: its kubelet device's, or one in a directory made (and recorded) for this attachment. */
 async function socketFor(
-  req: AttachRequest, conf: MemifConfig, env: DriverEnv, deviceSocket: DeviceSocketLookup | undefined,
+  req: AttachRequest,
+  conf: MemifConfig,
+  env: DriverEnv,
+  deviceSocket: DeviceSocketLookup | undefined,
 ): Promise<Result<MemifDeviceSocket>> {
   const device = req.options?.kubeletDevice;
-  if (device) return deviceSocket?.(device.resourceName, device.deviceID) ?? err(notMemifResource(req, device.resourceName));
+  if (device)
+    return deviceSocket?.(device.resourceName, device.deviceID) ?? err(notMemifResource(req, device.resourceName));
   const dir = join(conf.socketDir, socketDirName(req));
   const hostSocket = join(dir, MEMIF_SOCKET_FILE);
   await env.record(socketDirStep(dir));

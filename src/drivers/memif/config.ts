@@ -19,7 +19,9 @@ const absolute = z.string().startsWith('/', 'must be an absolute path');
 const MemifSchema = z.object({
   type: z.literal('memif'),
   /** An OVS bridge of datapath_type netdev; the operator's, never made or removed by Plexus. */
-  bridge: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, 'must be an OVS bridge name (letters, digits, "_", "." and "-")'),
+  bridge: z
+    .string()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/, 'must be an OVS bridge name (letters, digits, "_", "." and "-")'),
   /** The switch port's receive queues (OVS n_rxq): the pod's transmit queues may not exceed them. */
   rxQueues: z.number().int().min(1).max(16).default(1),
   /** memif mode; OVS-DPDK's memif ports carry Ethernet frames only. */
@@ -44,8 +46,20 @@ export function parseMemifConfig(plugin: PluginConfig): Result<MemifConfig> {
   const c = parsePluginConfig(MemifSchema, plugin);
   if (!c.ok) return c;
   // DPDK splits devargs at commas, and a unix socket path holds at most 107 bytes.
-  if (c.value.socketDir.includes(',')) return err(invalidConfig(plugin, `socketDir "${c.value.socketDir}" may not contain a comma (DPDK device arguments are comma-separated)`));
-  if (Buffer.byteLength(c.value.socketDir) > 60) return err(invalidConfig(plugin, `socketDir "${c.value.socketDir}" is longer than 60 bytes: a socket path under it would not fit a unix socket address (107 bytes)`));
+  if (c.value.socketDir.includes(','))
+    return err(
+      invalidConfig(
+        plugin,
+        `socketDir "${c.value.socketDir}" may not contain a comma (DPDK device arguments are comma-separated)`,
+      ),
+    );
+  if (Buffer.byteLength(c.value.socketDir) > 60)
+    return err(
+      invalidConfig(
+        plugin,
+        `socketDir "${c.value.socketDir}" is longer than 60 bytes: a socket path under it would not fit a unix socket address (107 bytes)`,
+      ),
+    );
   const ipam = parseOptionalIpam(plugin, c.value.ipam);
   if (!ipam.ok) return ipam;
   return ok({

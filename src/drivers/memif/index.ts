@@ -34,7 +34,11 @@ export function createMemifDriver(options: MemifDriverOptions = {}): Driver<Memi
   let context: DriverContext | undefined;
   switches.onReconnect(() => context?.requestResync('reconnected to the switch database'));
   const device = options.deviceSocket;
-  const deps: MemifAttachDeps = { switches, owner: options.owner ?? 'plexus', ...(device ? { deviceSocket: device } : {}) };
+  const deps: MemifAttachDeps = {
+    switches,
+    owner: options.owner ?? 'plexus',
+    ...(device ? { deviceSocket: device } : {}),
+  };
   return {
     type: 'memif',
     capabilities: ['ips', 'deviceID'],

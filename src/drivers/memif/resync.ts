@@ -21,7 +21,9 @@ export interface ResyncReport {
  * (when the journal was read) are left alone: a DEL raced the listing.
  */
 export async function resyncPorts(
-  switches: MemifSwitches, recorded: readonly SwitchPortStep[], listedAt: number,
+  switches: MemifSwitches,
+  recorded: readonly SwitchPortStep[],
+  listedAt: number,
 ): Promise<ResyncReport> {
   const repaired: string[] = [];
   const failures: string[] = [];

@@ -19,7 +19,6 @@ export interface SwitchPortStep {
   readonly externalIds: Readonly<Record<string, string>>;
 }
 
-
 /** How long a port's removal is remembered, so a resync that listed the journal before it does not make it again. */
 const REMOVALS_KEPT_MS = 10 * 60_000;
 /** A port younger than this may belong to an ADD whose record is not committed yet: GC leaves it. */

@@ -11,14 +11,17 @@ import { driverStep, stepKind, stepsOf, type DriverStepKind, type DriverStepKind
 import type { MemifSwitches } from './switch';
 import type { SwitchPortStep } from './switch';
 
-
 export type { SwitchPortStep };
 
 const V = 1;
 const DRIVER = 'memif';
 const name = z.string().min(1);
 const portSchema = z.looseObject({
-  ovsdb: name, bridge: name, port: name, devargs: z.string(), rxQueues: z.number(),
+  ovsdb: name,
+  bridge: name,
+  port: name,
+  devargs: z.string(),
+  rxQueues: z.number(),
   externalIds: z.record(z.string(), z.string()),
 });
 const dirSchema = z.looseObject({ path: name });
@@ -55,6 +58,8 @@ async function removeSocketDir(path: string): Promise<Result<void>> {
     await rm(path, { recursive: true, force: true });
     return ok(undefined);
   } catch (e) {
-    return err(new CniError(CniCode.IoFailure, `cannot remove memif socket directory ${path}: ${(e as Error).message}`));
+    return err(
+      new CniError(CniCode.IoFailure, `cannot remove memif socket directory ${path}: ${(e as Error).message}`),
+    );
   }
 }

@@ -38,13 +38,25 @@ export function createPtpDriver(): Driver<PtpConfig> {
   };
 }
 
-async function attachPtp(req: AttachRequest, conf: PtpConfig, env: DriverEnv, forwardingEnabled: Set<string>): Promise<Result<CniResult>> {
+async function attachPtp(
+  req: AttachRequest,
+  conf: PtpConfig,
+  env: DriverEnv,
+  forwardingEnabled: Set<string>,
+): Promise<Result<CniResult>> {
   const allocated = await allocatePodIps(req, env, conf.ipam);
   if (!allocated.ok) return allocated;
   const ipam = allocated.value;
   if (!ipam?.ips.length) return err(invalidConfig(req.plugin, 'IPAM assigned no address, and a ptp link needs one'));
   const missing = ipam.ips.find((ip) => !ip.gateway);
-  if (missing) return err(invalidConfig(req.plugin, `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`, 'set "gateway" in the IPAM range'));
+  if (missing)
+    return err(
+      invalidConfig(
+        req.plugin,
+        `IPAM gave ${missing.address} no gateway, and ptp routes everything through it`,
+        'set "gateway" in the IPAM range',
+      ),
+    );
 
   const veth = await prepareHostVeth(req, env, conf.mtu ? { mtu: conf.mtu } : {});
   const host = veth.name;
@@ -57,7 +69,12 @@ async function attachPtp(req: AttachRequest, conf: PtpConfig, env: DriverEnv, fo
     const gateway = ip.gateway!;
     gatewayRoutes.push(
       { op: 'routeAdd', route: { dst: `${gateway}/${bits}`, dev: req.ifname, scope: 'link', src: address }, at },
-      { op: 'routeAdd', route: { dst: subnetOf(ip.address), gw: gateway, dev: req.ifname, src: address }, ignore: ['EEXIST'], at },
+      {
+        op: 'routeAdd',
+        route: { dst: subnetOf(ip.address), gw: gateway, dev: req.ifname, src: address },
+        ignore: ['EEXIST'],
+        at,
+      },
     );
     hostSide.push(
       { op: 'addrAdd', name: host, address: `${gateway}/${bits}`, noDad: true, ignore: ['EEXIST'] },
@@ -79,6 +96,13 @@ async function attachPtp(req: AttachRequest, conf: PtpConfig, env: DriverEnv, fo
   if (!plumbed.ok) return plumbed;
   for (const op of hostSide) if (op.op === 'sysctlWrite') forwardingEnabled.add(op.key);
   const hostInterfaces: CniInterface[] = [{ name: host, mac: veth.mac }];
-  const result = podResult({ hostInterfaces, ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam, routes: plumbed.value.routes });
+  const result = podResult({
+    hostInterfaces,
+    ifname: req.ifname,
+    netns: req.netns,
+    link: plumbed.value.link,
+    ipam,
+    routes: plumbed.value.routes,
+  });
   return ok(conf.dns ? { ...result, dns: conf.dns } : result);
 }

@@ -32,7 +32,8 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
       {
         op: 'tapAdd',
         tap: {
-          name: req.ifname, multiQueue: conf.multiQueue,
+          name: req.ifname,
+          multiQueue: conf.multiQueue,
           ...(conf.owner !== undefined ? { owner: conf.owner } : {}),
           ...(conf.group !== undefined ? { group: conf.group } : {}),
           ...(conf.mtu ? { mtu: conf.mtu } : {}),
@@ -45,13 +46,30 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
     ],
     createFailed: (e) => {
       if (conf.bridge && isMissingLink(e, conf.bridge)) {
-        return new CniError(CniCode.InvalidNetworkConfig, `${what}: bridge ${conf.bridge} not found in the pod netns ${req.netns}`, 'the tap plugin enslaves to a bridge inside the pod: create it earlier in the chain, or drop "bridge"');
+        return new CniError(
+          CniCode.InvalidNetworkConfig,
+          `${what}: bridge ${conf.bridge} not found in the pod netns ${req.netns}`,
+          'the tap plugin enslaves to a bridge inside the pod: create it earlier in the chain, or drop "bridge"',
+        );
       }
-      if (e.is('EEXIST') || e.is('EBUSY')) return new CniError(CniCode.Internal, `${what}: interface ${req.ifname} already exists in ${req.netns}`, e.details);
+      if (e.is('EEXIST') || e.is('EBUSY'))
+        return new CniError(
+          CniCode.Internal,
+          `${what}: interface ${req.ifname} already exists in ${req.netns}`,
+          e.details,
+        );
       return kernelError(e, `${what}: creating tap ${req.ifname} in ${req.netns}`);
     },
     ipam: ipam.value,
   });
   if (!plumbed.ok) return plumbed;
-  return ok(podResult({ ifname: req.ifname, netns: req.netns, link: plumbed.value.link, ipam: ipam.value, routes: plumbed.value.routes }));
+  return ok(
+    podResult({
+      ifname: req.ifname,
+      netns: req.netns,
+      link: plumbed.value.link,
+      ipam: ipam.value,
+      routes: plumbed.value.routes,
+    }),
+  );
 }

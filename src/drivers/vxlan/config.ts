@@ -7,7 +7,16 @@ import { z } from 'zod';
 import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, invalidConfig, ipamField, ipFamily, ipField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
+import {
+  checkLinkName,
+  invalidConfig,
+  ipamField,
+  ipFamily,
+  ipField,
+  mtuField,
+  parseOptionalIpam,
+  parsePluginConfig,
+} from '../common';
 
 const VxlanSchema = z.looseObject({
   vni: z.number().int().min(1).max(16777215),
@@ -53,13 +62,25 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
   // One VTEP speaks one IP family: its local address and every remote must agree.
   const family = c.local ? ipFamily(c.local) : c.remotes[0] ? ipFamily(c.remotes[0]) : undefined;
   for (const [i, remote] of c.remotes.entries()) {
-    if (ipFamily(remote) !== family) return err(invalidConfig(plugin, `remotes[${i}]: ${remote} is not of the same IP family as ${c.local ? `local ${c.local}` : `remotes[0]`}`));
+    if (ipFamily(remote) !== family)
+      return err(
+        invalidConfig(
+          plugin,
+          `remotes[${i}]: ${remote} is not of the same IP family as ${c.local ? `local ${c.local}` : `remotes[0]`}`,
+        ),
+      );
   }
-  if (c.local && c.remotes.includes(c.local)) return err(invalidConfig(plugin, `remotes: contains the local address ${c.local}`));
+  if (c.local && c.remotes.includes(c.local))
+    return err(invalidConfig(plugin, `remotes: contains the local address ${c.local}`));
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
   return ok({
-    vni: c.vni, port: c.port, remotes: c.remotes, bridge, device: vtepName(c.vni), learning: c.learning,
+    vni: c.vni,
+    port: c.port,
+    remotes: c.remotes,
+    bridge,
+    device: vtepName(c.vni),
+    learning: c.learning,
     ...(c.local ? { local: c.local } : {}),
     ...(c.underlayInterface ? { underlayInterface: c.underlayInterface } : {}),
     ...(c.mtu ? { mtu: c.mtu } : {}),

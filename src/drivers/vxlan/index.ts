@@ -14,7 +14,6 @@ import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { type VxlanConfig, parseVxlanConfig } from './config';
 
-
 interface Overlay {
   readonly bridge: LinkInfo;
   readonly vtep: LinkInfo;
@@ -39,7 +38,12 @@ export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver<Vxla
   };
 }
 
-async function attachVxlan(req: AttachRequest, conf: VxlanConfig, env: DriverEnv, overlays: Overlays): Promise<Result<CniResult>> {
+async function attachVxlan(
+  req: AttachRequest,
+  conf: VxlanConfig,
+  env: DriverEnv,
+  overlays: Overlays,
+): Promise<Result<CniResult>> {
   const node = overlays.node;
   const what = `network ${req.network.key}`;
 
@@ -77,7 +81,16 @@ class Overlays {
    * the VTEP is deleted.
    */
   async ensure(conf: VxlanConfig, kernel: KernelPort, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
-    const key = JSON.stringify([conf.bridge, conf.device, conf.port, conf.local ?? '', conf.underlayInterface ?? '', conf.mtu ?? 0, conf.learning, conf.remotes]);
+    const key = JSON.stringify([
+      conf.bridge,
+      conf.device,
+      conf.port,
+      conf.local ?? '',
+      conf.underlayInterface ?? '',
+      conf.mtu ?? 0,
+      conf.learning,
+      conf.remotes,
+    ]);
     const known = this.known.get(key);
     if (known && !opts.force) return ok({ ...known, cached: true });
     return this.locks.run(conf.bridge, () => this.create(conf, kernel, key));
@@ -91,7 +104,13 @@ class Overlays {
       {
         op: 'linkAdd',
         link: {
-          kind: 'vxlan', name: conf.device, vni: conf.vni, port: conf.port, learning: conf.learning, up: true, bridge: conf.bridge,
+          kind: 'vxlan',
+          name: conf.device,
+          vni: conf.vni,
+          port: conf.port,
+          learning: conf.learning,
+          up: true,
+          bridge: conf.bridge,
           ...(conf.local ? { local: conf.local } : {}),
           ...(conf.underlayInterface ? { underlay: conf.underlayInterface } : {}),
           ...(conf.mtu ? { mtu: conf.mtu } : {}),
@@ -102,27 +121,56 @@ class Overlays {
     ]);
     if (!r.ok) {
       if (r.error.index === 2 && r.error.failure.op === 'lookup' && r.error.failure.target === conf.underlayInterface) {
-        return err(new CniError(CniCode.InvalidNetworkConfig, `underlayInterface ${conf.underlayInterface} not found on the host`, 'fix "underlayInterface"'));
+        return err(
+          new CniError(
+            CniCode.InvalidNetworkConfig,
+            `underlayInterface ${conf.underlayInterface} not found on the host`,
+            'fix "underlayInterface"',
+          ),
+        );
       }
-      return err(kernelError(r.error, `creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`));
+      return err(
+        kernelError(
+          r.error,
+          `creating bridge ${conf.bridge} and VXLAN device ${conf.device} (VNI ${conf.vni}, port ${conf.port})`,
+        ),
+      );
     }
     const bridge = r.value[1];
     const vtep = r.value[3];
     if (!bridge || bridge.kind !== 'bridge') {
-      return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.bridge} exists on the host but is not a bridge (it is ${bridge?.kind ?? 'unknown'})`, 'choose another "bridge" name'));
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `${conf.bridge} exists on the host but is not a bridge (it is ${bridge?.kind ?? 'unknown'})`,
+          'choose another "bridge" name',
+        ),
+      );
     }
     if (!vtep) {
       // EEXIST without a link of that name: another VXLAN device already owns this VNI and port.
-      return err(new CniError(CniCode.InvalidNetworkConfig, `another VXLAN device on the host already uses VNI ${conf.vni} on port ${conf.port}`, 'choose another "vni" or "port"'));
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `another VXLAN device on the host already uses VNI ${conf.vni} on port ${conf.port}`,
+          'choose another "vni" or "port"',
+        ),
+      );
     }
     if (vtep.kind !== 'vxlan') {
-      return err(new CniError(CniCode.InvalidNetworkConfig, `${conf.device} exists on the host but is not a VXLAN device (it is ${vtep.kind ?? 'unknown'})`));
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `${conf.device} exists on the host but is not a VXLAN device (it is ${vtep.kind ?? 'unknown'})`,
+        ),
+      );
     }
     const fixes: BatchOp[] = [];
     if (!bridge.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (vtep.masterIndex !== bridge.index) fixes.push({ op: 'linkSet', name: conf.device, bridge: conf.bridge });
     if (!vtep.up) fixes.push({ op: 'linkSet', name: conf.device, up: true });
-    for (const remote of conf.remotes) fixes.push({ op: 'fdbAppend', dev: conf.device, mac: ALL_ZERO_MAC, dst: remote, ignore: ['EEXIST'] });
+    for (const remote of conf.remotes)
+      fixes.push({ op: 'fdbAppend', dev: conf.device, mac: ALL_ZERO_MAC, dst: remote, ignore: ['EEXIST'] });
     if (fixes.length) {
       const f = await kernel.batch(node, fixes);
       if (!f.ok) return err(kernelError(f.error, `configuring VXLAN device ${conf.device} on bridge ${conf.bridge}`));

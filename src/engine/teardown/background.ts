@@ -95,7 +95,10 @@ export class BackgroundTeardown {
    * Starts tearing a record down: the record says `deleting`, the steps that cannot wait are undone by `runNow`, and
    * the rest is queued. When this answers ok, the DEL may answer.
    */
-  async start(record: AttachmentRecord, runNow: (steps: readonly UndoStep[]) => Promise<Result<void, CniError>>): Promise<Result<void, CniError>> {
+  async start(
+    record: AttachmentRecord,
+    runNow: (steps: readonly UndoStep[]) => Promise<Result<void, CniError>>,
+  ): Promise<Result<void, CniError>> {
     const { containerId, ifname, netns } = record.meta;
     if (this.queue.has(containerId, ifname)) return ok(undefined);
     if (record.unreadable) return err(unreadableRecordError(record));
@@ -124,10 +127,13 @@ export class BackgroundTeardown {
   /** A hold on the pod's netns, when a step deletes something in it (a veth's host end tells for both ends). */
   private pinFor(netns: string, steps: readonly UndoStep[]): PinnedNetns | undefined {
     if (this.nsfsDev === undefined || !netns) return undefined;
-    if (!steps.some((s) => (s.kind === 'deleteLink' || s.kind === 'deleteRoute') && s.netns === netns)) return undefined;
+    if (!steps.some((s) => (s.kind === 'deleteLink' || s.kind === 'deleteRoute') && s.netns === netns))
+      return undefined;
     return pinNetns(netns, this.nsfsDev);
   }
 }
 
 const inPinned = (step: UndoStep, netns: string, pin: PinnedNetns): UndoStep =>
-  (step.kind === 'deleteLink' || step.kind === 'deleteRoute') && step.netns === netns ? { ...step, netns: pin.path } : step;
+  (step.kind === 'deleteLink' || step.kind === 'deleteRoute') && step.netns === netns
+    ? { ...step, netns: pin.path }
+    : step;

@@ -143,7 +143,9 @@ export class TeardownQueue {
   private kick(): void {
     if (this.pumping) return;
     this.pumping = true;
-    this.pump().catch((e: unknown) => this.deps.log.error({ err: (e as Error).message }, 'the background teardown stopped'));
+    this.pump().catch((e: unknown) =>
+      this.deps.log.error({ err: (e as Error).message }, 'the background teardown stopped'),
+    );
   }
 
   private async pump(): Promise<void> {
@@ -170,7 +172,8 @@ export class TeardownQueue {
       jobs.map(async (job, i): Promise<TeardownOutcome> => {
         // A link that could not be deleted may still carry its address: the leases stay until it is gone.
         const failures = [...links[i]!];
-        if (failures.length === 0) failures.push(...(await this.undo(job.steps.filter((s) => s.kind === 'releaseIpam'))));
+        if (failures.length === 0)
+          failures.push(...(await this.undo(job.steps.filter((s) => s.kind === 'releaseIpam'))));
         if (failures.length > 0) return err(teardownFailed(job.record, failures));
         try {
           await this.deps.finish(job);
@@ -187,7 +190,9 @@ export class TeardownQueue {
   private async undo(steps: readonly UndoStep[]): Promise<string[]> {
     const failures: string[] = [];
     for (const stage of undoStages(steps)) {
-      const results = await Promise.all(stage.map((step) => this.deps.runStep(step).catch((e: unknown) => err(toCniError(e)))));
+      const results = await Promise.all(
+        stage.map((step) => this.deps.runStep(step).catch((e: unknown) => err(toCniError(e)))),
+      );
       results.forEach((r, k) => {
         if (!r.ok) failures.push(`${describeUndo(stage[k]!)}: ${r.error.message}`);
       });
@@ -210,7 +215,10 @@ export class TeardownQueue {
     }
     if (!outcome.ok) {
       const { containerId, ifname } = entry.job.record.meta;
-      this.deps.log.error({ containerId, ifname, attempts: entry.attempts, err: outcome.error.message }, 'background teardown failed');
+      this.deps.log.error(
+        { containerId, ifname, attempts: entry.attempts, err: outcome.error.message },
+        'background teardown failed',
+      );
     }
     for (const w of waiters) w.resolve(outcome);
     if (this.pending.size === 0) for (const resolve of this.idle.splice(0)) resolve();

@@ -16,7 +16,10 @@ export interface TeardownSplit {
 }
 
 export function splitTeardown(steps: readonly UndoStep[]): TeardownSplit {
-  return { now: steps.filter((s) => !BACKGROUND_KINDS.has(s.kind)), later: steps.filter((s) => BACKGROUND_KINDS.has(s.kind)) };
+  return {
+    now: steps.filter((s) => !BACKGROUND_KINDS.has(s.kind)),
+    later: steps.filter((s) => BACKGROUND_KINDS.has(s.kind)),
+  };
 }
 
 /**

@@ -125,7 +125,11 @@ async function prepare(
   if (netnsProblem) return err(netnsProblem);
   // Names taken in the netns: checked here only when some driver's create would not refuse them (taken-names.ts).
   if (namesCheckedFirst(steps.map((s) => s.driver.type))) {
-    const free = await refuseTakenNames(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname));
+    const free = await refuseTakenNames(
+      ctx.kernel,
+      req.netns,
+      steps.map((s) => s.planned.ifname),
+    );
     if (!free.ok) return free;
   }
   const full = await ctx.quota.reserve(steps.length);
@@ -144,7 +148,12 @@ async function namedIfTaken(
   undone: Result<void>,
 ): Promise<CniError> {
   if (!undone.ok || namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
-  return takenNameOr(ctx.kernel, req.netns, steps.map((s) => s.planned.ifname), failure);
+  return takenNameOr(
+    ctx.kernel,
+    req.netns,
+    steps.map((s) => s.planned.ifname),
+    failure,
+  );
 }
 
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */

@@ -114,7 +114,11 @@ async function planRunningChange(
   const add = change.value.add.map((a, i) => ({ ...a, step: devised.value[i]! }));
   const netnsProblem = ctx.podNetnsProblem(record.meta.netns);
   if (netnsProblem) return err(netnsProblem);
-  const free = await refuseTakenNames(ctx.kernel, record.meta.netns, add.map((a) => a.ifname));
+  const free = await refuseTakenNames(
+    ctx.kernel,
+    record.meta.netns,
+    add.map((a) => a.ifname),
+  );
   return free.ok ? ok({ add, remove }) : free;
 }
 

@@ -158,10 +158,21 @@ export class BlockLedger {
       const claimed = await this.claim(layout, block);
       if (!claimed.ok) return claimed;
       if (claimed.value) return ok(undefined);
-      if (++lost >= MAX_LOST_RACES) return err(new CniError(CniCode.TryAgainLater, `pool ${layout.name}: ${lost} blocks in a row were claimed by other nodes first; try again`));
+      if (++lost >= MAX_LOST_RACES)
+        return err(
+          new CniError(
+            CniCode.TryAgainLater,
+            `pool ${layout.name}: ${lost} blocks in a row were claimed by other nodes first; try again`,
+          ),
+        );
     }
     const ranges = (layout.sets[set] ?? []).map((r) => `${r.path}`).join(', ');
-    return err(new CniError(IPAM_POOL_EXHAUSTED, `pool ${layout.name} (network ${network}) is exhausted: every block of range set ${set} (${ranges}) is held by a node, and this node's are full`));
+    return err(
+      new CniError(
+        IPAM_POOL_EXHAUSTED,
+        `pool ${layout.name} (network ${network}) is exhausted: every block of range set ${set} (${ranges}) is held by a node, and this node's are full`,
+      ),
+    );
   }
 
   /** Makes `block` this node's (a static address's block): ours already, or claimed now; another node's is refused. */
@@ -175,14 +186,19 @@ export class BlockLedger {
     }
     const holder = other ?? this.blocks.get('', block.name)?.spec?.node ?? 'another node';
     return err(
-      new CniError(IPAM_ADDRESS_IN_USE, `the requested address is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds: a static address can be given only on the node holding its block`),
+      new CniError(
+        IPAM_ADDRESS_IN_USE,
+        `the requested address is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds: a static address can be given only on the node holding its block`,
+      ),
     );
   }
 
   /** Deletes a block this node holds (conditional on its version); true when it is gone. */
   async giveBack(block: HeldBlock): Promise<Result<void, { readonly message: string }>> {
     this.returning.add(block.name);
-    const r = await this.objects.deleteBlock(block.name, block.uid, block.resourceVersion).finally(() => this.returning.delete(block.name));
+    const r = await this.objects
+      .deleteBlock(block.name, block.uid, block.resourceVersion)
+      .finally(() => this.returning.delete(block.name));
     if (!r.ok && r.error.status !== 404) return r;
     this.held.delete(block.name);
     return ok(undefined);

@@ -34,7 +34,11 @@ const invalid = (message: string): CniError => new CniError(CniCode.InvalidNetwo
 
 /** A DNS-1123 subdomain made of `text`: lower case, other characters as '-', and a hash suffix when it had to change. */
 export function objectName(text: string): string {
-  const clean = text.toLowerCase().replace(/[^a-z0-9.-]/g, '-').replace(/^[^a-z0-9]+/, '').replace(/[^a-z0-9]+$/, '');
+  const clean = text
+    .toLowerCase()
+    .replace(/[^a-z0-9.-]/g, '-')
+    .replace(/^[^a-z0-9]+/, '')
+    .replace(/[^a-z0-9]+$/, '');
   if (clean === text && clean.length > 0 && clean.length <= 200) return clean;
   let hash = 0x811c9dc5;
   for (const ch of text) hash = Math.imul(hash ^ ch.charCodeAt(0), 0x01000193) >>> 0;
@@ -50,7 +54,8 @@ export function poolLayout(network: string, config: ClusterIpamConfig): Result<P
 }
 
 const blockBits = (layout: PoolLayout, range: CompiledRange): number =>
-  bitsOf(range.subnet.family) - Math.max(range.subnet.prefix, range.subnet.family === 4 ? layout.blockPrefix.v4 : layout.blockPrefix.v6);
+  bitsOf(range.subnet.family) -
+  Math.max(range.subnet.prefix, range.subnet.family === 4 ? layout.blockPrefix.v4 : layout.blockPrefix.v6);
 
 function excludedInterval(cidr: Cidr): [bigint, bigint] {
   const host = (1n << BigInt(bitsOf(cidr.family) - cidr.prefix)) - 1n;
@@ -65,7 +70,14 @@ function blockAt(layout: PoolLayout, set: number, range: CompiledRange, start: b
   for (const cidr of layout.excluded) {
     if (cidr.family !== range.subnet.family) continue;
     const [xs, xe] = excludedInterval(cidr);
-    pieces = pieces.flatMap(([s, e]): [bigint, bigint][] => (xe < s || xs > e ? [[s, e]] : [...(xs > s ? [[s, xs - 1n] as [bigint, bigint]] : []), ...(xe < e ? [[xe + 1n, e] as [bigint, bigint]] : [])]));
+    pieces = pieces.flatMap(([s, e]): [bigint, bigint][] =>
+      xe < s || xs > e
+        ? [[s, e]]
+        : [
+            ...(xs > s ? [[s, xs - 1n] as [bigint, bigint]] : []),
+            ...(xe < e ? [[xe + 1n, e] as [bigint, bigint]] : []),
+          ],
+    );
   }
   const { family, prefix } = range.subnet;
   const compiled = pieces.filter(([s, e]) => s <= e).map(([s, e]): CompiledRange => ({ ...range, start: s, end: e }));
@@ -75,8 +87,15 @@ function blockAt(layout: PoolLayout, set: number, range: CompiledRange, start: b
   const subnet = formatCidr(family, range.subnet.value, prefix);
   return {
     name: `${layout.name}.${cidr.replace(/[:/]/g, '-')}`,
-    cidr, set, size,
-    ranges: compiled.map((r) => ({ subnet, rangeStart: formatIp(family, r.start), rangeEnd: formatIp(family, r.end), gateway: formatIp(family, r.gateway) })),
+    cidr,
+    set,
+    size,
+    ranges: compiled.map((r) => ({
+      subnet,
+      rangeStart: formatIp(family, r.start),
+      rangeEnd: formatIp(family, r.end),
+      gateway: formatIp(family, r.gateway),
+    })),
   };
 }
 
@@ -110,8 +129,13 @@ export function blockOf(layout: PoolLayout, ip: Ip): Result<PoolBlock> {
     for (const range of ranges) {
       if (range.subnet.family !== ip.family || ip.value < range.start || ip.value > range.end) continue;
       const text = formatIp(ip.family, ip.value);
-      if (!isAllocatable(range, ip.value)) return err(invalid(`requested IP ${text} is the gateway, network or broadcast address of pool ${layout.name}`));
-      if (layout.excluded.some((c) => c.family === ip.family && excludedInterval(c)[0] <= ip.value && ip.value <= excludedInterval(c)[1])) {
+      if (!isAllocatable(range, ip.value))
+        return err(invalid(`requested IP ${text} is the gateway, network or broadcast address of pool ${layout.name}`));
+      if (
+        layout.excluded.some(
+          (c) => c.family === ip.family && excludedInterval(c)[0] <= ip.value && ip.value <= excludedInterval(c)[1],
+        )
+      ) {
         return err(invalid(`requested IP ${text} is excluded from pool ${layout.name}`));
       }
       const step = 1n << BigInt(blockBits(layout, range));
@@ -128,7 +152,8 @@ export function blockByCidr(layout: PoolLayout, text: string): PoolBlock | undef
   if (cidr === undefined) return undefined;
   for (const [set, ranges] of layout.sets.entries()) {
     for (const range of ranges) {
-      if (range.subnet.family !== cidr.family || bitsOf(cidr.family) - blockBits(layout, range) !== cidr.prefix) continue;
+      if (range.subnet.family !== cidr.family || bitsOf(cidr.family) - blockBits(layout, range) !== cidr.prefix)
+        continue;
       const end = cidr.value + (1n << BigInt(blockBits(layout, range))) - 1n;
       if (end < range.start || cidr.value > range.end) continue;
       const block = blockAt(layout, set, range, cidr.value);
@@ -139,13 +164,17 @@ export function blockByCidr(layout: PoolLayout, text: string): PoolBlock | undef
 }
 
 /** Whether two pools share an address: what makes a second pool on the same addresses refused. */
-export function poolsOverlap(a: readonly (readonly IpRange[])[], b: readonly (readonly IpRange[])[]): IpRange | undefined {
+export function poolsOverlap(
+  a: readonly (readonly IpRange[])[],
+  b: readonly (readonly IpRange[])[],
+): IpRange | undefined {
   const ca = compileRanges({ ranges: a });
   const cb = compileRanges({ ranges: b });
   if (!ca.ok || !cb.ok) return undefined;
   for (const x of ca.value.flat()) {
     for (const y of cb.value.flat()) {
-      if (x.subnet.family === y.subnet.family && x.start <= y.end && y.start <= x.end) return b.flat()[cb.value.flat().indexOf(y)];
+      if (x.subnet.family === y.subnet.family && x.start <= y.end && y.start <= x.end)
+        return b.flat()[cb.value.flat().indexOf(y)];
     }
   }
   return undefined;
@@ -176,18 +205,24 @@ export function withoutAddresses(ranges: readonly IpRange[], addresses: readonly
     }
     const cut = addresses
       .map((text) => parseIp(text))
-      .filter((ip): ip is Ip => ip !== undefined && ip.family === start.family && ip.value >= start.value && ip.value <= end.value)
+      .filter(
+        (ip): ip is Ip =>
+          ip !== undefined && ip.family === start.family && ip.value >= start.value && ip.value <= end.value,
+      )
       .map((ip) => ip.value)
       .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     // A piece holding only never-allocated addresses (the gateway, network or broadcast address) is no range at all.
     const subnet = parseCidr(range.subnet);
     const gateway = range.gateway !== undefined ? parseIp(range.gateway)?.value : undefined;
-    const never = subnet === undefined ? [] : [...excludedInterval(subnet), ...(gateway !== undefined ? [gateway] : [])];
+    const never =
+      subnet === undefined ? [] : [...excludedInterval(subnet), ...(gateway !== undefined ? [gateway] : [])];
     const never4 = start.family === 4 ? never : never.filter((_, i) => i !== 1);
-    const hasAllocatable = (s: bigint, e: bigint): boolean => e - s + 1n > BigInt(new Set(never4.filter((v) => v >= s && v <= e)).size);
+    const hasAllocatable = (s: bigint, e: bigint): boolean =>
+      e - s + 1n > BigInt(new Set(never4.filter((v) => v >= s && v <= e)).size);
     let from = start.value;
     for (const value of [...cut, end.value + 1n]) {
-      if (value > from && hasAllocatable(from, value - 1n)) out.push({ ...range, rangeStart: formatIp(start.family, from), rangeEnd: formatIp(start.family, value - 1n) });
+      if (value > from && hasAllocatable(from, value - 1n))
+        out.push({ ...range, rangeStart: formatIp(start.family, from), rangeEnd: formatIp(start.family, value - 1n) });
       if (value + 1n > from) from = value + 1n;
     }
   }

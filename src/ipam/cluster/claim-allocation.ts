@@ -19,7 +19,16 @@ import { IPAM_ADDRESS_IN_USE } from '../codes';
 import type { ClusterIpamConfig } from '../config';
 import type { BlockLedger } from './block-ledger';
 import { type PoolLayout, blockOf } from './blocks';
-import { type ClaimedAddress, type ClaimObject, type ClaimRef, type IpamClaims, claimKey, claimedInPool, missingClaim, statusIpsWith } from './claims';
+import {
+  type ClaimedAddress,
+  type ClaimObject,
+  type ClaimRef,
+  type IpamClaims,
+  claimKey,
+  claimedInPool,
+  missingClaim,
+  statusIpsWith,
+} from './claims';
 import { type BlockObject, type PoolObjects, apiError } from './objects';
 import type { PoolAllocation } from './pool-allocation';
 
@@ -37,15 +46,31 @@ export interface ClaimAllocationParts {
 export class ClaimAllocation {
   constructor(private readonly parts: ClaimAllocationParts) {}
 
-  async allocate(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, ref: ClaimRef): Promise<Result<IpamResult>> {
+  async allocate(
+    req: IpamRequest,
+    config: ClusterIpamConfig,
+    layout: PoolLayout,
+    ref: ClaimRef,
+  ): Promise<Result<IpamResult>> {
     const { claims, pooled, log } = this.parts;
     for (let attempt = 0; ; attempt++) {
       const got = await claims.get(ref);
-      if (!got.ok) return err(got.error.status === 404 ? missingClaim(ref, req.network) : apiError(`reading IPAMClaim ${claimKey(ref)}`, got.error));
+      if (!got.ok)
+        return err(
+          got.error.status === 404
+            ? missingClaim(ref, req.network)
+            : apiError(`reading IPAMClaim ${claimKey(ref)}`, got.error),
+        );
       const claim = got.value as ClaimObject;
       const network = claim.spec?.network;
       if (network && network !== req.network) {
-        return err(new CniError(CniCode.InvalidNetworkConfig, `IPAMClaim ${claimKey(ref)} is for network ${network}, not ${req.network}`, 'each network of the pod needs its own claim (spec.network is the network\'s CNI name)'));
+        return err(
+          new CniError(
+            CniCode.InvalidNetworkConfig,
+            `IPAMClaim ${claimKey(ref)} is for network ${network}, not ${req.network}`,
+            "each network of the pod needs its own claim (spec.network is the network's CNI name)",
+          ),
+        );
       }
       const uid = claim.metadata?.uid ?? '';
       const claimed = this.addressesOf(layout, claim, uid);
@@ -55,9 +80,13 @@ export class ClaimAllocation {
       }
       const result = await this.parts.inPool.allocate(req, config, layout, claimed);
       if (!result.ok) return result;
-      const fresh = result.value.ips.filter((ip) => ![...claimed.values()].some((c) => c.address === ip.address.split('/')[0]));
+      const fresh = result.value.ips.filter(
+        (ip) => ![...claimed.values()].some((c) => c.address === ip.address.split('/')[0]),
+      );
       // Those of an entry but not of status.ips too (an ADD cut between its two writes): the claim shows them.
-      const unlisted = result.value.ips.filter((ip) => !(claim.status?.ips ?? []).some((x) => x.split('/')[0] === ip.address.split('/')[0]));
+      const unlisted = result.value.ips.filter(
+        (ip) => !(claim.status?.ips ?? []).some((x) => x.split('/')[0] === ip.address.split('/')[0]),
+      );
       if (unlisted.length === 0) return result;
       const undo = async (error: CniError): Promise<Result<never>> => {
         await pooled.release(layout.name, req.containerId, req.ifname);
@@ -71,7 +100,14 @@ export class ClaimAllocation {
         const recorded = await this.recordUse(layout, { address: text, block: block.value }, ref, uid);
         if (!recorded.ok) return undo(recorded.error);
       }
-      const status = { ...claim.status, ips: statusIpsWith(claim.status?.ips ?? [], unlisted.map((ip) => ip.address)), ownerPod: req.pod?.name ?? '' };
+      const status = {
+        ...claim.status,
+        ips: statusIpsWith(
+          claim.status?.ips ?? [],
+          unlisted.map((ip) => ip.address),
+        ),
+        ownerPod: req.pod?.name ?? '',
+      };
       const wrote = await claims.updateStatus(ref, claim, status);
       if (wrote.ok) {
         log.info({ claim: claimKey(ref), pool: layout.name, ips: status.ips }, 'recorded addresses on an IPAMClaim');
@@ -91,7 +127,8 @@ export class ClaimAllocation {
       for (const entry of this.parts.ledger.entriesOf(block.metadata?.name ?? '')) {
         const ip = parseCidr(`${entry.address}/${entry.address.includes(':') ? 128 : 32}`);
         const found = entry.claimUid === uid && ip !== undefined ? blockOf(layout, ip) : undefined;
-        if (found?.ok && !claimed.has(found.value.set)) claimed.set(found.value.set, { address: entry.address, block: found.value });
+        if (found?.ok && !claimed.has(found.value.set))
+          claimed.set(found.value.set, { address: entry.address, block: found.value });
       }
     }
     return claimed;
@@ -104,7 +141,12 @@ export class ClaimAllocation {
    * it first): a block of another node's that does not list the address may have it leased, unknown to the API, and
    * only that node could say.
    */
-  private async recordUse(layout: PoolLayout, { address, block }: ClaimedAddress, ref: ClaimRef, uid: string): Promise<Result<void>> {
+  private async recordUse(
+    layout: PoolLayout,
+    { address, block }: ClaimedAddress,
+    ref: ClaimRef,
+    uid: string,
+  ): Promise<Result<void>> {
     const { node, objects, ledger } = this.parts;
     const key = claimKey(ref);
     for (let attempt = 0; attempt < 8; attempt++) {
@@ -119,35 +161,59 @@ export class ClaimAllocation {
       const entries = object.spec?.claims ?? [];
       const entry = entries.find((e) => e.address === address);
       if (entry !== undefined && entry.claimUid !== uid) {
-        return err(new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is owned by IPAMClaim ${entry.claim} (another object) in pool ${layout.name}`));
+        return err(
+          new CniError(
+            IPAM_ADDRESS_IN_USE,
+            `address ${address} of IPAMClaim ${key} is owned by IPAMClaim ${entry.claim} (another object) in pool ${layout.name}`,
+          ),
+        );
       }
       if (entry === undefined) {
         const refused = await this.refuseNewEntry(layout, object, { address, block }, key);
         if (refused !== undefined) return err(refused);
       }
       if (entry?.nodes.includes(node)) return ok(undefined);
-      const claims = entry !== undefined
-        ? entries.map((e) => (e === entry ? { ...e, nodes: [...e.nodes, node] } : e))
-        : [...entries, { address, claim: key, claimUid: uid, nodes: [node] }];
+      const claims =
+        entry !== undefined
+          ? entries.map((e) => (e === entry ? { ...e, nodes: [...e.nodes, node] } : e))
+          : [...entries, { address, claim: key, claimUid: uid, nodes: [node] }];
       const put = await objects.updateBlock({ ...object, spec: { ...object.spec, claims } });
       if (put.ok) {
         ledger.noteWritten(put.value as BlockObject);
         return ok(undefined);
       }
-      if (put.error.status !== 409) return err(apiError(`recording IPAMClaim ${key} in block ${block.cidr}`, put.error));
+      if (put.error.status !== 409)
+        return err(apiError(`recording IPAMClaim ${key} in block ${block.cidr}`, put.error));
     }
-    return err(new CniError(CniCode.TryAgainLater, `block ${block.cidr} of pool ${layout.name} kept changing while IPAMClaim ${key} was recorded in it; try again`));
+    return err(
+      new CniError(
+        CniCode.TryAgainLater,
+        `block ${block.cidr} of pool ${layout.name} kept changing while IPAMClaim ${key} was recorded in it; try again`,
+      ),
+    );
   }
 
   /** Why `address` may not get a new entry in `object` (another node's block, or leased here to another), if it may not. */
-  private async refuseNewEntry(layout: PoolLayout, object: BlockObject, { address, block }: ClaimedAddress, key: string): Promise<CniError | undefined> {
+  private async refuseNewEntry(
+    layout: PoolLayout,
+    object: BlockObject,
+    { address, block }: ClaimedAddress,
+    key: string,
+  ): Promise<CniError | undefined> {
     const holder = object.spec?.node;
     if (holder !== this.parts.node) {
-      return new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds and which does not record the claim: only that node knows whether the address is free`, 'delete the claim\'s status.ips to let it get a new address');
+      return new CniError(
+        IPAM_ADDRESS_IN_USE,
+        `address ${address} of IPAMClaim ${key} is in block ${block.cidr} of pool ${layout.name}, which node ${holder} holds and which does not record the claim: only that node knows whether the address is free`,
+        "delete the claim's status.ips to let it get a new address",
+      );
     }
     const leased = (await this.parts.pooled.leases(layout.name)).find((l) => l.address.split('/')[0] === address);
     if (leased !== undefined && leased.owner?.claim !== key) {
-      return new CniError(IPAM_ADDRESS_IN_USE, `address ${address} of IPAMClaim ${key} is leased on this node to container ${leased.containerId} interface ${leased.ifname}`);
+      return new CniError(
+        IPAM_ADDRESS_IN_USE,
+        `address ${address} of IPAMClaim ${key} is leased on this node to container ${leased.containerId} interface ${leased.ifname}`,
+      );
     }
     return undefined;
   }
@@ -165,7 +231,10 @@ export class ClaimAllocation {
       const entries = object.spec?.claims ?? [];
       const entry = entries.find((e) => e.address === address && e.claimUid === uid);
       if (entry === undefined || entry.nodes.some((n) => n !== node)) return;
-      const put = await objects.updateBlock({ ...object, spec: { ...object.spec, claims: entries.filter((e) => e !== entry) } });
+      const put = await objects.updateBlock({
+        ...object,
+        spec: { ...object.spec, claims: entries.filter((e) => e !== entry) },
+      });
       if (put.ok) {
         ledger.noteWritten(put.value as BlockObject);
         return;
@@ -173,6 +242,9 @@ export class ClaimAllocation {
       if (put.error.status !== 409) break;
     }
     // Left behind, it is harmless: the next ADD with the claim takes it, and deleting the claim frees it.
-    log.warn({ pool: layout.name, address }, 'could not remove the entry of an IPAMClaim whose ADD failed; it is reused or freed with the claim');
+    log.warn(
+      { pool: layout.name, address },
+      'could not remove the entry of an IPAMClaim whose ADD failed; it is reused or freed with the claim',
+    );
   }
 }

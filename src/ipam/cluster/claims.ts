@@ -19,7 +19,11 @@ export const CLAIMS_GROUP_VERSION = 'k8s.cni.cncf.io/v1alpha1';
 export interface ClaimObject {
   readonly metadata?: ObjectMeta;
   readonly spec?: { readonly network?: string; readonly interface?: string };
-  readonly status?: { readonly ips?: readonly string[]; readonly ownerPod?: string; readonly conditions?: readonly unknown[] };
+  readonly status?: {
+    readonly ips?: readonly string[];
+    readonly ownerPod?: string;
+    readonly conditions?: readonly unknown[];
+  };
 }
 
 /** A pod's reference to a claim: the claim lives in the pod's namespace. */
@@ -35,7 +39,8 @@ export function parseClaimKey(key: string): ClaimRef | undefined {
   return namespace && name && rest.length === 0 ? { namespace, name } : undefined;
 }
 
-const claimPath = (ref: ClaimRef): string => `/apis/${CLAIMS_GROUP_VERSION}/namespaces/${segment(ref.namespace)}/ipamclaims/${segment(ref.name)}`;
+const claimPath = (ref: ClaimRef): string =>
+  `/apis/${CLAIMS_GROUP_VERSION}/namespaces/${segment(ref.namespace)}/ipamclaims/${segment(ref.name)}`;
 
 export class IpamClaims {
   constructor(private readonly client: ClusterApi) {}
@@ -91,5 +96,5 @@ export const missingClaim = (ref: ClaimRef, network: string): CniError =>
   new CniError(
     CniCode.TryAgainLater,
     `IPAMClaim ${claimKey(ref)} (ipam-claim-reference of network ${network}) does not exist`,
-    'create it (kind IPAMClaim, k8s.cni.cncf.io/v1alpha1, in the pod\'s namespace), or remove ipam-claim-reference from the selection; the runtime retries',
+    "create it (kind IPAMClaim, k8s.cni.cncf.io/v1alpha1, in the pod's namespace), or remove ipam-claim-reference from the selection; the runtime retries",
   );

@@ -80,11 +80,19 @@ export class ClusterIpam implements IpamBackend {
   }
 
   /** `local`: the node's host-local store; pooled leases live in `<stateDir>/ipam-pools/<pool>/`. */
-  static async open(local: Ipam, stateDir: string, sync: boolean, api: ClusterApi, options: ClusterIpamOptions, log: Logger): Promise<ClusterIpam> {
+  static async open(
+    local: Ipam,
+    stateDir: string,
+    sync: boolean,
+    api: ClusterApi,
+    options: ClusterIpamOptions,
+    log: Logger,
+  ): Promise<ClusterIpam> {
     const pooled = await Ipam.open(join(stateDir, 'ipam-pools'), { sync });
     const ipam = new ClusterIpam(local, pooled, api, options, log.child({ component: 'cluster-ipam' }));
     // Before recovery runs: it releases the leases of ADDs a crash cut short, by network, from the journal.
-    for (const lease of await ipam.pooled.leases()) ipam.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);
+    for (const lease of await ipam.pooled.leases())
+      ipam.poolOfNetwork.set(lease.owner?.network ?? lease.network, lease.network);
     return ipam;
   }
 
@@ -103,7 +111,9 @@ export class ClusterIpam implements IpamBackend {
     });
     const served = await this.api.request('GET', `/apis/${IPAM_GROUP_VERSION}`, 'discovery');
     if (!served.ok && served.error.status === 404) {
-      this.log.warn(`the API does not serve ${IPAM_GROUP_VERSION} (deploy/crds/20-crd-ipam.yaml not applied): networks with cluster IPAM fail until it does`);
+      this.log.warn(
+        `the API does not serve ${IPAM_GROUP_VERSION} (deploy/crds/20-crd-ipam.yaml not applied): networks with cluster IPAM fail until it does`,
+      );
       return;
     }
     await this.loaded;
@@ -126,7 +136,8 @@ export class ClusterIpam implements IpamBackend {
   }
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
-    if (req.claim !== undefined && req.config.type !== 'cluster') return err(claimNeedsClusterPool(req.network, req.config.type));
+    if (req.claim !== undefined && req.config.type !== 'cluster')
+      return err(claimNeedsClusterPool(req.network, req.config.type));
     if (req.config.type !== 'cluster') return this.local.allocate(req);
     if (!this.ledger.ready) return err(notLoaded());
     const refused = this.options.liveness.refusal(this.options.nodeGraceMs);
@@ -136,7 +147,8 @@ export class ClusterIpam implements IpamBackend {
     if (!layout.ok) return err(layout.error);
     this.poolOfNetwork.set(req.network, layout.value.name);
     const claim = req.claim;
-    if (claim === undefined) return this.locks.run(layout.value.name, () => this.inPool.allocate(req, config, layout.value));
+    if (claim === undefined)
+      return this.locks.run(layout.value.name, () => this.inPool.allocate(req, config, layout.value));
     if (!req.pod?.namespace) return err(noNamespace(req.network, claim));
     const ref = { namespace: req.pod.namespace, name: claim };
     return this.locks.run(layout.value.name, () => this.forClaim.allocate(req, config, layout.value, ref));
@@ -153,7 +165,8 @@ export class ClusterIpam implements IpamBackend {
       if (this.stopped) return;
       if (config.type !== 'cluster') continue;
       const r = await this.catalog.poolFor(network, config);
-      if (!r.ok) this.log.warn({ network, err: r.error.message }, 'cluster IPAM pool not ready; its first ADD tries again');
+      if (!r.ok)
+        this.log.warn({ network, err: r.error.message }, 'cluster IPAM pool not ready; its first ADD tries again');
     }
   }
 
@@ -171,7 +184,9 @@ export class ClusterIpam implements IpamBackend {
   }
 
   async leases(network?: string): Promise<readonly Lease[]> {
-    const pooled = (await this.pooled.leases()).map(asAttachmentLease).filter((l) => network === undefined || l.network === network);
+    const pooled = (await this.pooled.leases())
+      .map(asAttachmentLease)
+      .filter((l) => network === undefined || l.network === network);
     return [...(await this.local.leases(network)), ...pooled];
   }
 

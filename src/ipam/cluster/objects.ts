@@ -24,7 +24,12 @@ export interface PoolObject {
 }
 export interface BlockObject {
   readonly metadata?: ObjectMeta & { readonly labels?: Record<string, string> };
-  readonly spec?: { readonly pool?: string; readonly cidr?: string; readonly node?: string; readonly claims?: readonly ClaimEntry[] };
+  readonly spec?: {
+    readonly pool?: string;
+    readonly cidr?: string;
+    readonly node?: string;
+    readonly claims?: readonly ClaimEntry[];
+  };
 }
 
 /**
@@ -45,7 +50,11 @@ export interface ClaimEntry {
 /** An API failure as a CNI error: unreachable, overloaded or timed out is "try again later" (11), the rest an I/O failure. */
 export function apiError(what: string, failure: ApiFailure): CniError {
   const transient = failure.status === 0 || failure.status === 429 || failure.status >= 500;
-  return new CniError(transient ? CniCode.TryAgainLater : CniCode.IoFailure, `${what}: ${failure.message}`, `HTTP ${failure.status}`);
+  return new CniError(
+    transient ? CniCode.TryAgainLater : CniCode.IoFailure,
+    `${what}: ${failure.message}`,
+    `HTTP ${failure.status}`,
+  );
 }
 
 export class PoolObjects {
@@ -56,7 +65,10 @@ export class PoolObjects {
   }
 
   createPool(name: string, spec: PoolSpec) {
-    return this.client.request('POST', POOLS_PATH, 'ippools', { urgent: true, body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPPool', metadata: { name }, spec } });
+    return this.client.request('POST', POOLS_PATH, 'ippools', {
+      urgent: true,
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPPool', metadata: { name }, spec },
+    });
   }
 
   listPools() {
@@ -79,7 +91,12 @@ export class PoolObjects {
   createBlock(name: string, pool: string, cidr: string, node: string) {
     return this.client.request('POST', BLOCKS_PATH, 'ipblocks', {
       urgent: true,
-      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'IPBlock', metadata: { name, labels: { [`${GROUP}/pool`]: pool } }, spec: { pool, cidr, node } },
+      body: {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'IPBlock',
+        metadata: { name, labels: { [`${GROUP}/pool`]: pool } },
+        spec: { pool, cidr, node },
+      },
     });
   }
 

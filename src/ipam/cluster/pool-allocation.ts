@@ -30,23 +30,41 @@ export class PoolAllocation {
    * gets a claim's address (its block may be another node's: the claim's entry there keeps that node from handing it
    * out), not a new one.
    */
-  async allocate(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, claimed: ReadonlyMap<number, ClaimedAddress> = new Map()): Promise<Result<IpamResult>> {
-    const lost = this.ledger.hasLost(layout.name) ? this.ledger.lostIn(layout.name, await this.pooled.leases(layout.name)) : undefined;
+  async allocate(
+    req: IpamRequest,
+    config: ClusterIpamConfig,
+    layout: PoolLayout,
+    claimed: ReadonlyMap<number, ClaimedAddress> = new Map(),
+  ): Promise<Result<IpamResult>> {
+    const lost = this.ledger.hasLost(layout.name)
+      ? this.ledger.lostIn(layout.name, await this.pooled.leases(layout.name))
+      : undefined;
     if (lost !== undefined) return err(blockLost(lost.block, layout.name, lost.leased));
     const requestedSets = new Set<number>(claimed.keys());
     for (const text of req.requestedIps ?? []) {
       const ip = parseCidr(text) ?? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`);
-      if (ip === undefined) return err(new CniError(CniCode.InvalidNetworkConfig, `requested IP ${JSON.stringify(text)} is not a valid IP address`));
+      if (ip === undefined)
+        return err(
+          new CniError(CniCode.InvalidNetworkConfig, `requested IP ${JSON.stringify(text)} is not a valid IP address`),
+        );
       const block = blockOf(layout, ip);
       if (!block.ok) return block;
       const owner = this.ledger.entriesOf(block.value.name).find((e) => e.address === formatIp(ip.family, ip.value));
-      if (owner !== undefined) return err(new CniError(IPAM_ADDRESS_IN_USE, `requested IP ${formatIp(ip.family, ip.value)} is owned by IPAMClaim ${owner.claim} in pool ${layout.name}`));
+      if (owner !== undefined)
+        return err(
+          new CniError(
+            IPAM_ADDRESS_IN_USE,
+            `requested IP ${formatIp(ip.family, ip.value)} is owned by IPAMClaim ${owner.claim} in pool ${layout.name}`,
+          ),
+        );
       requestedSets.add(block.value.set);
       const mine = await this.ledger.hold(layout, block.value);
       if (!mine.ok) return mine;
     }
     // A set of which this node holds no block yet gets one first (the sets of a dual-stack pool at once).
-    const unheld = [...layout.sets.keys()].filter((set) => !requestedSets.has(set) && this.ledger.heldIn(layout, set).length === 0);
+    const unheld = [...layout.sets.keys()].filter(
+      (set) => !requestedSets.has(set) && this.ledger.heldIn(layout, set).length === 0,
+    );
     const claims = await Promise.all(unheld.map((set) => this.ledger.claimNext(layout, set, req.network)));
     const failedClaim = claims.find((c) => !c.ok);
     if (failedClaim) return failedClaim;
@@ -59,20 +77,32 @@ export class PoolAllocation {
     if (!grown.ok) return grown;
     if (grown.value) result = await this.allocateInHeld(req, config, layout, claimed);
     if (!result.ok && result.error.code === IPAM_POOL_EXHAUSTED) {
-      return err(new CniError(IPAM_POOL_EXHAUSTED, `no free address in pool ${layout.name} (network ${req.network}): ${result.error.message}`));
+      return err(
+        new CniError(
+          IPAM_POOL_EXHAUSTED,
+          `no free address in pool ${layout.name} (network ${req.network}): ${result.error.message}`,
+        ),
+      );
     }
     return result;
   }
 
   /** Claims another block in each set (not requested) whose held blocks are full; true when it claimed any. */
-  private async claimWhereFull(network: string, layout: PoolLayout, requestedSets: ReadonlySet<number>): Promise<Result<boolean>> {
+  private async claimWhereFull(
+    network: string,
+    layout: PoolLayout,
+    requestedSets: ReadonlySet<number>,
+  ): Promise<Result<boolean>> {
     const leases = await this.pooled.leases(layout.name);
     let claimedAny = false;
     for (const set of layout.sets.keys()) {
       if (requestedSets.has(set)) continue;
       const blocks = this.ledger.heldIn(layout, set);
       // Addresses claims own count as used, whether or not a pod of this node has them now.
-      const used = new Set([...leases.filter((l) => blocks.some((b) => inBlock(b, l))).map((l) => l.address.split('/')[0]), ...blocks.flatMap((b) => this.ledger.entriesOf(b.name).map((e) => e.address))]).size;
+      const used = new Set([
+        ...leases.filter((l) => blocks.some((b) => inBlock(b, l))).map((l) => l.address.split('/')[0]),
+        ...blocks.flatMap((b) => this.ledger.entriesOf(b.name).map((e) => e.address)),
+      ]).size;
       const size = blocks.reduce((sum, b) => sum + b.size, 0n);
       if (BigInt(used) < size) continue;
       const claimed = await this.ledger.claimNext(layout, set, network);
@@ -86,21 +116,51 @@ export class PoolAllocation {
    * Allocates with host-local's rules inside the blocks this node holds, less the addresses claims own there (so this
    * node never hands one out, whichever node's pod uses it now); a claimed set gets the claim's address.
    */
-  private async allocateInHeld(req: IpamRequest, config: ClusterIpamConfig, layout: PoolLayout, claimed: ReadonlyMap<number, ClaimedAddress>): Promise<Result<IpamResult>> {
+  private async allocateInHeld(
+    req: IpamRequest,
+    config: ClusterIpamConfig,
+    layout: PoolLayout,
+    claimed: ReadonlyMap<number, ClaimedAddress>,
+  ): Promise<Result<IpamResult>> {
     const ranges = layout.sets.map((_, set) => {
       const mine = claimed.get(set);
-      return mine !== undefined ? mine.block.ranges : this.ledger.heldIn(layout, set).flatMap((b) => withoutAddresses(b.ranges, this.ledger.entriesOf(b.name).map((e) => e.address)));
+      return mine !== undefined
+        ? mine.block.ranges
+        : this.ledger.heldIn(layout, set).flatMap((b) =>
+            withoutAddresses(
+              b.ranges,
+              this.ledger.entriesOf(b.name).map((e) => e.address),
+            ),
+          );
     });
     const empty = ranges.findIndex((set) => set.length === 0);
-    if (empty >= 0) return err(new CniError(IPAM_POOL_EXHAUSTED, `range set ${empty} of pool ${layout.name}: every address of this node's blocks is owned by an IPAMClaim`));
+    if (empty >= 0)
+      return err(
+        new CniError(
+          IPAM_POOL_EXHAUSTED,
+          `range set ${empty} of pool ${layout.name}: every address of this node's blocks is owned by an IPAMClaim`,
+        ),
+      );
     const owner = {
       network: req.network,
       ...(req.pod?.uid ? { podUid: req.pod.uid } : {}),
       ...(req.pod?.namespace && req.pod.name ? { pod: `${req.pod.namespace}/${req.pod.name}` } : {}),
       ...(req.claim !== undefined && req.pod?.namespace ? { claim: `${req.pod.namespace}/${req.claim}` } : {}),
     };
-    const derived: IpamConfig = { type: 'host-local', ranges, routes: config.routes, ...(config.dns ? { dns: config.dns } : {}) };
+    const derived: IpamConfig = {
+      type: 'host-local',
+      ranges,
+      routes: config.routes,
+      ...(config.dns ? { dns: config.dns } : {}),
+    };
     const requestedIps = [...(req.requestedIps ?? []), ...[...claimed.values()].map((c) => c.address)];
-    return this.pooled.allocate({ network: layout.name, containerId: req.containerId, ifname: req.ifname, config: derived, requestedIps, owner });
+    return this.pooled.allocate({
+      network: layout.name,
+      containerId: req.containerId,
+      ifname: req.ifname,
+      config: derived,
+      requestedIps,
+      owner,
+    });
   }
 }

@@ -10,9 +10,17 @@ import { overlapsOlder } from './refusals';
 
 /** JSON with sorted keys: the API server gives fields back in its own order. */
 const canonical = (value: unknown): string =>
-  JSON.stringify(value, (_key, v: unknown) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : 1))) : v));
+  JSON.stringify(value, (_key, v: unknown) =>
+    v !== null && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : 1)))
+      : v,
+  );
 
-const specOf = (config: ClusterIpamConfig): PoolSpec => ({ ranges: config.ranges, exclude: config.exclude, blockPrefix: config.blockPrefix });
+const specOf = (config: ClusterIpamConfig): PoolSpec => ({
+  ranges: config.ranges,
+  exclude: config.exclude,
+  blockPrefix: config.blockPrefix,
+});
 
 export class PoolCatalog {
   private readonly layouts = new Map<string, PoolLayout>();
@@ -62,7 +70,15 @@ export class PoolCatalog {
     if (!got.ok) return err(apiError(`reading IPPool ${pool}`, got.error));
     const spec = (got.value as PoolObject).spec;
     if (spec === undefined) return err(new CniError(CniCode.IoFailure, `IPPool ${pool} has no spec`));
-    return poolLayout(pool, { type: 'cluster', flavour: 'plexus', pool, ranges: spec.ranges, exclude: spec.exclude, blockPrefix: spec.blockPrefix, routes: [] });
+    return poolLayout(pool, {
+      type: 'cluster',
+      flavour: 'plexus',
+      pool,
+      ranges: spec.ranges,
+      exclude: spec.exclude,
+      blockPrefix: spec.blockPrefix,
+      routes: [],
+    });
   }
 
   private async load(network: string, layout: PoolLayout, spec: PoolSpec): Promise<Result<PoolLayout>> {
@@ -75,7 +91,12 @@ export class PoolCatalog {
     if (!got.ok) return err(apiError(`reading IPPool ${name}`, got.error));
     const pool = got.value as PoolObject;
     if (canonical(pool.spec) !== canonical(spec)) {
-      return err(new CniError(CniCode.InvalidNetworkConfig, `network ${network}: pool ${name} exists with other ranges (${JSON.stringify(pool.spec)}); a pool's ranges cannot change while it exists`));
+      return err(
+        new CniError(
+          CniCode.InvalidNetworkConfig,
+          `network ${network}: pool ${name} exists with other ranges (${JSON.stringify(pool.spec)}); a pool's ranges cannot change while it exists`,
+        ),
+      );
     }
     const all = await this.objects.listPools();
     if (!all.ok) return err(apiError('listing IPPools', all.error));

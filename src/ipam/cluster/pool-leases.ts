@@ -12,4 +12,3 @@ export function inCidr(text: string, lease: Lease): boolean {
   const ip = parseCidr(lease.address);
   return cidr !== undefined && ip !== undefined && contains(cidr, ip);
 }
-

@@ -91,10 +91,13 @@ export class BlockReconciler {
       this.staleSince.set(name, since);
       if (now - since < options.nodeGraceMs || (await pooled.leases(name)).length > 0) continue;
       const blocks = await objects.listBlocks();
-      if (!blocks.ok || ((blocks.value as { items?: BlockObject[] }).items ?? []).some((b) => b.spec?.pool === name)) continue;
+      if (!blocks.ok || ((blocks.value as { items?: BlockObject[] }).items ?? []).some((b) => b.spec?.pool === name))
+        continue;
       const r = await objects.deletePool(name, uid, resourceVersion);
-      if (r.ok) log.info({ pool: name, ranges: pool.spec?.ranges }, 'deleted a pool no network names and no block uses');
-      else if (r.error.status !== 404 && r.error.status !== 409) log.warn({ pool: name, err: r.error.message }, 'could not delete an unused pool; the next pass retries');
+      if (r.ok)
+        log.info({ pool: name, ranges: pool.spec?.ranges }, 'deleted a pool no network names and no block uses');
+      else if (r.error.status !== 404 && r.error.status !== 409)
+        log.warn({ pool: name, err: r.error.message }, 'could not delete an unused pool; the next pass retries');
     }
     for (const name of [...this.staleSince.keys()]) if (!stale.has(name)) this.staleSince.delete(name);
   }
@@ -108,7 +111,9 @@ export class BlockReconciler {
     const { objects, ledger, options } = this.parts;
     const listed = await objects.listNodes();
     if (!listed.ok) return undefined;
-    const nodes = new Set(((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''));
+    const nodes = new Set(
+      ((listed.value as { items?: { metadata?: { name?: string } }[] }).items ?? []).map((n) => n.metadata?.name ?? ''),
+    );
     const named = new Set<string>();
     for (const block of ledger.list()) {
       if (block.spec?.node) named.add(block.spec.node);
@@ -156,14 +161,26 @@ export class BlockReconciler {
       if (claimGone.has(cacheKey)) return claimGone.get(cacheKey);
       const ref = parseClaimKey(entry.claim);
       const got = ref ? await this.parts.claims.get(ref) : undefined;
-      const gone = got === undefined ? true : got.ok ? (got.value as ClaimObject).metadata?.uid !== entry.claimUid : got.error.status === 404 ? true : undefined;
+      const gone =
+        got === undefined
+          ? true
+          : got.ok
+            ? (got.value as ClaimObject).metadata?.uid !== entry.claimUid
+            : got.error.status === 404
+              ? true
+              : undefined;
       claimGone.set(cacheKey, gone);
       return gone;
     };
   }
 
   /** Under the pool's lock: the entries of `gone` claims in block `name` lose the users that no longer use them. */
-  private async dropUsers(name: string, pool: string, gone: readonly ClaimEntry[], dead: ReadonlySet<string>): Promise<void> {
+  private async dropUsers(
+    name: string,
+    pool: string,
+    gone: readonly ClaimEntry[],
+    dead: ReadonlySet<string>,
+  ): Promise<void> {
     const { objects, ledger, pooled, options, log } = this.parts;
     const leased = new Set((await pooled.leases(pool)).map((l) => l.address.split('/')[0]));
     const got = await objects.getBlock(name);
@@ -183,7 +200,11 @@ export class BlockReconciler {
     if (next.length === entries.length && next.every((e, i) => e.nodes.length === entries[i]?.nodes.length)) return;
     const put = await objects.updateBlock({ ...object, spec: { ...object.spec, claims: next } });
     if (put.ok) ledger.noteWritten(put.value as BlockObject);
-    else log.warn({ pool, block: object.spec?.cidr, err: put.error.message }, 'could not update the IPAMClaim entries of a block; the next pass retries');
+    else
+      log.warn(
+        { pool, block: object.spec?.cidr, err: put.error.message },
+        'could not update the IPAMClaim entries of a block; the next pass retries',
+      );
   }
 
   /**
@@ -202,7 +223,10 @@ export class BlockReconciler {
       if (strays.length === 0) continue;
       const layout = await catalog.layoutOf(pool);
       if (!layout.ok) {
-        log.warn({ pool, err: layout.error.message }, 'leases outside this node\'s blocks, and the pool cannot be read; the next pass retries');
+        log.warn(
+          { pool, err: layout.error.message },
+          "leases outside this node's blocks, and the pool cannot be read; the next pass retries",
+        );
         continue;
       }
       await locks.run(pool, () => this.holdBlocksOf(layout.value, strays));
@@ -219,11 +243,17 @@ export class BlockReconciler {
       if (!block?.ok || ledger.holds(block.value.name)) continue;
       const claimed = await ledger.claim(layout, block.value);
       if (claimed.ok && claimed.value && ledger.regained(block.value.name)) {
-        log.warn({ pool, block: block.value.cidr }, 'claimed again a block deleted under this node while its pods had addresses in it; allocating in the pool again');
+        log.warn(
+          { pool, block: block.value.cidr },
+          'claimed again a block deleted under this node while its pods had addresses in it; allocating in the pool again',
+        );
       }
       if (claimed.ok && !claimed.value) {
         const holder = ledger.holderOf(block.value.name) ?? 'another node';
-        log.error({ pool, block: block.value.cidr, holder, lease: lease.address }, 'a lease of this node is in a block another node holds');
+        log.error(
+          { pool, block: block.value.cidr, holder, lease: lease.address },
+          'a lease of this node is in a block another node holds',
+        );
       }
     }
   }
@@ -241,7 +271,10 @@ export class BlockReconciler {
   private async returnEmptyBlocksOf(pool: string, wanted: ReadonlySet<string> | undefined): Promise<void> {
     const { ledger, pooled, log } = this.parts;
     const leases = await pooled.leases(pool);
-    const mine = ledger.heldBlocks().filter((b) => b.pool === pool).sort((a, b) => (a.name < b.name ? -1 : 1));
+    const mine = ledger
+      .heldBlocks()
+      .filter((b) => b.pool === pool)
+      .sort((a, b) => (a.name < b.name ? -1 : 1));
     const used = (block: HeldBlock): boolean => {
       const cidr = parseCidr(block.cidr);
       return cidr === undefined || leases.some((l) => inCidr(block.cidr, l)) || ledger.entriesOf(block.name).length > 0;
@@ -258,7 +291,11 @@ export class BlockReconciler {
       }
       const r = await ledger.giveBack(block);
       if (r.ok) log.info({ pool, block: block.cidr }, 'returned an empty block');
-      else log.warn({ pool, block: block.cidr, err: r.error.message }, 'could not return an empty block; the next pass retries');
+      else
+        log.warn(
+          { pool, block: block.cidr, err: r.error.message },
+          'could not return an empty block; the next pass retries',
+        );
     }
   }
 
@@ -277,7 +314,11 @@ export class BlockReconciler {
       const confirmed = await objects.getNode(node);
       if (confirmed.ok || confirmed.error.status !== 404) continue;
       const r = await objects.deleteBlock(name, uid, resourceVersion);
-      if (r.ok) log.info({ block: block.spec?.cidr, pool: block.spec?.pool, node }, 'reclaimed a block of a dead node (no Node object, its lease expired)');
+      if (r.ok)
+        log.info(
+          { block: block.spec?.cidr, pool: block.spec?.pool, node },
+          'reclaimed a block of a dead node (no Node object, its lease expired)',
+        );
     }
   }
 }

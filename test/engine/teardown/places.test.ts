@@ -22,7 +22,7 @@ after(async () => {
 });
 
 describe('where the background teardown deletes links', () => {
-  it('a host link is deleted through /proc/self/ns/net, the daemon\'s own netns', async () => {
+  it("a host link is deleted through /proc/self/ns/net, the daemon's own netns", async () => {
     const name = `${prefix}h`;
     fx.trackHostLink(name);
     ip('link', 'add', name, 'type', 'veth', 'peer', 'name', `${name}p`);

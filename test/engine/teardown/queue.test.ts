@@ -62,7 +62,11 @@ describe('the background teardown', () => {
     const steps: UndoStep[] = [
       { kind: 'releaseIpam', network: 'n', containerId: 'c', ifname: 'eth0:eth0' },
       { kind: 'deleteLink', name: 'vethx' },
-      driverStep('delegate', 'delegateDel', 1, { plugin: 'ptp', config: '{}', env: { containerId: 'c', netns: '/n', ifname: 'net1', args: '', path: '/p' } }),
+      driverStep('delegate', 'delegateDel', 1, {
+        plugin: 'ptp',
+        config: '{}',
+        env: { containerId: 'c', netns: '/n', ifname: 'net1', args: '', path: '/p' },
+      }),
       driverStep('host-device', 'returnLink', 1, { netns: '/n', name: 'net2', hostName: 'eno1' }),
       { kind: 'deleteRoute', netns: '/n', route: { dst: '10.0.0.0/8' } },
       driverStep('memif', 'removeSocketDir', 1, { path: '/run/x' }),
@@ -70,13 +74,20 @@ describe('the background teardown', () => {
     const split = splitTeardown(steps);
     const named = (s: UndoStep): string => (s.kind === 'driver' ? s.step : s.kind);
     assert.deepEqual(split.now.map(named), ['delegateDel', 'returnLink', 'removeSocketDir']);
-    assert.deepEqual(split.later.map((s) => s.kind), ['releaseIpam', 'deleteLink', 'deleteRoute']);
+    assert.deepEqual(
+      split.later.map((s) => s.kind),
+      ['releaseIpam', 'deleteLink', 'deleteRoute'],
+    );
   });
 
   it('a host link is deleted from the daemon netns path, off the kernel worker; pod links and other steps stay as recorded', () => {
     const host: UndoStep = { kind: 'deleteLink', name: 'vethx' };
     const pod: UndoStep = { kind: 'deleteLink', netns: '/run/netns/p', name: 'net1', mark: 7 };
-    assert.deepEqual(placeForBackground(host, '/proc/self/ns/net'), { kind: 'deleteLink', name: 'vethx', netns: '/proc/self/ns/net' });
+    assert.deepEqual(placeForBackground(host, '/proc/self/ns/net'), {
+      kind: 'deleteLink',
+      name: 'vethx',
+      netns: '/proc/self/ns/net',
+    });
     assert.equal(placeForBackground(pod, '/proc/self/ns/net'), pod);
     assert.equal(placeForBackground(host, undefined), host);
   });
@@ -131,7 +142,7 @@ describe('the background teardown', () => {
     assert.deepEqual(await bed.leases(), []);
   });
 
-  it('a link that cannot be deleted keeps the pod\'s leases and record; the retry finishes the teardown', async () => {
+  it("a link that cannot be deleted keeps the pod's leases and record; the retry finishes the teardown", async () => {
     const job = await attached('cd');
     const stubborn = job.steps.find((s) => s.kind === 'deleteLink')!;
     let refusals = 0;
@@ -163,7 +174,9 @@ describe('the background teardown', () => {
     queue.add(ok);
     queue.add(bad);
     const badVeth = bad.steps.find((s) => s.kind === 'deleteLink')!;
-    bed.kernel.failWhen((e) => e.op.op === 'linkDel' && 'name' in e.op && badVeth.kind === 'deleteLink' && e.op.name === badVeth.name);
+    bed.kernel.failWhen(
+      (e) => e.op.op === 'linkDel' && 'name' in e.op && badVeth.kind === 'deleteLink' && e.op.name === badVeth.name,
+    );
     const settled = Promise.all([queue.settle('ce', 'eth0'), queue.settle('cf', 'eth0')]);
     assert.equal(await queue.settle('none', 'eth0'), undefined, 'nothing pending: nothing to wait for');
     held.open();
@@ -190,7 +203,7 @@ describe('the background teardown', () => {
     held.open();
     await waiting;
     assert.equal(queue.has('cj', 'eth0'), true, 'its failed attempt is retried, not handed back');
-    assert.equal(queue.has('ck', 'eth0'), false, 'another netns\'s teardown was not waited for, but went on its own');
+    assert.equal(queue.has('ck', 'eth0'), false, "another netns's teardown was not waited for, but went on its own");
     await until(() => queue.size === 0);
   });
 

@@ -52,9 +52,7 @@ function leasesOnDisk(): string[] {
 }
 const leasesOf = (pod: Pod): string[] => leasesOnDisk().filter((l) => l.includes(` ${pod.cid} `));
 
-async function ctlJson(
-  ...args: string[]
-): Promise<{
+async function ctlJson(...args: string[]): Promise<{
   removed: unknown[];
   leases: { network: string; address: string; containerId: string; ifname: string }[];
   leasesReleased: number;

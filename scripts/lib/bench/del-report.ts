@@ -1,7 +1,6 @@
 /** The DEL lines of the report: the targets of issue 24 (DEL off the critical path) and the checks that bound it. */
 import { fmt } from '../stats';
 import type { OverlapFigures } from './del-overlap';
-import type { Report } from './report';
 
 export interface DelFigures {
   /** The address-on-two-interfaces sampler over every bench netns, for the whole run. */
@@ -16,7 +15,15 @@ const TARGET_4 = 0.2;
 const verdict = (x: number | undefined, target: number): string =>
   x === undefined ? 'n/a' : `${fmt(x, 2)}x (target <= ${target}x: ${x <= target ? 'met' : 'not met'})`;
 
-export function renderDel(report: Report, markdown: boolean): string[] {
+/** The parts of the bench's report the DEL section reads (report.ts's Report has them). */
+export interface DelReportInput {
+  readonly del?: DelFigures;
+  readonly ratios: Readonly<Record<string, { readonly delMedian?: number } | undefined>>;
+  readonly ratiosChurn: Readonly<Record<string, { readonly delMedian?: number } | undefined>>;
+  readonly multi?: { readonly ratios: Readonly<Record<string, { readonly delMedian?: number } | undefined>> };
+}
+
+export function renderDel(report: DelReportInput, markdown: boolean): string[] {
   const d = report.del;
   if (d === undefined) return [];
   const li = markdown ? '- ' : '';

@@ -208,12 +208,16 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   });
 
   after(async () => {
-    await node?.stop({ runtimeStopped: () => daemon?.stop() });
-    await daemon?.stop();
-    await driver?.stop();
-    for (const name of [...NICS, ...PEERS])
-      if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
-    if (work) rmSync(work, { recursive: true, force: true });
+    // The links and the work directory go even when stopping the node or a daemon fails.
+    try {
+      await node?.stop({ runtimeStopped: () => daemon?.stop() });
+      await daemon?.stop();
+      await driver?.stop();
+    } finally {
+      for (const name of [...NICS, ...PEERS])
+        if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
+      if (work) rmSync(work, { recursive: true, force: true });
+    }
   });
 
   it('the test driver registers with the kubelet under its own name', async () => {

@@ -11,16 +11,23 @@
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChildProcess } from 'node:child_process';
 import { k8sVersion } from '../test/support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
-import { type Network, REFERENCE_PLUGINS, bridgeConfig, startPlexusd, stopPlexusd } from './lib/bench/kubelet-burst';
+import {
+  type Network,
+  REFERENCE_PLUGINS,
+  bridgeConfig,
+  nodeConflist,
+  startPlexusd,
+  stopPlexusd,
+} from './lib/bench/kubelet-burst';
 import { freeTenNet, linksOfBridge, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
-import { hostLocalLeftovers, plexusLeftovers, shimBinary } from './lib/plexusd';
+import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';
 import { type Summary, fmt, round, summarize, table } from './lib/stats';
 import { Teardown } from './lib/teardown';
 
@@ -115,27 +122,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
   try {
     const socket = join(root, 'plexus.sock');
     const binDir = join(root, 'bin');
-    let conflist: (nodeRoot: string) => string;
-    if (mode === 'bridge') {
-      conflist = (nodeRoot) =>
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'podnet',
-          plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))],
-        });
-    } else {
-      mkdirSync(binDir);
-      copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
-      for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
-      conflist = () =>
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'plexus',
-          plugins: [
-            { type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
-          ],
-        });
-    }
+    const conflist = nodeConflist(mode, networks[0]!, socket, binDir);
     const node = (state.node = await KubeNodeFixture.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,

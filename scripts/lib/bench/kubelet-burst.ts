@@ -94,6 +94,37 @@ const kib = (pid: number, field: 'VmHWM' | 'VmRSS'): number | undefined => {
   }
 };
 
+/**
+ * The node's CNI conflist for a mode: the reference bridge on the default network, or plexus-cni (copied beside the
+ * reference plugins plexusd delegates to, into `binDir`, a directory of the run's own) forwarding to `socket`.
+ */
+export function nodeConflist(
+  mode: BurstMode,
+  defaultNetwork: Network,
+  socket: string,
+  binDir: string,
+): (nodeRoot: string) => string {
+  if (mode === 'bridge') {
+    return (nodeRoot) =>
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'podnet',
+        plugins: [bridgeConfig(defaultNetwork, join(nodeRoot, 'cni-data'))],
+      });
+  }
+  mkdirSync(binDir);
+  copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
+  for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
+  return () =>
+    JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'plexus',
+      plugins: [
+        { type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
+      ],
+    });
+}
+
 /** plexusd as the brief of this burst runs it: networks from the API, this node's name, the private plugin directory. */
 export async function startPlexusd(
   root: string,
@@ -196,28 +227,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
   try {
     const socket = join(root, 'plexus.sock');
     const binDir = join(root, 'bin');
-    let conflist: (nodeRoot: string) => string;
-    if (mode === 'bridge') {
-      conflist = (nodeRoot) =>
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'podnet',
-          plugins: [bridgeConfig(networks[0]!, join(nodeRoot, 'cni-data'))],
-        });
-    } else {
-      // plexus-cni beside the reference plugins plexusd delegates to, in a directory of the burst's own.
-      mkdirSync(binDir);
-      copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
-      for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
-      conflist = () =>
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'plexus',
-          plugins: [
-            { type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } },
-          ],
-        });
-    }
+    const conflist = nodeConflist(mode, networks[0]!, socket, binDir);
     const startedAt = performance.now();
     const node = (state.node = await KubeNodeFixture.start({
       cniConfList: conflist,

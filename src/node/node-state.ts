@@ -25,8 +25,10 @@ export async function openNodeState(config: DaemonConfig, log: Logger): Promise<
   const waiting = (holder: string): void =>
     log.info({ holder }, 'waiting for the previous plexusd to finish its calls');
   const lock = await acquireInstanceLock(config.stateDir, waiting);
-  // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts).
-  const kernel = new Kernel(config.kernelThreads, new PodLinkDeletions(libuvPoolThreads()));
+  // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts);
+  // an ADD's batch runs on this thread while the kernel worker is idle (kernel.ts, KernelOptions).
+  const deletions = new PodLinkDeletions(libuvPoolThreads());
+  const kernel = new Kernel(config.kernelThreads, deletions, { inlineWhenIdle: true });
   const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
     sync: config.stateSync,
     onSkipped: (file, reason) => log.warn({ file, reason }, 'lease store: skipped an entry that is not a lease file'),

@@ -12,7 +12,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { inNetns, openNetns, rememberHomeNetns } from '../../../src/kernel/netns';
-import { RtnlSocket } from '../../../src/kernel/rtnetlink';
+import { receiveBuffer, RtnlSocket } from '../../../src/kernel/rtnetlink';
 
 export interface FloorBatchSettings {
   readonly runs: number;
@@ -38,13 +38,13 @@ const randomMac = (): string => {
 };
 
 /** The batch of one bridge attachment, as the kernel worker runs it (worker.ts runBatch). */
-function attach(host: RtnlSocket, s: FloorBatchSettings, netns: string, i: number): void {
+function attach(host: RtnlSocket, s: FloorBatchSettings, netns: string, i: number, received: Buffer): void {
   const hostName = `${s.prefix}v${i}`;
   host.addLink(
     { kind: 'veth', name: hostName, mac: randomMac(), up: true, bridge: s.bridge, peer: { name: 'eth0', netns } },
     openNetns,
   );
-  const pod = inNetns(netns, () => RtnlSocket.open());
+  const pod = inNetns(netns, () => RtnlSocket.open(received));
   try {
     pod.setLink('eth0', { up: true });
     pod.addAddress('eth0', `${s.net}.${1 + Math.floor(i / 250)}.${2 + (i % 250)}/16`, { noDad: true });
@@ -58,7 +58,8 @@ function attach(host: RtnlSocket, s: FloorBatchSettings, netns: string, i: numbe
 function main(): void {
   const s = JSON.parse(process.argv[2] ?? '{}') as FloorBatchSettings;
   rememberHomeNetns();
-  const host = RtnlSocket.open();
+  const received = receiveBuffer(); // one per thread, as the kernel worker has
+  const host = RtnlSocket.open(received);
   const samples: number[] = [];
   const total = s.warmup + s.runs;
   if (!s.churn) for (let i = 0; i < total; i++) ip(['netns', 'add', `${s.prefix}${i}`]);
@@ -67,7 +68,7 @@ function main(): void {
       const name = `${s.prefix}${i}`;
       if (s.churn) ip(['netns', 'add', name]);
       const t0 = process.hrtime.bigint();
-      attach(host, s, `/var/run/netns/${name}`, i);
+      attach(host, s, `/var/run/netns/${name}`, i, received);
       const ms = Number(process.hrtime.bigint() - t0) / 1e6;
       if (i >= s.warmup) samples.push(ms);
       host.deleteLink(`${s.prefix}v${i}`);

@@ -6,7 +6,9 @@
  * default network and two secondary ones per pod (three native bridges).
  *
  *   npm run build && flock /tmp/plexus-heavy.lock node dist/scripts/kubelet-churn.js [--pods 100] [--wave 20]
- *        [--mode bridge|plexus] [--json FILE]          (npm run bench:churn: both modes)
+ *        [--mode bridge,plexus|plexus,bridge|bridge|plexus] [--json FILE]   (npm run bench:churn: both, bridge first)
+ *
+ * For Plexus it also reads plexusd's histogram of its CNI DELs (as the runtime waited for them) from its /metrics.
  *
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
@@ -26,6 +28,7 @@ import {
   startPlexusd,
   stopPlexusd,
 } from './lib/bench/kubelet-burst';
+import { type CallDurations, callDurations, scrapeMetrics } from './lib/bench/cni-durations';
 import { freeTenNet, linksOfBridge, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';
 import { type Summary, fmt, round, summarize, table } from './lib/stats';
@@ -51,6 +54,8 @@ export interface ChurnReport {
   readonly sandboxRemoved: Summary;
   /** Sandboxes not removed by the kubelet within the wait after the last wave. */
   readonly notRemoved: number;
+  /** Plexus: its DELs as the runtime waited for them (plexusd's own histogram). */
+  readonly dels?: CallDurations;
   readonly failures: readonly string[];
   readonly leaks: readonly string[];
   readonly problems: readonly string[];
@@ -109,7 +114,9 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     net: `10.${second}.${i}`,
   }));
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
-  const state: { node?: KubeNodeFixture; daemon?: ChildProcess; problems: string[] } = { problems: [] };
+  const state: { node?: KubeNodeFixture; daemon?: ChildProcess; metrics?: string; problems: string[] } = {
+    problems: [],
+  };
   teardown.add('tear the node down', async () => {
     const daemon = state.daemon;
     const stopDaemon = async (): Promise<void> => {
@@ -135,7 +142,9 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      state.daemon = await startPlexusd(root, socket, binDir, node.api.kubeconfig, []);
+      const metrics = `127.0.0.1:${20000 + Math.floor(Math.random() * 20000)}`;
+      state.metrics = metrics;
+      state.daemon = await startPlexusd(root, socket, binDir, node.api.kubeconfig, ['--metrics-address', metrics]);
     }
     log(`${mode}: node Ready; ${options.pods} pods in waves of ${options.wave}`);
     const running: number[] = [];
@@ -179,6 +188,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
         ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet')
         : await plexusLeftovers(join(root, 'state'))),
     ];
+    const dels = state.metrics ? callDurations(await scrapeMetrics(state.metrics), 'DEL') : undefined;
     return {
       mode,
       pods: options.pods,
@@ -188,6 +198,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
       sandboxStopped: summarize(ms((c) => c.stoppedAt)),
       sandboxRemoved: summarize(ms((c) => c.removedAt)),
       notRemoved: [...clocks.values()].filter((c) => c.removedAt === undefined).length,
+      ...(dels ? { dels } : {}),
       failures: failures.slice(0, 10),
       leaks,
       problems: state.problems,
@@ -264,9 +275,10 @@ async function main(): Promise<number> {
     if (!Number.isInteger(n) || n < 1) throw new Error(`--${flag} needs a positive integer, got ${v}`);
     return n;
   };
-  const modes: Mode[] = values.mode === undefined ? ['bridge', 'plexus'] : [values.mode as Mode];
+  // In the order given (e.g. plexus,bridge), so a second run can swap which node meets the machine first.
+  const modes = (values.mode ?? 'bridge,plexus').split(',') as Mode[];
   if (modes.some((m) => m !== 'bridge' && m !== 'plexus'))
-    throw new Error(`--mode is bridge or plexus, not ${values.mode}`);
+    throw new Error(`--mode is bridge, plexus or both in an order (bridge,plexus), not ${values.mode}`);
   const missing = kubeNodeMissing();
   if (missing) {
     console.error(`kubelet churn: cannot run here: ${missing}`);
@@ -293,6 +305,11 @@ async function main(): Promise<number> {
     console.log(
       `\nplexus/bridge, delete to pod gone (median): ${round(p.podGone.median / b.podGone.median)}x (goal <= 1.05x)`,
     );
+  for (const r of reports) {
+    const d = r.dels;
+    if (d)
+      console.log(`${r.mode}: ${d.calls} CNI DELs, p50 <= ${d.p50AtMost * 1000} ms, p90 <= ${d.p90AtMost * 1000} ms`);
+  }
   for (const r of reports) for (const f of [...r.failures, ...r.leaks, ...r.problems]) console.log(`  ${r.mode}: ${f}`);
   if (values.json) writeFileSync(values.json, `${JSON.stringify({ machine: m, reports }, null, 2)}\n`);
   return reports.every((r) => r.failures.length === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;

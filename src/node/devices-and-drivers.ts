@@ -1,12 +1,12 @@
 /**
  * The kubelet's devices (device plugins and the pod-resources API) and the drivers, with the process-wide limits
- * they run within: CNI call slots and delegated plugin execs, made here and handed in. Devices and drivers know each
+ * they run within: delegated plugin execs, made here, and the CNI call slots (node-state.ts), handed in. Devices and drivers know each
  * other: memif devices' health may follow the node's switch, through the memif driver, and the memif driver takes the
  * sockets of the memif devices a pod was allocated. Both are looked up at call time, when each exists.
  */
 import type { Logger } from 'pino';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
-import { CallSlots } from '../common/call-slots';
+import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/plan';
 import { ExecLimits, execPlugin } from '../drivers/delegate';
@@ -32,6 +32,7 @@ export interface DevicesAndDrivers {
 export async function devicesAndDrivers(
   config: DaemonConfig,
   log: Logger,
+  slots: CallSlots,
   api?: ApiConnection,
 ): Promise<DevicesAndDrivers | undefined> {
   // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
@@ -58,9 +59,8 @@ export async function devicesAndDrivers(
     return undefined;
   }
   const devicePlugins = loaded?.value;
-  // CNI calls at once, node-wide; a call waiting on a delegated plugin lends its slot, and each delegated network has
-  // its own share of plugin execs, so one hung plugin stalls only its own network.
-  const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
+  // A call waiting on a delegated plugin lends its CNI slot, and each delegated network has its own share of plugin
+  // execs, so one hung plugin stalls only its own network.
   const execLimits = new ExecLimits({
     perNetwork: config.delegateShare,
     total: config.maxDelegateExecs,

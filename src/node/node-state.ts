@@ -1,11 +1,12 @@
 /**
  * The node's own state, opened first at start: the state directory's lock (a daemon being replaced finishes its calls
- * before this one recovers the journal, which would otherwise undo them), the kernel layer, the host-local lease
- * store and the journal.
+ * before this one recovers the journal, which would otherwise undo them), the node-wide CNI call slots, the kernel
+ * layer, the host-local lease store and the journal.
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { CallSlots } from '../common/call-slots';
 import { Journal } from '../engine/journal';
 import { Ipam } from '../ipam';
 import { Kernel } from '../kernel/kernel';
@@ -18,6 +19,8 @@ export interface NodeState {
   readonly kernel: Kernel;
   readonly hostLocal: Ipam;
   readonly journal: Journal;
+  /** The bound on CNI calls handled at once (--max-concurrent, --max-queued). */
+  readonly slots: CallSlots;
 }
 
 export async function openNodeState(config: DaemonConfig, log: Logger): Promise<NodeState> {
@@ -28,11 +31,15 @@ export async function openNodeState(config: DaemonConfig, log: Logger): Promise<
   // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts);
   // an ADD's batch runs on this thread while the kernel worker is idle (kernel.ts, KernelOptions).
   const deletions = new PodLinkDeletions(libuvPoolThreads());
-  const kernel = new Kernel(config.kernelThreads, deletions, { inlineWhenIdle: true });
+  // CNI calls at once, node-wide (handed to the drivers and the server); while one call at most is in flight or
+  // waiting, its kernel batches run on this thread (kernel.ts, KernelOptions).
+  const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
+  const alone = (): boolean => slots.inFlight + slots.queued <= 1;
+  const kernel = new Kernel(config.kernelThreads, deletions, { inlineWhen: alone });
   const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
     sync: config.stateSync,
     onSkipped: (file, reason) => log.warn({ file, reason }, 'lease store: skipped an entry that is not a lease file'),
   });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
-  return { lock, kernel, hostLocal, journal };
+  return { lock, kernel, hostLocal, journal, slots };
 }

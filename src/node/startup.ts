@@ -30,7 +30,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   if (!conflist) return undefined;
   const node = await openNodeState(config, log);
   const cluster = await connectCluster(config, log, node.hostLocal);
-  const plumbing = await devicesAndDrivers(config, log, cluster.api);
+  const plumbing = await devicesAndDrivers(config, log, node.slots, cluster.api);
   if (!plumbing) return undefined;
   // DRA's stale-claim check asks which pods have attachments here: the engine's records, once it exists.
   const attachedPods = async (): Promise<ReadonlySet<string>> =>

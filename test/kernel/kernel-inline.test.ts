@@ -7,9 +7,10 @@ import { NetnsFixture, uniquePrefix } from '../support/netns';
 const prefix = uniquePrefix('pki');
 const fx = new NetnsFixture(prefix);
 let kernel: Kernel;
+let alone = true;
 
 before(() => {
-  kernel = new Kernel(1, undefined, { inlineWhenIdle: true });
+  kernel = new Kernel(1, undefined, { inlineWhen: () => alone });
 });
 after(async () => {
   fx.cleanup();
@@ -18,7 +19,7 @@ after(async () => {
 
 const ownNetns = (): string => readlinkSync('/proc/thread-self/ns/net');
 
-describe('kernel batches on the calling thread while the worker is idle (inlineWhenIdle)', () => {
+describe('kernel batches on the calling thread while the daemon has nothing else to do (inlineWhen)', () => {
   it('runs a quick batch here, in the pod netns, and leaves this thread in its own netns', async () => {
     const pod = fx.create('here');
     const host = `${prefix}h0`;
@@ -63,5 +64,18 @@ describe('kernel batches on the calling thread while the worker is idle (inlineW
     assert.ok((await deleting).ok);
     assert.ok(remade.ok, remade.ok ? '' : `the create overtook the deletion: ${remade.error.message}`);
     assert.equal(kernel.batchesRunHere, here, 'the create went to the worker, behind the deletion');
+  });
+
+  it('sends a batch to the worker while the daemon says other calls are in flight', async () => {
+    const pod = fx.create('busy');
+    const here = kernel.batchesRunHere;
+    alone = false;
+    try {
+      const r = await kernel.batch(pod.path, [{ op: 'linkGet', name: 'lo' }]);
+      assert.ok(r.ok);
+    } finally {
+      alone = true;
+    }
+    assert.equal(kernel.batchesRunHere, here, 'the batch went to the worker');
   });
 });

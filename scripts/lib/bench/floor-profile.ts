@@ -139,7 +139,7 @@ async function main(): Promise<void> {
     ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.0.0/16` }]] },
   });
   const r: Recorder = { current: undefined };
-  const kernel = new Kernel(1, undefined, { inlineWhenIdle: true }); // as plexusd makes it (src/node/node-state.ts)
+  const kernel = new Kernel(1, undefined, { inlineWhen: () => true }); // as plexusd's for one call at a time (node-state.ts)
   const ipam = await Ipam.open(join(root, 'ipam'), { sync: false });
   const journal = await Journal.open(join(root, 'journal'), false);
   const log = pino({ level: 'silent' });

@@ -18,6 +18,9 @@ export class CallSlots {
   private readonly slots: Semaphore;
   private lent = 0;
   private readonly current = new AsyncLocalStorage<Slot>();
+  /** When the last two calls took their slots (performance.now()). */
+  private lastStart = -Infinity;
+  private gapBeforeLast = Infinity;
 
   constructor(
     readonly limit: number,
@@ -41,7 +44,20 @@ export class CallSlots {
 
   /** Runs the task once a slot is free; undefined, without running it, when the queue is full. */
   run<T>(task: () => Promise<T>): Promise<{ value: T } | undefined> {
-    return this.slots.run(() => this.current.run({ lent: false }, task));
+    return this.slots.run(() => {
+      const now = performance.now();
+      this.gapBeforeLast = now - this.lastStart;
+      this.lastStart = now;
+      return this.current.run({ lent: false }, task);
+    });
+  }
+
+  /**
+   * Whether the call under way is alone: no other call holds a slot or waits for one, and none took a slot in the
+   * `quietMs` before it. In a burst calls overlap or follow each other closely even when each is short.
+   */
+  alone(quietMs: number): boolean {
+    return this.inFlight + this.queued <= 1 && this.gapBeforeLast > quietMs;
   }
 
   /**

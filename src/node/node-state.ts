@@ -23,6 +23,9 @@ export interface NodeState {
   readonly slots: CallSlots;
 }
 
+/** A CNI call that follows another by more than this is not part of a burst. */
+const ALONE_AFTER_MS = 20;
+
 export async function openNodeState(config: DaemonConfig, log: Logger): Promise<NodeState> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const waiting = (holder: string): void =>
@@ -31,10 +34,10 @@ export async function openNodeState(config: DaemonConfig, log: Logger): Promise<
   // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts);
   // an ADD's batch runs on this thread while the kernel worker is idle (kernel.ts, KernelOptions).
   const deletions = new PodLinkDeletions(libuvPoolThreads());
-  // CNI calls at once, node-wide (handed to the drivers and the server); while one call at most is in flight or
-  // waiting, its kernel batches run on this thread (kernel.ts, KernelOptions).
+  // CNI calls at once, node-wide (handed to the drivers and the server). A call alone on the node (none other in flight
+  // or started in the 20 ms before it) runs its kernel batches on this thread (kernel.ts, KernelOptions).
   const slots = new CallSlots(config.maxConcurrent, config.maxQueued);
-  const alone = (): boolean => slots.inFlight + slots.queued <= 1;
+  const alone = (): boolean => slots.alone(ALONE_AFTER_MS);
   const kernel = new Kernel(config.kernelThreads, deletions, { inlineWhen: alone });
   const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
     sync: config.stateSync,

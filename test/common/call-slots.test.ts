@@ -76,4 +76,24 @@ describe('CallSlots', () => {
     assert.equal(await slots.lendWhile(() => Promise.resolve(42)), 42);
     assert.equal(slots.inFlight, 0);
   });
+
+  it('says a call is alone only with no other call in flight and none started shortly before it', async () => {
+    const slots = new CallSlots(4, 4);
+    const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+    assert.equal(await slots.run(() => Promise.resolve(slots.alone(20))).then((r) => r?.value), true, 'the first call');
+    const next = await slots.run(() => Promise.resolve(slots.alone(20)));
+    assert.equal(next?.value, false, 'a call right after another is part of a burst');
+    await sleep(30);
+    const later = await slots.run(() => Promise.resolve(slots.alone(20)));
+    assert.equal(later?.value, true, 'a call 30 ms after the last is alone');
+    await sleep(30);
+    const g = gate();
+    const holder = slots.run(() => g.opened);
+    await tick();
+    await sleep(30);
+    const beside = await slots.run(() => Promise.resolve(slots.alone(20)));
+    assert.equal(beside?.value, false, 'another call holds a slot');
+    g.open();
+    await holder;
+  });
 });

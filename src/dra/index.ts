@@ -58,6 +58,7 @@ export class DraDriver {
   private readonly claimReader: ClaimReader;
   private readonly podPresence: PodPresence;
   private staleTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
 
   private constructor(
     resources: readonly ResourceConfig[],
@@ -129,17 +130,24 @@ export class DraDriver {
     };
   }
 
-  /** Releases stale prepared claims, publishes the slices, then serves the kubelet plugin. */
+  /**
+   * Serves the kubelet plugin at once: Prepare needs only the records (loaded already) and the API client, and a
+   * Prepare the kubelet cannot make costs the pod a resync (60-90 s, kubernetes/kubernetes#139836). Stale records are
+   * looked for first: Prepare calls queue behind that look, so none is refused for a device a stale record holds. The
+   * slices are published after it, in the background.
+   */
   async start(): Promise<void> {
-    await this.releaseStale();
-    await this.slices.start(this.settings.resyncMs ?? 10000);
+    const stale = this.releaseStale();
     await this.plugin.start();
-    this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
-    this.staleTimer.unref();
     this.log.info(
       { pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets },
       'DRA driver plexus.io started',
     );
+    void stale
+      .then(() => (this.stopped ? undefined : this.slices.start(this.settings.resyncMs ?? 10000)))
+      .catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'publishing the ResourceSlices failed'));
+    this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
+    this.staleTimer.unref();
   }
 
   /** Releases the prepared claims nobody will unprepare (stale-claims.ts); answers their claims. */
@@ -159,6 +167,7 @@ export class DraDriver {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.staleTimer) clearInterval(this.staleTimer);
     this.slices.stop();
     await Promise.race([this.claimStatus.idle(), new Promise((resolve) => setTimeout(resolve, 2000))]);

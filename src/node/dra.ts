@@ -1,6 +1,6 @@
 /**
  * DRA (--dra): the resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md). Made
- * before the engine, which reads the pods' claimed devices at ADD, and started once the API caches are.
+ * before the engine, which reads the pods' claimed devices at ADD, and started right after it, before the API caches.
  */
 import type { Logger } from 'pino';
 import type { PodResourcesClient } from '../deviceplugin';

@@ -5,7 +5,8 @@
  * calls them (Registration.GetInfo, DRAPlugin v1 and v1beta1).
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, watch, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -20,7 +21,9 @@ import {
 } from '../../src/dra/api';
 import { configForRequest, parseClaimConfig } from '../../src/dra/claim-config';
 import type { ClaimReader, ResourceClaim } from '../../src/dra/claims-api';
+import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ATTRIBUTES, deviceName, DraInventory } from '../../src/dra/devices';
+import { DraDriver } from '../../src/dra';
 import { DraPluginServer } from '../../src/dra/plugin-server';
 import { ClaimPreparer } from '../../src/dra/prepare';
 import { PreparedClaims } from '../../src/dra/prepared-claims';
@@ -600,6 +603,55 @@ describe('stale prepared claims', () => {
   });
 });
 
+describe('the DRA driver at start', () => {
+  it('serves the kubelet plugin before the slices are published; a stale record goes before the first Prepare', async () => {
+    const state = freshDir();
+    const claims = new FakeClaims();
+    const before = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(state),
+      log: silent,
+    });
+    await before.prepare([claims.add('old', 'uid-old', 'memif0', { network: 'fast' })]);
+    claims.claims.delete('ns/old');
+    let publish = (): void => undefined;
+    const published = new Promise<void>((resolve) => (publish = resolve));
+    const api = {
+      request: async (method: string, path: string) => {
+        if (path.includes('resourceslices')) await published; // an API too busy to list the slices yet
+        return { ok: true, value: method === 'GET' ? { items: [] } : {} };
+      },
+    };
+    const resources = parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]);
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state, claims, pods: podsThere() };
+    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    const started = dra.start();
+    const served = await Promise.race([started.then(() => true), new Promise((r) => setTimeout(() => r(false), 3000))]);
+    const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${dra.plugin.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      assert.ok(served, 'started (sockets served) while the slices are still waiting for the API');
+      assert.ok(existsSync(dra.plugin.sockets.registration));
+      const ref = claims.add('new', 'uid-new', 'memif0', { network: 'fast' });
+      const answer = await unary<unknown, NodePrepareResourcesResponse>(
+        client,
+        'NodePrepareResources',
+        { claims: [ref] },
+        5000,
+      );
+      assert.equal(answer.claims['uid-new']?.error, '', 'memif0 was freed from the stale record first');
+    } finally {
+      publish();
+      client.close();
+      await started;
+      await dra.stop();
+    }
+  });
+});
+
 describe('the kubelet plugin sockets', () => {
   it('Registration.GetInfo names driver plexus.io, its endpoint and v1 then v1beta1; both DRAPlugin versions prepare', async () => {
     const kubeletRoot = freshDir();
@@ -663,6 +715,82 @@ describe('the kubelet plugin sockets', () => {
       'sockets removed at stop',
     );
   });
+  it('the service socket takes connections before the registration socket exists (the kubelet dials it at once)', async () => {
+    const kubeletRoot = freshDir();
+    const preparer = new ClaimPreparer({
+      claims: new FakeClaims(),
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
+    const server = new DraPluginServer(kubeletRoot, preparer, silent);
+    mkdirSync(join(kubeletRoot, 'plugins_registry'));
+    const dials: Promise<boolean>[] = [];
+    const watcher = watch(join(kubeletRoot, 'plugins_registry'), (_event, file) => {
+      if (file === 'plexus.io-reg.sock' && existsSync(server.sockets.registration))
+        dials.push(accepts(server.sockets.service));
+    });
+    try {
+      await server.start();
+      await until(() => dials.length > 0);
+      assert.deepEqual(
+        await Promise.all(dials),
+        dials.map(() => true),
+      );
+    } finally {
+      watcher.close();
+      await server.stop();
+    }
+  });
+  it('at stop the registration socket goes before the service socket, and a Prepare under way is still answered', async () => {
+    const kubeletRoot = freshDir();
+    const claims = new FakeClaims();
+    let release = (): void => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let asked = false;
+    const slow: ClaimReader = {
+      get: async (ns, name) => {
+        asked = true;
+        await held;
+        return claims.get(ns, name);
+      },
+    };
+    const preparer = new ClaimPreparer({
+      claims: slow,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
+    const server = new DraPluginServer(kubeletRoot, preparer, silent);
+    await server.start();
+    const gone: string[] = [];
+    const watchers = [server.sockets.registration, server.sockets.service].map((path) =>
+      watch(join(path, '..'), (_event, file) => {
+        if (file && join(path, '..', file) === path && !existsSync(path)) gone.push(file);
+      }),
+    );
+    const dra: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${server.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      const ref = claims.add('c', 'uid-c', 'memif0', { network: 'fast' });
+      const answer = unary<unknown, NodePrepareResourcesResponse>(dra, 'NodePrepareResources', { claims: [ref] }, 5000);
+      await until(() => asked);
+      const stopped = server.stop();
+      await until(() => gone.length > 0);
+      release();
+      assert.equal((await answer).claims['uid-c']?.error, '', 'the call under way is answered');
+      await stopped;
+      await until(() => gone.length === 2);
+      assert.deepEqual(gone, ['plexus.io-reg.sock', 'dra.sock']);
+    } finally {
+      release();
+      for (const w of watchers) w.close();
+      dra.close();
+      await server.stop();
+    }
+  });
   it('a registration socket removed from under it is served again within the check interval', async () => {
     const kubeletRoot = freshDir();
     const preparer = new ClaimPreparer({
@@ -683,3 +811,20 @@ describe('the kubelet plugin sockets', () => {
     }
   });
 });
+
+/** Whether a unix socket takes a connection now. */
+const accepts = (path: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const socket = connect(path);
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+
+/** Resolves once `cond` holds (polled every 5 ms, at most 5 s). */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cond(), 'condition not met within 5 s');
+}

@@ -8,7 +8,7 @@ import type { ResourceConfig } from '../deviceplugin/config';
 import type { KubeApiClient } from '../k8s/api-client';
 import type { StatusSink } from '../engine/status-sink';
 import type { IsolationSettings } from '../networks/isolation';
-import type { NetworkSource } from '../networks/source';
+import type { NetworkReader } from '../networks/source';
 import { ClaimStatusSink } from './claim-status-sink';
 import { ApiClaimReader, type ClaimReader } from './claims-api';
 import type { ClaimedDevices } from './claimed-devices';
@@ -35,8 +35,8 @@ export interface DraSettings {
   readonly events?: RegistrationEvents;
   /** Tests read claims another way; default: the API. */
   readonly claims?: ClaimReader;
-  /** The NADs a claim's config may name: Prepare refuses a claim naming one that does not exist. */
-  readonly networks?: Pick<NetworkSource, 'get'>;
+  /** The NADs a claim's config may name: Prepare refuses a claim naming one the API does not have. */
+  readonly networks?: NetworkReader;
   /** The engine's namespace isolation, applied to the NAD a claim names. */
   readonly isolation?: IsolationSettings;
   /** UIDs of the pods with networks on this node (the engine's records): their claims are never stale. */

@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
-import type { NetworkSource } from '../networks/source';
+import type { NetworkReader } from '../networks/source';
 import { DRIVER_NAME, type ClaimRef, type NodePrepareResourceResponse, type PreparedDevice } from './api';
 import { configForRequest } from './claim-config';
 import type { ClaimReader, ResourceClaim } from './claims-api';
@@ -22,8 +22,12 @@ export interface PrepareEnv {
   readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
   /** Called after a claim was prepared or freed (the slices show held devices). */
   readonly changed?: () => void;
-  /** The NADs a claim's config may name (absent: not checked, as in tests of the wire). */
-  readonly networks?: Pick<NetworkSource, 'get'>;
+  /**
+   * The NADs a claim's config may name, read from the API when the cache has not seen one: a refused Prepare costs the
+   * pod a kubelet resync (60-90 s, kubernetes/kubernetes#139836), so a NAD made a moment ago must not be refused.
+   * Absent: not checked, as in tests of the wire.
+   */
+  readonly networks?: NetworkReader;
   /** The engine's namespace isolation: a claim may name only a NAD its pod could select. */
   readonly isolation?: IsolationSettings;
   readonly log: Logger;
@@ -142,7 +146,7 @@ export class ClaimPreparer {
       }
       const config = configForRequest(allocation.config ?? [], r.request, ref.namespace);
       if (!config.ok) return config.error;
-      const unusable = config.value && this.networkProblem(ref.namespace, r.request, config.value.network);
+      const unusable = config.value && (await this.networkProblem(ref.namespace, r.request, config.value.network));
       if (unusable) return unusable;
       const { ips, ...rest } = config.value ?? {};
       devices.push({
@@ -174,11 +178,11 @@ export class ClaimPreparer {
    * Why the pods of a claim in `namespace` may not have the network its config names: the NAD does not exist, or
    * namespace isolation keeps it from them (the rule the engine applies to the networks annotation).
    */
-  private networkProblem(
+  private async networkProblem(
     namespace: string,
     request: string,
     network: { namespace: string; name: string },
-  ): string | undefined {
+  ): Promise<string | undefined> {
     const refused = isolationProblem(
       this.env.isolation ?? {},
       namespace,
@@ -190,7 +194,7 @@ export class ClaimPreparer {
         request,
         refused.details ? `${refused.message}; ${refused.details}` : refused.message,
       );
-    const found = this.env.networks?.get(network.namespace, network.name);
+    const found = await this.env.networks?.read(network.namespace, network.name);
     if (found && !found.ok) return claimErrors.noNetwork(request, found.error.message);
     return undefined;
   }

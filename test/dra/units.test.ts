@@ -20,7 +20,7 @@ import {
   type PluginInfo,
 } from '../../src/dra/api';
 import { configForRequest, parseClaimConfig } from '../../src/dra/claim-config';
-import type { ClaimReader, ResourceClaim } from '../../src/dra/claims-api';
+import { ApiClaimReader, type ClaimReader, type ResourceClaim } from '../../src/dra/claims-api';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ATTRIBUTES, deviceName, DraInventory } from '../../src/dra/devices';
 import { DraDriver } from '../../src/dra';
@@ -31,6 +31,7 @@ import { sliceFor, sliceName } from '../../src/dra/slices';
 import type { PodPresence } from '../../src/dra/stale-claims';
 import { CniCode, CniError, err, ok } from '../../src/cni/errors';
 import type { NetworkDefinition } from '../../src/networks/nad';
+import type { NetworkReader } from '../../src/networks/source';
 import { hostDeviceFacts } from '../../src/dra/sysfs';
 import { unary } from '../../src/deviceplugin/api';
 
@@ -446,6 +447,35 @@ describe('preparing claims', () => {
       'device memif0 of plexus.io/memif is in a pod through the device plugin: offer it one way only',
     );
   });
+  it('a claim read the API did not answer (no answer, 429, 5xx) is tried again; a refusal (403) is not', async () => {
+    const api = (...answers: { status: number; message?: string }[]) => {
+      const asked: number[] = [];
+      const client = {
+        request: () => {
+          const a = answers.shift()!;
+          asked.push(a.status);
+          return Promise.resolve(
+            a.status === 200
+              ? { ok: true, value: { metadata: { name: 'c', namespace: 'ns', uid: 'u' } } }
+              : { ok: false, error: { status: a.status, message: a.message ?? 'x' } },
+          );
+        },
+      };
+      return { reader: new ApiClaimReader(client as unknown as KubeApiClient, [1, 1, 1]), asked };
+    };
+    const flaky = api({ status: 0 }, { status: 503 }, { status: 429 }, { status: 200 });
+    const read = await flaky.reader.get('ns', 'c');
+    assert.equal(read.ok && read.value?.metadata.uid, 'u');
+    assert.deepEqual(flaky.asked, [0, 503, 429, 200]);
+    const refused = api({ status: 403, message: 'forbidden' });
+    assert.deepEqual(await refused.reader.get('ns', 'c'), {
+      ok: false,
+      error: 'reading ResourceClaim ns/c: 403 forbidden',
+    });
+    const down = api({ status: 503 }, { status: 503 }, { status: 503 }, { status: 503, message: 'down' });
+    assert.deepEqual(await down.reader.get('ns', 'c'), { ok: false, error: 'reading ResourceClaim ns/c: 503 down' });
+    assert.equal(down.asked.length, 4, 'three more tries, then the error');
+  });
   it('a record cut off by a crash (its .tmp) is removed at open; an unreadable record is named, not loaded', () => {
     const state = freshDir();
     const dir = join(state, 'dra', 'claims');
@@ -460,16 +490,18 @@ describe('preparing claims', () => {
 });
 
 /** NADs by key: an existing one answers a definition (its content is not read), a missing one the API source's error. */
-const nads = (...keys: string[]) => ({
-  get: (namespace: string, name: string) =>
-    keys.includes(`${namespace}/${name}`)
-      ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
-      : err(
-          new CniError(
-            CniCode.InvalidNetworkConfig,
-            `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`,
+const nads = (...keys: string[]): NetworkReader => ({
+  read: (namespace: string, name: string) =>
+    Promise.resolve(
+      keys.includes(`${namespace}/${name}`)
+        ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
+        : err(
+            new CniError(
+              CniCode.InvalidNetworkConfig,
+              `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`,
+            ),
           ),
-        ),
+    ),
 });
 
 describe('preparing claims: the network a claim names', () => {

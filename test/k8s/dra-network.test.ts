@@ -93,11 +93,11 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     );
     return ((r.body as { items?: ApiEvent[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
   };
-  const running = async (name: string, ns = NS): Promise<void> => {
+  const running = async (name: string, ns = NS, timeoutMs = 90000): Promise<void> => {
     await until(
       `pod ${name} Running`,
       async () => ((await phase(name, ns)) === 'Running' ? true : undefined),
-      90000,
+      timeoutMs,
       100,
     ).catch(async (e: Error) =>
       assert.fail(`${e.message}: ${(await events(name, ns)).join(' | ')}\n${node.logTail('kubelet', 15)}`),
@@ -147,6 +147,14 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
   const onHost = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
   const byName = (ifname: string): string => `device.attributes["plexus.io"].interfaceName == "${ifname}"`;
   const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
+  /**
+   * How long a pod may wait when one of its Prepare calls failed: the 1.35 kubelet retries only at its next resync
+   * (syncFrequency 1 min with 0.5 jitter: 60-90 s; kubernetes/kubernetes#139836, fixed after 1.35.6), plus the
+   * sandbox's start under a loaded suite.
+   */
+  const AFTER_KUBELET_RESYNC_MS = 130000;
+  /** A pod whose Prepare never failed is Running well before the kubelet's first resync could have retried one. */
+  const WITHOUT_RETRY_MS = 45000;
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drn-'));
@@ -373,7 +381,8 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       ).status,
       201,
     );
-    await running('nonad');
+    // The refused Prepare is retried only at the kubelet's next resync.
+    await running('nonad', NS, AFTER_KUBELET_RESYNC_MS);
     assert.match(await podLink('nonad', 'net1'), /net1/);
     await deletePod('nonad');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
@@ -457,7 +466,11 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await daemon.kill('SIGKILL');
     assert.equal(journalBefore, 0, 'no ADD had reached plexusd');
     await daemon.start(30000);
-    await running('restart');
+    // The kubelet's Prepare was under way when plexusd was killed (the record is written before the answer): it failed,
+    // and the kubelet tries again only at its next resync, whatever plexusd does.
+    const restartedAt = Date.now();
+    await running('restart', NS, AFTER_KUBELET_RESYNC_MS);
+    console.log(`# restarted between Prepare and ADD: Running ${Date.now() - restartedAt} ms after plexusd was ready`);
     assert.match(await podLink('restart', 'net1'), /inet 10\.1\.0\.9\/24/);
     await deletePod('restart');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
@@ -574,9 +587,12 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
         preparedAt: new Date().toISOString(),
       }),
     );
+    const before = registrations();
     await daemon.start(30000);
     await until('the stale record released', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
     assert.match(daemon.stderr, /stale prepared claim released/);
+    // The plugin is served before the stale look ends; the kubelet registers it within its second's reconcile.
+    await until('the kubelet registered the restarted plexusd', () => (registrations() > before ? true : undefined));
     await create(
       node,
       hostDeviceTemplate(NS, 'afterghost', byName(NICS[1]!), {
@@ -586,7 +602,8 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       }),
     );
     await create(node, claimingPod(NS, 'afterghost', { template: 'afterghost' }));
-    await running('afterghost');
+    // Its first Prepare succeeds: no kubelet retry, so no 60-90 s wait.
+    await running('afterghost', NS, WITHOUT_RETRY_MS);
     await deletePod('afterghost');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
   });

@@ -16,7 +16,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
+import type { ClaimedDevices, ClaimedNetworkDevice, PodClaims } from './claimed-devices';
 
 const UID = /^[0-9a-zA-Z-]{1,64}$/;
 
@@ -117,9 +117,11 @@ export class PreparedClaims implements ClaimedDevices {
     return this.claims.delete(uid);
   }
 
-  forPod(podUid: string): ClaimedNetworkDevice[] {
+  forPod(podUid: string, named?: PodClaims): ClaimedNetworkDevice[] {
+    const byName = (c: PreparedClaim): boolean =>
+      named !== undefined && c.namespace === named.namespace && named.claims.includes(c.name);
     return this.all()
-      .filter((c) => c.pods.some((p) => p.uid === podUid))
+      .filter((c) => c.pods.some((p) => p.uid === podUid) || byName(c))
       .flatMap((c) => c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })));
   }
 

@@ -373,6 +373,17 @@ describe('preparing claims', () => {
     assert.deepEqual(readdirSync(join(state, 'dra', 'claims')), []);
     assert.deepEqual(PreparedClaims.open(state).all(), []);
   });
+  it('a claim shared by pods is found by the pods it was reserved for at Prepare, and by name for one reserved later', async () => {
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(undefined);
+    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([
+      claims.add('shared', 'uid-s', 'memif0', { network: 'fast' }, { name: 'first', uid: 'uid-first' }),
+    ]);
+    assert.equal(prepared.forPod('uid-first').length, 1);
+    assert.equal(prepared.forPod('uid-second').length, 0);
+    assert.equal(prepared.forPod('uid-second', { namespace: 'ns', claims: ['shared'] })[0]?.device, 'memif0');
+    assert.equal(prepared.forPod('uid-second', { namespace: 'other', claims: ['shared'] }).length, 0);
+  });
   it('a claim without a network in its config is matched by resourceName, as Multus 4.3 matches a NAD', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(undefined);

@@ -5,7 +5,8 @@
  * pod's netns in the same journaled transaction as eth0, the claim's status shows what the network-status annotation
  * shows, and the device is freed when the pod goes. Then each bad case: config that does not parse, a NAD that does
  * not exist, a NAD namespace isolation forbids, a device allocated twice, plexusd restarted between Prepare and ADD, a
- * claim deleted under a running pod, an attach that fails, a restarted kubelet, stale records; nothing leaked.
+ * claim deleted under a running pod, an attach that fails, a restarted kubelet, stale records, a claim two pods share;
+ * nothing leaked.
  * veth ends the test creates stand in for NICs.
  */
 import assert from 'node:assert/strict';
@@ -466,8 +467,9 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await daemon.kill('SIGKILL');
     assert.equal(journalBefore, 0, 'no ADD had reached plexusd');
     await daemon.start(30000);
-    // The kubelet's Prepare was under way when plexusd was killed (the record is written before the answer): it failed,
-    // and the kubelet tries again only at its next resync, whatever plexusd does.
+    // The kubelet's Prepare is usually still under way when plexusd is stopped (the record is written before the
+    // answer): it fails, and the kubelet tries again only at its next resync, whatever plexusd does. When the answer
+    // got out first, the pod runs at once.
     const restartedAt = Date.now();
     await running('restart', NS, AFTER_KUBELET_RESYNC_MS);
     console.log(`# restarted between Prepare and ADD: Running ${Date.now() - restartedAt} ms after plexusd was ready`);
@@ -606,6 +608,52 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await running('afterghost', NS, WITHOUT_RETRY_MS);
     await deletePod('afterghost');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+  });
+
+  it("a claim two pods share: the second pod's ADD fails naming the first, which keeps the device", async (t) => {
+    owned(t, 'share2', 'share1');
+    t.after(async () => {
+      await until(
+        'the shared claim deallocated',
+        async () => {
+          const c = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`)).body as Claim;
+          return c.status?.allocation ? undefined : true;
+        },
+        30000,
+        200,
+      ).catch(() => undefined);
+      await call('DELETE', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`);
+    });
+    await create(node, {
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceClaim',
+      metadata: { name: 'shared', namespace: NS },
+      spec: claimSpec(byName(NICS[2]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.13/24'] }),
+    });
+    await create(node, claimingPod(NS, 'share1', { claim: 'shared' }));
+    await running('share1');
+    // Reserved for share2 only now: the kubelet does not prepare the claim again, plexusd finds it by its name.
+    await create(node, claimingPod(NS, 'share2', { claim: 'shared' }));
+    const all = await eventSaying(
+      'share2',
+      `device ${NICS[2]} of ResourceClaim ${NS}/shared is already in pod ${NS}/share1`,
+    );
+    assert.ok(
+      all.some((e) => e.startsWith('FailedAttachNetwork')),
+      all.join(' | '),
+    );
+    assert.notEqual(await phase('share2'), 'Running');
+    assert.match(await podLink('share1', 'net1'), /inet 10\.1\.0\.13\/24/);
+    const claim = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`)).body as Claim;
+    assert.deepEqual(
+      claim.status?.devices?.map((d) => d.conditions?.map((c) => `${c.type}=${c.status}`).join()),
+      ['Ready=True'],
+      "the claim's status is share1's",
+    );
+    await deletePod('share2');
+    await deletePod('share1');
+    await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+    assert.ok(onHost(NICS[2]!));
   });
 
   it('nothing leaked: no journal record, no prepared claim, no lease, every device back on the host', async () => {

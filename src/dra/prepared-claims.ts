@@ -117,12 +117,22 @@ export class PreparedClaims implements ClaimedDevices {
     return this.claims.delete(uid);
   }
 
+  /**
+   * The claims recorded for the pod, then those it names that were prepared for other pods only (a shared claim
+   * reserved for it later); of records of one name (a claim made again, its old record not yet released), the newest.
+   */
   forPod(podUid: string, named?: PodClaims): ClaimedNetworkDevice[] {
-    const byName = (c: PreparedClaim): boolean =>
-      named !== undefined && c.namespace === named.namespace && named.claims.includes(c.name);
-    return this.all()
-      .filter((c) => c.pods.some((p) => p.uid === podUid) || byName(c))
-      .flatMap((c) => c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })));
+    const mine = this.all().filter((c) => c.pods.some((p) => p.uid === podUid));
+    const newest = new Map<string, PreparedClaim>();
+    for (const c of this.all()) {
+      if (!named || c.namespace !== named.namespace || !named.claims.includes(c.name)) continue;
+      if (mine.some((m) => m.namespace === c.namespace && m.name === c.name)) continue;
+      const seen = newest.get(c.name);
+      if (!seen || seen.preparedAt < c.preparedAt) newest.set(c.name, c);
+    }
+    return [...mine, ...newest.values()].flatMap((c) =>
+      c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })),
+    );
   }
 
   forNetwork(

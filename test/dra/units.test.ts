@@ -383,6 +383,13 @@ describe('preparing claims', () => {
     assert.equal(prepared.forPod('uid-second').length, 0);
     assert.equal(prepared.forPod('uid-second', { namespace: 'ns', claims: ['shared'] })[0]?.device, 'memif0');
     assert.equal(prepared.forPod('uid-second', { namespace: 'other', claims: ['shared'] }).length, 0);
+    // The claim made again under its name: its new record, not the old one not yet released, is the one named.
+    const again = { ...prepared.get('uid-s')!, uid: 'uid-s2', preparedAt: '9999-01-01T00:00:00.000Z' };
+    prepared.record({ ...again, pods: [], devices: again.devices.map((d) => ({ ...d, device: 'memif1' })) });
+    assert.deepEqual(
+      prepared.forPod('uid-second', { namespace: 'ns', claims: ['shared'] }).map((d) => d.device),
+      ['memif1'],
+    );
   });
   it('a claim without a network in its config is matched by resourceName, as Multus 4.3 matches a NAD', async () => {
     const claims = new FakeClaims();

@@ -4,7 +4,9 @@
  * claims, which the engine reads through ClaimedDevices (claimed-devices.ts) at CNI ADD. docs/dra.md has the model.
  */
 import type { Logger } from 'pino';
+import { ok, type Result } from '../cni/errors';
 import type { ResourceConfig } from '../deviceplugin/config';
+import type { MemifDeviceSocket } from '../drivers/memif';
 import type { KubeApiClient } from '../k8s/api-client';
 import type { StatusSink } from '../engine/status-sink';
 import type { IsolationSettings } from '../networks/isolation';
@@ -108,6 +110,19 @@ export class DraDriver {
   ): DraDriver | undefined {
     const driver = new DraDriver(resources, api, settings, log);
     return driver.inventory.offered.length ? driver : undefined;
+  }
+
+  /**
+   * The socket of a memif device a prepared claim holds (for the memif driver at ADD); undefined when no claim holds
+   * that device. The pod sees it where the host has it: nothing mounts it into the container yet (docs/dra.md).
+   */
+  memifSocket(resourceName: string, deviceID: string): Result<MemifDeviceSocket> | undefined {
+    const held = this.prepared
+      .all()
+      .flatMap((c) => c.devices)
+      .find((d) => d.resourceName === resourceName && d.deviceID === deviceID && d.socket && d.secret);
+    if (!held?.socket || !held.secret) return undefined;
+    return ok({ hostSocket: held.socket, podSocket: held.socket, secret: held.secret });
   }
 
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */

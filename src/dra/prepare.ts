@@ -12,6 +12,7 @@ import { configForRequest } from './claim-config';
 import type { ClaimReader, ResourceClaim } from './claims-api';
 import type { DraInventory } from './devices';
 import type { PreparedClaim, PreparedClaims } from './prepared-claims';
+import { makeMemifSocket, removeMemifSocket } from './memif-sockets';
 import { staleClaims, type StaleClaimsEnv } from './stale-claims';
 
 export interface PrepareEnv {
@@ -70,6 +71,7 @@ export class ClaimPreparer {
       const out: Record<string, { error: string }> = {};
       for (const ref of claims) {
         try {
+          this.freeMemifSockets(ref.uid);
           const was = this.env.prepared.remove(ref.uid);
           this.env.log.info({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid, was }, 'claim unprepared');
           out[ref.uid] = { error: '' };
@@ -89,6 +91,7 @@ export class ClaimPreparer {
     return this.serialized(async () => {
       const stale = await staleClaims(env, this.env.prepared);
       for (const { record, why } of stale) {
+        this.freeMemifSockets(record.uid);
         this.env.prepared.remove(record.uid);
         const devices = record.devices.map((d) => `${d.pool}/${d.device}`);
         this.env.log.warn(
@@ -99,6 +102,19 @@ export class ClaimPreparer {
       if (stale.length) this.env.changed?.();
       return stale.map(({ record }) => `${record.namespace}/${record.name}`);
     });
+  }
+
+  /** The record with a socket made for each memif device (as the device plugin's Allocate makes one). */
+  private withMemifSockets(claim: PreparedClaim): PreparedClaim {
+    const devices = claim.devices.map((d) => {
+      const dir = d.kind === 'memif' ? this.env.inventory.memifDir(d.resourceName, d.deviceID) : undefined;
+      return dir ? { ...d, ...makeMemifSocket(dir) } : d;
+    });
+    return { ...claim, devices };
+  }
+
+  private freeMemifSockets(uid: string): void {
+    for (const d of this.env.prepared.get(uid)?.devices ?? []) if (d.socket) removeMemifSocket(d.socket);
   }
 
   private serialized<T>(work: () => Promise<T>): Promise<T> {
@@ -122,7 +138,7 @@ export class ClaimPreparer {
       return failure(built);
     }
     try {
-      this.env.prepared.record(built);
+      this.env.prepared.record(this.withMemifSockets(built));
     } catch (e) {
       return failure(`recording the prepared claim under plexusd's state dir: ${(e as Error).message}`);
     }

@@ -39,6 +39,9 @@ const RecordSchema = z.object({
       interfaceName: z.string().optional(),
       ips: z.array(z.string()).optional(),
       mac: z.string().optional(),
+      /** A memif device's socket on the host and its secret, made at Prepare (memif-sockets.ts). */
+      socket: z.string().optional(),
+      secret: z.string().optional(),
     }),
   ),
   preparedAt: z.string(),

@@ -330,10 +330,12 @@ class FakeClaims implements ClaimReader {
   }
 }
 
+/** Two memif devices offered as DRA devices, their sockets made under a directory of the test's. */
 const memifInventory = (): DraInventory =>
-  new DraInventory(parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]), {
-    nodeName: 'n1',
-  });
+  new DraInventory(
+    parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), offer: ['dra'] }]),
+    { nodeName: 'n1' },
+  );
 
 describe('preparing claims', () => {
   it("records the claim durably: a new store on the same state dir (plexusd restarted) knows the pod's device", async () => {
@@ -356,7 +358,11 @@ describe('preparing claims', () => {
       },
     });
     const reopened = PreparedClaims.open(state);
+    const { socket, secret } = reopened.get('uid-a')!.devices[0]!;
+    assert.ok(socket && secret, "the memif device's socket and secret are in the record");
     assert.deepEqual(reopened.forNetwork('pod-uid-a', { namespace: 'ns', name: 'fast' }), {
+      socket,
+      secret,
       claim: { namespace: 'ns', name: 'a', uid: 'uid-a' },
       request: 'nic',
       pool: 'n1/plexus.io/memif',
@@ -493,6 +499,22 @@ describe('preparing claims', () => {
     const down = api({ status: 503 }, { status: 503 }, { status: 503 }, { status: 503, message: 'down' });
     assert.deepEqual(await down.reader.get('ns', 'c'), { ok: false, error: 'reading ResourceClaim ns/c: 503 down' });
     assert.equal(down.asked.length, 4, 'three more tries, then the error');
+  });
+  it("a memif device's socket directory and secret are made at Prepare, kept in the record, removed at Unprepare", async () => {
+    const socketDir = freshDir();
+    const resources = [{ name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] }];
+    const inventory = new DraInventory(parseResourcesOk(resources), { nodeName: 'n1' });
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(freshDir());
+    const preparer = new ClaimPreparer({ claims, inventory, prepared, log: silent });
+    const ref = claims.add('m', 'uid-m', 'memif1', { network: 'memnet' });
+    assert.equal((await preparer.prepare([ref]))['uid-m']!.error, '');
+    const [device] = prepared.get('uid-m')!.devices;
+    assert.equal(device!.socket, join(socketDir, 'memif1', 'memif.sock'));
+    assert.match(device!.secret ?? '', /^[A-Za-z0-9]{20}$/);
+    assert.ok(existsSync(join(socketDir, 'memif1')), 'the directory the switch will listen in');
+    await preparer.unprepare([ref]);
+    assert.ok(!existsSync(join(socketDir, 'memif1')));
   });
   it('a record cut off by a crash (its .tmp) is removed at open; an unreadable record is named, not loaded', () => {
     const state = freshDir();
@@ -673,7 +695,9 @@ describe('the DRA driver at start', () => {
         return { ok: true, value: method === 'GET' ? { items: [] } : {} };
       },
     };
-    const resources = parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]);
+    const resources = parseResourcesOk([
+      { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), offer: ['dra'] },
+    ]);
     const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state, claims, pods: podsThere() };
     const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
     const started = dra.start();
@@ -697,6 +721,38 @@ describe('the DRA driver at start', () => {
       publish();
       client.close();
       await started;
+      await dra.stop();
+    }
+  });
+});
+
+describe('the DRA driver and the memif driver', () => {
+  it('memifSocket answers the socket and secret of a memif device a prepared claim holds, and nothing for others', async () => {
+    const socketDir = freshDir();
+    const resources = parseResourcesOk([
+      { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] },
+    ]);
+    const claims = new FakeClaims();
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: freshDir(), claims };
+    const api = { request: () => Promise.resolve({ ok: true, value: { items: [] } }) };
+    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    await dra.start();
+    const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${dra.plugin.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      const ref = claims.add('m', 'uid-m', 'memif0', { network: 'memnet' });
+      await unary(client, 'NodePrepareResources', { claims: [ref] }, 5000);
+      const held = dra.memifSocket('plexus.io/memif', 'memif0');
+      const record = dra.prepared.get('uid-m')!.devices[0]!;
+      assert.deepEqual(held, {
+        ok: true,
+        value: { hostSocket: join(socketDir, 'memif0', 'memif.sock'), podSocket: record.socket, secret: record.secret },
+      });
+      assert.equal(dra.memifSocket('plexus.io/memif', 'memif1'), undefined, 'no claim holds memif1');
+    } finally {
+      client.close();
       await dra.stop();
     }
   });

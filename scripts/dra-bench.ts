@@ -51,6 +51,8 @@ interface Batch {
   readonly p95Ms: number;
   readonly maxMs: number;
   readonly totalMs: number;
+  /** Pods slower than 3x the median, each with its warning events (why its start was retried). */
+  readonly slow: readonly string[];
 }
 
 /** Creates the pods, 10 requests at a time, and times each from its POST to Running (the pod list polled every 50 ms). */
@@ -94,6 +96,10 @@ async function runBatch(
   }
   await creating;
   const perPod = objects.map((o) => runningAt.get(o.name)! - createdAt.get(o.name)!);
+  const median = percentile(perPod, 50);
+  const slow: string[] = [];
+  for (const [i, o] of objects.entries())
+    if (perPod[i]! > 3 * median) slow.push(`${o.name} ${perPod[i]!.toFixed(0)} ms: ${await warnings(node, o.name)}`);
   return {
     path,
     pods: objects.length,
@@ -101,7 +107,17 @@ async function runBatch(
     p95Ms: percentile(perPod, 95),
     maxMs: Math.max(...perPod),
     totalMs: performance.now() - started,
+    slow,
   };
+}
+
+/** A pod's warning events (FailedPrepareDynamicResources, FailedScheduling, ...), oldest first, one line. */
+async function warnings(node: KubeNodeFixture, name: string): Promise<string> {
+  const selector = encodeURIComponent(`involvedObject.name=${name}`);
+  const r = await node.call('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${selector}`);
+  const items = (r.body as { items?: { type: string; reason: string; message: string; count?: number }[] }).items;
+  const said = (items ?? []).filter((e) => e.type !== 'Normal');
+  return said.length ? said.map((e) => `${e.reason} (x${e.count ?? 1}): ${e.message}`).join(' | ') : 'no warning event';
 }
 
 /** Every pod of the namespace deleted, and gone from the API. */
@@ -309,6 +325,7 @@ function print(batches: readonly Batch[], pods: number, rssMib: number): void {
   for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const)
     console.log(row(key.replace('Ms', '').replace('total', `all ${pods}`), (p) => sum(p, key)));
   console.log(`\nplexusd peak RSS (VmHWM) with --dra on: ${rssMib} MiB`);
+  for (const b of batches) for (const line of b.slow) console.log(`slow (${b.path}): ${line}`);
 }
 
 main().then(

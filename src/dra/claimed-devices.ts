@@ -4,9 +4,9 @@
  * answers, and the kubelet prepares a pod's claims before it asks the runtime for the sandbox, so the answer is there
  * at ADD, also after a plexusd restart in between (records are files, prepared-claims.ts).
  */
-import type { ClaimedDevices as EngineClaimedDevices, ClaimedNetworkDevice } from '../engine/claims';
+import type { ClaimedDevices as EngineClaimedDevices, ClaimedNetworkDevice, PodClaims } from '../engine/claims';
 
-export type { ClaimedNetworkDevice };
+export type { ClaimedNetworkDevice, PodClaims };
 
 export interface ClaimedDevices extends EngineClaimedDevices {
   /**

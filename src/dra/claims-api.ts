@@ -28,14 +28,31 @@ export interface ClaimReader {
   get(namespace: string, name: string): Promise<Result<ResourceClaim | undefined, string>>;
 }
 
-export class ApiClaimReader implements ClaimReader {
-  constructor(private readonly api: KubeApiClient) {}
+/** Waits before each new try of a read the API did not answer (no answer, 429, 5xx): about 1.75 s in all. */
+const RETRY_MS = [250, 500, 1000];
 
+export class ApiClaimReader implements ClaimReader {
+  constructor(
+    private readonly api: KubeApiClient,
+    private readonly retryMs: readonly number[] = RETRY_MS,
+  ) {}
+
+  /** A refused Prepare costs the pod a kubelet resync (kubernetes/kubernetes#139836): a hiccup of the API is waited out. */
   async get(namespace: string, name: string): Promise<Result<ResourceClaim | undefined, string>> {
     const path = `/apis/resource.k8s.io/v1/namespaces/${segment(namespace)}/resourceclaims/${segment(name)}`;
-    const got = await this.api.request('GET', path, 'resourceclaims', { urgent: true });
-    if (got.ok) return ok(got.value as ResourceClaim);
-    if (got.error.status === 404) return ok(undefined);
-    return err(`reading ResourceClaim ${namespace}/${name}: ${got.error.status || 'no answer'} ${got.error.message}`);
+    for (let attempt = 0; ; attempt++) {
+      const got = await this.api.request('GET', path, 'resourceclaims', { urgent: true });
+      if (got.ok) return ok(got.value as ResourceClaim);
+      if (got.error.status === 404) return ok(undefined);
+      const wait = this.retryMs[attempt];
+      if (wait === undefined || !passing(got.error.status)) {
+        const why = `${got.error.status || 'no answer'} ${got.error.message}`;
+        return err(`reading ResourceClaim ${namespace}/${name}: ${why}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
   }
 }
+
+/** A status that says "not now" rather than "no". */
+const passing = (status: number): boolean => status === 0 || status === 429 || status >= 500;

@@ -2,6 +2,7 @@
  * The devices plexusd offers as DRA devices: every resource of the resources file that offers `dra`, one pool per
  * resource on this node, each device with the attributes a DeviceClass or a claim can select on (docs/dra.md).
  */
+import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { PCI_ADDRESS, offers, type ResourceConfig } from '../deviceplugin/config';
 import { DRIVER_NAME } from './api';
@@ -139,6 +140,12 @@ export class DraInventory {
       });
       return { name: pool, resourceName: r.name, devices };
     });
+  }
+
+  /** Where a memif device's socket directory goes (the resource's socketDir); undefined for other devices. */
+  memifDir(resourceName: string, deviceID: string): string | undefined {
+    const r = this.resources.find((c) => c.name === resourceName);
+    return r?.kind === 'memif' ? join(r.socketDir, deviceID) : undefined;
   }
 
   /** One device of a pool, whether or not it is published now (Prepare looks devices up by name). */

@@ -4,11 +4,13 @@
  * claims, which the engine reads through ClaimedDevices (claimed-devices.ts) at CNI ADD. docs/dra.md has the model.
  */
 import type { Logger } from 'pino';
+import { ok, type Result } from '../cni/errors';
 import type { ResourceConfig } from '../deviceplugin/config';
+import type { MemifDeviceSocket } from '../drivers/memif';
 import type { KubeApiClient } from '../k8s/api-client';
 import type { StatusSink } from '../engine/status-sink';
 import type { IsolationSettings } from '../networks/isolation';
-import type { NetworkSource } from '../networks/source';
+import type { NetworkReader } from '../networks/source';
 import { ClaimStatusSink } from './claim-status-sink';
 import { ApiClaimReader, type ClaimReader } from './claims-api';
 import type { ClaimedDevices } from './claimed-devices';
@@ -35,8 +37,8 @@ export interface DraSettings {
   readonly events?: RegistrationEvents;
   /** Tests read claims another way; default: the API. */
   readonly claims?: ClaimReader;
-  /** The NADs a claim's config may name: Prepare refuses a claim naming one that does not exist. */
-  readonly networks?: Pick<NetworkSource, 'get'>;
+  /** The NADs a claim's config may name: Prepare refuses a claim naming one the API does not have. */
+  readonly networks?: NetworkReader;
   /** The engine's namespace isolation, applied to the NAD a claim names. */
   readonly isolation?: IsolationSettings;
   /** UIDs of the pods with networks on this node (the engine's records): their claims are never stale. */
@@ -58,6 +60,7 @@ export class DraDriver {
   private readonly claimReader: ClaimReader;
   private readonly podPresence: PodPresence;
   private staleTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
 
   private constructor(
     resources: readonly ResourceConfig[],
@@ -109,6 +112,19 @@ export class DraDriver {
     return driver.inventory.offered.length ? driver : undefined;
   }
 
+  /**
+   * The socket of a memif device a prepared claim holds (for the memif driver at ADD); undefined when no claim holds
+   * that device. The pod sees it where the host has it: nothing mounts it into the container yet (docs/dra.md).
+   */
+  memifSocket(resourceName: string, deviceID: string): Result<MemifDeviceSocket> | undefined {
+    const held = this.prepared
+      .all()
+      .flatMap((c) => c.devices)
+      .find((d) => d.resourceName === resourceName && d.deviceID === deviceID && d.socket && d.secret);
+    if (!held?.socket || !held.secret) return undefined;
+    return ok({ hostSocket: held.socket, podSocket: held.socket, secret: held.secret });
+  }
+
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */
   get claimed(): ClaimedDevices {
     return this.prepared;
@@ -129,17 +145,24 @@ export class DraDriver {
     };
   }
 
-  /** Releases stale prepared claims, publishes the slices, then serves the kubelet plugin. */
+  /**
+   * Serves the kubelet plugin at once: Prepare needs only the records (loaded already) and the API client, and a
+   * Prepare the kubelet cannot make costs the pod a resync (60-90 s, kubernetes/kubernetes#139836). Stale records are
+   * looked for first: Prepare calls queue behind that look, so none is refused for a device a stale record holds. The
+   * slices are published after it, in the background.
+   */
   async start(): Promise<void> {
-    await this.releaseStale();
-    await this.slices.start(this.settings.resyncMs ?? 10000);
+    const stale = this.releaseStale();
     await this.plugin.start();
-    this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
-    this.staleTimer.unref();
     this.log.info(
       { pools: this.inventory.offered.map((r) => r.name), sockets: this.plugin.sockets },
       'DRA driver plexus.io started',
     );
+    void stale
+      .then(() => (this.stopped ? undefined : this.slices.start(this.settings.resyncMs ?? 10000)))
+      .catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'publishing the ResourceSlices failed'));
+    this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
+    this.staleTimer.unref();
   }
 
   /** Releases the prepared claims nobody will unprepare (stale-claims.ts); answers their claims. */
@@ -159,6 +182,7 @@ export class DraDriver {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.staleTimer) clearInterval(this.staleTimer);
     this.slices.stop();
     await Promise.race([this.claimStatus.idle(), new Promise((resolve) => setTimeout(resolve, 2000))]);

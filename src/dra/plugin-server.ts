@@ -147,6 +147,9 @@ export class DraPluginServer {
     const server = this.server;
     this.server = undefined;
     this.served = undefined;
+    // The registration socket goes first: the kubelet deregisters the driver when it disappears, so it stops sending
+    // calls before the service socket stops taking them (calls under way are answered before the server closes).
+    rmSync(this.sockets.registration, { force: true });
     if (server) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(() => {
@@ -159,8 +162,6 @@ export class DraPluginServer {
         });
       });
     }
-    // The registration socket goes first: the kubelet deregisters the driver when it disappears.
-    rmSync(this.sockets.registration, { force: true });
     rmSync(this.sockets.service, { force: true });
   }
 }

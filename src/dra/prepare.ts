@@ -6,12 +6,13 @@
  */
 import type { Logger } from 'pino';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
-import type { NetworkSource } from '../networks/source';
+import type { NetworkReader } from '../networks/source';
 import { DRIVER_NAME, type ClaimRef, type NodePrepareResourceResponse, type PreparedDevice } from './api';
 import { configForRequest } from './claim-config';
 import type { ClaimReader, ResourceClaim } from './claims-api';
 import type { DraInventory } from './devices';
 import type { PreparedClaim, PreparedClaims } from './prepared-claims';
+import { makeMemifSocket, removeMemifSocket } from './memif-sockets';
 import { staleClaims, type StaleClaimsEnv } from './stale-claims';
 
 export interface PrepareEnv {
@@ -22,8 +23,12 @@ export interface PrepareEnv {
   readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
   /** Called after a claim was prepared or freed (the slices show held devices). */
   readonly changed?: () => void;
-  /** The NADs a claim's config may name (absent: not checked, as in tests of the wire). */
-  readonly networks?: Pick<NetworkSource, 'get'>;
+  /**
+   * The NADs a claim's config may name, read from the API when the cache has not seen one: a refused Prepare costs the
+   * pod a kubelet resync (60-90 s, kubernetes/kubernetes#139836), so a NAD made a moment ago must not be refused.
+   * Absent: not checked, as in tests of the wire.
+   */
+  readonly networks?: NetworkReader;
   /** The engine's namespace isolation: a claim may name only a NAD its pod could select. */
   readonly isolation?: IsolationSettings;
   readonly log: Logger;
@@ -66,6 +71,7 @@ export class ClaimPreparer {
       const out: Record<string, { error: string }> = {};
       for (const ref of claims) {
         try {
+          this.freeMemifSockets(ref.uid);
           const was = this.env.prepared.remove(ref.uid);
           this.env.log.info({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid, was }, 'claim unprepared');
           out[ref.uid] = { error: '' };
@@ -85,6 +91,7 @@ export class ClaimPreparer {
     return this.serialized(async () => {
       const stale = await staleClaims(env, this.env.prepared);
       for (const { record, why } of stale) {
+        this.freeMemifSockets(record.uid);
         this.env.prepared.remove(record.uid);
         const devices = record.devices.map((d) => `${d.pool}/${d.device}`);
         this.env.log.warn(
@@ -95,6 +102,19 @@ export class ClaimPreparer {
       if (stale.length) this.env.changed?.();
       return stale.map(({ record }) => `${record.namespace}/${record.name}`);
     });
+  }
+
+  /** The record with a socket made for each memif device (as the device plugin's Allocate makes one). */
+  private withMemifSockets(claim: PreparedClaim): PreparedClaim {
+    const devices = claim.devices.map((d) => {
+      const dir = d.kind === 'memif' ? this.env.inventory.memifDir(d.resourceName, d.deviceID) : undefined;
+      return dir ? { ...d, ...makeMemifSocket(dir) } : d;
+    });
+    return { ...claim, devices };
+  }
+
+  private freeMemifSockets(uid: string): void {
+    for (const d of this.env.prepared.get(uid)?.devices ?? []) if (d.socket) removeMemifSocket(d.socket);
   }
 
   private serialized<T>(work: () => Promise<T>): Promise<T> {
@@ -118,7 +138,7 @@ export class ClaimPreparer {
       return failure(built);
     }
     try {
-      this.env.prepared.record(built);
+      this.env.prepared.record(this.withMemifSockets(built));
     } catch (e) {
       return failure(`recording the prepared claim under plexusd's state dir: ${(e as Error).message}`);
     }
@@ -142,7 +162,7 @@ export class ClaimPreparer {
       }
       const config = configForRequest(allocation.config ?? [], r.request, ref.namespace);
       if (!config.ok) return config.error;
-      const unusable = config.value && this.networkProblem(ref.namespace, r.request, config.value.network);
+      const unusable = config.value && (await this.networkProblem(ref.namespace, r.request, config.value.network));
       if (unusable) return unusable;
       const { ips, ...rest } = config.value ?? {};
       devices.push({
@@ -174,11 +194,11 @@ export class ClaimPreparer {
    * Why the pods of a claim in `namespace` may not have the network its config names: the NAD does not exist, or
    * namespace isolation keeps it from them (the rule the engine applies to the networks annotation).
    */
-  private networkProblem(
+  private async networkProblem(
     namespace: string,
     request: string,
     network: { namespace: string; name: string },
-  ): string | undefined {
+  ): Promise<string | undefined> {
     const refused = isolationProblem(
       this.env.isolation ?? {},
       namespace,
@@ -190,7 +210,7 @@ export class ClaimPreparer {
         request,
         refused.details ? `${refused.message}; ${refused.details}` : refused.message,
       );
-    const found = this.env.networks?.get(network.namespace, network.name);
+    const found = await this.env.networks?.read(network.namespace, network.name);
     if (found && !found.ok) return claimErrors.noNetwork(request, found.error.message);
     return undefined;
   }

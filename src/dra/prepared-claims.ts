@@ -16,7 +16,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
+import type { ClaimedDevices, ClaimedNetworkDevice, PodClaims } from './claimed-devices';
 
 const UID = /^[0-9a-zA-Z-]{1,64}$/;
 
@@ -39,6 +39,9 @@ const RecordSchema = z.object({
       interfaceName: z.string().optional(),
       ips: z.array(z.string()).optional(),
       mac: z.string().optional(),
+      /** A memif device's socket on the host and its secret, made at Prepare (memif-sockets.ts). */
+      socket: z.string().optional(),
+      secret: z.string().optional(),
     }),
   ),
   preparedAt: z.string(),
@@ -117,10 +120,22 @@ export class PreparedClaims implements ClaimedDevices {
     return this.claims.delete(uid);
   }
 
-  forPod(podUid: string): ClaimedNetworkDevice[] {
-    return this.all()
-      .filter((c) => c.pods.some((p) => p.uid === podUid))
-      .flatMap((c) => c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })));
+  /**
+   * The claims recorded for the pod, then those it names that were prepared for other pods only (a shared claim
+   * reserved for it later); of records of one name (a claim made again, its old record not yet released), the newest.
+   */
+  forPod(podUid: string, named?: PodClaims): ClaimedNetworkDevice[] {
+    const mine = this.all().filter((c) => c.pods.some((p) => p.uid === podUid));
+    const newest = new Map<string, PreparedClaim>();
+    for (const c of this.all()) {
+      if (!named || c.namespace !== named.namespace || !named.claims.includes(c.name)) continue;
+      if (mine.some((m) => m.namespace === c.namespace && m.name === c.name)) continue;
+      const seen = newest.get(c.name);
+      if (!seen || seen.preparedAt < c.preparedAt) newest.set(c.name, c);
+    }
+    return [...mine, ...newest.values()].flatMap((c) =>
+      c.devices.map((d) => ({ claim: { namespace: c.namespace, name: c.name, uid: c.uid }, ...d })),
+    );
   }
 
   forNetwork(

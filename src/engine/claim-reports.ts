@@ -1,11 +1,14 @@
 /** The engine's side of DRA claims at run time: the devices a pod's prepared claims hold, and telling the sink. */
 import type { PodIdentity } from '../drivers/driver';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './claims';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './claims';
 import type { EngineContext } from './context';
 
 /** The devices of the pod's prepared claims (none without DRA, or without the pod's UID). */
-export const claimedDevicesOf = (ctx: EngineContext, podUid: string | undefined): readonly ClaimedNetworkDevice[] =>
-  (podUid && ctx.options.claims?.forPod(podUid)) || [];
+export const claimedDevicesOf = (
+  ctx: EngineContext,
+  podUid: string | undefined,
+  named?: PodClaims,
+): readonly ClaimedNetworkDevice[] => (podUid && ctx.options.claims?.forPod(podUid, named)) || [];
 
 /** Tells the claim sink, after the fact: a sink that throws is logged, never fails the call. */
 export function reportClaims(ctx: EngineContext, pod: PodIdentity, outcomes: readonly ClaimedDeviceOutcome[]): void {

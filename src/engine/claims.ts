@@ -25,10 +25,19 @@ export interface ClaimedNetworkDevice {
   readonly mac?: string;
 }
 
+/** A pod's ResourceClaims by name, in its namespace. */
+export interface PodClaims {
+  readonly namespace: string;
+  readonly claims: readonly string[];
+}
+
 /** What the engine asks at ADD (and when a running pod's networks change). */
 export interface ClaimedDevices {
-  /** Every device of the prepared claims reserved for a pod (by its UID), in claim then request order. */
-  forPod(podUid: string): readonly ClaimedNetworkDevice[];
+  /**
+   * Every device of the prepared claims reserved for a pod (by its UID) or named by it (`named`: its namespace and
+   * claim names, PodInfo.claims), in claim then request order.
+   */
+  forPod(podUid: string, named?: PodClaims): readonly ClaimedNetworkDevice[];
 }
 
 /** What one claimed device became in the pod: its interface, or why it is not there. */

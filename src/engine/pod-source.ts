@@ -8,6 +8,12 @@ import type { Result } from '../cni/errors';
 export interface PodInfo {
   readonly uid: string;
   readonly annotations: Readonly<Record<string, string>>;
+  /**
+   * The names of the pod's ResourceClaims (in its namespace): spec.resourceClaims' resourceClaimName, or for a
+   * template the name in status.resourceClaimStatuses. A claim shared by pods is prepared once, for the pods it was
+   * reserved for then; a pod reserved later finds it by name.
+   */
+  readonly claims?: readonly string[];
 }
 
 export interface PodSource {

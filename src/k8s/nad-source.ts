@@ -5,20 +5,20 @@
  */
 import { CniCode, CniError, err, type Result } from '../cni/errors';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
-import type { NetworkSource } from '../networks/source';
-import type { KubeApiClient } from './api-client';
+import type { NetworkReader, NetworkSource } from '../networks/source';
+import { segment, type KubeApiClient } from './api-client';
 import { type ApiObject, Informer } from './informer';
 
 const PATH = '/apis/k8s.cni.cncf.io/v1/network-attachment-definitions';
 
 const keyOf = (obj: ApiObject): string => `${obj.metadata?.namespace ?? 'default'}/${obj.metadata?.name ?? ''}`;
 
-export class ApiNetworkSource implements NetworkSource {
+export class ApiNetworkSource implements NetworkSource, NetworkReader {
   private readonly byKey = new Map<string, Result<NetworkDefinition>>();
   private readonly informer: Informer<ApiObject>;
 
   constructor(
-    client: KubeApiClient,
+    private readonly client: KubeApiClient,
     /** Where NADs with an empty spec.config find their CNI config on the node (--cni-conf-dir). */
     private readonly configs?: NadConfigSource,
     onError: (message: string) => void = () => undefined,
@@ -57,18 +57,21 @@ export class ApiNetworkSource implements NetworkSource {
   }
 
   get(namespace: string, name: string): Result<NetworkDefinition> {
-    const found = this.byKey.get(`${namespace}/${name}`);
-    if (found) return found;
-    const why = this.informer.ready
-      ? 'there is no such NetworkAttachmentDefinition in the API'
-      : 'the NetworkAttachmentDefinitions are not loaded from the API yet';
-    return err(
-      new CniError(
-        CniCode.InvalidNetworkConfig,
-        `network ${namespace}/${name} is not defined: ${why}`,
-        `kubectl get network-attachment-definitions -n ${namespace}`,
-      ),
-    );
+    return this.byKey.get(`${namespace}/${name}`) ?? err(notDefined(namespace, name, this.informer.ready));
+  }
+
+  /**
+   * The cached definition, else the API's answer now (not kept: the watch brings it): a NAD the informer has not
+   * seen yet is not refused for that. When the API cannot answer, the cache's answer stands.
+   */
+  async read(namespace: string, name: string): Promise<Result<NetworkDefinition>> {
+    const cached = this.get(namespace, name);
+    if (cached.ok || this.byKey.has(`${namespace}/${name}`)) return cached;
+    const path = `/apis/k8s.cni.cncf.io/v1/namespaces/${segment(namespace)}/network-attachment-definitions/${segment(name)}`;
+    const got = await this.client.request('GET', path, 'network-attachment-definitions', { urgent: true });
+    const where = `NetworkAttachmentDefinition ${namespace}/${name} in the API`;
+    if (got.ok) return parseNad(got.value, where, this.configs);
+    return got.error.status === 404 ? err(notDefined(namespace, name, true)) : cached;
   }
 
   list(): { networks: NetworkDefinition[]; errors: CniError[] } {
@@ -81,3 +84,14 @@ export class ApiNetworkSource implements NetworkSource {
     return { networks, errors };
   }
 }
+
+const notDefined = (namespace: string, name: string, loaded: boolean): CniError =>
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `network ${namespace}/${name} is not defined: ${
+      loaded
+        ? 'there is no such NetworkAttachmentDefinition in the API'
+        : 'the NetworkAttachmentDefinitions are not loaded from the API yet'
+    }`,
+    `kubectl get network-attachment-definitions -n ${namespace}`,
+  );

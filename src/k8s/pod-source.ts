@@ -21,13 +21,35 @@ const cachedPod = (obj: ApiObject): CachedPod | undefined => {
     : undefined;
 };
 
-const infoOf = (pod: ApiObject): PodInfo => ({
-  uid: pod.metadata?.uid ?? '',
-  annotations: pod.metadata?.annotations ?? {},
-});
-/** What the cache keeps of a pod: the engine reads its UID and annotations, nothing else. */
-const metadataOf = (pod: ApiObject): ApiObject => {
+/** The fields of a pod that name its ResourceClaims. */
+interface ClaimFields {
+  readonly spec?: {
+    readonly resourceClaims?: readonly { readonly name: string; readonly resourceClaimName?: string }[];
+  };
+  readonly status?: {
+    readonly resourceClaimStatuses?: readonly { readonly name: string; readonly resourceClaimName?: string }[];
+  };
+}
+
+/** The names of a pod's ResourceClaims: its own, and those its templates made (status.resourceClaimStatuses). */
+const claimNames = (pod: ApiObject & ClaimFields): string[] => [
+  ...(pod.spec?.resourceClaims ?? []).flatMap((c) => c.resourceClaimName ?? []),
+  ...(pod.status?.resourceClaimStatuses ?? []).flatMap((c) => c.resourceClaimName ?? []),
+];
+
+const infoOf = (pod: ApiObject): PodInfo => {
+  const claims = claimNames(pod);
+  return {
+    uid: pod.metadata?.uid ?? '',
+    annotations: pod.metadata?.annotations ?? {},
+    ...(claims.length ? { claims } : {}),
+  };
+};
+/** What the cache keeps of a pod: the engine reads its UID, annotations and claims, nothing else. */
+const metadataOf = (pod: ApiObject & ClaimFields): ApiObject & ClaimFields => {
   const m = pod.metadata ?? {};
+  const resourceClaims = pod.spec?.resourceClaims;
+  const resourceClaimStatuses = pod.status?.resourceClaimStatuses;
   return {
     metadata: {
       ...(m.name ? { name: m.name } : {}),
@@ -35,6 +57,8 @@ const metadataOf = (pod: ApiObject): ApiObject => {
       ...(m.uid ? { uid: m.uid } : {}),
       ...(m.annotations ? { annotations: m.annotations } : {}),
     },
+    ...(resourceClaims?.length ? { spec: { resourceClaims } } : {}),
+    ...(resourceClaimStatuses?.length ? { status: { resourceClaimStatuses } } : {}),
   };
 };
 

@@ -11,3 +11,11 @@ export interface NetworkSource {
   /** Every valid definition, and the errors of those that could not be used. */
   list(): { networks: NetworkDefinition[]; errors: CniError[] };
 }
+
+/**
+ * A source that can also ask where its definitions come from, for one it has not loaded yet (a NAD created a moment
+ * ago, or before the first list): a caller whose refusal is costly asks this before refusing.
+ */
+export interface NetworkReader {
+  read(namespace: string, name: string): Promise<Result<NetworkDefinition>>;
+}

@@ -10,7 +10,7 @@ import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/plan';
 import { ExecLimits, execPlugin } from '../drivers/delegate';
-import type { MemifDriverOptions } from '../drivers/memif';
+import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
 import { DriverRegistry } from '../drivers/registry';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
@@ -19,8 +19,11 @@ export interface DevicesAndDrivers {
   readonly podResources?: PodResourcesClient;
   /** Where a network naming a resource gets its device: the kubelet's allocations, then other DRA drivers' claims. */
   readonly devices?: DeviceSource;
-  /** Whether a plexus.io claim holds a device (the device plugin does not offer it meanwhile); set once DRA runs. */
-  readonly draHolds: { check?: (resourceName: string, deviceID: string) => boolean };
+  /**
+   * Whether a plexus.io claim holds a device (the device plugin does not offer it meanwhile), and the socket of a memif
+   * device one holds (the memif driver serves it); set once DRA runs.
+   */
+  readonly draHolds: { check?: (resourceName: string, deviceID: string) => boolean; socket?: DeviceSocketLookup };
   readonly devicePlugins?: DevicePlugins;
   readonly slots: CallSlots;
   readonly drivers: DriverRegistry;
@@ -67,7 +70,7 @@ export async function devicesAndDrivers(
     maxQueued: config.maxQueued,
     lendSlot: (wait) => slots.lendWhile(wait),
   });
-  const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, api, devicePlugins) });
+  const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, draHolds, api, devicePlugins) });
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
         cacheDir: config.multusCacheDir,
@@ -91,12 +94,21 @@ async function withOtherDriversClaims(
   return consumer.withClaimedDevices(podResources, claimed);
 }
 
-/** memif networks: ports on the node's userspace switch, with sockets from plexusd's own memif devices. */
-function memifOptions(config: DaemonConfig, api?: ApiConnection, devices?: DevicePlugins): MemifDriverOptions {
+/**
+ * memif networks: ports on the node's userspace switch, with sockets from plexusd's own memif devices: a plexus.io
+ * claim's, else the device plugin's.
+ */
+function memifOptions(
+  config: DaemonConfig,
+  draHolds: DevicesAndDrivers['draHolds'],
+  api?: ApiConnection,
+  devices?: DevicePlugins,
+): MemifDriverOptions {
   return {
     defaultOvsdbSocket: config.ovsdbSocket,
     owner: api?.nodeName ?? 'plexus',
-    ...(devices ? { deviceSocket: (resource: string, id: string) => devices.memifSocket(resource, id) } : {}),
+    deviceSocket: (resource: string, id: string) =>
+      draHolds.socket?.(resource, id) ?? devices?.memifSocket(resource, id),
   };
 }
 

@@ -1,6 +1,6 @@
 /**
  * DRA (--dra): the resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md). Made
- * before the engine, which reads the pods' claimed devices at ADD, and started once the API caches are.
+ * before the engine, which reads the pods' claimed devices at ADD, and started right after it, before the API caches.
  */
 import type { Logger } from 'pino';
 import type { PodResourcesClient } from '../deviceplugin';
@@ -8,6 +8,7 @@ import { loadResources } from '../deviceplugin/config';
 import type { DraDriver } from '../dra';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
+import type { DevicesAndDrivers } from './devices-and-drivers';
 
 /** The DRA driver (not started), or undefined (with the reason logged) when --dra cannot work here. */
 export async function createDra(
@@ -43,9 +44,13 @@ export async function createDra(
   return dra;
 }
 
-/** Starts the driver; from then on the device plugin does not offer a device one of its prepared claims holds. */
-export async function startDra(dra: DraDriver, holds: { check?: (resourceName: string, deviceID: string) => boolean }) {
+/**
+ * Starts the driver; from then on the device plugin does not offer a device one of its prepared claims holds, and the
+ * memif driver serves the sockets of the memif devices they hold.
+ */
+export async function startDra(dra: DraDriver, holds: DevicesAndDrivers['draHolds']) {
   await dra.start();
   holds.check = (r, id) =>
     dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
+  holds.socket = (r, id) => dra.memifSocket(r, id);
 }

@@ -1,16 +1,14 @@
 /**
  * What runs beside CNI calls, started once the journal is recovered: the API's caches, the node lease, cluster IPAM,
- * the device plugins, DRA, the orphan sweep and the drivers' own work (lifecycle.ts in src/drivers).
+ * the device plugins, the orphan sweep and the drivers' own work (lifecycle.ts in src/drivers).
  */
 import type { Logger } from 'pino';
-import type { DraDriver } from '../dra';
 import type { AttachmentEngine } from '../engine/engine';
 import type { Journal } from '../engine/journal';
 import { recover } from '../engine/recovery';
 import { clusterNetworksOf, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import type { DevicesAndDrivers } from './devices-and-drivers';
-import { startDra } from './dra';
 
 export interface Services {
   readonly recovery: Awaited<ReturnType<typeof recover>>;
@@ -20,7 +18,7 @@ export interface Services {
 export async function startServices(
   config: DaemonConfig,
   log: Logger,
-  parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal; dra: DraDriver | undefined },
+  parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal },
   engine: AttachmentEngine,
   spoolDir: string,
 ): Promise<Services> {
@@ -34,7 +32,6 @@ export async function startServices(
   // Pools of the cluster-IPAM networks the API has now, read (or created) ahead of their first pods, in name order.
   if (clusterIpam) void clusterIpam.preparePools(clusterNetworksOf(cluster.networks));
   await plumbing.devicePlugins?.start();
-  if (parts.dra) await startDra(parts.dra, plumbing.draHolds);
   // Pods gone without a DEL (their netns removed, no pod of that UID left here) lose their attachments.
   const orphanMs = config.orphanSweepSeconds * 1000;
   const sweepOrphans = api && orphanMs > 0 ? (await import('../k8s/orphans')).sweepOrphans : undefined;

@@ -1,7 +1,7 @@
 /**
  * plexusd's startup, one step per module, in the order they run: the node's state (node-state.ts), the Kubernetes API
- * and cluster IPAM (cluster.ts), devices, drivers and the process-wide limits (devices-and-drivers.ts), the engine and
- * its socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it answers stops them again, the
+ * and cluster IPAM (cluster.ts), devices, drivers and the process-wide limits (devices-and-drivers.ts), the engine, the
+ * DRA plugin (dra.ts) and the engine's socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it answers stops them again, the
  * last started first.
  */
 import { dirname } from 'node:path';
@@ -14,7 +14,7 @@ import { takeOverFromMultus } from '../install/multus-takeover';
 import { connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import { devicesAndDrivers, type DevicesAndDrivers } from './devices-and-drivers';
-import { createDra } from './dra';
+import { createDra, startDra } from './dra';
 import { openNodeState, type NodeState } from './node-state';
 import { makeEngine, serve, type Served } from './serve';
 import { startServices, type Services } from './services';
@@ -37,9 +37,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
     new Set((await engine.records()).flatMap((r) => r.meta.pod.uid ?? []));
   const dra = await createDra(config, log, cluster.api, plumbing.podResources, attachedPods);
   const engine = makeEngine(config, log, node, cluster, plumbing, dra);
+  // The kubelet's Prepare needs only DRA's records and the API client, and a Prepare it cannot make costs the pod a
+  // resync of 60-90 s (docs/dra.md): the plugin is served before the journal's recovery and the API's caches.
+  if (dra) await startDra(dra, plumbing.draHolds);
   const served = await serve(config, log, { node, cluster, slots: plumbing.slots }, engine);
   if (!served) return undefined;
-  const parts = { cluster, plumbing, journal: node.journal, dra };
+  const parts = { cluster, plumbing, journal: node.journal };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };

@@ -5,7 +5,8 @@
  * calls them (Registration.GetInfo, DRAPlugin v1 and v1beta1).
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, watch, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -19,8 +20,10 @@ import {
   type PluginInfo,
 } from '../../src/dra/api';
 import { configForRequest, parseClaimConfig } from '../../src/dra/claim-config';
-import type { ClaimReader, ResourceClaim } from '../../src/dra/claims-api';
+import { ApiClaimReader, type ClaimReader, type ResourceClaim } from '../../src/dra/claims-api';
+import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ATTRIBUTES, deviceName, DraInventory } from '../../src/dra/devices';
+import { DraDriver } from '../../src/dra';
 import { DraPluginServer } from '../../src/dra/plugin-server';
 import { ClaimPreparer } from '../../src/dra/prepare';
 import { PreparedClaims } from '../../src/dra/prepared-claims';
@@ -28,6 +31,7 @@ import { sliceFor, sliceName } from '../../src/dra/slices';
 import type { PodPresence } from '../../src/dra/stale-claims';
 import { CniCode, CniError, err, ok } from '../../src/cni/errors';
 import type { NetworkDefinition } from '../../src/networks/nad';
+import type { NetworkReader } from '../../src/networks/source';
 import { hostDeviceFacts } from '../../src/dra/sysfs';
 import { unary } from '../../src/deviceplugin/api';
 
@@ -326,10 +330,12 @@ class FakeClaims implements ClaimReader {
   }
 }
 
+/** Two memif devices offered as DRA devices, their sockets made under a directory of the test's. */
 const memifInventory = (): DraInventory =>
-  new DraInventory(parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, offer: ['dra'] }]), {
-    nodeName: 'n1',
-  });
+  new DraInventory(
+    parseResourcesOk([{ name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), offer: ['dra'] }]),
+    { nodeName: 'n1' },
+  );
 
 describe('preparing claims', () => {
   it("records the claim durably: a new store on the same state dir (plexusd restarted) knows the pod's device", async () => {
@@ -352,7 +358,11 @@ describe('preparing claims', () => {
       },
     });
     const reopened = PreparedClaims.open(state);
+    const { socket, secret } = reopened.get('uid-a')!.devices[0]!;
+    assert.ok(socket && secret, "the memif device's socket and secret are in the record");
     assert.deepEqual(reopened.forNetwork('pod-uid-a', { namespace: 'ns', name: 'fast' }), {
+      socket,
+      secret,
       claim: { namespace: 'ns', name: 'a', uid: 'uid-a' },
       request: 'nic',
       pool: 'n1/plexus.io/memif',
@@ -368,6 +378,24 @@ describe('preparing claims', () => {
     await preparer.unprepare([ref]);
     assert.deepEqual(readdirSync(join(state, 'dra', 'claims')), []);
     assert.deepEqual(PreparedClaims.open(state).all(), []);
+  });
+  it('a claim shared by pods is found by the pods it was reserved for at Prepare, and by name for one reserved later', async () => {
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(undefined);
+    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([
+      claims.add('shared', 'uid-s', 'memif0', { network: 'fast' }, { name: 'first', uid: 'uid-first' }),
+    ]);
+    assert.equal(prepared.forPod('uid-first').length, 1);
+    assert.equal(prepared.forPod('uid-second').length, 0);
+    assert.equal(prepared.forPod('uid-second', { namespace: 'ns', claims: ['shared'] })[0]?.device, 'memif0');
+    assert.equal(prepared.forPod('uid-second', { namespace: 'other', claims: ['shared'] }).length, 0);
+    // The claim made again under its name: its new record, not the old one not yet released, is the one named.
+    const again = { ...prepared.get('uid-s')!, uid: 'uid-s2', preparedAt: '9999-01-01T00:00:00.000Z' };
+    prepared.record({ ...again, pods: [], devices: again.devices.map((d) => ({ ...d, device: 'memif1' })) });
+    assert.deepEqual(
+      prepared.forPod('uid-second', { namespace: 'ns', claims: ['shared'] }).map((d) => d.device),
+      ['memif1'],
+    );
   });
   it('a claim without a network in its config is matched by resourceName, as Multus 4.3 matches a NAD', async () => {
     const claims = new FakeClaims();
@@ -443,6 +471,51 @@ describe('preparing claims', () => {
       'device memif0 of plexus.io/memif is in a pod through the device plugin: offer it one way only',
     );
   });
+  it('a claim read the API did not answer (no answer, 429, 5xx) is tried again; a refusal (403) is not', async () => {
+    const api = (...answers: { status: number; message?: string }[]) => {
+      const asked: number[] = [];
+      const client = {
+        request: () => {
+          const a = answers.shift()!;
+          asked.push(a.status);
+          return Promise.resolve(
+            a.status === 200
+              ? { ok: true, value: { metadata: { name: 'c', namespace: 'ns', uid: 'u' } } }
+              : { ok: false, error: { status: a.status, message: a.message ?? 'x' } },
+          );
+        },
+      };
+      return { reader: new ApiClaimReader(client as unknown as KubeApiClient, [1, 1, 1]), asked };
+    };
+    const flaky = api({ status: 0 }, { status: 503 }, { status: 429 }, { status: 200 });
+    const read = await flaky.reader.get('ns', 'c');
+    assert.equal(read.ok && read.value?.metadata.uid, 'u');
+    assert.deepEqual(flaky.asked, [0, 503, 429, 200]);
+    const refused = api({ status: 403, message: 'forbidden' });
+    assert.deepEqual(await refused.reader.get('ns', 'c'), {
+      ok: false,
+      error: 'reading ResourceClaim ns/c: 403 forbidden',
+    });
+    const down = api({ status: 503 }, { status: 503 }, { status: 503 }, { status: 503, message: 'down' });
+    assert.deepEqual(await down.reader.get('ns', 'c'), { ok: false, error: 'reading ResourceClaim ns/c: 503 down' });
+    assert.equal(down.asked.length, 4, 'three more tries, then the error');
+  });
+  it("a memif device's socket directory and secret are made at Prepare, kept in the record, removed at Unprepare", async () => {
+    const socketDir = freshDir();
+    const resources = [{ name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] }];
+    const inventory = new DraInventory(parseResourcesOk(resources), { nodeName: 'n1' });
+    const claims = new FakeClaims();
+    const prepared = PreparedClaims.open(freshDir());
+    const preparer = new ClaimPreparer({ claims, inventory, prepared, log: silent });
+    const ref = claims.add('m', 'uid-m', 'memif1', { network: 'memnet' });
+    assert.equal((await preparer.prepare([ref]))['uid-m']!.error, '');
+    const [device] = prepared.get('uid-m')!.devices;
+    assert.equal(device!.socket, join(socketDir, 'memif1', 'memif.sock'));
+    assert.match(device!.secret ?? '', /^[A-Za-z0-9]{20}$/);
+    assert.ok(existsSync(join(socketDir, 'memif1')), 'the directory the switch will listen in');
+    await preparer.unprepare([ref]);
+    assert.ok(!existsSync(join(socketDir, 'memif1')));
+  });
   it('a record cut off by a crash (its .tmp) is removed at open; an unreadable record is named, not loaded', () => {
     const state = freshDir();
     const dir = join(state, 'dra', 'claims');
@@ -457,16 +530,18 @@ describe('preparing claims', () => {
 });
 
 /** NADs by key: an existing one answers a definition (its content is not read), a missing one the API source's error. */
-const nads = (...keys: string[]) => ({
-  get: (namespace: string, name: string) =>
-    keys.includes(`${namespace}/${name}`)
-      ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
-      : err(
-          new CniError(
-            CniCode.InvalidNetworkConfig,
-            `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`,
+const nads = (...keys: string[]): NetworkReader => ({
+  read: (namespace: string, name: string) =>
+    Promise.resolve(
+      keys.includes(`${namespace}/${name}`)
+        ? ok({ key: `${namespace}/${name}` } as unknown as NetworkDefinition)
+        : err(
+            new CniError(
+              CniCode.InvalidNetworkConfig,
+              `network ${namespace}/${name} is not defined: there is no such NetworkAttachmentDefinition in the API`,
+            ),
           ),
-        ),
+    ),
 });
 
 describe('preparing claims: the network a claim names', () => {
@@ -600,6 +675,89 @@ describe('stale prepared claims', () => {
   });
 });
 
+describe('the DRA driver at start', () => {
+  it('serves the kubelet plugin before the slices are published; a stale record goes before the first Prepare', async () => {
+    const state = freshDir();
+    const claims = new FakeClaims();
+    const before = new ClaimPreparer({
+      claims,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(state),
+      log: silent,
+    });
+    await before.prepare([claims.add('old', 'uid-old', 'memif0', { network: 'fast' })]);
+    claims.claims.delete('ns/old');
+    let publish = (): void => undefined;
+    const published = new Promise<void>((resolve) => (publish = resolve));
+    const api = {
+      request: async (method: string, path: string) => {
+        if (path.includes('resourceslices')) await published; // an API too busy to list the slices yet
+        return { ok: true, value: method === 'GET' ? { items: [] } : {} };
+      },
+    };
+    const resources = parseResourcesOk([
+      { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), offer: ['dra'] },
+    ]);
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state, claims, pods: podsThere() };
+    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    const started = dra.start();
+    const served = await Promise.race([started.then(() => true), new Promise((r) => setTimeout(() => r(false), 3000))]);
+    const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${dra.plugin.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      assert.ok(served, 'started (sockets served) while the slices are still waiting for the API');
+      assert.ok(existsSync(dra.plugin.sockets.registration));
+      const ref = claims.add('new', 'uid-new', 'memif0', { network: 'fast' });
+      const answer = await unary<unknown, NodePrepareResourcesResponse>(
+        client,
+        'NodePrepareResources',
+        { claims: [ref] },
+        5000,
+      );
+      assert.equal(answer.claims['uid-new']?.error, '', 'memif0 was freed from the stale record first');
+    } finally {
+      publish();
+      client.close();
+      await started;
+      await dra.stop();
+    }
+  });
+});
+
+describe('the DRA driver and the memif driver', () => {
+  it('memifSocket answers the socket and secret of a memif device a prepared claim holds, and nothing for others', async () => {
+    const socketDir = freshDir();
+    const resources = parseResourcesOk([
+      { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] },
+    ]);
+    const claims = new FakeClaims();
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: freshDir(), claims };
+    const api = { request: () => Promise.resolve({ ok: true, value: { items: [] } }) };
+    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    await dra.start();
+    const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${dra.plugin.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      const ref = claims.add('m', 'uid-m', 'memif0', { network: 'memnet' });
+      await unary(client, 'NodePrepareResources', { claims: [ref] }, 5000);
+      const held = dra.memifSocket('plexus.io/memif', 'memif0');
+      const record = dra.prepared.get('uid-m')!.devices[0]!;
+      assert.deepEqual(held, {
+        ok: true,
+        value: { hostSocket: join(socketDir, 'memif0', 'memif.sock'), podSocket: record.socket, secret: record.secret },
+      });
+      assert.equal(dra.memifSocket('plexus.io/memif', 'memif1'), undefined, 'no claim holds memif1');
+    } finally {
+      client.close();
+      await dra.stop();
+    }
+  });
+});
+
 describe('the kubelet plugin sockets', () => {
   it('Registration.GetInfo names driver plexus.io, its endpoint and v1 then v1beta1; both DRAPlugin versions prepare', async () => {
     const kubeletRoot = freshDir();
@@ -663,6 +821,82 @@ describe('the kubelet plugin sockets', () => {
       'sockets removed at stop',
     );
   });
+  it('the service socket takes connections before the registration socket exists (the kubelet dials it at once)', async () => {
+    const kubeletRoot = freshDir();
+    const preparer = new ClaimPreparer({
+      claims: new FakeClaims(),
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
+    const server = new DraPluginServer(kubeletRoot, preparer, silent);
+    mkdirSync(join(kubeletRoot, 'plugins_registry'));
+    const dials: Promise<boolean>[] = [];
+    const watcher = watch(join(kubeletRoot, 'plugins_registry'), (_event, file) => {
+      if (file === 'plexus.io-reg.sock' && existsSync(server.sockets.registration))
+        dials.push(accepts(server.sockets.service));
+    });
+    try {
+      await server.start();
+      await until(() => dials.length > 0);
+      assert.deepEqual(
+        await Promise.all(dials),
+        dials.map(() => true),
+      );
+    } finally {
+      watcher.close();
+      await server.stop();
+    }
+  });
+  it('at stop the registration socket goes before the service socket, and a Prepare under way is still answered', async () => {
+    const kubeletRoot = freshDir();
+    const claims = new FakeClaims();
+    let release = (): void => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let asked = false;
+    const slow: ClaimReader = {
+      get: async (ns, name) => {
+        asked = true;
+        await held;
+        return claims.get(ns, name);
+      },
+    };
+    const preparer = new ClaimPreparer({
+      claims: slow,
+      inventory: memifInventory(),
+      prepared: PreparedClaims.open(undefined),
+      log: silent,
+    });
+    const server = new DraPluginServer(kubeletRoot, preparer, silent);
+    await server.start();
+    const gone: string[] = [];
+    const watchers = [server.sockets.registration, server.sockets.service].map((path) =>
+      watch(join(path, '..'), (_event, file) => {
+        if (file && join(path, '..', file) === path && !existsSync(path)) gone.push(file);
+      }),
+    );
+    const dra: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
+      `unix://${server.sockets.service}`,
+      grpc.credentials.createInsecure(),
+    );
+    try {
+      const ref = claims.add('c', 'uid-c', 'memif0', { network: 'fast' });
+      const answer = unary<unknown, NodePrepareResourcesResponse>(dra, 'NodePrepareResources', { claims: [ref] }, 5000);
+      await until(() => asked);
+      const stopped = server.stop();
+      await until(() => gone.length > 0);
+      release();
+      assert.equal((await answer).claims['uid-c']?.error, '', 'the call under way is answered');
+      await stopped;
+      await until(() => gone.length === 2);
+      assert.deepEqual(gone, ['plexus.io-reg.sock', 'dra.sock']);
+    } finally {
+      release();
+      for (const w of watchers) w.close();
+      dra.close();
+      await server.stop();
+    }
+  });
   it('a registration socket removed from under it is served again within the check interval', async () => {
     const kubeletRoot = freshDir();
     const preparer = new ClaimPreparer({
@@ -683,3 +917,20 @@ describe('the kubelet plugin sockets', () => {
     }
   });
 });
+
+/** Whether a unix socket takes a connection now. */
+const accepts = (path: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const socket = connect(path);
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+
+/** Resolves once `cond` holds (polled every 5 ms, at most 5 s). */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cond(), 'condition not met within 5 s');
+}

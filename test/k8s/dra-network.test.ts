@@ -5,7 +5,8 @@
  * pod's netns in the same journaled transaction as eth0, the claim's status shows what the network-status annotation
  * shows, and the device is freed when the pod goes. Then each bad case: config that does not parse, a NAD that does
  * not exist, a NAD namespace isolation forbids, a device allocated twice, plexusd restarted between Prepare and ADD, a
- * claim deleted under a running pod, an attach that fails, a restarted kubelet, stale records; nothing leaked.
+ * claim deleted under a running pod, an attach that fails, a restarted kubelet, stale records, a claim two pods share;
+ * nothing leaked.
  * veth ends the test creates stand in for NICs.
  */
 import assert from 'node:assert/strict';
@@ -93,11 +94,11 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     );
     return ((r.body as { items?: ApiEvent[] }).items ?? []).map((e) => `${e.reason}: ${e.message}`);
   };
-  const running = async (name: string, ns = NS): Promise<void> => {
+  const running = async (name: string, ns = NS, timeoutMs = 90000): Promise<void> => {
     await until(
       `pod ${name} Running`,
       async () => ((await phase(name, ns)) === 'Running' ? true : undefined),
-      90000,
+      timeoutMs,
       100,
     ).catch(async (e: Error) =>
       assert.fail(`${e.message}: ${(await events(name, ns)).join(' | ')}\n${node.logTail('kubelet', 15)}`),
@@ -147,6 +148,14 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
   const onHost = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
   const byName = (ifname: string): string => `device.attributes["plexus.io"].interfaceName == "${ifname}"`;
   const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
+  /**
+   * How long a pod may wait when one of its Prepare calls failed: the 1.35 kubelet retries only at its next resync
+   * (syncFrequency 1 min with 0.5 jitter: 60-90 s; kubernetes/kubernetes#139836, fixed after 1.35.6), plus the
+   * sandbox's start under a loaded suite.
+   */
+  const AFTER_KUBELET_RESYNC_MS = 130000;
+  /** A pod whose Prepare never failed is Running well before the kubelet's first resync could have retried one. */
+  const WITHOUT_RETRY_MS = 45000;
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drn-'));
@@ -373,7 +382,8 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       ).status,
       201,
     );
-    await running('nonad');
+    // The refused Prepare is retried only at the kubelet's next resync.
+    await running('nonad', NS, AFTER_KUBELET_RESYNC_MS);
     assert.match(await podLink('nonad', 'net1'), /net1/);
     await deletePod('nonad');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
@@ -457,7 +467,12 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await daemon.kill('SIGKILL');
     assert.equal(journalBefore, 0, 'no ADD had reached plexusd');
     await daemon.start(30000);
-    await running('restart');
+    // The kubelet's Prepare is usually still under way when plexusd is stopped (the record is written before the
+    // answer): it fails, and the kubelet tries again only at its next resync, whatever plexusd does. When the answer
+    // got out first, the pod runs at once.
+    const restartedAt = Date.now();
+    await running('restart', NS, AFTER_KUBELET_RESYNC_MS);
+    console.log(`# restarted between Prepare and ADD: Running ${Date.now() - restartedAt} ms after plexusd was ready`);
     assert.match(await podLink('restart', 'net1'), /inet 10\.1\.0\.9\/24/);
     await deletePod('restart');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
@@ -574,9 +589,12 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
         preparedAt: new Date().toISOString(),
       }),
     );
+    const before = registrations();
     await daemon.start(30000);
     await until('the stale record released', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
     assert.match(daemon.stderr, /stale prepared claim released/);
+    // The plugin is served before the stale look ends; the kubelet registers it within its second's reconcile.
+    await until('the kubelet registered the restarted plexusd', () => (registrations() > before ? true : undefined));
     await create(
       node,
       hostDeviceTemplate(NS, 'afterghost', byName(NICS[1]!), {
@@ -586,9 +604,56 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       }),
     );
     await create(node, claimingPod(NS, 'afterghost', { template: 'afterghost' }));
-    await running('afterghost');
+    // Its first Prepare succeeds: no kubelet retry, so no 60-90 s wait.
+    await running('afterghost', NS, WITHOUT_RETRY_MS);
     await deletePod('afterghost');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+  });
+
+  it("a claim two pods share: the second pod's ADD fails naming the first, which keeps the device", async (t) => {
+    owned(t, 'share2', 'share1');
+    t.after(async () => {
+      await until(
+        'the shared claim deallocated',
+        async () => {
+          const c = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`)).body as Claim;
+          return c.status?.allocation ? undefined : true;
+        },
+        30000,
+        200,
+      ).catch(() => undefined);
+      await call('DELETE', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`);
+    });
+    await create(node, {
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceClaim',
+      metadata: { name: 'shared', namespace: NS },
+      spec: claimSpec(byName(NICS[2]!), { network: 'fast', interfaceName: 'net1', ips: ['10.1.0.13/24'] }),
+    });
+    await create(node, claimingPod(NS, 'share1', { claim: 'shared' }));
+    await running('share1');
+    // Reserved for share2 only now: the kubelet does not prepare the claim again, plexusd finds it by its name.
+    await create(node, claimingPod(NS, 'share2', { claim: 'shared' }));
+    const all = await eventSaying(
+      'share2',
+      `device ${NICS[2]} of ResourceClaim ${NS}/shared is already in pod ${NS}/share1`,
+    );
+    assert.ok(
+      all.some((e) => e.startsWith('FailedAttachNetwork')),
+      all.join(' | '),
+    );
+    assert.notEqual(await phase('share2'), 'Running');
+    assert.match(await podLink('share1', 'net1'), /inet 10\.1\.0\.13\/24/);
+    const claim = (await call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/shared`)).body as Claim;
+    assert.deepEqual(
+      claim.status?.devices?.map((d) => d.conditions?.map((c) => `${c.type}=${c.status}`).join()),
+      ['Ready=True'],
+      "the claim's status is share1's",
+    );
+    await deletePod('share2');
+    await deletePod('share1');
+    await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
+    assert.ok(onHost(NICS[2]!));
   });
 
   it('nothing leaked: no journal record, no prepared claim, no lease, every device back on the host', async () => {

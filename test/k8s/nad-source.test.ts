@@ -74,6 +74,18 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     assert.equal(early.value.plugins[0]?.type, 'bridge');
   });
 
+  it('read() asks the API for a NAD its cache has not seen (before the first list), and names one the API lacks', async () => {
+    const cold = new ApiNetworkSource(client);
+    const early = await cold.read('default', 'early');
+    assert.ok(early.ok, !early.ok ? early.error.message : '');
+    assert.equal(early.value.plugins[0]?.type, 'bridge');
+    const none = await cold.read('default', 'nope');
+    assert.equal(
+      none.ok ? '' : none.error.message,
+      'network default/nope is not defined: there is no such NetworkAttachmentDefinition in the API',
+    );
+  });
+
   it('sees a NAD created, then changed, then deleted, in other namespaces too', async () => {
     assert.equal((await api.createNad('team-a', 'blue', config('blue', 'blue0'))).status, 201);
     await eventually(() => assert.ok(source.get('team-a', 'blue').ok));

@@ -15,7 +15,8 @@ import { Transaction, undoRecord } from '../transaction';
 import { attachStep } from './attach';
 import { claimedOutcomes, failedOutcomes } from '../claimed-networks';
 import { claimedDevicesOf, reportClaims } from '../claim-reports';
-import type { ClaimedNetworkDevice } from '../claims';
+import { claimedElsewhere } from '../claimed-elsewhere';
+import type { ClaimedNetworkDevice, PodClaims } from '../claims';
 
 const attachedElsewhere = (req: AttachRequest, netns: string): CniError =>
   new CniError(
@@ -67,14 +68,22 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   // that cannot be found gets no event: the name may be another pod's now.
   let podAnnotations: PodAnnotations;
   let podUid = req.args.podUid;
+  let named: PodClaims | undefined;
   if (ctx.options.pods && req.args.podNamespace && req.args.podName) {
     const pod = await ctx.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
     if (!pod.ok) return pod;
     podAnnotations = pod.value.annotations;
     podUid = pod.value.uid || podUid;
+    if (pod.value.claims?.length) named = { namespace: req.args.podNamespace, claims: pod.value.claims };
   }
   // The devices the pod's DRA claims give its networks: read once, so the plan and the report agree.
-  const claimed = claimedDevicesOf(ctx, podUid);
+  const claimed = claimedDevicesOf(ctx, podUid, named);
+  const elsewhere = claimed.length ? claimedElsewhere(claimed, podUid, await ctx.tx.journal.list()) : undefined;
+  if (elsewhere) {
+    // The claim's status stays as the pod that has the device made it.
+    ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, elsewhere));
+    return err(elsewhere);
+  }
   const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations, claimed));
   if (!added.ok) {
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));

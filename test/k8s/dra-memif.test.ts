@@ -1,0 +1,268 @@
+/**
+ * A memif network given by a claim, on a real 1.35 node (kube-apiserver, scheduler, controller-manager, kubelet,
+ * containerd) and a private OVS-DPDK: a pod whose ResourceClaimTemplate asks for a memif.plexus.io device and names a
+ * memif NAD runs; plexusd made the device's socket and secret at Prepare, the switch serves exactly that socket with
+ * exactly that secret (a memif client on the host gets the link up), network-status and the claim's status show the
+ * interface, and the pod's deletion removes the port, the record and the socket's directory. Nothing mounts the socket
+ * into the container: that needs CDI, which this node's containerd (1.6) has not (docs/dra.md).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { ApiPods } from '../support/api-pods';
+import { DaemonFixture, SHIM } from '../support/daemon';
+import { claimingPod, create, draNodeMissing, draTooOld, installDra, RESOURCE_API } from '../support/dra-node';
+import { PLEXUS_USER } from '../support/k8s';
+import { KubeNodeFixture } from '../support/kube-node';
+import { uniquePrefix } from '../support/netns';
+import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
+import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { Testpmd } from '../support/testpmd';
+import { until } from '../support/until';
+
+const nodeMissing = draNodeMissing();
+const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
+const skip =
+  expectedPrerequisites(
+    nodeMissing && `no real DRA node here: ${nodeMissing}`,
+    ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`,
+  ) || optionalSkip(nodeMissing ? undefined : draTooOld());
+const prefix = uniquePrefix('dm');
+const bridge = `${prefix}ovs`;
+const MEMIF = 'plexus.io/memif';
+const NS = 'default';
+const o = 100 + Math.floor(Math.random() * 50);
+const t = Math.floor(Math.random() * 250);
+
+const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);
+const devarg = (devargs: string, key: string): string | undefined =>
+  new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];
+
+interface Record {
+  devices: { device: string; socket?: string; secret?: string }[];
+}
+
+describe('a memif network given by a claim on a real 1.35 node', { skip, timeout: 600_000 }, () => {
+  const fixtures: { node?: KubeNodeFixture; daemon?: DaemonFixture; ovs?: OvsDpdkFixture; work?: string } = {};
+  let node: KubeNodeFixture;
+  let daemon: DaemonFixture;
+  let ovs: OvsDpdkFixture;
+  let work: string;
+
+  const plexusPorts = (): string[] =>
+    ovs
+      .vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${node.nodeName}"`)
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean);
+  const claimFiles = (): string[] => {
+    const dir = join(daemon.stateDir, 'dra', 'claims');
+    return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
+  };
+  const events = async (name: string): Promise<string> => {
+    const selector = encodeURIComponent(`involvedObject.name=${name}`);
+    const r = await node.call('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${selector}`);
+    return ((r.body as { items?: { reason: string; message: string }[] }).items ?? [])
+      .map((e) => `${e.reason}: ${e.message}`)
+      .join(' | ');
+  };
+
+  before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'plexus-dm-'));
+    fixtures.work = work;
+    const binDir = join(work, 'bin');
+    execFileSync('mkdir', ['-p', binDir]);
+    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    writeFileSync(
+      join(work, 'resources.yaml'),
+      JSON.stringify({
+        resources: [{ name: MEMIF, kind: 'memif', count: 2, socketDir: join(work, 'memif'), offer: ['dra'] }],
+      }),
+    );
+    ovs = await OvsDpdkFixture.start();
+    fixtures.ovs = ovs;
+    ovs.addBridge(bridge);
+    daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket]);
+    fixtures.daemon = daemon;
+    node = await KubeNodeFixture.start({
+      cniBinDir: binDir,
+      controlPlane: true,
+      ownedLinks: [`${prefix}b0`],
+      cniConfList: JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'plexus',
+        plugins: [
+          {
+            type: 'plexus-cni',
+            socketPath: daemon.socket,
+            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
+          },
+        ],
+      }),
+    });
+    fixtures.node = node;
+    await node.api.installPlexus();
+    await installDra(node);
+    const podnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      type: 'bridge',
+      bridge: `${prefix}b0`,
+      isGateway: true,
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
+    });
+    assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
+    const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
+    assert.equal((await node.api.createNad(NS, 'memnet', memnet)).status, 201);
+    daemon.addFlags(
+      '--kubeconfig',
+      node.api.userKubeconfig(PLEXUS_USER),
+      '--node-name',
+      node.nodeName,
+      '--cni-bin-dir',
+      binDir,
+      '--device-plugin-config',
+      join(work, 'resources.yaml'),
+      '--device-info-dir',
+      join(work, 'devinfo'),
+      '--pod-resources-socket',
+      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      '--dra',
+      'true',
+      '--kubelet-root-dir',
+      node.kubeletRoot,
+      '--log-level',
+      'info',
+    );
+    await daemon.start(30000);
+    await until(
+      "the kubelet's registration of plexus.io",
+      () => (daemon.stderr.includes('registered with the kubelet as a DRA driver') ? true : undefined),
+      30000,
+      100,
+    );
+  });
+
+  after(async () => {
+    if (fixtures.node) await fixtures.node.stop({ runtimeStopped: async () => fixtures.daemon?.stop() });
+    await fixtures.daemon?.stop();
+    await fixtures.ovs?.stop();
+    if (fixtures.work) rmSync(fixtures.work, { recursive: true, force: true });
+  });
+
+  let socket = '';
+  let secret = '';
+  let port = '';
+
+  it('runs; the switch serves the socket and secret plexusd made for the claimed device at Prepare', async () => {
+    await create(node, {
+      apiVersion: 'resource.k8s.io/v1',
+      kind: 'ResourceClaimTemplate',
+      metadata: { name: 'memif-claim', namespace: NS },
+      spec: {
+        spec: {
+          devices: {
+            requests: [{ name: 'nic', exactly: { deviceClassName: 'memif.plexus.io' } }],
+            config: [
+              {
+                requests: ['nic'],
+                opaque: { driver: 'plexus.io', parameters: { network: 'memnet', interfaceName: 'net1' } },
+              },
+            ],
+          },
+        },
+      },
+    });
+    await create(node, claimingPod(NS, 'mem', { template: 'memif-claim' }));
+    await until(
+      'pod mem Running',
+      async () => ((await node.pod(NS, 'mem').catch(() => undefined))?.status?.phase === 'Running' ? true : undefined),
+      90000,
+      100,
+    ).catch(async (e: Error) => assert.fail(`${e.message}: ${await events('mem')}\n${node.logTail('kubelet', 15)}`));
+    const record = JSON.parse(readFileSync(join(daemon.stateDir, 'dra', 'claims', claimFiles()[0]!), 'utf8')) as Record;
+    const device = record.devices[0]!;
+    assert.match(device.device, /^memif[01]$/);
+    assert.equal(device.socket, join(work, 'memif', device.device, 'memif.sock'));
+    socket = device.socket!;
+    secret = device.secret ?? '';
+    assert.match(secret, /^[A-Za-z0-9]{20}$/);
+    const ports = plexusPorts();
+    assert.equal(ports.length, 1, `Plexus ports on the switch: ${ports.join(' ')}`);
+    port = ports[0]!;
+    const devargs = unquote(ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
+    assert.equal(devarg(devargs, 'socket'), socket);
+    assert.equal(devarg(devargs, 'secret'), secret);
+    assert.equal(
+      unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')),
+      '',
+      'the switch opened it',
+    );
+    assert.ok(statSync(socket).isSocket(), `the switch listens on ${socket}`);
+  });
+
+  it("network-status and the claim's status show the memif interface, Ready", async () => {
+    const pods = new ApiPods(node.api, node.nodeName, () => {
+      throw new Error('sandboxes come from the kubelet here');
+    });
+    const status = await pods.status(NS, 'mem', (s) => s.length === 2);
+    assert.deepEqual(
+      status.map((s) => `${s.name}@${s.interface}`),
+      ['default/podnet@eth0', 'default/memnet@net1'],
+    );
+    const claim = await until("the claim's device status", async () => {
+      const p = (await node.call('GET', `/api/v1/namespaces/${NS}/pods/mem`)).body as {
+        status?: { resourceClaimStatuses?: { resourceClaimName?: string }[] };
+      };
+      const name = p.status?.resourceClaimStatuses?.[0]?.resourceClaimName;
+      if (!name) return undefined;
+      const c = (await node.call('GET', `${RESOURCE_API}/namespaces/${NS}/resourceclaims/${name}`)).body as {
+        status?: {
+          devices?: { networkData?: { interfaceName?: string }; conditions?: { type: string; status: string }[] }[];
+        };
+      };
+      return c.status?.devices?.length ? c : undefined;
+    });
+    const [entry] = claim.status!.devices!;
+    assert.equal(entry!.networkData?.interfaceName, 'net1');
+    assert.deepEqual(
+      entry!.conditions?.map((c) => `${c.type}=${c.status}`),
+      ['Ready=True'],
+    );
+  });
+
+  it("a memif client with the claim's secret on the device's host socket gets the link up", async () => {
+    const client = await Testpmd.start({ socket, secret, rxq: 2, txq: 2 });
+    try {
+      await until(
+        'the switch to see the memif link up',
+        () => (unquote(ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined),
+        20000,
+      );
+    } finally {
+      await client.stop();
+    }
+  });
+
+  it("deleting the pod removes its port, the claim's record and the socket's directory", async () => {
+    await node.call('DELETE', `/api/v1/namespaces/${NS}/pods/mem`);
+    await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 60000, 100);
+    await until('the port removed', () => (plexusPorts().length === 0 ? true : undefined), 30000, 100);
+    assert.ok(!existsSync(join(socket, '..')), 'the socket directory is gone');
+    await until('no journal record', () => (daemon.journalFiles().length === 0 ? true : undefined), 30000, 100);
+  });
+});

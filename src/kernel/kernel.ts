@@ -112,11 +112,11 @@ class HostLinkDeletions {
 }
 
 const MAX_DELETE_BATCH = 128;
+const GROUP_BASE = 0x50580000;
 
 /** The runner ran these very ops (batch-runner.ts answers each with its OpResults type): results are trusted here. */
 const asResult = <const Ops extends readonly BatchOp[]>(reply: BatchReply): KernelResult<ResultsOf<Ops>> =>
   reply.ok ? ok(reply.results as ResultsOf<Ops>) : err(new KernelCallError(reply.failure, reply.index));
-const GROUP_BASE = 0x50580000;
 
 /**
  * What the engine and the drivers need of the kernel: batches of operations in a netns, and link deletion (batched
@@ -151,12 +151,12 @@ const QUICK_OPS: ReadonlySet<BatchOp['op']> = new Set([
 
 export interface KernelOptions {
   /**
-   * Whether the daemon has nothing else to do now (plexusd: at most one CNI call in flight or waiting). Then a batch of
-   * quick ops runs on the calling (main) thread when no worker owes an answer: a lone ADD pays no thread hop (two
-   * wake-ups and the message copies, about 0.5–1 ms of an ADD on a 2-core VM), and the event loop waits about as long
-   * as the batch's rtnetlink calls take (1–2 ms). With other calls in flight, batches go to the workers, in order, so
-   * the kernel's work overlaps the event loop's (a burst of 30 pods at 16 in flight ran at half the rate when every
-   * batch ran in place). Default: never.
+   * Whether the daemon has nothing else to do now (plexusd: the CNI call under way is alone on the node,
+   * `CallSlots.alone` in node-state.ts). Then a batch of quick ops runs on the calling (main) thread when no worker
+   * owes an answer: a lone ADD pays no thread hop (two wake-ups and the message copies, about 0.5–1 ms of an ADD on a
+   * 2-core VM), and the event loop waits about as long as the batch's rtnetlink calls take (1–2 ms). Otherwise batches
+   * go to the workers, in order, so the kernel's work overlaps the event loop's (the 110-pod burst at 16 in flight ran
+   * at about half the rate when every batch ran in place). Default: never.
    */
   readonly inlineWhen?: () => boolean;
 }

@@ -31,8 +31,7 @@ export async function openNodeState(config: DaemonConfig, log: Logger): Promise<
   const waiting = (holder: string): void =>
     log.info({ holder }, 'waiting for the previous plexusd to finish its calls');
   const lock = await acquireInstanceLock(config.stateDir, waiting);
-  // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts);
-  // an ADD's batch runs on this thread while the kernel worker is idle (kernel.ts, KernelOptions).
+  // Pod link deletions wait for RCU on the libuv pool, at most as many at once as it can spare (pod-link-deletions.ts).
   const deletions = new PodLinkDeletions(libuvPoolThreads());
   // CNI calls at once, node-wide (handed to the drivers and the server). A call alone on the node (none other in flight
   // or started in the 20 ms before it) runs its kernel batches on this thread (kernel.ts, KernelOptions).

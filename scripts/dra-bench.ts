@@ -29,13 +29,13 @@ import {
   claimingPod,
   create,
   devicePluginPod,
+  draDaemonFlags,
   draNodeMissing,
   draTooOld,
   hostDeviceTemplate,
   installDra,
 } from '../test/support/dra-node';
-import { PLEXUS_USER } from '../test/support/k8s';
-import { KubeNodeFixture, percentile } from '../test/support/kube-node';
+import { KubeNodeFixture, percentile, plexusConflist } from '../test/support/kube-node';
 import { uniquePrefix } from '../test/support/netns';
 
 const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
@@ -199,17 +199,7 @@ async function main(): Promise<number> {
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     await node.api.installPlexus();
     await installDra(node);
@@ -234,24 +224,7 @@ async function main(): Promise<number> {
         interfaceName: 'net1',
       }),
     );
-    daemon.addFlags(
-      '--kubeconfig',
-      node.api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--device-plugin-config',
-      join(work, 'resources.yaml'),
-      '--device-info-dir',
-      join(work, 'devinfo'),
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--dra',
-      'true',
-      '--kubelet-root-dir',
-      node.kubeletRoot,
-    );
+    daemon.addFlags(...draDaemonFlags(node, binDir, work));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {

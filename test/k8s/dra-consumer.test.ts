@@ -17,7 +17,7 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import { DraTestDriver } from '../support/dra-test-driver';
 import { k8sBinary, k8sOlderThan, PLEXUS_USER } from '../support/k8s';
-import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
+import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
@@ -146,17 +146,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     const api = node.api;
     await api.installPlexus();

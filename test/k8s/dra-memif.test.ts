@@ -24,11 +24,18 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
-import { claimingPod, create, draNodeMissing, draTooOld, installDra, RESOURCE_API } from '../support/dra-node';
-import { PLEXUS_USER } from '../support/k8s';
-import { KubeNodeFixture } from '../support/kube-node';
+import {
+  claimingPod,
+  create,
+  draDaemonFlags,
+  draNodeMissing,
+  draTooOld,
+  installDra,
+  RESOURCE_API,
+} from '../support/dra-node';
+import { KubeNodeFixture, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
-import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
+import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
@@ -46,10 +53,6 @@ const MEMIF = 'plexus.io/memif';
 const NS = 'default';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
-
-const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);
-const devarg = (devargs: string, key: string): string | undefined =>
-  new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];
 
 interface Record {
   devices: { device: string; socket?: string; secret?: string }[];
@@ -102,17 +105,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`],
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     fixtures.node = node;
     await node.api.installPlexus();
@@ -128,26 +121,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
     assert.equal((await node.api.createNad(NS, 'memnet', memnet)).status, 201);
-    daemon.addFlags(
-      '--kubeconfig',
-      node.api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--device-plugin-config',
-      join(work, 'resources.yaml'),
-      '--device-info-dir',
-      join(work, 'devinfo'),
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--dra',
-      'true',
-      '--kubelet-root-dir',
-      node.kubeletRoot,
-      '--log-level',
-      'info',
-    );
+    daemon.addFlags(...draDaemonFlags(node, binDir, work), '--log-level', 'info');
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",

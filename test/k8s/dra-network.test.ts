@@ -31,14 +31,14 @@ import {
   claimSpec,
   create,
   docExample,
+  draDaemonFlags,
   draNodeMissing,
   draTooOld,
   hostDeviceTemplate,
   installDra,
   RESOURCE_API,
 } from '../support/dra-node';
-import { PLEXUS_USER } from '../support/k8s';
-import { KubeNodeFixture } from '../support/kube-node';
+import { KubeNodeFixture, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
@@ -178,17 +178,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     await node.api.installPlexus();
     await installDra(node);
@@ -216,28 +206,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       ).status,
       201,
     );
-    daemon.addFlags(
-      '--kubeconfig',
-      node.api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--device-plugin-config',
-      join(work, 'resources.yaml'),
-      '--device-info-dir',
-      join(work, 'devinfo'),
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--namespace-isolation',
-      'true',
-      '--dra',
-      'true',
-      '--kubelet-root-dir',
-      node.kubeletRoot,
-      '--log-level',
-      'info',
-    );
+    daemon.addFlags(...draDaemonFlags(node, binDir, work), '--namespace-isolation', 'true', '--log-level', 'info');
     pods = new ApiPods(node.api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });

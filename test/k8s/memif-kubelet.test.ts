@@ -26,7 +26,7 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
-import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
+import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -45,9 +45,6 @@ const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 
 /** A value of an ovs-vsctl `get` (strings come quoted). */
-const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);
-const devarg = (devargs: string, key: string): string | undefined =>
-  new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];
 
 describe(
   "a memif network on a real node: the kubelet's memif device is the switch port's socket",

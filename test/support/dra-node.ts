@@ -74,6 +74,29 @@ export async function installDra(node: KubeNodeFixture): Promise<void> {
 }
 
 /**
+ * plexusd's flags on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
+ * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir.
+ */
+export const draDaemonFlags = (node: KubeNodeFixture, binDir: string, work: string): string[] => [
+  '--kubeconfig',
+  node.api.userKubeconfig(PLEXUS_USER),
+  '--node-name',
+  node.nodeName,
+  '--cni-bin-dir',
+  binDir,
+  '--device-plugin-config',
+  join(work, 'resources.yaml'),
+  '--device-info-dir',
+  join(work, 'devinfo'),
+  '--pod-resources-socket',
+  join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+  '--dra',
+  'true',
+  '--kubelet-root-dir',
+  node.kubeletRoot,
+];
+
+/**
  * The objects of the YAML block of docs/dra.md that follows `<!-- example: NAME -->`, as written, except that a pod
  * runs the node's local pause image (no registry here) and stops at once.
  */

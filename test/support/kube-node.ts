@@ -1301,3 +1301,11 @@ class CriRuntime {
     throw new Error(`sandbox ${id}: no network namespace in its verbose status`);
   }
 }
+
+/** The node's CNI config: plexus-cni alone, forwarding to `socket`, with the pod's annotations (as containerd sends). */
+export const plexusConflist = (socket: string): string =>
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'plexus',
+    plugins: [{ type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }],
+  });

@@ -303,3 +303,10 @@ function rmdirQuietly(path: string): void {
     /* not empty, or gone */
   }
 }
+
+/** A value ovs-vsctl printed, without the quotes it puts around strings. */
+export const unquote = (s: string): string => (s.startsWith('"') ? (JSON.parse(s) as string) : s);
+
+/** One key's value in an interface's options:dpdk-devargs (`net_memif0,socket=...,secret=...`). */
+export const devarg = (devargs: string, key: string): string | undefined =>
+  new RegExp(`(?:^|,)${key}=([^,]*)`).exec(devargs)?.[1];

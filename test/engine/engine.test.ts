@@ -75,6 +75,25 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await bed.engine.del(request('DEL', 'cc', netns))).ok);
   });
 
+  it("a runtime's repeated DEL of a sandbox the engine removed answers without reading the other records", async () => {
+    for (const cid of ['co1', 'co2', 'co3']) assert.ok((await bed.engine.add(request('ADD', cid, pod(cid)))).ok);
+    assert.ok((await bed.engine.del(request('DEL', 'co1', pod('co1')))).ok);
+    // containerd sends a sandbox's DEL again (StopPodSandbox, then RemovePodSandbox): each must stay O(1), not a
+    // read of every record on the node.
+    let listed = 0;
+    const list = bed.journal.list.bind(bed.journal);
+    bed.journal.list = () => {
+      listed++;
+      return list();
+    };
+    assert.ok((await bed.engine.del(request('DEL', 'co1', pod('co1')))).ok);
+    assert.equal(listed, 0, 'journal.list() calls for a repeated DEL');
+    // A DEL of a sandbox never seen still looks for the pod under another container ID (a stale DEL is logged).
+    assert.ok((await bed.engine.del(request('DEL', 'co9', pod('co9')))).ok);
+    assert.equal(listed, 1);
+    assert.equal((await list()).length, 2, 'the other two pods keep their records');
+  });
+
   it('a replayed ADD answers the stored result and makes nothing twice; the same container in another netns is refused', async () => {
     const netns = pod('d');
     const first = await bed.engine.add(request('ADD', 'cd', netns));

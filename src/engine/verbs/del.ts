@@ -34,6 +34,9 @@ export function tearDown(ctx: EngineContext, record: AttachmentRecord): Promise<
 
 /** The DEL of a sandbox Plexus has no record of (under the container's lock). */
 async function delUnknown(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+  // The runtime repeating a DEL of what Plexus removed (containerd sends a sandbox's DEL more than once): nothing to
+  // look for. Each further step reads every record or runs a plugin.
+  if (ctx.recentlyRemoved.has(req.containerId, req.ifname)) return ok(undefined);
   const { podNamespace, podName } = req.args;
   if (podNamespace && podName) {
     const records = await ctx.tx.journal.list();

@@ -156,13 +156,15 @@ export class DaemonServer {
       const busy = apiErrors.busy(this.limiter.inFlight, this.limiter.queued);
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const command = call.env.CNI_COMMAND ?? '';
-      this.options.observer?.observe({ command, containerId: call.env.CNI_CONTAINERID, code: busy.code, seconds });
+      const { CNI_CONTAINERID: containerId, CNI_IFNAME: ifname } = call.env;
+      this.options.observer?.observe({ command, containerId, ifname, code: busy.code, seconds });
       return sendCni(res, errorReply('1.1.0', busy));
     }
     sendCni(res, ran.value);
     this.options.observer?.observe({
       command: call.env.CNI_COMMAND ?? '',
       containerId: call.env.CNI_CONTAINERID,
+      ifname: call.env.CNI_IFNAME,
       code: replyCode(ran.value),
       seconds: Number(process.hrtime.bigint() - started) / 1e9,
     });

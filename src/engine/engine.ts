@@ -100,6 +100,11 @@ export class AttachmentEngine {
     return this.journal.list();
   }
 
+  /** One attachment's record, undefined when the journal has none. */
+  recordOf(containerId: string, ifname: string): Promise<AttachmentRecord | undefined> {
+    return this.journal.load(containerId, ifname);
+  }
+
   /** The records of one container (every interface the runtime attached for it). */
   recordsOf(containerId: string): Promise<AttachmentRecord[]> {
     return this.journal.listContainer(containerId);

@@ -20,7 +20,8 @@ import type { AttachmentRecord } from '../engine/journal';
 /** What the metrics read from the daemon: the engine's journal records, and the server's queue. */
 export interface MetricsSources {
   records(): Promise<AttachmentRecord[]>;
-  recordsOf(containerId: string): Promise<AttachmentRecord[]>;
+  /** One attachment's record (a stat and one small read), undefined when there is none. */
+  recordOf(containerId: string, ifname: string): Promise<AttachmentRecord | undefined>;
   readonly journalDir: string;
   readonly calls?: () => { readonly inFlight: number; readonly queued: number };
   /** Background API writes retried so far (status and events), when plexusd talks to an API. */
@@ -33,6 +34,8 @@ export interface MetricsSources {
 export interface ObservedCall {
   readonly command: string;
   readonly containerId: string | undefined;
+  /** CNI_IFNAME, when the call had one. */
+  readonly ifname?: string | undefined;
   /** 0 for success; else the CNI error code of the reply. */
   readonly code: number;
   readonly seconds: number;
@@ -169,11 +172,14 @@ export class DaemonMetrics implements CniCallObserver {
     const result = call.code === 0 ? 'ok' : 'error';
     if (call.code !== 0) this.errors.inc({ command: call.command, code: String(call.code) });
     const cid = call.containerId;
-    if (call.command === 'ADD' && call.code === 0 && cid) {
-      // After the reply: one small read of this sandbox's record names its network types.
-      void this.sources.recordsOf(cid).then(
-        (records) => {
-          const types = records.length ? [...new Set(records.map(typesOf))].sort().join('+') : 'unknown';
+    if (call.command === 'ADD' && call.code === 0 && cid && call.ifname) {
+      // After the reply: the record this ADD made names its network types (one file, not a listing of the journal).
+      void this.sources.recordOf(cid, call.ifname).then(
+        (record) => {
+          const earlier = this.typesByContainer.get(cid)?.split('+') ?? []; // the sandbox's other runtime interfaces
+          const mine = record ? typesOf(record).split('+') : [];
+          const all = [...new Set([...earlier, ...mine])].filter((t) => t !== 'unknown').sort();
+          const types = all.length ? all.join('+') : 'unknown';
           this.typesByContainer.set(cid, types);
           this.duration.observe({ command: call.command, network_type: types, result }, call.seconds);
         },

@@ -123,7 +123,7 @@ async function daemonMetrics(
   const apiWriteRetries = api ? (await import('../k8s/background-writes')).BackgroundWrites : undefined;
   const metrics = new DaemonMetrics({
     records: () => engine.records(),
-    recordsOf: (cid) => engine.recordsOf(cid),
+    recordOf: (cid, ifname) => engine.recordOf(cid, ifname),
     journalDir: join(config.stateDir, 'journal'),
     calls,
     ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),

@@ -1,12 +1,15 @@
 /**
  * Pod churn through a real kubelet, as users see it (issue 24, "Through a real kubelet"): pods created and deleted in
- * waves, timed from each pod's DELETE to the pod object gone from the API, to its sandbox stopped (CRI NOTREADY: the
- * CNI DEL has answered) and to its sandbox removed from CRI. Mode `bridge`: the node's plain bridge network (reference
+ * waves, timed from each pod's DELETE to the pod object gone from the API, to its sandbox stopped (CRI NOTREADY: its
+ * pause container stopped; containerd 1.6 runs the CNI DEL right after) and to its sandbox removed from CRI. Mode `bridge`: the node's plain bridge network (reference
  * bridge + host-local), pods with no secondary network. Mode `plexus`: plexus-cni as the node's only plugin, the same
  * default network and two secondary ones per pod (three native bridges).
  *
  *   npm run build && flock /tmp/plexus-heavy.lock node dist/scripts/kubelet-churn.js [--pods 100] [--wave 20]
- *        [--mode bridge,plexus|plexus,bridge|bridge|plexus] [--json FILE]   (npm run bench:churn: both, bridge first)
+ *        [--mode bridge,plexus|plexus,bridge|bridge|plexus] [--dwell S] [--json FILE]
+ *   (npm run bench:churn: both, bridge first)
+ *
+ * --dwell S keeps each wave Running S seconds before its pods are deleted (default 0: deleted as soon as all run).
  *
  * For Plexus it also reads plexusd's histogram of its CNI DELs (as the runtime waited for them) from its /metrics.
  *
@@ -99,6 +102,8 @@ interface ChurnOptions {
   readonly pods: number;
   readonly wave: number;
   readonly removeWaitMs: number;
+  /** How long a wave stays Running before its pods are deleted. */
+  readonly dwellMs: number;
   readonly log: (line: string) => void;
 }
 
@@ -160,6 +165,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
       const timings = await node.waitAllRunning(names, 300000);
       running.push(...timings.perPodMs);
       failures.push(...timings.failureMessages);
+      if (options.dwellMs) await sleep(options.dwellMs);
       const wave = new Map<string, PodClock>();
       await Promise.all(
         names.map(async (name) => {
@@ -267,6 +273,7 @@ async function main(): Promise<number> {
       wave: { type: 'string' },
       mode: { type: 'string' },
       'remove-wait': { type: 'string' },
+      dwell: { type: 'string' },
       json: { type: 'string' },
     },
   });
@@ -279,6 +286,9 @@ async function main(): Promise<number> {
   const modes = (values.mode ?? 'bridge,plexus').split(',') as Mode[];
   if (modes.some((m) => m !== 'bridge' && m !== 'plexus'))
     throw new Error(`--mode is bridge, plexus or both in an order (bridge,plexus), not ${values.mode}`);
+  const dwell = Number(values.dwell ?? '0');
+  if (!Number.isFinite(dwell) || dwell < 0 || dwell > 600)
+    throw new Error(`--dwell needs seconds from 0 to 600, got ${values.dwell}`);
   const missing = kubeNodeMissing();
   if (missing) {
     console.error(`kubelet churn: cannot run here: ${missing}`);
@@ -288,6 +298,7 @@ async function main(): Promise<number> {
     pods: positive('pods', values.pods, 100),
     wave: positive('wave', values.wave, 20),
     removeWaitMs: positive('remove-wait', values['remove-wait'], 90) * 1000,
+    dwellMs: dwell * 1000,
     log: (line: string) => console.log(`  ${line}`),
   };
   const m = machine();
@@ -297,10 +308,11 @@ async function main(): Promise<number> {
   const reports: ChurnReport[] = [];
   for (const mode of modes) reports.push(await runChurn(mode, options));
   console.log(
-    `\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, CNI DEL done; removed: gone from CRI)\n`,
+    `\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, pause container stopped, CNI DEL next; removed: gone from CRI)\n`,
   );
   console.log(render(reports));
   const [b, p] = [reports.find((r) => r.mode === 'bridge'), reports.find((r) => r.mode === 'plexus')];
+  if (options.dwellMs) console.log(`\neach wave ran ${dwell} s before its pods were deleted`);
   if (b && p)
     console.log(
       `\nplexus/bridge, delete to pod gone (median): ${round(p.podGone.median / b.podGone.median)}x (goal <= 1.05x)`,
@@ -311,7 +323,8 @@ async function main(): Promise<number> {
       console.log(`${r.mode}: ${d.calls} CNI DELs, p50 <= ${d.p50AtMost * 1000} ms, p90 <= ${d.p90AtMost * 1000} ms`);
   }
   for (const r of reports) for (const f of [...r.failures, ...r.leaks, ...r.problems]) console.log(`  ${r.mode}: ${f}`);
-  if (values.json) writeFileSync(values.json, `${JSON.stringify({ machine: m, reports }, null, 2)}\n`);
+  if (values.json)
+    writeFileSync(values.json, `${JSON.stringify({ machine: m, dwellSeconds: dwell, reports }, null, 2)}\n`);
   return reports.every((r) => r.failures.length === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;
 }
 

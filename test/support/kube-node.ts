@@ -11,6 +11,7 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
+  cpSync,
   closeSync,
   existsSync,
   lstatSync,
@@ -29,7 +30,7 @@ import { connect as http2Connect, constants as http2Constants } from 'node:http2
 import { request as httpsRequest } from 'node:https';
 import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
-import { delimiter, dirname, join } from 'node:path';
+import { basename, delimiter, dirname, join } from 'node:path';
 import { buildPauseImage, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
 import { type ApiReply, k8sBinary, k8sBinaryMissing, k8sMissing, KubeApiFixture } from './k8s';
@@ -84,6 +85,23 @@ export function kubeNodeMissing(): string | undefined {
 }
 
 /** Where nodes of this project's test runs take turns: the kubelet's ports and host paths are one per machine. */
+/**
+ * Debugging a node: PLEXUS_KUBELET_VERBOSITY=N runs the kubelet at --v=N (its pod workers' steps show from 4), and
+ * PLEXUS_KEEP_NODE_LOGS=DIR copies the node's logs (kubelet, containerd, and the controller-manager and scheduler
+ * when it runs them) into DIR/plexus-node-…-<time> at stop.
+ */
+function kubeletVerbosity(): string[] {
+  const v = process.env.PLEXUS_KUBELET_VERBOSITY;
+  if (v === undefined || v === '') return [];
+  if (!/^\d$/.test(v)) throw new Error(`PLEXUS_KUBELET_VERBOSITY is a level from 0 to 9, not ${JSON.stringify(v)}`);
+  return [`--v=${v}`];
+}
+
+function keepLogs(from: string, to: string): void {
+  const into = join(to, `${basename(from.replace(/\/log$/, ''))}-${new Date().toISOString().replace(/[:.]/g, '')}`);
+  cpSync(from, into, { recursive: true });
+}
+
 const NODE_LOCK_DIR = join(tmpdir(), 'plexus-kube-node-lock');
 
 export interface KubeNodeOptions {
@@ -493,6 +511,7 @@ export class KubeNodeFixture {
         `--cert-dir=${join(this.kubeletRoot, 'pki')}`,
         // Else /usr/libexec/kubernetes/kubelet-plugins/volume/exec is created.
         `--volume-plugin-dir=${join(this.dir, 'var', 'lib', 'kubelet-plugins')}`,
+        ...kubeletVerbosity(),
       ],
       this.kubeletLog,
     );
@@ -926,6 +945,8 @@ export class KubeNodeFixture {
       for (const l of this.links)
         if (!l.existed && linkExists(l.name)) execFileSync('ip', ['link', 'del', 'dev', l.name]);
     });
+    const keep = process.env.PLEXUS_KEEP_NODE_LOGS;
+    if (keep) await attempt(`keep the logs in ${keep}`, () => keepLogs(join(this.dir, 'log'), keep));
     await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
     return problems;
   }

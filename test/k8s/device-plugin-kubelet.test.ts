@@ -27,7 +27,7 @@ import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { readDeviceInfo } from '../../src/deviceplugin/device-info';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -129,17 +129,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 
@@ -46,17 +46,7 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`),
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     const api = node.api;
     await api.installPlexus();

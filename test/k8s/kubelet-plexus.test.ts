@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 
@@ -57,17 +57,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`),
-      cniConfList: JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'plexus',
-        plugins: [
-          {
-            type: 'plexus-cni',
-            socketPath: daemon.socket,
-            capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-          },
-        ],
-      }),
+      cniConfList: plexusConflist(daemon.socket),
     });
     const api = node.api;
     await api.installPlexus();

@@ -24,7 +24,7 @@ import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { memifPortName } from '../../src/drivers/memif';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
@@ -123,17 +123,7 @@ describe(
       node = await KubeNodeFixture.start({
         cniBinDir: binDir,
         ownedLinks: [`${prefix}b0`],
-        cniConfList: JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'plexus',
-          plugins: [
-            {
-              type: 'plexus-cni',
-              socketPath: daemon.socket,
-              capabilities: { 'io.kubernetes.cri.pod-annotations': true },
-            },
-          ],
-        }),
+        cniConfList: plexusConflist(daemon.socket),
       });
       fixtures.node = node;
       fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));

@@ -1,5 +1,6 @@
 /** ResourceClaims as the preparer needs them: read one from the API (resource.k8s.io/v1), just the fields used. */
 import { segment, type KubeApiClient } from '../k8s/api-client';
+import { passesSoon } from '../common/api-status';
 import { err, ok, type Result } from '../common/result';
 import type { AllocatedConfig } from './claim-config';
 
@@ -45,7 +46,7 @@ export class ApiClaimReader implements ClaimReader {
       if (got.ok) return ok(got.value as ResourceClaim);
       if (got.error.status === 404) return ok(undefined);
       const wait = this.retryMs[attempt];
-      if (wait === undefined || !passing(got.error.status)) {
+      if (wait === undefined || !passesSoon(got.error.status)) {
         const why = `${got.error.status || 'no answer'} ${got.error.message}`;
         return err(`reading ResourceClaim ${namespace}/${name}: ${why}`);
       }
@@ -53,6 +54,3 @@ export class ApiClaimReader implements ClaimReader {
     }
   }
 }
-
-/** A status that says "not now" rather than "no". */
-const passing = (status: number): boolean => status === 0 || status === 429 || status >= 500;

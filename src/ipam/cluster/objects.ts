@@ -3,6 +3,7 @@
  * deleted only with a precondition on the version that was read, so a block changes hands once and never silently.
  */
 import { CniCode, CniError } from '../../cni/errors';
+import { passesSoon } from '../../common/api-status';
 import { type ApiFailure, type ClusterApi, type ObjectMeta, segment } from './api-port';
 import type { IpRange } from '../config';
 
@@ -49,9 +50,8 @@ export interface ClaimEntry {
 
 /** An API failure as a CNI error: unreachable, overloaded or timed out is "try again later" (11), the rest an I/O failure. */
 export function apiError(what: string, failure: ApiFailure): CniError {
-  const transient = failure.status === 0 || failure.status === 429 || failure.status >= 500;
   return new CniError(
-    transient ? CniCode.TryAgainLater : CniCode.IoFailure,
+    passesSoon(failure.status) ? CniCode.TryAgainLater : CniCode.IoFailure,
     `${what}: ${failure.message}`,
     `HTTP ${failure.status}`,
   );

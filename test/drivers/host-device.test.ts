@@ -90,6 +90,28 @@ describe('host-device driver', () => {
     assert.deepEqual(await bed.ipam.leases(network), []);
   });
 
+  it('undo brings the device up again when it was up on the host, and leaves one that was down down', async () => {
+    // A device plugin counts a host device healthy while it is up (docs/device-plugin.md): one that came back down
+    // after its first pod would be lost to the pool.
+    const flagsOf = (name: string): string => /<([^>]*)>/.exec(ip('link', 'show', name))?.[1] ?? '';
+    for (const wasUp of [true, false]) {
+      const dev = hostDevice();
+      if (wasUp) ip('link', 'set', dev.name, 'up');
+      const pod = fx.create(`state${wasUp ? 'up' : 'down'}`);
+      const rec = new RecordingEnv(bed.kernel, bed.ipam);
+      must(
+        await attachParsed(
+          hostDeviceDriver,
+          attachRequest({ network: `${prefix}-s`, config: { type: 'host-device', device: dev.name }, netns: pod.path }),
+          rec.env,
+        ),
+      );
+      await rec.undo();
+      assert.equal(onHost(dev.name), true);
+      assert.equal(flagsOf(dev.name).split(',').includes('UP'), wasUp, `${dev.name} flags: ${flagsOf(dev.name)}`);
+    }
+  });
+
   it('finds the device by hwaddr', async () => {
     const dev = hostDevice();
     const pod = fx.create('mac');

@@ -355,9 +355,13 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     assert.equal(inPod, macs.get(device!), 'net1 is the device the kubelet allocated the pod');
   });
 
-  it('deleting the pods returns the device to the host and leaves no journal record', async () => {
+  it('deleting the pods returns the device to the host, up and allocatable again, and leaves no journal record', async () => {
     await node.deleteAllPods(120000);
     for (const name of NICS) assert.ok(existsSync(`/sys/class/net/${name}`), `${name} is back on the host`);
     assert.deepEqual(daemon.journalFiles(), []);
+    // It was up when its pod took it: it is up again, so the pool has both devices for the next pods.
+    await until('both pool devices allocatable again', async () =>
+      (await nodeResources()).allocatable[NIC] === '2' ? true : undefined,
+    );
   });
 });

@@ -55,7 +55,8 @@ async function attachHostDevice(
   if (!ipam.ok) return ipam;
 
   const mac = device.value.mac ? { mac: device.value.mac } : {};
-  await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac }));
+  const up = device.value.up ? { up: true } : {};
+  await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac, ...up }));
   const plumbed = await plumbPodInterface(req, env, {
     create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
     createFailed: (e) =>

@@ -11,12 +11,18 @@ import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { KernelCallError, KernelPort } from '../../kernel/kernel';
 
-/** `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays. */
+/**
+ * `mac`: the device's MAC when it was moved; a link of that name with another MAC is not the device, and stays.
+ * `up`: the device was up on the host when it was moved; moving a netdev between namespaces sets it down, so it is set
+ * up again once it is back (the reference plugin leaves it down, not knowing; a device plugin that counts a device
+ * healthy while it is up would lose it after its first pod). Records without it leave the device down.
+ */
 export interface ReturnLinkStep {
   readonly netns: string;
   readonly name: string;
   readonly hostName: string;
   readonly mac?: string;
+  readonly up?: boolean;
 }
 
 const netnsGone = (step: { readonly netns: string }, e: KernelCallError): boolean =>
@@ -39,8 +45,10 @@ export async function returnLinkToHost(step: ReturnLinkStep, kernel: KernelPort)
     // Gone, or another interface of that name (the move never happened): not the device Plexus moved, so it stays.
     if (found.value?.mac !== step.mac) return ok(undefined);
   }
+  const home = daemonNetnsPath();
   const r = await kernel.batch(step.netns, [
-    { op: 'linkSet', name: step.name, netns: daemonNetnsPath(), newName: step.hostName },
+    { op: 'linkSet', name: step.name, netns: home, newName: step.hostName },
+    ...(step.up ? [{ op: 'linkSet', name: step.hostName, up: true, at: home } as const] : []),
   ]);
   if (r.ok) return ok(undefined);
   const f = r.error.failure;

@@ -10,7 +10,13 @@ export type { ReturnLinkStep };
 
 const V = 1;
 const name = z.string().min(1);
-const schema = z.looseObject({ netns: name, name, hostName: name, mac: z.string().optional() });
+const schema = z.looseObject({
+  netns: name,
+  name,
+  hostName: name,
+  mac: z.string().optional(),
+  up: z.boolean().optional(),
+});
 
 export const returnLinkKind: DriverStepKind<ReturnLinkStep> = {
   v: V,

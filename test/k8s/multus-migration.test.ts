@@ -27,6 +27,7 @@ import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { multusBinary, multusMissing } from '../support/multus';
+import { until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 
@@ -315,7 +316,16 @@ for (const mode of ['thin', 'thick'] as const)
       assert.equal(installed, 0);
       await daemon.start(60_000);
       assert.ok(!existsSync(join(node.cniConfDir, '00-multus.conf')), "Multus's config went aside");
-      // The documented next step: Multus's DaemonSet goes once the node is taken over.
+      // The documented next step: Multus's DaemonSet goes once the node is taken over and the pod starts under way
+      // through Multus at the takeover have finished. The runtime reloads its CNI config on its own schedule, so a
+      // sandbox started just before still calls multus-shim, which needs the daemon (stopped at once, it answered one
+      // such call EOF). Once the runtime calls Plexus, the calls it made before are done within a few seconds.
+      await until(
+        'the runtime to call Plexus',
+        async () => ((await addsServed(daemon.socket)) > 0 ? true : undefined),
+        60_000,
+      );
+      await sleep(3000);
       await multusDaemon?.stop();
       await churn;
       assert.equal(churned.length, 20);

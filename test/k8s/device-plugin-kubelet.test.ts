@@ -31,6 +31,7 @@ import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kub
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { podnetBridge } from '../support/k8s';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('dp');
@@ -134,14 +135,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;
     await api.installPlexus();
-    const podnet = JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'podnet',
-      type: 'bridge',
-      bridge: `${prefix}b0`,
-      isGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
-    });
+    const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
     const fast = JSON.stringify({
       cniVersion: '1.0.0',

@@ -16,7 +16,7 @@ import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, SHIM } from '../support/daemon';
 import { DraTestDriver } from '../support/dra-test-driver';
-import { k8sBinary, k8sOlderThan, PLEXUS_USER } from '../support/k8s';
+import { k8sBinary, k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
@@ -150,14 +150,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     });
     const api = node.api;
     await api.installPlexus();
-    const podnet = JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'podnet',
-      type: 'bridge',
-      bridge: `${prefix}b0`,
-      isGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
-    });
+    const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad(NS, 'podnet', podnet)).status, 201);
     const fast = JSON.stringify({
       cniVersion: '1.0.0',

@@ -39,6 +39,7 @@ import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
+import { podnetBridge } from '../support/k8s';
 
 const nodeMissing = draNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
@@ -110,14 +111,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     fixtures.node = node;
     await node.api.installPlexus();
     await installDra(node);
-    const podnet = JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'podnet',
-      type: 'bridge',
-      bridge: `${prefix}b0`,
-      isGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
-    });
+    const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
     assert.equal((await node.api.createNad(NS, 'memnet', memnet)).status, 201);

@@ -42,6 +42,7 @@ import { KubeNodeFixture, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { podnetBridge } from '../support/k8s';
 
 const missing = draNodeMissing();
 const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : draTooOld());
@@ -183,14 +184,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     await node.api.installPlexus();
     await installDra(node);
     await node.api.ensureNamespace(OTHER_NS);
-    const podnet = JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'podnet',
-      type: 'bridge',
-      bridge: `${prefix}b0`,
-      isGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${B}.${C}.0/24` }]] },
-    });
+    const podnet = podnetBridge(`${prefix}b0`, `10.${B}.${C}.0/24`);
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     const hostDevice = (name: string, ipam: unknown): string =>
       JSON.stringify({ cniVersion: '1.0.0', name, type: 'host-device', capabilities: { ips: true }, ipam });

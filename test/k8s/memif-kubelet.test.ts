@@ -30,6 +30,7 @@ import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { podnetBridge } from '../support/k8s';
 
 const nodeMissing = kubeNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
@@ -129,14 +130,7 @@ describe(
       fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
       const api = node.api;
       await api.installPlexus();
-      const podnet = JSON.stringify({
-        cniVersion: '1.0.0',
-        name: 'podnet',
-        type: 'bridge',
-        bridge: `${prefix}b0`,
-        isGateway: true,
-        ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
-      });
+      const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
       assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
       const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
       const made = await api.createNad('default', 'memnet', memnet, { 'k8s.v1.cni.cncf.io/resourceName': MEMIF });

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { k8sMissing, KubeApiFixture, PLEXUS_USER } from '../support/k8s';
+import { k8sMissing, KubeApiFixture, PLEXUS_USER, podnetBridge } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -30,14 +30,7 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
   before(async () => {
     fx.trackHostLink(`${prefix}b0`);
     api = await KubeApiFixture.startForPlexus();
-    const podnet = JSON.stringify({
-      cniVersion: '1.0.0',
-      name: 'podnet',
-      type: 'bridge',
-      bridge: `${prefix}b0`,
-      isGateway: true,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.0/24` }]] },
-    });
+    const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
     daemon = new DaemonFixture('podnet', [
       '--kubeconfig',

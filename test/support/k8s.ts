@@ -588,6 +588,17 @@ export class KubeApiFixture {
   }
 }
 
+/** The NAD config of a test node's default network: a bridge that is the pods' gateway, host-local on one subnet. */
+export const podnetBridge = (bridge: string, subnet: string): string =>
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name: 'podnet',
+    type: 'bridge',
+    bridge,
+    isGateway: true,
+    ipam: { type: 'host-local', ranges: [[{ subnet }]] },
+  });
+
 /** plexusd's API client for a kubeconfig file (the limits plexusd has by default). */
 export function apiClientFor(kubeconfig: string): KubeApiClient {
   const endpoint = loadKubeConfig(kubeconfig);

@@ -224,7 +224,7 @@ async function main(): Promise<number> {
         interfaceName: 'net1',
       }),
     );
-    daemon.addFlags(...draDaemonFlags(node, binDir, work));
+    daemon.addFlags(...draDaemonFlags(node, work, binDir));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {

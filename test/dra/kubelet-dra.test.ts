@@ -12,12 +12,12 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { parseAllDocuments } from 'yaml';
-import { ROOT, DaemonFixture } from '../support/daemon';
-import { k8sBinary, PLEXUS_USER } from '../support/k8s';
+import { DaemonFixture } from '../support/daemon';
+import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
+import { draDaemonFlags, installDra } from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
@@ -182,42 +182,9 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       201,
     );
     // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
-    for (const doc of parseAllDocuments(readFileSync(join(ROOT, 'deploy/dra/50-dra.yaml'), 'utf8'))) {
-      const o = doc.toJSON() as { kind: string };
-      const path = {
-        DeviceClass: `${RESOURCE}/deviceclasses`,
-        ClusterRole: '/apis/rbac.authorization.k8s.io/v1/clusterroles',
-        ClusterRoleBinding: '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
-      }[o.kind];
-      assert.ok(path, `deploy/dra/50-dra.yaml: unexpected kind ${o.kind}`);
-      await created(path, o);
-    }
-    await created('/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: { name: 'plexus-dra-user' },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'plexus-dra' },
-      subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: PLEXUS_USER }],
-    });
+    await installDra(node);
     daemon = new DaemonFixture('podnet', []);
-    daemon.addFlags(
-      '--kubeconfig',
-      node.api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      node.nodeName,
-      '--device-plugin-config',
-      join(work, 'resources.yaml'),
-      '--device-info-dir',
-      join(work, 'devinfo'),
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--dra',
-      'true',
-      '--kubelet-root-dir',
-      node.kubeletRoot,
-      '--log-level',
-      'info',
-    );
+    daemon.addFlags(...draDaemonFlags(node, work), '--log-level', 'info');
   });
 
   after(async () => {

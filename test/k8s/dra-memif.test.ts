@@ -115,7 +115,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
     assert.equal((await node.api.createNad(NS, 'memnet', memnet)).status, 201);
-    daemon.addFlags(...draDaemonFlags(node, binDir, work), '--log-level', 'info');
+    daemon.addFlags(...draDaemonFlags(node, work, binDir), '--log-level', 'info');
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",

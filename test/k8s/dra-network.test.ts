@@ -200,7 +200,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       ).status,
       201,
     );
-    daemon.addFlags(...draDaemonFlags(node, binDir, work), '--namespace-isolation', 'true', '--log-level', 'info');
+    daemon.addFlags(...draDaemonFlags(node, work, binDir), '--namespace-isolation', 'true', '--log-level', 'info');
     pods = new ApiPods(node.api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });

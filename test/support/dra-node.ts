@@ -75,15 +75,15 @@ export async function installDra(node: KubeNodeFixture): Promise<void> {
 
 /**
  * plexusd's flags on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
- * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir.
+ * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
+ * and the delegated plugins' directory when given.
  */
-export const draDaemonFlags = (node: KubeNodeFixture, binDir: string, work: string): string[] => [
+export const draDaemonFlags = (node: KubeNodeFixture, work: string, binDir?: string): string[] => [
   '--kubeconfig',
   node.api.userKubeconfig(PLEXUS_USER),
   '--node-name',
   node.nodeName,
-  '--cni-bin-dir',
-  binDir,
+  ...(binDir ? ['--cni-bin-dir', binDir] : []),
   '--device-plugin-config',
   join(work, 'resources.yaml'),
   '--device-info-dir',

@@ -337,16 +337,18 @@ const memifInventory = (): DraInventory =>
     { nodeName: 'n1' },
   );
 
+/** A preparer of claims on the memif inventory, as the DRA driver makes it; `more` are its other dependencies. */
+const memifPreparer = (
+  claims: ClaimReader,
+  prepared: PreparedClaims,
+  more: Omit<ConstructorParameters<typeof ClaimPreparer>[0], 'claims' | 'inventory' | 'prepared' | 'log'> = {},
+): ClaimPreparer => new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent, ...more });
+
 describe('preparing claims', () => {
   it("records the claim durably: a new store on the same state dir (plexusd restarted) knows the pod's device", async () => {
     const state = freshDir();
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(state),
-      log: silent,
-    });
+    const preparer = memifPreparer(claims, PreparedClaims.open(state));
     const ref = claims.add('a', 'uid-a', 'memif0', { network: 'fast', interfaceName: 'net1' });
     const answer = await preparer.prepare([ref]);
     assert.deepEqual(answer, {
@@ -382,7 +384,7 @@ describe('preparing claims', () => {
   it('a claim shared by pods is found by the pods it was reserved for at Prepare, and by name for one reserved later', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(undefined);
-    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([
+    await memifPreparer(claims, prepared).prepare([
       claims.add('shared', 'uid-s', 'memif0', { network: 'fast' }, { name: 'first', uid: 'uid-first' }),
     ]);
     assert.equal(prepared.forPod('uid-first').length, 1);
@@ -400,9 +402,7 @@ describe('preparing claims', () => {
   it('a claim without a network in its config is matched by resourceName, as Multus 4.3 matches a NAD', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(undefined);
-    await new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent }).prepare([
-      claims.add('m', 'uid-m', 'memif1'),
-    ]);
+    await memifPreparer(claims, prepared).prepare([claims.add('m', 'uid-m', 'memif1')]);
     assert.equal(
       prepared.forNetwork('pod-uid-m', { namespace: 'ns', name: 'any' }, 'plexus.io/memif')?.deviceID,
       'memif1',
@@ -412,7 +412,7 @@ describe('preparing claims', () => {
   it('never gives one device to two claims: the second gets an error naming the first', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(freshDir());
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent });
+    const preparer = memifPreparer(claims, prepared);
     const first = claims.add('a', 'uid-a', 'memif0', { network: 'fast' });
     const second = claims.add('b', 'uid-b', 'memif0', { network: 'fast' });
     const answers = await Promise.all([preparer.prepare([first]), preparer.prepare([second])]);
@@ -430,7 +430,7 @@ describe('preparing claims', () => {
   it('refuses, per claim and with the reason, a bad config, a missing claim, a UID that changed, a device not offered', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(freshDir());
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent });
+    const preparer = memifPreparer(claims, prepared);
     const good = claims.add('good', 'uid-g', 'memif1', { network: 'fast' });
     const bad = claims.add('bad', 'uid-bad', 'memif0', { network: 'fast', ips: ['nope'] });
     const stale = { ...claims.add('stale', 'uid-new', 'memif0'), uid: 'uid-old' };
@@ -458,11 +458,7 @@ describe('preparing claims', () => {
   });
   it('a device the device plugin has in a pod is refused (a resource offered both ways)', async () => {
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      log: silent,
+    const preparer = memifPreparer(claims, PreparedClaims.open(undefined), {
       inUseByDevicePlugin: (_r, id) => Promise.resolve(id === 'memif0'),
     });
     const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'fast' })]);
@@ -548,13 +544,7 @@ describe('preparing claims: the network a claim names', () => {
   it('a NAD that does not exist: the claim is refused with the NAD named, and nothing is recorded', async () => {
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(freshDir());
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared,
-      networks: nads('ns/fast'),
-      log: silent,
-    });
+    const preparer = memifPreparer(claims, prepared, { networks: nads('ns/fast') });
     const answer = await preparer.prepare([
       claims.add('a', 'uid-a', 'memif0', { network: 'nope' }),
       claims.add('b', 'uid-b', 'memif1', { network: 'fast' }),
@@ -575,14 +565,7 @@ describe('preparing claims: the network a claim names', () => {
     const prepared = PreparedClaims.open(undefined);
     const isolation = { namespaceIsolation: true, globalNamespaces: ['shared'] };
     const networks = nads('other/net', 'shared/net', 'default/net');
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared,
-      networks,
-      isolation,
-      log: silent,
-    });
+    const preparer = memifPreparer(claims, prepared, { networks, isolation });
     const answer = await preparer.prepare([claims.add('a', 'uid-a', 'memif0', { network: 'other/net' })]);
     assert.match(
       answer['uid-a']!.error,
@@ -596,13 +579,7 @@ describe('preparing claims: the network a claim names', () => {
   });
   it('a claim that names no network (matched by resourceName) needs no NAD at Prepare', async () => {
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      networks: nads(),
-      log: silent,
-    });
+    const preparer = memifPreparer(claims, PreparedClaims.open(undefined), { networks: nads() });
     assert.equal((await preparer.prepare([claims.add('m', 'uid-m', 'memif0')]))['uid-m']!.error, '');
   });
 });
@@ -622,7 +599,7 @@ describe('stale prepared claims', () => {
     const state = freshDir();
     const claims = new FakeClaims();
     const prepared = PreparedClaims.open(state);
-    const preparer = new ClaimPreparer({ claims, inventory: memifInventory(), prepared, log: silent });
+    const preparer = memifPreparer(claims, prepared);
     await preparer.prepare([
       claims.add('a', 'uid-a', 'memif0', { network: 'fast' }),
       claims.add('b', 'uid-b', 'memif1', { network: 'fast' }),
@@ -679,12 +656,7 @@ describe('the DRA driver at start', () => {
   it('serves the kubelet plugin before the slices are published; a stale record goes before the first Prepare', async () => {
     const state = freshDir();
     const claims = new FakeClaims();
-    const before = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(state),
-      log: silent,
-    });
+    const before = memifPreparer(claims, PreparedClaims.open(state));
     await before.prepare([claims.add('old', 'uid-old', 'memif0', { network: 'fast' })]);
     claims.claims.delete('ns/old');
     let publish = (): void => undefined;
@@ -762,12 +734,7 @@ describe('the kubelet plugin sockets', () => {
   it('Registration.GetInfo names driver plexus.io, its endpoint and v1 then v1beta1; both DRAPlugin versions prepare', async () => {
     const kubeletRoot = freshDir();
     const claims = new FakeClaims();
-    const preparer = new ClaimPreparer({
-      claims,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      log: silent,
-    });
+    const preparer = memifPreparer(claims, PreparedClaims.open(undefined));
     const statuses: boolean[] = [];
     const server = new DraPluginServer(kubeletRoot, preparer, silent, {
       registered: (s) => statuses.push(s.plugin_registered),
@@ -823,12 +790,7 @@ describe('the kubelet plugin sockets', () => {
   });
   it('the service socket takes connections before the registration socket exists (the kubelet dials it at once)', async () => {
     const kubeletRoot = freshDir();
-    const preparer = new ClaimPreparer({
-      claims: new FakeClaims(),
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      log: silent,
-    });
+    const preparer = memifPreparer(new FakeClaims(), PreparedClaims.open(undefined));
     const server = new DraPluginServer(kubeletRoot, preparer, silent);
     mkdirSync(join(kubeletRoot, 'plugins_registry'));
     const dials: Promise<boolean>[] = [];
@@ -861,12 +823,7 @@ describe('the kubelet plugin sockets', () => {
         return claims.get(ns, name);
       },
     };
-    const preparer = new ClaimPreparer({
-      claims: slow,
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      log: silent,
-    });
+    const preparer = memifPreparer(slow, PreparedClaims.open(undefined));
     const server = new DraPluginServer(kubeletRoot, preparer, silent);
     await server.start();
     const gone: string[] = [];
@@ -899,12 +856,7 @@ describe('the kubelet plugin sockets', () => {
   });
   it('a registration socket removed from under it is served again within the check interval', async () => {
     const kubeletRoot = freshDir();
-    const preparer = new ClaimPreparer({
-      claims: new FakeClaims(),
-      inventory: memifInventory(),
-      prepared: PreparedClaims.open(undefined),
-      log: silent,
-    });
+    const preparer = memifPreparer(new FakeClaims(), PreparedClaims.open(undefined));
     const server = new DraPluginServer(kubeletRoot, preparer, silent, {}, 50);
     await server.start();
     try {

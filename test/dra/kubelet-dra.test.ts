@@ -17,7 +17,7 @@ import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
-import { draDaemonFlags, installDra } from '../support/dra-node';
+import { draDaemonFlags, draRegistrations, installDra } from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
@@ -91,7 +91,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       (e) => `${e.reason}: ${e.message}`,
     );
   };
-  const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
+  const registrations = (): number => draRegistrations(daemon);
   const phase = async (name: string): Promise<string | undefined> =>
     (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
 
@@ -200,7 +200,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",
-      () => (daemon.stderr.includes('registered with the kubelet as a DRA driver') ? true : undefined),
+      () => (draRegistrations(daemon) > 0 ? true : undefined),
       30000,
       100,
     );

@@ -29,6 +29,7 @@ import {
   create,
   draDaemonFlags,
   draNodeMissing,
+  draRegistrations,
   draTooOld,
   installDra,
   RESOURCE_API,
@@ -119,7 +120,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",
-      () => (daemon.stderr.includes('registered with the kubelet as a DRA driver') ? true : undefined),
+      () => (draRegistrations(daemon) > 0 ? true : undefined),
       30000,
       100,
     );

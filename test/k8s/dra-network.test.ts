@@ -33,6 +33,7 @@ import {
   docExample,
   draDaemonFlags,
   draNodeMissing,
+  draRegistrations,
   draTooOld,
   hostDeviceTemplate,
   installDra,
@@ -148,7 +149,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
     });
   const onHost = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
   const byName = (ifname: string): string => `device.attributes["plexus.io"].interfaceName == "${ifname}"`;
-  const registrations = (): number => daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
+  const registrations = (): number => draRegistrations(daemon);
   /**
    * How long a pod may wait when one of its Prepare calls failed: the 1.35 kubelet retries only at its next resync
    * (syncFrequency 1 min with 0.5 jitter: 60-90 s; kubernetes/kubernetes#139836, fixed after 1.35.6), plus the

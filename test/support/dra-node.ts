@@ -73,6 +73,10 @@ export async function installDra(node: KubeNodeFixture): Promise<void> {
   });
 }
 
+/** How often plexusd has logged its registration with the kubelet as the DRA driver plexus.io (--log-level info). */
+export const draRegistrations = (daemon: { readonly stderr: string }): number =>
+  daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
+
 /**
  * plexusd's flags on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,

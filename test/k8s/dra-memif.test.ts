@@ -67,12 +67,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
   let ovs: OvsDpdkFixture;
   let work: string;
 
-  const plexusPorts = (): string[] =>
-    ovs
-      .vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${node.nodeName}"`)
-      .split('\n')
-      .map((l) => l.trim())
-      .filter(Boolean);
+  const plexusPorts = (): string[] => ovs.portsOwnedBy(node.nodeName);
   const claimFiles = (): string[] => {
     const dir = join(daemon.stateDir, 'dra', 'claims');
     return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : [];

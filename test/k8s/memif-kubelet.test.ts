@@ -65,12 +65,7 @@ describe(
     let work: string;
 
     /** The switch's Plexus ports (external_ids plexus-owner is the node's name). */
-    const plexusPorts = (): string[] =>
-      ovs
-        .vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${node.nodeName}"`)
-        .split('\n')
-        .map((l) => l.trim())
-        .filter(Boolean);
+    const plexusPorts = (): string[] => ovs.portsOwnedBy(node.nodeName);
     /** The end of the switch's log: why a port or a memif connection failed. */
     const switchLog = (): string => {
       try {

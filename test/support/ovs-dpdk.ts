@@ -178,6 +178,14 @@ export class OvsDpdkFixture {
     }).trim();
   }
 
+  /** The switch's interfaces plexusd made for a node (external_ids plexus-owner is the node's name). */
+  portsOwnedBy(nodeName: string): string[] {
+    return this.vsctl('--bare', '--columns=name', 'find', 'Interface', `external_ids:plexus-owner="${nodeName}"`)
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean);
+  }
+
   private tryVsctl(...args: string[]): string | false {
     try {
       return this.vsctl(...args);

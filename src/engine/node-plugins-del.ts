@@ -2,6 +2,7 @@
  * A DEL of a sandbox Plexus has no record of, when the default network is the node's own CNI config file: that
  * network's plugins get the DEL (last plugin first), as the runtime would have sent it before Plexus was installed.
  * Their DEL of something they do not have succeeds (CNI spec), so a sandbox that was never theirs costs one exec.
+ * A sandbox Plexus had and removed (its undo already ran the plugins' DEL) never gets here: del.ts answers it first.
  */
 import { err, ok, type Result } from '../cni/errors';
 import type { CniRequest } from '../cni/request';
@@ -16,8 +17,6 @@ const notForwarded = "DEL of an unknown sandbox not forwarded: the node's networ
 export async function forwardUnknownDel(ctx: EngineContext, req: DelRequest): Promise<Result<void>> {
   const configured = configuredDefaultNetwork(req, ctx.options);
   if (!configured?.startsWith('/')) return ok(undefined);
-  // Plexus had it and removed it (its undo already ran the node's plugins' DEL): this is the runtime repeating itself.
-  if (ctx.recentlyRemoved.has(req.containerId, req.ifname)) return ok(undefined);
   const podNamespace = req.args.podNamespace ?? 'default';
   const chosen = { configured, annotations: {}, podNamespace, networks: ctx.networks, isolation: {} };
   const network = chooseDefaultNetwork(chosen);

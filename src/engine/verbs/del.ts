@@ -34,8 +34,8 @@ export function tearDown(ctx: EngineContext, record: AttachmentRecord): Promise<
 
 /** The DEL of a sandbox Plexus has no record of (under the container's lock). */
 async function delUnknown(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
-  // The runtime repeating a DEL of what Plexus removed (containerd sends a sandbox's DEL more than once): nothing to
-  // look for. Each further step reads every record or runs a plugin.
+  // The runtime repeating a DEL of what Plexus removed (containerd sends a sandbox's DEL more than once): its undo ran
+  // everything, the node's plugins' DEL included. Each further step reads every record or runs a plugin.
   if (ctx.recentlyRemoved.has(req.containerId, req.ifname)) return ok(undefined);
   const { podNamespace, podName } = req.args;
   if (podNamespace && podName) {

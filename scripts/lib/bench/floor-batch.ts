@@ -10,49 +10,21 @@
  * before and deleted just after, as section 1c of the bench does.
  */
 import { spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { inNetns, openNetns, rememberHomeNetns } from '../../../src/kernel/netns';
+import { rememberHomeNetns } from '../../../src/kernel/netns';
 import { receiveBuffer, RtnlSocket } from '../../../src/kernel/rtnetlink';
+import { type AttachTarget, attachBridgePod } from './floor-attach';
 
-export interface FloorBatchSettings {
+export interface FloorBatchSettings extends AttachTarget {
   readonly runs: number;
   readonly warmup: number;
   /** Namespaces are named `${prefix}<i>` (i from 0 to warmup + runs - 1). */
   readonly prefix: string;
-  /** The bridge the host ends are enslaved to (it exists, up). */
-  readonly bridge: string;
-  /** First two octets of the pods' /16 ("10.<n>"); the gateway is .0.1. */
-  readonly net: string;
   readonly churn: boolean;
 }
 
 function ip(args: readonly string[]): void {
   const r = spawnSync('ip', args, { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr.trim()}`);
-}
-
-const randomMac = (): string => {
-  const b = randomBytes(6);
-  b[0] = (b[0]! & 0xfe) | 0x02;
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-};
-
-/** The batch of one bridge attachment, as the kernel worker runs it (worker.ts runBatch). */
-function attach(host: RtnlSocket, s: FloorBatchSettings, netns: string, i: number, received: Buffer): void {
-  const hostName = `${s.prefix}v${i}`;
-  host.addLink(
-    { kind: 'veth', name: hostName, mac: randomMac(), up: true, bridge: s.bridge, peer: { name: 'eth0', netns } },
-    openNetns,
-  );
-  const pod = inNetns(netns, () => RtnlSocket.open(received));
-  try {
-    pod.setLink('eth0', { up: true });
-    pod.addAddress('eth0', `${s.net}.${1 + Math.floor(i / 250)}.${2 + (i % 250)}/16`, { noDad: true });
-    pod.addRoute({ dst: '0.0.0.0/0', dev: 'eth0', gw: `${s.net}.0.1` });
-    pod.getLink('eth0');
-  } finally {
-    pod.close();
-  }
 }
 
 function main(): void {
@@ -68,7 +40,7 @@ function main(): void {
       const name = `${s.prefix}${i}`;
       if (s.churn) ip(['netns', 'add', name]);
       const t0 = process.hrtime.bigint();
-      attach(host, s, `/var/run/netns/${name}`, i, received);
+      attachBridgePod(host, s, `${s.prefix}v${i}`, `/var/run/netns/${name}`, i, received);
       const ms = Number(process.hrtime.bigint() - t0) / 1e6;
       if (i >= s.warmup) samples.push(ms);
       host.deleteLink(`${s.prefix}v${i}`);

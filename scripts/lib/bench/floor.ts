@@ -5,14 +5,15 @@
  * from the runtime (here the bench's Node.js process, which is what every subject's time includes).
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { type Plugin, invoke } from '../cni';
-import { deleteLinkIfPresent, deleteNetns, ipBatch, listNetns } from '../host';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { type Plugin, invoke, newPod } from '../cni';
+import { createNetns, deleteLinkIfPresent, deleteNetns, ipBatch, listNetns } from '../host';
 import { repoRoot } from '../plexusd';
 import { type Summary, fmt, round, summarize } from '../stats';
 import type { Teardown } from '../teardown';
 import type { FloorBatchSettings } from './floor-batch';
+import type { FloorDaemonSettings } from './floor-daemon';
 import { WARMUP } from './single';
 
 export interface BatchFigures {
@@ -34,6 +35,11 @@ export interface FloorFigures {
     readonly shimNoDaemon: Summary;
     readonly compiler: string;
   };
+  /**
+   * ADD through bin/plexus-cni against floor-daemon.ts, a Node.js daemon that runs only the batch (netns made
+   * beforehand): the shim, its socket round trip and the batch in Node.js, without any of plexusd's own work.
+   */
+  readonly nodeDaemon: Summary;
 }
 
 /** plexus's ADD median over the floor (batch median + static exec median), per variant of section 1. */
@@ -41,6 +47,10 @@ export interface FloorReport extends FloorFigures {
   readonly addMedian: { readonly interleaved?: number; readonly churn?: number };
   readonly floorMs: { readonly interleaved: number; readonly churn: number };
   readonly addOverFloor: { readonly interleaved?: number; readonly churn?: number };
+  /** The minimal Node.js daemon's ADD over the floor (interleaved). */
+  readonly nodeDaemonOverFloor: number;
+  /** plexus's interleaved ADD median less the minimal Node.js daemon's: plexusd's own work (ms). */
+  readonly plexusdOwnMs?: number;
 }
 
 const TRUE_SOURCE = 'int main(void) { return 0; }\n';
@@ -117,6 +127,60 @@ function runBatch(settings: FloorBatchSettings, c?: string): Promise<number[]> {
   });
 }
 
+/** Starts floor-daemon.js and waits until it listens; its stop is registered with the tear-down, by PID. */
+async function startFloorDaemon(teardown: Teardown, settings: FloorDaemonSettings): Promise<() => void> {
+  const child = spawn(process.execPath, [join(__dirname, 'floor-daemon.js'), JSON.stringify(settings)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const stop = (): void => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  };
+  teardown.add(`stop the floor's Node.js daemon (pid ${child.pid ?? '?'})`, stop);
+  let errText = '';
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (errText += d));
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`floor daemon exited ${code}: ${errText.trim()}`)));
+    child.stdout.setEncoding('utf8').once('data', () => resolve());
+  });
+  return stop;
+}
+
+/** ADD (timed) and DEL (not) of `runs` pods through bin/plexus-cni against floor-daemon.js, netns made beforehand. */
+async function daemonFloor(
+  teardown: Teardown,
+  root: string,
+  shim: string,
+  target: { bridge: string; net: string },
+  prefix: string,
+  runs: number,
+): Promise<Summary> {
+  const socketPath = join(root, 'floor-daemon', 'plexus.sock');
+  mkdirSync(dirname(socketPath), { recursive: true, mode: 0o700 });
+  const stop = await startFloorDaemon(teardown, { ...target, socketPath, prefix });
+  try {
+    const plugin: Plugin = {
+      binary: shim,
+      env: {},
+      config: { cniVersion: '1.1.0', name: 'floor', type: 'plexus-cni', socketPath },
+    };
+    const names = Array.from({ length: WARMUP + runs }, (_, i) => `${prefix}${i}`);
+    const paths = createNetns(teardown, names);
+    const samples: number[] = [];
+    for (const [i, path] of paths.entries()) {
+      const pod = newPod('floor', `pod-${i}`, path);
+      const added = await invoke(plugin, 'ADD', pod);
+      if (added.exitCode !== 0) throw new Error(`floor daemon ADD: exit ${added.exitCode}: ${added.stdout}`);
+      const deleted = await invoke(plugin, 'DEL', pod);
+      if (deleted.exitCode !== 0) throw new Error(`floor daemon DEL: exit ${deleted.exitCode}: ${deleted.stdout}`);
+      if (i >= WARMUP) samples.push(added.ms);
+    }
+    return summarize(samples);
+  } finally {
+    stop();
+  }
+}
+
 /**
  * Measures the floor: the batch `runs` times in each variant (on a bridge of its own, pods in 10.<net>.0.0/16), then
  * the exec floor `runs` times. Everything it makes is gone when it returns (and registered with the tear-down).
@@ -152,7 +216,8 @@ export async function measureFloor(
     const batchNode = await both();
     const batchC = c !== undefined ? await both(c.path) : undefined;
     const exec = await execFloor(root, shim, runs);
-    return { batchNode, ...(batchC !== undefined ? { batchC } : {}), exec };
+    const nodeDaemon = await daemonFloor(teardown, root, shim, { bridge, net: settings.net }, `${nsPrefix}d`, runs);
+    return { batchNode, ...(batchC !== undefined ? { batchC } : {}), exec, nodeDaemon };
   } finally {
     leftovers();
   }
@@ -172,6 +237,10 @@ export function floorReport(floor: FloorFigures, addMedian: { interleaved?: numb
     addMedian,
     floorMs,
     addOverFloor: { ...(interleaved !== undefined ? { interleaved } : {}), ...(churn !== undefined ? { churn } : {}) },
+    nodeDaemonOverFloor: round(floor.nodeDaemon.median / floorMs.interleaved),
+    ...(addMedian.interleaved !== undefined
+      ? { plexusdOwnMs: round(addMedian.interleaved - floor.nodeDaemon.median) }
+      : {}),
   };
 }
 
@@ -203,11 +272,13 @@ export function renderFloor(f: FloorReport, t: TableFn, markdown: boolean): stri
         row('the same through src/kernel (Node.js), churn', f.batchNode.churn),
         row(`exec of a static do-nothing binary (${f.exec.compiler} -static)`, f.exec.staticBinary),
         row('exec of bin/plexus-cni VERSION, no daemon (answers locally)', f.exec.shimNoDaemon),
+        row('ADD via bin/plexus-cni -> a Node.js daemon that runs only this batch', f.nodeDaemon),
       ],
     ),
     '',
     `${li}floor = batch (${f.batchC !== undefined ? 'C' : 'Node.js'}) + static exec: ${fmt(f.floorMs.interleaved, 2)} ms (interleaved), ${fmt(f.floorMs.churn, 2)} ms (churn)`,
     `${li}plexus 1-interface ADD median / floor, interleaved: ${fmt(f.addMedian.interleaved, 2)} ms = ${target(f.addOverFloor.interleaved)}`,
     `${li}plexus 1-interface ADD median / floor, churn: ${fmt(f.addMedian.churn, 2)} ms = ${target(f.addOverFloor.churn)}`,
+    `${li}a Node.js daemon that runs only the batch, through bin/plexus-cni: ${fmt(f.nodeDaemon.median, 2)} ms = ${fmt(f.nodeDaemonOverFloor, 2)}x the floor (interleaved); plexusd's own work on top of it (journal, IPAM, planning, HTTP): ${f.plexusdOwnMs === undefined ? 'n/a' : `${fmt(f.plexusdOwnMs, 2)} ms`}`,
   ];
 }

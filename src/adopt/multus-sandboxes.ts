@@ -29,6 +29,8 @@ export interface MultusSandboxesOptions {
 
 /** What libcni cached of one network's ADD. */
 interface LibcniCache {
+  /** The network's config exactly as it ran (libcni caches the bytes it executed the plugins with). */
+  readonly config?: Json;
   readonly result?: Record<string, unknown>;
   readonly cniArgs?: readonly (readonly [string, string])[];
   readonly capabilityArgs?: Readonly<Record<string, unknown>>;
@@ -131,12 +133,12 @@ export class MultusSandboxes implements ForeignSandboxes {
 
   /** One verb on a delegate's plugins, as libcni runs it: DEL last plugin first, CHECK in order (from 0.4.0). */
   private async runDelegate(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
-    const conf = JSON.parse(d.config) as Json;
-    const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
     const network = networkOf(d);
+    const cached = this.libcniCache(network, req.containerId, d.ifname);
+    const conf = this.configAsRun(req, d, network, cached);
+    const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
     const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
     if (command === 'CHECK' && compareVersions(cniVersion, '0.4.0') < 0) return ok(undefined);
-    const cached = this.libcniCache(network, req.containerId, d.ifname);
     // A GC names no netns: the one libcni cached at ADD, while it exists.
     const wanted = req.netns !== '' ? req.netns : (cached.netns ?? '');
     const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
@@ -164,6 +166,25 @@ export class MultusSandboxes implements ForeignSandboxes {
     return ok(undefined);
   }
 
+  /**
+   * The delegate's config as its ADD ran it. Multus v4.3.0 caches a conflist delegate loaded from a file (its
+   * `clusterNetwork` as a path, or a NAD's conflist) re-encoded through the CNI library's generic types, which keep
+   * `type`, `name`, `ipam.type` and little else: run as it is, host-local's DEL fails ("no IP ranges specified") and
+   * other IPAMs release nothing (fixed in Multus after v4.3.0, multus-cni PR 1521). libcni's own cache of the ADD holds
+   * the bytes the plugins were run with: those are used when they are the same network in the same form.
+   */
+  private configAsRun(req: ForeignDel, d: CachedDelegate, network: string, cached: LibcniCache): Json {
+    const multus = JSON.parse(d.config) as Json;
+    const ran = cached.config;
+    if (!ran || ran.name !== network || Array.isArray(ran.plugins) !== d.isList) return multus;
+    if (JSON.stringify(ran) !== JSON.stringify(multus))
+      this.o.log.info(
+        { containerId: req.containerId, network, ifname: d.ifname },
+        "Multus's cache of this network differs from libcni's record of its ADD: the config as the ADD ran it is used",
+      );
+    return ran;
+  }
+
   private libcniCachePath(network: string, containerId: string, ifname: string): string {
     return join(this.o.cacheDir, 'results', `${network}-${containerId}-${ifname}`);
   }
@@ -176,6 +197,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     try {
       const raw = JSON.parse(file.value.toString('utf8')) as Json;
       return definedFields({
+        config: typeof raw.config === 'string' ? decodedJson(raw.config) : undefined,
         result: isRecord(raw.result) ? raw.result : undefined,
         cniArgs: Array.isArray(raw.cniArgs) ? (raw.cniArgs as [string, string][]) : undefined,
         capabilityArgs: isRecord(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
@@ -194,6 +216,16 @@ function networkOf(d: CachedDelegate): string {
 }
 
 const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** A JSON object from base64 (how Go encodes a byte slice), or undefined when it is not one. */
+function decodedJson(base64: string): Json | undefined {
+  try {
+    const v: unknown = JSON.parse(Buffer.from(base64, 'base64').toString('utf8'));
+    return isRecord(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /** What libcni's buildOneConfig makes of a plugin: name, cniVersion, prevResult, the declared capabilities' values. */
 function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniCache): Json {

@@ -188,6 +188,34 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     assert.equal((await plexusDel(pod)).code, 0, 'a repeated DEL succeeds');
   });
 
+  it("deletes a conflist Multus v4.3.0 cached without its plugins' fields with the config libcni recorded at ADD", async () => {
+    const pod = newPod();
+    multusAdd(pod);
+    // Multus v4.3.0 caches a conflist it loaded from a file (its clusterNetwork as a .conflist path) re-encoded
+    // through the CNI library's generic types (LoadDelegateNetConfFromConfList): of each plugin, type and ipam.type.
+    const cache = join(cacheDir, pod.cid);
+    const delegates = JSON.parse(readFileSync(cache, 'utf8')) as { Bytes: string }[];
+    const lossy = {
+      cniVersion: primary.cniVersion,
+      name: primary.name,
+      plugins: primary.plugins.map((p) => ({ type: p.type, ipam: { type: p.ipam.type } })),
+    };
+    delegates[0]!.Bytes = Buffer.from(JSON.stringify(lossy)).toString('base64');
+    writeFileSync(cache, JSON.stringify(delegates));
+    assert.equal(leases('podnet').length, 1);
+    try {
+      const out = await plexusDel(pod);
+      assert.equal(out.code, 0, out.stdout);
+      assert.deepEqual(leases('podnet'), [], "the cluster network's lease is released");
+      assert.deepEqual(podLinks(pod.ns), []);
+      assert.deepEqual(caches(), []);
+      assert.match(daemon.stderr, /differs from libcni's record of its ADD/);
+    } finally {
+      // A lease this test failed to release would fail the next tests' counts: released by hand.
+      for (const l of leases('podnet')) unlinkSync(join(leaseDir, 'podnet', l));
+    }
+  });
+
   it("releases the leases when the runtime deleted the netns first (containerd's last DEL)", async () => {
     const pod = newPod();
     multusAdd(pod);

@@ -15,6 +15,7 @@ import { compareVersions } from '../cni/version';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
 import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import { containersWithLibcniRecords, type LibcniRecord, libcniRecordsOf } from './libcni-records';
 import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
 
 export interface MultusSandboxesOptions {
@@ -64,8 +65,8 @@ export class MultusSandboxes implements ForeignSandboxes {
 
   async del(req: ForeignDel): Promise<ForeignDelOutcome> {
     const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
-    if (cache.kind === 'absent') return { kind: 'not-mine' };
     const pod = `${req.args.podNamespace ?? '?'}/${req.args.podName ?? '?'}`;
+    if (cache.kind === 'absent') return this.delFromLibcniRecords(req, pod);
     if (cache.kind === 'broken') {
       this.o.log.warn(
         { pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
@@ -88,6 +89,28 @@ export class MultusSandboxes implements ForeignSandboxes {
     return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
   }
 
+  /**
+   * A sandbox whose Multus cache is gone but whose networks libcni still records: Multus's own DEL failed part-way
+   * (it removes its cache after the first attempt, whatever the outcome; libcni keeps the record of each network whose
+   * DEL failed), e.g. on a conflist Multus v4.3.0 cached without its plugins' fields. Each recorded network's DEL runs
+   * with the config of its ADD, the runtime's interface last (Multus attaches it first).
+   */
+  private async delFromLibcniRecords(req: ForeignDel, pod: string): Promise<ForeignDelOutcome> {
+    const records = libcniRecordsOf(this.o.cacheDir, req.containerId);
+    if (records.length === 0) return { kind: 'not-mine' };
+    const failures: CniError[] = [];
+    for (const record of inDelOrder(records, req.ifname)) {
+      const r = await this.delDelegate(req, asDelegate(record));
+      if (!r.ok) failures.push(r.error);
+    }
+    this.o.log.info(
+      { pod, containerId: req.containerId, networks: records.map((r) => r.network), failed: failures.length },
+      "a sandbox Multus made is removed from libcni's records of its networks (Multus's cache of it was gone)",
+    );
+    if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
+    return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
+  }
+
   /** Removes an unreadable cache once the engine's fallback DEL ran. */
   forget(what: string): void {
     rmSync(what, { force: true });
@@ -105,29 +128,55 @@ export class MultusSandboxes implements ForeignSandboxes {
   }
 
   list(): AdoptedSandbox[] {
-    return listMultusCaches(this.o.cacheDir).flatMap((containerId) => {
+    const cached = listMultusCaches(this.o.cacheDir);
+    const recordedOnly = containersWithLibcniRecords(this.o.cacheDir).filter((id) => !cached.includes(id));
+    return [...this.listCached(cached), ...recordedOnly.flatMap((id) => this.listRecorded(id))];
+  }
+
+  /** A sandbox only libcni's records still hold (see delFromLibcniRecords). */
+  private listRecorded(containerId: string): AdoptedSandbox[] {
+    // In attach order, as far as the records tell it (CNI_IFNAME is not known here: Multus's default, eth0).
+    const records = inDelOrder(libcniRecordsOf(this.o.cacheDir, containerId), 'eth0').reverse();
+    const first = records[0];
+    if (!first) return [];
+    return [
+      this.adopted(containerId, records.map(asDelegate), this.libcniCache(first.network, containerId, first.ifname)),
+    ];
+  }
+
+  private listCached(containerIds: readonly string[]): AdoptedSandbox[] {
+    return containerIds.flatMap((containerId) => {
       const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
       if (cache.kind !== 'delegates') return [];
       const first = cache.delegates[0]!;
-      const cached = this.libcniCache(networkOf(first), containerId, first.ifname);
-      const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
-      const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
       return [
-        {
-          containerId,
-          maker: 'multus',
-          networks: cache.delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
-          ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
-          ...(cached.netns ? { netns: cached.netns } : {}),
-        },
+        this.adopted(containerId, cache.delegates, this.libcniCache(networkOf(first), containerId, first.ifname)),
       ];
     });
   }
 
-  /** libcni's DEL of one delegate: its plugins last first; stops at the first failure, as libcni does. */
+  /** What plexusctl and the orphan sweep are told of a sandbox: its networks, and its pod and netns as libcni recorded. */
+  private adopted(containerId: string, delegates: readonly CachedDelegate[], cached: LibcniCache): AdoptedSandbox {
+    const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
+    const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
+    return {
+      containerId,
+      maker: 'multus',
+      networks: delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
+      ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
+      ...(cached.netns ? { netns: cached.netns } : {}),
+    };
+  }
+
+  /**
+   * libcni's DEL of one delegate: its plugins last first; stops at the first failure, as libcni does. Its record goes
+   * whatever the outcome: like Multus with its own cache, Plexus gives a sandbox one attempt, so the runtime's retry
+   * succeeds (a DEL that can never succeed, a plugin gone, would keep the pod terminating); what a failed plugin
+   * held is released by hand.
+   */
   private async delDelegate(req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
     const r = await this.runDelegate('DEL', req, d);
-    if (r.ok) rmSync(this.libcniCachePath(networkOf(d), req.containerId, d.ifname), { force: true });
+    rmSync(this.libcniCachePath(networkOf(d), req.containerId, d.ifname), { force: true });
     return r;
   }
 
@@ -208,6 +257,25 @@ export class MultusSandboxes implements ForeignSandboxes {
     }
   }
 }
+
+/** A network libcni recorded, as a delegate of Multus's cache would describe it. */
+const asDelegate = (r: LibcniRecord): CachedDelegate => ({
+  name: r.network,
+  config: r.config,
+  isList: r.isList,
+  ifname: r.ifname,
+  ips: [],
+});
+
+/** Reverse attach order, as far as the records tell it: other interfaces by name, last first; the runtime's last. */
+const inDelOrder = (records: readonly LibcniRecord[], runtimeIfname: string): LibcniRecord[] =>
+  [...records].sort((a, b) =>
+    a.ifname === runtimeIfname
+      ? 1
+      : b.ifname === runtimeIfname
+        ? -1
+        : b.ifname.localeCompare(a.ifname, 'en', { numeric: true }),
+  );
 
 /** The network's CNI name, as libcni names its cache files. */
 function networkOf(d: CachedDelegate): string {

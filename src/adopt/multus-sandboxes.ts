@@ -5,17 +5,21 @@
  * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
  * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
  */
-import { definedFields } from '../common/defined-fields';
 import { existsSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { CniError, err, ok, type Result } from '../cni/errors';
-import { readBoundedFileSync } from '../common/bounded-file';
 import { compareVersions } from '../cni/version';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
 import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
-import { containersWithLibcniRecords, type LibcniRecord, libcniRecordsOf } from './libcni-records';
+import {
+  containersWithLibcniRecords,
+  type LibcniRecord,
+  libcniRecordPath,
+  readLibcniRecord,
+  type RecordedNetwork,
+  recordedNetworksOf,
+} from './libcni-records';
 import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
 
 export interface MultusSandboxesOptions {
@@ -26,17 +30,6 @@ export interface MultusSandboxesOptions {
   /** Runs one plugin (the delegate driver's execPlugin, within its limits). */
   readonly exec: (call: PluginCall) => Promise<Result<PluginOutput>>;
   readonly log: Logger;
-}
-
-/** What libcni cached of one network's ADD. */
-interface LibcniCache {
-  /** The network's config exactly as it ran (libcni caches the bytes it executed the plugins with). */
-  readonly config?: Json;
-  readonly result?: Record<string, unknown>;
-  readonly cniArgs?: readonly (readonly [string, string])[];
-  readonly capabilityArgs?: Readonly<Record<string, unknown>>;
-  /** The sandbox's netns at ADD. */
-  readonly netns?: string;
 }
 
 type Json = Record<string, unknown>;
@@ -56,9 +49,6 @@ function pluginType(plugin: Json): string {
   if (typeof plugin.type === 'string') return plugin.type;
   return plugin.type === undefined || plugin.type === null ? '' : JSON.stringify(plugin.type);
 }
-
-/** libcni's cache of one network's ADD: its config and result, a few kilobytes. */
-const LIBCNI_CACHE_MAX_BYTES = 4 << 20;
 
 export class MultusSandboxes implements ForeignSandboxes {
   constructor(private readonly o: MultusSandboxesOptions) {}
@@ -96,7 +86,7 @@ export class MultusSandboxes implements ForeignSandboxes {
    * with the config of its ADD, the runtime's interface last (Multus attaches it first).
    */
   private async delFromLibcniRecords(req: ForeignDel, pod: string): Promise<ForeignDelOutcome> {
-    const records = libcniRecordsOf(this.o.cacheDir, req.containerId);
+    const records = recordedNetworksOf(this.o.cacheDir, req.containerId);
     if (records.length === 0) return { kind: 'not-mine' };
     const failures: CniError[] = [];
     for (const record of inDelOrder(records, req.ifname)) {
@@ -136,11 +126,15 @@ export class MultusSandboxes implements ForeignSandboxes {
   /** A sandbox only libcni's records still hold (see delFromLibcniRecords). */
   private listRecorded(containerId: string): AdoptedSandbox[] {
     // In attach order, as far as the records tell it (CNI_IFNAME is not known here: Multus's default, eth0).
-    const records = inDelOrder(libcniRecordsOf(this.o.cacheDir, containerId), 'eth0').reverse();
+    const records = inDelOrder(recordedNetworksOf(this.o.cacheDir, containerId), 'eth0').reverse();
     const first = records[0];
     if (!first) return [];
     return [
-      this.adopted(containerId, records.map(asDelegate), this.libcniCache(first.network, containerId, first.ifname)),
+      this.adopted(
+        containerId,
+        records.map(asDelegate),
+        readLibcniRecord(this.o.cacheDir, first.network, containerId, first.ifname),
+      ),
     ];
   }
 
@@ -150,13 +144,17 @@ export class MultusSandboxes implements ForeignSandboxes {
       if (cache.kind !== 'delegates') return [];
       const first = cache.delegates[0]!;
       return [
-        this.adopted(containerId, cache.delegates, this.libcniCache(networkOf(first), containerId, first.ifname)),
+        this.adopted(
+          containerId,
+          cache.delegates,
+          readLibcniRecord(this.o.cacheDir, networkOf(first), containerId, first.ifname),
+        ),
       ];
     });
   }
 
   /** What plexusctl and the orphan sweep are told of a sandbox: its networks, and its pod and netns as libcni recorded. */
-  private adopted(containerId: string, delegates: readonly CachedDelegate[], cached: LibcniCache): AdoptedSandbox {
+  private adopted(containerId: string, delegates: readonly CachedDelegate[], cached: LibcniRecord): AdoptedSandbox {
     const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
     const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
     return {
@@ -176,14 +174,14 @@ export class MultusSandboxes implements ForeignSandboxes {
    */
   private async delDelegate(req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
     const r = await this.runDelegate('DEL', req, d);
-    rmSync(this.libcniCachePath(networkOf(d), req.containerId, d.ifname), { force: true });
+    rmSync(libcniRecordPath(this.o.cacheDir, networkOf(d), req.containerId, d.ifname), { force: true });
     return r;
   }
 
   /** One verb on a delegate's plugins, as libcni runs it: DEL last plugin first, CHECK in order (from 0.4.0). */
   private async runDelegate(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
     const network = networkOf(d);
-    const cached = this.libcniCache(network, req.containerId, d.ifname);
+    const cached = readLibcniRecord(this.o.cacheDir, network, req.containerId, d.ifname);
     const conf = this.configAsRun(req, d, network, cached);
     const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
     const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
@@ -217,12 +215,13 @@ export class MultusSandboxes implements ForeignSandboxes {
 
   /**
    * The delegate's config as its ADD ran it. Multus v4.3.0 caches a conflist delegate loaded from a file (its
-   * `clusterNetwork` as a path, or a NAD's conflist) re-encoded through the CNI library's generic types, which keep
-   * `type`, `name`, `ipam.type` and little else: run as it is, host-local's DEL fails ("no IP ranges specified") and
-   * other IPAMs release nothing (fixed in Multus after v4.3.0, multus-cni PR 1521). libcni's own cache of the ADD holds
-   * the bytes the plugins were run with: those are used when they are the same network in the same form.
+   * `clusterNetwork` or a `defaultNetworks` entry given as a path to a .conflist) re-encoded through the CNI
+   * library's generic types, which keep `type`, `name`, `ipam.type` and little else: run as it is, host-local's DEL
+   * fails ("no IP ranges specified") and other IPAMs release nothing (fixed in Multus after v4.3.0, multus-cni PR
+   * 1521). libcni's own record of the ADD holds the bytes the plugins were run with: those are used when they are the
+   * same network in the same form.
    */
-  private configAsRun(req: ForeignDel, d: CachedDelegate, network: string, cached: LibcniCache): Json {
+  private configAsRun(req: ForeignDel, d: CachedDelegate, network: string, cached: LibcniRecord): Json {
     const multus = JSON.parse(d.config) as Json;
     const ran = cached.config;
     if (!ran || ran.name !== network || Array.isArray(ran.plugins) !== d.isList) return multus;
@@ -233,33 +232,10 @@ export class MultusSandboxes implements ForeignSandboxes {
       );
     return ran;
   }
-
-  private libcniCachePath(network: string, containerId: string, ifname: string): string {
-    return join(this.o.cacheDir, 'results', `${network}-${containerId}-${ifname}`);
-  }
-
-  private libcniCache(network: string, containerId: string, ifname: string): LibcniCache {
-    const file = readBoundedFileSync(this.libcniCachePath(network, containerId, ifname), {
-      maxBytes: LIBCNI_CACHE_MAX_BYTES,
-    });
-    if (!file.ok) return {}; // libcni goes on without a cached result too
-    try {
-      const raw = JSON.parse(file.value.toString('utf8')) as Json;
-      return definedFields({
-        config: typeof raw.config === 'string' ? decodedJson(raw.config) : undefined,
-        result: isRecord(raw.result) ? raw.result : undefined,
-        cniArgs: Array.isArray(raw.cniArgs) ? (raw.cniArgs as [string, string][]) : undefined,
-        capabilityArgs: isRecord(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
-        netns: typeof raw.netns === 'string' ? raw.netns : undefined,
-      });
-    } catch {
-      return {}; // not JSON: as absent
-    }
-  }
 }
 
 /** A network libcni recorded, as a delegate of Multus's cache would describe it. */
-const asDelegate = (r: LibcniRecord): CachedDelegate => ({
+const asDelegate = (r: RecordedNetwork): CachedDelegate => ({
   name: r.network,
   config: r.config,
   isList: r.isList,
@@ -268,7 +244,7 @@ const asDelegate = (r: LibcniRecord): CachedDelegate => ({
 });
 
 /** Reverse attach order, as far as the records tell it: other interfaces by name, last first; the runtime's last. */
-const inDelOrder = (records: readonly LibcniRecord[], runtimeIfname: string): LibcniRecord[] =>
+const inDelOrder = (records: readonly RecordedNetwork[], runtimeIfname: string): RecordedNetwork[] =>
   [...records].sort((a, b) =>
     a.ifname === runtimeIfname
       ? 1
@@ -285,18 +261,8 @@ function networkOf(d: CachedDelegate): string {
 
 const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** A JSON object from base64 (how Go encodes a byte slice), or undefined when it is not one. */
-function decodedJson(base64: string): Json | undefined {
-  try {
-    const v: unknown = JSON.parse(Buffer.from(base64, 'base64').toString('utf8'));
-    return isRecord(v) ? v : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** What libcni's buildOneConfig makes of a plugin: name, cniVersion, prevResult, the declared capabilities' values. */
-function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniCache): Json {
+function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniRecord): Json {
   const config: Json = { ...plugin, name: network, cniVersion };
   // A cached result on DEL came with spec 0.4.0.
   if (cached.result && compareVersions(cniVersion, '0.4.0') >= 0) config.prevResult = cached.result;

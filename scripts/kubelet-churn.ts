@@ -18,14 +18,15 @@
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChildProcess } from 'node:child_process';
 import { k8sVersion } from '../test/support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
-import { multusBinary, multusMissing } from '../test/support/multus';
+import { multusMissing, multusPluginDir } from '../test/support/multus';
+import { listMultusCaches } from '../src/adopt/multus-cache';
 import {
   type Network,
   REFERENCE_PLUGINS,
@@ -94,14 +95,6 @@ function multusConf(root: string, binDir: string, dataDir: string, podnet: Netwo
   });
 }
 
-/** The runtime's plugin directory for Multus: the reference plugins and the multus binary. */
-function multusBinDir(binDir: string): void {
-  const multus = multusBinary('multus');
-  if (multus === undefined) throw new Error(`multus mode: ${multusMissing()}`);
-  mkdirSync(binDir);
-  for (const f of readdirSync(REFERENCE_PLUGINS)) symlinkSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
-  copyFileSync(multus, join(binDir, 'multus'));
-}
 const POLL_MS = 100;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -173,7 +166,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     const binDir = join(root, 'bin');
     // Multus starts from the node's plain bridge network; its own config goes in front of it once the API is up.
     const conflist = nodeConflist(mode === 'multus' ? 'bridge' : mode, networks[0]!, socket, binDir);
-    if (mode === 'multus') multusBinDir(binDir);
+    if (mode === 'multus') multusPluginDir(binDir, REFERENCE_PLUGINS);
     const node = (state.node = await KubeNodeFixture.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,
@@ -247,7 +240,8 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
               (mode === 'multus' ? networks : networks.slice(0, 1)).map((n) => hostLocalLeftovers(dataDir, n.name)),
             )
           ).flat()),
-      ...(mode === 'multus' ? multusCacheLeftovers(join(root, 'multus-cache')) : []),
+      // Sandboxes Multus still has cached delegates for (it removes each after that sandbox's DEL).
+      ...(mode === 'multus' ? listMultusCaches(join(root, 'multus-cache')).map((id) => `multus cache ${id}`) : []),
     ];
     const dels = state.metrics ? callDurations(await scrapeMetrics(state.metrics), 'DEL') : undefined;
     return {
@@ -266,17 +260,6 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     };
   } finally {
     state.problems.push(...(await teardown.run()));
-  }
-}
-
-/** Sandboxes Multus still has cached delegates for (it removes each after that sandbox's DEL). */
-function multusCacheLeftovers(cacheDir: string): string[] {
-  try {
-    return readdirSync(cacheDir)
-      .filter((f) => f !== 'results')
-      .map((f) => `multus cache ${f}`);
-  } catch {
-    return [];
   }
 }
 

@@ -6,12 +6,12 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { multusBinary, multusMissing } from '../support/multus';
+import { multusMissing, multusPluginDir } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 
@@ -78,9 +78,7 @@ restoreForwardingAfterwards();
 
 before(async () => {
   if (missing) return;
-  mkdirSync(binDir);
-  for (const p of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', p), join(binDir, p));
-  symlinkSync(multusBinary('multus')!, join(binDir, 'multus'));
+  multusPluginDir(binDir);
   writeFileSync(primaryFile, JSON.stringify(primary));
   // The pods' secondary networks as NADs too: Multus falls back on them when its cache of a pod cannot be read.
   for (const conf of [macvlan, staticNet]) {

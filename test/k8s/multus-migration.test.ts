@@ -15,7 +15,6 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
-  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
@@ -26,7 +25,7 @@ import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
-import { multusBinary, multusMissing } from '../support/multus';
+import { multusBinary, multusMissing, multusPluginDir } from '../support/multus';
 import { until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -163,10 +162,8 @@ for (const mode of ['thin', 'thick'] as const)
       binDir = join(dir, 'bin');
       leaseDir = join(dir, 'leases');
       multusCache = join(dir, 'multus-cache');
-      mkdirSync(binDir);
-      for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+      multusPluginDir(binDir);
       copyFileSync(SHIM, join(binDir, 'plexus-cni'));
-      copyFileSync(multusBinary('multus')!, join(binDir, 'multus'));
       const podnet = {
         cniVersion: '1.0.0',
         name: 'podnet',

@@ -3,7 +3,16 @@
  * tests of moving a node off it. An .xz binary is decompressed once into a cache under the temp directory.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ROOT } from './daemon';
@@ -25,6 +34,18 @@ export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): 
     renameSync(partial, cached);
   }
   return cached;
+}
+
+/**
+ * A runtime's CNI plugin directory for a Multus node, made at `binDir`: Debian's reference plugins (Multus's delegates)
+ * and the thin `multus` binary. Throws when Multus is nowhere (multusMissing says why).
+ */
+export function multusPluginDir(binDir: string, referencePlugins = '/usr/lib/cni'): void {
+  const multus = multusBinary('multus');
+  if (multus === undefined) throw new Error(`Multus ${multusMissing() ?? 'is missing'}`);
+  mkdirSync(binDir);
+  for (const f of readdirSync(referencePlugins)) symlinkSync(join(referencePlugins, f), join(binDir, f));
+  copyFileSync(multus, join(binDir, 'multus'));
 }
 
 /** Why the Multus tests cannot run here, or undefined. */

@@ -3,7 +3,7 @@
  * (src/drivers/common/bridge-port.ts, pod-interface.ts), through src/kernel: the Node.js side of the floor
  * (floor-batch.ts runs it in a loop, floor-daemon.ts behind plexus-cni's socket).
  */
-import { randomBytes } from 'node:crypto';
+import { randomMac } from '../../../src/drivers/common/host-veth';
 import { inNetns, openNetns } from '../../../src/kernel/netns';
 import { RtnlSocket } from '../../../src/kernel/rtnetlink';
 
@@ -13,12 +13,6 @@ export interface AttachTarget {
   /** First two octets of the pods' /16 ("10.<n>"); the gateway is .0.1. */
   readonly net: string;
 }
-
-const randomMac = (): string => {
-  const b = randomBytes(6);
-  b[0] = (b[0]! & 0xfe) | 0x02;
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-};
 
 /** The address of the i-th pod in the target's /16. */
 export const podAddress = (t: AttachTarget, i: number): string =>

@@ -259,12 +259,19 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       const leased = leaseHolders(node.stateDir);
       return inFlight().filter((f) => leased.has(f.split('@')[0]!));
     };
-    for (let i = 0; i < 1000 && holdingAddresses().length === 0; i++) await sleep(5);
-    await node.kill('SIGKILL');
-    const cut = holdingAddresses();
+    let cut: string[];
+    try {
+      // Frozen while it is looked at, so the moment seen is the moment of the kill.
+      cut = await node.killWhen(() => {
+        const holding = holdingAddresses();
+        return holding.length > 0 && holding;
+      });
+    } finally {
+      await burst;
+      await node.start(60000); // whatever happened, later tests find the node up
+    }
     assert.ok(cut.length > 0, 'the kill left ADDs of the burst half done, holding addresses');
     const outcomes = await burst;
-    await node.start(60000);
     const done: Added[] = [];
     for (const o2 of outcomes) {
       if (o2.out.code === 0) done.push(o2);

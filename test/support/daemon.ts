@@ -183,6 +183,31 @@ export class DaemonFixture {
   }
 
   /**
+   * A crash at a chosen moment: the daemon is frozen (SIGSTOP) while `moment()` looks at what it left on disk, then
+   * killed (SIGKILL) if that is the moment, or let go on (SIGCONT) and looked at again 5 ms later. Checking a running
+   * daemon and then killing it races with the daemon: on a slow machine the moment may pass in between. Resolves
+   * with the first truthy value of `moment()` the kill kept; throws, the daemon killed all the same, when
+   * `timeoutMs` pass without one, so that later steps never find the daemon frozen.
+   */
+  async killWhen<T>(moment: () => T | undefined | false, timeoutMs = 10000): Promise<T> {
+    const p = this.proc;
+    if (!p?.pid || p.exitCode !== null || p.signalCode !== null) throw new Error('no running daemon to kill');
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      p.kill('SIGSTOP');
+      await stopped(p.pid);
+      const seen = moment();
+      if (seen || Date.now() > deadline) {
+        await this.kill('SIGKILL');
+        if (seen) return seen;
+        throw new Error(`the moment to kill plexusd did not come in ${timeoutMs} ms`);
+      }
+      p.kill('SIGCONT');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
+  /**
    * A rolling upgrade: SIGTERM to the running daemon and at once a new one on the same socket and state dir.
    * Resolves when the new one is ready, with the old one's exit (code and signal) still to come.
    */
@@ -334,3 +359,20 @@ export const podCall = (
     args: podArgs(pod.name, pod.cid),
     config,
   });
+
+/** Resolves once the process is stopped by a signal (state T in /proc/PID/stat), or gone. */
+async function stopped(pid: number): Promise<void> {
+  for (let i = 0; i < 2000; i++) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      return; // gone
+    }
+    // The state follows the command name, which is in parentheses and may itself hold any character.
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    if (state === 'T' || state === 't' || state === 'Z' || state === 'X') return;
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  throw new Error(`process ${pid} did not stop`);
+}

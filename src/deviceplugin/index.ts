@@ -7,7 +7,9 @@ import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { loadResources, offers, type ResourceConfig } from './config';
 import type { PodResourcesClient } from './pod-resources';
 import { ResourcePlugin, type PluginEvents } from './plugin-server';
-import { HostDevicePool, MemifDevices, type DeviceResource } from './resources';
+import { HostDevicePool } from './host-device-pool';
+import { MemifDevices } from './memif-devices';
+import type { DeviceResource } from './resources';
 
 export { PodResourcesClient } from './pod-resources';
 export { DEFAULT_DEVICE_INFO_DIR } from './device-info';

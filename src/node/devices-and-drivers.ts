@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
-import type { DeviceSource } from '../engine/plan';
+import type { DeviceSource } from '../engine/kubelet-devices';
 import { ExecLimits, execPlugin } from '../drivers/delegate';
 import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
 import { DriverRegistry } from '../drivers/registry';

@@ -20,7 +20,8 @@ import {
 } from '../../src/deviceplugin/api';
 import type { MemifResource } from '../../src/deviceplugin/config';
 import { KUBELET_SOCKET, ResourcePlugin } from '../../src/deviceplugin/plugin-server';
-import { HostDevicePool, MemifDevices } from '../../src/deviceplugin/resources';
+import { HostDevicePool } from '../../src/deviceplugin/host-device-pool';
+import { MemifDevices } from '../../src/deviceplugin/memif-devices';
 
 const root = mkdtempSync(join(tmpdir(), 'plexus-dp-dra-'));
 after(() => rmSync(root, { recursive: true, force: true }));

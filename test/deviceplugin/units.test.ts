@@ -14,8 +14,11 @@ import { parseResources, type HostDeviceResource, type MemifResource } from '../
 import { deviceInfoFile, loadDeviceInfo, readDeviceInfo, writeDeviceInfo } from '../../src/deviceplugin/device-info';
 import { devicesOfPod } from '../../src/deviceplugin/pod-resources';
 import { endpointFor } from '../../src/deviceplugin/plugin-server';
-import { HostDevicePool, MemifDevices, envSuffix } from '../../src/deviceplugin/resources';
-import { assignDevices, RESOURCE_NAME_ANNOTATION, type AttachmentStep } from '../../src/engine/plan';
+import { HostDevicePool } from '../../src/deviceplugin/host-device-pool';
+import { MemifDevices } from '../../src/deviceplugin/memif-devices';
+import { envSuffix } from '../../src/deviceplugin/resources';
+import { assignDevices, RESOURCE_NAME_ANNOTATION } from '../../src/engine/kubelet-devices';
+import type { AttachmentStep } from '../../src/engine/plan';
 
 const root = mkdtempSync(join(tmpdir(), 'plexus-dp-unit-'));
 after(() => rmSync(root, { recursive: true, force: true }));

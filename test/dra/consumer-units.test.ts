@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CniCode, CniError, err, ok, type Result } from '../../src/cni/errors';
-import type { DeviceSource } from '../../src/engine/plan';
+import type { DeviceSource } from '../../src/engine/kubelet-devices';
 import {
   claimNamesOf,
   ClaimDeviceReader,

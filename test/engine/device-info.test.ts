@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { ok } from '../../src/cni/errors';
 import { deviceInfoFile } from '../../src/deviceplugin/device-info';
-import { RESOURCE_NAME_ANNOTATION } from '../../src/engine/plan';
+import { RESOURCE_NAME_ANNOTATION } from '../../src/engine/kubelet-devices';
 import { cniCall, engineBed, type EngineBed } from '../support/engine-bed';
 
 const RESOURCE = 'example.com/vf';

@@ -11,20 +11,11 @@
  * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { DaemonFixture, SHIM } from '../test/support/daemon';
+import { DaemonFixture } from '../test/support/daemon';
 import {
   claimingPod,
   create,
@@ -37,6 +28,7 @@ import {
 } from '../test/support/dra-node';
 import { KubeNodeFixture, percentile, plexusConflist } from '../test/support/kube-node';
 import { uniquePrefix } from '../test/support/netns';
+import { plexusPluginDir } from '../test/support/plugin-dir';
 
 const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
 const DRA_NIC = 'plexus.io/dranic';
@@ -178,9 +170,7 @@ async function main(): Promise<number> {
   const problems: string[] = [];
   try {
     const binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     for (const name of all) {
       execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', `${name}p`]);
       execFileSync('ip', ['link', 'set', 'dev', `${name}p`, 'up']);

@@ -40,6 +40,7 @@ import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/n
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 import { attachParsed } from './support';
+import { referencePluginDir } from '../support/plugin-dir';
 
 const delegateDriver = createDelegateDriver();
 
@@ -65,9 +66,8 @@ before(async () => {
   // A bin dir like a node's: the reference plugins, the fail-plugin, and a bridge that keeps a copy of its stdin.
   binDir = join(tmp, 'bin');
   spyDir = join(tmp, 'spy');
-  mkdirSync(binDir);
+  referencePluginDir(binDir);
   mkdirSync(spyDir);
-  for (const name of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', name), join(binDir, name));
   symlinkSync(FAIL_PLUGIN, join(binDir, 'fail-plugin'));
   writeFileSync(
     join(binDir, 'spy-bridge'),

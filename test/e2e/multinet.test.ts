@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, readdirSync, symlinkSync, unlinkSync } from 'node:fs';
+import { readdirSync, symlinkSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
@@ -12,6 +12,7 @@ import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { referencePluginDir } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('pn');
 const fx = new NetnsFixture(prefix);
@@ -47,8 +48,7 @@ const hostLocal = (i: number): Record<string, unknown> => ({
 restoreForwardingAfterwards();
 
 before(async () => {
-  mkdirSync(binDir);
-  for (const p of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', p), join(binDir, p));
+  referencePluginDir(binDir);
   symlinkSync(join(ROOT, 'test/fixtures/fail-plugin'), join(binDir, 'fail-plugin'));
   for (const l of ['br0', 'br1', 'br2', 'up', 'upp']) fx.trackHostLink(`${prefix}${l}`);
   ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);

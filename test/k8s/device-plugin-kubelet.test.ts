@@ -8,16 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -26,12 +17,13 @@ import { podResourcesPackage, serviceOf, unary, unixTarget } from '../../src/dev
 import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { readDeviceInfo } from '../../src/deviceplugin/device-info';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('dp');
@@ -106,9 +98,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-dp-'));
     binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     // veth pairs stand in for NICs (no dummy module on the test kernels): the pool's end goes to the pod; its peer,
     // kept up on the host, gives it carrier.
     for (const [i, name] of NICS.entries()) {

@@ -9,18 +9,19 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import { DraTestDriver } from '../support/dra-test-driver';
 import { k8sBinary, k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 function nodeMissing(): string | undefined {
   const node = kubeNodeMissing();
@@ -131,9 +132,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drc-'));
     const binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     // veth ends stand in for the driver's NICs; each peer, kept up on the host, gives its end carrier.
     for (const [i, name] of NICS.entries()) {
       execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);

@@ -11,21 +11,12 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { ApiPods, type ApiEvent } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import {
   claimingPod,
   claimSpec,
@@ -44,6 +35,7 @@ import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 const missing = draNodeMissing();
 const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : draTooOld());
@@ -162,9 +154,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drn-'));
     binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     for (const [i, name] of NICS.entries()) {
       execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);
       execFileSync('ip', ['link', 'set', 'dev', PEERS[i]!, 'up']);

@@ -4,14 +4,15 @@
  * pod of the same namespace using its own NAD, a NAD of `default` and one of a --global-namespaces namespace runs.
  */
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('ki');
@@ -40,8 +41,7 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
 
   before(async () => {
     binDir = mkdtempSync(join(tmpdir(), 'plexus-ki-bin-'));
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,

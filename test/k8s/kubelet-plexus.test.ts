@@ -6,15 +6,16 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kp');
@@ -51,8 +52,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
 
   before(async () => {
     binDir = mkdtempSync(join(tmpdir(), 'plexus-kp-bin-'));
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,

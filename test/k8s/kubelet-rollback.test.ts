@@ -5,15 +5,16 @@
  * next retry runs the pod, holding exactly one address of each network: none was left behind by the failed attempts.
  */
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import { DaemonFixture } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { plexusPluginDir } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kr');
@@ -43,8 +44,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
 
   before(async () => {
     binDir = mkdtempSync(join(tmpdir(), 'plexus-kr-bin-'));
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
+    plexusPluginDir(binDir);
     daemon = new DaemonFixture('podnet', []);
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, symlinkSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
@@ -16,6 +16,7 @@ import { multusBinary, multusMissing } from '../support/multus';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { until } from '../support/until';
+import { referencePluginDir } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing(), multusMissing());
 const prefix = uniquePrefix('mo');
@@ -49,8 +50,7 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
   before(async () => {
     fx.trackHostLink(`${prefix}b0`);
     fx.trackHostLink(`${prefix}b1`);
-    mkdirSync(binDir);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
+    referencePluginDir(binDir);
     api = await KubeApiFixture.startForPlexus();
     const podnet = JSON.stringify({
       cniVersion: '1.0.0',

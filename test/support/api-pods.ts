@@ -4,11 +4,12 @@
  * back (network-status, events).
  */
 import assert from 'node:assert/strict';
-import { chmodSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestPod } from './daemon';
 import type { KubeApiFixture } from './k8s';
+import { referencePluginDir } from './plugin-dir';
 
 export interface ApiPod {
   readonly pod: TestPod;
@@ -115,7 +116,7 @@ export class ApiPods {
  */
 export function pluginDirWithSlowBridge(): string {
   const dir = mkdtempSync(join(tmpdir(), 'plexus-bin-'));
-  for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(dir, f));
+  referencePluginDir(dir);
   writeFileSync(join(dir, 'slow'), '#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge "$@"\n');
   chmodSync(join(dir, 'slow'), 0o755);
   return dir;

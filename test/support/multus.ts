@@ -3,19 +3,11 @@
  * tests of moving a node off it. An .xz binary is decompressed once into a cache under the temp directory.
  */
 import { execFileSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  renameSync,
-  statSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ROOT } from './daemon';
+import { REFERENCE_PLUGINS, referencePluginDir } from './plugin-dir';
 
 const multusDir = (): string => process.env.PLEXUS_MULTUS_BIN ?? resolve(ROOT, '../shared/multus');
 
@@ -40,11 +32,10 @@ export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): 
  * A runtime's CNI plugin directory for a Multus node, made at `binDir`: Debian's reference plugins (Multus's delegates)
  * and the thin `multus` binary. Throws when Multus is nowhere (multusMissing says why).
  */
-export function multusPluginDir(binDir: string, referencePlugins = '/usr/lib/cni'): void {
+export function multusPluginDir(binDir: string, referencePlugins = REFERENCE_PLUGINS): void {
   const multus = multusBinary('multus');
   if (multus === undefined) throw new Error(`Multus ${multusMissing() ?? 'is missing'}`);
-  mkdirSync(binDir);
-  for (const f of readdirSync(referencePlugins)) symlinkSync(join(referencePlugins, f), join(binDir, f));
+  referencePluginDir(binDir, referencePlugins);
   copyFileSync(multus, join(binDir, 'multus'));
 }
 

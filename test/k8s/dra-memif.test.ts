@@ -7,23 +7,11 @@
  * into the container: that needs CDI, which this node's containerd (1.6) has not (docs/dra.md).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
+import type { DaemonFixture } from '../support/daemon';
 import {
   claimingPod,
   create,
@@ -34,13 +22,12 @@ import {
   installDra,
   RESOURCE_API,
 } from '../support/dra-node';
-import { KubeNodeFixture, plexusConflist } from '../support/kube-node';
+import type { KubeNodeFixture } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
-import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
+import { ovsDpdkMissing } from '../support/ovs-dpdk';
+import { MemifNodeFixture } from '../support/memif-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
-import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
-import { podnetBridge } from '../support/k8s';
 
 const nodeMissing = draNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
@@ -50,24 +37,19 @@ const skip =
     ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`,
   ) || optionalSkip(nodeMissing ? undefined : draTooOld());
 const prefix = uniquePrefix('dm');
-const bridge = `${prefix}ovs`;
 const MEMIF = 'plexus.io/memif';
 const NS = 'default';
-const o = 100 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 250);
 
 interface Record {
   devices: { device: string; socket?: string; secret?: string }[];
 }
 
 describe('a memif network given by a claim on a real 1.35 node', { skip, timeout: 600_000 }, () => {
-  const fixtures: { node?: KubeNodeFixture; daemon?: DaemonFixture; ovs?: OvsDpdkFixture; work?: string } = {};
+  const memifNode = new MemifNodeFixture();
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
-  let ovs: OvsDpdkFixture;
   let work: string;
 
-  const plexusPorts = (): string[] => ovs.portsOwnedBy(node.nodeName);
   const claimFiles = (): string[] => {
     const dir = join(daemon.stateDir, 'dra', 'claims');
     return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
@@ -81,37 +63,14 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
   };
 
   before(async () => {
-    work = mkdtempSync(join(tmpdir(), 'plexus-dm-'));
-    fixtures.work = work;
-    const binDir = join(work, 'bin');
-    execFileSync('mkdir', ['-p', binDir]);
-    for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-    copyFileSync(SHIM, join(binDir, 'plexus-cni'));
-    writeFileSync(
-      join(work, 'resources.yaml'),
-      JSON.stringify({
-        resources: [{ name: MEMIF, kind: 'memif', count: 2, socketDir: join(work, 'memif'), offer: ['dra'] }],
-      }),
-    );
-    ovs = await OvsDpdkFixture.start();
-    fixtures.ovs = ovs;
-    ovs.addBridge(bridge);
-    daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket]);
-    fixtures.daemon = daemon;
-    node = await KubeNodeFixture.start({
-      cniBinDir: binDir,
+    await memifNode.start({
+      prefix,
       controlPlane: true,
-      ownedLinks: [`${prefix}b0`],
-      cniConfList: plexusConflist(daemon.socket),
+      resources: (dir) => [{ name: MEMIF, kind: 'memif', count: 2, socketDir: join(dir, 'memif'), offer: ['dra'] }],
     });
-    fixtures.node = node;
-    await node.api.installPlexus();
+    ({ node, daemon, work } = memifNode);
     await installDra(node);
-    const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
-    assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
-    const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
-    assert.equal((await node.api.createNad(NS, 'memnet', memnet)).status, 201);
-    daemon.addFlags(...draDaemonFlags(node, work, binDir), '--log-level', 'info');
+    daemon.addFlags(...draDaemonFlags(node, work, memifNode.binDir), '--log-level', 'info');
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",
@@ -121,12 +80,7 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     );
   });
 
-  after(async () => {
-    if (fixtures.node) await fixtures.node.stop({ runtimeStopped: async () => fixtures.daemon?.stop() });
-    await fixtures.daemon?.stop();
-    await fixtures.ovs?.stop();
-    if (fixtures.work) rmSync(fixtures.work, { recursive: true, force: true });
-  });
+  after(() => memifNode.stop());
 
   let socket = '';
   let secret = '';
@@ -165,18 +119,10 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
     socket = device.socket!;
     secret = device.secret ?? '';
     assert.match(secret, /^[A-Za-z0-9]{20}$/);
-    const ports = plexusPorts();
+    const ports = memifNode.plexusPorts();
     assert.equal(ports.length, 1, `Plexus ports on the switch: ${ports.join(' ')}`);
     port = ports[0]!;
-    const devargs = unquote(ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
-    assert.equal(devarg(devargs, 'socket'), socket);
-    assert.equal(devarg(devargs, 'secret'), secret);
-    assert.equal(
-      unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')),
-      '',
-      'the switch opened it',
-    );
-    assert.ok(statSync(socket).isSocket(), `the switch listens on ${socket}`);
+    memifNode.assertServes(port, socket, secret);
   });
 
   it("network-status and the claim's status show the memif interface, Ready", async () => {
@@ -210,22 +156,13 @@ describe('a memif network given by a claim on a real 1.35 node', { skip, timeout
   });
 
   it("a memif client with the claim's secret on the device's host socket gets the link up", async () => {
-    const client = await Testpmd.start({ socket, secret, rxq: 2, txq: 2 });
-    try {
-      await until(
-        'the switch to see the memif link up',
-        () => (unquote(ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined),
-        20000,
-      );
-    } finally {
-      await client.stop();
-    }
+    await memifNode.assertLinkComesUp(port, socket, secret);
   });
 
   it("deleting the pod removes its port, the claim's record and the socket's directory", async () => {
     await node.call('DELETE', `/api/v1/namespaces/${NS}/pods/mem`);
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 60000, 100);
-    await until('the port removed', () => (plexusPorts().length === 0 ? true : undefined), 30000, 100);
+    await until('the port removed', () => (memifNode.plexusPorts().length === 0 ? true : undefined), 30000, 100);
     assert.ok(!existsSync(join(socket, '..')), 'the socket directory is gone');
     await until('no journal record', () => (daemon.journalFiles().length === 0 ? true : undefined), 30000, 100);
   });

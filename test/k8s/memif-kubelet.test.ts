@@ -6,31 +6,20 @@
  * connects to it. network-status shows the socket as the pod sees it; deleting the pod removes the port.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import {
-  copyFileSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { memifPortName } from '../../src/drivers/memif';
 import { ApiPods } from '../support/api-pods';
-import { DaemonFixture, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
+import type { DaemonFixture } from '../support/daemon';
+import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
-import { devarg, OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
+import { devarg, type OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
+import { MemifNodeFixture } from '../support/memif-node';
 import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { podnetBridge } from '../support/k8s';
 
 const nodeMissing = kubeNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
@@ -39,41 +28,23 @@ const skip = expectedPrerequisites(
   ovsMissing && `no private OVS-DPDK here: ${ovsMissing}`,
 );
 const prefix = uniquePrefix('mk');
-const bridge = `${prefix}ovs`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const MEMIF = 'plexus.io/memif';
-const o = 100 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 250);
-
-/** A value of an ovs-vsctl `get` (strings come quoted). */
 
 describe(
   "a memif network on a real node: the kubelet's memif device is the switch port's socket",
   { skip, timeout: 600_000 },
   () => {
-    const fixtures: {
-      node?: KubeNodeFixture;
-      daemon?: DaemonFixture;
-      ovs?: OvsDpdkFixture;
-      podResources?: PodResourcesClient;
-      work?: string;
-    } = {};
+    const memifNode = new MemifNodeFixture();
+    let podResources: PodResourcesClient | undefined;
     let node: KubeNodeFixture;
     let daemon: DaemonFixture;
     let ovs: OvsDpdkFixture;
     let pods: ApiPods;
     let work: string;
+    let bridge: string;
 
-    /** The switch's Plexus ports (external_ids plexus-owner is the node's name). */
-    const plexusPorts = (): string[] => ovs.portsOwnedBy(node.nodeName);
-    /** The end of the switch's log: why a port or a memif connection failed. */
-    const switchLog = (): string => {
-      try {
-        return readFileSync(join(ovs.dir, 'vswitchd.log'), 'utf8').split('\n').slice(-25).join('\n');
-      } catch {
-        return '(no log)';
-      }
-    };
+    const plexusPorts = (): string[] => memifNode.plexusPorts();
     const containerSpec = async (
       name: string,
     ): Promise<{ env: Map<string, string>; mounts: { destination: string; source: string }[] }> => {
@@ -95,41 +66,17 @@ describe(
     };
 
     before(async () => {
-      work = mkdtempSync(join(tmpdir(), 'plexus-mk-'));
-      fixtures.work = work;
-      const binDir = join(work, 'bin');
-      execFileSync('mkdir', ['-p', binDir]);
-      for (const f of readdirSync('/usr/lib/cni')) symlinkSync(join('/usr/lib/cni', f), join(binDir, f));
-      copyFileSync(SHIM, join(binDir, 'plexus-cni'));
-      writeFileSync(
-        join(work, 'devices.yaml'),
-        JSON.stringify({
-          resources: [
-            { name: MEMIF, kind: 'memif', count: 2, socketDir: join(work, 'memif'), containerPath: '/run/memif' },
-          ],
-        }),
-      );
-
-      ovs = await OvsDpdkFixture.start();
-      fixtures.ovs = ovs;
-      ovs.addBridge(bridge);
-
-      daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket]);
-      fixtures.daemon = daemon;
-      node = await KubeNodeFixture.start({
-        cniBinDir: binDir,
-        ownedLinks: [`${prefix}b0`],
-        cniConfList: plexusConflist(daemon.socket),
+      await memifNode.start({
+        prefix,
+        resources: (dir) => [
+          { name: MEMIF, kind: 'memif', count: 2, socketDir: join(dir, 'memif'), containerPath: '/run/memif' },
+        ],
+        memnetAnnotations: { 'k8s.v1.cni.cncf.io/resourceName': MEMIF },
       });
-      fixtures.node = node;
-      fixtures.podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
+      ({ node, daemon, ovs, work, bridge } = memifNode);
+      const binDir = memifNode.binDir;
       const api = node.api;
-      await api.installPlexus();
-      const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
-      assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-      const memnet = JSON.stringify({ cniVersion: '1.0.0', name: 'memnet', type: 'memif', bridge, rxQueues: 2 });
-      const made = await api.createNad('default', 'memnet', memnet, { 'k8s.v1.cni.cncf.io/resourceName': MEMIF });
-      assert.equal(made.status, 201, JSON.stringify(made.body));
+      podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
       daemon.addFlags(
         '--kubeconfig',
         api.userKubeconfig('plexus'),
@@ -138,7 +85,7 @@ describe(
         '--cni-bin-dir',
         binDir,
         '--device-plugin-config',
-        join(work, 'devices.yaml'),
+        memifNode.resourcesFile,
         '--device-info-dir',
         join(work, 'devinfo'),
         '--pod-resources-socket',
@@ -164,12 +111,8 @@ describe(
     });
 
     after(async () => {
-      fixtures.podResources?.close();
-      // plexusd stops once containerd did (the pods' DELs went through it); the switch after both.
-      if (fixtures.node) await fixtures.node.stop({ runtimeStopped: async () => fixtures.daemon?.stop() });
-      await fixtures.daemon?.stop();
-      await fixtures.ovs?.stop();
-      if (fixtures.work) rmSync(fixtures.work, { recursive: true, force: true });
+      podResources?.close();
+      await memifNode.stop();
     });
 
     let pod = '';
@@ -188,7 +131,7 @@ describe(
       )[0]!;
       const timings = await node.waitAllRunning([pod], 60000);
       assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
-      const listed = await fixtures.podResources!.devicesOf('default', pod);
+      const listed = await podResources!.devicesOf('default', pod);
       assert.ok(listed.ok, listed.ok ? '' : listed.error.message);
       const devices = listed.value.get(MEMIF) ?? [];
       assert.equal(devices.length, 1, `pod-resources lists ${devices.join(', ')}`);
@@ -208,22 +151,13 @@ describe(
       assert.equal(ports.length, 1, `Plexus ports on the switch: ${ports.join(' ')}`);
       port = ports[0]!;
       assert.deepEqual(ovs.ports(bridge), [port], `${port} is on ${bridge}`);
-      const devargs = unquote(ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
-      assert.equal(devarg(devargs, 'role'), 'server');
-      assert.equal(devarg(devargs, 'socket'), hostSocket, "the port listens on the kubelet device's host socket");
-      assert.equal(devarg(devargs, 'secret'), secret, 'with the secret the pod was given');
+      memifNode.assertServes(port, hostSocket, secret);
       assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'options:n_rxq')), '2');
-      assert.equal(
-        unquote(ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')),
-        '',
-        'the switch opened it',
-      );
       assert.equal(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-pod')), `default/${pod}`);
       assert.equal(
         port,
         memifPortName(unquote(ovs.vsctl('get', 'Interface', port, 'external_ids:plexus-container-id')), 'eth0', 'net1'),
       );
-      assert.ok(statSync(hostSocket).isSocket(), `the switch listens on ${hostSocket}`);
       // The device plugin's own book agrees: the allocation on record is the one the port was made with.
       const book = JSON.parse(readFileSync(join(daemon.stateDir, 'devices', 'plexus.io_memif.json'), 'utf8')) as {
         devices: Record<string, { socket?: string; secret?: string }>;
@@ -249,19 +183,7 @@ describe(
     });
 
     it("a memif client with the pod's secret on the device's host socket gets the link up", async () => {
-      // The switch transmits on PMD threads + 1 = 2 queues: the client receives on both.
-      const client = await Testpmd.start({ socket: hostSocket, secret, rxq: 2, txq: 2 }).catch((e: Error) => {
-        throw new Error(`${e.message.slice(-1500)}\novs-vswitchd: ${switchLog()}`);
-      });
-      try {
-        await until(
-          'the switch to see the memif link up',
-          () => (unquote(ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined),
-          20000,
-        );
-      } finally {
-        await client.stop();
-      }
+      await memifNode.assertLinkComesUp(port, hostSocket, secret);
     });
 
     it('a sandbox the kubelet makes again (its pause died) gets a new port on the same device socket and secret', async () => {
@@ -312,7 +234,7 @@ describe(
       assert.equal(timings.sandboxFailures, 0, timings.failureMessages.join('\n'));
       const byPod = new Map<string, { device: string; secret: string }>();
       for (const name of names) {
-        const listed = await fixtures.podResources!.devicesOf('default', name);
+        const listed = await podResources!.devicesOf('default', name);
         assert.ok(listed.ok);
         const env = (await containerSpec(name)).env;
         byPod.set(name, { device: listed.value.get(MEMIF)?.[0] ?? '', secret: env.get('MEMIF_SECRET') ?? '' });
@@ -358,7 +280,7 @@ describe(
           (st) =>
             (st as unknown as { 'device-info'?: { memif?: { path?: string } } })['device-info']?.memif?.path ?? '',
         );
-      const listed = await fixtures.podResources!.devicesOf('default', name!);
+      const listed = await podResources!.devicesOf('default', name!);
       assert.ok(listed.ok);
       assert.deepEqual(
         paths.sort(),

@@ -1,0 +1,139 @@
+/**
+ * A real node for memif networks: a private OVS-DPDK with one userspace bridge, plexusd on its OVSDB socket, and a
+ * KubeNodeFixture running Plexus, with two NADs: `podnet` (the default network, a kernel bridge) and `memnet` (type
+ * memif on the switch's bridge). The daemon is made, not started: each test adds the flags of its device path (the
+ * device plugin or DRA) and starts it. `stop()` removes whatever `start()` got to, even after a failure half-way.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DaemonFixture } from './daemon';
+import { podnetBridge } from './k8s';
+import { KubeNodeFixture, plexusConflist } from './kube-node';
+import { devarg, OvsDpdkFixture, unquote } from './ovs-dpdk';
+import { plexusPluginDir } from './plugin-dir';
+import { Testpmd } from './testpmd';
+import { until } from './until';
+
+export interface MemifNodeOptions {
+  /** The test's unique prefix: the switch's bridge is `${prefix}ovs`, the pod network's `${prefix}b0`. */
+  readonly prefix: string;
+  /** plexusd's device resources (the `resources` list of its --device-plugin-config file), given the work dir. */
+  readonly resources: (work: string) => readonly Record<string, unknown>[];
+  /** Annotations of the memnet NAD (a device-plugin resource name, say). */
+  readonly memnetAnnotations?: Record<string, string>;
+  /** Runs a scheduler and a controller-manager too (DRA needs them). */
+  readonly controlPlane?: boolean;
+}
+
+export class MemifNodeFixture {
+  work = '';
+  binDir = '';
+  /** The file of `resources`, for --device-plugin-config. */
+  resourcesFile = '';
+  bridge = '';
+  private ovsFixture?: OvsDpdkFixture;
+  private daemonFixture?: DaemonFixture;
+  private nodeFixture?: KubeNodeFixture;
+
+  get ovs(): OvsDpdkFixture {
+    return started(this.ovsFixture, 'OVS-DPDK');
+  }
+  get daemon(): DaemonFixture {
+    return started(this.daemonFixture, 'plexusd');
+  }
+  get node(): KubeNodeFixture {
+    return started(this.nodeFixture, 'the node');
+  }
+
+  async start(options: MemifNodeOptions): Promise<void> {
+    this.work = mkdtempSync(join(tmpdir(), `plexus-${options.prefix}-`));
+    this.binDir = plexusPluginDir(join(this.work, 'bin'));
+    this.resourcesFile = join(this.work, 'resources.yaml');
+    writeFileSync(this.resourcesFile, JSON.stringify({ resources: options.resources(this.work) }));
+    this.bridge = `${options.prefix}ovs`;
+    this.ovsFixture = await OvsDpdkFixture.start();
+    this.ovs.addBridge(this.bridge);
+    this.daemonFixture = new DaemonFixture('podnet', ['--ovsdb-socket', this.ovs.dbSocket]);
+    this.nodeFixture = await KubeNodeFixture.start({
+      cniBinDir: this.binDir,
+      controlPlane: options.controlPlane,
+      ownedLinks: [`${options.prefix}b0`],
+      cniConfList: plexusConflist(this.daemon.socket),
+    });
+    const api = this.node.api;
+    await api.installPlexus();
+    const o = 100 + Math.floor(Math.random() * 50);
+    const t = Math.floor(Math.random() * 250);
+    const podnet = podnetBridge(`${options.prefix}b0`, `10.${o}.${t}.0/24`);
+    assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
+    const memnet = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'memnet',
+      type: 'memif',
+      bridge: this.bridge,
+      rxQueues: 2,
+    });
+    const made = await api.createNad('default', 'memnet', memnet, options.memnetAnnotations);
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+  }
+
+  /** The switch's Plexus ports (external_ids plexus-owner is the node's name). */
+  plexusPorts(): string[] {
+    return this.ovs.portsOwnedBy(this.node.nodeName);
+  }
+
+  /** Asserts that the switch opened `port` as a memif server on `socket` with `secret`, and listens there. */
+  assertServes(port: string, socket: string, secret: string): void {
+    const devargs = unquote(this.ovs.vsctl('get', 'Interface', port, 'options:dpdk-devargs'));
+    assert.equal(devarg(devargs, 'role'), 'server');
+    assert.equal(devarg(devargs, 'socket'), socket, `${port} listens on ${socket}`);
+    assert.equal(devarg(devargs, 'secret'), secret, `${port} has the secret the pod was given`);
+    assert.equal(
+      unquote(this.ovs.vsctl('get', 'Interface', port, 'error').replace(/^\[\]$/, '""')),
+      '',
+      'the switch opened it',
+    );
+    assert.ok(statSync(socket).isSocket(), `the switch listens on ${socket}`);
+  }
+
+  /** A memif client (testpmd) on `socket` with `secret`: resolves once the switch sees `port`'s link up. */
+  async assertLinkComesUp(port: string, socket: string, secret: string): Promise<void> {
+    // The switch transmits on PMD threads + 1 = 2 queues: the client receives on both.
+    const client = await Testpmd.start({ socket, secret, rxq: 2, txq: 2 }).catch((e: Error) => {
+      throw new Error(`${e.message.slice(-1500)}\novs-vswitchd: ${this.switchLog()}`);
+    });
+    try {
+      await until(
+        'the switch to see the memif link up',
+        () => (unquote(this.ovs.vsctl('get', 'Interface', port, 'link_state')) === 'up' ? true : undefined),
+        20000,
+      );
+    } finally {
+      await client.stop();
+    }
+  }
+
+  /** The end of the switch's log: why a port or a memif connection failed. */
+  switchLog(): string {
+    try {
+      return readFileSync(join(this.ovs.dir, 'vswitchd.log'), 'utf8').split('\n').slice(-25).join('\n');
+    } catch {
+      return '(no log)';
+    }
+  }
+
+  /** plexusd stops once containerd did (the pods' DELs went through it); the switch after both; then the files. */
+  async stop(): Promise<void> {
+    if (this.nodeFixture) await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() });
+    await this.daemonFixture?.stop();
+    await this.ovsFixture?.stop();
+    if (this.work) rmSync(this.work, { recursive: true, force: true });
+  }
+}
+
+function started<T>(fixture: T | undefined, what: string): T {
+  if (fixture === undefined) throw new Error(`${what} is not started`);
+  return fixture;
+}

@@ -16,6 +16,7 @@ import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
 import { k8sBinary, k8sBinaryMissing } from './k8s-binaries';
+import { type CertAuthority, issueCert, makeCa, writeKubeconfig } from './certs';
 
 export { k8sBinary, k8sBinaryMissing, k8sOlderThan, k8sVersion, kubectlBinary } from './k8s-binaries';
 
@@ -225,127 +226,48 @@ export class KubeApiFixture {
    * binding does), signed by the fixture's CA.
    */
   userKubeconfig(user: string, groups: readonly string[] = []): string {
-    const dir = join(this.dir, 'certs');
     const name = `user-${user.replace(/[^a-z0-9-]/gi, '_')}`;
-    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-    ssl('genrsa', '-out', `${name}.key`, '2048');
-    ssl(
-      'req',
-      '-new',
-      '-key',
-      `${name}.key`,
-      '-subj',
-      `${groups.map((g) => `/O=${g}`).join('')}/CN=${user}`,
-      '-out',
-      `${name}.csr`,
-    );
-    writeFileSync(
-      join(dir, `${name}.ext`),
-      'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth',
-    );
-    ssl(
-      'x509',
-      '-req',
-      '-in',
-      `${name}.csr`,
-      '-CA',
-      'ca.crt',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-days',
-      '30',
-      '-sha256',
-      '-extfile',
-      `${name}.ext`,
-      '-out',
-      `${name}.crt`,
-    );
+    issueCert(this.certs, this.ca, name, `${groups.map((g) => `/O=${g}`).join('')}/CN=${user}`, 'clientAuth');
     const path = join(this.dir, `${name}.kubeconfig`);
-    this.writeKubeconfigFor(path, `${name}.crt`, `${name}.key`);
+    this.writeKubeconfigFor(path, name);
     return path;
   }
 
+  private get certs(): string {
+    return join(this.dir, 'certs');
+  }
+
+  private get ca(): CertAuthority {
+    return { cert: join(this.certs, 'ca.crt'), key: join(this.certs, 'ca.key') };
+  }
+
   private makeCerts(): void {
-    const dir = join(this.dir, 'certs');
-    mkdirSync(dir);
-    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-    ssl('genrsa', '-out', 'ca.key', '2048');
-    ssl(
-      'req',
-      '-x509',
-      '-new',
-      '-nodes',
-      '-key',
-      'ca.key',
-      '-sha256',
-      '-days',
-      '30',
-      '-subj',
-      '/CN=plexus-test-ca',
-      '-out',
-      'ca.crt',
-    );
-    const issue = (name: string, subject: string, eku: string, san?: string): void => {
-      ssl('genrsa', '-out', `${name}.key`, '2048');
-      ssl('req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`);
-      writeFileSync(
-        join(dir, `${name}.ext`),
-        [
-          'basicConstraints=CA:FALSE',
-          'keyUsage=critical,digitalSignature,keyEncipherment',
-          `extendedKeyUsage=${eku}`,
-          ...(san ? [`subjectAltName=${san}`] : []),
-        ].join('\n'),
-      );
-      ssl(
-        'x509',
-        '-req',
-        '-in',
-        `${name}.csr`,
-        '-CA',
-        'ca.crt',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-days',
-        '30',
-        '-sha256',
-        '-extfile',
-        `${name}.ext`,
-        '-out',
-        `${name}.crt`,
-      );
-    };
-    issue(
+    mkdirSync(this.certs);
+    makeCa(this.certs, 'plexus-test-ca');
+    issueCert(
+      this.certs,
+      this.ca,
       'apiserver',
       '/CN=kube-apiserver',
       'serverAuth',
       'IP:127.0.0.1,IP:10.244.240.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc',
     );
-    issue('admin', '/O=system:masters/CN=admin', 'clientAuth');
-    ssl('genrsa', '-out', 'sa.key', '2048');
-    ssl('rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
+    issueCert(this.certs, this.ca, 'admin', '/O=system:masters/CN=admin', 'clientAuth');
+    execFileSync('openssl', ['genrsa', '-out', 'sa.key', '2048'], { cwd: this.certs, stdio: 'ignore' });
+    execFileSync('openssl', ['rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub'], {
+      cwd: this.certs,
+      stdio: 'ignore',
+    });
   }
 
   private writeKubeconfig(): void {
-    this.writeKubeconfigFor(this.kubeconfig, 'admin.crt', 'admin.key');
+    this.writeKubeconfigFor(this.kubeconfig, 'admin');
   }
 
-  private writeKubeconfigFor(path: string, cert: string, key: string): void {
-    const b64 = (f: string): string => readFileSync(join(this.dir, 'certs', f)).toString('base64');
-    writeFileSync(
-      path,
-      JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        'current-context': 'test',
-        clusters: [{ name: 'test', cluster: { server: this.server, 'certificate-authority-data': b64('ca.crt') } }],
-        users: [{ name: 'user', user: { 'client-certificate-data': b64(cert), 'client-key-data': b64(key) } }],
-        contexts: [{ name: 'test', context: { cluster: 'test', user: 'user' } }],
-      }),
-      { mode: 0o600 },
-    );
+  /** A kubeconfig at `path` as the client certificate `name` (name.crt, name.key) of the fixture's CA. */
+  private writeKubeconfigFor(path: string, name: string): void {
+    const cert = (f: string): string => join(this.certs, f);
+    writeKubeconfig(path, this.server, cert('ca.crt'), cert(`${name}.crt`), cert(`${name}.key`));
   }
 
   private spawn(name: string, bin: string, args: string[]): void {

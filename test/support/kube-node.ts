@@ -31,6 +31,7 @@ import { request as httpsRequest } from 'node:https';
 import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, delimiter, dirname, join } from 'node:path';
+import { issueCert, writeKubeconfig } from './certs';
 import { buildPauseImage, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
 import { type ApiReply, k8sBinary, k8sBinaryMissing, k8sMissing, KubeApiFixture } from './k8s';
@@ -310,70 +311,15 @@ export class KubeNodeFixture {
   private issueNodeCerts(): void {
     const dir = join(this.dir, 'certs');
     const caDir = join(this.api.dir, 'certs');
-    const ssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-    const issue = (name: string, subject: string, eku: string, san?: string): void => {
-      ssl('genrsa', '-out', `${name}.key`, '2048');
-      ssl('req', '-new', '-key', `${name}.key`, '-subj', subject, '-out', `${name}.csr`);
-      writeFileSync(
-        join(dir, `${name}.ext`),
-        [
-          'basicConstraints=CA:FALSE',
-          'keyUsage=critical,digitalSignature,keyEncipherment',
-          `extendedKeyUsage=${eku}`,
-          ...(san ? [`subjectAltName=${san}`] : []),
-        ].join('\n'),
-      );
-      ssl(
-        'x509',
-        '-req',
-        '-in',
-        `${name}.csr`,
-        '-CA',
-        join(caDir, 'ca.crt'),
-        '-CAkey',
-        join(caDir, 'ca.key'),
-        '-CAserial',
-        join(dir, 'ca.srl'),
-        '-CAcreateserial',
-        '-days',
-        '30',
-        '-sha256',
-        '-extfile',
-        `${name}.ext`,
-        '-out',
-        `${name}.crt`,
-      );
-    };
-    issue('kubelet-client', `/O=system:nodes/CN=system:node:${this.nodeName}`, 'clientAuth');
-    issue('kubelet-server', `/CN=${this.nodeName}`, 'serverAuth', `IP:${this.nodeName},DNS:localhost`);
-    const b64 = (f: string): string => readFileSync(join(dir, f)).toString('base64');
-    writeFileSync(
+    const ca = { cert: join(caDir, 'ca.crt'), key: join(caDir, 'ca.key') };
+    issueCert(dir, ca, 'kubelet-client', `/O=system:nodes/CN=system:node:${this.nodeName}`, 'clientAuth');
+    issueCert(dir, ca, 'kubelet-server', `/CN=${this.nodeName}`, 'serverAuth', `IP:${this.nodeName},DNS:localhost`);
+    writeKubeconfig(
       join(this.dir, 'etc', 'kubelet.kubeconfig'),
-      JSON.stringify({
-        apiVersion: 'v1',
-        kind: 'Config',
-        'current-context': 'node',
-        clusters: [
-          {
-            name: 'test',
-            cluster: {
-              server: this.api.server,
-              'certificate-authority-data': readFileSync(join(caDir, 'ca.crt')).toString('base64'),
-            },
-          },
-        ],
-        users: [
-          {
-            name: 'node',
-            user: {
-              'client-certificate-data': b64('kubelet-client.crt'),
-              'client-key-data': b64('kubelet-client.key'),
-            },
-          },
-        ],
-        contexts: [{ name: 'node', context: { cluster: 'test', user: 'node' } }],
-      }),
-      { mode: 0o600 },
+      this.api.server,
+      ca.cert,
+      join(dir, 'kubelet-client.crt'),
+      join(dir, 'kubelet-client.key'),
     );
   }
 

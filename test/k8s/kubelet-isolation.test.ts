@@ -4,15 +4,12 @@
  * pod of the same namespace using its own NAD, a NAD of `default` and one of a --global-namespaces namespace runs.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
+import type { DaemonFixture } from '../support/daemon';
+import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { plexusPluginDir } from '../support/plugin-dir';
+import { PlexusNodeFixture } from '../support/plexus-node';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('ki');
@@ -35,46 +32,24 @@ const portsOn = (i: number): string[] => {
 };
 
 describe('namespace isolation under a real kubelet', { skip }, () => {
+  const plexusNode = new PlexusNodeFixture();
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
-  let binDir: string;
 
   before(async () => {
-    binDir = mkdtempSync(join(tmpdir(), 'plexus-ki-bin-'));
-    plexusPluginDir(binDir);
-    daemon = new DaemonFixture('podnet', []);
-    node = await KubeNodeFixture.start({
-      cniBinDir: binDir,
-      ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`),
-      cniConfList: plexusConflist(daemon.socket),
-    });
+    await plexusNode.start({ prefix: 'ki', ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`) });
+    ({ node, daemon } = plexusNode);
     const api = node.api;
-    await api.installPlexus();
     for (const ns of ['team-a', 'team-b', 'shared']) await api.ensureNamespace(ns);
     assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
     assert.equal((await api.createNad('team-a', 'own', bridgeConfig('own', 1))).status, 201);
     assert.equal((await api.createNad('team-b', 'theirs', bridgeConfig('theirs', 2))).status, 201);
     assert.equal((await api.createNad('shared', 'common', bridgeConfig('common', 3))).status, 201);
     assert.equal((await api.createNad('default', 'everyone', bridgeConfig('everyone', 4))).status, 201);
-    daemon.addFlags(
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--namespace-isolation',
-      'true',
-      '--global-namespaces',
-      'shared',
-    );
+    daemon.addFlags(...plexusNode.apiFlags(), '--namespace-isolation', 'true', '--global-namespaces', 'shared');
     await daemon.start(30000);
   });
-  after(async () => {
-    await node?.stop({ runtimeStopped: () => daemon.stop() });
-    await daemon?.stop();
-    if (binDir) rmSync(binDir, { recursive: true, force: true });
-  });
+  after(() => plexusNode.stop());
 
   it('refuses a NAD of another namespace: no sandbox, the event names the rule, nothing left behind', async () => {
     const [pod] = await node.createPods(1, {

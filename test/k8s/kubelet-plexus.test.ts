@@ -6,16 +6,13 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { ApiPods } from '../support/api-pods';
-import { DaemonFixture } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
+import type { ApiPods } from '../support/api-pods';
+import type { DaemonFixture } from '../support/daemon';
+import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { plexusPluginDir } from '../support/plugin-dir';
+import { PlexusNodeFixture } from '../support/plexus-node';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kp');
@@ -45,46 +42,26 @@ const addressesIn = (netns: string): Map<string, string> =>
   );
 
 describe('Plexus on a real kubelet + containerd node', { skip }, () => {
+  const plexusNode = new PlexusNodeFixture();
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
-  let binDir: string;
   let pods: ApiPods;
 
   before(async () => {
-    binDir = mkdtempSync(join(tmpdir(), 'plexus-kp-bin-'));
-    plexusPluginDir(binDir);
-    daemon = new DaemonFixture('podnet', []);
-    node = await KubeNodeFixture.start({
-      cniBinDir: binDir,
-      ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`),
-      cniConfList: plexusConflist(daemon.socket),
-    });
+    await plexusNode.start({ prefix: 'kp', ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`) });
+    ({ node, daemon } = plexusNode);
     const api = node.api;
-    await api.installPlexus();
     for (const [name, i] of [
       ['podnet', 0],
       ['sec', 1],
       ['alt', 2],
     ] as const)
       assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
-    daemon.addFlags(
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-    );
-    pods = new ApiPods(api, node.nodeName, () => {
-      throw new Error('sandboxes come from the kubelet here');
-    });
+    daemon.addFlags(...plexusNode.apiFlags());
+    pods = plexusNode.apiPods();
   });
-  after(async () => {
-    // plexusd serves the runtime's DELs while the node stops its sandboxes, then goes before the API server does.
-    await node?.stop({ runtimeStopped: () => daemon.stop() });
-    await daemon?.stop();
-    if (binDir) rmSync(binDir, { recursive: true, force: true });
-  });
+  // plexusd serves the runtime's DELs while the node stops its sandboxes, then goes before the API server does.
+  after(() => plexusNode.stop());
 
   it('runs pods with the networks their annotations select, network-status matching each netns', async () => {
     await daemon.start(30000);

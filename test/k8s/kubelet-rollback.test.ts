@@ -5,16 +5,13 @@
  * next retry runs the pod, holding exactly one address of each network: none was left behind by the failed attempts.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { ApiPods } from '../support/api-pods';
-import { DaemonFixture } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
+import type { ApiPods } from '../support/api-pods';
+import type { DaemonFixture } from '../support/daemon';
+import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { plexusPluginDir } from '../support/plugin-dir';
+import { PlexusNodeFixture } from '../support/plexus-node';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kr');
@@ -37,43 +34,23 @@ const portsOn = (i: number): string[] =>
   ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
 
 describe('a rolled-back ADD under a real kubelet', { skip }, () => {
+  const plexusNode = new PlexusNodeFixture();
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
-  let binDir: string;
   let pods: ApiPods;
 
   before(async () => {
-    binDir = mkdtempSync(join(tmpdir(), 'plexus-kr-bin-'));
-    plexusPluginDir(binDir);
-    daemon = new DaemonFixture('podnet', []);
-    node = await KubeNodeFixture.start({
-      cniBinDir: binDir,
-      ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`),
-      cniConfList: plexusConflist(daemon.socket),
-    });
+    await plexusNode.start({ prefix: 'kr', ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`) });
+    ({ node, daemon } = plexusNode);
     const api = node.api;
-    await api.installPlexus();
     assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
     assert.equal((await api.createNad('default', 'good', bridgeConfig('good', 1))).status, 201);
     assert.equal((await api.createNad('default', 'broken', bridgeConfig('broken', 2, BAD_ROUTE))).status, 201);
-    daemon.addFlags(
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-    );
-    pods = new ApiPods(api, node.nodeName, () => {
-      throw new Error('sandboxes come from the kubelet here');
-    });
+    daemon.addFlags(...plexusNode.apiFlags());
+    pods = plexusNode.apiPods();
     await daemon.start(30000);
   });
-  after(async () => {
-    await node?.stop({ runtimeStopped: () => daemon.stop() });
-    await daemon?.stop();
-    if (binDir) rmSync(binDir, { recursive: true, force: true });
-  });
+  after(() => plexusNode.stop());
 
   let pod = '';
 

@@ -1,18 +1,18 @@
 /**
- * A real node for memif networks: a private OVS-DPDK with one userspace bridge, plexusd on its OVSDB socket, and a
- * KubeNodeFixture running Plexus, with two NADs: `podnet` (the default network, a kernel bridge) and `memnet` (type
- * memif on the switch's bridge). The daemon is made, not started: each test adds the flags of its device path (the
- * device plugin or DRA) and starts it. `stop()` removes whatever `start()` got to, even after a failure half-way.
+ * A real node for memif networks: a private OVS-DPDK with one userspace bridge, and a Plexus node (PlexusNodeFixture)
+ * whose plexusd talks to the switch's OVSDB, with two NADs: `podnet` (the default network, a kernel bridge) and
+ * `memnet` (type memif on the switch's bridge). The daemon is made, not started: each test adds the flags of its
+ * device path (the device plugin or DRA) and starts it. `stop()` removes whatever `start()` got to, even after a
+ * failure half-way.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DaemonFixture } from './daemon';
+import type { DaemonFixture } from './daemon';
 import { podnetBridge } from './k8s';
-import { KubeNodeFixture, plexusConflist } from './kube-node';
+import type { KubeNodeFixture } from './kube-node';
 import { devarg, OvsDpdkFixture, unquote } from './ovs-dpdk';
-import { plexusPluginDir } from './plugin-dir';
+import { PlexusNodeFixture, started } from './plexus-node';
 import { Testpmd } from './testpmd';
 import { until } from './until';
 
@@ -28,42 +28,41 @@ export interface MemifNodeOptions {
 }
 
 export class MemifNodeFixture {
-  work = '';
-  binDir = '';
+  private readonly plexus = new PlexusNodeFixture();
   /** The file of `resources`, for --device-plugin-config. */
   resourcesFile = '';
   bridge = '';
   private ovsFixture?: OvsDpdkFixture;
-  private daemonFixture?: DaemonFixture;
-  private nodeFixture?: KubeNodeFixture;
 
+  get work(): string {
+    return this.plexus.work;
+  }
+  get binDir(): string {
+    return this.plexus.binDir;
+  }
   get ovs(): OvsDpdkFixture {
     return started(this.ovsFixture, 'OVS-DPDK');
   }
   get daemon(): DaemonFixture {
-    return started(this.daemonFixture, 'plexusd');
+    return this.plexus.daemon;
   }
   get node(): KubeNodeFixture {
-    return started(this.nodeFixture, 'the node');
+    return this.plexus.node;
   }
 
   async start(options: MemifNodeOptions): Promise<void> {
-    this.work = mkdtempSync(join(tmpdir(), `plexus-${options.prefix}-`));
-    this.binDir = plexusPluginDir(join(this.work, 'bin'));
-    this.resourcesFile = join(this.work, 'resources.yaml');
-    writeFileSync(this.resourcesFile, JSON.stringify({ resources: options.resources(this.work) }));
     this.bridge = `${options.prefix}ovs`;
     this.ovsFixture = await OvsDpdkFixture.start();
     this.ovs.addBridge(this.bridge);
-    this.daemonFixture = new DaemonFixture('podnet', ['--ovsdb-socket', this.ovs.dbSocket]);
-    this.nodeFixture = await KubeNodeFixture.start({
-      cniBinDir: this.binDir,
-      controlPlane: options.controlPlane,
+    await this.plexus.start({
+      prefix: options.prefix,
       ownedLinks: [`${options.prefix}b0`],
-      cniConfList: plexusConflist(this.daemon.socket),
+      daemonArgs: ['--ovsdb-socket', this.ovs.dbSocket],
+      controlPlane: options.controlPlane,
     });
+    this.resourcesFile = join(this.work, 'resources.yaml');
+    writeFileSync(this.resourcesFile, JSON.stringify({ resources: options.resources(this.work) }));
     const api = this.node.api;
-    await api.installPlexus();
     const o = 100 + Math.floor(Math.random() * 50);
     const t = Math.floor(Math.random() * 250);
     const podnet = podnetBridge(`${options.prefix}b0`, `10.${o}.${t}.0/24`);
@@ -124,16 +123,8 @@ export class MemifNodeFixture {
     }
   }
 
-  /** plexusd stops once containerd did (the pods' DELs went through it); the switch after both; then the files. */
+  /** The node and plexusd as PlexusNodeFixture stops them; the switch after both; then the files. */
   async stop(): Promise<void> {
-    if (this.nodeFixture) await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() });
-    await this.daemonFixture?.stop();
-    await this.ovsFixture?.stop();
-    if (this.work) rmSync(this.work, { recursive: true, force: true });
+    await this.plexus.stop(async () => this.ovsFixture?.stop());
   }
-}
-
-function started<T>(fixture: T | undefined, what: string): T {
-  if (fixture === undefined) throw new Error(`${what} is not started`);
-  return fixture;
 }

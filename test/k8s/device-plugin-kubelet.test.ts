@@ -78,23 +78,6 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
       client.close();
     }
   };
-  const containerSpec = async (
-    name: string,
-  ): Promise<{ env: string[]; mounts: { destination: string; source: string }[] }> => {
-    const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as {
-      status: { containerStatuses: { containerID: string }[] };
-    };
-    const id = pod.status.containerStatuses[0]!.containerID.replace(/^containerd:\/\//, '');
-    const info = node.ctr(['containers', 'info', id]);
-    assert.equal(info.status, 0, info.out);
-    const spec = (
-      JSON.parse(info.out) as {
-        Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] };
-      }
-    ).Spec;
-    return { env: spec.process.env, mounts: spec.mounts };
-  };
-
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-dp-'));
     binDir = join(work, 'bin');
@@ -197,8 +180,8 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     assert.ok(listed.ok);
     const [device] = listed.value.get(MEMIF) ?? [];
     assert.match(device ?? '', /^memif[0-3]$/);
-    const spec = await containerSpec(pod!);
-    const env = new Map(spec.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+    const spec = await node.containerSpec('default', pod!);
+    const env = spec.env;
     assert.equal(env.get('MEMIF_SOCKET'), `/run/memif/${device}/memif.sock`);
     assert.match(env.get('MEMIF_SECRET') ?? '', /^[A-Za-z0-9]{1,23}$/);
     const mount = spec.mounts.find((m) => m.destination === `/run/memif/${device}`);

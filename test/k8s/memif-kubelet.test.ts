@@ -45,26 +45,6 @@ describe(
     let bridge: string;
 
     const plexusPorts = (): string[] => memifNode.plexusPorts();
-    const containerSpec = async (
-      name: string,
-    ): Promise<{ env: Map<string, string>; mounts: { destination: string; source: string }[] }> => {
-      const pod = (await node.call('GET', `/api/v1/namespaces/default/pods/${name}`)).body as {
-        status: { containerStatuses: { containerID: string }[] };
-      };
-      const id = pod.status.containerStatuses[0]!.containerID.replace(/^containerd:\/\//, '');
-      const info = node.ctr(['containers', 'info', id]);
-      assert.equal(info.status, 0, info.out);
-      const spec = (
-        JSON.parse(info.out) as {
-          Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] };
-        }
-      ).Spec;
-      return {
-        env: new Map(spec.process.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])),
-        mounts: spec.mounts,
-      };
-    };
-
     before(async () => {
       await memifNode.start({
         prefix,
@@ -137,7 +117,7 @@ describe(
       assert.equal(devices.length, 1, `pod-resources lists ${devices.join(', ')}`);
       device = devices[0]!;
       assert.match(device, /^memif[01]$/);
-      const spec = await containerSpec(pod);
+      const spec = await node.containerSpec('default', pod);
       assert.equal(spec.env.get('MEMIF_SOCKET'), `/run/memif/${device}/memif.sock`);
       secret = spec.env.get('MEMIF_SECRET') ?? '';
       assert.match(secret, /^[A-Za-z0-9]{1,23}$/);
@@ -236,7 +216,7 @@ describe(
       for (const name of names) {
         const listed = await podResources!.devicesOf('default', name);
         assert.ok(listed.ok);
-        const env = (await containerSpec(name)).env;
+        const env = (await node.containerSpec('default', name)).env;
         byPod.set(name, { device: listed.value.get(MEMIF)?.[0] ?? '', secret: env.get('MEMIF_SECRET') ?? '' });
       }
       assert.deepEqual([...byPod.values()].map((d) => d.device).sort(), ['memif0', 'memif1']);

@@ -539,6 +539,27 @@ export class KubeNodeFixture {
     return { status: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };
   }
 
+  /** What containerd runs a pod's first container with: its environment (by name) and its mounts. */
+  async containerSpec(
+    namespace: string,
+    name: string,
+  ): Promise<{ env: Map<string, string>; mounts: { destination: string; source: string }[] }> {
+    const pod = (await this.call('GET', `/api/v1/namespaces/${namespace}/pods/${name}`)).body as {
+      status?: { containerStatuses?: { containerID?: string }[] };
+    };
+    const containerId = pod.status?.containerStatuses?.[0]?.containerID;
+    if (!containerId) throw new Error(`pod ${namespace}/${name} has no container yet`);
+    const info = this.ctr(['containers', 'info', containerId.replace(/^containerd:\/\//, '')]);
+    if (info.status !== 0) throw new Error(`ctr containers info: ${info.out}`);
+    const spec = (
+      JSON.parse(info.out) as {
+        Spec: { process: { env: string[] }; mounts: { destination: string; source: string }[] };
+      }
+    ).Spec;
+    const env = new Map(spec.process.env.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+    return { env, mounts: spec.mounts };
+  }
+
   // -- the API -------------------------------------------------------------------------------------------------------
 
   /** A request to the API server as the admin (KubeApiFixture.request). */

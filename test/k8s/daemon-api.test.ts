@@ -13,25 +13,15 @@ import { type ApiEvent, type ApiPod, ApiPods, pluginDirWithSlowBridge, type Stat
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('pa');
-const o = 200 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 200);
 const NODE = `${prefix}-node`;
 const nsA = `${prefix}-a`;
 const nsB = `${prefix}-b`;
 const nsG = `${prefix}-g`;
-const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type,
-    bridge: `${prefix}b${i}`,
-    isGateway: true,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
-  });
-const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
+const bridges = testBridges(prefix, 200);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('plexusd on the Kubernetes API', { skip }, () => {
@@ -50,12 +40,12 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     api = await KubeApiFixture.startForPlexus();
     for (const ns of [nsA, nsB, nsG]) await api.ensureNamespace(ns);
     const nads: [string, string, string][] = [
-      ['default', 'podnet', bridgeConfig('podnet', 0)],
-      ['default', 'sec', bridgeConfig('sec', 1)],
-      ['default', 'alt', bridgeConfig('alt', 3)],
-      [nsB, 'blue', bridgeConfig('blue', 4)],
-      [nsG, 'green', bridgeConfig('green', 5)],
-      ['default', 'slow', bridgeConfig('slow', 6, 'slow')],
+      ['default', 'podnet', bridges.config('podnet', 0)],
+      ['default', 'sec', bridges.config('sec', 1)],
+      ['default', 'alt', bridges.config('alt', 3)],
+      [nsB, 'blue', bridges.config('blue', 4)],
+      [nsG, 'green', bridges.config('green', 5)],
+      ['default', 'slow', bridges.config('slow', 6, { type: 'slow' })],
     ];
     for (const [ns, name, config] of nads)
       assert.equal((await api.createNad(ns, name, config)).status, 201, `${ns}/${name}`);
@@ -105,8 +95,8 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const p = await apiPod('short', { 'k8s.v1.cni.cncf.io/networks': 'sec' });
     const out = await call(open, 'ADD', p, { 'k8s.v1.cni.cncf.io/networks': 'no-such-network' });
     assert.equal(out.code, 0, out.stdout);
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), subnetOf(0));
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(1));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), bridges.subnetOf(0));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), bridges.subnetOf(1));
     assert.equal((await call(open, 'CHECK', p)).code, 0);
     assert.equal((await call(open, 'DEL', p)).code, 0);
     assert.deepEqual(leases(open), []);
@@ -118,7 +108,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     });
     const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'blue0'), subnetOf(1));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'blue0'), bridges.subnetOf(1));
     assert.equal((await call(open, 'DEL', p)).code, 0);
   });
 
@@ -184,24 +174,24 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       /^plexus: k8s\.v1\.cni\.cncf\.io\/networks: element 1 \(default\/late\): network default\/late is not defined.*\(CNI error 7\)$/,
     );
 
-    assert.equal((await api.createNad('default', 'late', bridgeConfig('late', 2))).status, 201);
+    assert.equal((await api.createNad('default', 'late', bridges.config('late', 2))).status, 201);
     let retried = await call(open, 'ADD', p);
     for (let i = 0; retried.code !== 0 && i < 50; i++) {
       await sleep(100); // the informer hears of the new NAD within a moment; the runtime retries
       retried = await call(open, 'ADD', p);
     }
     assert.equal(retried.code, 0, retried.stdout);
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(2));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), bridges.subnetOf(2));
     assert.equal((await call(open, 'DEL', p)).code, 0);
     assert.deepEqual(open.leases('late'), []);
   });
 
   it('removes a pod whose NAD was deleted after it attached: DEL and CHECK work from the journal', async () => {
-    assert.equal((await api.createNad('default', 'fleeting', bridgeConfig('fleeting', 7))).status, 201);
+    assert.equal((await api.createNad('default', 'fleeting', bridges.config('fleeting', 7))).status, 201);
     const p = await apiPod('orphaned', { 'k8s.v1.cni.cncf.io/networks': 'fleeting' });
     for (let i = 0; i < 50 && !(await call(open, 'ADD', p)).json?.interfaces; i++)
       await new Promise((r) => setTimeout(r, 100));
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(7));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), bridges.subnetOf(7));
     assert.equal(
       (
         await api.request(
@@ -222,7 +212,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const cross = await apiPod('cross', { 'k8s.v1.cni.cncf.io/networks': `${nsB}/blue` }, nsA);
     const allowed = await call(open, 'ADD', cross);
     assert.equal(allowed.code, 0, allowed.stdout);
-    assert.match(ip('-n', cross.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), subnetOf(4));
+    assert.match(ip('-n', cross.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), bridges.subnetOf(4));
     assert.equal((await call(open, 'DEL', cross)).code, 0);
 
     const refused = await call(isolated, 'ADD', cross);
@@ -239,7 +229,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const shared = await apiPod('shared', { 'k8s.v1.cni.cncf.io/networks': `default/sec,${nsG}/green` }, nsA);
     const ok = await call(isolated, 'ADD', shared);
     assert.equal(ok.code, 0, ok.stdout);
-    assert.match(ip('-n', shared.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(5));
+    assert.match(ip('-n', shared.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), bridges.subnetOf(5));
     assert.equal((await call(isolated, 'DEL', shared)).code, 0);
     assert.deepEqual(leases(isolated), []);
   });
@@ -251,7 +241,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     });
     const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), subnetOf(3));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), bridges.subnetOf(3));
     const status = await statusOf('default', 'override');
     assert.deepEqual(
       status.map((s) => [s.name, s.interface, s.default]),

@@ -14,23 +14,13 @@ import { changeInFlight, recordKinds } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('hp');
-const o = 200 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 200);
 const NODE = `${prefix}-node`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
-const bridgeConfig = (name: string, i: number, type = 'bridge'): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type,
-    bridge: `${prefix}b${i}`,
-    isGateway: true,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
-  });
-const subnetOf = (i: number): RegExp => new RegExp(`inet 10\\.${o}\\.${t + i}\\.`);
+const bridges = testBridges(prefix, 200);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe("hot-plug: changing a running pod's networks through its annotation", { skip }, () => {
@@ -52,7 +42,7 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
       ['alt', 2],
       ['slow', 3, 'slow'],
     ] as const) {
-      assert.equal((await api.createNad('default', name, bridgeConfig(name, i, type))).status, 201);
+      assert.equal((await api.createNad('default', name, bridges.config(name, i, { type }))).status, 201);
     }
     daemon = new DaemonFixture('podnet', [
       '--kubeconfig',
@@ -104,7 +94,7 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
     const started = Date.now();
     await pods.annotate('default', 'grow', NETWORKS, 'sec,alt');
     assert.deepEqual(await linksBecome(p, ['eth0', 'net1', 'net2']), ['eth0', 'net1', 'net2']);
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(2));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), bridges.subnetOf(2));
     const status = await pods.status('default', 'grow', (s) => s.length === 3);
     const ms = Date.now() - started;
     assert.deepEqual(
@@ -177,7 +167,7 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
       ['eth0', 'net2'],
       'the change is made again after the restart',
     );
-    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), subnetOf(3));
+    assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'net2'), bridges.subnetOf(3));
     const status = await pods.status('default', 'crash', (s) => s.length === 2 && s[1]?.name === 'default/slow');
     assert.deepEqual(
       status.map((s) => `${s.name}@${s.interface}`),

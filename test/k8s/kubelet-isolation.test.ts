@@ -10,20 +10,14 @@ import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
+import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('ki');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
-const o = 150 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 200);
-const bridgeConfig = (name: string, i: number): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'bridge',
-    bridge: `${prefix}b${i}`,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
-  });
+const bridges = testBridges(prefix, 150);
+/** No bridge here is a gateway: these tests look at which networks a pod may have, not at its routes. */
+const NOT_GATEWAY = { isGateway: false };
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges (none when the bridge was never made). */
 const portsOn = (i: number): string[] => {
@@ -41,11 +35,11 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     ({ node, daemon } = plexusNode);
     const api = node.api;
     for (const ns of ['team-a', 'team-b', 'shared']) await api.ensureNamespace(ns);
-    assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
-    assert.equal((await api.createNad('team-a', 'own', bridgeConfig('own', 1))).status, 201);
-    assert.equal((await api.createNad('team-b', 'theirs', bridgeConfig('theirs', 2))).status, 201);
-    assert.equal((await api.createNad('shared', 'common', bridgeConfig('common', 3))).status, 201);
-    assert.equal((await api.createNad('default', 'everyone', bridgeConfig('everyone', 4))).status, 201);
+    assert.equal((await api.createNad('default', 'podnet', bridges.config('podnet', 0, NOT_GATEWAY))).status, 201);
+    assert.equal((await api.createNad('team-a', 'own', bridges.config('own', 1, NOT_GATEWAY))).status, 201);
+    assert.equal((await api.createNad('team-b', 'theirs', bridges.config('theirs', 2, NOT_GATEWAY))).status, 201);
+    assert.equal((await api.createNad('shared', 'common', bridges.config('common', 3, NOT_GATEWAY))).status, 201);
+    assert.equal((await api.createNad('default', 'everyone', bridges.config('everyone', 4, NOT_GATEWAY))).status, 201);
     daemon.addFlags(...plexusNode.apiFlags(), '--namespace-isolation', 'true', '--global-namespaces', 'shared');
     await daemon.start(30000);
   });

@@ -13,21 +13,12 @@ import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
+import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kp');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
-const o = 100 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 200);
-const bridgeConfig = (name: string, i: number): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'bridge',
-    bridge: `${prefix}b${i}`,
-    isGateway: true,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
-  });
+const bridges = testBridges(prefix, 100);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The pod's interfaces and IPv4 addresses, read in its netns. */
@@ -56,7 +47,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
       ['sec', 1],
       ['alt', 2],
     ] as const)
-      assert.equal((await api.createNad('default', name, bridgeConfig(name, i))).status, 201);
+      assert.equal((await api.createNad('default', name, bridges.config(name, i))).status, 201);
     daemon.addFlags(...plexusNode.apiFlags());
     pods = plexusNode.apiPods();
   });
@@ -117,7 +108,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
       /network default\/late is not defined/,
     );
     assert.notEqual((await node.pod('default', late!)).status?.phase, 'Running');
-    assert.equal((await node.api.createNad('default', 'late', bridgeConfig('late', 3))).status, 201);
+    assert.equal((await node.api.createNad('default', 'late', bridges.config('late', 3))).status, 201);
     const timings = await node.waitAllRunning([late!], 120000);
     assert.equal(timings.pods, 1);
     assert.deepEqual(

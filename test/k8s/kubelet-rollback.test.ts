@@ -12,21 +12,12 @@ import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
+import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kr');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
-const o = 150 + Math.floor(Math.random() * 50);
-const t = Math.floor(Math.random() * 200);
-const bridgeConfig = (name: string, i: number, routes: unknown[] = []): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'bridge',
-    bridge: `${prefix}b${i}`,
-    isGateway: true,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]], routes },
-  });
+const bridges = testBridges(prefix, 150);
 const BAD_ROUTE = [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges: one per pod interface attached there. */
@@ -43,9 +34,12 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
     await plexusNode.start({ prefix: 'kr', ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`) });
     ({ node, daemon } = plexusNode);
     const api = node.api;
-    assert.equal((await api.createNad('default', 'podnet', bridgeConfig('podnet', 0))).status, 201);
-    assert.equal((await api.createNad('default', 'good', bridgeConfig('good', 1))).status, 201);
-    assert.equal((await api.createNad('default', 'broken', bridgeConfig('broken', 2, BAD_ROUTE))).status, 201);
+    assert.equal((await api.createNad('default', 'podnet', bridges.config('podnet', 0))).status, 201);
+    assert.equal((await api.createNad('default', 'good', bridges.config('good', 1))).status, 201);
+    assert.equal(
+      (await api.createNad('default', 'broken', bridges.config('broken', 2, { routes: BAD_ROUTE }))).status,
+      201,
+    );
     daemon.addFlags(...plexusNode.apiFlags());
     pods = plexusNode.apiPods();
     await daemon.start(30000);
@@ -80,7 +74,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
     const fixed = await node.call(
       'PATCH',
       '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/broken',
-      { spec: { config: bridgeConfig('broken', 2) } },
+      { spec: { config: bridges.config('broken', 2) } },
       'application/merge-patch+json',
     );
     assert.equal(fixed.status, 200, JSON.stringify(fixed.body));

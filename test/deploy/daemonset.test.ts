@@ -6,18 +6,8 @@
  * failure, with the existing pods adopted. Skips when the binaries are absent.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import {
-  closeSync,
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-} from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,6 +18,7 @@ import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { ClusterControlPlane } from '../support/control-plane';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const prefix = uniquePrefix('pd');
@@ -84,7 +75,7 @@ function getHttp(port: number, path: string): Promise<{ status: number; body: st
 
 describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, () => {
   let node: KubeNodeFixture;
-  const procs: { name: string; proc: ChildProcess }[] = [];
+  const controlPlane = new ClusterControlPlane();
   const work = mkdtempSync(join(tmpdir(), `plexus-ds-${prefix}-`));
   const binDir = join(work, 'cni-bin');
   let imageArchive = '';
@@ -204,14 +195,6 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
     }
   };
 
-  const startControlPlaneProcess = (name: 'kube-controller-manager' | 'kube-scheduler', args: string[]): void => {
-    const fd = openSync(join(work, `${name}.log`), 'a');
-    const proc = spawn(k8sBinary(name)!, args, { stdio: ['ignore', fd, fd] });
-    closeSync(fd);
-    proc.once('error', () => undefined);
-    procs.push({ name, proc });
-  };
-
   before(async () => {
     mkdirSync(binDir);
     // Copies, not links: plexusd in its container runs the node network's own plugins from this directory.
@@ -249,34 +232,8 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
         }),
     });
     const api = node.api;
-    const certs = join(api.dir, 'certs');
     // The DaemonSet controller and the scheduler (DaemonSet pods are scheduled), as NOTES.md section 2 runs them.
-    const kcm = api.userKubeconfig('system:kube-controller-manager');
-    startControlPlaneProcess('kube-controller-manager', [
-      `--kubeconfig=${kcm}`,
-      `--authentication-kubeconfig=${kcm}`,
-      `--authorization-kubeconfig=${kcm}`,
-      '--bind-address=127.0.0.1',
-      '--secure-port=10257',
-      `--cert-dir=${join(work, 'kcm')}`,
-      '--leader-elect=false',
-      '--use-service-account-credentials=true',
-      `--service-account-private-key-file=${join(certs, 'sa.key')}`,
-      `--root-ca-file=${join(certs, 'ca.crt')}`,
-      `--cluster-signing-cert-file=${join(certs, 'ca.crt')}`,
-      `--cluster-signing-key-file=${join(certs, 'ca.key')}`,
-      '--service-cluster-ip-range=10.244.240.0/20',
-      '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-node-ipam-controller',
-    ]);
-    const sched = api.userKubeconfig('system:kube-scheduler');
-    startControlPlaneProcess('kube-scheduler', [
-      `--kubeconfig=${sched}`,
-      `--authentication-kubeconfig=${sched}`,
-      `--authorization-kubeconfig=${sched}`,
-      '--bind-address=127.0.0.1',
-      '--secure-port=10259',
-      '--leader-elect=false',
-    ]);
+    controlPlane.start(api, work);
 
     const imported = node.ctr(['images', 'import', imageArchive]);
     assert.equal(imported.status, 0, imported.out);
@@ -319,14 +276,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
         for (let i = 0; i < 60 && (await dsPods().catch(() => [])).length; i++) await sleep(500);
       }
     } finally {
-      for (const { proc } of procs.reverse()) {
-        if (proc.exitCode !== null || proc.signalCode !== null) continue;
-        const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-        proc.kill('SIGTERM');
-        const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
-        await exited;
-        clearTimeout(t);
-      }
+      await controlPlane.stop();
       if (node) {
         const problems = await node.stop();
         assert.deepEqual(problems, []);

@@ -9,14 +9,12 @@
  * socket's private path, for plexusctl), `ctr` on PATH talks to the node's containerd and `kubectl` is the harness's.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import {
-  closeSync,
   copyFileSync,
   cpSync,
   mkdirSync,
   mkdtempSync,
-  openSync,
   readdirSync,
   readFileSync,
   rmSync,
@@ -32,6 +30,7 @@ import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { ClusterControlPlane } from '../support/control-plane';
 
 const prefix = uniquePrefix('rt');
 /** The bridge the tour's NAD makes on the node. */
@@ -68,20 +67,12 @@ describe(
   { skip: expectedPrerequisites(missing()), timeout: 900_000 },
   () => {
     let node: KubeNodeFixture;
-    const procs: ChildProcess[] = [];
+    const controlPlane = new ClusterControlPlane();
     const work = mkdtempSync(join(tmpdir(), `plexus-tour-${prefix}-`));
     const binDir = join(work, 'cni-bin');
     const tourDir = join(work, 'tour');
     const toolDir = join(work, 'tools');
     let output = '';
-
-    const startControlPlaneProcess = (name: 'kube-controller-manager' | 'kube-scheduler', args: string[]): void => {
-      const fd = openSync(join(work, `${name}.log`), 'a');
-      const proc = spawn(k8sBinary(name)!, args, { stdio: ['ignore', fd, fd] });
-      closeSync(fd);
-      proc.once('error', () => undefined);
-      procs.push(proc);
-    };
 
     /** deploy/ as the tour applies it: the node's private directories for the host's, plus the harness's env. */
     function deployCopy(paths: Record<string, string>, socket: string): void {
@@ -148,32 +139,7 @@ describe(
         `--kubelet-client-key=${join(certs, 'admin.key')}`,
       );
       await node.api.startApiServer();
-      const kcm = node.api.userKubeconfig('system:kube-controller-manager');
-      startControlPlaneProcess('kube-controller-manager', [
-        `--kubeconfig=${kcm}`,
-        `--authentication-kubeconfig=${kcm}`,
-        `--authorization-kubeconfig=${kcm}`,
-        '--bind-address=127.0.0.1',
-        '--secure-port=10257',
-        `--cert-dir=${join(work, 'kcm')}`,
-        '--leader-elect=false',
-        '--use-service-account-credentials=true',
-        `--service-account-private-key-file=${join(certs, 'sa.key')}`,
-        `--root-ca-file=${join(certs, 'ca.crt')}`,
-        `--cluster-signing-cert-file=${join(certs, 'ca.crt')}`,
-        `--cluster-signing-key-file=${join(certs, 'ca.key')}`,
-        '--service-cluster-ip-range=10.244.240.0/20',
-        '--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-node-ipam-controller',
-      ]);
-      const sched = node.api.userKubeconfig('system:kube-scheduler');
-      startControlPlaneProcess('kube-scheduler', [
-        `--kubeconfig=${sched}`,
-        `--authentication-kubeconfig=${sched}`,
-        `--authorization-kubeconfig=${sched}`,
-        '--bind-address=127.0.0.1',
-        '--secure-port=10259',
-        '--leader-elect=false',
-      ]);
+      controlPlane.start(node.api, work);
 
       // Sandboxes' netns are bind mounts containerd makes under its state dir: shared, so plexusd's container sees them.
       const netnsDir = join(node.dir, 'run/containerd/io.containerd.grpc.v1.cri/netns');
@@ -223,14 +189,7 @@ describe(
             await new Promise((r) => setTimeout(r, 500));
         }
       } finally {
-        for (const proc of procs.reverse()) {
-          if (proc.exitCode !== null || proc.signalCode !== null) continue;
-          const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-          proc.kill('SIGTERM');
-          const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
-          await exited;
-          clearTimeout(t);
-        }
+        await controlPlane.stop();
         if (node) assert.deepEqual(await node.stop(), []);
         rmSync(work, { recursive: true, force: true });
       }

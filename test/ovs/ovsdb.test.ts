@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { OvsdbClient } from '../../src/ovs/ovsdb';
 import { SwitchPorts } from '../../src/ovs/ports';
-import { stopProcess } from '../support/ovs-dpdk';
+import { stopProcess } from '../support/processes';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 

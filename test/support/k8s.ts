@@ -16,6 +16,7 @@ import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
 import { ROOT } from './daemon';
 import { k8sBinary, k8sBinaryMissing } from './k8s-binaries';
+import { stopProcess } from './processes';
 import { type CertAuthority, issueCert, makeCa, writeKubeconfig } from './certs';
 
 export { k8sBinary, k8sBinaryMissing, k8sOlderThan, k8sVersion, kubectlBinary } from './k8s-binaries';
@@ -527,14 +528,4 @@ export function apiClientFor(kubeconfig: string): KubeApiClient {
   if (!endpoint.ok || !endpoint.value)
     throw new Error(`${kubeconfig}: ${endpoint.ok ? 'no endpoint' : endpoint.error.message}`);
   return new KubeApiClient(endpoint.value, { qps: 50, burst: 100, timeoutMs: 5000 });
-}
-
-/** SIGTERM to a process this fixture started, SIGKILL after 10 s; resolves when it has exited. */
-async function stopProcess(proc: ChildProcess): Promise<void> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  proc.kill('SIGTERM');
-  const timer = setTimeout(() => proc.kill('SIGKILL'), 10000);
-  await exited;
-  clearTimeout(timer);
 }

@@ -18,6 +18,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { uniquePrefix } from './netns';
+import { stopProcess } from './processes';
 
 export const OVS_VSWITCHD_DPDK = '/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk';
 const NR_HUGEPAGES = '/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages';
@@ -291,16 +292,6 @@ export class OvsDpdkFixture {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
-}
-
-/** Stops a child this fixture started and waits for it to be gone (by its PID only). */
-export async function stopProcess(p: ChildProcess | undefined, signal: NodeJS.Signals): Promise<void> {
-  if (!p || p.exitCode !== null || p.signalCode !== null) return;
-  const exited = new Promise<void>((r) => p.once('exit', () => r()));
-  p.kill(signal);
-  const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
 }
 
 /** Removes a directory if it is empty (another run may still use it). */

@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { uniquePrefix } from './netns';
-import { stopProcess } from './ovs-dpdk';
+import { stopProcess } from './processes';
 
 export interface TestpmdOptions {
   readonly socket: string;

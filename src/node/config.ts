@@ -9,30 +9,36 @@ import { z } from 'zod';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 // An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
-const int = (min: number, max: number) =>
-  z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().int().min(min).max(max));
+const emptyIsNaN = (v: unknown): unknown => (v === '' ? Number.NaN : v);
+const int = (min: number, max: number) => z.preprocess(emptyIsNaN, z.coerce.number().int().min(min).max(max));
+/** A number of seconds or a rate. */
+const decimal = (min: number, max: number) => z.preprocess(emptyIsNaN, z.coerce.number().min(min).max(max));
+const absolutePath = () => z.string().startsWith('/', 'must be an absolute path');
+/** A list of names: an array in the file, comma-separated on the command line. */
+const nameList = () =>
+  z
+    .union([
+      z.array(z.string().min(1)),
+      z.string().transform((v) =>
+        v
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean),
+      ),
+    ])
+    .default([]);
 
 export const DaemonConfigSchema = z
   .object({
-    socket: z.string().startsWith('/', 'must be an absolute path').default('/run/plexus/plexus.sock'),
-    stateDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/plexus'),
-    networksDir: z.string().startsWith('/', 'must be an absolute path').default('/etc/plexus/networks.d'),
+    socket: absolutePath().default('/run/plexus/plexus.sock'),
+    stateDir: absolutePath().default('/var/lib/plexus'),
+    networksDir: absolutePath().default('/etc/plexus/networks.d'),
     defaultNetwork: z.string().min(1).optional(),
-    cniBinDir: z.string().startsWith('/', 'must be an absolute path').default('/opt/cni/bin'),
-    cniConfDir: z.string().startsWith('/', 'must be an absolute path').default('/etc/cni/net.d'),
+    cniBinDir: absolutePath().default('/opt/cni/bin'),
+    cniConfDir: absolutePath().default('/etc/cni/net.d'),
     naming: z.enum(['multus', 'eth']).default('multus'),
     selectionAnnotation: bool.default(true),
-    defaultNetworks: z
-      .union([
-        z.array(z.string().min(1)),
-        z.string().transform((v) =>
-          v
-            .split(',')
-            .map((x) => x.trim())
-            .filter(Boolean),
-        ),
-      ])
-      .default([]),
+    defaultNetworks: nameList(),
     maxConcurrent: int(1, 1024).default(16),
     delegateShare: int(1, 1024).default(8),
     maxDelegateExecs: int(1, 1024).default(32),
@@ -40,80 +46,46 @@ export const DaemonConfigSchema = z
     maxQueued: int(0, 100000).default(1024),
     stateSync: bool.default(false),
     hostLinkGroup: int(1, 2 ** 31 - 1).optional(),
-    kubeconfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    kubeconfig: absolutePath().optional(),
     nodeName: z.string().min(1).max(253).optional(),
-    kubeApiQps: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(10000)).default(50),
+    kubeApiQps: decimal(0.1, 10000).default(50),
     kubeApiBurst: int(1, 10000).default(100),
-    kubeApiTimeout: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(600)).default(10),
-    ipamReconcileSeconds: z
-      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(86400))
-      .default(30),
-    ipamNodeGraceSeconds: z
-      .preprocess(
-        (v) => (v === '' ? Number.NaN : v),
-        z.coerce
-          .number()
-          .min(0)
-          .max(86400 * 30),
-      )
-      .default(600),
+    kubeApiTimeout: decimal(0.1, 600).default(10),
+    ipamReconcileSeconds: decimal(0.1, 86400).default(30),
+    ipamNodeGraceSeconds: decimal(0, 86400 * 30).default(600),
     nodeLeaseSeconds: int(1, 3600).default(40),
     namespaceIsolation: bool.default(false),
     hotPlug: bool.default(true),
-    globalNamespaces: z
-      .union([
-        z.array(z.string().min(1)),
-        z.string().transform((v) =>
-          v
-            .split(',')
-            .map((x) => x.trim())
-            .filter(Boolean),
-        ),
-      ])
-      .default([]),
-    systemNamespaces: z
-      .union([
-        z.array(z.string().min(1)),
-        z.string().transform((v) =>
-          v
-            .split(',')
-            .map((x) => x.trim())
-            .filter(Boolean),
-        ),
-      ])
-      .default([]),
-    readinessIndicatorFile: z.string().startsWith('/', 'must be an absolute path').optional(),
+    globalNamespaces: nameList(),
+    systemNamespaces: nameList(),
+    readinessIndicatorFile: absolutePath().optional(),
     takeOverMultus: bool.default(false),
-    importedConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
-    multusCacheDir: z.string().startsWith('/', 'must be an absolute path').optional(),
+    importedConfig: absolutePath().optional(),
+    multusCacheDir: absolutePath().optional(),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
-    drainSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(3600)).default(20),
-    spoolScanSeconds: z.preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0.1).max(3600)).default(5),
-    installCniConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
+    drainSeconds: decimal(0, 3600).default(20),
+    spoolScanSeconds: decimal(0.1, 3600).default(5),
+    installCniConfig: absolutePath().optional(),
     memoryCeilingMib: int(32, 1_048_576).optional(),
     metricsAddress: z
       .string()
       .regex(/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port')
       .optional(),
-    devicePluginConfig: z.string().startsWith('/', 'must be an absolute path').optional(),
-    devicePluginDir: z.string().startsWith('/', 'must be an absolute path').default('/var/lib/kubelet/device-plugins'),
+    devicePluginConfig: absolutePath().optional(),
+    devicePluginDir: absolutePath().default('/var/lib/kubelet/device-plugins'),
     // Optional rather than defaulted (absent: off, /var/lib/kubelet), so configs written before DRA compare equal.
     dra: bool.optional(),
-    kubeletRootDir: z.string().startsWith('/', 'must be an absolute path').optional(),
+    kubeletRootDir: absolutePath().optional(),
     podResourcesSocket: z
       .string()
       .startsWith('/', 'must be an absolute path')
       .default('/var/lib/kubelet/pod-resources/kubelet.sock'),
-    deviceInfoDir: z.string().startsWith('/', 'must be an absolute path').default('/var/run/k8s.cni.cncf.io/devinfo'),
-    ovsdbSocket: z.string().startsWith('/', 'must be an absolute path').default('/var/run/openvswitch/db.sock'),
-    orphanSweepSeconds: z
-      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(0).max(86400))
-      .default(60),
-    switchResyncSeconds: z
-      .preprocess((v) => (v === '' ? Number.NaN : v), z.coerce.number().min(1).max(3600))
-      .default(10),
+    deviceInfoDir: absolutePath().default('/var/run/k8s.cni.cncf.io/devinfo'),
+    ovsdbSocket: absolutePath().default('/var/run/openvswitch/db.sock'),
+    orphanSweepSeconds: decimal(0, 86400).default(60),
+    switchResyncSeconds: decimal(1, 3600).default(10),
     logLevel: z.enum(['silent', 'fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'),
   })
   .strict();

@@ -51,6 +51,23 @@ export interface Report {
   readonly problems: string[];
 }
 
+/** The columns of a latency row, and its cells. */
+const LATENCY_COLUMNS = [
+  'ADD median',
+  'ADD p90',
+  'ADD min',
+  'ADD max',
+  'DEL median',
+  'DEL p90',
+  'DEL min',
+  'DEL max',
+  'failures',
+];
+const latencyCells = (f: LatencyFigures): string[] => [
+  ...[f.add, f.del].flatMap((x) => [fmt(x.median), fmt(x.p90), fmt(x.min), fmt(x.max)]),
+  String(f.failures.length),
+];
+
 export const kib = (x: number | undefined): string => (x === undefined ? 'n/a' : `${(x / 1024).toFixed(1)} MiB`);
 
 export function render(report: Report, markdown: boolean): string {
@@ -61,30 +78,8 @@ export function render(report: Report, markdown: boolean): string {
     head(title);
     out.push(
       t(
-        [
-          'subject',
-          'ADD median',
-          'ADD p90',
-          'ADD min',
-          'ADD max',
-          'DEL median',
-          'DEL p90',
-          'DEL min',
-          'DEL max',
-          'failures',
-        ],
-        Object.entries(latency).map(([name, f]) => [
-          name,
-          fmt(f.add.median),
-          fmt(f.add.p90),
-          fmt(f.add.min),
-          fmt(f.add.max),
-          fmt(f.del.median),
-          fmt(f.del.p90),
-          fmt(f.del.min),
-          fmt(f.del.max),
-          String(f.failures.length),
-        ]),
+        ['subject', ...LATENCY_COLUMNS],
+        Object.entries(latency).map(([name, f]) => [name, ...latencyCells(f)]),
       ),
     );
     const ratios = Object.entries(ratioMap);
@@ -199,38 +194,12 @@ export function render(report: Report, markdown: boolean): string {
         rows.push([
           v.key,
           name,
-          fmt(f.add.median),
-          fmt(f.add.p90),
-          fmt(f.add.min),
-          fmt(f.add.max),
-          fmt(f.del.median),
-          fmt(f.del.p90),
-          fmt(f.del.min),
-          fmt(f.del.max),
-          String(f.failures.length),
+          ...latencyCells(f),
           m.ratios[v.key] !== undefined && name === 'plexus' ? `${fmt(m.ratios[v.key]?.addMedian, 2)}x` : '',
         ]);
       }
     }
-    out.push(
-      t(
-        [
-          'ifs',
-          'runtime',
-          'ADD median',
-          'ADD p90',
-          'ADD min',
-          'ADD max',
-          'DEL median',
-          'DEL p90',
-          'DEL min',
-          'DEL max',
-          'failures',
-          'ADD ratio',
-        ],
-        rows,
-      ),
-    );
+    out.push(t(['ifs', 'runtime', ...LATENCY_COLUMNS, 'ADD ratio'], rows));
     out.push('');
     const li = markdown ? '- ' : '';
     for (const v of m.variants) out.push(`${li}${v.key}: ${v.networks}`);

@@ -9,6 +9,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { readBoundedFileSync } from '../common/bounded-file';
 import { definedFields } from '../common/defined-fields';
+import { isJsonObject } from '../common/json-object';
 
 type Json = Record<string, unknown>;
 
@@ -35,13 +36,11 @@ export interface RecordedNetwork {
   readonly isList: boolean;
 }
 
-const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 /** A JSON object from base64 (how Go encodes a byte slice), or undefined when it is not one. */
 function decodedJson(base64: string): Json | undefined {
   try {
     const v: unknown = JSON.parse(Buffer.from(base64, 'base64').toString('utf8'));
-    return isRecord(v) ? v : undefined;
+    return isJsonObject(v) ? v : undefined;
   } catch {
     return undefined;
   }
@@ -58,7 +57,7 @@ function readFile(path: string): Json | undefined {
   if (!file.ok) return undefined;
   try {
     const raw: unknown = JSON.parse(file.value.toString('utf8'));
-    return isRecord(raw) ? raw : undefined;
+    return isJsonObject(raw) ? raw : undefined;
   } catch {
     return undefined;
   }
@@ -70,9 +69,9 @@ export function readLibcniRecord(cniDir: string, network: string, containerId: s
   if (!raw) return {};
   return definedFields({
     config: typeof raw.config === 'string' ? decodedJson(raw.config) : undefined,
-    result: isRecord(raw.result) ? raw.result : undefined,
+    result: isJsonObject(raw.result) ? raw.result : undefined,
     cniArgs: Array.isArray(raw.cniArgs) ? (raw.cniArgs as [string, string][]) : undefined,
-    capabilityArgs: isRecord(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
+    capabilityArgs: isJsonObject(raw.capabilityArgs) ? raw.capabilityArgs : undefined,
     netns: typeof raw.netns === 'string' ? raw.netns : undefined,
   });
 }

@@ -21,6 +21,7 @@ import {
   recordedNetworksOf,
 } from './libcni-records';
 import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
+import { isJsonObject } from '../common/json-object';
 
 export interface MultusSandboxesOptions {
   /** Multus's cniDir (its default: /var/lib/cni/multus). */
@@ -259,14 +260,12 @@ function networkOf(d: CachedDelegate): string {
   return typeof name === 'string' ? name : d.name;
 }
 
-const isRecord = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 /** What libcni's buildOneConfig makes of a plugin: name, cniVersion, prevResult, the declared capabilities' values. */
 function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniRecord): Json {
   const config: Json = { ...plugin, name: network, cniVersion };
   // A cached result on DEL came with spec 0.4.0.
   if (cached.result && compareVersions(cniVersion, '0.4.0') >= 0) config.prevResult = cached.result;
-  const declared = isRecord(plugin.capabilities)
+  const declared = isJsonObject(plugin.capabilities)
     ? Object.entries(plugin.capabilities)
         .filter(([, on]) => on === true)
         .map(([c]) => c)

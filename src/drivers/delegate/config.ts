@@ -8,9 +8,9 @@ import { declaredCapabilities, type PluginConfig } from '../../networks/nad';
 
 export { declaredCapabilities };
 import type { AttachRequest } from '../driver';
+import { isJsonObject } from '../../common/json-object';
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * The value for one declared capability, or undefined when the request has none. The well-known ones come from
@@ -61,8 +61,8 @@ export function buildPluginConfig(plugin: PluginConfig, req: AttachRequest, prev
 
   const extra = req.options?.cniArgs;
   if (extra && Object.keys(extra).length) {
-    const args = isObject(plugin.args) ? plugin.args : {};
-    const cni = isObject(args.cni) ? args.cni : {};
+    const args = isJsonObject(plugin.args) ? plugin.args : {};
+    const cni = isJsonObject(args.cni) ? args.cni : {};
     out.args = { ...args, cni: { ...cni, ...extra } };
   }
 

@@ -26,15 +26,9 @@ import type { ChildProcess } from 'node:child_process';
 import { k8sVersion } from '../test/support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
 import { multusMissing, multusPluginDir } from '../test/support/multus';
+import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
 import { listMultusCaches } from '../src/adopt/multus-cache';
-import {
-  type Network,
-  REFERENCE_PLUGINS,
-  bridgeConfig,
-  nodeConflist,
-  startPlexusd,
-  stopPlexusd,
-} from './lib/bench/kubelet-burst';
+import { type Network, bridgeConfig, nodeConflist, startPlexusd, stopPlexusd } from './lib/bench/kubelet-burst';
 import { type CallDurations, callDurations, scrapeMetrics } from './lib/bench/cni-durations';
 import { freeTenNet, linksOfBridge, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';

@@ -9,6 +9,7 @@ import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readdirSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KubeNodeFixture } from '../../../test/support/kube-node';
+import { REFERENCE_PLUGINS } from '../../../test/support/plugin-dir';
 import { freeTenNet, linksOfBridge, restoreForwardingOnTeardown, uniquePrefix } from '../host';
 import { daemonEntry, hostLocalLeftovers, httpOverSocket, plexusLeftovers, shimBinary } from '../plexusd';
 import { round } from '../stats';
@@ -16,7 +17,6 @@ import { Teardown } from '../teardown';
 
 export type BurstMode = 'bridge' | 'plexus';
 
-export const REFERENCE_PLUGINS = '/usr/lib/cni';
 const NETWORKS_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
 const STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
 

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { execFileSync } from 'node:child_process';
 import { closeSync, openSync, writeSync } from 'node:fs';
@@ -400,9 +400,20 @@ test('a record file that holds no record (a crash before its first line) does no
 test('a file that is not a regular file or cannot be read is an unreadable record of the container its name says', async () => {
   await withJournal(async (journal, dir) => {
     await mkdir(join(dir, 'c0ffee01@eth0.jsonl'));
-    const [record] = await journal.list();
-    assert.equal(record?.meta.containerId, 'c0ffee01');
-    assert.match(record?.unreadable ?? '', /not a regular file/);
+    // Records are read with blocking calls: a FIFO must be refused, never opened for a read that waits for a writer.
+    execFileSync('mkfifo', [join(dir, 'c0ffee02@eth0.jsonl')]);
+    await writeCommitted(journal, meta('c0ffee03', 'eth0'));
+    await symlink(join(dir, 'c0ffee03@eth0.jsonl'), join(dir, 'c0ffee04@eth0.jsonl'));
+    const records = await journal.list();
+    assert.deepEqual(
+      records.map((r) => [r.meta.containerId, r.unreadable?.match(/(not a regular file)/)?.[1]]),
+      [
+        ['c0ffee01', 'not a regular file'],
+        ['c0ffee02', 'not a regular file'],
+        ['c0ffee03', undefined],
+        ['c0ffee04', 'not a regular file'],
+      ],
+    );
   });
 });
 

@@ -159,3 +159,20 @@ export function unary<Req, Res>(client: grpc.Client, method: string, request: Re
     );
   });
 }
+
+/** How long a closing server lets the calls under way finish before it cuts them. */
+const SHUTDOWN_GRACE_MS = 2000;
+
+/** Stops a kubelet-facing server: calls under way are answered, for at most two seconds, then it is forced down. */
+export function shutdownServer(server: grpc.Server): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, SHUTDOWN_GRACE_MS);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}

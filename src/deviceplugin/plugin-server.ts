@@ -15,6 +15,7 @@ import {
   DEVICE_PLUGIN_API_VERSION,
   devicePluginPackage,
   serviceOf,
+  shutdownServer,
   unary,
   unixTarget,
   type AllocateRequest,
@@ -210,18 +211,7 @@ export class ResourcePlugin {
     this.server = undefined;
     for (const s of this.streams) s.end();
     this.streams.clear();
-    if (server) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, 2000);
-        server.tryShutdown(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
+    if (server) await shutdownServer(server);
     rmSync(this.socketPath, { force: true });
   }
 }

@@ -21,6 +21,7 @@ import {
   type RegistrationStatus,
 } from './api';
 import type { ClaimPreparer } from './prepare';
+import { shutdownServer } from '../deviceplugin/api';
 
 export const DEFAULT_KUBELET_ROOT = '/var/lib/kubelet';
 
@@ -150,18 +151,7 @@ export class DraPluginServer {
     // The registration socket goes first: the kubelet deregisters the driver when it disappears, so it stops sending
     // calls before the service socket stops taking them (calls under way are answered before the server closes).
     rmSync(this.sockets.registration, { force: true });
-    if (server) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, 2000);
-        server.tryShutdown(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
+    if (server) await shutdownServer(server);
     rmSync(this.sockets.service, { force: true });
   }
 }

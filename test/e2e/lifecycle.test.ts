@@ -49,28 +49,33 @@ function newPod(): Pod {
   return { cid, name: `pod${n}`, netns: ns.path, nsName: ns.name, hostVeth };
 }
 
-async function add(pod: Pod, extra: Record<string, unknown> = {}): Promise<string> {
-  const out = await daemon.cni({
-    command: 'ADD',
-    containerId: pod.cid,
-    netns: pod.netns,
+interface CallOverrides {
+  readonly netns?: string;
+  readonly cid?: string;
+  readonly args?: string;
+  readonly config?: Record<string, unknown>;
+}
+
+/** A runtime's call for a pod's eth0: its netns, container ID and CNI_ARGS unless overridden (CHECK sends no CNI_ARGS). */
+function call(command: 'ADD' | 'DEL' | 'CHECK', pod: Pod, over: CallOverrides = {}): ReturnType<typeof daemon.cni> {
+  const cid = over.cid ?? pod.cid;
+  return daemon.cni({
+    command,
+    containerId: cid,
+    netns: over.netns ?? pod.netns,
     ifname: 'eth0',
-    args: podArgs(pod.name, pod.cid),
-    config: daemon.runtimeConfig(extra),
+    ...(command === 'CHECK' ? {} : { args: over.args ?? podArgs(pod.name, cid) }),
+    config: daemon.runtimeConfig(over.config),
   });
+}
+
+async function add(pod: Pod, extra: Record<string, unknown> = {}): Promise<string> {
+  const out = await call('ADD', pod, { config: extra });
   assert.equal(out.code, 0, out.stdout);
   return String((out.json as { ips: { address: string }[] }).ips[0]?.address);
 }
 
-const del = (pod: Pod, netns = pod.netns, cid = pod.cid) =>
-  daemon.cni({
-    command: 'DEL',
-    containerId: cid,
-    netns,
-    ifname: 'eth0',
-    args: podArgs(pod.name, cid),
-    config: daemon.runtimeConfig(),
-  });
+const del = (pod: Pod, netns = pod.netns, cid = pod.cid) => call('DEL', pod, { netns, cid });
 const leaseFiles = (): string[] => daemon.leases('podnet');
 
 describe('DEL', () => {
@@ -139,14 +144,7 @@ describe('DEL', () => {
     const pod = newPod();
     const address = await add(pod);
     await daemon.kill('SIGTERM');
-    const out = await daemon.cni({
-      command: 'DEL',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: podArgs(pod.name, pod.cid),
-      config: daemon.runtimeConfig({ daemonWaitSeconds: 0.3 }),
-    });
+    const out = await call('DEL', pod, { config: { daemonWaitSeconds: 0.3 } });
     assert.equal(out.code, 0, `spooled DEL succeeds for the runtime: ${out.stdout}`);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), [pod.hostVeth], 'nothing is removed while the daemon is away');
     await daemon.start();
@@ -158,14 +156,7 @@ describe('DEL', () => {
 describe('ADD', () => {
   it('that fails at its last step undoes everything: no link, no IP, no journal record', async () => {
     const pod = newPod();
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: podArgs(pod.name, pod.cid),
-      config: daemon.runtimeConfig({ defaultNetwork: 'badroute' }),
-    });
+    const out = await call('ADD', pod, { config: { defaultNetwork: 'badroute' } });
     assert.equal(out.code, 1, out.stdout);
     assert.equal(out.json?.code, 100);
     assert.match(String(out.json?.msg), /badroute.*10\.66\.0\.0\/16/);
@@ -182,14 +173,7 @@ describe('ADD', () => {
     const pod = newPod();
     ip('-n', pod.nsName, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'x0');
     const before = leaseFiles().length;
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: podArgs(pod.name, pod.cid),
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('ADD', pod);
     assert.equal(out.code, 1, out.stdout);
     assert.match(String(out.json?.msg), /eth0/);
     assert.equal(leaseFiles().length, before);
@@ -211,14 +195,7 @@ describe('ADD', () => {
 
   it('reports the MACs the kernel has, on the host veth and in the pod', async () => {
     const pod = newPod();
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: podArgs(pod.name, pod.cid),
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('ADD', pod);
     assert.equal(out.code, 0, out.stdout);
     const r = out.json as { interfaces: { name: string; mac?: string; sandbox?: string }[] };
     const macOf = (args: string[]): string => /link\/ether ([0-9a-f:]{17})/.exec(ip(...args))?.[1] ?? 'none';
@@ -230,14 +207,7 @@ describe('ADD', () => {
   it('honours a static IP and MAC from CNI_ARGS (podman style)', async () => {
     const pod = newPod();
     const wanted = `10.${octet}.${third}.200`;
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: `IgnoreUnknown=1;IP=${wanted};MAC=02:11:22:33:44:55`,
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('ADD', pod, { args: `IgnoreUnknown=1;IP=${wanted};MAC=02:11:22:33:44:55` });
     assert.equal(out.code, 0, out.stdout);
     const r = out.json as { ips: { address: string }[]; interfaces: { name: string; mac: string; sandbox?: string }[] };
     assert.equal(r.ips[0]?.address, `${wanted}/24`);
@@ -248,14 +218,7 @@ describe('ADD', () => {
   it('honours runtimeConfig ips with capitalised keys (containerd)', async () => {
     const pod = newPod();
     const wanted = `10.${octet}.${third}.201/24`;
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      args: podArgs(pod.name, pod.cid),
-      config: daemon.runtimeConfig({ runtimeConfig: { IPs: [wanted] } }),
-    });
+    const out = await call('ADD', pod, { config: { runtimeConfig: { IPs: [wanted] } } });
     assert.equal(out.code, 0, out.stdout);
     assert.equal((out.json as { ips: { address: string }[] }).ips[0]?.address, wanted);
     assert.equal((await del(pod)).code, 0);
@@ -267,13 +230,7 @@ describe('CHECK', () => {
     const pod = newPod();
     const address = await add(pod);
     ip('-n', pod.nsName, 'addr', 'del', address, 'dev', 'eth0');
-    const out = await daemon.cni({
-      command: 'CHECK',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('CHECK', pod);
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), new RegExp(`address ${address.replace(/\./g, '\\.')} is missing on eth0`));
     assert.equal((await del(pod)).code, 0);
@@ -283,13 +240,7 @@ describe('CHECK', () => {
     const pod = newPod();
     await add(pod);
     ip('-n', pod.nsName, 'route', 'del', 'default');
-    const out = await daemon.cni({
-      command: 'CHECK',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('CHECK', pod);
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), /route 0\.0\.0\.0\/0 via .* is missing/);
     assert.equal((await del(pod)).code, 0);
@@ -300,13 +251,7 @@ describe('CHECK', () => {
     await add(pod);
     // The pod's eth0 goes with its peer; CHECK must name the host side too, which is what an operator looks for.
     ip('link', 'del', pod.hostVeth);
-    const out = await daemon.cni({
-      command: 'CHECK',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('CHECK', pod);
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), new RegExp(`host interface ${pod.hostVeth} is missing`));
     assert.equal((await del(pod)).code, 0);
@@ -314,13 +259,7 @@ describe('CHECK', () => {
 
   it('of an unknown container answers code 3', async () => {
     const pod = newPod();
-    const out = await daemon.cni({
-      command: 'CHECK',
-      containerId: pod.cid,
-      netns: pod.netns,
-      ifname: 'eth0',
-      config: daemon.runtimeConfig(),
-    });
+    const out = await call('CHECK', pod);
     assert.equal(out.json?.code, 3);
   });
 });

@@ -4,10 +4,9 @@
  * optional TCP listener with its probes.
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import { DaemonFixture, httpGet, metricSample, podArgs } from '../support/daemon';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pm');
@@ -16,29 +15,6 @@ const third = Math.floor(Math.random() * 248);
 // Port 0 would be refused by the flag's check of host:port only if it did not parse: it binds a free port.
 const daemon = new DaemonFixture('podnet', ['--metrics-address', '127.0.0.1:0', '--log-level', 'info']);
 const fx = new NetnsFixture(prefix);
-
-function get(options: {
-  socketPath?: string;
-  host?: string;
-  port?: number;
-  path: string;
-}): Promise<{ status: number; type: string; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ ...options, method: 'GET' }, (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, type: String(res.headers['content-type']), body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-/** The value of one sample line, e.g. sample(text, 'plexus_attachments{network="default/podnet"}'). */
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
 
 describe('metrics', () => {
   let metrics = '';
@@ -90,7 +66,7 @@ describe('metrics', () => {
     const ns4 = fx.create('p4');
     assert.equal(await call('ADD', { cid: `${prefix}c4`, netns: ns4.path, name: 'pod4' }, config('nope')), 7);
     await new Promise((r) => setTimeout(r, 200)); // the ADDs' network types are read after their replies
-    const scraped = await get({ socketPath: daemon.socket, path: '/metrics' });
+    const scraped = await httpGet({ socketPath: daemon.socket, path: '/metrics' });
     assert.equal(scraped.status, 200);
     assert.match(scraped.type, /text\/plain/);
     metrics = scraped.body;
@@ -111,24 +87,33 @@ describe('metrics', () => {
 
   it('times ADD, CHECK and DEL by the network types of the sandbox', () => {
     assert.equal(
-      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="bridge",result="ok"}'),
+      metricSample(
+        metrics,
+        'plexus_cni_request_duration_seconds_count{command="ADD",network_type="bridge",result="ok"}',
+      ),
       3,
     );
     assert.equal(
-      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="CHECK",network_type="bridge",result="ok"}'),
+      metricSample(
+        metrics,
+        'plexus_cni_request_duration_seconds_count{command="CHECK",network_type="bridge",result="ok"}',
+      ),
       1,
     );
     assert.equal(
-      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="DEL",network_type="bridge",result="ok"}'),
+      metricSample(
+        metrics,
+        'plexus_cni_request_duration_seconds_count{command="DEL",network_type="bridge",result="ok"}',
+      ),
       1,
     );
-    const sum = sample(
+    const sum = metricSample(
       metrics,
       'plexus_cni_request_duration_seconds_sum{command="ADD",network_type="bridge",result="ok"}',
     )!;
     assert.ok(sum > 0 && sum < 10, String(sum));
     assert.equal(
-      sample(
+      metricSample(
         metrics,
         'plexus_cni_request_duration_seconds_bucket{le="30",command="ADD",network_type="bridge",result="ok"}',
       ),
@@ -137,20 +122,23 @@ describe('metrics', () => {
   });
 
   it('counts errors by CNI code', () => {
-    assert.equal(sample(metrics, 'plexus_cni_errors_total{command="ADD",code="7"}'), 1);
+    assert.equal(metricSample(metrics, 'plexus_cni_errors_total{command="ADD",code="7"}'), 1);
     assert.equal(
-      sample(metrics, 'plexus_cni_request_duration_seconds_count{command="ADD",network_type="unknown",result="error"}'),
+      metricSample(
+        metrics,
+        'plexus_cni_request_duration_seconds_count{command="ADD",network_type="unknown",result="error"}',
+      ),
       1,
     );
   });
 
   it('counts the attached interfaces by network, and the journal', () => {
-    assert.equal(sample(metrics, 'plexus_attachments{network="default/podnet"}'), 2);
-    assert.equal(sample(metrics, 'plexus_attachments{network="default/sec"}'), 1);
-    assert.equal(sample(metrics, 'plexus_journal_records'), 2);
-    assert.ok(sample(metrics, 'plexus_journal_bytes')! > 0);
-    assert.equal(sample(metrics, 'plexus_api_write_retries_total'), 0);
-    assert.equal(sample(metrics, 'plexus_cni_calls_in_flight'), 0);
+    assert.equal(metricSample(metrics, 'plexus_attachments{network="default/podnet"}'), 2);
+    assert.equal(metricSample(metrics, 'plexus_attachments{network="default/sec"}'), 1);
+    assert.equal(metricSample(metrics, 'plexus_journal_records'), 2);
+    assert.ok(metricSample(metrics, 'plexus_journal_bytes')! > 0);
+    assert.equal(metricSample(metrics, 'plexus_api_write_retries_total'), 0);
+    assert.equal(metricSample(metrics, 'plexus_cni_calls_in_flight'), 0);
   });
 
   it('logs each CNI call as a JSON line naming its container, interface, pod and interfaces', () => {
@@ -169,22 +157,22 @@ describe('metrics', () => {
   });
 
   it('has the process metrics, with the resident memory', () => {
-    assert.ok(sample(metrics, 'process_resident_memory_bytes')! > 10 * 1024 * 1024);
+    assert.ok(metricSample(metrics, 'process_resident_memory_bytes')! > 10 * 1024 * 1024);
   });
 
   it('serves /metrics, /healthz and /readyz over TCP with --metrics-address', async () => {
     assert.ok(tcpPort > 0, daemon.stderr.slice(-2000));
-    const m = await get({ host: '127.0.0.1', port: tcpPort, path: '/metrics' });
+    const m = await httpGet({ host: '127.0.0.1', port: tcpPort, path: '/metrics' });
     assert.equal(m.status, 200);
     assert.match(m.body, /^plexus_attachments\{network="default\/podnet"\} 2$/m);
-    const live = await get({ host: '127.0.0.1', port: tcpPort, path: '/healthz' });
+    const live = await httpGet({ host: '127.0.0.1', port: tcpPort, path: '/healthz' });
     assert.equal(live.status, 200, live.body);
     assert.deepEqual(JSON.parse(live.body), { ok: true, checks: { kernel: 'ok', journal: 'ok' } });
-    const ready = await get({ host: '127.0.0.1', port: tcpPort, path: '/readyz' });
+    const ready = await httpGet({ host: '127.0.0.1', port: tcpPort, path: '/readyz' });
     assert.equal(ready.status, 200);
     assert.deepEqual(JSON.parse(ready.body), { ok: true, checks: { kernel: 'ok', journal: 'ok', started: 'ok' } });
     assert.equal(
-      (await get({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status,
+      (await httpGet({ host: '127.0.0.1', port: tcpPort, path: '/v1/attachments' })).status,
       404,
       'the CNI and plexusctl API stays on the socket',
     );

@@ -32,22 +32,35 @@ export interface ShimOutput {
   readonly json: Record<string, unknown> | undefined;
 }
 
-export function getJson(socketPath: string, path: string): Promise<{ status: number; body: unknown }> {
+/** A GET to plexusd, on its socket or over TCP: the status, the content type and the body as text. */
+export function httpGet(options: {
+  readonly socketPath?: string;
+  readonly host?: string;
+  readonly port?: number;
+  readonly path: string;
+}): Promise<{ status: number; type: string; body: string }> {
   return new Promise((resolvePromise, reject) => {
-    const req = request({ socketPath, path, method: 'GET' }, (res) => {
-      let data = '';
-      res.on('data', (c: Buffer) => (data += c.toString()));
-      res.on('end', () => {
-        try {
-          resolvePromise({ status: res.statusCode ?? 0, body: data ? JSON.parse(data) : undefined });
-        } catch (e) {
-          reject(e instanceof Error ? e : new Error(String(e)));
-        }
-      });
+    const req = request({ ...options, method: 'GET' }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () =>
+        resolvePromise({ status: res.statusCode ?? 0, type: String(res.headers['content-type']), body }),
+      );
     });
     req.on('error', reject);
     req.end();
   });
+}
+
+export async function getJson(socketPath: string, path: string): Promise<{ status: number; body: unknown }> {
+  const { status, body } = await httpGet({ socketPath, path });
+  return { status, body: body ? (JSON.parse(body) as unknown) : undefined };
+}
+
+/** The value of one sample of Prometheus text, e.g. metricSample(text, 'plexus_attachments{network="default/podnet"}'). */
+export function metricSample(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
 export interface BridgeNetworkOptions {

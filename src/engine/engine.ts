@@ -24,6 +24,7 @@ import { releaseOrphanedLeases } from './orphaned-leases';
 import { RecentlyRemoved } from './recently-removed';
 import { noStatusSink, type StatusSink } from './status-sink';
 import { BackgroundTeardown } from './teardown/background';
+import type { TeardownStats } from './teardown/queue';
 import { committedSteps } from './committed-steps';
 import { add } from './verbs/add';
 import { changeNetworks, type NetworksChanged } from './verbs/change';
@@ -131,6 +132,11 @@ export class AttachmentEngine {
    */
   drainTeardowns(timeoutMs: number): Promise<number> {
     return this.ctx.teardown?.drain(timeoutMs) ?? Promise.resolve(0);
+  }
+
+  /** The background teardown as it is now (for the metrics); undefined when DELs tear down before answering. */
+  teardownStats(): TeardownStats | undefined {
+    return this.ctx.teardown?.stats();
   }
 
   add(req: AttachRequest): Promise<Result<CniResult>> {

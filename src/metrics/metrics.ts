@@ -10,12 +10,16 @@
  *   plexus_api_write_retries_total                                     network-status and event writes retried
  *   plexus_api_forbidden_total{verb,resource}                          API requests RBAC refused (HTTP 403)
  *   plexus_cni_calls_in_flight / plexus_cni_calls_queued               the server's concurrency limit
+ *   plexus_teardowns_pending{state}                                    DELs answered whose links and leases are still to go
+ *   plexus_teardown_oldest_seconds                                     how long the oldest of them has waited
+ *   plexus_teardown_failures_total                                     background teardown attempts that failed (retried)
  *   process_*, nodejs_*                                                prom-client's default process metrics
  */
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { AttachmentRecord } from '../engine/journal';
+import type { TeardownStats } from '../engine/teardown/queue';
 
 /** What the metrics read from the daemon: the engine's journal records, and the server's queue. */
 export interface MetricsSources {
@@ -24,6 +28,8 @@ export interface MetricsSources {
   recordOf(containerId: string, ifname: string): Promise<AttachmentRecord | undefined>;
   readonly journalDir: string;
   readonly calls?: () => { readonly inFlight: number; readonly queued: number };
+  /** The background teardown, when DELs answer before the links are gone. */
+  readonly teardowns?: () => TeardownStats | undefined;
   /** Background API writes retried so far (status and events), when plexusd talks to an API. */
   readonly apiWriteRetries?: () => number;
   /** API requests refused with 403 so far, by verb and resource, when plexusd talks to an API. */
@@ -51,6 +57,21 @@ const typesOf = (record: AttachmentRecord): string => {
   const types = [...new Set((record.details?.attachments ?? []).map((a) => a.driver))].sort();
   return types.length ? types.join('+') : 'unknown';
 };
+
+/** A counter that follows a running total kept elsewhere, read when scraped. */
+function totalCounter(registers: Registry[], name: string, help: string, total: () => number): void {
+  let seen = 0;
+  new Counter({
+    name,
+    help,
+    registers,
+    collect() {
+      const now = total();
+      if (now > seen) this.inc(now - seen);
+      seen = now;
+    },
+  });
+}
 
 /** Latency buckets from 1 ms (a cached CHECK) to 30 s (a delegated plugin timing out). */
 const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -121,17 +142,12 @@ export class DaemonMetrics implements CniCallObserver {
         this.set((await journalFiles()).bytes);
       },
     });
-    let retriesSeen = 0;
-    new Counter({
-      name: 'plexus_api_write_retries_total',
-      help: 'Background writes to the Kubernetes API (network-status, events) retried after a failure',
+    totalCounter(
       registers,
-      collect() {
-        const now = sources.apiWriteRetries?.() ?? 0;
-        if (now > retriesSeen) this.inc(now - retriesSeen);
-        retriesSeen = now;
-      },
-    });
+      'plexus_api_write_retries_total',
+      'Background writes to the Kubernetes API (network-status, events) retried after a failure',
+      () => sources.apiWriteRetries?.() ?? 0,
+    );
     const forbiddenSeen = new Map<string, number>();
     new Counter({
       name: 'plexus_api_forbidden_total',
@@ -166,6 +182,35 @@ export class DaemonMetrics implements CniCallObserver {
         },
       });
     }
+    if (sources.teardowns) this.teardownMetrics(sources.teardowns, registers);
+  }
+
+  /** What an operator alerts on when DELs answer before the kernel is done: teardowns that pile up, age or fail. */
+  private teardownMetrics(teardowns: () => TeardownStats | undefined, registers: Registry[]): void {
+    new Gauge({
+      name: 'plexus_teardowns_pending',
+      help: 'Attachments whose DEL was answered and whose links and leases are still to go, by state (queued, running, retrying)',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const now = teardowns();
+        for (const state of ['queued', 'running', 'retrying'] as const) this.set({ state }, now?.[state] ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'plexus_teardown_oldest_seconds',
+      help: 'How long the oldest pending background teardown has waited since its DEL was answered (0 when none)',
+      registers,
+      collect() {
+        this.set(teardowns()?.oldestSeconds ?? 0);
+      },
+    });
+    totalCounter(
+      registers,
+      'plexus_teardown_failures_total',
+      'Background teardown attempts that failed; the record keeps its leases and the teardown is retried',
+      () => teardowns()?.failedAttempts ?? 0,
+    );
   }
 
   observe(call: ObservedCall): void {

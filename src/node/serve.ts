@@ -126,6 +126,7 @@ async function daemonMetrics(
     recordOf: (cid, ifname) => engine.recordOf(cid, ifname),
     journalDir: join(config.stateDir, 'journal'),
     calls,
+    teardowns: () => engine.teardownStats(),
     ...(apiWriteRetries ? { apiWriteRetries: () => apiWriteRetries.retried } : {}),
     ...(api ? { apiForbidden: () => api.refusals.totals() } : {}),
   });

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, podCall, podMaker, type TestPod } from '../support/daemon';
+import { DaemonFixture, httpGet, metricSample, podArgs, podCall, podMaker, type TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('ptv');
@@ -60,7 +60,15 @@ describe('verbs while a teardown is pending', () => {
     assert.ok(again.ms < HOLD_MS / 2, `the second DEL did not wait for the teardown (${again.ms} ms)`);
     const check = await podCall(daemon, 'CHECK', p, config());
     assert.equal(check.json?.code, 3, `CHECK of a torn-down attachment: ${check.stdout}`);
+    const pending = (await httpGet({ socketPath: daemon.socket, path: '/metrics' })).body;
+    assert.equal(metricSample(pending, 'plexus_teardowns_pending{state="queued"}'), 1, pending);
+    assert.ok((metricSample(pending, 'plexus_teardown_oldest_seconds') ?? 0) > 0, 'the pending teardown has an age');
     await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
+    const done = (await httpGet({ socketPath: daemon.socket, path: '/metrics' })).body;
+    for (const state of ['queued', 'running', 'retrying'])
+      assert.equal(metricSample(done, `plexus_teardowns_pending{state="${state}"}`), 0, state);
+    assert.equal(metricSample(done, 'plexus_teardown_oldest_seconds'), 0);
+    assert.equal(metricSample(done, 'plexus_teardown_failures_total'), 0);
     assert.deepEqual(hostLinksWithPrefix(veth(p)), []);
     assert.deepEqual(podLinks(p.ns), []);
     assert.deepEqual(daemon.leases('podnet'), []);

@@ -10,7 +10,7 @@ import type { UndoStep } from '../../drivers/driver';
 import type { Journal } from '../journal';
 import { unreadableRecordError, type AttachmentRecord } from '../journal-record';
 import { nsfsDevice, pinNetns, type PinnedNetns } from './pinned-netns';
-import { TeardownQueue, type TeardownOutcome } from './queue';
+import { TeardownQueue, type TeardownOutcome, type TeardownStats } from './queue';
 import { placeForBackground, splitTeardown } from './steps';
 
 /** The test-only knob that holds the background before each batch (ms), so a test can act while teardowns pend. */
@@ -66,6 +66,10 @@ export class BackgroundTeardown {
   /** How many attachments are being torn down. */
   get size(): number {
     return this.queue.size;
+  }
+
+  stats(): TeardownStats {
+    return this.queue.stats();
   }
 
   pending(containerId: string, ifname: string): boolean {

@@ -6,6 +6,7 @@
  * job is gone (no address is ever on two live interfaces), then its record is closed. The record says `deleting`
  * from before the DEL answered, so a crash at any point is finished by the next start's recovery.
  */
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
@@ -22,6 +23,20 @@ export interface TeardownJob {
 }
 
 export type TeardownOutcome = Result<void, CniError>;
+
+/** What an operator watches of the background teardown (the metrics read it when scraped). */
+export interface TeardownStats {
+  /** Teardowns waiting for their batch. */
+  readonly queued: number;
+  /** Teardowns whose links or leases are being removed now. */
+  readonly running: number;
+  /** Teardowns that failed and wait to be tried again (their records keep their leases). */
+  readonly retrying: number;
+  /** How long the oldest pending teardown has waited since its DEL was answered, in seconds (0 when none). */
+  readonly oldestSeconds: number;
+  /** Attempts that failed, since the start. */
+  readonly failedAttempts: number;
+}
 
 export interface TeardownDeps {
   /** Undoes one step; each tolerates what is already gone. */
@@ -43,6 +58,8 @@ interface Pending {
   readonly key: string;
   readonly job: TeardownJob;
   state: 'queued' | 'running' | 'waiting';
+  /** When the job was queued (performance.now()). */
+  readonly since: number;
   attempts: number;
   /** Callers waiting for the next attempt's outcome; with `handBack`, a failed job is theirs to undo. */
   readonly waiters: { readonly resolve: (outcome: TeardownOutcome) => void; readonly handBack: boolean }[];
@@ -65,12 +82,24 @@ export class TeardownQueue {
   private pumping = false;
   private closed = false;
   private readonly idle: (() => void)[] = [];
+  private failedAttempts = 0;
 
   constructor(private readonly deps: TeardownDeps) {}
 
   /** How many attachments are being torn down. */
   get size(): number {
     return this.pending.size;
+  }
+
+  stats(now = performance.now()): TeardownStats {
+    const count = { queued: 0, running: 0, waiting: 0 };
+    let oldest = now;
+    for (const entry of this.pending.values()) {
+      count[entry.state]++;
+      oldest = Math.min(oldest, entry.since);
+    }
+    const { queued, running, waiting: retrying } = count;
+    return { queued, running, retrying, oldestSeconds: (now - oldest) / 1000, failedAttempts: this.failedAttempts };
   }
 
   /** Whether the attachment is being torn down. */
@@ -82,7 +111,7 @@ export class TeardownQueue {
   add(job: TeardownJob): boolean {
     const key = keyOf(job.record.meta.containerId, job.record.meta.ifname);
     if (this.closed || this.pending.has(key)) return false;
-    this.pending.set(key, { key, job, state: 'queued', attempts: 0, waiters: [] });
+    this.pending.set(key, { key, job, state: 'queued', since: performance.now(), attempts: 0, waiters: [] });
     this.ready.push(key);
     this.kick();
     return true;
@@ -214,6 +243,7 @@ export class TeardownQueue {
       entry.retry.unref();
     }
     if (!outcome.ok) {
+      this.failedAttempts++;
       const { containerId, ifname } = entry.job.record.meta;
       this.deps.log.error(
         { containerId, ifname, attempts: entry.attempts, err: outcome.error.message },

@@ -166,6 +166,33 @@ describe('the background teardown', () => {
     assert.deepEqual(await bed.journal.list(), []);
   });
 
+  it("counts what the metrics show: pending teardowns by state, the oldest one's wait, failed attempts", async () => {
+    const held = gate();
+    let refuse = true;
+    const queue = queueOn({
+      hold: held.hold,
+      retryMs: { first: 60_000, max: 60_000 },
+      runStep: async (step) =>
+        refuse && step.kind === 'deleteLink'
+          ? err(new CniError(CniCode.Internal, 'EBUSY'))
+          : drivers.undo(step, { kernel: bed.kernel, ipam: bed.ipam }),
+    });
+    assert.deepEqual(queue.stats(), { queued: 0, running: 0, retrying: 0, oldestSeconds: 0, failedAttempts: 0 });
+    queue.add(await attached('ce'));
+    await new Promise((r) => setTimeout(r, 30));
+    const waiting = queue.stats();
+    assert.deepEqual([waiting.queued, waiting.running, waiting.retrying, waiting.failedAttempts], [1, 0, 0, 0]);
+    assert.ok(waiting.oldestSeconds >= 0.025, `the oldest has waited ${waiting.oldestSeconds} s`);
+    held.open();
+    await until(() => queue.stats().retrying === 1);
+    assert.equal(queue.stats().failedAttempts, 1);
+    refuse = false;
+    const outcome = await queue.settle('ce', 'eth0');
+    assert.equal(outcome?.ok, true);
+    assert.deepEqual(queue.stats(), { queued: 0, running: 0, retrying: 0, oldestSeconds: 0, failedAttempts: 1 });
+    assert.deepEqual(hostVeths(), []);
+  });
+
   it('settle waits for a pending teardown; a failed one is handed back to the caller, not retried behind it', async () => {
     const held = gate();
     const queue = queueOn({ hold: held.hold });

@@ -8,8 +8,7 @@
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
-import { CallsAborted, type Plugin, abortCalls } from './lib/cni';
+import { CallsAborted, abortCalls } from './lib/cni';
 import {
   createUplink,
   deleteLinkIfPresent,
@@ -21,12 +20,11 @@ import {
   restoreForwardingOnTeardown,
   uniquePrefix,
 } from './lib/host';
-import { type MultiRuntime, plexusRuntime, referenceRuntime } from './lib/multinet';
-import { Plexusd, hostLocalLeftovers, repoRoot, shimBinary, writeNetworkDefinition } from './lib/plexusd';
+import { shimBinary } from './lib/plexusd';
 import { fmt, round } from './lib/stats';
-import { type Subject, describeSubject, parseSubjectSpec } from './lib/subject';
+import { type Subject, parseSubjectSpec } from './lib/subject';
 import { Teardown } from './lib/teardown';
-import { type MultiBurstFigures, type MultiVariant, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
+import { type MultiBurstFigures, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
 import { type MultiReport, type Report, render } from './lib/bench/report';
 import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
 import { type FloorFigures, floorReport, measureFloor } from './lib/bench/floor';
@@ -40,108 +38,9 @@ import {
   measureLatency,
 } from './lib/bench/single';
 import { AddressOverlapCheck } from './lib/bench/del-overlap';
-import { teardownWaits, teardownsSettled } from './lib/bench/del-teardown';
-
-const REFERENCE_DIR = '/usr/lib/cni';
-
-interface Options {
-  readonly iterations: number;
-  readonly burst: number;
-  readonly concurrency: readonly number[];
-  readonly shimCalls: number;
-  readonly json?: string;
-  readonly markdown?: string;
-  readonly extra: readonly string[];
-  readonly plexus: boolean;
-  readonly reference: boolean;
-  readonly stateSync?: boolean;
-  readonly stateParent?: string;
-  readonly multi: boolean;
-  readonly multiConcurrency: number;
-  readonly soak: number;
-  readonly floorRuns: number;
-}
-
-const USAGE = `usage: node dist/scripts/bench.js [options]
-  --iterations N         ADD/DEL latency samples per subject (default 50)
-  --state-parent DIR     where both subjects keep their state (default /var/lib, as on nodes)
-  --burst N              pods per burst (default 110)
-  --concurrency LIST     burst concurrency levels (default 1,4,16)
-  --shim-calls N         VERSION calls for the shim overhead figures (default 50)
-  --json FILE            also write every figure as JSON
-  --markdown FILE        also write the result tables as Markdown
-  --subject N=BIN:CONF   add a CNI plugin with its single-plugin config (repeatable)
-  --no-plexus            leave Plexus out (e.g. before plexusd exists)
-  --no-reference         leave the reference bridge plugin (and the reference runtime) out
-  --no-multi             skip the multi-interface sections (4 and 5)
-  --multi-concurrency N  concurrency of the multi-interface burst (default 16)
-  --state-sync BOOL      pass --state-sync to plexusd (default: the daemon's default)
-  --floor-runs N         runs of the floor's rtnetlink batch and exec (section 0, default 100; needs plexus)
-  --soak N               ADD/DEL cycles of 2-network pods for plexusd's soak, RSS and fds per 1000 (default 3000; 0 skips)`;
-
-const FLAGS = {
-  iterations: { type: 'string' },
-  'state-parent': { type: 'string' },
-  burst: { type: 'string' },
-  'shim-calls': { type: 'string' },
-  concurrency: { type: 'string' },
-  json: { type: 'string' },
-  markdown: { type: 'string' },
-  subject: { type: 'string', multiple: true },
-  'no-plexus': { type: 'boolean' },
-  'no-reference': { type: 'boolean' },
-  'no-multi': { type: 'boolean' },
-  'multi-concurrency': { type: 'string' },
-  'state-sync': { type: 'string' },
-  soak: { type: 'string' },
-  'floor-runs': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
-
-function parseOptions(argv: readonly string[]): Options {
-  let values;
-  try {
-    ({ values } = parseArgs({ args: [...argv], options: FLAGS, strict: true, allowPositionals: false }));
-  } catch (e) {
-    throw new Error(`${(e as Error).message}\n${USAGE}`, { cause: e });
-  }
-  if (values.help) {
-    console.log(USAGE);
-    process.exit(0);
-  }
-  const positive = (flag: string, v: string): number => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--${flag} needs a positive integer, got ${v}`);
-    return n;
-  };
-  const count = (
-    flag: 'iterations' | 'burst' | 'shim-calls' | 'multi-concurrency' | 'soak' | 'floor-runs',
-    dflt: number,
-  ): number => (values[flag] === undefined ? dflt : positive(flag, values[flag]));
-  const stateSync = values['state-sync'];
-  if (stateSync !== undefined && stateSync !== 'true' && stateSync !== 'false')
-    throw new Error('--state-sync needs true or false');
-  return {
-    iterations: count('iterations', 50),
-    burst: count('burst', 110),
-    shimCalls: count('shim-calls', 50),
-    multiConcurrency: count('multi-concurrency', 16),
-    soak: values.soak === '0' ? 0 : count('soak', 3000),
-    floorRuns: count('floor-runs', 100),
-    concurrency:
-      values.concurrency === undefined
-        ? [1, 4, 16]
-        : values.concurrency.split(',').map((c) => positive('concurrency', c)),
-    extra: values.subject ?? [],
-    plexus: !values['no-plexus'],
-    reference: !values['no-reference'],
-    multi: !values['no-multi'],
-    ...(values.json !== undefined ? { json: values.json } : {}),
-    ...(values.markdown !== undefined ? { markdown: values.markdown } : {}),
-    ...(values['state-parent'] !== undefined ? { stateParent: values['state-parent'] } : {}),
-    ...(stateSync !== undefined ? { stateSync: stateSync === 'true' } : {}),
-  };
-}
+import { teardownWaits } from './lib/bench/del-teardown';
+import { parseOptions } from './lib/bench/options';
+import { type SetupContext, multiVariants, setUpPlexus, setUpReference } from './lib/bench/subjects-setup';
 
 async function main(): Promise<number> {
   const options = parseOptions(process.argv.slice(2));
@@ -161,241 +60,17 @@ async function main(): Promise<number> {
   try {
     const m = machine();
     console.log(`Plexus bench ${prefix}: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
-    const subjects: Subject[] = [];
-    let daemon: Plexusd | undefined;
-    let plexus: Subject | undefined;
-    let reference: Subject | undefined;
-    const taken: number[] = [];
     // Multi-interface sections: a veth standing in for a host uplink (the macvlan master), shared by both runtimes.
     const uplink = `${prefix}up`;
     if (options.multi && (options.plexus || options.reference)) createUplink(teardown, uplink, `${prefix}upp`);
-    const plexusMulti: {
-      plugin?: Plugin;
-      bridges: string[];
-      leftovers?: () => Promise<string[]>;
-      settled?: () => Promise<unknown>;
-      subnet?: number;
-    } = { bridges: [] };
-    const referenceMulti: {
-      networks: Record<string, Plugin>;
-      bridges: string[];
-      leftovers?: () => Promise<string[]>;
-      subnet?: number;
-    } = { networks: {}, bridges: [] };
-    if (options.plexus) {
-      const second = freeTenNet(150, 199, taken);
-      taken.push(second);
-      const networksDir = join(root, 'networks');
-      await mkdir(networksDir);
-      const bridge = `${prefix}pb`;
-      teardown.add(`delete bridge ${bridge}`, () => deleteLinkIfPresent(bridge));
-      await writeNetworkDefinition(networksDir, 'default', 'podnet', {
-        cniVersion: '1.1.0',
-        name: 'podnet',
-        type: 'bridge',
-        bridge,
-        isGateway: true,
-        isDefaultGateway: true,
-        ipMasq: false,
-        ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]] },
-      });
-      const pxHostLocal = join(root, 'px-host-local');
-      if (options.multi) {
-        const s2 = freeTenNet(150, 199, taken);
-        taken.push(s2);
-        plexusMulti.subnet = s2;
-        const bridge2 = `${prefix}p2`;
-        teardown.add(`delete bridge ${bridge2}`, () => deleteLinkIfPresent(bridge2));
-        plexusMulti.bridges.push(bridge, bridge2);
-        const ipam = (i: number, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
-          type: 'host-local',
-          ranges: [[{ subnet: `10.${s2}.${i}.0/24` }]],
-          ...extra,
-        });
-        await writeNetworkDefinition(networksDir, 'default', 'mv', {
-          cniVersion: '1.1.0',
-          name: 'mv',
-          type: 'macvlan',
-          master: uplink,
-          mode: 'bridge',
-          ipam: ipam(1),
-        });
-        await writeNetworkDefinition(networksDir, 'default', 'br2', {
-          cniVersion: '1.1.0',
-          name: 'br2',
-          type: 'bridge',
-          bridge: bridge2,
-          isGateway: true,
-          ipMasq: false,
-          ipam: ipam(2),
-        });
-        await writeNetworkDefinition(networksDir, 'default', 'ptpnet', {
-          cniVersion: '1.0.0',
-          name: 'ptpnet',
-          type: 'ptp',
-          ipMasq: false,
-          ipam: ipam(3),
-        });
-        // The same kind of network, forced to delegation: plexusd execs /usr/lib/cni/ptp (+ host-local) for it.
-        await writeNetworkDefinition(
-          networksDir,
-          'default',
-          'ptpdel',
-          { cniVersion: '1.0.0', name: 'ptpdel', type: 'ptp', ipMasq: false, ipam: ipam(4, { dataDir: pxHostLocal }) },
-          { 'plexus.io/delegate': 'true' },
-        );
-      }
-      daemon = await Plexusd.start(teardown, {
-        root: join(root, 'plexusd'),
-        networksDir,
-        defaultNetwork: 'default/podnet',
-        cniBinDir: REFERENCE_DIR,
-        logLevel: 'error',
-        ...(options.stateSync !== undefined ? { stateSync: options.stateSync } : {}),
-      });
-      const d = daemon;
-      plexus = {
-        name: 'plexus',
-        tag: 'px',
-        plugin: {
-          binary: shimBinary(),
-          config: { cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath: d.socket },
-          env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${REFERENCE_DIR}` },
-        },
-        bridge,
-        leftovers: () => d.leftovers(),
-        settled: () => teardownsSettled(d.stateDir),
-      };
-      subjects.push(plexus);
-      plexusMulti.plugin = plexus.plugin;
-      plexusMulti.settled = () => teardownsSettled(d.stateDir);
-      plexusMulti.leftovers = async () => [
-        ...(await d.leftovers()),
-        ...(await hostLocalLeftovers(pxHostLocal, 'ptpdel')),
-      ];
-      console.log(`  plexus:    bin/plexus-cni -> plexusd pid ${d.pid}, bridge ${bridge}, 10.${second}.0.0/16`);
-    }
-    if (options.reference) {
-      const second = freeTenNet(150, 199, taken);
-      taken.push(second);
-      const bridge = `${prefix}rb`;
-      teardown.add(`delete bridge ${bridge}`, () => deleteLinkIfPresent(bridge));
-      const dataDir = join(root, 'host-local');
-      reference = describeSubject('reference', 'rf', {
-        binary: join(REFERENCE_DIR, 'bridge'),
-        // The Debian plugins (1.1.1) speak CNI up to 1.0.0.
-        config: {
-          cniVersion: '1.0.0',
-          name: `${prefix}-ref`,
-          type: 'bridge',
-          bridge,
-          isGateway: true,
-          isDefaultGateway: true,
-          ipMasq: false,
-          ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]], dataDir },
-        },
-        env: { CNI_PATH: REFERENCE_DIR },
-      });
-      subjects.push(reference);
-      console.log(`  reference: ${REFERENCE_DIR}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
-      if (options.multi) {
-        const s2 = freeTenNet(150, 199, taken);
-        taken.push(s2);
-        referenceMulti.subnet = s2;
-        const bridge2 = `${prefix}r2`;
-        teardown.add(`delete bridge ${bridge2}`, () => deleteLinkIfPresent(bridge2));
-        referenceMulti.bridges.push(bridge, bridge2);
-        const ipam = (i: number): Record<string, unknown> => ({
-          type: 'host-local',
-          ranges: [[{ subnet: `10.${s2}.${i}.0/24` }]],
-          dataDir,
-        });
-        const plugin = (type: string, name: string, config: Record<string, unknown>): Plugin => ({
-          binary: join(REFERENCE_DIR, type),
-          config: { cniVersion: '1.0.0', name, type, ...config },
-          env: { CNI_PATH: REFERENCE_DIR },
-        });
-        referenceMulti.networks = {
-          bridge: reference.plugin,
-          mv: plugin('macvlan', `${prefix}-rmv`, { master: uplink, mode: 'bridge', ipam: ipam(1) }),
-          br2: plugin('bridge', `${prefix}-rbr2`, { bridge: bridge2, isGateway: true, ipMasq: false, ipam: ipam(2) }),
-          ptp: plugin('ptp', `${prefix}-rptp`, { ipMasq: false, ipam: ipam(3) }),
-        };
-        const names = Object.values(referenceMulti.networks).map((p) => String(p.config['name']));
-        referenceMulti.leftovers = async () =>
-          (await Promise.all(names.map((n) => hostLocalLeftovers(dataDir, n)))).flat();
-      }
-    }
-    // The multi-interface variants: the same networks through Plexus (one call, annotation) and the reference runtime.
-    const variants: MultiVariant[] = [];
-    let burstRuntimes: MultiRuntime[] = [];
-    if (options.multi) {
-      const defs = [
-        { key: '1', networks: 'bridge', selection: [] as string[], reference: ['bridge'] },
-        { key: '2', networks: 'bridge + macvlan', selection: ['mv'], reference: ['bridge', 'mv'] },
-        {
-          key: '4',
-          networks: 'bridge + macvlan + bridge2 + ptp (all native in plexus)',
-          selection: ['mv', 'br2', 'ptpnet'],
-          reference: ['bridge', 'mv', 'br2', 'ptp'],
-        },
-        {
-          key: '4d',
-          networks: 'bridge + macvlan + bridge2 + ptp (plexus delegates ptp)',
-          selection: ['mv', 'br2', 'ptpdel'],
-          reference: ['bridge', 'mv', 'br2', 'ptp'],
-        },
-        {
-          key: 'burst',
-          networks: 'bridge + macvlan + bridge2',
-          selection: ['mv', 'br2'],
-          reference: ['bridge', 'mv', 'br2'],
-        },
-      ];
-      const build = (d: (typeof defs)[number]): MultiRuntime[] => {
-        const out: MultiRuntime[] = [];
-        if (plexusMulti.plugin !== undefined && plexusMulti.leftovers !== undefined) {
-          out.push(
-            plexusRuntime({
-              name: 'plexus',
-              tag: 'px',
-              plugin: plexusMulti.plugin,
-              selection: d.selection.join(', '),
-              interfaces: d.reference.length,
-              bridges: plexusMulti.bridges,
-              leftovers: plexusMulti.leftovers,
-              ...(plexusMulti.settled ? { settled: plexusMulti.settled } : {}),
-            }),
-          );
-        }
-        if (referenceMulti.leftovers !== undefined) {
-          const networks = d.reference.map((k, i) => ({
-            ifname: i === 0 ? 'eth0' : `net${i}`,
-            plugin: referenceMulti.networks[k] as Plugin,
-          }));
-          out.push(
-            referenceRuntime({
-              name: 'reference',
-              tag: 'rf',
-              networks,
-              bridges: referenceMulti.bridges,
-              leftovers: referenceMulti.leftovers,
-            }),
-          );
-        }
-        return out;
-      };
-      for (const d of defs) {
-        if (d.key === 'burst') burstRuntimes = build(d);
-        else variants.push({ key: d.key, networks: d.networks, runtimes: build(d) });
-      }
-      if (variants.some((v) => v.runtimes.length > 0)) {
-        console.log(
-          `  multi-interface: uplink ${uplink} (veth); plexus networks mv, br2 (${prefix}p2), ptpnet (native), ptpdel (delegated) in 10.${String(plexusMulti.subnet ?? '-')}.0.0/16; ` +
-            `reference runtime macvlan, bridge (${prefix}r2), ptp in 10.${String(referenceMulti.subnet ?? '-')}.0.0/16`,
-        );
-      }
-    }
+    const setup: SetupContext = { teardown, prefix, root, uplink, taken: [], multi: options.multi };
+    const plexusSetup = options.plexus ? await setUpPlexus(setup, options.stateSync) : undefined;
+    const referenceSetup = options.reference ? setUpReference(setup) : undefined;
+    const daemon = plexusSetup?.daemon;
+    const plexus = plexusSetup?.subject;
+    const reference = referenceSetup?.subject;
+    const subjects: Subject[] = [plexus, reference].filter((s): s is Subject => s !== undefined);
+    const { variants, burstRuntimes } = multiVariants(setup, plexusSetup, referenceSetup);
     for (const [i, spec] of options.extra.entries()) {
       const s = parseSubjectSpec(spec, `x${i}`);
       if (subjects.some((other) => other.name === s.name))
@@ -415,7 +90,14 @@ async function main(): Promise<number> {
     let floor: FloorFigures | undefined;
     if (plexus !== undefined) {
       console.log('\n0. the floor: rtnetlink batch and exec');
-      floor = await measureFloor(teardown, prefix, root, shimBinary(), freeTenNet(150, 199, taken), options.floorRuns);
+      floor = await measureFloor(
+        teardown,
+        prefix,
+        root,
+        shimBinary(),
+        freeTenNet(150, 199, setup.taken),
+        options.floorRuns,
+      );
     }
     // While everything runs: no address may be on two interfaces (DEL answers before the links are gone).
     const overlapCheck = new AddressOverlapCheck(teardown, prefix);

@@ -28,6 +28,7 @@ import { invoke, newPod } from '../cni';
 import { deleteLinkIfPresent, deleteNetns, freeTenNet, ipBatch, listNetns, netnsPath, uniquePrefix } from '../host';
 import { httpOverSocket, shimBinary, writeNetworkDefinition } from '../plexusd';
 import { fmt, round, summarize, table } from '../stats';
+import { podnetConfig } from './subjects-setup';
 
 type Parts = Map<string, number>;
 
@@ -128,16 +129,8 @@ async function main(): Promise<void> {
   const net = freeTenNet(150, 199);
   const networksDir = join(root, 'networks');
   mkdirSync(networksDir);
-  await writeNetworkDefinition(networksDir, 'default', 'podnet', {
-    cniVersion: '1.1.0',
-    name: 'podnet',
-    type: 'bridge',
-    bridge,
-    isGateway: true,
-    isDefaultGateway: true,
-    ipMasq: false,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${net}.0.0/16` }]] },
-  });
+  // The bench's own default network (section 1), so the profile's ADDs are the same ADDs.
+  await writeNetworkDefinition(networksDir, 'default', 'podnet', podnetConfig(bridge, net));
   const r: Recorder = { current: undefined };
   const kernel = new Kernel(1, undefined, { inlineWhen: () => true }); // as plexusd's for one call at a time (node-state.ts)
   const ipam = await Ipam.open(join(root, 'ipam'), { sync: false });

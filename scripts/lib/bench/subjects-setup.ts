@@ -49,6 +49,18 @@ export interface ReferenceSetup {
   readonly multi?: MultiNetworks & { readonly networks: Readonly<Record<string, Plugin>> };
 }
 
+/** plexus's default network in the bench: a native bridge with host-local over 10.<second>.0.0/16. */
+export const podnetConfig = (bridge: string, second: number): Record<string, unknown> => ({
+  cniVersion: '1.1.0',
+  name: 'podnet',
+  type: 'bridge',
+  bridge,
+  isGateway: true,
+  isDefaultGateway: true,
+  ipMasq: false,
+  ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]] },
+});
+
 function takeNet(ctx: SetupContext): number {
   const second = freeTenNet(150, 199, ctx.taken);
   ctx.taken.push(second);
@@ -67,16 +79,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
   const networksDir = join(root, 'networks');
   await mkdir(networksDir);
   const bridge = bridgeNamed(ctx, `${prefix}pb`);
-  await writeNetworkDefinition(networksDir, 'default', 'podnet', {
-    cniVersion: '1.1.0',
-    name: 'podnet',
-    type: 'bridge',
-    bridge,
-    isGateway: true,
-    isDefaultGateway: true,
-    ipMasq: false,
-    ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]] },
-  });
+  await writeNetworkDefinition(networksDir, 'default', 'podnet', podnetConfig(bridge, second));
   const pxHostLocal = join(root, 'px-host-local');
   const bridges = [bridge];
   let subnet: number | undefined;

@@ -122,13 +122,17 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
     assert.ok(existsSync(join(cacheDir, p.pod.cid)), "Multus's cache of it is still there");
     assert.equal(leases().length, 1);
     ip('netns', 'delete', p.pod.ns);
+    // The cache file goes inside the removal, the log line after it: wait for both.
     await until(
-      'the sandbox whose netns went too is removed',
-      () => (existsSync(join(cacheDir, p.pod.cid)) ? undefined : true),
+      'the sandbox whose netns went too is removed, and the log says so',
+      () =>
+        !existsSync(join(cacheDir, p.pod.cid)) &&
+        /removed a sandbox Multus made whose pod is gone without a DEL/.test(daemon.stderr)
+          ? true
+          : undefined,
       15_000,
     );
     assert.deepEqual(leases(), [], 'its lease is released as Multus would release it');
-    assert.match(daemon.stderr, /removed a sandbox Multus made whose pod is gone without a DEL/);
   });
 
   it('keeps one whose netns is gone while the API still has its pod with that UID', async () => {

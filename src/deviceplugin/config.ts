@@ -13,6 +13,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { absolutePath } from '../common/absolute-path';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 
 export const PCI_ADDRESS = /^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
@@ -26,8 +27,6 @@ const resourceName = z
     'must be domain/name, e.g. plexus.io/memif',
   )
   .refine((n) => !/(^|\.)kubernetes\.io\//.test(n), 'the kubernetes.io domain is reserved');
-
-const absolute = z.string().startsWith('/', 'must be an absolute path');
 
 /** How a resource reaches pods: the kubelet's device-plugin API, DRA ResourceSlices of driver plexus.io, or both. */
 export const OFFERS = ['device-plugin', 'dra'] as const;
@@ -43,9 +42,9 @@ const MemifResourceSchema = z.strictObject({
   kind: z.literal('memif'),
   count: z.number().int().min(1).max(4096),
   /** Where each device's socket directory is made on the host (one subdirectory per device). */
-  socketDir: absolute.default('/run/plexus/memif'),
+  socketDir: absolutePath().default('/run/plexus/memif'),
   /** Where that directory appears in the container. */
-  containerPath: absolute.default('/run/memif'),
+  containerPath: absolutePath().default('/run/memif'),
   /** memif mode written to device-info: ethernet, ip or punt (NPWG names). */
   mode: z.enum(['ethernet', 'ip', 'punt']).default('ethernet'),
   /**

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { absolutePath } from '../common/absolute-path';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 // An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
@@ -13,7 +14,6 @@ const emptyIsNaN = (v: unknown): unknown => (v === '' ? Number.NaN : v);
 const int = (min: number, max: number) => z.preprocess(emptyIsNaN, z.coerce.number().int().min(min).max(max));
 /** A number of seconds or a rate. */
 const decimal = (min: number, max: number) => z.preprocess(emptyIsNaN, z.coerce.number().min(min).max(max));
-const absolutePath = () => z.string().startsWith('/', 'must be an absolute path');
 /** A list of names: an array in the file, comma-separated on the command line. */
 const nameList = () =>
   z
@@ -78,10 +78,7 @@ export const DaemonConfigSchema = z
     // Optional rather than defaulted (absent: off, /var/lib/kubelet), so configs written before DRA compare equal.
     dra: bool.optional(),
     kubeletRootDir: absolutePath().optional(),
-    podResourcesSocket: z
-      .string()
-      .startsWith('/', 'must be an absolute path')
-      .default('/var/lib/kubelet/pod-resources/kubelet.sock'),
+    podResourcesSocket: absolutePath().default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: absolutePath().default('/var/run/k8s.cni.cncf.io/devinfo'),
     ovsdbSocket: absolutePath().default('/var/run/openvswitch/db.sock'),
     orphanSweepSeconds: decimal(0, 86400).default(60),

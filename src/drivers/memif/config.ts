@@ -5,6 +5,7 @@
  *   { "type": "memif", "bridge": "br-user", "rxQueues": 2, "ovsdbSocket": "/var/run/openvswitch/db.sock" }
  */
 import { z } from 'zod';
+import { absolutePath } from '../../common/absolute-path';
 import type { Result } from '../../cni/errors';
 import { err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
@@ -13,8 +14,6 @@ import { invalidConfig, ipamField, parseOptionalIpam, parsePluginConfig } from '
 
 /** Where a pod's socket directory is made when no kubelet device (plexus.io/memif) gave it one. */
 export const DEFAULT_MEMIF_SOCKET_DIR = '/run/plexus/memif-cni';
-
-const absolute = z.string().startsWith('/', 'must be an absolute path');
 
 const MemifSchema = z.object({
   type: z.literal('memif'),
@@ -27,9 +26,9 @@ const MemifSchema = z.object({
   /** memif mode; OVS-DPDK's memif ports carry Ethernet frames only. */
   mode: z.literal('ethernet').default('ethernet'),
   /** The switch's database socket; plexusd's --ovsdb-socket when unset. */
-  ovsdbSocket: absolute.optional(),
+  ovsdbSocket: absolutePath().optional(),
   /** Host directory for sockets Plexus makes itself (no kubelet device): one subdirectory per pod interface. */
-  socketDir: absolute.default(DEFAULT_MEMIF_SOCKET_DIR),
+  socketDir: absolutePath().default(DEFAULT_MEMIF_SOCKET_DIR),
   ipam: ipamField,
 });
 

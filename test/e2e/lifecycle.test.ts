@@ -4,7 +4,7 @@ import { unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import { DaemonFixture, podCall, type PodCallOverrides, type ShimOutput, type TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pl');
@@ -32,11 +32,7 @@ after(async () => {
   fx.cleanup();
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly name: string;
-  readonly netns: string;
-  readonly nsName: string;
+interface Pod extends TestPod {
   readonly hostVeth: string;
 }
 
@@ -46,27 +42,23 @@ function newPod(): Pod {
   const cid = `${prefix}c${n}`;
   const hostVeth = hostVethName(cid, 'eth0', 'eth0');
   fx.trackHostLink(hostVeth);
-  return { cid, name: `pod${n}`, netns: ns.path, nsName: ns.name, hostVeth };
+  return { cid, name: `pod${n}`, netns: ns.path, ns: ns.name, hostVeth };
 }
 
-interface CallOverrides {
-  readonly netns?: string;
-  readonly cid?: string;
-  readonly args?: string;
-  readonly config?: Record<string, unknown>;
-}
-
-/** A runtime's call for a pod's eth0: its netns, container ID and CNI_ARGS unless overridden (CHECK sends no CNI_ARGS). */
-function call(command: 'ADD' | 'DEL' | 'CHECK', pod: Pod, over: CallOverrides = {}): ReturnType<typeof daemon.cni> {
-  const cid = over.cid ?? pod.cid;
-  return daemon.cni({
+/** A runtime's call for a pod's eth0, with the daemon's runtime config plus `config` (CHECK sends no CNI_ARGS). */
+function call(
+  command: 'ADD' | 'DEL' | 'CHECK',
+  pod: Pod,
+  over: PodCallOverrides & { readonly config?: Record<string, unknown> } = {},
+): Promise<ShimOutput> {
+  const { config, ...request } = over;
+  return podCall(
+    daemon,
     command,
-    containerId: cid,
-    netns: over.netns ?? pod.netns,
-    ifname: 'eth0',
-    ...(command === 'CHECK' ? {} : { args: over.args ?? podArgs(pod.name, cid) }),
-    config: daemon.runtimeConfig(over.config),
-  });
+    pod,
+    daemon.runtimeConfig(config),
+    command === 'CHECK' ? { ...request, args: null } : request,
+  );
 }
 
 async function add(pod: Pod, extra: Record<string, unknown> = {}): Promise<string> {
@@ -87,13 +79,13 @@ describe('DEL', () => {
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
     assert.ok(!leaseFiles().includes(address.split('/')[0]!), 'the lease is released');
-    assert.equal(ipTry('-n', pod.nsName, 'link', 'show', 'eth0').status, 1, 'the pod side went with its peer');
+    assert.equal(ipTry('-n', pod.ns, 'link', 'show', 'eth0').status, 1, 'the pod side went with its peer');
   });
 
   it('works after the pod netns is already gone: the lease, the host veth and the record go', async () => {
     const pod = newPod();
     const address = await add(pod);
-    ip('netns', 'del', pod.nsName);
+    ip('netns', 'del', pod.ns);
     const out = await del(pod);
     assert.equal(out.code, 0, out.stdout);
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), []);
@@ -134,7 +126,7 @@ describe('DEL', () => {
     const address = await add(pod);
     const stale = await del(pod, pod.netns, `${pod.cid}old`);
     assert.equal(stale.code, 0, stale.stdout);
-    assert.match(ip('-n', pod.nsName, 'addr', 'show', 'eth0'), new RegExp(address.replace(/\./g, '\\.')));
+    assert.match(ip('-n', pod.ns, 'addr', 'show', 'eth0'), new RegExp(address.replace(/\./g, '\\.')));
     assert.deepEqual(hostLinksWithPrefix(pod.hostVeth), [pod.hostVeth]);
     assert.ok(leaseFiles().includes(address.split('/')[0]!));
     assert.equal((await del(pod)).code, 0);
@@ -166,12 +158,12 @@ describe('ADD', () => {
       daemon.journalFiles().filter((f) => f.startsWith(pod.cid)),
       [],
     );
-    assert.equal(ipTry('-n', pod.nsName, 'link', 'show', 'eth0').status, 1);
+    assert.equal(ipTry('-n', pod.ns, 'link', 'show', 'eth0').status, 1);
   });
 
   it('into a netns where the interface name is taken fails and releases the IP it reserved', async () => {
     const pod = newPod();
-    ip('-n', pod.nsName, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'x0');
+    ip('-n', pod.ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'x0');
     const before = leaseFiles().length;
     const out = await call('ADD', pod);
     assert.equal(out.code, 1, out.stdout);
@@ -200,7 +192,7 @@ describe('ADD', () => {
     const r = out.json as { interfaces: { name: string; mac?: string; sandbox?: string }[] };
     const macOf = (args: string[]): string => /link\/ether ([0-9a-f:]{17})/.exec(ip(...args))?.[1] ?? 'none';
     assert.equal(r.interfaces.find((i) => i.name === pod.hostVeth)?.mac, macOf(['link', 'show', 'dev', pod.hostVeth]));
-    assert.equal(r.interfaces.find((i) => i.sandbox)?.mac, macOf(['-n', pod.nsName, 'link', 'show', 'dev', 'eth0']));
+    assert.equal(r.interfaces.find((i) => i.sandbox)?.mac, macOf(['-n', pod.ns, 'link', 'show', 'dev', 'eth0']));
     assert.equal((await del(pod)).code, 0);
   });
 
@@ -229,7 +221,7 @@ describe('CHECK', () => {
   it("detects an address removed behind the daemon's back", async () => {
     const pod = newPod();
     const address = await add(pod);
-    ip('-n', pod.nsName, 'addr', 'del', address, 'dev', 'eth0');
+    ip('-n', pod.ns, 'addr', 'del', address, 'dev', 'eth0');
     const out = await call('CHECK', pod);
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), new RegExp(`address ${address.replace(/\./g, '\\.')} is missing on eth0`));
@@ -239,7 +231,7 @@ describe('CHECK', () => {
   it('detects a removed default route', async () => {
     const pod = newPod();
     await add(pod);
-    ip('-n', pod.nsName, 'route', 'del', 'default');
+    ip('-n', pod.ns, 'route', 'del', 'default');
     const out = await call('CHECK', pod);
     assert.equal(out.code, 1);
     assert.match(String(out.json?.msg), /route 0\.0\.0\.0\/0 via .* is missing/);

@@ -358,20 +358,30 @@ export function podMaker(fx: NetnsFixture, prefix: string, hostVethsOf: readonly
 }
 
 /** ADD or DEL of a pod, as containerd sends it (CNI_IFNAME eth0, the pod's CNI_ARGS). */
-export const podCall = (
+/** What a call may change of a pod's usual request: another netns or container ID, other CNI_ARGS, or none (null). */
+export interface PodCallOverrides {
+  readonly netns?: string;
+  readonly cid?: string;
+  readonly args?: string | null;
+}
+
+export function podCall(
   daemon: DaemonFixture,
   command: 'ADD' | 'DEL' | 'CHECK',
   pod: TestPod,
   config: Record<string, unknown>,
-): Promise<ShimOutput> =>
-  daemon.cni({
+  over: PodCallOverrides = {},
+): Promise<ShimOutput> {
+  const cid = over.cid ?? pod.cid;
+  return daemon.cni({
     command,
-    containerId: pod.cid,
-    netns: pod.netns,
+    containerId: cid,
+    netns: over.netns ?? pod.netns,
     ifname: 'eth0',
-    args: podArgs(pod.name, pod.cid),
+    ...(over.args === null ? {} : { args: over.args ?? podArgs(pod.name, cid) }),
     config,
   });
+}
 
 /** Resolves once the process is stopped by a signal (state T in /proc/PID/stat), or gone. */
 async function stopped(pid: number): Promise<void> {

@@ -5,6 +5,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { REFERENCE_PLUGINS } from '../../../test/support/plugin-dir';
 import type { Plugin } from '../cni';
 import { deleteLinkIfPresent, freeTenNet } from '../host';
 import { type MultiRuntime, plexusRuntime, referenceRuntime } from '../multinet';
@@ -13,8 +14,6 @@ import { type Subject, describeSubject } from '../subject';
 import type { Teardown } from '../teardown';
 import { teardownsSettled } from './del-teardown';
 import type { MultiVariant } from './multi';
-
-export const REFERENCE_DIR = '/usr/lib/cni';
 
 export interface SetupContext {
   readonly teardown: Teardown;
@@ -130,7 +129,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
     root: join(root, 'plexusd'),
     networksDir,
     defaultNetwork: 'default/podnet',
-    cniBinDir: REFERENCE_DIR,
+    cniBinDir: REFERENCE_PLUGINS,
     logLevel: 'error',
     ...(stateSync !== undefined ? { stateSync } : {}),
   });
@@ -141,7 +140,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
     plugin: {
       binary: shimBinary(),
       config: { cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath: daemon.socket },
-      env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${REFERENCE_DIR}` },
+      env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${REFERENCE_PLUGINS}` },
     },
     bridge,
     leftovers: () => daemon.leftovers(),
@@ -166,7 +165,7 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
   const bridge = bridgeNamed(ctx, `${prefix}rb`);
   const dataDir = join(root, 'host-local');
   const subject = describeSubject('reference', 'rf', {
-    binary: join(REFERENCE_DIR, 'bridge'),
+    binary: join(REFERENCE_PLUGINS, 'bridge'),
     // The Debian plugins (1.1.1) speak CNI up to 1.0.0.
     config: {
       cniVersion: '1.0.0',
@@ -178,9 +177,9 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
       ipMasq: false,
       ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]], dataDir },
     },
-    env: { CNI_PATH: REFERENCE_DIR },
+    env: { CNI_PATH: REFERENCE_PLUGINS },
   });
-  console.log(`  reference: ${REFERENCE_DIR}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
+  console.log(`  reference: ${REFERENCE_PLUGINS}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
   if (!ctx.multi) return { subject };
   const s2 = takeNet(ctx);
   const bridge2 = bridgeNamed(ctx, `${prefix}r2`);
@@ -190,9 +189,9 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
     dataDir,
   });
   const plugin = (type: string, name: string, config: Record<string, unknown>): Plugin => ({
-    binary: join(REFERENCE_DIR, type),
+    binary: join(REFERENCE_PLUGINS, type),
     config: { cniVersion: '1.0.0', name, type, ...config },
-    env: { CNI_PATH: REFERENCE_DIR },
+    env: { CNI_PATH: REFERENCE_PLUGINS },
   });
   const networks = {
     bridge: subject.plugin,

@@ -12,6 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
+import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
+import { teardownsSettled } from './lib/bench/del-teardown';
 import { invoke, newPod, type Plugin, type Pod, POD_ANNOTATIONS_CAPABILITY } from './lib/cni';
 import { createNetns, deleteLinkIfPresent, freeTenNet, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { Plexusd, shimBinary, writeNetworkDefinition } from './lib/plexusd';
@@ -55,7 +57,7 @@ async function main(): Promise<void> {
       const made = await api.createNad('default', name, JSON.stringify(bridge(name, i)));
       if (made.status !== 201) throw new Error(`NAD ${name}: ${made.status}`);
     }
-    const common = { networksDir, defaultNetwork: 'podnet', cniBinDir: '/usr/lib/cni', logLevel: 'error' as const };
+    const common = { networksDir, defaultNetwork: 'podnet', cniBinDir: REFERENCE_PLUGINS, logLevel: 'error' as const };
     const standalone = await Plexusd.start(teardown, { ...common, root: join(root, 'standalone') });
     const onApi = await Plexusd.start(teardown, {
       ...common,
@@ -64,7 +66,7 @@ async function main(): Promise<void> {
     });
     const plugin = (d: Plexusd, annotations: Record<string, string> = {}): Plugin => ({
       binary: shimBinary(),
-      env: { CNI_PATH: '/usr/lib/cni' },
+      env: { CNI_PATH: REFERENCE_PLUGINS },
       config: {
         cniVersion: '1.0.0',
         name: 'plexus',
@@ -94,6 +96,8 @@ async function main(): Promise<void> {
       if (add.exitCode !== 0) throw new Error(`ADD ${pod.name}: ${add.stdout} ${add.stderr}`);
       const del = await invoke(plugin(d, annotations), 'DEL', pod);
       if (del.exitCode !== 0) throw new Error(`DEL ${pod.name}: ${del.stdout}`);
+      // DEL answers before the links are gone, and the other daemon's ADD of this sandbox comes next (untimed wait).
+      if ((await teardownsSettled(d.stateDir)) > 0) throw new Error(`DEL ${pod.name}: its teardown did not finish`);
       return add.ms;
     }
     await api.createPod('default', `${prefix}-warm`, { nodeName: NODE }); // also makes sa/default, which pods need

@@ -29,6 +29,7 @@ import { multusBinary, multusMissing, multusPluginDir } from '../support/multus'
 import { until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { stopProcess } from '../support/processes';
 
 const skip = expectedPrerequisites(kubeNodeMissing(), multusMissing());
 const prefix = uniquePrefix('mm');
@@ -123,14 +124,8 @@ class MultusDaemon {
   }
 
   /** Stops it by its PID (the DaemonSet deleted). */
-  async stop(): Promise<void> {
-    const p = this.proc;
-    if (!p || p.exitCode !== null || p.signalCode !== null) return;
-    const exited = new Promise<void>((r) => p.once('exit', () => r()));
-    p.kill('SIGTERM');
-    const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-    await exited;
-    clearTimeout(timer);
+  stop(): Promise<void> {
+    return stopProcess(this.proc);
   }
 }
 

@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
+import { stopProcess } from './processes';
 
 const which = (name: string): string | undefined => {
   const dirs = process.env.PLEXUS_CONTAINERD_BIN
@@ -135,11 +136,7 @@ export class ContainerdFixture {
         this.ctr(['tasks', 'delete', '-f', id]);
         this.ctr(['containers', 'delete', id]);
       }
-      const exited = new Promise<void>((r) => p.once('exit', () => r()));
-      p.kill('SIGTERM');
-      const timer = setTimeout(() => p.kill('SIGKILL'), 10000);
-      await exited;
-      clearTimeout(timer);
+      await stopProcess(p);
     }
     // Snapshot mounts left behind (a crash mid-test) must go before the directory can.
     const mounts = readFileSync('/proc/mounts', 'utf8')

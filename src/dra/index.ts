@@ -71,8 +71,8 @@ export class DraDriver {
     const { nodeName, sysfsRoot } = settings;
     this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
     this.prepared = PreparedClaims.open(settings.stateDir);
-    const unreadable = this.prepared.unreadable;
-    if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
+    for (const { path, reason } of this.prepared.problems)
+      log.warn({ path, reason }, 'prepared-claim entry not loaded: held where it is, not acted on');
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     this.slices = new SlicePublisher(
       api,

@@ -1,7 +1,8 @@
 /**
  * Prepared-claim records as hostile input: whatever lies in `<state-dir>/dra/claims` (a FIFO, a directory named like a
  * temp file, `claims` itself a file, a symlink to /dev/zero, a record of 300 MB, a record filed under another claim's
- * name) is named and held, never fatal and never read without a bound.
+ * name) is named and held, never fatal and never read without a bound; and a memif record's socket is removed only
+ * where Prepare makes it, under its resource's socketDir.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -19,11 +20,14 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import pino from 'pino';
 import { parseResources } from '../../src/deviceplugin/config';
-import type { ClaimReader } from '../../src/dra/claims-api';
+import type { ClaimReader, ResourceClaim } from '../../src/dra/claims-api';
 import { DraInventory } from '../../src/dra/devices';
+import { DraDriver } from '../../src/dra';
+import type { KubeApiClient } from '../../src/k8s/api-client';
 import { ClaimPreparer } from '../../src/dra/prepare';
 import { PreparedClaims, type PreparedClaim } from '../../src/dra/prepared-claims';
 import { ok } from '../../src/cni/errors';
@@ -199,3 +203,130 @@ function memifInventory(socketDir: string): DraInventory {
   if (!parsed.ok) throw parsed.error;
   return new DraInventory(parsed.value, { nodeName: 'n1' });
 }
+
+/** A logger whose lines the test reads. */
+function recordingLog(): { log: pino.Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { log: pino({ level: 'info' }, sink), lines };
+}
+
+/** A tree the test made outside socketDir: what a record must never delete. */
+function outsideTree(): { dir: string; socket: string } {
+  const dir = join(freshDir(), 'victim');
+  mkdirSync(join(dir, 'sub'), { recursive: true });
+  writeFileSync(join(dir, 'sub', 'data'), 'keep me');
+  return { dir, socket: join(dir, 'memif.sock') };
+}
+
+const noClaims: ClaimReader = {
+  get: (): Promise<{ ok: true; value: ResourceClaim | undefined }> => Promise.resolve({ ok: true, value: undefined }),
+};
+
+describe("a memif record's socket is removed only where Prepare makes it", () => {
+  for (const [what, socketOf] of [
+    ['a path outside socketDir', (_s: string, outside: string) => outside],
+    [
+      'a path that climbs out of socketDir with ..',
+      (s: string, outside: string) => `${s}/memif0/${'../'.repeat(12)}${outside.slice(1)}`,
+    ],
+    ["another device's directory", (s: string) => join(s, 'memif1', 'memif.sock')],
+  ] as const) {
+    it(`the stale sweep releases a record whose socket is ${what}, and deletes nothing outside its device's directory`, async () => {
+      const socketDir = freshDir();
+      mkdirSync(join(socketDir, 'memif0')); // so that a path through it resolves
+      const other = join(socketDir, 'memif1');
+      mkdirSync(other);
+      writeFileSync(join(other, 'memif.sock'), '');
+      const outside = outsideTree();
+      const { state, dir } = claimsDir();
+      const socket = socketOf(socketDir, outside.socket);
+      writeFileSync(join(dir, 'uid-h.json'), JSON.stringify(record('uid-h', socket)));
+      const prepared = PreparedClaims.open(state);
+      assert.equal(prepared.get('uid-h')?.devices[0]?.socket, socket);
+      const { log, lines } = recordingLog();
+      const preparer = new ClaimPreparer({ claims: noClaims, inventory: memifInventory(socketDir), prepared, log });
+      const released = await preparer.releaseStale({
+        claims: noClaims,
+        pods: { exists: () => Promise.resolve(ok(false)) },
+        log,
+      });
+      assert.deepEqual(released, ['ns/claim-uid-h'], 'the record itself is released');
+      assert.equal(readFileSync(join(outside.dir, 'sub', 'data'), 'utf8'), 'keep me', 'the tree outside is whole');
+      assert.ok(existsSync(join(other, 'memif.sock')), "memif1's directory is whole");
+      const refusal = lines.find((l) => l.msg === "a prepared claim's memif socket directory is not removed");
+      assert.ok(refusal, JSON.stringify(lines));
+      assert.equal(refusal.claim, 'ns/claim-uid-h');
+      assert.equal(refusal.socket, socket);
+      assert.match(String(refusal.why), new RegExp(`is not ${join(socketDir, 'memif0', 'memif.sock')}`));
+    });
+  }
+  it('a device directory that is a symlink out of socketDir is not followed: the tree it points at is whole', async () => {
+    const socketDir = freshDir();
+    const outside = outsideTree();
+    symlinkSync(outside.dir, join(socketDir, 'memif0'));
+    const { state, dir } = claimsDir();
+    writeFileSync(join(dir, 'uid-l.json'), JSON.stringify(record('uid-l', join(socketDir, 'memif0', 'memif.sock'))));
+    const { log, lines } = recordingLog();
+    const prepared = PreparedClaims.open(state);
+    const preparer = new ClaimPreparer({ claims: noClaims, inventory: memifInventory(socketDir), prepared, log });
+    await preparer.releaseStale({ claims: noClaims, pods: { exists: () => Promise.resolve(ok(false)) }, log });
+    assert.equal(readFileSync(join(outside.dir, 'sub', 'data'), 'utf8'), 'keep me');
+    const refusal = lines.find((l) => l.msg === "a prepared claim's memif socket directory is not removed");
+    assert.match(String(refusal?.why), /is a symbolic link/);
+  });
+  it('a socket where Prepare makes it is removed with its directory at Unprepare', async () => {
+    const socketDir = freshDir();
+    mkdirSync(join(socketDir, 'memif0'));
+    const { state, dir } = claimsDir();
+    writeFileSync(join(dir, 'uid-g.json'), JSON.stringify(record('uid-g', join(socketDir, 'memif0', 'memif.sock'))));
+    const prepared = PreparedClaims.open(state);
+    const preparer = new ClaimPreparer({
+      claims: noClaims,
+      inventory: memifInventory(socketDir),
+      prepared,
+      log: silent,
+    });
+    await preparer.unprepare([{ namespace: 'ns', name: 'claim-uid-g', uid: 'uid-g' }]);
+    assert.ok(!existsSync(join(socketDir, 'memif0')));
+  });
+  it('Prepare asked again for a claim whose record names a device no longer offered answers an error naming it', async () => {
+    const { state, dir } = claimsDir();
+    const gone = { ...record('uid-x'), devices: record('uid-x').devices.map((d) => ({ ...d, device: 'memif7' })) };
+    writeFileSync(join(dir, 'uid-x.json'), JSON.stringify(gone));
+    const prepared = PreparedClaims.open(state);
+    const preparer = new ClaimPreparer({
+      claims: noClaims,
+      inventory: memifInventory(freshDir()),
+      prepared,
+      log: silent,
+    });
+    const answer = await preparer.prepare([{ namespace: 'ns', name: 'claim-uid-x', uid: 'uid-x' }]);
+    assert.equal(
+      answer['uid-x']?.error,
+      'the prepared record of ResourceClaim ns/claim-uid-x names what this node does not offer (n1/plexus.io/memif/memif7: pool n1/plexus.io/memif has no device memif7 in the resources file): unprepare the claim (delete its pod) or fix the resources file',
+    );
+  });
+  it('the memif driver is not handed a socket a record keeps outside its device’s directory', () => {
+    const socketDir = freshDir();
+    const outside = outsideTree();
+    const state = freshDir();
+    mkdirSync(join(state, 'dra', 'claims'), { recursive: true });
+    writeFileSync(join(state, 'dra', 'claims', 'uid-o.json'), JSON.stringify(record('uid-o', outside.socket)));
+    const resources = parseResources({
+      resources: [{ name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] }],
+    });
+    if (!resources.ok) throw resources.error;
+    const api = { request: () => Promise.resolve({ ok: true, value: {} }) } as unknown as KubeApiClient;
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state };
+    const dra = DraDriver.create(resources.value, api, settings, silent)!;
+    const served = dra.memifSocket('plexus.io/memif', 'memif0');
+    assert.ok(served && !served.ok, 'refused');
+    assert.match(served.error.message, /is not served: socket .* is not .*memif0\/memif\.sock/);
+  });
+});

@@ -4,7 +4,7 @@
  * claims, which the engine reads through ClaimedDevices (claimed-devices.ts) at CNI ADD. docs/dra.md has the model.
  */
 import type { Logger } from 'pino';
-import { ok, type Result } from '../cni/errors';
+import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { ResourceConfig } from '../deviceplugin/config';
 import type { MemifDeviceSocket } from '../drivers/memif';
 import type { KubeApiClient } from '../k8s/api-client';
@@ -18,6 +18,7 @@ import { DraInventory } from './devices';
 import { DraPluginServer, type RegistrationEvents } from './plugin-server';
 import { ClaimPreparer } from './prepare';
 import { PreparedClaims } from './prepared-claims';
+import { checkedClaims, recordedDeviceProblem, recordProblems } from './record-checks';
 import { SlicePublisher } from './slices';
 import { ApiPodPresence, type PodPresence } from './stale-claims';
 
@@ -49,6 +50,26 @@ export interface DraSettings {
   readonly pods?: PodPresence;
 }
 
+/** The entries of the records' directory that were not loaded, and records that do not fit the resources file. */
+function reportRecords(prepared: PreparedClaims, inventory: DraInventory, log: Logger): void {
+  for (const { path, reason } of prepared.problems)
+    log.warn({ path, reason }, 'prepared-claim entry not loaded: held where it is, not acted on');
+  for (const record of prepared.all()) {
+    const problems = recordProblems(inventory, record);
+    if (problems.length)
+      log.warn(
+        { claim: `${record.namespace}/${record.name}`, uid: record.uid, problems },
+        'prepared claim names what this node does not offer: its devices are not acted on',
+      );
+  }
+}
+
+const socketRefused = (resourceName: string, deviceID: string, why: string): CniError =>
+  new CniError(
+    CniCode.InvalidEnvironment,
+    `the memif socket a prepared claim records for ${resourceName} ${deviceID} is not served: ${why}`,
+  );
+
 export class DraDriver {
   readonly inventory: DraInventory;
   readonly prepared: PreparedClaims;
@@ -71,8 +92,7 @@ export class DraDriver {
     const { nodeName, sysfsRoot } = settings;
     this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
     this.prepared = PreparedClaims.open(settings.stateDir);
-    const unreadable = this.prepared.unreadable;
-    if (unreadable.length) log.warn({ files: unreadable }, 'prepared-claim records that do not parse are ignored');
+    reportRecords(this.prepared, this.inventory, log);
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     this.slices = new SlicePublisher(
       api,
@@ -122,12 +142,14 @@ export class DraDriver {
       .flatMap((c) => c.devices)
       .find((d) => d.resourceName === resourceName && d.deviceID === deviceID && d.socket && d.secret);
     if (!held?.socket || !held.secret) return undefined;
+    const why = recordedDeviceProblem(this.inventory, held);
+    if (why) return err(socketRefused(resourceName, deviceID, why));
     return ok({ hostSocket: held.socket, podSocket: held.socket, secret: held.secret });
   }
 
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */
   get claimed(): ClaimedDevices {
-    return this.prepared;
+    return checkedClaims(this.prepared, this.inventory);
   }
 
   /**

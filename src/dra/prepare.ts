@@ -12,7 +12,8 @@ import { configForRequest } from './claim-config';
 import type { ClaimReader, ResourceClaim } from './claims-api';
 import type { DraInventory } from './devices';
 import type { PreparedClaim, PreparedClaims } from './prepared-claims';
-import { makeMemifSocket, removeMemifSocket } from './memif-sockets';
+import { makeMemifSocket, memifSocketProblem, removeMemifSocket } from './memif-sockets';
+import { recordProblems } from './record-checks';
 import { staleClaims, type StaleClaimsEnv } from './stale-claims';
 
 export interface PrepareEnv {
@@ -50,6 +51,8 @@ const claimErrors = {
     `device ${device} of ${resource} is in a pod through the device plugin: offer it one way only`,
   noNetwork: (request: string, why: string) => `the network named by the opaque config of request ${request}: ${why}`,
   isolated: (request: string, why: string) => `the opaque config of request ${request}: ${why}`,
+  recordUnfit: (c: ClaimRef, problems: readonly string[]) =>
+    `the prepared record of ResourceClaim ${c.namespace}/${c.name} names what this node does not offer (${problems.join('; ')}): unprepare the claim (delete its pod) or fix the resources file`,
 };
 
 export class ClaimPreparer {
@@ -113,8 +116,21 @@ export class ClaimPreparer {
     return { ...claim, devices };
   }
 
+  /** Removes the socket directories of a claim's memif devices: only where Prepare makes them, else says why not. */
   private freeMemifSockets(uid: string): void {
-    for (const d of this.env.prepared.get(uid)?.devices ?? []) if (d.socket) removeMemifSocket(d.socket);
+    const record = this.env.prepared.get(uid);
+    if (!record) return;
+    for (const d of record.devices) {
+      if (!d.socket) continue;
+      const dir = this.env.inventory.memifDir(d.resourceName, d.deviceID);
+      const why = dir ? memifSocketProblem(d.socket, dir) : `resource ${d.resourceName} has no memif socketDir now`;
+      if (!why) removeMemifSocket(d.socket);
+      else
+        this.env.log.warn(
+          { claim: `${record.namespace}/${record.name}`, uid, socket: d.socket, why },
+          "a prepared claim's memif socket directory is not removed",
+        );
+    }
   }
 
   private serialized<T>(work: () => Promise<T>): Promise<T> {
@@ -126,6 +142,8 @@ export class ClaimPreparer {
   private async prepareOne(ref: ClaimRef): Promise<NodePrepareResourceResponse> {
     const log = this.env.log.child({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid });
     const done = this.env.prepared.get(ref.uid);
+    const unfit = done ? recordProblems(this.env.inventory, done) : [];
+    if (unfit.length) return failure(claimErrors.recordUnfit(ref, unfit));
     if (done) return { devices: done.devices.map(toPreparedDevice), error: '' }; // the kubelet asks again: same answer
     const read = await this.env.claims.get(ref.namespace, ref.name);
     if (!read.ok) return failure(read.error);

@@ -2,21 +2,23 @@
  * Prepared claims, one small file each under <state>/dra/claims/<claim uid>.json, written (temp file, fsync, rename)
  * before NodePrepareResources answers and removed by NodeUnprepareResources. Loaded at start, so a plexusd restarted
  * between Prepare and the pod's CNI ADD still knows the pod's devices, and a device is never prepared for two claims.
+ * The files are hostile input (record-files.ts): an entry that cannot be used is named in `problems` and held, and a
+ * record is loaded only from the file named after its claim's UID.
  */
-import {
-  closeSync,
-  fsyncSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeSync,
-} from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { firstIssue } from '../common/schema-issues';
 import type { ClaimedDevices, ClaimedNetworkDevice, PodClaims } from './claimed-devices';
+import {
+  claimsDirectory,
+  readRecordFiles,
+  removeRecordFile,
+  writeRecordFile,
+  type RecordFile,
+  type RecordProblem,
+} from './record-files';
+
+export type { RecordProblem };
 
 const UID = /^[0-9a-zA-Z-]{1,64}$/;
 
@@ -47,32 +49,50 @@ const RecordSchema = z.object({
   preparedAt: z.string(),
 });
 export type PreparedClaim = z.infer<typeof RecordSchema>;
+type RecordedDevice = PreparedClaim['devices'][number];
+
+/** A claimed device as the engine sees it, with the memif socket its record keeps (memif-sockets.ts). */
+export type RecordedNetworkDevice = ClaimedNetworkDevice & Pick<RecordedDevice, 'socket' | 'secret'>;
+
+/** The record a file holds, or why it is not loaded. */
+function parseRecord(file: RecordFile): PreparedClaim | string {
+  let json: unknown;
+  try {
+    json = JSON.parse(file.text);
+  } catch {
+    return 'is not JSON';
+  }
+  const parsed = RecordSchema.safeParse(json);
+  if (!parsed.success) return `is not a prepared-claim record: ${firstIssue(parsed.error, 'the record')}`;
+  const uid = parsed.data.uid;
+  if (file.name !== `${uid}.json`)
+    return `holds claim ${uid}, but plexusd names a record <claim uid>.json: not loaded (moved or written by hand?)`;
+  return parsed.data;
+}
 
 export class PreparedClaims implements ClaimedDevices {
   private readonly claims = new Map<string, PreparedClaim>();
-  /** Files that did not parse at load (kept on disk, named in the log by the caller). */
-  readonly unreadable: string[] = [];
+  /** What was not loaded, and why: each held where it is (the caller logs them). */
+  readonly problems: RecordProblem[] = [];
+  /** Why records cannot be written (the directory could not be made): Prepare then refuses, saying so. */
+  private unwritable: string | undefined;
 
   private constructor(private readonly dir: string | undefined) {}
 
-  /** Records under `stateDir`/dra/claims (made if missing); no stateDir keeps them in memory (tests). */
+  /** Records under `stateDir`/dra/claims (made if missing); no stateDir keeps them in memory (tests). Never throws. */
   static open(stateDir: string | undefined): PreparedClaims {
     const dir = stateDir ? join(stateDir, 'dra', 'claims') : undefined;
     const store = new PreparedClaims(dir);
-    if (!dir) return store;
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    for (const file of readdirSync(dir)) {
-      if (file.endsWith('.tmp')) {
-        rmSync(join(dir, file), { force: true }); // a write cut off by a crash: the claim was not answered prepared
-        continue;
-      }
-      if (!file.endsWith('.json')) continue;
-      try {
-        const record = RecordSchema.parse(JSON.parse(readFileSync(join(dir, file), 'utf8')));
-        store.claims.set(record.uid, record);
-      } catch {
-        store.unreadable.push(join(dir, file));
-      }
+    if (!stateDir || !dir) return store;
+    store.unwritable = claimsDirectory(stateDir, store.problems);
+    if (store.unwritable) {
+      store.problems.push({ path: dir, reason: `${store.unwritable}: no claim can be prepared until it can` });
+      return store;
+    }
+    for (const file of readRecordFiles(dir, store.problems)) {
+      const record = parseRecord(file);
+      if (typeof record === 'string') store.problems.push({ path: file.path, reason: record });
+      else store.claims.set(record.uid, record);
     }
     return store;
   }
@@ -93,30 +113,14 @@ export class PreparedClaims implements ClaimedDevices {
   /** Writes the record durably, then keeps it. */
   record(claim: PreparedClaim): void {
     if (!UID.test(claim.uid)) throw new Error(`claim uid ${JSON.stringify(claim.uid)} is not a UID`);
-    if (this.dir) {
-      const path = join(this.dir, `${claim.uid}.json`);
-      const tmp = `${path}.tmp`;
-      const fd = openSync(tmp, 'w', 0o600);
-      try {
-        writeSync(fd, JSON.stringify(claim));
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      renameSync(tmp, path);
-      const dirFd = openSync(this.dir, 'r');
-      try {
-        fsyncSync(dirFd);
-      } finally {
-        closeSync(dirFd);
-      }
-    }
+    if (this.unwritable) throw new Error(this.unwritable);
+    if (this.dir) writeRecordFile(this.dir, `${claim.uid}.json`, JSON.stringify(claim));
     this.claims.set(claim.uid, claim);
   }
 
   /** Forgets a claim (idempotent); answers whether it was prepared. */
   remove(uid: string): boolean {
-    if (this.dir && UID.test(uid)) rmSync(join(this.dir, `${uid}.json`), { force: true });
+    if (this.dir && UID.test(uid)) removeRecordFile(join(this.dir, `${uid}.json`));
     return this.claims.delete(uid);
   }
 
@@ -124,7 +128,7 @@ export class PreparedClaims implements ClaimedDevices {
    * The claims recorded for the pod, then those it names that were prepared for other pods only (a shared claim
    * reserved for it later); of records of one name (a claim made again, its old record not yet released), the newest.
    */
-  forPod(podUid: string, named?: PodClaims): ClaimedNetworkDevice[] {
+  forPod(podUid: string, named?: PodClaims): RecordedNetworkDevice[] {
     const mine = this.all().filter((c) => c.pods.some((p) => p.uid === podUid));
     const newest = new Map<string, PreparedClaim>();
     for (const c of this.all()) {
@@ -142,7 +146,7 @@ export class PreparedClaims implements ClaimedDevices {
     podUid: string,
     network: { namespace: string; name: string },
     nadResourceName?: string,
-  ): ClaimedNetworkDevice | undefined {
+  ): RecordedNetworkDevice | undefined {
     const devices = this.forPod(podUid);
     const named = devices.find((d) => d.network?.namespace === network.namespace && d.network.name === network.name);
     if (named) return named;

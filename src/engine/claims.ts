@@ -23,6 +23,11 @@ export interface ClaimedNetworkDevice {
   readonly interfaceName?: string;
   readonly ips?: readonly string[];
   readonly mac?: string;
+  /**
+   * Set when the node does not offer the device as the claim's record says (taken out of its pool since Prepare, or
+   * a record damaged or written by hand): why. Such a device is never acted on (claimed-unoffered.ts).
+   */
+  readonly notOffered?: string;
 }
 
 /** A pod's ResourceClaims by name, in its namespace. */

@@ -520,7 +520,9 @@ describe('preparing claims', () => {
     writeFileSync(join(dir, 'uid-2.json'), '{"v":99}');
     const store = PreparedClaims.open(state);
     assert.deepEqual(store.all(), []);
-    assert.deepEqual(store.unreadable, [join(dir, 'uid-2.json')]);
+    assert.deepEqual(store.problems, [
+      { path: join(dir, 'uid-2.json'), reason: 'is not a prepared-claim record: v: Invalid input: expected 1' },
+    ]);
     assert.ok(!existsSync(join(dir, 'uid-1.json.tmp')));
   });
 });

@@ -106,3 +106,28 @@ describe('a claim shared by two pods', () => {
     assert.ok(again.ok, !again.ok ? again.error.message : '');
   });
 });
+
+describe('a claimed device the node does not offer (its record does not fit the resources file)', () => {
+  const unoffered: ClaimedNetworkDevice = {
+    ...shared,
+    notOffered: 'pool n1/plexus.io/nic has no device eth3 in the resources file',
+  };
+  it("a running pod's change does not add the network of such a device, and leaves the pod as it was", async () => {
+    let devices: ClaimedNetworkDevice[] = [];
+    const engine = bed.engineWith({ claims: { forPod: () => devices } });
+    const netns = bed.pod('running');
+    assert.ok((await engine.add(addOf('running', netns))).ok);
+    devices = [unoffered];
+    const changed = await engine.changeNetworks('running', 'eth0', {});
+    assert.ok(!changed.ok, 'refused');
+    assert.equal(
+      changed.error.message,
+      'device eth3 of ResourceClaim default/shared (claim-uid) is not one this node offers: its prepared record is not acted on',
+    );
+    assert.match(
+      changed.error.details,
+      /^pool n1\/plexus\.io\/nic has no device eth3 in the resources file; put the device back/,
+    );
+    assert.deepEqual(bed.kernel.links(netns), ['eth0'], 'no interface added');
+  });
+});

@@ -17,6 +17,7 @@ import { attachStep } from './attach';
 import { claimedOutcomes, failedOutcomes } from '../claimed-networks';
 import { claimedDevicesOf, reportClaims } from '../claim-reports';
 import { claimedElsewhere } from '../claimed-elsewhere';
+import { claimedNotOffered } from '../claimed-unoffered';
 import type { ClaimedNetworkDevice, PodClaims } from '../claims';
 
 const attachedElsewhere = (req: AttachRequest, netns: string): CniError =>
@@ -79,6 +80,12 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   }
   // The devices the pod's DRA claims give its networks: read once, so the plan and the report agree.
   const claimed = claimedDevicesOf(ctx, podUid, named);
+  const notOffered = claimedNotOffered(claimed);
+  if (notOffered) {
+    ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, notOffered));
+    reportClaims(ctx, podIdentityOf(req), failedOutcomes(claimed, notOffered.message));
+    return err(notOffered);
+  }
   const elsewhere = claimed.length ? claimedElsewhere(claimed, podUid, await ctx.tx.journal.list()) : undefined;
   if (elsewhere) {
     // The claim's status stays as the pod that has the device made it.

@@ -13,6 +13,7 @@ import { assignDevices } from '../kubelet-devices';
 import { planPod, runningPodRequest, type AttachmentStep } from '../plan';
 import { claimedOutcomes } from '../claimed-networks';
 import { claimedDevicesOf, reportClaims } from '../claim-reports';
+import { claimedNotOffered } from '../claimed-unoffered';
 import { refuseTakenNames } from '../taken-names';
 import { Transaction } from '../transaction';
 import { attachStep } from './attach';
@@ -104,6 +105,8 @@ async function planRunningChange(
   const attachments = record.details?.attachments ?? [];
   const change = planChange(attachments, planned.value, (s) => s.planned);
   if (!change.ok) return change;
+  const notOffered = claimedNotOffered(change.value.add.flatMap((a) => (a.step.claimed ? [a.step.claimed] : [])));
+  if (notOffered) return err(notOffered);
   const remove = change.value.remove.map((a) => ({ network: a.network, ifname: a.ifname }));
   if (change.value.add.length === 0 && remove.length === 0) return ok({ add: [], remove });
   // Networks added to the running pod take devices the kubelet allocated it that no attachment uses yet (one that

@@ -112,6 +112,24 @@ describe("names in Multus's cache never leave its directory", () => {
   });
 });
 
+describe("names in libcni's records are held to libcni's rules", () => {
+  it('reports a record whose interface name libcni would refuse, and neither runs nor removes it', async () => {
+    const cid = `${prefix}c2`;
+    const ifname = 'a:b';
+    const record = join(cacheDir, 'results', `hnet-${cid}-${ifname}`);
+    const config = { cniVersion: '1.0.0', name: 'hnet', type: 'loopback' };
+    const fields = { kind: 'cniCacheV1', containerId: cid, networkName: 'hnet', ifName: ifname };
+    writeFileSync(
+      record,
+      JSON.stringify({ ...fields, config: Buffer.from(JSON.stringify(config)).toString('base64') }),
+    );
+    const out = await runtimeDel(cid);
+    assert.equal(out.code, 0, out.stdout);
+    assert.ok(existsSync(record), 'the record is left where it is');
+    assert.match(daemon.stderr, new RegExp(`"cache":"${record}".*its interface name.*refused`));
+  });
+});
+
 describe('a cache naming Plexus itself is refused, never run', () => {
   /** A sandbox Multus made wrapping Plexus: its delegate is Plexus's conflist, run through `type`. */
   const plexusDelegate = (type: string): Delegate => ({

@@ -57,7 +57,7 @@ function pluginType(plugin: Json): string {
   return plugin.type === undefined || plugin.type === null ? '' : JSON.stringify(plugin.type);
 }
 
-const REFUSED = 'a delegate in a cache of a sandbox Multus made is refused, never run: nothing of it is removed';
+const REFUSED = 'a delegate in the cache of a sandbox Multus made is refused and never run';
 
 export class MultusSandboxes implements ForeignSandboxes {
   private readonly listing: AdoptedListing;
@@ -194,24 +194,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     if (command === 'CHECK' && compareVersions(cniVersion, '0.4.0') < 0) return ok(undefined);
     const context = (type: string): string => `network ${d.network} (${d.ifname}), plugin ${type}`;
     const resolved = await this.resolvePlugins(plugins);
-    if ('refused' in resolved) {
-      const refusal = new CniError(
-        CniCode.InvalidNetworkConfig,
-        `${context('')}: ${resolved.refused} (in ${d.source})`,
-      );
-      if (command === 'CHECK') return err(refusal);
-      this.o.log.warn(
-        {
-          containerId: req.containerId,
-          cache: d.source,
-          network: d.network,
-          ifname: d.ifname,
-          reason: resolved.refused,
-        },
-        REFUSED,
-      );
-      return ok(undefined);
-    }
+    if ('refused' in resolved) return this.refused(command, req, d, resolved.refused);
     // A GC names no netns: the one libcni cached at ADD, while it exists.
     const wanted = req.netns !== '' ? req.netns : (cached.netns ?? '');
     const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
@@ -235,6 +218,15 @@ export class MultusSandboxes implements ForeignSandboxes {
       });
       if (!r.ok) return err(r.error.withContext(context(type)));
     }
+    return ok(undefined);
+  }
+
+  /** A delegate whose plugins are refused: a CHECK fails on it; a DEL skips it, reported naming its cache file. */
+  private refused(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate, reason: string): Result<void> {
+    const where = `network ${d.network} (${d.ifname}) in ${d.source}`;
+    if (command === 'CHECK') return err(new CniError(CniCode.InvalidNetworkConfig, `${where}: ${reason}`));
+    const { network, ifname } = d;
+    this.o.log.warn({ containerId: req.containerId, cache: d.source, network, ifname, reason }, REFUSED);
     return ok(undefined);
   }
 

@@ -115,3 +115,12 @@ export const recordedNetworksOf = (cniDir: string, containerId: string): Recorde
 /** The containers with a record here. */
 export const containersWithLibcniRecords = (cniDir: string): string[] =>
   [...new Set(recordedNetworks(cniDir).map((n) => n.containerId))].sort();
+
+/** The addresses a network's recorded result gave the interface (CIDR notation, as the result has them). */
+export function recordedAddresses(cniDir: string, network: string, containerId: string, ifname: string): string[] {
+  const ips = readLibcniRecord(cniDir, network, containerId, ifname).result?.ips;
+  if (!Array.isArray(ips)) return [];
+  return ips.flatMap((ip: unknown) =>
+    isJsonObject(ip) && typeof ip.address === 'string' && ip.address.length <= 64 ? [ip.address] : [],
+  );
+}

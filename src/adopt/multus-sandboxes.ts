@@ -11,12 +11,19 @@ import { CniError, err, ok, type Result } from '../cni/errors';
 import { compareVersions } from '../cni/version';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
-import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import type {
+  AdoptedListing,
+  AdoptedSandbox,
+  ForeignDel,
+  ForeignDelOutcome,
+  ForeignSandboxes,
+} from '../engine/foreign-sandboxes';
 import {
   containersWithLibcniRecords,
   type LibcniRecord,
   libcniRecordPath,
   readLibcniRecord,
+  recordedAddresses,
   type RecordedNetwork,
   recordedNetworksOf,
 } from './libcni-records';
@@ -118,14 +125,14 @@ export class MultusSandboxes implements ForeignSandboxes {
     return ok(undefined);
   }
 
-  list(): AdoptedSandbox[] {
+  list(listing: AdoptedListing = {}): AdoptedSandbox[] {
     const cached = listMultusCaches(this.o.cacheDir);
     const recordedOnly = containersWithLibcniRecords(this.o.cacheDir).filter((id) => !cached.includes(id));
-    return [...this.listCached(cached), ...recordedOnly.flatMap((id) => this.listRecorded(id))];
+    return [...this.listCached(cached, listing), ...recordedOnly.flatMap((id) => this.listRecorded(id, listing))];
   }
 
   /** A sandbox only libcni's records still hold (see delFromLibcniRecords). */
-  private listRecorded(containerId: string): AdoptedSandbox[] {
+  private listRecorded(containerId: string, listing: AdoptedListing): AdoptedSandbox[] {
     // In attach order, as far as the records tell it (CNI_IFNAME is not known here: Multus's default, eth0).
     const records = inDelOrder(recordedNetworksOf(this.o.cacheDir, containerId), 'eth0').reverse();
     const first = records[0];
@@ -135,11 +142,12 @@ export class MultusSandboxes implements ForeignSandboxes {
         containerId,
         records.map(asDelegate),
         readLibcniRecord(this.o.cacheDir, first.network, containerId, first.ifname),
+        listing,
       ),
     ];
   }
 
-  private listCached(containerIds: readonly string[]): AdoptedSandbox[] {
+  private listCached(containerIds: readonly string[], listing: AdoptedListing): AdoptedSandbox[] {
     return containerIds.flatMap((containerId) => {
       const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
       if (cache.kind !== 'delegates') return [];
@@ -149,19 +157,29 @@ export class MultusSandboxes implements ForeignSandboxes {
           containerId,
           cache.delegates,
           readLibcniRecord(this.o.cacheDir, networkOf(first), containerId, first.ifname),
+          listing,
         ),
       ];
     });
   }
 
   /** What plexusctl and the orphan sweep are told of a sandbox: its networks, and its pod and netns as libcni recorded. */
-  private adopted(containerId: string, delegates: readonly CachedDelegate[], cached: LibcniRecord): AdoptedSandbox {
+  private adopted(
+    containerId: string,
+    delegates: readonly CachedDelegate[],
+    cached: LibcniRecord,
+    listing: AdoptedListing,
+  ): AdoptedSandbox {
     const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
     const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
     return {
       containerId,
       maker: 'multus',
-      networks: delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
+      networks: delegates.map((d) => ({
+        name: d.name,
+        ifname: d.ifname,
+        ...(listing.addresses ? { ips: recordedAddresses(this.o.cacheDir, networkOf(d), containerId, d.ifname) } : {}),
+      })),
       ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
       ...(cached.netns ? { netns: cached.netns } : {}),
     };

@@ -29,10 +29,13 @@ import {
 } from './libcni-records';
 import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
 import { isJsonObject } from '../common/json-object';
+import { runtimeAttachedUnder } from './runtime-record';
 
 export interface MultusSandboxesOptions {
   /** Multus's cniDir (its default: /var/lib/cni/multus). */
   readonly cacheDir: string;
+  /** The runtime's libcni cache (libcni's default: /var/lib/cni), whose records name the network Multus ran as. */
+  readonly runtimeCacheDir: string;
   /** Where the delegates' plugins are (Multus's binDir). */
   readonly cniBinDir: string;
   /** Runs one plugin (the delegate driver's execPlugin, within its limits). */
@@ -129,6 +132,12 @@ export class MultusSandboxes implements ForeignSandboxes {
     const cached = listMultusCaches(this.o.cacheDir);
     const recordedOnly = containersWithLibcniRecords(this.o.cacheDir).filter((id) => !cached.includes(id));
     return [...this.listCached(cached, listing), ...recordedOnly.flatMap((id) => this.listRecorded(id, listing))];
+  }
+
+  /** The runtime ran Multus's config under its name for the runtime's interface, the first network's. */
+  madeUnder(sandbox: AdoptedSandbox, network: string): boolean {
+    const ifname = sandbox.networks[0]?.ifname ?? '';
+    return runtimeAttachedUnder(this.o.runtimeCacheDir, network, sandbox.containerId, ifname);
   }
 
   /** A sandbox only libcni's records still hold (see delFromLibcniRecords). */

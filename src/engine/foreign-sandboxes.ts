@@ -55,4 +55,9 @@ export interface ForeignSandboxes {
   check(req: ForeignDel): Promise<Result<void> | undefined>;
   /** The sandboxes still held, for plexusctl, the GC and the orphan sweep. */
   list(listing?: AdoptedListing): AdoptedSandbox[];
+  /**
+   * Whether the runtime made the sandbox under this network name (the name of the config it called, as its own
+   * record of the call says): a CNI GC under any other name leaves it alone, as it leaves Plexus's own attachments.
+   */
+  madeUnder(sandbox: AdoptedSandbox, network: string): boolean;
 }

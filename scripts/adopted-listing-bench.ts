@@ -114,6 +114,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < count; i++) writeSandbox(dir, i);
     const sandboxes = new MultusSandboxes({
       cacheDir: dir,
+      runtimeCacheDir: dir,
       cniBinDir: '/usr/lib/cni',
       exec: () => Promise.resolve(ok({ stdout: '', stderr: '' })),
       log: pino({ level: 'silent' }),

@@ -169,3 +169,12 @@ export const inDelOrder = <T extends { readonly ifname: string }>(records: reado
         ? -1
         : b.ifname.localeCompare(a.ifname, 'en', { numeric: true }),
   );
+
+/** The addresses a network's recorded result gave the interface (CIDR notation, as the result has them). */
+export function recordedAddresses(cniDir: string, network: string, containerId: string, ifname: string): string[] {
+  const ips = readLibcniRecord(cniDir, network, containerId, ifname).result?.ips;
+  if (!Array.isArray(ips)) return [];
+  return ips.flatMap((ip: unknown) =>
+    isJsonObject(ip) && typeof ip.address === 'string' && ip.address.length <= 64 ? [ip.address] : [],
+  );
+}

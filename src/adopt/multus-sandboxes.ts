@@ -13,7 +13,14 @@ import { compareVersions } from '../cni/version';
 import { isJsonObject } from '../common/json-object';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
-import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import type {
+  AdoptedListOptions,
+  AdoptedSandbox,
+  ForeignDel,
+  ForeignDelOutcome,
+  ForeignSandboxes,
+} from '../engine/foreign-sandboxes';
+import { PLEXUS_NETWORK_NAME } from '../networks/nad';
 import { AdoptedListing } from './adopted-listing';
 import { isPlexusShim, pluginTypeProblem } from './cache-names';
 import {
@@ -21,14 +28,19 @@ import {
   type LibcniRecord,
   libcniRecordPath,
   readLibcniRecord,
+  readRecordSummary,
+  recordedAddresses,
   type RecordedNetwork,
   recordedNetworksOf,
 } from './libcni-records';
 import { type CachedDelegate, readMultusCache } from './multus-cache';
+import { runtimeAttachedUnder } from './runtime-record';
 
 export interface MultusSandboxesOptions {
   /** Multus's cniDir (its default: /var/lib/cni/multus). */
   readonly cacheDir: string;
+  /** The runtime's libcni cache (libcni's default: /var/lib/cni), whose records name the network Multus ran as. */
+  readonly runtimeCacheDir: string;
   /** Where the delegates' plugins are (Multus's binDir). */
   readonly cniBinDir: string;
   /** Runs one plugin (the delegate driver's execPlugin, within its limits). */
@@ -160,8 +172,33 @@ export class MultusSandboxes implements ForeignSandboxes {
     return ok(undefined);
   }
 
-  list(): AdoptedSandbox[] {
-    return this.listing.list();
+  list(options: AdoptedListOptions = {}): AdoptedSandbox[] {
+    const sandboxes = this.listing.list();
+    if (!options.addresses) return sandboxes;
+    return sandboxes.map((s) => ({
+      ...s,
+      networks: s.networks.map((n) => ({ ...n, ips: this.addressesOf(s.containerId, n.ifname) })),
+    }));
+  }
+
+  /** The addresses libcni recorded for one of a sandbox's interfaces (its record names the network). */
+  private addressesOf(containerId: string, ifname: string): string[] {
+    for (const file of this.listing.recordFilesOf(containerId)) {
+      const summary = readRecordSummary(this.o.cacheDir, file).summary;
+      if (summary?.containerId === containerId && summary.ifname === ifname)
+        return recordedAddresses(this.o.cacheDir, summary.network, containerId, ifname);
+    }
+    return [];
+  }
+
+  /**
+   * Made under `network`: the runtime's record of its call to Multus names it, or it is Plexus's own name, under which
+   * the runtime calls GC once Plexus took Multus's place (listing every sandbox it still has, Multus's among them).
+   */
+  madeUnder(sandbox: AdoptedSandbox, network: string): boolean {
+    if (network === PLEXUS_NETWORK_NAME) return true;
+    const ifname = sandbox.networks[0]?.ifname ?? '';
+    return runtimeAttachedUnder(this.o.runtimeCacheDir, network, sandbox.containerId, ifname);
   }
 
   /** Reads the caches that changed since the last look, a batch per turn of the event loop. */

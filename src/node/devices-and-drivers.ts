@@ -74,6 +74,8 @@ export async function devicesAndDrivers(
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
         cacheDir: config.multusCacheDir,
+        // libcni's default, as containerd and CRI-O use it.
+        runtimeCacheDir: config.runtimeCniCacheDir ?? '/var/lib/cni',
         cniBinDir: config.cniBinDir,
         log: log.child({ component: 'adopt' }),
         exec: (call) => execPlugin(call, { limits: execLimits }),

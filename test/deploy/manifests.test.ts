@@ -121,7 +121,7 @@ describe('deploy/', () => {
       return pod.volumes.find((v) => v.name === m?.name)?.hostPath?.path;
     };
     // Same path inside and out: the runtime passes host paths (CNI_NETNS), and the default-network link points into /etc/cni/net.d.
-    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus'])
+    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus', '/var/lib/cni/results'])
       assert.equal(hostPathOf(path), path);
     // The same directory through /var/run's symlink: a hostPath of /var/run/netns is refused where / is private.
     assert.equal(hostPathOf('/var/run/netns'), '/run/netns');

@@ -45,3 +45,35 @@ export function multusMissing(): string | undefined {
     ? undefined
     : `not available: multus (in $PLEXUS_MULTUS_BIN or ${multusDir()}, plain or .xz)`;
 }
+
+/** What the runtime ran: Multus's config, the sandbox and the result Multus printed. */
+export interface RuntimeCall {
+  readonly config: { readonly name: string };
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly netns: string;
+  readonly cniArgs: string;
+  readonly result: string;
+}
+
+/**
+ * The record a runtime's libcni writes once its call to Multus succeeded (`<cacheDir>/results/<network>-<container>-
+ * <ifname>`, as libcni's cacheAdd writes it): what names the network a sandbox was made under.
+ */
+export function writeRuntimeRecord(cacheDir: string, call: RuntimeCall): string {
+  const dir = join(cacheDir, 'results');
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${call.config.name}-${call.containerId}-${call.ifname}`);
+  const record = {
+    kind: 'cniCacheV1',
+    containerId: call.containerId,
+    config: Buffer.from(JSON.stringify(call.config)).toString('base64'),
+    ifName: call.ifname,
+    networkName: call.config.name,
+    netns: call.netns,
+    cniArgs: call.cniArgs.split(';').map((kv) => kv.split('=')),
+    result: JSON.parse(call.result) as unknown,
+  };
+  writeFileSync(path, JSON.stringify(record));
+  return path;
+}

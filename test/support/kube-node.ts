@@ -469,9 +469,19 @@ export class KubeNodeFixture {
    * register again. Answers when the new kubelet was spawned (Date.now()).
    */
   async restartKubelet(): Promise<number> {
+    await this.stopKubelet();
+    return this.startKubeletAgain();
+  }
+
+  /** Stops the kubelet (SIGTERM) and leaves it stopped, as a crash or an upgrade would; pods keep running. */
+  async stopKubelet(): Promise<void> {
     await this.stopProcess('kubelet');
     const old = this.procs.findIndex((s) => s.name === 'kubelet');
     if (old >= 0) this.procs.splice(old, 1);
+  }
+
+  /** Starts the kubelet stopKubelet stopped, with the same configuration; answers when it was spawned (Date.now()). */
+  async startKubeletAgain(): Promise<number> {
     const spawnedAt = Date.now();
     await this.startKubelet();
     return spawnedAt;

@@ -1,0 +1,101 @@
+/**
+ * A delegated plugin's process group: what a plugin starts in turn (the IPAM plugin it delegates to, a helper) is
+ * killed with it, at its deadline and when plexusd stops its plugins; a stopping plexusd starts no plugin. The plugin
+ * is a shell script that starts a `sleep` and waits for it, writing the sleep's PID where the test can see it.
+ */
+import assert from 'node:assert/strict';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { CniCode } from '../../src/cni/errors';
+import { PluginProcesses } from '../../src/drivers/delegate';
+import { execPlugin, type PluginCall } from '../../src/drivers/delegate/exec';
+
+let dir: string;
+let plugin: string;
+const started: number[] = [];
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'plexus-plugin-group-'));
+  plugin = join(dir, 'waiting-plugin');
+  const script = ['#!/bin/sh', 'read -r pidfile', 'sleep 30 &', 'echo $! > "$pidfile"', 'wait'];
+  writeFileSync(plugin, `${script.join('\n')}\n`);
+  chmodSync(plugin, 0o755);
+});
+after(() => {
+  for (const pid of started) killIfAlive(pid);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function killIfAlive(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    /* gone */
+  }
+}
+
+/** Whether the process runs (a zombie, dead and waiting to be reaped, does not). */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+async function childOf(pidFile: string): Promise<number> {
+  for (let i = 0; i < 500 && !existsSync(pidFile); i++) await new Promise((r) => setTimeout(r, 10));
+  const pid = Number(readFileSync(pidFile, 'utf8'));
+  started.push(pid);
+  return pid;
+}
+
+async function gone(pid: number, ms = 2000): Promise<boolean> {
+  for (const deadline = Date.now() + ms; running(pid) && Date.now() < deadline;)
+    await new Promise((r) => setTimeout(r, 10));
+  return !running(pid);
+}
+
+const call = (pidFile: string): PluginCall => ({
+  command: 'ADD',
+  type: 'waiting-plugin',
+  network: 'net',
+  path: plugin,
+  stdin: `${pidFile}\n`,
+  containerId: 'c1',
+  netns: '',
+  ifname: 'net1',
+  cniPath: dir,
+});
+
+describe('a delegated plugin and what it starts', () => {
+  it('are killed together at the deadline: no child of a timed-out plugin is left running', async () => {
+    const pidFile = join(dir, 'timeout.pid');
+    const outcome = execPlugin(call(pidFile), { timeoutMs: 500 });
+    const child = await childOf(pidFile);
+    const r = await outcome;
+    assert.ok(!r.ok && r.error.code === CniCode.TryAgainLater, JSON.stringify(r));
+    assert.ok(await gone(child), `the plugin's sleep (${child}) still runs`);
+  });
+
+  it('are killed together and waited for when the plugins are stopped, and no plugin starts after', async () => {
+    const processes = new PluginProcesses();
+    const pidFile = join(dir, 'stop.pid');
+    const outcome = execPlugin(call(pidFile), { processes });
+    const child = await childOf(pidFile);
+    assert.equal(processes.size, 1);
+
+    assert.deepEqual(await processes.stop(2000), { killed: 1, left: 0 });
+    assert.ok(!running(child), `the plugin's sleep (${child}) still runs after the stop`);
+    assert.equal((await outcome).ok, false);
+
+    const late = join(dir, 'late.pid');
+    const refused = await execPlugin(call(late), { processes });
+    assert.ok(!refused.ok && refused.error.code === CniCode.TryAgainLater, JSON.stringify(refused));
+    assert.match(refused.error.message, /plexusd is stopping/);
+    assert.equal(existsSync(late), false, 'the plugin was not started');
+  });
+});

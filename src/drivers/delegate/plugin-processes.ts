@@ -46,7 +46,7 @@ export class PluginProcesses {
 
   /**
    * Starts no more plugins, kills every running one's process group (SIGKILL), and waits until each group is gone,
-   * at most `waitMs`.
+   * at most `waitMs` (a member left a zombie by a parent that never reaps it counts as there until then).
    */
   async stop(waitMs: number): Promise<StoppedPlugins> {
     this.stopping = true;

@@ -5,12 +5,13 @@
  * switch, through the memif driver, and the memif driver takes the sockets of the memif devices a pod was allocated.
  * Both are looked up at call time, when each exists.
  */
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/kubelet-devices';
-import { ExecLimits, execPlugin, PluginProcesses } from '../drivers/delegate';
+import { ExecLimits, execPlugin, PluginPidFiles, PluginProcesses } from '../drivers/delegate';
 import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
 import { DriverRegistry } from '../drivers/registry';
 import type { ApiConnection } from '../k8s/connect';
@@ -73,7 +74,7 @@ export async function devicesAndDrivers(
     maxQueued: config.maxQueued,
     lendSlot: (wait) => slots.lendWhile(wait),
   });
-  const pluginProcesses = new PluginProcesses();
+  const pluginProcesses = await withLeftoversStopped(config, log);
   const memif = memifOptions(config, draHolds, api, devicePlugins);
   const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif });
   const foreign = config.multusCacheDir
@@ -86,6 +87,21 @@ export async function devicesAndDrivers(
     : undefined;
   const parts = { slots, drivers, pluginProcesses, draHolds };
   return { ...parts, ...optional({ podResources, devices, devicePlugins, foreign }) };
+}
+
+/** How long a start waits for the plugins a dead plexusd left running to go, once killed. */
+const LEFTOVER_WAIT_MS = 2000;
+
+/**
+ * The node's running plugins, noted in the state dir; those a plexusd that died without its stop (SIGKILL, OOM) left
+ * running are killed first: the lock on the state dir is held, so they are no live daemon's, and recovery, which
+ * undoes their calls, must not run beside them.
+ */
+async function withLeftoversStopped(config: DaemonConfig, log: Logger): Promise<PluginProcesses> {
+  const processes = new PluginProcesses(new PluginPidFiles(join(config.stateDir, 'plugins')));
+  const stopped = await processes.stopLeftovers(LEFTOVER_WAIT_MS);
+  if (stopped.killed > 0) log.warn(stopped, 'killed delegated plugins a previous plexusd left running');
+  return processes;
 }
 
 /** ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's. */

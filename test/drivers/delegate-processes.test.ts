@@ -4,12 +4,14 @@
  * is a shell script that starts a `sleep` and waits for it, writing the sleep's PID where the test can see it.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CniCode } from '../../src/cni/errors';
-import { PluginProcesses } from '../../src/drivers/delegate';
+import { PluginPidFiles, PluginProcesses } from '../../src/drivers/delegate';
+import { processStart } from '../../src/drivers/delegate/plugin-pid-files';
 import { execPlugin, type PluginCall } from '../../src/drivers/delegate/exec';
 
 let dir: string;
@@ -97,5 +99,38 @@ describe('a delegated plugin and what it starts', () => {
     assert.ok(!refused.ok && refused.error.code === CniCode.TryAgainLater, JSON.stringify(refused));
     assert.match(refused.error.message, /plexusd is stopping/);
     assert.equal(existsSync(late), false, 'the plugin was not started');
+  });
+});
+
+describe('plugins a plexusd that died without its stop left running', () => {
+  /** A process group of this test's own, as a dead plexusd's plugin would be: a detached `sleep`. */
+  function leftPlugin(): number {
+    const child = spawn('sleep', ['30'], { detached: true, stdio: 'ignore' });
+    child.unref();
+    started.push(child.pid!);
+    return child.pid!;
+  }
+
+  it('are killed at the next start when their PID and start time still match, and their notes removed', async () => {
+    const notes = join(dir, 'left-running');
+    const pid = leftPlugin();
+    new PluginPidFiles(notes).add(pid);
+    const stopped = await new PluginProcesses(new PluginPidFiles(notes)).stopLeftovers(2000);
+    assert.deepEqual(stopped, { killed: 1, left: 0 });
+    assert.ok(await gone(pid), `the left plugin (${pid}) still runs`);
+    assert.deepEqual(readdirSync(notes), []);
+  });
+
+  it('are not killed when the PID now names another process (another start time), nor for a note not of that shape', async () => {
+    const notes = join(dir, 'reused');
+    const pid = leftPlugin();
+    const files = new PluginPidFiles(notes);
+    writeFileSync(join(notes, `${pid}-${processStart(pid)! + 1}`), '');
+    writeFileSync(join(notes, `${pid}`), '');
+    writeFileSync(join(notes, `-${pid}-1`), '');
+    const stopped = await new PluginProcesses(files).stopLeftovers(500);
+    assert.deepEqual(stopped, { killed: 0, left: 0 });
+    assert.ok(running(pid), 'another process of the same PID is left alone');
+    assert.deepEqual(readdirSync(notes), [], 'notes that name no running plugin are removed');
   });
 });

@@ -134,13 +134,15 @@ function call(command: 'ADD' | 'DEL', pod: TestPod) {
   });
 }
 
-it('a delegated plugin running at SIGTERM leaves, after restart, recovery and DEL, no address, no lease, no process', async () => {
+/** A pod whose ADD is cut off by `signal` while its slow plugin sleeps; then restart, recovery, the runtime's DEL. */
+async function cutOffAdd(signal: NodeJS.Signals): Promise<TestPod> {
   const pod = newPod();
+  const before = pluginPids().length;
   const add = call('ADD', pod);
-  await waitFor('the slow plugin running', () => pluginPids().length === 1, 10_000);
+  await waitFor('the slow plugin running', () => pluginPids().length === before + 1, 10_000);
   const started = Date.now();
 
-  await daemon.kill('SIGTERM');
+  await daemon.kill(signal);
   assert.notEqual((await add).code, 0, 'the ADD was cut off');
   await daemon.start(); // recovery undoes the ADD's record
   const del = await call('DEL', pod);
@@ -148,10 +150,21 @@ it('a delegated plugin running at SIGTERM leaves, after restart, recovery and DE
   // Past the moment an orphaned plugin would have finished its ADD.
   const orphanDone = started + SLEEP_SECONDS * 1000 + 2000;
   await new Promise((r) => setTimeout(r, Math.max(0, orphanDone - Date.now())));
+  return pod;
+}
 
+function assertNothingLeft(pod: TestPod): void {
   assert.deepEqual(pluginProcesses(), [], 'no plugin process survives');
   const addresses = ipTry('-n', pod.ns, '-o', 'addr', 'show', 'scope', 'global').out.trim();
   assert.equal(addresses, '', 'no address is left in the pod');
   assert.deepEqual(leases(), [], 'no host-local lease is left');
   assert.deepEqual(daemon.journalFiles(), []);
+}
+
+it('a delegated plugin running at SIGTERM leaves, after restart, recovery and DEL, no address, no lease, no process', async () => {
+  assertNothingLeft(await cutOffAdd('SIGTERM'));
+});
+
+it('a delegated plugin running when plexusd is killed (SIGKILL) leaves, after restart, recovery and DEL, no address, no lease, no process', async () => {
+  assertNothingLeft(await cutOffAdd('SIGKILL'));
 });

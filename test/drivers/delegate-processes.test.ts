@@ -133,4 +133,13 @@ describe('plugins a plexusd that died without its stop left running', () => {
     assert.ok(running(pid), 'another process of the same PID is left alone');
     assert.deepEqual(readdirSync(notes), [], 'notes that name no running plugin are removed');
   });
+
+  it('cost nothing but the notes when their directory cannot be made: plugins run, none is noted', async () => {
+    const notes = join(dir, 'a-file');
+    writeFileSync(notes, '');
+    const processes = new PluginProcesses(new PluginPidFiles(notes));
+    assert.deepEqual(await processes.stopLeftovers(100), { killed: 0, left: 0 });
+    const r = await execPlugin(call(join(dir, 'noted.pid')), { processes, timeoutMs: 200 });
+    assert.ok(!r.ok && r.error.code === CniCode.TryAgainLater, 'the plugin ran, until its deadline');
+  });
 });

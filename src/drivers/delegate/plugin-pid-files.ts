@@ -18,8 +18,13 @@ export interface LeftPlugin {
 const FILE_NAME = /^([1-9]\d{0,9})-(\d{1,20})$/;
 
 export class PluginPidFiles {
+  /** A directory that cannot be made (a file in its place) only costs the notes: plugins still run. */
   constructor(private readonly dir: string) {
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+    } catch {
+      // add() notes nothing and stillRunning() finds nothing
+    }
   }
 
   /** Notes a started plugin; its file name, or undefined when it is gone already (or the note cannot be written). */
@@ -42,7 +47,13 @@ export class PluginPidFiles {
   /** The plugins the files name that still run (the same PID, started at the same time); other files are removed. */
   stillRunning(): LeftPlugin[] {
     const running: LeftPlugin[] = [];
-    for (const file of readdirSync(this.dir)) {
+    let files: string[];
+    try {
+      files = readdirSync(this.dir);
+    } catch {
+      return running;
+    }
+    for (const file of files) {
       const m = FILE_NAME.exec(file);
       const left = m ? { pid: Number(m[1]), start: Number(m[2]), file } : undefined;
       if (left && processStart(left.pid) === left.start) running.push(left);

@@ -190,7 +190,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
-  --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
+  --drain-seconds S         on SIGTERM, the budget of the whole stop: calls, teardowns, plugins (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename; the
                             cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist

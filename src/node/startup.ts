@@ -1,25 +1,25 @@
 /**
  * plexusd's startup, one step per module, in the order they run: the node's state (node-state.ts), the Kubernetes API
  * and cluster IPAM (cluster.ts), devices, drivers and the process-wide limits (devices-and-drivers.ts), the engine, the
- * DRA plugin (dra.ts) and the engine's socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it answers stops them again, the
- * last started first.
+ * DRA plugin (dra.ts) and the engine's socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it
+ * answers stops them again within one budget, the last started first (shutdown.ts).
  */
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { DraDriver } from '../dra';
 import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
 import { takeOverFromMultus } from '../install/multus-takeover';
-import { connectCluster, type ClusterParts } from './cluster';
+import { connectCluster } from './cluster';
 import type { DaemonConfig } from './config';
-import { devicesAndDrivers, type DevicesAndDrivers } from './devices-and-drivers';
+import { devicesAndDrivers } from './devices-and-drivers';
 import { createDra, startDra } from './dra';
-import { openNodeState, type NodeState } from './node-state';
-import { makeEngine, serve, type Served } from './serve';
-import { startServices, type Services } from './services';
+import { openNodeState } from './node-state';
+import { makeEngine, serve } from './serve';
+import { startServices } from './services';
+import { StopBudget, stopDaemon } from './shutdown';
 
-/** A running plexusd: `stop` drains its calls and stops what startup started. */
+/** A running plexusd: `stop` drains its calls and stops what startup started, within --drain-seconds. */
 export interface Daemon {
   stop(): Promise<void>;
 }
@@ -49,16 +49,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
   if (conflist.content !== undefined) installConflist(config, conflist.content, log);
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
+  const running = { log, node, cluster, plumbing, engine, served, services, dra };
   return {
     stop: async () => {
+      const budget = new StopBudget(config.drainSeconds * 1000);
       clearInterval(spool);
-      served.state.ready = false;
-      await drain(config, log, served);
-      // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
-      const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
-      if (teardownsLeft)
-        log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
-      await stopServices(node, cluster, plumbing, services, dra);
+      await stopDaemon(running, budget);
     },
   };
 }
@@ -98,35 +94,4 @@ function replaySpoolEvery(intervalMs: number, spoolDir: string, engine: Attachme
         scanning = false;
       });
   }, intervalMs);
-}
-
-/** Closes the socket once the accepted calls are answered (or the drain time is up), and the probes' listener. */
-async function drain(config: DaemonConfig, log: Logger, served: Served): Promise<void> {
-  const cut = await served.server.close(config.drainSeconds * 1000);
-  await served.metricsListener?.close();
-  if (!cut) log.info('drained: every accepted call was answered');
-  else {
-    const message = 'calls still running after the drain time were cut off; plexus-cni retries them';
-    log.warn({ cut, drainSeconds: config.drainSeconds }, message);
-  }
-}
-
-async function stopServices(
-  node: NodeState,
-  cluster: ClusterParts,
-  plumbing: DevicesAndDrivers,
-  services: Services,
-  dra: DraDriver | undefined,
-): Promise<void> {
-  services.stopOrphans?.();
-  await plumbing.drivers.stop();
-  await plumbing.devicePlugins?.stop();
-  await dra?.stop();
-  plumbing.podResources?.close();
-  const ipamStopped = cluster.clusterIpam?.stop(); // ends when api.stop() closes the client its watch is on
-  await cluster.leases?.stop(); // released: the next plexusd of this node takes it at once
-  await cluster.api?.stop();
-  await ipamStopped;
-  await node.kernel.close();
-  node.lock.release();
 }

@@ -403,9 +403,26 @@ export class KubeNodeFixture {
     if (r.status !== 0) throw new Error(`ctr images import: ${r.out}`);
   }
 
+  /** The kubelet's staticPodPath: a manifest written here runs as a static pod, shown in the API as a mirror pod. */
+  get staticPodDir(): string {
+    return join(this.dir, 'etc', 'manifests');
+  }
+
+  /** Runs a static pod (a pause container) from a manifest in staticPodPath; answers its mirror pod's name. */
+  writeStaticPod(name: string, annotations: Readonly<Record<string, string>> = {}): string {
+    writeFileSync(join(this.staticPodDir, `${name}.json`), JSON.stringify(podObject(name, this.nodeName, annotations)));
+    return `${name}-${this.nodeName}`;
+  }
+
+  /** Removes a static pod's manifest: the kubelet stops the pod and deletes its mirror pod. */
+  removeStaticPod(name: string): void {
+    rmSync(join(this.staticPodDir, `${name}.json`), { force: true });
+  }
+
   private async startKubelet(): Promise<void> {
     const certs = join(this.dir, 'certs');
     const config = join(this.dir, 'etc', 'kubelet-config.json'); // JSON is YAML
+    mkdirSync(this.staticPodDir, { recursive: true });
     writeFileSync(
       config,
       JSON.stringify({
@@ -443,6 +460,7 @@ export class KubeNodeFixture {
         serializeImagePulls: false,
         maxPods: 250,
         podLogsDir: join(this.dir, 'var', 'log', 'pods'), // not /var/log/pods
+        staticPodPath: this.staticPodDir,
       }),
     );
     await this.releasePorts();

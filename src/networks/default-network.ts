@@ -76,8 +76,9 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
 }
 
 /**
- * A `.conflist` file Multus would chain from its directory (subdirectory-chain.ts). One that lists no plugins of its
- * own (libcni allows it there) is parsed as a list of a placeholder, dropped once the directory's are added.
+ * A `.conflist` file Multus would chain from its directory (subdirectory-chain.ts). One that has no plugin of its own
+ * (neither "plugins" nor "type": libcni allows it there) is parsed as a list of a placeholder, dropped once the
+ * directory's are added.
  */
 function chainedFile(text: string, path: string): { text: string; fromDirectory: boolean; inline: boolean } {
   let conf: unknown;
@@ -90,7 +91,8 @@ function chainedFile(text: string, path: string): { text: string; fromDirectory:
     return { text, fromDirectory: false, inline: true };
   const record = conf as Record<string, unknown>;
   if (!chainsFromDirectory(path, record.loadOnlyInlinedPlugins)) return { text, fromDirectory: false, inline: true };
-  if ('plugins' in record) return { text, fromDirectory: true, inline: true };
+  // A single plugin's config in a .conflist file (libcni would find no plugins in it) is read as before: one plugin.
+  if ('plugins' in record || 'type' in record) return { text, fromDirectory: true, inline: true };
   return { text: JSON.stringify({ ...record, plugins: [{ type: 'none' }] }), fromDirectory: true, inline: false };
 }
 

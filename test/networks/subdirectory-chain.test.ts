@@ -63,6 +63,9 @@ describe('subdirectory chaining of a network loaded from a .conflist path', () =
   it('takes every plugin from the directory when the conflist has none of its own', () => {
     const { path } = confDir({}, { '1.conf': json({ type: 'bridge' }), '2.conf': tuning('t') });
     assert.deepEqual(typesOf(choose(path)), ['bridge', 'tuning:t']);
+    // One plugin's config in a .conflist file, which plexusd has always read as that plugin, keeps it first.
+    const single = confDir({ type: 'bridge' }, { '1.conf': tuning('t') });
+    assert.deepEqual(typesOf(choose(single.path)), ['bridge', 'tuning:t']);
   });
 
   it('leaves the directory alone with loadOnlyInlinedPlugins, and for a .conf file, as Multus does', () => {

@@ -78,10 +78,10 @@ describe('the auxiliary chain (Multus subdirectory-chaining-passthru)', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it("sets the chain's sysctl in every pod, adds no interface or status, and runs the chain's DEL first", async () => {
+  it("sets the chain's sysctl in every pod, adds no interface or status, and runs the chain's DEL first but no CHECK", async () => {
     const pod = fx.create('pod');
     const cid = `${prefix}-c`;
-    const call = (command: 'ADD' | 'DEL') =>
+    const call = (command: 'ADD' | 'CHECK' | 'DEL') =>
       daemon.cni({
         command,
         containerId: cid,
@@ -104,9 +104,19 @@ describe('the auxiliary chain (Multus subdirectory-chaining-passthru)', () => {
       'the chain adds no interface to the result',
     );
 
+    // Multus never CHECKs the chain (its CHECK runs the delegates of its config, not its cache): nor does Plexus.
+    const checked = await call('CHECK');
+    assert.equal(checked.code, 0, checked.stdout);
+
     const deleted = await call('DEL');
     assert.equal(deleted.code, 0, deleted.stdout);
-    assert.deepEqual(calls(), ['bridge ADD eth0', 'tuning ADD net1', 'tuning DEL net1', 'bridge DEL eth0']);
+    assert.deepEqual(calls(), [
+      'bridge ADD eth0',
+      'tuning ADD net1',
+      'bridge CHECK eth0',
+      'tuning DEL net1',
+      'bridge DEL eth0',
+    ]);
     assert.deepEqual(podLinks(pod.name), []);
     assert.deepEqual(daemon.journalFiles(), []);
   });

@@ -1,9 +1,12 @@
 /** The CNI executable exec'd like a runtime, for every verb and every spec version, against a real plexusd. */
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('pv');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
@@ -142,3 +145,47 @@ describe('CNI 1.1 only verbs', () => {
     assert.deepEqual(daemon.journalFiles(), []);
   });
 });
+
+describe(
+  'STATUS of a delegated default network: the reference plugins 1.9.1 answer it',
+  { skip: expectedPrerequisites(referencePluginsMissing()) },
+  () => {
+    // A daemon of its own, whose plugin directory is the reference plugins and whose networks are delegated to them.
+    let delegating: DaemonFixture;
+    const nad = (name: string, ipamType: string): void => {
+      const config = {
+        cniVersion: '1.1.0',
+        name,
+        type: 'bridge',
+        bridge: `${prefix}rb`,
+        ipam: { type: ipamType, ranges: [[{ subnet }]], dataDir: join(delegating.dir, 'host-local') },
+      };
+      const metadata = { name, namespace: 'default', annotations: { 'plexus.io/delegate': 'true' } };
+      const doc = { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata };
+      delegating.writeNad(`${name}.json`, JSON.stringify({ ...doc, spec: { config: JSON.stringify(config) } }));
+    };
+    before(async () => {
+      delegating = new DaemonFixture('refnet', ['--cni-bin-dir', referencePlugins()]);
+      nad('refnet', 'host-local');
+      nad('refbroken', `${prefix}-no-ipam`);
+      await delegating.start();
+    });
+    after(() => delegating?.stop());
+
+    it('answers ready when the reference bridge and its host-local do', async () => {
+      const out = await delegating.cni({ command: 'STATUS', config: delegating.runtimeConfig() });
+      assert.equal(out.code, 0, out.stdout);
+    });
+
+    it("answers the reference bridge's own error when its IPAM plugin is not installed", async () => {
+      const config = delegating.runtimeConfig({ defaultNetwork: 'refbroken' });
+      const out = await delegating.cni({ command: 'STATUS', config });
+      assert.equal(out.code, 1, out.stdout);
+      assert.equal(out.json?.code, 999, out.stdout);
+      assert.match(
+        String(out.json?.msg),
+        new RegExp(`STATUS of network default/refbroken.*failed to find plugin "${prefix}-no-ipam"`),
+      );
+    });
+  },
+);

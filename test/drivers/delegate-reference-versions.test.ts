@@ -5,7 +5,7 @@
  * by a spy that keeps the bytes it is given, so a test sees which plugin was reached with what.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -13,38 +13,22 @@ import type { Result } from '../../src/cni/errors';
 import { delegateGc, delegateStatus } from '../../src/drivers/delegate';
 import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/nad';
 import { uniquePrefix } from '../support/netns';
-import { DEBIAN_PLUGINS, debianPluginsMissing, referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
+import {
+  DEBIAN_PLUGINS,
+  debianPluginsMissing,
+  referencePlugins,
+  referencePluginsMissing,
+  type SpiedPlugins,
+  spiedPluginDir,
+} from '../support/plugin-dir';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('pdv');
 const tmp = mkdtempSync(join(tmpdir(), 'plexus-delegate-versions-'));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
-interface Call {
-  readonly plugin: string;
-  readonly command: string;
-  readonly stdin: Record<string, unknown>;
-}
-
-/** A bin dir whose every plugin is a spy that saves its CNI_COMMAND and stdin, then execs the real one. */
-function spiedPlugins(real: string, tag: string): { binDir: string; calls: () => Call[] } {
-  const binDir = join(tmp, `${tag}-bin`);
-  const logDir = join(tmp, `${tag}-calls`);
-  mkdirSync(binDir);
-  mkdirSync(logDir);
-  for (const plugin of readdirSync(real)) {
-    const spy = `#!/bin/sh\nf=$(mktemp "${logDir}/$(date +%s%N).${plugin}.$CNI_COMMAND.XXXX")\ncat > "$f"\nexec ${join(real, plugin)} < "$f"\n`;
-    writeFileSync(join(binDir, plugin), spy, { mode: 0o755 });
-  }
-  const calls = (): Call[] =>
-    readdirSync(logDir)
-      .sort()
-      .map((f) => {
-        const [, plugin = '', command = ''] = f.split('.');
-        return { plugin, command, stdin: JSON.parse(readFileSync(join(logDir, f), 'utf8')) as Record<string, unknown> };
-      });
-  return { binDir, calls };
-}
+/** A bin dir whose every plugin is a spy of the real one, under this file's temp dir. */
+const spiedPlugins = (real: string, tag: string): SpiedPlugins => spiedPluginDir(real, join(tmp, tag));
 
 let counter = 0;
 function bridgeNetwork(cniVersion: string, ipamType = 'host-local'): NetworkDefinition {
@@ -93,7 +77,7 @@ describe(
   'delegated STATUS and GC: reference plugins 1.9.1',
   { skip: expectedPrerequisites(referencePluginsMissing()) },
   () => {
-    const spied = (tag: string): ReturnType<typeof spiedPlugins> => spiedPlugins(referencePlugins(), tag);
+    const spied = (tag: string): SpiedPlugins => spiedPlugins(referencePlugins(), tag);
 
     it('STATUS reaches bridge, which asks its IPAM plugin, and answers ready', async () => {
       const { binDir, calls } = spied('status-ok');
@@ -140,7 +124,7 @@ describe(
   "delegated STATUS and GC: Debian's plugins 1.1.1",
   { skip: expectedPrerequisites(debianPluginsMissing()) },
   () => {
-    const spied = (tag: string): ReturnType<typeof spiedPlugins> => spiedPlugins(DEBIAN_PLUGINS, tag);
+    const spied = (tag: string): SpiedPlugins => spiedPlugins(DEBIAN_PLUGINS, tag);
 
     it('a 1.0.0 network, all 1.1.1 speaks: STATUS and GC answer ready without running a plugin', async () => {
       const { binDir, calls } = spied('v100');

@@ -11,7 +11,18 @@
  * the nodes' own networks in the heavier tests run it, and the delegation tests check it still works.
  */
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { ROOT, SHIM } from './daemon';
@@ -95,4 +106,43 @@ export function plexusPluginDir(binDir: string): string {
   referencePluginDir(binDir);
   copyFileSync(SHIM, join(binDir, 'plexus-cni'));
   return binDir;
+}
+
+/** One call a spied plugin received: which plugin, CNI_COMMAND, and its stdin parsed. */
+export interface PluginCall {
+  readonly plugin: string;
+  readonly command: string;
+  readonly stdin: Record<string, unknown>;
+}
+
+export interface SpiedPlugins {
+  readonly binDir: string;
+  /** Every call so far, in the order they came. */
+  readonly calls: () => PluginCall[];
+}
+
+/**
+ * Makes `<dir>/bin`, where every plugin of `plugins` is a spy: a script that saves its CNI_COMMAND and stdin under
+ * `<dir>/calls`, then execs the real plugin with them. A plugin that execs another (bridge its IPAM) through CNI_PATH
+ * set to the bin dir reaches that one's spy too. The caller removes `dir`.
+ */
+export function spiedPluginDir(plugins: string, dir: string): SpiedPlugins {
+  const binDir = join(dir, 'bin');
+  const logDir = join(dir, 'calls');
+  mkdirSync(binDir, { recursive: true });
+  mkdirSync(logDir, { recursive: true });
+  for (const plugin of readdirSync(plugins)) {
+    const save = `f=$(mktemp "${logDir}/$(date +%s%N).${plugin}.$CNI_COMMAND.XXXX")`;
+    const spy = `#!/bin/sh\n${save}\ncat > "$f"\nexec ${join(plugins, plugin)} < "$f"\n`;
+    writeFileSync(join(binDir, plugin), spy, { mode: 0o755 });
+  }
+  const calls = (): PluginCall[] =>
+    readdirSync(logDir)
+      .sort()
+      .map((f) => {
+        const [, plugin = '', command = ''] = f.split('.');
+        const stdin = JSON.parse(readFileSync(join(logDir, f), 'utf8')) as Record<string, unknown>;
+        return { plugin, command, stdin };
+      });
+  return { binDir, calls };
 }

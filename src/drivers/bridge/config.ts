@@ -26,6 +26,8 @@ export interface BridgeConfig {
   /** isDefaultGateway implies isGateway, as in the reference plugin. */
   readonly isGateway: boolean;
   readonly isDefaultGateway: boolean;
+  /** Replace another address on the bridge by the gateway rather than refuse the ADD (isGateway). */
+  readonly forceAddress: boolean;
   readonly mtu?: number;
   readonly hairpinMode: boolean;
   readonly promiscMode: boolean;
@@ -54,6 +56,15 @@ export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
       ),
     );
   }
+  if (c.hairpinMode && c.promiscMode) {
+    return err(
+      new CniError(
+        CniCode.InvalidNetworkConfig,
+        `network ${plugin.name}: hairpinMode and promiscMode cannot be set at the same time`,
+        'set one of them to false (the reference bridge plugin refuses both as well)',
+      ),
+    );
+  }
   if (c.vlan !== 0) {
     return err(
       new CniError(
@@ -73,6 +84,7 @@ export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
     bridge: c.bridge,
     isGateway: c.isGateway || c.isDefaultGateway,
     isDefaultGateway: c.isDefaultGateway,
+    forceAddress: c.forceAddress,
     ...(c.mtu ? { mtu: c.mtu } : {}),
     hairpinMode: c.hairpinMode,
     promiscMode: c.promiscMode,

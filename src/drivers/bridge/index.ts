@@ -10,8 +10,10 @@ import { KeyedMutex } from '../../common/keyed-mutex';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps, podRoutes } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
+import { nodeBridge, pinBridgeMac } from '../common/node-bridge';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { type BridgeConfig, parseBridgeConfig } from './config';
+import { gatewayAddressOps } from './gateway';
 
 export { hostVethName } from '../common/bridge-port';
 
@@ -53,7 +55,10 @@ async function attachBridge(
   });
 }
 
-/** Creates the bridge once (it is shared by every pod of the network and never deleted), and its gateway addresses. */
+/**
+ * Creates the bridge once (it is shared by every pod of the network and never deleted) with its MAC pinned, pins the
+ * MAC of one that existed, and puts its gateway addresses on. Later ADDs are answered from memory.
+ */
 async function ensureBridge(
   conf: BridgeConfig,
   ipam: IpamResult | undefined,
@@ -66,40 +71,35 @@ async function ensureBridge(
   const known = knownBridges.get(conf.bridge);
   if (known && wanted.every((g) => known.gateways.has(g))) return ok(known.mac ? { mac: known.mac } : {});
   return bridgeLocks.run(conf.bridge, async () => {
+    const made = nodeBridge(conf.bridge, conf.mtu ? { mtu: conf.mtu } : {});
     const r = await env.kernel.batch(undefined, [
-      {
-        op: 'linkAdd',
-        link: { kind: 'bridge', name: conf.bridge, up: true, ...(conf.mtu ? { mtu: conf.mtu } : {}) },
-        ignore: ['EEXIST'],
-      },
+      made.create,
       { op: 'linkGet', name: conf.bridge },
+      { op: 'addrList', name: conf.bridge },
     ]);
     if (!r.ok) return err(kernelError(r.error, `creating bridge ${conf.bridge}`));
-    const link = r.value[1];
-    if (!link || link.kind !== 'bridge') {
-      return err(
-        new CniError(
-          CniCode.InvalidNetworkConfig,
-          `${conf.bridge} exists on the host but is not a bridge (it is ${link?.kind ?? 'unknown'})`,
-          'choose another "bridge" name',
-        ),
-      );
-    }
-    const fixes: BatchOp[] = [];
+    const [, link, present] = r.value;
+    if (!link || link.kind !== 'bridge') return err(notABridge(conf.bridge, link?.kind));
+    const gateways = gatewayAddressOps({ bridge: conf.bridge, present, wanted, forceAddress: conf.forceAddress });
+    if (!gateways.ok) return gateways;
+    const fixes: BatchOp[] = [...pinBridgeMac(link, made), ...gateways.value];
     if (!link.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (conf.promiscMode && !link.promisc) fixes.push({ op: 'linkSet', name: conf.bridge, promisc: true });
-    for (const gateway of wanted)
-      fixes.push({ op: 'addrAdd', name: conf.bridge, address: gateway, noDad: true, ignore: ['EEXIST'] });
     if (fixes.length) {
       const f = await env.kernel.batch(undefined, fixes);
       if (!f.ok) return err(kernelError(f.error, `configuring bridge ${conf.bridge}`));
     }
-    const entry = knownBridges.get(conf.bridge) ?? {
-      ...(link.mac ? { mac: link.mac } : {}),
-      gateways: new Set<string>(),
-    };
-    for (const g of wanted) entry.gateways.add(g);
-    knownBridges.set(conf.bridge, entry);
+    const onBridge = knownBridges.get(conf.bridge)?.gateways ?? new Set<string>();
+    for (const op of gateways.value) if (op.op === 'addrDel') onBridge.delete(op.address);
+    for (const g of wanted) onBridge.add(g);
+    knownBridges.set(conf.bridge, { ...(link.mac ? { mac: link.mac } : {}), gateways: onBridge });
     return ok(link.mac ? { mac: link.mac } : {});
   });
 }
+
+const notABridge = (name: string, kind: string | undefined): CniError =>
+  new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${name} exists on the host but is not a bridge (it is ${kind ?? 'unknown'})`,
+    'choose another "bridge" name',
+  );

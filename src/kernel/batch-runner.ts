@@ -131,7 +131,8 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp, receive
     }
     case 'sysctlWrite': {
       if (!/^[a-z0-9_.\-/]+$/i.test(op.key) || op.key.includes('..')) throw new Error(`invalid sysctl key ${op.key}`);
-      const write = (): void => writeFileSync(`/proc/sys/${op.key.replace(/\./g, '/')}`, op.value);
+      const path = op.key.includes('/') ? op.key : op.key.replace(/\./g, '/');
+      const write = (): void => writeFileSync(`/proc/sys/${path}`, op.value);
       if (netns) inNetns(netns, write);
       else write();
       return null;

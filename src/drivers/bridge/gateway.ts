@@ -33,7 +33,8 @@ export function gatewayAddressOps(g: GatewayAddresses): Result<BatchOp[]> {
       onBridge.splice(onBridge.indexOf(other), 1);
     }
     if (kept >= 0) continue;
-    ops.push({ op: 'addrAdd', name: g.bridge, address: gateway, noDad: true, ignore: ['EEXIST'] });
+    // With DAD, as the reference adds it.
+    ops.push({ op: 'addrAdd', name: g.bridge, address: gateway, ignore: ['EEXIST'] });
     onBridge.push({ index: 0, family: wanted.family, address: gateway });
   }
   return ok(ops);

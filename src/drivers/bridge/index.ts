@@ -9,23 +9,31 @@ import type { IpamResult } from '../../ipam';
 import { KeyedMutex } from '../../common/keyed-mutex';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps, podRoutes } from '../common';
-import { attachBridgePort } from '../common/bridge-port';
-import { nodeBridge, pinBridgeMac } from '../common/node-bridge';
+import { attachBridgePort, type EnsuredBridge } from '../common/bridge-port';
+import { createNodeBridge, pinBridgeMac } from '../common/node-bridge';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { type BridgeConfig, parseBridgeConfig } from './config';
+import { settleAddresses } from './dad';
 import { gatewayAddressOps } from './gateway';
+import { bridgeSysctls, podSysctls, reportedRoutes } from './reference-setup';
 
 export { hostVethName } from '../common/bridge-port';
 
 /** Bridges a driver has ensured, with the gateway addresses it put on them (so later ADDs skip the kernel). */
 interface KnownBridges {
+  /** The netns that is the node, where the bridges live: the daemon's own when undefined (tests stand a netns in). */
+  readonly node: string | undefined;
   readonly locks: KeyedMutex;
   readonly bridges: Map<string, { mac?: string; gateways: Set<string> }>;
 }
 
+export interface BridgeDriverOptions {
+  readonly node?: string;
+}
+
 /** A bridge driver; it remembers the bridges it has ensured. */
-export function createBridgeDriver(): Driver<BridgeConfig> {
-  const known: KnownBridges = { locks: new KeyedMutex(), bridges: new Map() };
+export function createBridgeDriver(options: BridgeDriverOptions = {}): Driver<BridgeConfig> {
+  const known: KnownBridges = { node: options.node, locks: new KeyedMutex(), bridges: new Map() };
   return {
     type: 'bridge',
     capabilities: ['ips', 'mac', 'dns'],
@@ -42,58 +50,77 @@ async function attachBridge(
 ): Promise<Result<CniResult>> {
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
-  return attachBridgePort(req, env, {
+  const attached = await attachBridgePort(req, env, {
     bridge: conf.bridge,
     ...(conf.mtu ? { mtu: conf.mtu } : {}),
+    ...(knownBridges.node ? { node: knownBridges.node } : {}),
     hairpin: conf.hairpinMode,
     ipam: ipam.value,
     routes: podRoutes(ipam.value, { defaultGateway: conf.isDefaultGateway }),
+    resultRoutes: reportedRoutes(conf, ipam.value),
+    podSetup: {
+      before: podSysctls(conf, req.ifname, ipam.value),
+      dadBySysctl: true,
+      down: conf.disableContainerInterface,
+    },
     ensureBridge: (again) => {
       if (again) knownBridges.bridges.delete(conf.bridge);
       return ensureBridge(conf, ipam.value, env, knownBridges);
     },
+    forgetBridge: () => knownBridges.bridges.delete(conf.bridge),
   });
+  if (!attached.ok || !conf.enabledad || !ipam.value?.ips.some((ip) => ip.gateway?.includes(':'))) return attached;
+  const settled = await settleAddresses(env.kernel, req.netns, req.ifname);
+  return settled.ok ? attached : err(settled.error.withContext(`network ${req.network.key}`));
 }
 
 /**
- * Creates the bridge once (it is shared by every pod of the network and never deleted) with its MAC pinned, pins the
- * MAC of one that existed, and puts its gateway addresses on. Later ADDs are answered from memory.
+ * Creates the bridge once (it is shared by every pod of the network and never deleted) and puts its gateway addresses
+ * on. Its MAC is pinned: a bridge that already existed at once, at the MAC its pods know; one just made once its
+ * first port has joined (in that port's batch), as the reference does. Later ADDs are answered from memory.
  */
 async function ensureBridge(
   conf: BridgeConfig,
   ipam: IpamResult | undefined,
   env: DriverEnv,
-  { locks: bridgeLocks, bridges: knownBridges }: KnownBridges,
-): Promise<Result<{ mac?: string }>> {
+  { node, locks: bridgeLocks, bridges: knownBridges }: KnownBridges,
+): Promise<Result<EnsuredBridge>> {
   const wanted = conf.isGateway
     ? (ipam?.ips ?? []).flatMap((ip) => (ip.gateway ? [`${ip.gateway}/${ip.address.split('/')[1]}`] : []))
     : [];
-  const known = knownBridges.get(conf.bridge);
-  if (known && wanted.every((g) => known.gateways.has(g))) return ok(known.mac ? { mac: known.mac } : {});
+  const knownNow = (): EnsuredBridge | undefined => {
+    const known = knownBridges.get(conf.bridge);
+    return known && wanted.every((g) => known.gateways.has(g)) ? (known.mac ? { mac: known.mac } : {}) : undefined;
+  };
+  const known = knownNow();
+  if (known) return ok(known);
   return bridgeLocks.run(conf.bridge, async () => {
-    const made = nodeBridge(conf.bridge, conf.mtu ? { mtu: conf.mtu } : {});
-    const r = await env.kernel.batch(undefined, [
-      made.create,
+    const ensured = knownNow();
+    if (ensured) return ok(ensured);
+    const r = await env.kernel.batch(node, [
+      { op: 'linkGet', name: conf.bridge },
+      createNodeBridge(conf.bridge, conf.mtu ? { mtu: conf.mtu } : {}),
       { op: 'linkGet', name: conf.bridge },
       { op: 'addrList', name: conf.bridge },
     ]);
     if (!r.ok) return err(kernelError(r.error, `creating bridge ${conf.bridge}`));
-    const [, link, present] = r.value;
+    const [existed, , link, present] = r.value;
     if (!link || link.kind !== 'bridge') return err(notABridge(conf.bridge, link?.kind));
     const gateways = gatewayAddressOps({ bridge: conf.bridge, present, wanted, forceAddress: conf.forceAddress });
     if (!gateways.ok) return gateways;
-    const fixes: BatchOp[] = [...pinBridgeMac(link, made), ...gateways.value];
+    const pin = pinBridgeMac(link);
+    const fixes: BatchOp[] = [...(existed ? pin : []), ...bridgeSysctls(conf.bridge, wanted), ...gateways.value];
     if (!link.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (conf.promiscMode && !link.promisc) fixes.push({ op: 'linkSet', name: conf.bridge, promisc: true });
     if (fixes.length) {
-      const f = await env.kernel.batch(undefined, fixes);
+      const f = await env.kernel.batch(node, fixes);
       if (!f.ok) return err(kernelError(f.error, `configuring bridge ${conf.bridge}`));
     }
     const onBridge = knownBridges.get(conf.bridge)?.gateways ?? new Set<string>();
     for (const op of gateways.value) if (op.op === 'addrDel') onBridge.delete(op.address);
     for (const g of wanted) onBridge.add(g);
     knownBridges.set(conf.bridge, { ...(link.mac ? { mac: link.mac } : {}), gateways: onBridge });
-    return ok(link.mac ? { mac: link.mac } : {});
+    return ok({ ...(link.mac ? { mac: link.mac } : {}), ...(existed ? {} : { pinAfterPort: pin }) });
   });
 }
 

@@ -76,8 +76,8 @@ async function attachBridge(
 
 /**
  * Creates the bridge once (it is shared by every pod of the network and never deleted) and puts its gateway addresses
- * on. Its MAC is pinned: a bridge that already existed at once, at the MAC its pods know; one just made once its
- * first port has joined (in that port's batch), as the reference does. Later ADDs are answered from memory.
+ * on. Its MAC is pinned at the MAC read here (a new bridge's own, or the one an existing bridge's pods know) once the
+ * port of this ADD has joined, in that port's batch, as the reference pins it. Later ADDs are answered from memory.
  */
 async function ensureBridge(
   conf: BridgeConfig,
@@ -98,18 +98,16 @@ async function ensureBridge(
     const ensured = knownNow();
     if (ensured) return ok(ensured);
     const r = await env.kernel.batch(node, [
-      { op: 'linkGet', name: conf.bridge },
       createNodeBridge(conf.bridge, conf.mtu ? { mtu: conf.mtu } : {}),
       { op: 'linkGet', name: conf.bridge },
       { op: 'addrList', name: conf.bridge },
     ]);
     if (!r.ok) return err(kernelError(r.error, `creating bridge ${conf.bridge}`));
-    const [existed, , link, present] = r.value;
+    const [, link, present] = r.value;
     if (!link || link.kind !== 'bridge') return err(notABridge(conf.bridge, link?.kind));
     const gateways = gatewayAddressOps({ bridge: conf.bridge, present, wanted, forceAddress: conf.forceAddress });
     if (!gateways.ok) return gateways;
-    const pin = pinBridgeMac(link);
-    const fixes: BatchOp[] = [...(existed ? pin : []), ...bridgeSysctls(conf.bridge, wanted), ...gateways.value];
+    const fixes: BatchOp[] = [...bridgeSysctls(conf.bridge, wanted), ...gateways.value];
     if (!link.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (conf.promiscMode && !link.promisc) fixes.push({ op: 'linkSet', name: conf.bridge, promisc: true });
     if (fixes.length) {
@@ -120,7 +118,7 @@ async function ensureBridge(
     for (const op of gateways.value) if (op.op === 'addrDel') onBridge.delete(op.address);
     for (const g of wanted) onBridge.add(g);
     knownBridges.set(conf.bridge, { ...(link.mac ? { mac: link.mac } : {}), gateways: onBridge });
-    return ok({ ...(link.mac ? { mac: link.mac } : {}), ...(existed ? {} : { pinAfterPort: pin }) });
+    return ok({ ...(link.mac ? { mac: link.mac } : {}), pinAfterPort: pinBridgeMac(link) });
   });
 }
 

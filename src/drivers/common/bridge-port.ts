@@ -36,7 +36,7 @@ export interface BridgePort {
 
 export interface EnsuredBridge {
   readonly mac?: string;
-  /** Ops that pin the MAC of a bridge just made, run once its first port has joined, as the reference pins it. */
+  /** Ops that pin the bridge's MAC, run once this ADD's port has joined (the first ADD after the bridge was ensured). */
   readonly pinAfterPort?: readonly BatchOp[];
 }
 

@@ -13,11 +13,11 @@ export const createNodeBridge = (name: string, opts: { readonly mtu?: number } =
 });
 
 /**
- * Sets the bridge's MAC to `bridge.mac`: from then on it keeps it, whatever ports join or leave. Read before the
- * first port joined, that is the MAC the kernel gave the new bridge; on a bridge that already has pods (one an older
- * plexusd made) it is the MAC they know, so setting it changes nothing they see. A new bridge is pinned once a port
- * has joined, as the reference pins it: pinned before, its operational state stays UNKNOWN rather than UP (and made
- * with a MAC, it has no carrier, nor an IPv6 link-local address, until a port forwards).
+ * Sets the bridge's MAC to `bridge.mac`: from then on it keeps it, whatever ports join or leave. Read before a port
+ * joined, that is the MAC the kernel gave a new bridge; on a bridge that already has pods (one an older plexusd made)
+ * it is the MAC they know, so setting it changes nothing they see. Run once a port has joined, as the reference pins
+ * it: a bridge pinned while it has no port may keep the operational state UNKNOWN rather than UP (and one made with a
+ * MAC has no carrier, nor an IPv6 link-local address, until a port forwards).
  */
 export const pinBridgeMac = (bridge: LinkInfo): BatchOp[] =>
   bridge.mac ? [{ op: 'linkSet', name: bridge.name, mac: bridge.mac }] : [];

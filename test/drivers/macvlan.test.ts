@@ -172,4 +172,21 @@ describe('macvlan driver', () => {
     assert.equal(must(await defaultRouteLink(bed.kernel, node.path))?.name, 'up0');
     assert.equal(must(await resolveMaster(bed.kernel, undefined, 'network x', node.path)).name, 'up0');
   });
+  it('gives the pod interface the MAC of the config\'s "mac" when the runtime asks for none, as the reference does', async () => {
+    const pod = fx.create('confmac');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const config = { type: 'macvlan', master, mac: '02:42:AC:11:00:0A', ipam: ipamConfig(7) };
+    const result = must(
+      await attachParsed(macvlanDriver, attachRequest({ network: `${prefix}-m`, config, netns: pod.path }), rec.env),
+    );
+    assert.equal(result.interfaces[0]?.mac, '02:42:ac:11:00:0a');
+    assert.match(ip('-n', pod.name, 'link', 'show', 'net1'), /link\/ether 02:42:ac:11:00:0a /);
+    await rec.undo();
+  });
+
+  it('refuses bcqueuelen natively, saying how to delegate to the reference plugin', () => {
+    const refused = failure(macvlanDriver.parse([plugin('n', { type: 'macvlan', master, bcqueuelen: 100 })]));
+    assert.equal(refused.code, 2);
+    assert.match(refused.message, /"bcqueuelen" is not supported natively.*plexus\.io\/delegate: "true"/);
+  });
 });

@@ -19,6 +19,8 @@ export interface MasterLinkConfig<Mode extends string> {
   readonly master?: string;
   readonly mode: Mode;
   readonly mtu?: number;
+  /** macvlan's `mac`: the pod interface's MAC unless the runtime asks for one. */
+  readonly mac?: string;
   readonly ipam?: IpamConfig;
 }
 
@@ -83,7 +85,7 @@ export async function attachMasterLink<Mode extends string>(
   };
   const link =
     kind === 'macvlan'
-      ? { ...base, kind, mode: conf.mode as never, ...(req.mac ? { mac: req.mac } : {}) }
+      ? { ...base, kind, mode: conf.mode as never, ...((req.mac ?? conf.mac) ? { mac: req.mac ?? conf.mac } : {}) }
       : { ...base, kind, mode: conf.mode as never };
   const plumbed = await plumbPodInterface(req, env, {
     create: [{ op: 'linkAdd', link }],

@@ -43,7 +43,12 @@ describe('macvlan driver', () => {
     assert.match(result.ips[0]?.address ?? '', /^10\.231\.1\.\d+\/24$/);
     assert.equal(result.ips[0]?.gateway, '10.231.1.1');
     assert.equal(result.ips[0]?.interface, 0);
-    assert.deepEqual(result.routes, [{ dst: '10.232.0.0/16', gw: '10.231.1.1' }]);
+    assert.deepEqual(
+      result.routes,
+      [{ dst: '10.232.0.0/16' }],
+      "IPAM's routes as IPAM gave them, as the reference reports them",
+    );
+    assert.match(ip('-n', pod.name, 'route', 'show', '10.232.0.0/16'), /via 10\.231\.1\.1 dev net1/);
     await rec.undo();
   });
 
@@ -188,5 +193,16 @@ describe('macvlan driver', () => {
     const refused = failure(macvlanDriver.parse([plugin('n', { type: 'macvlan', master, bcqueuelen: 100 })]));
     assert.equal(refused.code, 2);
     assert.match(refused.message, /"bcqueuelen" is not supported natively.*plexus\.io\/delegate: "true"/);
+  });
+  it('sets arp_notify and ndisc_notify on the pod interface, as the reference does', async () => {
+    const pod = fx.create('notify');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const config = { type: 'macvlan', master, ipam: ipamConfig(8) };
+    must(
+      await attachParsed(macvlanDriver, attachRequest({ network: `${prefix}-n`, config, netns: pod.path }), rec.env),
+    );
+    assert.equal(pod.exec('cat', '/proc/sys/net/ipv4/conf/net1/arp_notify').out.trim(), '1');
+    assert.equal(pod.exec('cat', '/proc/sys/net/ipv6/conf/net1/ndisc_notify').out.trim(), '1');
+    await rec.undo();
   });
 });

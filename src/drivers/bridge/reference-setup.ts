@@ -7,27 +7,20 @@ import type { CniRoute } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
 import type { BatchOp } from '../../kernel/types';
 import { podRoutes } from '../common';
+import { ipamRoutes, ipv6EnableSysctls, tolerantSysctl } from '../common/pod-sysctls';
 import type { BridgeConfig } from './config';
 
-/** A sysctl write that, as in the reference plugin, may fail (IPv6 compiled out) without failing the ADD. */
-const sysctl = (key: string, value: string): BatchOp => ({ op: 'sysctlWrite', key, value, ignore: ['ENOENT'] });
+const sysctl = tolerantSysctl;
 
-/** The pod interface's sysctls, set before it is up and given its addresses (interface names may hold dots). */
+/** The pod interface's sysctls, set before it is up and given its addresses. */
 export function podSysctls(conf: BridgeConfig, ifname: string, ipam: IpamResult | undefined): BatchOp[] {
   if (!ipam) return [];
-  const v6 = ipam.ips.some((ip) => ip.address.includes(':'));
   return [
     ...(conf.enabledad
       ? [sysctl(`net/ipv6/conf/${ifname}/enhanced_dad`, '1'), sysctl(`net/ipv6/conf/${ifname}/accept_dad`, '1')]
       : [sysctl(`net/ipv6/conf/${ifname}/accept_dad`, '0')]),
     sysctl(`net/ipv4/conf/${ifname}/arp_notify`, '1'),
-    ...(v6
-      ? [
-          sysctl('net/ipv6/conf/lo/disable_ipv6', '0'),
-          sysctl(`net/ipv6/conf/${ifname}/disable_ipv6`, '0'),
-          sysctl(`net/ipv6/conf/${ifname}/keep_addr_on_down`, '1'),
-        ]
-      : []),
+    ...ipv6EnableSysctls(ifname, ipam),
   ];
 }
 
@@ -47,7 +40,7 @@ export function bridgeSysctls(bridge: string, gateways: readonly string[]): Batc
  * unless IPAM gave that family a default route with a gateway.
  */
 export function reportedRoutes(conf: BridgeConfig, ipam: IpamResult | undefined): CniRoute[] {
-  const fromIpam: CniRoute[] = (ipam?.routes ?? []).map((r) => ({ dst: r.dst, ...(r.gw ? { gw: r.gw } : {}) }));
+  const fromIpam: CniRoute[] = ipamRoutes(ipam);
   if (!conf.isDefaultGateway) return fromIpam;
   const hasDefault = (dst: string): boolean => fromIpam.some((r) => r.dst === dst && r.gw);
   const defaults = podRoutes(ipam, { defaultGateway: true }).filter(

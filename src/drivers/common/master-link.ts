@@ -13,6 +13,7 @@ import { checkLinkName, ipamField, mtuField, parseOptionalIpam, parsePluginConfi
 import { isMissingLink, masterName, masterNotFound } from './host-links';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
 import { recordPodLink } from './pod-link';
+import { ipamRoutes, ipv6EnableSysctls, notifySysctls } from './pod-sysctls';
 
 export interface MasterLinkConfig<Mode extends string> {
   /** Undefined: the interface of the host's default route, as in the reference plugins. */
@@ -99,6 +100,7 @@ export async function attachMasterLink<Mode extends string>(
               `${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`,
             ),
     ipam: ipam.value,
+    ...(ipam.value ? { before: [...notifySysctls(req.ifname), ...ipv6EnableSysctls(req.ifname, ipam.value)] } : {}),
   });
   if (!plumbed.ok) return plumbed;
   return ok(
@@ -107,7 +109,7 @@ export async function attachMasterLink<Mode extends string>(
       netns: req.netns,
       link: plumbed.value.link,
       ipam: ipam.value,
-      routes: plumbed.value.routes,
+      routes: ipamRoutes(ipam.value),
     }),
   );
 }

@@ -62,6 +62,7 @@ export const DaemonConfigSchema = z
     takeOverMultus: bool.default(false),
     importedConfig: absolutePath().optional(),
     multusCacheDir: absolutePath().optional(),
+    hostLocalDataDir: absolutePath().default('/var/lib/cni/networks'),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -105,6 +106,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--take-over-multus': 'takeOverMultus',
   '--imported-config': 'importedConfig',
   '--multus-cache-dir': 'multusCacheDir',
+  '--host-local-data-dir': 'hostLocalDataDir',
   '--delegate-share': 'delegateShare',
   '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
@@ -177,6 +179,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --readiness-indicator-file PATH  ADD answers "try again later" while this file does not exist (default: none)
   --multus-cache-dir DIR    Multus's per-sandbox cache (its cniDir): the DEL of a sandbox Multus made is run as
                             Multus would have run it (default: none; plexus-install sets it on a Multus node)
+  --host-local-data-dir DIR  the reference host-local's dataDir for networks whose config names none: native
+                            host-local leases are held there too (default /var/lib/cni/networks)
   --take-over-multus B      once ready, move Multus's CNI config aside so the runtime calls Plexus; plexus-install
                             uninstall puts it back (default false: docs/migrate-from-multus.md)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)

@@ -10,8 +10,9 @@ import type { DraDriver } from '../dra';
 import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
-import { takeOverFromMultus } from '../install/multus-takeover';
-import { connectCluster, type ClusterParts } from './cluster';
+import { MultusTakeover, reportMultusServing } from '../install/multus-takeover';
+import { hostLocalStoreProblems } from '../ipam/host-local-audit';
+import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import { devicesAndDrivers, type DevicesAndDrivers } from './devices-and-drivers';
 import { createDra, startDra } from './dra';
@@ -40,7 +41,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // The kubelet's Prepare needs only DRA's records and the API client, and a Prepare it cannot make costs the pod a
   // resync of 60-90 s (docs/dra.md): the plugin is served before the journal's recovery and the API's caches.
   if (dra) await startDra(dra, plumbing.draHolds);
-  const served = await serve(config, log, { node, cluster, slots: plumbing.slots }, engine);
+  const takeover = multusTakeover(config, log, cluster);
+  const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
   const parts = { cluster, plumbing, journal: node.journal };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
@@ -48,10 +50,12 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
   if (conflist.content !== undefined) installConflist(config, conflist.content, log);
+  const takingOver = conflist.content !== undefined ? takeOverWhenReady(takeover) : undefined;
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
   return {
     stop: async () => {
       clearInterval(spool);
+      clearInterval(takingOver);
       served.state.ready = false;
       await drain(config, log, served);
       // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
@@ -83,7 +87,29 @@ function installConflist(config: DaemonConfig, content: string, log: Logger): vo
     { path: config.installCniConfig, changed },
     'CNI config installed: the runtime sends new pods to plexus-cni',
   );
-  takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
+  if (!config.takeOverMultus) reportMultusServing(dirname(config.installCniConfig), log);
+}
+
+/** How often a takeover from Multus that something blocks is tried again. */
+const TAKEOVER_RETRY_MS = 5000;
+
+/**
+ * With takeOverMultus: the takeover, blocked while a host-local network's store (which the pods Multus made may hold
+ * addresses in) cannot be read in full (docs/migrate-from-multus.md).
+ */
+function multusTakeover(config: DaemonConfig, log: Logger, cluster: ClusterParts): MultusTakeover | undefined {
+  if (!config.installCniConfig || !config.takeOverMultus) return undefined;
+  const blockers = (): string[] => hostLocalStoreProblems(clusterNetworksOf(cluster.networks), config.hostLocalDataDir);
+  return new MultusTakeover(dirname(config.installCniConfig), log, blockers);
+}
+
+/** Takes the node over once plexusd is ready, trying again while it is blocked; the timer to clear at stop. */
+function takeOverWhenReady(takeover: MultusTakeover | undefined): NodeJS.Timeout | undefined {
+  if (!takeover || takeover.attempt()) return undefined;
+  const timer = setInterval(() => {
+    if (takeover.attempt()) clearInterval(timer);
+  }, TAKEOVER_RETRY_MS);
+  return timer;
 }
 
 /** DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart. */

@@ -13,41 +13,17 @@ import { type CompiledRange, compileRanges, describeRange, isAllocatable } from 
 import { type Ip, formatCidr, formatIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
 import { claimNeedsClusterPool, clusterNeedsApi } from './errors';
-import {
-  type HeldListings,
-  HostLocalDir,
-  hostLocalDirOf,
-  hostLocalLeaseText,
-  removeFromHostLocal,
-} from './host-local-dir';
+import { type Share, HostLocalSharing, type SharingOptions } from './host-local-sharing';
 import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
 import { inRange, invalid, matchRequested } from './requested-ips';
 import { allocateStatic, withDns } from './static-ipam';
 import { LeaseStore, type LeaseStoreOptions } from './store';
 
+export type IpamOptions = LeaseStoreOptions & SharingOptions;
+
 type HostLocal = Extract<IpamConfig, { type: 'host-local' }>;
 type ResultIp = IpamResult['ips'][number];
 type Removal = { readonly removed: readonly Lease[]; readonly failures: readonly Error[] };
-
-export interface IpamOptions extends LeaseStoreOptions {
-  /**
-   * The reference host-local's dataDir for a network whose config names none (the plugin's default is
-   * /var/lib/cni/networks). Unset: no address is shared with the plugin (the store of cluster pools).
-   */
-  readonly hostLocalDataDir?: string;
-  /** Told of a lease of this store whose address host-local's directory gives to another holder. */
-  readonly onDuplicate?: (file: string, holder: string) => void;
-}
-
-/** Where an allocation's addresses are held besides this store: host-local's directory, or nowhere. */
-interface Share {
-  readonly path?: string;
-  holds(ip: Ip): boolean;
-  holderOf(ip: Ip): string;
-  write(ip: Ip, lease: Lease): boolean;
-}
-
-const UNSHARED: Share = { holds: () => false, holderOf: () => '', write: () => true };
 
 function checkNetwork(network: string): CniError | undefined {
   return isSafeNetworkName(network)
@@ -88,73 +64,41 @@ const resultIpOf = (lease: Lease): ResultIp =>
 
 export class Ipam implements IpamBackend {
   private readonly locks = new KeyedMutex();
-  /** Networks whose leases from before sharing (or a lost copy) were written into host-local's directory. */
-  private readonly shared = new Map<string, string>();
-  private readonly listings: HeldListings = new Map();
+  private readonly sharing: HostLocalSharing;
 
   private constructor(
     private readonly store: LeaseStore,
-    private readonly options: IpamOptions,
-  ) {}
+    options: SharingOptions,
+  ) {
+    this.sharing = new HostLocalSharing(store, options);
+  }
 
   /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing. */
   static async open(dir: string, options: IpamOptions = {}): Promise<Ipam> {
     return new Ipam(await LeaseStore.open(dir, options), options);
   }
 
-  /** The reference plugin's directory of the network, when this store shares addresses with it. */
-  private hostLocalDir(network: string, config: HostLocal): string | undefined {
-    const dataDir = config.dataDir ?? this.options.hostLocalDataDir;
-    return this.options.hostLocalDataDir === undefined || dataDir === undefined
-      ? undefined
-      : hostLocalDirOf(dataDir, network);
-  }
-
-  /** Runs an allocation under host-local's lock on its directory, once this store's leases are written there. */
-  private async withShare<T>(
-    network: string,
-    path: string | undefined,
-    body: (share: Share) => Promise<T>,
-  ): Promise<T> {
-    if (path === undefined) return body(UNSHARED);
-    return HostLocalDir.locked(path, this.listings, async (dir) => {
-      if (this.shared.get(network) !== path) this.shareHeld(network, dir);
-      return body(dir);
-    });
+  /** Removes leases, each one's copy in host-local's directory first (a crash between leaves the lease held). */
+  private async removeLeases(network: string, stored: readonly StoredLease[]): Promise<Removal> {
+    const copies = this.sharing.removeCopies(network, stored);
+    const outcome = await this.store.remove(network, copies.kept);
+    return { removed: outcome.removed, failures: [...copies.failures, ...outcome.failures] };
   }
 
   /**
-   * Writes into host-local's directory the leases of the network that are not there: those of a plexusd from before
-   * sharing, or a copy lost (a power loss). One there for another holder is a duplicate made before: reported.
+   * Writes the leases of each host-local network into its host-local directory now, rather than at the network's
+   * first allocation (at start, so a delegated host-local never meets them missing); the problems, per network.
    */
-  private shareHeld(network: string, dir: HostLocalDir): void {
-    for (const { ip, lease } of this.store.all(network)) {
-      if (lease.containerId === '' || (lease.hostLocalDir !== undefined && lease.hostLocalDir !== dir.path)) continue;
-      if (!dir.holds(ip)) dir.write(ip, lease);
-      else if (dir.holderOf(ip) !== hostLocalLeaseText(lease).replace('\r\n', ' interface '))
-        this.options.onDuplicate?.(`${dir.path}/${formatIp(ip.family, ip.value)}`, dir.holderOf(ip));
+  async shareHeld(networks: readonly { readonly network: string; readonly config: IpamConfig }[]): Promise<string[]> {
+    const problems: string[] = [];
+    for (const { network, config } of networks) {
+      const path = config.type === 'host-local' ? this.sharing.dirOf(network, config) : undefined;
+      if (path === undefined || this.store.all(network).length === 0) continue;
+      await this.locks
+        .run(network, () => this.sharing.run(network, path, () => Promise.resolve()))
+        .catch((thrown: unknown) => problems.push(`network ${network}: ${String(thrown)}`));
     }
-    this.shared.set(network, dir.path);
-  }
-
-  /** Removes leases, each one's copy in host-local's directory first (a crash between leaves the lease held). */
-  private async removeLeases(network: string, stored: readonly StoredLease[]): Promise<Removal> {
-    const failures: Error[] = [];
-    const kept: StoredLease[] = [];
-    for (const entry of stored) {
-      const path = entry.lease.hostLocalDir ?? this.shared.get(network);
-      try {
-        if (path !== undefined) {
-          removeFromHostLocal(path, entry.ip, entry.lease);
-          this.listings.delete(path);
-        }
-        kept.push(entry);
-      } catch (thrown) {
-        failures.push(thrown instanceof Error ? thrown : new Error(String(thrown)));
-      }
-    }
-    const outcome = await this.store.remove(network, kept);
-    return { removed: outcome.removed, failures: [...failures, ...outcome.failures] };
+    return problems;
   }
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
@@ -171,10 +115,10 @@ export class Ipam implements IpamBackend {
     if (!sets.ok) return sets;
     const requested = matchRequested(req.network, sets.value, req.requestedIps ?? []);
     if (!requested.ok) return requested;
-    const path = this.hostLocalDir(req.network, config);
+    const path = this.sharing.dirOf(req.network, config);
     return this.locks
       .run(req.network, () =>
-        this.withShare(req.network, path, (share) =>
+        this.sharing.run(req.network, path, (share) =>
           this.allocateHostLocal({ req, config, sets: sets.value, requested: requested.value, share }),
         ),
       )

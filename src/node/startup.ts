@@ -46,6 +46,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   if (!served) return undefined;
   const parts = { cluster, plumbing, journal: node.journal };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
+  await shareHostLocalLeases(node, cluster, log);
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
@@ -88,6 +89,15 @@ function installConflist(config: DaemonConfig, content: string, log: Logger): vo
     'CNI config installed: the runtime sends new pods to plexus-cni',
   );
   if (!config.takeOverMultus) reportMultusServing(dirname(config.installCniConfig), log);
+}
+
+/**
+ * Native host-local leases go into host-local's store of their network before the first call, not at the network's
+ * first allocation: a delegated host-local (Multus's pods, plexus.io/delegate) must never find one missing.
+ */
+async function shareHostLocalLeases(node: NodeState, cluster: ClusterParts, log: Logger): Promise<void> {
+  for (const problem of await node.hostLocal.shareHeld(clusterNetworksOf(cluster.networks)))
+    log.warn({ problem }, "leases of a host-local network could not be written into host-local's store");
 }
 
 /** How often a takeover from Multus that something blocks is tried again. */

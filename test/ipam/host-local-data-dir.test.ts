@@ -129,6 +129,24 @@ describe('native host-local and the reference plugin share the network dataDir',
     });
   });
 
+  it("writes leases from before the sharing into the dataDir at the network's first allocation", async () => {
+    await withBed(async ({ root, dataDir }) => {
+      const older = await Ipam.open(join(root, 'state', 'ipam'));
+      const held = addresses(await native(older, dataDir, 'p1'));
+      const options = { sync: true, hostLocalDataDir: join(root, 'default-networks') };
+      const upgraded = await Ipam.open(join(root, 'state', 'ipam'), options);
+      addresses(await native(upgraded, dataDir, 'p2'));
+      assert.equal(readFileSync(join(dataDir, NETWORK, held[0] ?? ''), 'utf8'), 'p1\r\neth0:net1');
+      const theirs = addresses(reference('ADD', dataDir, 'r1'));
+      assert.deepEqual(
+        theirs.filter((a) => held.includes(a)),
+        [],
+      );
+      unwrap(await upgraded.release(NETWORK, 'p1', 'eth0:net1'));
+      assert.ok(!existsSync(join(dataDir, NETWORK, held[0] ?? '')), 'its release removes the copy');
+    });
+  });
+
   it('uses the default dataDir (host-local: /var/lib/cni/networks) for a config naming none', async () => {
     await withBed(async ({ root, ipam }) => {
       const theirs = addresses(reference('ADD', join(root, 'default-networks'), 'r1'));

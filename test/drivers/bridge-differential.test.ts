@@ -13,13 +13,15 @@ import { after, before, describe, it } from 'node:test';
 import { createBridgeDriver } from '../../src/drivers/bridge';
 import { ip } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { callPlugin, reference191Dir, reference191Missing } from '../support/reference-191';
+import { callPlugin } from '../support/plugin-call';
+import { referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
 import { differences, type Observation, observe } from './observe';
 import { attachParsed, attachRequest, driverTestbed, failure, must, plugin, RecordingEnv } from './support';
 
 const bed = driverTestbed('pbd');
 const { prefix, fx } = bed;
-const plugins = reference191Dir();
+/** The reference plugins 1.9.1, unpacked once per machine. */
+const plugins = (): string => referencePlugins();
 let dataDir = '';
 before(() => {
   dataDir = mkdtempSync(join(tmpdir(), 'plexus-bridge-diff-'));
@@ -117,7 +119,7 @@ function refusedNatively(config: Record<string, unknown>, option: string): void 
 
 describe(
   'bridge driver against the reference bridge plugin 1.9.1',
-  { skip: expectedPrerequisites(reference191Missing()) },
+  { skip: expectedPrerequisites(referencePluginsMissing()) },
   () => {
     it('the defaults: a port on the bridge and the pod addresses and routes', () => sameAsReference({ config: {} }));
     it('isGateway', () => sameAsReference({ config: { isGateway: true } }));

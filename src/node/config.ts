@@ -64,6 +64,7 @@ export const DaemonConfigSchema = z
     importedConfig: absolutePath().optional(),
     multusCacheDir: absolutePath().optional(),
     runtimeCniCacheDir: absolutePath().optional(),
+    hostLocalDataDir: absolutePath().default('/var/lib/cni/networks'),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -109,6 +110,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--imported-config': 'importedConfig',
   '--multus-cache-dir': 'multusCacheDir',
   '--runtime-cni-cache-dir': 'runtimeCniCacheDir',
+  '--host-local-data-dir': 'hostLocalDataDir',
   '--delegate-share': 'delegateShare',
   '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
@@ -186,6 +188,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --runtime-cni-cache-dir DIR  the runtime's libcni cache: its record of each call to Multus names the network a
                             sandbox Multus made was made under, which a CNI GC must name to remove it
                             (default /var/lib/cni, libcni's, as containerd and CRI-O use it)
+  --host-local-data-dir DIR  the reference host-local's dataDir for networks whose config names none: native
+                            host-local leases are held there too (default /var/lib/cni/networks)
   --take-over-multus B      once ready, move Multus's CNI config aside so the runtime calls Plexus; plexus-install
                             uninstall puts it back (default false: docs/migrate-from-multus.md)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)

@@ -9,12 +9,13 @@ import type { Logger } from 'pino';
 import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
-import { takeOverFromMultus } from '../install/multus-takeover';
-import { connectCluster } from './cluster';
+import { MultusTakeover, reportMultusServing } from '../install/multus-takeover';
+import { hostLocalStoreProblems } from '../ipam/host-local-audit';
+import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import { devicesAndDrivers } from './devices-and-drivers';
 import { createDra, startDra } from './dra';
-import { openNodeState } from './node-state';
+import { openNodeState, type NodeState } from './node-state';
 import { makeEngine, serve } from './serve';
 import { startServices } from './services';
 import { StopBudget, stopDaemon } from './shutdown';
@@ -40,20 +41,24 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // The kubelet's Prepare needs only DRA's records and the API client, and a Prepare it cannot make costs the pod a
   // resync of 60-90 s (docs/dra.md): the plugin is served before the journal's recovery and the API's caches.
   if (dra) await startDra(dra, plumbing.draHolds);
-  const served = await serve(config, log, { node, cluster, slots: plumbing.slots }, engine);
+  const takeover = multusTakeover(config, log, cluster);
+  const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
   const parts = { cluster, plumbing, journal: node.journal };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
+  await shareHostLocalLeases(node, cluster, log);
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
   if (conflist.content !== undefined) installConflist(config, conflist.content, log);
+  const takingOver = conflist.content !== undefined ? takeOverWhenReady(takeover) : undefined;
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
   const running = { log, node, cluster, plumbing, engine, served, services, dra };
   return {
     stop: async () => {
       const budget = new StopBudget(config.drainSeconds * 1000);
       clearInterval(spool);
+      if (takingOver) clearInterval(takingOver);
       await stopDaemon(running, budget);
     },
   };
@@ -79,7 +84,38 @@ function installConflist(config: DaemonConfig, content: string, log: Logger): vo
     { path: config.installCniConfig, changed },
     'CNI config installed: the runtime sends new pods to plexus-cni',
   );
-  takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
+  if (!config.takeOverMultus) reportMultusServing(dirname(config.installCniConfig), log);
+}
+
+/**
+ * Native host-local leases go into host-local's store of their network before the first call, not at the network's
+ * first allocation: a delegated host-local (Multus's pods, plexus.io/delegate) must never find one missing.
+ */
+async function shareHostLocalLeases(node: NodeState, cluster: ClusterParts, log: Logger): Promise<void> {
+  for (const problem of await node.hostLocal.shareHeld(clusterNetworksOf(cluster.networks)))
+    log.warn({ problem }, "leases of a host-local network could not be written into host-local's store");
+}
+
+/** How often a takeover from Multus that something blocks is tried again. */
+const TAKEOVER_RETRY_MS = 5000;
+
+/**
+ * With takeOverMultus: the takeover, blocked while a host-local network's store (which the pods Multus made may hold
+ * addresses in) cannot be read in full (docs/migrate-from-multus.md).
+ */
+function multusTakeover(config: DaemonConfig, log: Logger, cluster: ClusterParts): MultusTakeover | undefined {
+  if (!config.installCniConfig || !config.takeOverMultus) return undefined;
+  const blockers = (): string[] => hostLocalStoreProblems(clusterNetworksOf(cluster.networks), config.hostLocalDataDir);
+  return new MultusTakeover(dirname(config.installCniConfig), log, blockers);
+}
+
+/** Takes the node over once plexusd is ready, trying again while it is blocked; the timer to clear at stop. */
+function takeOverWhenReady(takeover: MultusTakeover | undefined): NodeJS.Timeout | undefined {
+  if (!takeover || takeover.attempt()) return undefined;
+  const timer = setInterval(() => {
+    if (takeover.attempt()) clearInterval(timer);
+  }, TAKEOVER_RETRY_MS);
+  return timer;
 }
 
 /** DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart. */

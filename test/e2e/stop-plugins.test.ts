@@ -11,7 +11,7 @@ import { after, before, it } from 'node:test';
 import { DaemonFixture, podArgs, podMaker, type TestPod } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
-import { REFERENCE_PLUGINS, referencePluginDir } from '../support/plugin-dir';
+import { DEBIAN_PLUGINS, referencePluginDir } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('sp');
 const fx = new NetnsFixture(prefix);
@@ -34,7 +34,7 @@ before(async () => {
     '#!/bin/sh',
     `echo $$ >> ${pidFile}`,
     `if [ "$CNI_COMMAND" = ADD ]; then sleep ${SLEEP_SECONDS}; fi`,
-    `exec ${join(REFERENCE_PLUGINS, 'bridge')}`,
+    `exec ${join(DEBIAN_PLUGINS, 'bridge')}`,
   ];
   writeFileSync(join(binDir, 'slow-bridge'), `${script.join('\n')}\n`);
   chmodSync(join(binDir, 'slow-bridge'), 0o755);

@@ -28,7 +28,7 @@ import {
 } from '../support/dra-node';
 import { KubeNodeFixture } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
-import { REFERENCE_PLUGINS } from '../support/plugin-dir';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { until } from '../support/until';
 
@@ -92,7 +92,7 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: [DEVICE], offer: ['dra'] }] }),
     );
     node = await KubeNodeFixture.start({
-      cniBinDir: REFERENCE_PLUGINS,
+      cniBinDir: DEBIAN_PLUGINS,
       controlPlane: true,
       ownedLinks: [`${prefix}br`, DEVICE, PEER],
       cniConfList: bridgeConfList(`${prefix}br`),

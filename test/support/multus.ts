@@ -7,7 +7,7 @@ import { copyFileSync, existsSync, mkdirSync, renameSync, statSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ROOT } from './daemon';
-import { REFERENCE_PLUGINS, referencePluginDir } from './plugin-dir';
+import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
 const multusDir = (): string => process.env.PLEXUS_MULTUS_BIN ?? resolve(ROOT, '../shared/multus');
 
@@ -32,7 +32,7 @@ export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): 
  * A runtime's CNI plugin directory for a Multus node, made at `binDir`: Debian's reference plugins (Multus's delegates)
  * and the thin `multus` binary. Throws when Multus is nowhere (multusMissing says why).
  */
-export function multusPluginDir(binDir: string, referencePlugins = REFERENCE_PLUGINS): void {
+export function multusPluginDir(binDir: string, referencePlugins = DEBIAN_PLUGINS): void {
   const multus = multusBinary('multus');
   if (multus === undefined) throw new Error(`Multus ${multusMissing() ?? 'is missing'}`);
   referencePluginDir(binDir, referencePlugins);

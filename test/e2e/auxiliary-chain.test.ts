@@ -2,7 +2,7 @@
  * Multus's subdirectory-chaining-passthru scenario on a Plexus node: with plexusd's --auxiliary-chain (Multus's
  * auxiliaryCNIChainName), the chain directory's tuning plugin sets net.ipv4.conf.eth0.arp_filter in every pod, run
  * after the pod's networks under net<position> with passthru's empty result, and its DEL runs before theirs. Real
- * reference plugins (bridge, host-local, tuning), real namespaces.
+ * reference plugins 1.9.1 (bridge, host-local, tuning), real namespaces.
  */
 import assert from 'node:assert/strict';
 import {
@@ -21,7 +21,7 @@ import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
-import { REFERENCE_PLUGINS } from '../support/plugin-dir';
+import { referencePlugins } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('ax');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
@@ -38,6 +38,7 @@ describe('the auxiliary chain (Multus subdirectory-chaining-passthru)', () => {
   restoreForwardingAfterwards();
 
   before(async () => {
+    const plugins = referencePlugins();
     fx.trackHostLink(`${prefix}br`);
     writeFileSync(
       confFile,
@@ -61,12 +62,12 @@ describe('the auxiliary chain (Multus subdirectory-chaining-passthru)', () => {
     );
     // The reference plugins, bridge and tuning through wrappers that log each call: which runs when, on what name.
     mkdirSync(binDir);
-    for (const p of readdirSync(REFERENCE_PLUGINS))
-      if (p !== 'bridge' && p !== 'tuning') symlinkSync(join(REFERENCE_PLUGINS, p), join(binDir, p));
+    for (const p of readdirSync(plugins))
+      if (p !== 'bridge' && p !== 'tuning') symlinkSync(join(plugins, p), join(binDir, p));
     for (const p of ['bridge', 'tuning'])
       writeFileSync(
         join(binDir, p),
-        `#!/bin/sh\necho "${p} $CNI_COMMAND $CNI_IFNAME" >> ${callLog}\nexec ${REFERENCE_PLUGINS}/${p}\n`,
+        `#!/bin/sh\necho "${p} $CNI_COMMAND $CNI_IFNAME" >> ${callLog}\nexec ${plugins}/${p}\n`,
         { mode: 0o755 },
       );
     daemon = new DaemonFixture(confFile, ['--cni-bin-dir', binDir, '--auxiliary-chain', chainDir]);

@@ -1,7 +1,7 @@
 /**
  * Multus's subdirectory-chaining scenario on a Plexus node: the default network is the node's `.conflist` (Multus's
  * clusterNetwork as a path, linked by the installer), and `<conf dir>/<network name>/*.conf` runs after it. Real
- * reference plugins (bridge, host-local, tuning), real namespaces.
+ * reference plugins 1.9.1 (bridge, host-local, tuning), real namespaces.
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { referencePlugins } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('sc');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
@@ -55,7 +56,7 @@ describe('subdirectory chaining of the default network (Multus subdirectory-chai
     );
     mkdirSync(join(dir, 'state'));
     symlinkSync(confFile, link);
-    daemon = new DaemonFixture(link, ['--cni-bin-dir', '/usr/lib/cni']);
+    daemon = new DaemonFixture(link, ['--cni-bin-dir', referencePlugins()]);
     await daemon.start();
   });
   after(async () => {

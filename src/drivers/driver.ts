@@ -137,6 +137,11 @@ export interface AttachmentOptions {
   readonly cniArgs?: Readonly<Record<string, unknown>>;
   /** The IPAMClaim (in the pod's namespace) that owns the attachment's addresses: the selection's ipam-claim-reference. */
   readonly ipamClaim?: string;
+  /**
+   * The chain's first plugin gets this as its prevResult, as if a plugin before it had returned it (the auxiliary
+   * chain's: Multus runs a `passthru` plugin there, which returns an empty result and whose DEL does nothing).
+   */
+  readonly chainPrevResult?: CniResult;
 }
 
 export interface DriverEnv {

@@ -7,6 +7,7 @@
  */
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { interfaceNameProblem } from '../cni/ifname';
+import { isAuxiliaryChain } from '../networks/auxiliary-chain';
 import type { PlannedAttachment } from '../networks/planner';
 import { describeSelection, SELECTION_ANNOTATION } from '../networks/selection';
 
@@ -37,8 +38,10 @@ export function planChange<S>(
   wanted: readonly S[],
   planned: (step: S) => PlannedAttachment,
 ): Result<PodChange<S>> {
-  const unmatched = current.filter((a) => !a.isDefault);
-  const keep: CurrentAttachment[] = current.filter((a) => a.isDefault);
+  // The default network and the auxiliary chain are not the annotation's: a change never touches them.
+  const ownedByNode = (a: CurrentAttachment): boolean => a.isDefault || isAuxiliaryChain(a.network);
+  const unmatched = current.filter((a) => !ownedByNode(a));
+  const keep: CurrentAttachment[] = current.filter(ownedByNode);
   const toAdd: S[] = [];
   // Explicit names first: they match only the attachment of that network under that name.
   const byExplicit = [...wanted].sort((a, b) => Number(planned(b).explicitName) - Number(planned(a).explicitName));

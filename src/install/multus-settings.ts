@@ -2,6 +2,7 @@
  * Multus's settings carried into plexusd's: every key of Multus's config is either carried (to a plexusd setting) or
  * named with the reason it is not, so an operator moving off Multus sees what changes (docs/migrate-from-multus.md).
  */
+import { dirname, join } from 'node:path';
 import type { ClusterNetwork, MultusInstallation } from './multus-config';
 
 /** A Multus key and what became of it. */
@@ -37,7 +38,6 @@ const NO_EQUIVALENT: Readonly<Record<string, string>> = {
   logLevel: "set plexusd's --log-level",
   logToStderr: 'plexusd always logs to stderr',
   logOptions: 'plexusd does not rotate logs: the container runtime does',
-  auxiliaryCNIChainName: 'no equivalent: use a conflist in the NAD',
   retryDeleteOnError: "plexusd's DEL always goes on past a failing plugin, as this option asks",
   capabilities: "Plexus's conflist declares every capability its networks may use",
   chrootDir: "the Multus daemon's own plumbing",
@@ -108,6 +108,9 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
   carry('confDir', 'cniConfDir', s.confDir);
   // Multus's pods are removed as Multus would have removed them, from its cache of each.
   carry('cniDir', 'multusCacheDir', s.cniDir ?? MULTUS_DEFAULTS.cniDir);
+  const chain = auxiliaryChain(s.auxiliaryCNIChainName, s.clusterNetwork);
+  if (chain?.dir) carry('auxiliaryCNIChainName', 'auxiliaryChain', chain.dir);
+  else if (chain?.why) dropped.push({ multus: 'auxiliaryCNIChainName', why: chain.why });
   carried.push({
     multus: 'multusNamespace',
     plexus: `the namespace of clusterNetwork and defaultNetworks (${s.multusNamespace})`,
@@ -125,6 +128,7 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
     'confDir',
     'cniDir',
     'multusNamespace',
+    'auxiliaryCNIChainName',
   ]);
   for (const key of Object.keys(s)) {
     if (handled.has(key) || IDENTITY.has(key)) continue;
@@ -138,6 +142,26 @@ export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, o
     dropped,
     warnings,
   };
+}
+
+/** Multus's (and the CNI spec's) rule for the chain's name, which goes into a path. */
+const CHAIN_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+
+/**
+ * Where Multus v4.3.0 finds the auxiliary chain's plugins: `<filepath.Dir(clusterNetwork)>/<name>/`. Multus fails
+ * every ADD when clusterNetwork is not a path, and runs no chain when the name is not a valid network name.
+ */
+function auxiliaryChain(name: unknown, clusterNetwork: string | undefined): { dir?: string; why?: string } | undefined {
+  if (name === undefined || name === '') return undefined;
+  if (typeof name !== 'string' || !CHAIN_NAME.test(name))
+    return { why: `${JSON.stringify(name)} is not a valid network name: Multus runs no auxiliary chain with it` };
+  if (!clusterNetwork?.includes('/'))
+    return {
+      why: `Multus fails every pod's ADD with it: clusterNetwork "${clusterNetwork ?? ''}" is not a path (give it as the path of the cluster network's config)`,
+    };
+  // Go's filepath.Dir: a trailing "/" names the directory itself.
+  const dir = clusterNetwork.endsWith('/') ? clusterNetwork.replace(/\/+$/, '') || '/' : dirname(clusterNetwork);
+  return { dir: join(dir, name) };
 }
 
 function clusterNetworkSetting(cluster: ClusterNetwork, link: string): string {

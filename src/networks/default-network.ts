@@ -4,6 +4,7 @@
  * plexusd's --default-network. A configured default is a NAD reference (`[namespace/]name`) or the absolute path of
  * a CNI config file on the node (Multus's clusterNetwork as a file), which is always run by the node's own plugins.
  */
+import { dirname } from 'node:path';
 import { readConfigFile } from './conf-dir';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { defaultNetworkErrors } from './errors';
@@ -12,6 +13,7 @@ import { type NetworkDefinition, parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from '
 import { parseNetworkRef } from './network-ref';
 import { DELEGATE_ANNOTATION } from './planner';
 import { parseSelection } from './selection';
+import { chainsFromDirectory, namedPath, withSubdirectoryChain } from './subdirectory-chain';
 import type { NetworkSource } from './source';
 
 export const DEFAULT_NETWORK_ANNOTATION = 'v1.multus-cni.io/default-network';
@@ -73,15 +75,42 @@ function podOverride(text: string, input: DefaultNetworkInput): Result<NetworkDe
     : err(network.error.withContext(`${DEFAULT_NETWORK_ANNOTATION} (the pod's default network)`));
 }
 
+/**
+ * A `.conflist` file Multus would chain from its directory (subdirectory-chain.ts). One that has no plugin of its own
+ * (neither "plugins" nor "type": libcni allows it there) is parsed as a list of a placeholder, dropped once the
+ * directory's are added.
+ */
+function chainedFile(text: string, path: string): { text: string; fromDirectory: boolean; inline: boolean } {
+  let conf: unknown;
+  try {
+    conf = JSON.parse(text);
+  } catch {
+    return { text, fromDirectory: false, inline: true };
+  }
+  if (typeof conf !== 'object' || conf === null || Array.isArray(conf))
+    return { text, fromDirectory: false, inline: true };
+  const record = conf as Record<string, unknown>;
+  if (!chainsFromDirectory(path, record.loadOnlyInlinedPlugins)) return { text, fromDirectory: false, inline: true };
+  // A single plugin's config in a .conflist file (libcni would find no plugins in it) is read as before: one plugin.
+  if ('plugins' in record || 'type' in record) return { text, fromDirectory: true, inline: true };
+  return { text: JSON.stringify({ ...record, plugins: [{ type: 'none' }] }), fromDirectory: true, inline: false };
+}
+
 /** A CNI config file on the node, read on each use so an update of the file applies to the next pod. */
 function fromFile(path: string): Result<NetworkDefinition> {
   const read = readConfigFile(path);
   if (!read.ok) return err(defaultNetworkErrors.unreadableFile(path, read.error.reason));
   const text = read.value.toString('utf8');
-  const parsed = parseNetworkConfig(text, `the default network (${path})`, '', 'the file');
+  const where = `the default network (${path})`;
+  const chained = chainedFile(text, path);
+  const parsed = parseNetworkConfig(chained.text, where, '', 'the file');
   if (!parsed.ok) return parsed;
   if (!parsed.value.cniName) return err(defaultNetworkErrors.fileWithoutName(path));
-  if (parsed.value.plugins.some((p) => p.type === PLEXUS_PLUGIN_TYPE)) {
+  const plugins = chained.fromDirectory
+    ? withSubdirectoryChain(chained.inline ? parsed.value.plugins : [], dirname(namedPath(path)), parsed.value, where)
+    : ok(parsed.value.plugins);
+  if (!plugins.ok) return plugins;
+  if (plugins.value.some((p) => p.type === PLEXUS_PLUGIN_TYPE)) {
     return err(defaultNetworkErrors.fileIsPlexus(path, PLEXUS_PLUGIN_TYPE));
   }
   // Named by its CNI network name, as Multus reports a file-based cluster network in network-status. Run by the node's
@@ -95,5 +124,6 @@ function fromFile(path: string): Result<NetworkDefinition> {
     source: path,
     configFile: path,
     ...parsed.value,
+    plugins: plugins.value,
   });
 }

@@ -66,5 +66,20 @@ export const defaultNetworkErrors = {
     ),
 };
 
+export const subdirectoryChainErrors = {
+  badName: (name: string): CniError =>
+    invalid(
+      `"${name}" is not a valid network name for chaining plugins from a directory`,
+      'a letter or digit, then letters, digits, "_", "." or "-" (the CNI spec\'s rule)',
+    ),
+  unreadableDir: (dir: string, why: string): CniError => io(`cannot read the chained plugins in ${dir}`, why),
+  unreadableFile: (path: string, reason: string): CniError => invalid(`chained plugin ${path} ${reason}`),
+  notJson: (path: string, why: string): CniError => invalid(`chained plugin ${path} is not valid JSON`, why),
+  notOnePlugin: (path: string): CniError =>
+    invalid(`chained plugin ${path} must be one plugin's config (a JSON object with "type", no "plugins")`),
+  noPlugins: (where: string, dir: string): CniError =>
+    invalid(`${where}: no plugins: the config lists none and ${dir} has no .conf file`),
+};
+
 export const notANetworkRef = (text: string): CniError =>
   invalid(`"${text}" is not a network reference ([namespace/]name)`);

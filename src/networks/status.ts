@@ -6,6 +6,7 @@
  */
 import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
+import { isAuxiliaryChain } from './auxiliary-chain';
 
 export interface NetworkStatusEntry {
   readonly name: string;
@@ -55,8 +56,12 @@ const defaultGateways = (result: CniResult): string[] => [
   ...new Set(result.routes.flatMap((r) => (isDefaultDst(r.dst) && r.gw ? [r.gw] : []))),
 ];
 
+/** Attachments that are a pod's networks: not the auxiliary chain, which Multus reports nowhere (no interface). */
+const ofNetworks = (outcomes: readonly AttachmentOutcome[]): AttachmentOutcome[] =>
+  outcomes.filter((o) => !isAuxiliaryChain(o.network));
+
 export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
-  return outcomes.map((o) => {
+  return ofNetworks(outcomes).map((o) => {
     const index = podInterfaceIndex(o);
     const iface = index >= 0 ? o.result.interfaces[index] : undefined;
     const ips = addressesOf(o, index).map((address) => address.split('/')[0] ?? address);
@@ -85,7 +90,11 @@ export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkSt
 
 /** What the AddedInterface events of these attachments say: each pod interface and its addresses. */
 export const addedInterfaces = (outcomes: readonly AttachmentOutcome[]): AddedInterface[] =>
-  outcomes.map((o) => ({ network: o.network, ifname: o.ifname, addresses: addressesOf(o, podInterfaceIndex(o)) }));
+  ofNetworks(outcomes).map((o) => ({
+    network: o.network,
+    ifname: o.ifname,
+    addresses: addressesOf(o, podInterfaceIndex(o)),
+  }));
 
 /** One CNI result for the whole pod: interfaces concatenated, IP interface indices shifted to match. */
 export function mergeResults(results: readonly CniResult[]): CniResult {

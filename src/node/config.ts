@@ -59,6 +59,7 @@ export const DaemonConfigSchema = z
     globalNamespaces: nameList(),
     systemNamespaces: nameList(),
     readinessIndicatorFile: absolutePath().optional(),
+    auxiliaryChain: absolutePath().optional(),
     takeOverMultus: bool.default(false),
     importedConfig: absolutePath().optional(),
     multusCacheDir: absolutePath().optional(),
@@ -104,6 +105,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--max-concurrent': 'maxConcurrent',
   '--system-namespaces': 'systemNamespaces',
   '--readiness-indicator-file': 'readinessIndicatorFile',
+  '--auxiliary-chain': 'auxiliaryChain',
   '--take-over-multus': 'takeOverMultus',
   '--imported-config': 'importedConfig',
   '--multus-cache-dir': 'multusCacheDir',
@@ -179,6 +181,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --global-namespaces LIST  comma-separated namespaces whose NADs every pod may use ("default" always may)
   --system-namespaces LIST  comma-separated namespaces whose pods do not get --default-networks (default: none)
   --readiness-indicator-file PATH  ADD answers "try again later" while this file does not exist (default: none)
+  --auxiliary-chain DIR     the .conf files of DIR run as a chain after every pod's networks (Multus's
+                            auxiliaryCNIChainName; the chain's name is DIR's) (default: none)
   --multus-cache-dir DIR    Multus's per-sandbox cache (its cniDir): the DEL of a sandbox Multus made is run as
                             Multus would have run it (default: none; plexus-install sets it on a Multus node)
   --runtime-cni-cache-dir DIR  the runtime's libcni cache: its record of each call to Multus names the network a

@@ -49,6 +49,7 @@ export function makeEngine(
       systemNamespaces: config.systemNamespaces,
       ...(foreign ? { foreign } : {}),
       ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
+      ...(config.auxiliaryChain ? { auxiliaryChain: config.auxiliaryChain } : {}),
       ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
       ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
       ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),

@@ -117,3 +117,19 @@ describe("the change of a running pod's networks", () => {
     });
   });
 });
+
+describe('a change of a pod with the auxiliary chain', () => {
+  it("keeps the chain: it is the node's, not the annotation's", () => {
+    const chain: CurrentAttachment = { network: 'auxiliary:vendor-cni-chain', ifname: 'net2', isDefault: false };
+    const r = plan([has('eth', 'eth0', true), has('a', 'net1'), chain], []);
+    assert.ok(r.ok);
+    assert.deepEqual(
+      r.value.keep.map((a) => a.network),
+      ['default/eth', 'auxiliary:vendor-cni-chain'],
+    );
+    assert.deepEqual(
+      r.value.remove.map((a) => a.network),
+      ['default/a'],
+    );
+  });
+});

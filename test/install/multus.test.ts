@@ -276,6 +276,30 @@ describe('a node running Multus', () => {
       const config = loadDaemonConfig(['--imported-config', file]);
       assert.equal(config.kind, 'config', config.kind === 'error' ? config.message : '');
     });
+
+    it("carries auxiliaryCNIChainName as the chain's directory beside clusterNetwork, or names why not", () => {
+      const carried = (clusterNetwork: string, auxiliaryCNIChainName: string) => {
+        writeFileSync(join(confDir, '00-multus.conf'), thin({ clusterNetwork, auxiliaryCNIChainName }));
+        const r = readMultus(listConfFiles(confDir)!, daemonConfig);
+        assert.ok(r.ok && r.value);
+        const cluster = resolveClusterNetwork(r.value.settings, (d) => listConfFiles(d));
+        assert.ok(cluster.ok, cluster.ok ? '' : cluster.error.message);
+        const c = carryOver(r.value, cluster.value, { defaultNetworkLink: '/var/lib/plexus/default-network' });
+        const why = c.dropped.find((d) => d.multus === 'auxiliaryCNIChainName')?.why;
+        return { chain: c.settings.auxiliaryChain, why };
+      };
+      const file = join(confDir, '10-kindnet.conflist');
+      writeFileSync(file, podnet);
+      // Multus: filepath.Dir(clusterNetwork) joined with the chain's name.
+      assert.deepEqual(carried(file, 'vendor-cni-chain'), { chain: join(confDir, 'vendor-cni-chain'), why: undefined });
+      assert.deepEqual(carried(`${confDir}/`, 'vendor-cni-chain').chain, join(confDir, 'vendor-cni-chain'));
+      const named = carried('podnet', 'vendor-cni-chain');
+      assert.equal(named.chain, undefined);
+      assert.match(named.why!, /fails every pod.*not a path/);
+      const bad = carried(file, '../etc');
+      assert.equal(bad.chain, undefined);
+      assert.match(bad.why!, /not a valid network name/);
+    });
   });
 
   describe('plexus-install', () => {

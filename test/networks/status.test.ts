@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CniResult } from '../../src/cni/types';
-import { networkStatus } from '../../src/networks/status';
+import { addedInterfaces, networkStatus } from '../../src/networks/status';
 
 const vf = (pciID?: string): CniResult => ({
   interfaces: [{ name: 'net1', mac: '02:00:00:00:00:01', sandbox: '/var/run/netns/p', ...(pciID ? { pciID } : {}) }],
@@ -80,5 +80,23 @@ describe('network-status entries as Multus writes them', () => {
       mac: '02:00:00:00:00:01',
       dns: {},
     });
+  });
+});
+
+describe('network-status and events of the auxiliary chain', () => {
+  it("leave it out: it is no network of the pod's and has no interface, as Multus reports it nowhere", () => {
+    const empty: CniResult = { interfaces: [], ips: [], routes: [] };
+    const outcomes = [
+      { network: 'default/fast', ifname: 'net1', isDefault: false, result: vf() },
+      { network: 'auxiliary:vendor-cni-chain', ifname: 'net2', isDefault: false, result: empty },
+    ];
+    assert.deepEqual(
+      networkStatus(outcomes).map((e) => e.interface),
+      ['net1'],
+    );
+    assert.deepEqual(
+      addedInterfaces(outcomes).map((e) => e.ifname),
+      ['net1'],
+    );
   });
 });

@@ -107,7 +107,7 @@ async function attachChain(
     path: env.cniBinDir,
   };
 
-  let result: CniResult | undefined;
+  let result: CniResult | undefined = req.options?.chainPrevResult;
   for (const [i, plugin] of plugins.entries()) {
     const context = `network ${req.network.key}, plugin ${i + 1}/${plugins.length} (${plugin.type})`;
     if (!isSupportedVersion(plugin.cniVersion))

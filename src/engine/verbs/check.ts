@@ -1,9 +1,11 @@
 /**
  * CHECK: every recorded interface, address and route of the attachment is still there, and drivers with a CHECK of
- * their own (delegated networks ask their plugins) agree. A sandbox Multus made is checked as Multus would.
+ * their own (delegated networks ask their plugins) agree, the auxiliary chain aside. A sandbox Multus made is checked as
+ * Multus would.
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
+import { isAuxiliaryChain } from '../../networks/auxiliary-chain';
 import type { AttachRequest, EngineContext } from '../context';
 import { stepsOf, type AttachmentRecord } from '../journal';
 
@@ -32,7 +34,8 @@ export function check(ctx: EngineContext, req: AttachRequest): Promise<Result<vo
 async function checkByDrivers(ctx: EngineContext, record: AttachmentRecord): Promise<Result<void>> {
   for (const a of record.details?.attachments ?? []) {
     const driver = ctx.drivers.byRecordedType(a.driver);
-    if (!driver?.check) continue;
+    // The auxiliary chain has no interface of its own to check; Multus never CHECKs it either.
+    if (!driver?.check || isAuxiliaryChain(a.network)) continue;
     const tagged = stepsOf(record, a);
     // A v0 record tags no step: its details kept a delegated network's invocations.
     const steps = tagged.length ? tagged : (a.delegated ?? []);

@@ -204,6 +204,8 @@ export interface Driver<C = unknown> {
 /** What the registry hands a driver at start: the daemon's log and the journal's view of what was made. */
 export interface DriverContext {
   readonly log: Logger;
+  /** The node's kernel (a driver that heals what an older plexusd left, e.g. the bridges' MACs, at start). */
+  readonly kernel: KernelPort;
   /** The undo steps of every committed attachment, as the journal holds them now (a resync reads its own kinds). */
   readonly recordedSteps: () => Promise<readonly UndoStep[]>;
   /** Asks the registry to run this driver's resync soon (its dataplane reconnected and may have lost state). */

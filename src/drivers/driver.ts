@@ -182,8 +182,11 @@ export interface Driver<C = unknown> {
   /** Parses and validates the network's plugin config(s), without touching anything. */
   parse(plugins: readonly PluginConfig[]): Result<C>;
   attach(req: AttachRequest, config: C, env: DriverEnv): Promise<Result<CniResult>>;
-  /** CHECK beyond the kernel state the engine verifies itself (a delegated network asks its plugins). */
-  check?(attachment: RecordedAttachment): Promise<Result<void>>;
+  /**
+   * CHECK beyond the pod's kernel state the engine verifies itself (a delegated network asks its plugins; a bridge
+   * port's driver looks at the node's side of it).
+   */
+  check?(attachment: RecordedAttachment, env: CheckEnv): Promise<Result<void>>;
   /** GC of state the driver keeps outside the journal, for one network, given the attachments still on it. */
   gc?(network: NetworkDefinition, live: readonly LiveAttachment[], cniBinDir: string): Promise<Result<void>>;
   /** STATUS: whether the network can take ADDs now. */
@@ -209,10 +212,17 @@ export interface Driver<C = unknown> {
 /** What the registry hands a driver at start: the daemon's log and the journal's view of what was made. */
 export interface DriverContext {
   readonly log: Logger;
+  /** The node's kernel (a driver that heals what an older plexusd left, e.g. the bridges' MACs, at start). */
+  readonly kernel: KernelPort;
   /** The undo steps of every committed attachment, as the journal holds them now (a resync reads its own kinds). */
   readonly recordedSteps: () => Promise<readonly UndoStep[]>;
   /** Asks the registry to run this driver's resync soon (its dataplane reconnected and may have lost state). */
   readonly requestResync: (why: string) => void;
+}
+
+/** What a driver's CHECK may use. */
+export interface CheckEnv {
+  readonly kernel: KernelPort;
 }
 
 /** What an undo step may use. */

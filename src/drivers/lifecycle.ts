@@ -3,10 +3,13 @@
  * whenever it asks (never two at once for one driver), and its stop at the end. A driver without these has none.
  */
 import type { Logger } from 'pino';
+import type { KernelPort } from '../kernel/kernel';
 import type { Driver, UndoStep } from './driver';
 
 export interface LifecycleSettings {
   readonly log: Logger;
+  /** The node's kernel, handed to each driver's start. */
+  readonly kernel: KernelPort;
   /** The undo steps of every committed attachment, as the journal holds them now. */
   readonly recordedSteps: () => Promise<readonly UndoStep[]>;
   /** How often each driver with a resync runs it (besides when it asks). */
@@ -27,7 +30,7 @@ export class DriverLifecycle {
       const log = settings.log.child({ component: driver.type });
       this.logs.set(driver, log);
       const requestResync = (why: string): void => void this.resync(driver, why);
-      await driver.start?.({ log, recordedSteps: settings.recordedSteps, requestResync });
+      await driver.start?.({ log, kernel: settings.kernel, recordedSteps: settings.recordedSteps, requestResync });
     }
     const withResync = this.drivers.filter((d) => d.resync !== undefined);
     if (withResync.length === 0) return;

@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { AttachmentEngine } from '../engine/engine';
 import type { Journal } from '../engine/journal';
+import type { KernelPort } from '../kernel/kernel';
 import { recover } from '../engine/recovery';
 import { clusterNetworksOf, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
@@ -18,7 +19,7 @@ export interface Services {
 export async function startServices(
   config: DaemonConfig,
   log: Logger,
-  parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal },
+  parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal; kernel: KernelPort },
   engine: AttachmentEngine,
   spoolDir: string,
 ): Promise<Services> {
@@ -36,9 +37,10 @@ export async function startServices(
   const orphanMs = config.orphanSweepSeconds * 1000;
   const sweepOrphans = api && orphanMs > 0 ? (await import('../k8s/orphans')).sweepOrphans : undefined;
   const stopOrphans = api && sweepOrphans?.(engine, api.pods, orphanMs, log.child({ component: 'orphans' }));
-  // The drivers' own work: a switch that restarted without its database gets the pods' ports back from the journal.
+  // The drivers' own work: bridges an older plexusd left unpinned get their MACs pinned; a switch that restarted without its database gets the pods' ports back from the journal.
   await plumbing.drivers.start({
     log,
+    kernel: parts.kernel,
     recordedSteps: () => engine.committedSteps(),
     resyncIntervalMs: config.switchResyncSeconds * 1000,
   });

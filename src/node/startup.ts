@@ -44,7 +44,7 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const takeover = multusTakeover(config, log, cluster);
   const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
-  const parts = { cluster, plumbing, journal: node.journal };
+  const parts = { cluster, plumbing, journal: node.journal, kernel: node.kernel };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
   await shareHostLocalLeases(node, cluster, log);
   served.state.ready = true;

@@ -6,8 +6,9 @@
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import { describe, it } from 'node:test';
+import pino from 'pino';
 import { createBridgeDriver, hostVethName } from '../../src/drivers/bridge';
-import type { Driver } from '../../src/drivers/driver';
+import type { Driver, DriverContext } from '../../src/drivers/driver';
 import { createVxlanDriver } from '../../src/drivers/vxlan';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry, type TestNetns } from '../support/netns';
@@ -56,6 +57,19 @@ async function attachPods<C>(
   }
   return pods;
 }
+
+/** How the kernel got the link's MAC (addr_assign_type): 3 once it was set, as a pinned bridge's is. */
+const macAssigned = (name: string, node: string): string =>
+  ip('netns', 'exec', node, 'cat', `/sys/class/net/${name}/addr_assign_type`).trim();
+const NET_ADDR_SET = '3';
+
+/** What the registry hands a driver at daemon start, with the journal holding these pods' steps. */
+const startContext = (pods: readonly Pod[]): DriverContext => ({
+  log: pino({ level: 'silent' }),
+  kernel: bed.kernel,
+  recordedSteps: () => Promise.resolve(pods.flatMap((p) => p.rec.steps)),
+  requestResync: () => undefined,
+});
 
 /** The pod whose host veth has the lowest MAC: the one an unpinned bridge takes its MAC from. */
 const lender = (pods: readonly Pod[], node?: string): Pod =>
@@ -144,6 +158,42 @@ describe('bridge MAC', () => {
     const gone = lender(pods, node.name);
     await gone.rec.undo();
     assert.equal(macOf(bridge, node.name), before, 'the bridge keeps its MAC');
+    for (const pod of pods.filter((p) => p !== gone)) await pod.rec.undo();
+  });
+
+  it("pins at start, before any ADD, a vxlan network's bridge an older plexusd left unpinned (the vxlan driver's, not the bridge driver's)", async () => {
+    const node = fx.create('hnode');
+    const bridge = `${prefix}h`;
+    const config = {
+      type: 'vxlan',
+      vni: randomInt(1_000_000, 16_000_000),
+      port: randomInt(40000, 60000),
+      bridge,
+      remotes: ['127.0.0.77'],
+      ipam: { type: 'host-local', subnet: '10.234.4.0/24' },
+    };
+    const pods = await attachPods(createVxlanDriver({ node: node.path }), 'h', 3, `${prefix}-h`, config);
+    // The node as an older plexusd left it: the same bridge (VTEP and pods' ports on it), its MAC never set.
+    const ports = ip('-n', node.name, '-br', 'link', 'show', 'master', bridge)
+      .trim()
+      .split('\n')
+      .map((l) => l.split(/[\s@]+/)[0] ?? '');
+    ip('-n', node.name, 'link', 'del', bridge);
+    ip('-n', node.name, 'link', 'add', bridge, 'type', 'bridge');
+    for (const port of ports) ip('-n', node.name, 'link', 'set', port, 'master', bridge);
+    ip('-n', node.name, 'link', 'set', bridge, 'up');
+    const before = macOf(bridge, node.name);
+    assert.notEqual(macAssigned(bridge, node.name), NET_ADDR_SET, 'the remade bridge is unpinned');
+
+    await createBridgeDriver({ node: node.path }).start?.(startContext(pods));
+    assert.notEqual(macAssigned(bridge, node.name), NET_ADDR_SET, 'the bridge driver leaves a VTEP bridge alone');
+    await createVxlanDriver({ node: node.path }).start?.(startContext(pods));
+    assert.equal(macAssigned(bridge, node.name), NET_ADDR_SET, 'pinned at start');
+    assert.equal(macOf(bridge, node.name), before, 'at the MAC it had');
+
+    const gone = lender(pods, node.name);
+    await gone.rec.undo();
+    assert.equal(macOf(bridge, node.name), before, 'the bridge keeps its MAC when a pod leaves');
     for (const pod of pods.filter((p) => p !== gone)) await pod.rec.undo();
   });
 });

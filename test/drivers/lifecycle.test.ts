@@ -10,6 +10,7 @@ import { createMemifDriver, switchPortStep } from '../../src/drivers/memif';
 import { createMacvlanDriver } from '../../src/drivers/macvlan';
 import { onePlugin, type Driver, type DriverContext, type UndoStep } from '../../src/drivers/driver';
 import { DriverRegistry, type LifecycleSettings } from '../../src/drivers/registry';
+import { FakeKernel } from '../support/fake-kernel';
 import { until } from '../support/until';
 import { plugin } from './support';
 
@@ -63,6 +64,7 @@ function release(d: FakeDriver): void {
 
 const settings = (log: pino.Logger, intervalMs = 3_600_000, steps: readonly UndoStep[] = []): LifecycleSettings => ({
   log,
+  kernel: new FakeKernel(),
   recordedSteps: () => Promise.resolve(steps),
   resyncIntervalMs: intervalMs,
 });
@@ -178,6 +180,7 @@ describe('memif driver lifecycle without a switch', () => {
     const registry = new DriverRegistry([createMemifDriver()], fakeDriver('delegate', []));
     await registry.start({
       log: capturedLog().log,
+      kernel: new FakeKernel(),
       recordedSteps: () => {
         reads++;
         return Promise.resolve([]);

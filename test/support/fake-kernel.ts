@@ -124,9 +124,11 @@ export class FakeKernel implements KernelPort {
           const peerNs = this.namespaces.get(op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns));
           if (peerNs?.links.has(op.link.peer.name)) return 'EEXIST';
         }
+        const master = 'bridge' in op.link && op.link.bridge ? target.links.get(op.link.bridge) : undefined;
         target.links.set(op.link.name, {
           ...link(op.link.name, op.link.kind, op.link.mac),
           ...(op.link.group !== undefined ? { group: op.link.group } : {}),
+          ...(master ? { masterIndex: master.index } : {}),
         });
         if (op.link.kind === 'veth') {
           const peerPath = op.link.peer.netns ?? op.link.netns ?? this.pathOf(ns);
@@ -157,6 +159,7 @@ export class FakeKernel implements KernelPort {
           ...(op.mac ? { mac: op.mac } : {}),
           ...(op.mtu ? { mtu: op.mtu } : {}),
           ...(op.group !== undefined ? { group: op.group } : {}),
+          ...(op.bridge ? { masterIndex: ns.links.get(op.bridge)?.index } : {}),
         });
         break;
       }

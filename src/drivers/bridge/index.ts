@@ -10,7 +10,8 @@ import { KeyedMutex } from '../../common/keyed-mutex';
 import type { BatchOp } from '../../kernel/types';
 import { allocatePodIps, podRoutes } from '../common';
 import { attachBridgePort, type EnsuredBridge } from '../common/bridge-port';
-import { createNodeBridge, pinBridgeMac } from '../common/node-bridge';
+import { checkBridgePort } from '../common/bridge-port-check';
+import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { type BridgeConfig, parseBridgeConfig } from './config';
 import { settleAddresses } from './dad';
@@ -39,6 +40,9 @@ export function createBridgeDriver(options: BridgeDriverOptions = {}): Driver<Br
     capabilities: ['ips', 'mac', 'dns'],
     parse: onePlugin(parseBridgeConfig),
     attach: (req, conf, env) => attachBridge(req, conf, env, known),
+    // A bridge an older plexusd made unpinned is pinned before the daemon is ready, not on its network's next ADD.
+    check: (attachment, env) => checkBridgePort(env.kernel, known.node, attachment),
+    start: (ctx) => healBridgesAtStart(ctx, known.node, (ports) => !ports.some((p) => p.kind === 'vxlan')),
   };
 }
 

@@ -12,7 +12,7 @@ import type { BatchOp, LinkInfo } from '../../kernel/types';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
-import { createNodeBridge, pinBridgeMac } from '../common/node-bridge';
+import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
 import { type VxlanConfig, parseVxlanConfig } from './config';
 
 interface Overlay {
@@ -36,6 +36,8 @@ export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver<Vxla
     capabilities: ['ips', 'mac'],
     parse: onePlugin(parseVxlanConfig),
     attach: (req, conf, env) => attachVxlan(req, conf, env, overlays),
+    // The bridges holding a VTEP are this driver's: those an older plexusd left unpinned are pinned at start.
+    start: (ctx) => healBridgesAtStart(ctx, options.node, (ports) => ports.some((p) => p.kind === 'vxlan')),
   };
 }
 

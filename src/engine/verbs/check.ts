@@ -39,7 +39,8 @@ async function checkByDrivers(ctx: EngineContext, record: AttachmentRecord): Pro
     const tagged = stepsOf(record, a);
     // A v0 record tags no step: its details kept a delegated network's invocations.
     const steps = tagged.length ? tagged : (a.delegated ?? []);
-    const r = await driver.check({ network: a.network, ifname: a.ifname, result: a.result, steps });
+    const attachment = { network: a.network, ifname: a.ifname, result: a.result, steps };
+    const r = await driver.check(attachment, { kernel: ctx.kernel });
     if (!r.ok) return err(r.error.withContext(`CHECK of network ${a.network} (${a.ifname})`));
   }
   return ok(undefined);

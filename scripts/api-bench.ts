@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
-import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
+import { referencePlugins } from '../test/support/plugin-dir';
 import { teardownsSettled } from './lib/bench/del-teardown';
 import { invoke, newPod, type Plugin, type Pod, POD_ANNOTATIONS_CAPABILITY } from './lib/cni';
 import { createNetns, deleteLinkIfPresent, freeTenNet, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
@@ -57,7 +57,7 @@ async function main(): Promise<void> {
       const made = await api.createNad('default', name, JSON.stringify(bridge(name, i)));
       if (made.status !== 201) throw new Error(`NAD ${name}: ${made.status}`);
     }
-    const common = { networksDir, defaultNetwork: 'podnet', cniBinDir: REFERENCE_PLUGINS, logLevel: 'error' as const };
+    const common = { networksDir, defaultNetwork: 'podnet', cniBinDir: referencePlugins(), logLevel: 'error' as const };
     const standalone = await Plexusd.start(teardown, { ...common, root: join(root, 'standalone') });
     const onApi = await Plexusd.start(teardown, {
       ...common,
@@ -66,7 +66,7 @@ async function main(): Promise<void> {
     });
     const plugin = (d: Plexusd, annotations: Record<string, string> = {}): Plugin => ({
       binary: shimBinary(),
-      env: { CNI_PATH: REFERENCE_PLUGINS },
+      env: { CNI_PATH: referencePlugins() },
       config: {
         cniVersion: '1.0.0',
         name: 'plexus',

@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { DaemonFixture, type ShimOutput } from '../test/support/daemon';
 import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
 import { NetnsFixture } from '../test/support/netns';
-import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
+import { referencePlugins } from '../test/support/plugin-dir';
 import { ip, uniquePrefix } from './lib/host';
 import { mapLimit, summarize } from './lib/stats';
 
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
             '--node-name',
             `${prefix}-n${i}`,
             '--cni-bin-dir',
-            REFERENCE_PLUGINS,
+            referencePlugins(),
           ]),
       );
       daemons.push(...nodes);

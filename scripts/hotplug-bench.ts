@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { apiClientFor, k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
-import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
+import { referencePlugins } from '../test/support/plugin-dir';
 import { invoke, newPod, type Plugin } from './lib/cni';
 import {
   createNetns,
@@ -61,7 +61,7 @@ async function main(): Promise<void> {
       root,
       networksDir: join(root, 'networks'),
       defaultNetwork: 'podnet',
-      cniBinDir: REFERENCE_PLUGINS,
+      cniBinDir: referencePlugins(),
       logLevel: 'error',
       extraFlags: ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE],
     });
@@ -69,7 +69,7 @@ async function main(): Promise<void> {
     teardown.add('close the API client', () => client.close());
     const plugin: Plugin = {
       binary: shimBinary(),
-      env: { CNI_PATH: REFERENCE_PLUGINS },
+      env: { CNI_PATH: referencePlugins() },
       config: { cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni', socketPath: daemon.socket },
     };
 

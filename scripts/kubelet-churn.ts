@@ -26,7 +26,7 @@ import type { ChildProcess } from 'node:child_process';
 import { k8sVersion } from '../test/support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
 import { multusMissing, multusPluginDir } from '../test/support/multus';
-import { REFERENCE_PLUGINS } from '../test/support/plugin-dir';
+import { referencePlugins } from '../test/support/plugin-dir';
 import { listMultusCaches } from '../src/adopt/multus-cache';
 import { type Network, bridgeConfig, nodeConflist, startPlexusd, stopPlexusd } from './lib/bench/kubelet-burst';
 import { type CallDurations, callDurations, scrapeMetrics } from './lib/bench/cni-durations';
@@ -160,10 +160,10 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     const binDir = join(root, 'bin');
     // Multus starts from the node's plain bridge network; its own config goes in front of it once the API is up.
     const conflist = nodeConflist(mode === 'multus' ? 'bridge' : mode, networks[0]!, socket, binDir);
-    if (mode === 'multus') multusPluginDir(binDir, REFERENCE_PLUGINS);
+    if (mode === 'multus') multusPluginDir(binDir, referencePlugins());
     const node = (state.node = await KubeNodeFixture.start({
       cniConfList: conflist,
-      cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,
+      cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
       ownedLinks: networks.map((n) => n.bridge),
     }));
     const dataDir = join(node.dir, 'cni-data');

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   iproute2                     # ip netns for tests and the demo (product code talks rtnetlink itself)
   iputils-ping                 # the demo and tests ping between pods
-  containernetworking-plugins  # reference CNI plugins in /usr/lib/cni: benchmark reference and delegates
+  containernetworking-plugins  # CNI plugins 1.1.1 in /usr/lib/cni: test nodes' networks (bench and delegation: 1.9.1, ../shared)
   musl-tools                   # musl-gcc: builds plexus-cni as a small static binary
   gcc make libc6-dev           # fallback compiler and the ASan build of plexus-cni
   valgrind                     # the shim's memory tests

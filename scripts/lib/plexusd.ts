@@ -142,6 +142,9 @@ export class Plexusd {
       options.cniBinDir,
       '--log-level',
       options.logLevel ?? 'error',
+      // Not the host's /var/lib/cni/networks: host-local networks share their addresses with this directory.
+      '--host-local-data-dir',
+      join(options.root, 'cni-networks'),
       ...(options.stateSync !== undefined ? ['--state-sync', String(options.stateSync)] : []),
       ...(options.extraFlags ?? []),
     ];

@@ -3,29 +3,44 @@
  * reverse attach order, libcni's DEL: the plugins of its config last first, each with the network's name and
  * cniVersion, the result libcni cached at ADD as prevResult (`<cniDir>/results/<network>-<container>-<ifname>`), the
  * runtimeConfig of the capabilities it declares (from that cache's capabilityArgs), CNI_ARGS as at ADD. Every
- * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it.
+ * delegate is tried even after a failure; then Multus's cache goes, as Multus's own DEL removes it. A delegate whose
+ * names libcni would refuse, or whose config runs Plexus itself, is refused: reported naming its cache file, never run.
  */
 import { existsSync, rmSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { CniError, err, ok, type Result } from '../cni/errors';
+import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { compareVersions } from '../cni/version';
+import { isJsonObject } from '../common/json-object';
 import type { PluginCall, PluginOutput } from '../drivers/delegate/exec';
 import { findPlugin } from '../drivers/delegate/exec';
-import type { AdoptedSandbox, ForeignDel, ForeignDelOutcome, ForeignSandboxes } from '../engine/foreign-sandboxes';
+import type {
+  AdoptedListOptions,
+  AdoptedSandbox,
+  ForeignDel,
+  ForeignDelOutcome,
+  ForeignSandboxes,
+} from '../engine/foreign-sandboxes';
+import { PLEXUS_NETWORK_NAME } from '../networks/nad';
+import { AdoptedListing } from './adopted-listing';
+import { isPlexusShim, pluginTypeProblem } from './cache-names';
 import {
-  containersWithLibcniRecords,
+  inDelOrder,
   type LibcniRecord,
   libcniRecordPath,
   readLibcniRecord,
+  readRecordSummary,
+  recordedAddresses,
   type RecordedNetwork,
   recordedNetworksOf,
 } from './libcni-records';
-import { type CachedDelegate, listMultusCaches, readMultusCache } from './multus-cache';
-import { isJsonObject } from '../common/json-object';
+import { type CachedDelegate, readMultusCache } from './multus-cache';
+import { runtimeAttachedUnder } from './runtime-record';
 
 export interface MultusSandboxesOptions {
   /** Multus's cniDir (its default: /var/lib/cni/multus). */
   readonly cacheDir: string;
+  /** The runtime's libcni cache (libcni's default: /var/lib/cni), whose records name the network Multus ran as. */
+  readonly runtimeCacheDir: string;
   /** Where the delegates' plugins are (Multus's binDir). */
   readonly cniBinDir: string;
   /** Runs one plugin (the delegate driver's execPlugin, within its limits). */
@@ -34,6 +49,9 @@ export interface MultusSandboxesOptions {
 }
 
 type Json = Record<string, unknown>;
+
+/** One delegate's plugins as they would run: each found, or why the delegate is never run. */
+type Resolved = { readonly paths: readonly Result<string>[] } | { readonly refused: string };
 
 /** The DEL of a sandbox Multus made failed in some of its plugins: the first failure's code, every message. */
 function multusDelFailed(containerId: string, failures: readonly CniError[]): CniError {
@@ -51,13 +69,28 @@ function pluginType(plugin: Json): string {
   return plugin.type === undefined || plugin.type === null ? '' : JSON.stringify(plugin.type);
 }
 
+const REFUSED = 'a delegate in the cache of a sandbox Multus made is refused and never run';
+
 export class MultusSandboxes implements ForeignSandboxes {
-  constructor(private readonly o: MultusSandboxesOptions) {}
+  private readonly listing: AdoptedListing;
+
+  constructor(private readonly o: MultusSandboxesOptions) {
+    this.listing = new AdoptedListing(o.cacheDir);
+    // Read ahead, a batch per turn, so that the first listing (a GC, plexusctl) finds its files read.
+    this.refresh().catch((e: unknown) =>
+      o.log.warn({ err: (e as Error).message }, "Multus's caches could not be listed"),
+    );
+  }
 
   async del(req: ForeignDel): Promise<ForeignDelOutcome> {
     const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
     const pod = `${req.args.podNamespace ?? '?'}/${req.args.podName ?? '?'}`;
-    if (cache.kind === 'absent') return this.delFromLibcniRecords(req, pod);
+    if (cache.kind === 'not-a-file')
+      this.o.log.warn(
+        { pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
+        "where Multus's cache of this sandbox would be is not a file Multus writes: it is left alone",
+      );
+    if (cache.kind === 'absent' || cache.kind === 'not-a-file') return this.delFromLibcniRecords(req, pod);
     if (cache.kind === 'broken') {
       this.o.log.warn(
         { pod, containerId: req.containerId, cache: cache.path, reason: cache.reason },
@@ -66,6 +99,8 @@ export class MultusSandboxes implements ForeignSandboxes {
       // Gone once the fallback ran, as Multus removes it: the next DEL is not one of these sandboxes any more.
       return { kind: 'unreadable', what: cache.path };
     }
+    for (const r of cache.refused)
+      this.o.log.warn({ pod, containerId: req.containerId, cache: cache.path, delegate: r }, REFUSED);
     const failures: CniError[] = [];
     for (const delegate of [...cache.delegates].reverse()) {
       const r = await this.delDelegate(req, delegate);
@@ -87,15 +122,21 @@ export class MultusSandboxes implements ForeignSandboxes {
    * with the config of its ADD, the runtime's interface last (Multus attaches it first).
    */
   private async delFromLibcniRecords(req: ForeignDel, pod: string): Promise<ForeignDelOutcome> {
-    const records = recordedNetworksOf(this.o.cacheDir, req.containerId);
-    if (records.length === 0) return { kind: 'not-mine' };
+    const { networks, refused } = recordedNetworksOf(
+      this.o.cacheDir,
+      req.containerId,
+      this.listing.recordFilesOf(req.containerId),
+    );
+    for (const r of refused)
+      this.o.log.warn({ pod, containerId: req.containerId, cache: r.path, reason: r.reason }, REFUSED);
+    if (networks.length === 0) return { kind: 'not-mine' };
     const failures: CniError[] = [];
-    for (const record of inDelOrder(records, req.ifname)) {
+    for (const record of inDelOrder(networks, req.ifname)) {
       const r = await this.delDelegate(req, asDelegate(record));
       if (!r.ok) failures.push(r.error);
     }
     this.o.log.info(
-      { pod, containerId: req.containerId, networks: records.map((r) => r.network), failed: failures.length },
+      { pod, containerId: req.containerId, networks: networks.map((r) => r.network), failed: failures.length },
       "a sandbox Multus made is removed from libcni's records of its networks (Multus's cache of it was gone)",
     );
     if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
@@ -104,103 +145,106 @@ export class MultusSandboxes implements ForeignSandboxes {
 
   /** Removes an unreadable cache once the engine's fallback DEL ran. */
   forget(what: string): void {
-    rmSync(what, { force: true });
+    try {
+      rmSync(what, { force: true });
+    } catch (e) {
+      this.o.log.warn({ cache: what, err: (e as Error).message }, 'an unreadable Multus cache could not be removed');
+    }
   }
 
   /** Multus's CHECK: each delegate in attach order, its plugins in order, with libcni's cached result. */
   async check(req: ForeignDel): Promise<Result<void> | undefined> {
     const cache = readMultusCache(this.o.cacheDir, req.containerId, req.ifname);
     if (cache.kind !== 'delegates') return undefined;
+    const context = `CHECK of ${req.containerId}, which Multus attached`;
+    const refused = cache.refused[0];
+    if (refused)
+      return err(
+        new CniError(
+          100,
+          `${context}: delegate ${refused.position} (${refused.name}) of ${cache.path} ${refused.reason}`,
+        ),
+      );
     for (const d of cache.delegates) {
       const r = await this.runDelegate('CHECK', req, d);
-      if (!r.ok) return err(r.error.withContext(`CHECK of ${req.containerId}, which Multus attached`));
+      if (!r.ok) return err(r.error.withContext(context));
     }
     return ok(undefined);
   }
 
-  list(): AdoptedSandbox[] {
-    const cached = listMultusCaches(this.o.cacheDir);
-    const recordedOnly = containersWithLibcniRecords(this.o.cacheDir).filter((id) => !cached.includes(id));
-    return [...this.listCached(cached), ...recordedOnly.flatMap((id) => this.listRecorded(id))];
+  list(options: AdoptedListOptions = {}): AdoptedSandbox[] {
+    const sandboxes = this.listing.list();
+    if (!options.addresses) return sandboxes;
+    return sandboxes.map((s) => ({
+      ...s,
+      networks: s.networks.map((n) => ({ ...n, ips: this.addressesOf(s.containerId, n.ifname) })),
+    }));
   }
 
-  /** A sandbox only libcni's records still hold (see delFromLibcniRecords). */
-  private listRecorded(containerId: string): AdoptedSandbox[] {
-    // In attach order, as far as the records tell it (CNI_IFNAME is not known here: Multus's default, eth0).
-    const records = inDelOrder(recordedNetworksOf(this.o.cacheDir, containerId), 'eth0').reverse();
-    const first = records[0];
-    if (!first) return [];
-    return [
-      this.adopted(
-        containerId,
-        records.map(asDelegate),
-        readLibcniRecord(this.o.cacheDir, first.network, containerId, first.ifname),
-      ),
-    ];
+  /** The addresses libcni recorded for one of a sandbox's interfaces (its record names the network). */
+  private addressesOf(containerId: string, ifname: string): string[] {
+    for (const file of this.listing.recordFilesOf(containerId)) {
+      const summary = readRecordSummary(this.o.cacheDir, file).summary;
+      if (summary?.containerId === containerId && summary.ifname === ifname)
+        return recordedAddresses(this.o.cacheDir, summary.network, containerId, ifname);
+    }
+    return [];
   }
 
-  private listCached(containerIds: readonly string[]): AdoptedSandbox[] {
-    return containerIds.flatMap((containerId) => {
-      const cache = readMultusCache(this.o.cacheDir, containerId, 'eth0');
-      if (cache.kind !== 'delegates') return [];
-      const first = cache.delegates[0]!;
-      return [
-        this.adopted(
-          containerId,
-          cache.delegates,
-          readLibcniRecord(this.o.cacheDir, networkOf(first), containerId, first.ifname),
-        ),
-      ];
-    });
+  /**
+   * Made under `network`: the runtime's record of its call to Multus names it, or it is Plexus's own name, under which
+   * the runtime calls GC once Plexus took Multus's place (listing every sandbox it still has, Multus's among them).
+   */
+  madeUnder(sandbox: AdoptedSandbox, network: string): boolean {
+    if (network === PLEXUS_NETWORK_NAME) return true;
+    const ifname = sandbox.networks[0]?.ifname ?? '';
+    return runtimeAttachedUnder(this.o.runtimeCacheDir, network, sandbox.containerId, ifname);
   }
 
-  /** What plexusctl and the orphan sweep are told of a sandbox: its networks, and its pod and netns as libcni recorded. */
-  private adopted(containerId: string, delegates: readonly CachedDelegate[], cached: LibcniRecord): AdoptedSandbox {
-    const arg = (key: string): string | undefined => cached.cniArgs?.find(([k]) => k === key)?.[1];
-    const [namespace, name, uid] = [arg('K8S_POD_NAMESPACE'), arg('K8S_POD_NAME'), arg('K8S_POD_UID')];
-    return {
-      containerId,
-      maker: 'multus',
-      networks: delegates.map((d) => ({ name: d.name, ifname: d.ifname })),
-      ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
-      ...(cached.netns ? { netns: cached.netns } : {}),
-    };
+  /** Reads the caches that changed since the last look, a batch per turn of the event loop. */
+  refresh(): Promise<void> {
+    return this.listing.refresh();
   }
 
   /**
    * libcni's DEL of one delegate: its plugins last first; stops at the first failure, as libcni does. Its record goes
    * whatever the outcome: like Multus with its own cache, Plexus gives a sandbox one attempt, so the runtime's retry
    * succeeds (a DEL that can never succeed, a plugin gone, would keep the pod terminating); what a failed plugin
-   * held is released by hand.
+   * held is released by hand. A delegate refused for its plugins is skipped, reported naming its cache file.
    */
   private async delDelegate(req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
     const r = await this.runDelegate('DEL', req, d);
-    rmSync(libcniRecordPath(this.o.cacheDir, networkOf(d), req.containerId, d.ifname), { force: true });
+    const record = libcniRecordPath(this.o.cacheDir, d.network, req.containerId, d.ifname);
+    if (record !== undefined) rmSync(record, { force: true });
     return r;
   }
 
-  /** One verb on a delegate's plugins, as libcni runs it: DEL last plugin first, CHECK in order (from 0.4.0). */
+  /**
+   * One verb on a delegate's plugins, as libcni runs it: DEL last plugin first, CHECK in order (from 0.4.0). A
+   * delegate that runs Plexus is refused: a DEL skips it, reported naming the cache; a CHECK fails on it.
+   */
   private async runDelegate(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate): Promise<Result<void>> {
-    const network = networkOf(d);
-    const cached = readLibcniRecord(this.o.cacheDir, network, req.containerId, d.ifname);
-    const conf = this.configAsRun(req, d, network, cached);
+    const cached = readLibcniRecord(this.o.cacheDir, d.network, req.containerId, d.ifname);
+    const conf = this.configAsRun(req, d, cached);
     const plugins = d.isList ? (conf.plugins as Json[]) : [conf];
     const cniVersion = typeof conf.cniVersion === 'string' ? conf.cniVersion : '';
     if (command === 'CHECK' && compareVersions(cniVersion, '0.4.0') < 0) return ok(undefined);
+    const context = (type: string): string => `network ${d.network} (${d.ifname}), plugin ${type}`;
+    const resolved = await this.resolvePlugins(plugins);
+    if ('refused' in resolved) return this.refused(command, req, d, resolved.refused);
     // A GC names no netns: the one libcni cached at ADD, while it exists.
     const wanted = req.netns !== '' ? req.netns : (cached.netns ?? '');
     const netns = wanted !== '' && existsSync(wanted) ? wanted : '';
     const args = (cached.cniArgs ?? req.args.raw).map(([k, v]) => `${k}=${v}`).join(';');
-    for (const plugin of command === 'DEL' ? [...plugins].reverse() : plugins) {
+    const order = plugins.map((plugin, i) => ({ plugin, path: resolved.paths[i]! }));
+    for (const { plugin, path } of command === 'DEL' ? order.reverse() : order) {
       const type = pluginType(plugin);
-      const path = await findPlugin(type, this.o.cniBinDir);
-      const context = `network ${network} (${d.ifname}), plugin ${type}`;
-      if (!path.ok) return err(path.error.withContext(context));
-      const stdin = JSON.stringify(pluginConfig(plugin, network, cniVersion, cached));
+      if (!path.ok) return err(path.error.withContext(context(type)));
+      const stdin = JSON.stringify(pluginConfig(plugin, d.network, cniVersion, cached));
       const r = await this.o.exec({
         command,
         type,
-        network,
+        network: d.network,
         path: path.value,
         stdin,
         containerId: req.containerId,
@@ -209,9 +253,33 @@ export class MultusSandboxes implements ForeignSandboxes {
         args,
         cniPath: this.o.cniBinDir,
       });
-      if (!r.ok) return err(r.error.withContext(context));
+      if (!r.ok) return err(r.error.withContext(context(type)));
     }
     return ok(undefined);
+  }
+
+  /** A delegate whose plugins are refused: a CHECK fails on it; a DEL skips it, reported naming its cache file. */
+  private refused(command: 'DEL' | 'CHECK', req: ForeignDel, d: CachedDelegate, reason: string): Result<void> {
+    const where = `network ${d.network} (${d.ifname}) in ${d.source}`;
+    if (command === 'CHECK') return err(new CniError(CniCode.InvalidNetworkConfig, `${where}: ${reason}`));
+    const { network, ifname } = d;
+    this.o.log.warn({ containerId: req.containerId, cache: d.source, network, ifname, reason }, REFUSED);
+    return ok(undefined);
+  }
+
+  /** Each plugin found in the bin dir; refused when one is not a plugin name or is Plexus (its type, or its shim linked). */
+  private async resolvePlugins(plugins: readonly Json[]): Promise<Resolved> {
+    const paths: Result<string>[] = [];
+    for (const plugin of plugins) {
+      const type = pluginType(plugin);
+      const problem = pluginTypeProblem(type);
+      if (problem !== undefined) return { refused: problem };
+      const path = await findPlugin(type, this.o.cniBinDir);
+      if (path.ok && (await isPlexusShim(path.value, this.o.cniBinDir)))
+        return { refused: `plugin ${type} is Plexus's own shim: running it would call Plexus recursively` };
+      paths.push(path);
+    }
+    return { paths };
   }
 
   /**
@@ -222,13 +290,13 @@ export class MultusSandboxes implements ForeignSandboxes {
    * 1521). libcni's own record of the ADD holds the bytes the plugins were run with: those are used when they are the
    * same network in the same form.
    */
-  private configAsRun(req: ForeignDel, d: CachedDelegate, network: string, cached: LibcniRecord): Json {
+  private configAsRun(req: ForeignDel, d: CachedDelegate, cached: LibcniRecord): Json {
     const multus = JSON.parse(d.config) as Json;
     const ran = cached.config;
-    if (!ran || ran.name !== network || Array.isArray(ran.plugins) !== d.isList) return multus;
+    if (!ran || ran.name !== d.network || Array.isArray(ran.plugins) !== d.isList) return multus;
     if (JSON.stringify(ran) !== JSON.stringify(multus))
       this.o.log.info(
-        { containerId: req.containerId, network, ifname: d.ifname },
+        { containerId: req.containerId, network: d.network, ifname: d.ifname },
         "Multus's cache of this network differs from libcni's record of its ADD: the config as the ADD ran it is used",
       );
     return ran;
@@ -238,27 +306,13 @@ export class MultusSandboxes implements ForeignSandboxes {
 /** A network libcni recorded, as a delegate of Multus's cache would describe it. */
 const asDelegate = (r: RecordedNetwork): CachedDelegate => ({
   name: r.network,
+  network: r.network,
   config: r.config,
   isList: r.isList,
   ifname: r.ifname,
   ips: [],
+  source: r.source,
 });
-
-/** Reverse attach order, as far as the records tell it: other interfaces by name, last first; the runtime's last. */
-const inDelOrder = (records: readonly RecordedNetwork[], runtimeIfname: string): RecordedNetwork[] =>
-  [...records].sort((a, b) =>
-    a.ifname === runtimeIfname
-      ? 1
-      : b.ifname === runtimeIfname
-        ? -1
-        : b.ifname.localeCompare(a.ifname, 'en', { numeric: true }),
-  );
-
-/** The network's CNI name, as libcni names its cache files. */
-function networkOf(d: CachedDelegate): string {
-  const name = (JSON.parse(d.config) as Json).name;
-  return typeof name === 'string' ? name : d.name;
-}
 
 /** What libcni's buildOneConfig makes of a plugin: name, cniVersion, prevResult, the declared capabilities' values. */
 function pluginConfig(plugin: Json, network: string, cniVersion: string, cached: LibcniRecord): Json {

@@ -112,7 +112,7 @@ export class DaemonServer {
     if (req.method === 'GET' && url.pathname === '/v1/attachments')
       return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
     if (req.method === 'GET' && url.pathname === '/v1/adopted')
-      return send(res, 200, JSON.stringify(this.engine.adopted()));
+      return send(res, 200, JSON.stringify(this.engine.adopted({ addresses: true })));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.listNetworks();
       return send(

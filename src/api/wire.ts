@@ -5,6 +5,7 @@
 import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
 import type { SweepReport } from '../engine/engine';
+import type { AdoptedSandbox } from '../engine/foreign-sandboxes';
 import type { AttachmentRecord } from '../engine/journal';
 
 /** GET /v1/attachments: one per journal record (a container and the runtime's interface). */
@@ -45,4 +46,41 @@ export function toWireAttachment(r: AttachmentRecord): WireAttachment {
 }
 
 /** A sandbox another plugin made (Multus's) that plexusd tears down as it would: GET /v1/adopted. */
-export type { AdoptedSandbox as WireAdoptedSandbox } from '../engine/foreign-sandboxes';
+export type WireAdoptedSandbox = AdoptedSandbox;
+
+/**
+ * An adopted sandbox as `plexusctl attachments -o json` lists it after Plexus's own attachments: `meta` as theirs
+ * (the runtime's interface is its first network's), `state` "adopted", and each network's interface and addresses.
+ */
+export interface WireAdoptedAttachment {
+  readonly meta: {
+    readonly containerId: string;
+    readonly ifname: string;
+    readonly netns?: string;
+    readonly pod: { readonly namespace?: string; readonly name?: string; readonly uid?: string };
+    readonly networks: readonly string[];
+  };
+  readonly state: 'adopted';
+  /** Who made it (e.g. "multus"). */
+  readonly maker: string;
+  readonly interfaces: readonly {
+    readonly network: string;
+    readonly ifname: string;
+    readonly ips: readonly string[];
+  }[];
+}
+
+export function toWireAdoptedAttachment(s: WireAdoptedSandbox): WireAdoptedAttachment {
+  return {
+    meta: {
+      containerId: s.containerId,
+      ifname: s.networks[0]?.ifname ?? '',
+      ...definedFields({ netns: s.netns }),
+      pod: s.pod ?? {},
+      networks: s.networks.map((n) => n.name),
+    },
+    state: 'adopted',
+    maker: s.maker,
+    interfaces: s.networks.map((n) => ({ network: n.name, ifname: n.ifname, ips: n.ips ?? [] })),
+  };
+}

@@ -4,15 +4,18 @@
  */
 import { request } from 'node:http';
 import { parseArgs } from 'node:util';
-import type {
-  WireAdoptedSandbox as AdoptedSandbox,
-  WireAttachment as AttachmentRecord,
-  WireGcReport as SweepReport,
+import {
+  toWireAdoptedAttachment,
+  type WireAdoptedAttachment as AdoptedAttachment,
+  type WireAdoptedSandbox as AdoptedSandbox,
+  type WireAttachment as AttachmentRecord,
+  type WireGcReport as SweepReport,
 } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
-  attachments                 list attachments (container, interface, pod, IPs, state)
+  attachments                 list attachments (container, interface, pod, IPs, state), then the sandboxes
+                              Multus made that plexusd removes as Multus would (adopted)
   show CONTAINER [IFNAME]     one attachment: interfaces, IPs, routes and its transaction record
   networks                    list the networks plexusd knows, and invalid definitions
   gc [--keep ID[@IFNAME]]... [--dry-run]
@@ -40,9 +43,10 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const podOf = (r: AttachmentRecord): string =>
+const podOf = (r: AttachmentRecord | AdoptedAttachment): string =>
   r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-';
 const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
+const adoptedIpsOf = (a: AdoptedAttachment): string => a.interfaces.flatMap((i) => i.ips).join(',') || '-';
 
 type CniInterface = NonNullable<AttachmentRecord['result']>['interfaces'][number];
 /** Where an interface is: in a netns, a memif socket, or on the host. */
@@ -110,8 +114,8 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'attachments': {
       const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
       // Sandboxes Multus made before Plexus took the node over: removed as Multus would, listed after Plexus's own.
-      const adopted = (await call(socket, '/v1/adopted')) as AdoptedSandbox[];
-      if (json) out(JSON.stringify(records, null, 2));
+      const adopted = ((await call(socket, '/v1/adopted')) as AdoptedSandbox[]).map(toWireAdoptedAttachment);
+      if (json) out(JSON.stringify([...records, ...adopted], null, 2));
       else {
         const own = records.map((r) => [
           r.meta.containerId,
@@ -122,11 +126,11 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
           r.state,
         ]);
         const theirs = adopted.map((a) => [
-          a.containerId,
-          a.networks.map((n) => n.ifname).join(','),
-          '-',
-          a.networks.map((n) => n.name).join(','),
-          '-',
+          a.meta.containerId,
+          a.interfaces.map((i) => i.ifname).join(','),
+          podOf(a),
+          a.meta.networks.join(','),
+          adoptedIpsOf(a),
           `adopted (${a.maker})`,
         ]);
         out(table([['CONTAINER', 'IFNAME', 'POD', 'NETWORKS', 'IPS', 'STATE'], ...own, ...theirs]));
@@ -202,12 +206,18 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   return 2;
 }
 
-if (require.main === module) {
-  run(process.argv.slice(2), (s) => process.stdout.write(`${s}\n`)).then(
-    (code) => process.exit(code),
+/**
+ * plexusctl as a command: the exit code is set, never process.exit, which would end it before stdout drained into a
+ * pipe (`| wc -l` would count a pipe-full or two of lines). With the socket closed, nothing else keeps it running.
+ */
+export function main(argv: string[] = process.argv.slice(2)): void {
+  run(argv, (s) => process.stdout.write(`${s}\n`)).then(
+    (code) => (process.exitCode = code),
     (e: unknown) => {
       process.stderr.write(`plexusctl: ${(e as Error).message}\n`);
-      process.exit(1);
+      process.exitCode = 1;
     },
   );
 }
+
+if (require.main === module) main();

@@ -7,6 +7,7 @@ import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
 import { type CniArgs, parseCniArgs, RuntimeConfig } from './args';
 import { type Result, err, ok } from './errors';
+import { CNI_NAME_RE } from './names';
 import { requestErrors } from './request-errors';
 import { type AttachmentKey, type CniCommand, CNI_COMMANDS } from './types';
 import { compareVersions, type CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
@@ -59,7 +60,6 @@ export type CniRequest =
   | (CniRequestBase & { readonly command: 'STATUS' })
   | (CniRequestBase & { readonly command: 'VERSION' });
 
-const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 /**
  * The container ID names plexusd's files (journal records, spooled DELs), and a file name has at most 255 bytes.
  * containerd, CRI-O and podman use 64 characters; 128 leaves room for what is added around the ID.
@@ -161,7 +161,7 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
   if (containerId.value.length > MAX_CONTAINER_ID_LENGTH) {
     return err(requestErrors.containerIdTooLong(containerId.value, MAX_CONTAINER_ID_LENGTH));
   }
-  if (!CONTAINER_ID_RE.test(containerId.value)) return err(requestErrors.containerIdCharacters(containerId.value));
+  if (!CNI_NAME_RE.test(containerId.value)) return err(requestErrors.containerIdCharacters(containerId.value));
   const ifnameRaw = needEnv(env, 'CNI_IFNAME', cmd);
   if (!ifnameRaw.ok) return ifnameRaw;
   const ifname = validateIfname(ifnameRaw.value);

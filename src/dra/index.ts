@@ -58,6 +58,8 @@ export interface DraSettings {
   readonly cdiDir?: string;
   /** Where memif devices' device-info files go (--device-info-dir), as the device plugin writes them; absent: none. */
   readonly deviceInfoDir?: string;
+  /** How long the kubelet may be without a connection to the DRA socket before it counts as gone (default 2 s). */
+  readonly kubeletLostAfterMs?: number;
 }
 
 /** The entries of the records' directory that were not loaded, and records that do not fit the resources file. */
@@ -93,6 +95,8 @@ export class DraDriver {
   private readonly cdi: CdiSpecs | undefined;
   private staleTimer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** The slices' first reconcile is under way or done (after the start's stale-record look). */
+  private publishing = false;
 
   private constructor(
     resources: readonly ResourceConfig[],
@@ -107,10 +111,12 @@ export class DraDriver {
     this.cdi = settings.cdiDir ? new CdiSpecs(settings.cdiDir, (r) => this.inventory.memifResource(r)) : undefined;
     this.reconcileCdiSpecs();
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
+    // Offered only while the kubelet knows the driver: a pod scheduled onto a device the kubelet cannot have prepared
+    // waits for the kubelet's resync (60-90 s) after its Prepare is refused.
     this.slices = new SlicePublisher(
       api,
       settings.nodeName,
-      () => this.inventory.pools(held),
+      () => (this.stopped || !this.plugin.kubeletKnows ? [] : this.inventory.pools(held)),
       log.child({ component: 'dra-slices' }),
     );
     this.claimStatus = new ClaimStatusSink(api, log.child({ component: 'dra-claim-status' }));
@@ -128,11 +134,13 @@ export class DraDriver {
       changed: () => void this.slices.reconcile(),
       log: log.child({ component: 'dra' }),
     });
+    const { kubeletLostAfterMs } = settings;
     this.plugin = new DraPluginServer(
       settings.kubeletRoot,
       this.preparer,
       log.child({ component: 'dra-plugin' }),
-      settings.events,
+      this.registrationEvents(settings.events ?? {}),
+      kubeletLostAfterMs === undefined ? {} : { kubeletLostAfterMs },
     );
   }
 
@@ -150,6 +158,17 @@ export class DraDriver {
     } catch (e) {
       this.log.warn({ dir: this.cdi.dir, err: (e as Error).message }, 'reconciling the CDI specs failed');
     }
+  }
+
+  /** The caller's registration events, and the slices reconciled each time the kubelet's knowledge changes. */
+  private registrationEvents(events: RegistrationEvents): RegistrationEvents {
+    return {
+      registered: (status) => events.registered?.(status),
+      knownChanged: (known, reason) => {
+        events.knownChanged?.(known, reason);
+        if (this.publishing) void this.slices.reconcile();
+      },
+    };
   }
 
   /** Nothing to offer (no resource of the file offers dra): undefined. */
@@ -205,7 +224,8 @@ export class DraDriver {
    * Serves the kubelet plugin at once: Prepare needs only the records (loaded already) and the API client, and a
    * Prepare the kubelet cannot make costs the pod a resync (60-90 s, kubernetes/kubernetes#139836). Stale records are
    * looked for first: Prepare calls queue behind that look, so none is refused for a device a stale record holds. The
-   * slices are published after it, in the background.
+   * slices are reconciled after it, in the background: published once the kubelet has registered the driver (slices
+   * left by an earlier plexusd are withdrawn until then).
    */
   async start(): Promise<void> {
     const stale = this.releaseStale();
@@ -215,7 +235,11 @@ export class DraDriver {
       'DRA driver plexus.io started',
     );
     void stale
-      .then(() => (this.stopped ? undefined : this.slices.start(this.settings.resyncMs ?? 10000)))
+      .then(() => {
+        if (this.stopped) return undefined;
+        this.publishing = true;
+        return this.slices.start(this.settings.resyncMs ?? 10000);
+      })
       .catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'publishing the ResourceSlices failed'));
     this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
     this.staleTimer.unref();
@@ -237,11 +261,30 @@ export class DraDriver {
       });
   }
 
+  /**
+   * Withdraws the slices while the plugin still answers (no pod is scheduled onto a device nobody will prepare), lets
+   * the claims' status writes end, then closes the plugin. Each wait is bounded: an API that does not answer leaves
+   * the slices to the kubelet, which deletes them 30 s after the driver is gone.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.staleTimer) clearInterval(this.staleTimer);
     this.slices.stop();
-    await Promise.race([this.claimStatus.idle(), new Promise((resolve) => setTimeout(resolve, 2000))]);
+    const withdrawn = this.slices.reconcile().then((changes) => {
+      if (changes.failed.length) this.log.warn({ failed: changes.failed }, 'ResourceSlices not all withdrawn at stop');
+    });
+    await within(Promise.all([withdrawn, this.claimStatus.idle()]), STOP_WAIT_MS);
     await this.plugin.stop();
   }
+}
+
+/** How long the stop waits for the slices' withdrawal and the claims' status writes. */
+const STOP_WAIT_MS = 2000;
+
+/** Resolves when `work` settles or after `ms`, whichever comes first. */
+async function within(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  await Promise.race([work.catch(() => undefined), timeUp]);
+  clearTimeout(timer);
 }

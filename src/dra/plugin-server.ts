@@ -2,9 +2,11 @@
  * plexusd as the kubelet's DRA plugin: the DRAPlugin service (v1 and v1beta1) on <kubelet root>/plugins/plexus.io/
  * dra.sock, and the Registration service on <kubelet root>/plugins_registry/plexus.io-reg.sock, where the kubelet's
  * plugin watcher finds it, asks GetInfo and reports the outcome. Every second the sockets are checked: one removed
- * (by hand, or a cleanup of the directory) is served again, so the kubelet registers the driver again.
+ * (by hand, or a cleanup of the directory) is served again, so the kubelet registers the driver again. The service
+ * socket's connections are counted (kubelet-registration.ts): they tell whether the kubelet is still there.
  */
 import { mkdirSync, rmSync, statSync } from 'node:fs';
+import { createServer, type Server as SocketServer } from 'node:net';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -20,6 +22,7 @@ import {
   type PluginInfo,
   type RegistrationStatus,
 } from './api';
+import { KubeletRegistration, type RegistrationChange } from './kubelet-registration';
 import type { ClaimPreparer } from './prepare';
 import { shutdownServer } from '../deviceplugin/api';
 
@@ -34,6 +37,15 @@ export const draSockets = (kubeletRoot: string): { registration: string; service
 export interface RegistrationEvents {
   /** The kubelet told us the outcome of a registration (each time it registers us). */
   registered?(status: RegistrationStatus): void;
+  /** Whether the kubelet knows the driver changed (kubelet-registration.ts), with the reason. */
+  knownChanged?: RegistrationChange;
+}
+
+export interface PluginTiming {
+  /** How often the sockets are checked (default 1 s). */
+  readonly checkIntervalMs?: number;
+  /** How long the kubelet may be without a connection before it counts as gone (kubelet-registration.ts). */
+  readonly kubeletLostAfterMs?: number;
 }
 
 const inode = (path: string): number | undefined => {
@@ -48,7 +60,9 @@ type Unary<Req, Res> = (call: grpc.ServerUnaryCall<Req, Res>, cb: grpc.sendUnary
 
 export class DraPluginServer {
   private readonly services = loadDraServices();
+  private readonly registration: KubeletRegistration;
   private server: grpc.Server | undefined;
+  private listener: SocketServer | undefined;
   private served: { registration: number; service: number } | undefined;
   private timer: NodeJS.Timeout | undefined;
   private checking = false;
@@ -59,20 +73,31 @@ export class DraPluginServer {
     private readonly preparer: ClaimPreparer,
     private readonly log: Logger,
     private readonly events: RegistrationEvents = {},
-    private readonly checkIntervalMs = 1000,
+    private readonly timing: PluginTiming = {},
   ) {
     this.sockets = draSockets(kubeletRoot);
+    this.registration = new KubeletRegistration((known, reason) => {
+      if (known) this.log.info({ driver: DRIVER_NAME, reason }, 'the kubelet knows the DRA driver');
+      else this.log.warn({ driver: DRIVER_NAME, reason }, 'the kubelet does not know the DRA driver now');
+      this.events.knownChanged?.(known, reason);
+    }, timing.kubeletLostAfterMs);
+  }
+
+  /** Whether the kubelet has registered the driver and has not gone since: only then can it have a claim prepared. */
+  get kubeletKnows(): boolean {
+    return this.registration.known;
   }
 
   async start(): Promise<void> {
     await this.check();
-    this.timer = setInterval(() => void this.check(), this.checkIntervalMs);
+    this.timer = setInterval(() => void this.check(), this.timing.checkIntervalMs ?? 1000);
     this.timer.unref();
   }
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
-    await this.close();
+    await this.close('plexusd is stopping');
+    this.registration.close();
   }
 
   private async check(): Promise<void> {
@@ -94,7 +119,7 @@ export class DraPluginServer {
   }
 
   private async serve(): Promise<void> {
-    await this.close();
+    await this.close('the DRA sockets are served anew');
     for (const path of Object.values(this.sockets)) mkdirSync(join(path, '..'), { recursive: true, mode: 0o750 });
     const server = new grpc.Server();
     const internal = (e: Error): Partial<grpc.StatusObject> => ({ code: grpc.status.INTERNAL, details: e.message });
@@ -130,27 +155,51 @@ export class DraPluginServer {
       else
         this.log.warn({ driver: DRIVER_NAME, err: status.error }, "the kubelet refused the DRA driver's registration");
       this.events.registered?.(status);
+      this.registration.notified(status);
       cb(null, {});
     };
     server.addService(this.services.registration, { GetInfo: getInfo, NotifyRegistrationStatus: notify });
-    // The service socket first: the kubelet dials it as soon as it has seen the registration socket.
-    for (const path of [this.sockets.service, this.sockets.registration]) {
-      rmSync(path, { force: true });
-      await new Promise<void>((resolve, reject) => {
-        server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve()));
-      });
-    }
     this.server = server;
+    // The service socket first: the kubelet dials it as soon as it has seen the registration socket.
+    this.listener = await this.listenCounted(server, this.sockets.service);
+    rmSync(this.sockets.registration, { force: true });
+    await new Promise<void>((resolve, reject) => {
+      const address = `unix://${this.sockets.registration}`;
+      server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve()));
+    });
     this.served = { registration: inode(this.sockets.registration) ?? -1, service: inode(this.sockets.service) ?? -1 };
   }
 
-  private async close(): Promise<void> {
+  /** The service socket, each connection counted while open and handed to the gRPC server. */
+  private async listenCounted(server: grpc.Server, path: string): Promise<SocketServer> {
+    const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+    const listener = createServer((socket) => {
+      this.registration.connectionOpened();
+      socket.once('close', () => this.registration.connectionClosed());
+      injector.injectConnection(socket);
+    });
+    rmSync(path, { force: true });
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject);
+      listener.listen(path, () => {
+        listener.off('error', reject);
+        resolve();
+      });
+    });
+    return listener;
+  }
+
+  private async close(reason: string): Promise<void> {
     const server = this.server;
+    const listener = this.listener;
     this.server = undefined;
+    this.listener = undefined;
     this.served = undefined;
     // The registration socket goes first: the kubelet deregisters the driver when it disappears, so it stops sending
     // calls before the service socket stops taking them (calls under way are answered before the server closes).
     rmSync(this.sockets.registration, { force: true });
+    this.registration.deregistered(reason);
+    listener?.close();
     if (server) await shutdownServer(server);
     rmSync(this.sockets.service, { force: true });
   }

@@ -1,8 +1,10 @@
 /**
- * ResourceSlices (resource.k8s.io/v1) of this node: one slice per pool, kept equal to the inventory. Each reconcile
- * lists the node's plexus.io slices, creates the missing, replaces the changed (the pool's generation goes up) and
- * deletes those of pools no longer offered. It runs at start, on demand (a claim prepared or freed) and on a timer,
- * which also brings back slices the kubelet wiped (it deletes a driver's slices while the driver is unregistered).
+ * ResourceSlices (resource.k8s.io/v1) of this node: one slice per pool, kept equal to the pools offered now. Each
+ * reconcile lists the node's plexus.io slices, creates the missing, replaces the changed (the pool's generation goes
+ * up) and deletes those of pools no longer offered: with none offered (the kubelet does not know the driver, or
+ * plexusd stops) it withdraws them all. It runs at start, on demand (a claim prepared or freed, the kubelet's
+ * registration changed) and on a timer, which also brings back slices the kubelet wiped (it deletes every slice of
+ * its node when it starts, and a driver's slices while the driver is unregistered).
  */
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -62,8 +64,10 @@ export interface SliceChanges {
 type Answer = { ok: true } | { ok: false; error: { status: number; message: string } };
 
 export class SlicePublisher {
-  private running: Promise<SliceChanges> | undefined;
-  private again = false;
+  /** The pass under way or last done; the next one starts after it. */
+  private last: Promise<unknown> = Promise.resolve();
+  /** A pass asked for that has not started: later asks join it (it reads the pools when it starts). */
+  private queued: Promise<SliceChanges> | undefined;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -85,20 +89,19 @@ export class SlicePublisher {
     if (this.timer) clearInterval(this.timer);
   }
 
-  /** One reconcile at a time; a call during one runs once more after it (the newest inventory wins). */
+  /**
+   * One reconcile at a time; what it answers is a pass that started after the call, so it saw the pools as they
+   * were at the call or later (calls during a pass share the one pass after it).
+   */
   reconcile(): Promise<SliceChanges> {
-    if (this.running) {
-      this.again = true;
-      return this.running;
-    }
-    this.running = this.pass().finally(() => {
-      this.running = undefined;
-      if (this.again) {
-        this.again = false;
-        void this.reconcile();
-      }
+    if (this.queued) return this.queued;
+    const queued = this.last.then(() => {
+      this.queued = undefined;
+      return this.pass();
     });
-    return this.running;
+    this.queued = queued;
+    this.last = queued.catch(() => undefined);
+    return queued;
   }
 
   private async pass(): Promise<SliceChanges> {

@@ -117,7 +117,8 @@ export interface AttachRequest {
   readonly options?: AttachmentOptions;
   /**
    * CNI_ARGS for delegated plugins: the runtime's, less IP= and MAC= on secondary networks (they request the
-   * default network's address). The selection's cni-args go into the plugin config's `args`, not here.
+   * default network's address), which get the selection's mac and ips as MAC= and IP= instead, as Multus passes
+   * them. The selection's cni-args go into the plugin config's `args`, not here.
    */
   readonly cniArgs?: string;
 }

@@ -4,9 +4,16 @@
  * what the drivers do besides attachments: their undo steps, and their start, resync and stop (lifecycle.ts).
  */
 import type { Result } from '../cni/errors';
+import { definedFields } from '../common/defined-fields';
 import type { NetworkDefinition } from '../networks/nad';
 import { createBridgeDriver } from './bridge';
-import { createDelegateDriver, delegateDelStep, type DelegateInvocation, type ExecLimits } from './delegate';
+import {
+  createDelegateDriver,
+  delegateDelStep,
+  type DelegateInvocation,
+  type ExecLimits,
+  type PluginProcesses,
+} from './delegate';
 import type { Driver, UndoEnv, UndoStep } from './driver';
 import { createHostDeviceDriver } from './host-device';
 import { createIpvlanDriver } from './ipvlan';
@@ -25,6 +32,8 @@ export interface DriverDeps {
   readonly memif?: MemifDriverOptions;
   /** The node's limits of delegated plugin execs (plexusd makes them at start). */
   readonly execLimits?: ExecLimits;
+  /** The node's running delegated plugins, which a stopping plexusd stops. */
+  readonly pluginProcesses?: PluginProcesses;
 }
 
 /** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
@@ -47,8 +56,8 @@ export class DriverRegistry {
 
   /** The built-in drivers made with `deps`, and the delegate driver within `deps.execLimits`. */
   static create(deps: DriverDeps = {}): DriverRegistry {
-    const limits = deps.execLimits;
-    return new DriverRegistry(builtInDrivers(deps), createDelegateDriver(limits ? { limits } : {}));
+    const delegate = createDelegateDriver(definedFields({ limits: deps.execLimits, processes: deps.pluginProcesses }));
+    return new DriverRegistry(builtInDrivers(deps), delegate);
   }
 
   constructor(

@@ -17,7 +17,7 @@ import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentQuota, attachmentsOf } from './attachment-quota';
 import type { AttachRequest, EngineContext, EngineOptions, SweepReport } from './context';
-import type { AdoptedSandbox } from './foreign-sandboxes';
+import type { AdoptedListOptions, AdoptedSandbox } from './foreign-sandboxes';
 import type { AttachmentKey, AttachmentRecord, Journal } from './journal';
 import { NetnsGuard } from './netns-guard';
 import { releaseOrphanedLeases } from './orphaned-leases';
@@ -166,8 +166,8 @@ export class AttachmentEngine {
   }
 
   /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl and the orphan sweep. */
-  adopted(): AdoptedSandbox[] {
-    return this.options.foreign?.list() ?? [];
+  adopted(options?: AdoptedListOptions): AdoptedSandbox[] {
+    return this.options.foreign?.list(options) ?? [];
   }
 
   /** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */

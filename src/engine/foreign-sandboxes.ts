@@ -18,11 +18,23 @@ export interface AdoptedSandbox {
   readonly containerId: string;
   /** Who made it (e.g. "multus"). */
   readonly maker: string;
-  /** Its networks, in the order they were attached, with the interface each got. */
-  readonly networks: readonly { readonly name: string; readonly ifname: string }[];
+  /** Its networks, in the order they were attached, with the interface each got (and, when asked, its addresses). */
+  readonly networks: readonly AdoptedNetwork[];
   /** The pod it was made for and its network namespace, where its maker recorded them (for the orphan sweep). */
   readonly pod?: { readonly namespace: string; readonly name: string; readonly uid?: string };
   readonly netns?: string;
+}
+
+export interface AdoptedNetwork {
+  readonly name: string;
+  readonly ifname: string;
+  /** The addresses its plugins gave it, as recorded at ADD (CIDR notation); only when the listing asked for them. */
+  readonly ips?: readonly string[];
+}
+
+/** What a listing reads of each sandbox beyond its networks: their addresses, for plexusctl. */
+export interface AdoptedListOptions {
+  readonly addresses?: boolean;
 }
 
 /** What a foreign DEL did: not one of these sandboxes, done (or failed), or one whose record cannot be read. */
@@ -41,6 +53,11 @@ export interface ForeignSandboxes {
   forget(what: string): void;
   /** Checks the sandbox as its maker would; undefined when it is not one of these sandboxes. */
   check(req: ForeignDel): Promise<Result<void> | undefined>;
-  /** The sandboxes still held, for plexusctl. */
-  list(): AdoptedSandbox[];
+  /** The sandboxes still held, for plexusctl, the GC and the orphan sweep. */
+  list(options?: AdoptedListOptions): AdoptedSandbox[];
+  /**
+   * Whether the runtime made the sandbox under this network name (the name of the config it called, as its own
+   * record of the call says): a CNI GC under any other name leaves it alone, as it leaves Plexus's own attachments.
+   */
+  madeUnder(sandbox: AdoptedSandbox, network: string): boolean;
 }

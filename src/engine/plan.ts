@@ -16,6 +16,7 @@ import { declaredCapabilities, type NetworkDefinition } from '../networks/nad';
 import { delegationForced, type NamingScheme, type PlannedAttachment, planAttachments } from '../networks/planner';
 import {
   describeSelection,
+  type NetworkSelection,
   parsePodAnnotations,
   parseSelection,
   POD_ANNOTATIONS_CAPABILITY,
@@ -287,12 +288,21 @@ function secondaryRequest(
     ...(sel?.mac ? { mac: sel.mac } : {}),
     runtimeConfig,
     options,
-    cniArgs: rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS),
+    cniArgs: [rawArgs(req, DEFAULT_NETWORK_ONLY_ARGS), ...selectionArgs(sel)].filter(Boolean).join(';'),
   });
 }
 
 /** CNI_ARGS keys that request something of the default network (podman's static IP and MAC). */
 const DEFAULT_NETWORK_ONLY_ARGS = ['IP', 'MAC'];
+
+/**
+ * The selection's "mac" and "ips" as CNI_ARGS MAC= and IP= (comma separated), as Multus passes them to every plugin
+ * whatever its capabilities (static IPAM and host-local read IP, macvlan and bridge read MAC).
+ */
+const selectionArgs = (sel: NetworkSelection | undefined): string[] => [
+  ...(sel?.mac ? [`MAC=${sel.mac}`] : []),
+  ...(sel?.ips ? [`IP=${sel.ips.join(',')}`] : []),
+];
 
 /** The runtime's CNI_ARGS as delegated plugins receive them, less the keys meant for another attachment. */
 const rawArgs = (req: AddRequest, without: readonly string[] = []): string =>

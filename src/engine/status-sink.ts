@@ -6,7 +6,7 @@
  */
 import type { CniError } from '../cni/errors';
 import type { PodIdentity } from '../drivers/driver';
-import type { NetworkStatusEntry } from '../networks/status';
+import type { AddedInterface, NetworkStatusEntry } from '../networks/status';
 
 export interface StatusSink {
   /**
@@ -17,7 +17,7 @@ export interface StatusSink {
     pod: PodIdentity,
     containerId: string,
     status: readonly NetworkStatusEntry[],
-    added: readonly NetworkStatusEntry[],
+    added: readonly AddedInterface[],
     removed?: readonly { readonly network: string; readonly ifname: string }[],
   ): void;
   /** The pod's networks are gone (DEL). */

@@ -20,7 +20,7 @@ import {
 } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ok, type Result } from '../common/result';
-import { parseNetworkConfig, PLEXUS_PLUGIN_TYPE } from '../networks/nad';
+import { parseNetworkConfig, PLEXUS_NETWORK_NAME, PLEXUS_PLUGIN_TYPE } from '../networks/nad';
 import { CNI_CONF_EXTENSIONS, type InstallProblem, problem } from './conf-files';
 import { MULTUS_TYPES } from './multus-config';
 
@@ -111,7 +111,7 @@ export function plexusConflist(options: PlexusConflistOptions): string {
   return `${JSON.stringify(
     {
       cniVersion: options.cniVersion,
-      name: 'plexus',
+      name: PLEXUS_NETWORK_NAME,
       plugins: [
         {
           type: PLEXUS_PLUGIN_TYPE,

@@ -55,27 +55,74 @@ export function restoreMultus(confDir: string): Restored {
 }
 
 /**
- * What plexusd does once its conflist is written: with `takeOver`, Multus's configs go aside and the runtime calls
- * Plexus for new sandboxes; without, a Multus config still there is reported (the runtime keeps calling Multus).
+ * What plexusd does once its conflist is written, without `takeOverMultus`: a Multus config still there is reported
+ * (the runtime keeps calling Multus).
  */
-export function takeOverFromMultus(confDir: string, takeOver: boolean, log: Logger): void {
-  if (!takeOver) {
-    const multus = findMultusConfigs(listConfFiles(confDir) ?? []);
-    if (multus.length)
-      log.warn(
-        { multus: multus.map((m) => m.path) },
-        "Multus's config sorts first: the runtime calls Multus, not Plexus, for new pods (set takeOverMultus: docs/migrate-from-multus.md)",
-      );
-    return;
+export function reportMultusServing(confDir: string, log: Logger): void {
+  const multus = findMultusConfigs(listConfFiles(confDir) ?? []);
+  if (multus.length)
+    log.warn(
+      { multus: multus.map((m) => m.path) },
+      "Multus's config sorts first: the runtime calls Multus, not Plexus, for new pods (set takeOverMultus: docs/migrate-from-multus.md)",
+    );
+}
+
+/**
+ * What stops a takeover: what the IPAM of the pods Multus made holds, where plexusd cannot read it (each problem a
+ * sentence naming the path). Taking over then could give their addresses to new pods.
+ */
+export type TakeoverBlockers = () => readonly string[];
+
+const BLOCKED =
+  "Multus's config stays, the runtime keeps calling Multus: plexusd cannot read what the IPAM of the pods Multus made holds, so it could give their addresses to new pods; it takes over once these are fixed";
+
+/**
+ * With `takeOverMultus`: Multus's configs go aside and the runtime calls Plexus for new sandboxes, unless a blocker
+ * says plexusd cannot hold what Multus's pods hold. Then Multus keeps the node, the log and `problems()` (for
+ * /readyz) say why, and the next `attempt` tries again.
+ */
+export class MultusTakeover {
+  private blocked: readonly string[] = [];
+
+  constructor(
+    private readonly confDir: string,
+    private readonly log: Logger,
+    private readonly blockers: TakeoverBlockers,
+  ) {}
+
+  /** Why the takeover has not happened, empty once it has (or while nothing stops it). */
+  problems(): readonly string[] {
+    return this.blocked;
   }
-  try {
-    const moved = moveMultusAside(confDir);
-    if (moved.length)
-      log.info(
-        { moved },
-        "Multus's config moved aside: the runtime calls Plexus for new pods (plexus-install uninstall puts it back)",
-      );
-  } catch (e) {
-    log.error({ err: e, confDir }, "cannot move Multus's config aside: the runtime keeps calling Multus for new pods");
+
+  /** Tries to take the node over; true when Multus's config is aside (or there was none), false to try again. */
+  attempt(): boolean {
+    if (findMultusConfigs(listConfFiles(this.confDir) ?? []).length === 0) return this.done();
+    const problems = this.blockers();
+    if (problems.length > 0) {
+      if (problems.join('\n') !== this.blocked.join('\n')) this.log.error({ problems }, BLOCKED);
+      this.blocked = problems;
+      return false;
+    }
+    try {
+      const moved = moveMultusAside(this.confDir);
+      if (moved.length)
+        this.log.info(
+          { moved },
+          "Multus's config moved aside: the runtime calls Plexus for new pods (plexus-install uninstall puts it back)",
+        );
+    } catch (e) {
+      const message = "cannot move Multus's config aside: the runtime keeps calling Multus for new pods";
+      this.log.error({ err: e, confDir: this.confDir }, message);
+      this.blocked = [`${message}: ${(e as Error).message}`];
+      return false;
+    }
+    return this.done();
+  }
+
+  private done(): boolean {
+    if (this.blocked.length > 0) this.log.info("Multus's takeover is no longer blocked");
+    this.blocked = [];
+    return true;
   }
 }

@@ -2,23 +2,28 @@
  * Address allocation with host-local's semantics on top of the embedded lease store:
  * one address per range set, round-robin after the last reserved address, never the
  * gateway, network or broadcast address; idempotent for the same owner; all or nothing.
+ * On the node's own store, each host-local network's addresses are shared with the reference plugin's directory
+ * (host-local-dir.ts): what it holds is skipped, and each lease is written there too.
  */
 import type { IpamBackend, IpamRequest, IpamResult } from './backend';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../cni/errors';
 import { IPAM_ADDRESS_IN_USE, IPAM_POOL_EXHAUSTED } from './codes';
-import type { DnsSpec, IpamConfig } from './config';
+import type { IpamConfig } from './config';
 import { type CompiledRange, compileRanges, describeRange, isAllocatable } from './ranges';
-import { type Ip, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
+import { type Ip, formatCidr, formatIp } from '../common/ip';
 import { KeyedMutex } from '../common/keyed-mutex';
 import { claimNeedsClusterPool, clusterNeedsApi } from './errors';
+import { type Share, HostLocalSharing, type SharingOptions } from './host-local-sharing';
 import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
+import { inRange, invalid, matchRequested } from './requested-ips';
+import { allocateStatic, withDns } from './static-ipam';
 import { LeaseStore, type LeaseStoreOptions } from './store';
 
-type HostLocal = Extract<IpamConfig, { type: 'host-local' }>;
-type Static = Extract<IpamConfig, { type: 'static' }>;
-type ResultIp = IpamResult['ips'][number];
+export type IpamOptions = LeaseStoreOptions & SharingOptions;
 
-const invalid = (message: string): CniError => new CniError(CniCode.InvalidNetworkConfig, message);
+type HostLocal = Extract<IpamConfig, { type: 'host-local' }>;
+type ResultIp = IpamResult['ips'][number];
+type Removal = { readonly removed: readonly Lease[]; readonly failures: readonly Error[] };
 
 function checkNetwork(network: string): CniError | undefined {
   return isSafeNetworkName(network)
@@ -43,28 +48,57 @@ function checkOwner(containerId: string, ifname: string): CniError | undefined {
   return undefined;
 }
 
-const inRange = (range: CompiledRange, ip: Ip): boolean =>
-  range.subnet.family === ip.family && ip.value >= range.start && ip.value <= range.end;
-
 function describeHolder(lease: Lease): string {
   return lease.containerId === ''
     ? 'a lease file with no valid owner'
     : `container ${lease.containerId} interface ${lease.ifname}`;
 }
 
-const withDns = (config: IpamConfig): { dns?: DnsSpec } => (config.dns !== undefined ? { dns: config.dns } : {});
+const inUse = (text: string, holder: string, network: string): Result<never> =>
+  err(
+    new CniError(IPAM_ADDRESS_IN_USE, `requested IP ${text} is already allocated to ${holder} in network ${network}`),
+  );
 
 const resultIpOf = (lease: Lease): ResultIp =>
   lease.gateway !== undefined ? { address: lease.address, gateway: lease.gateway } : { address: lease.address };
 
 export class Ipam implements IpamBackend {
   private readonly locks = new KeyedMutex();
+  private readonly sharing: HostLocalSharing;
 
-  private constructor(private readonly store: LeaseStore) {}
+  private constructor(
+    private readonly store: LeaseStore,
+    options: SharingOptions,
+  ) {
+    this.sharing = new HostLocalSharing(store, options);
+  }
 
-  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing (options: LeaseStoreOptions). */
-  static async open(dir: string, options: LeaseStoreOptions = {}): Promise<Ipam> {
-    return new Ipam(await LeaseStore.open(dir, options));
+  /** Opens the store in `dir` (<state-dir>/ipam), creating it with mode 0700 if missing. */
+  static async open(dir: string, options: IpamOptions = {}): Promise<Ipam> {
+    return new Ipam(await LeaseStore.open(dir, options), options);
+  }
+
+  /** Removes leases, each one's copy in host-local's directory first (a crash between leaves the lease held). */
+  private async removeLeases(network: string, stored: readonly StoredLease[]): Promise<Removal> {
+    const copies = this.sharing.removeCopies(network, stored);
+    const outcome = await this.store.remove(network, copies.kept);
+    return { removed: outcome.removed, failures: [...copies.failures, ...outcome.failures] };
+  }
+
+  /**
+   * Writes the leases of each host-local network into its host-local directory now, rather than at the network's
+   * first allocation (at start, so a delegated host-local never meets them missing); the problems, per network.
+   */
+  async shareHeld(networks: readonly { readonly network: string; readonly config: IpamConfig }[]): Promise<string[]> {
+    const problems: string[] = [];
+    for (const { network, config } of networks) {
+      const path = config.type === 'host-local' ? this.sharing.dirOf(network, config) : undefined;
+      if (path === undefined || this.store.all(network).length === 0) continue;
+      await this.locks
+        .run(network, () => this.sharing.run(network, path, () => Promise.resolve()))
+        .catch((thrown: unknown) => problems.push(`network ${network}: ${String(thrown)}`));
+    }
+    return problems;
   }
 
   async allocate(req: IpamRequest): Promise<Result<IpamResult>> {
@@ -81,22 +115,29 @@ export class Ipam implements IpamBackend {
     if (!sets.ok) return sets;
     const requested = matchRequested(req.network, sets.value, req.requestedIps ?? []);
     if (!requested.ok) return requested;
+    const path = this.sharing.dirOf(req.network, config);
     return this.locks
-      .run(req.network, () => this.allocateHostLocal(req, config, sets.value, requested.value))
+      .run(req.network, () =>
+        this.sharing.run(req.network, path, (share) =>
+          this.allocateHostLocal({ req, config, sets: sets.value, requested: requested.value, share }),
+        ),
+      )
       .catch((thrown: unknown) => err(toCniError(thrown, CniCode.IoFailure, `IPAM for network ${req.network}`)));
   }
 
-  private async allocateHostLocal(
-    req: IpamRequest,
-    config: HostLocal,
-    sets: readonly (readonly CompiledRange[])[],
-    requested: ReadonlyMap<number, Ip>,
-  ): Promise<Result<IpamResult>> {
+  private async allocateHostLocal(a: {
+    readonly req: IpamRequest;
+    readonly config: HostLocal;
+    readonly sets: readonly (readonly CompiledRange[])[];
+    readonly requested: ReadonlyMap<number, Ip>;
+    readonly share: Share;
+  }): Promise<Result<IpamResult>> {
+    const { req, config, sets, requested, share } = a;
     const held = this.store.owned(req.network, req.containerId, req.ifname);
     const reserved: StoredLease[] = [];
     const ips: ResultIp[] = [];
     const fail = async (error: CniError): Promise<Result<never>> => {
-      const undone = await this.store.remove(req.network, reserved);
+      const undone = await this.removeLeases(req.network, reserved);
       const details = undone.failures.map((failure) => `rollback: ${failure.message}`).join('; ');
       return err(details === '' ? error : new CniError(error.code, error.message, details));
     };
@@ -111,8 +152,8 @@ export class Ipam implements IpamBackend {
         const wanted = requested.get(index);
         const outcome =
           wanted !== undefined
-            ? await this.reserveRequested(req, set, wanted)
-            : await this.reserveNext(req, index, set);
+            ? await this.reserveRequested(req, set, wanted, share)
+            : await this.reserveNext(req, { index, set }, share);
         if (!outcome.ok) return await fail(outcome.error);
         reserved.push(outcome.value);
         ips.push(resultIpOf(outcome.value.lease));
@@ -124,7 +165,7 @@ export class Ipam implements IpamBackend {
     return ok({ ips, routes: config.routes, ...withDns(config) });
   }
 
-  private leaseFor(req: IpamRequest, range: CompiledRange, ip: Ip): Lease {
+  private leaseFor(req: IpamRequest, range: CompiledRange, ip: Ip, share: Share): Lease {
     return {
       network: req.network,
       address: formatCidr(ip.family, ip.value, range.subnet.prefix),
@@ -132,13 +173,28 @@ export class Ipam implements IpamBackend {
       containerId: req.containerId,
       ifname: req.ifname,
       ...(req.owner !== undefined ? { owner: req.owner } : {}),
+      ...(share.path !== undefined ? { hostLocalDir: share.path } : {}),
     };
+  }
+
+  /**
+   * Leases the address in this store and then in host-local's directory; undefined when either has it already (the
+   * directory's file made without its lock): this store's lease is then taken back.
+   */
+  private async reserveShared(ip: Ip, lease: Lease, share: Share): Promise<StoredLease | 'taken' | undefined> {
+    const taken = await this.store.reserve(ip, lease);
+    if (taken !== undefined) return 'taken';
+    if (share.write(ip, lease)) return { ip, lease };
+    const undone = await this.store.remove(lease.network, [{ ip, lease }]);
+    if (undone.failures[0] !== undefined) throw undone.failures[0];
+    return undefined;
   }
 
   private async reserveRequested(
     req: IpamRequest,
     set: readonly CompiledRange[],
     ip: Ip,
+    share: Share,
   ): Promise<Result<StoredLease>> {
     const range = set.find((candidate) => inRange(candidate, ip));
     const text = formatIp(ip.family, ip.value);
@@ -150,25 +206,24 @@ export class Ipam implements IpamBackend {
         ),
       );
     }
-    const inUse = (holder: StoredLease): Result<never> =>
-      err(
-        new CniError(
-          IPAM_ADDRESS_IN_USE,
-          `requested IP ${text} is already allocated to ${describeHolder(holder.lease)} in network ${req.network}`,
-        ),
-      );
     const holder = this.store.holder(req.network, ip);
-    if (holder !== undefined) return inUse(holder);
-    const lease = this.leaseFor(req, range, ip);
-    const taken = await this.store.reserve(ip, lease);
-    return taken === undefined ? ok({ ip, lease }) : inUse(taken);
+    if (holder !== undefined) return inUse(text, describeHolder(holder.lease), req.network);
+    const shared = (): string => `${share.holderOf(ip)} in host-local's store ${share.path ?? ''}`;
+    if (share.holds(ip)) return inUse(text, shared(), req.network);
+    const lease = this.leaseFor(req, range, ip, share);
+    const reserved = await this.reserveShared(ip, lease, share);
+    if (reserved === 'taken') {
+      const taken = this.store.holder(req.network, ip);
+      return inUse(text, taken !== undefined ? describeHolder(taken.lease) : 'another process', req.network);
+    }
+    return reserved !== undefined ? ok(reserved) : inUse(text, shared(), req.network);
   }
 
   /** The next free address of the set, starting after the last one reserved there (host-local's last_reserved_ip). */
   private async reserveNext(
     req: IpamRequest,
-    index: number,
-    set: readonly CompiledRange[],
+    { index, set }: { readonly index: number; readonly set: readonly CompiledRange[] },
+    share: Share,
   ): Promise<Result<StoredLease>> {
     let rangeIndex = 0;
     let value = set[0]?.start ?? 0n;
@@ -190,10 +245,11 @@ export class Ipam implements IpamBackend {
       }
       const ip: Ip = { family: range.subnet.family, value };
       value++;
-      if (!isAllocatable(range, ip.value) || this.store.holder(req.network, ip) !== undefined) continue;
-      const lease = this.leaseFor(req, range, ip);
+      if (!isAllocatable(range, ip.value) || this.store.holder(req.network, ip) !== undefined || share.holds(ip))
+        continue;
       // Another process may have taken it since open(): the store then learns its holder and we move on.
-      if ((await this.store.reserve(ip, lease)) === undefined) return ok({ ip, lease });
+      const reserved = await this.reserveShared(ip, this.leaseFor(req, range, ip, share), share);
+      if (reserved !== undefined && reserved !== 'taken') return ok(reserved);
     }
     return err(
       new CniError(
@@ -209,7 +265,7 @@ export class Ipam implements IpamBackend {
     if (bad !== undefined) return err(bad);
     return this.locks
       .run(network, async (): Promise<Result<readonly Lease[]>> => {
-        const outcome = await this.store.remove(network, this.store.owned(network, containerId, ifname));
+        const outcome = await this.removeLeases(network, this.store.owned(network, containerId, ifname));
         if (outcome.failures.length > 0) {
           return err(
             new CniError(
@@ -237,7 +293,7 @@ export class Ipam implements IpamBackend {
     const released: Lease[] = [];
     for (const network of this.store.networkNames()) {
       const outcome = await this.locks.run(network, () =>
-        this.store.remove(
+        this.removeLeases(
           network,
           this.store.all(network).filter((stored) => !keep(stored.lease)),
         ),
@@ -264,60 +320,4 @@ function sortLeases(stored: readonly StoredLease[]): readonly Lease[] {
               : 0,
     )
     .map((entry) => entry.lease);
-}
-
-/** Assigns each requested IP to the one range set containing it. */
-function matchRequested(
-  network: string,
-  sets: readonly (readonly CompiledRange[])[],
-  requestedIps: readonly string[],
-): Result<ReadonlyMap<number, Ip>> {
-  const byset = new Map<number, Ip>();
-  for (const text of requestedIps) {
-    const cidr = text.includes('/') ? parseCidr(text) : undefined;
-    const ip = cidr ?? parseIp(text);
-    if (ip === undefined) return err(invalid(`requested IP ${JSON.stringify(text)} is not a valid IP address`));
-    const index = sets.findIndex((set) => set.some((range) => inRange(range, ip)));
-    const set = sets[index];
-    if (set === undefined)
-      return err(invalid(`requested IP ${formatIp(ip.family, ip.value)} is not in any range of network ${network}`));
-    const range = set.find((candidate) => inRange(candidate, ip));
-    if (cidr !== undefined && range !== undefined && cidr.prefix !== range.subnet.prefix) {
-      return err(
-        invalid(
-          `requested IP ${text} has prefix /${cidr.prefix} but its range ${describeRange(range)} in network ${network} is a /${range.subnet.prefix}`,
-        ),
-      );
-    }
-    const other = byset.get(index);
-    if (other !== undefined) {
-      return err(
-        invalid(
-          `requested IPs ${formatIp(other.family, other.value)} and ${formatIp(ip.family, ip.value)} are both in range set ${index} of network ${network}: one address is allocated per range set`,
-        ),
-      );
-    }
-    byset.set(index, { family: ip.family, value: ip.value });
-  }
-  return ok(byset);
-}
-
-/** As the static plugin: the configured addresses plus requested ones (which need a prefix); nothing is stored. */
-function allocateStatic(config: Static, requestedIps: readonly string[]): Result<IpamResult> {
-  const ips: ResultIp[] = [...config.addresses];
-  for (const text of requestedIps) {
-    const cidr = parseCidr(text);
-    if (cidr === undefined) {
-      return err(
-        invalid(
-          `requested IP ${JSON.stringify(text)} must be an address with a prefix length (e.g. 10.10.0.1/24) for static IPAM`,
-        ),
-      );
-    }
-    const address = formatCidr(cidr.family, cidr.value, cidr.prefix);
-    if (!ips.some((ip) => ip.address === address)) ips.push({ address });
-  }
-  if (ips.length === 0)
-    return err(invalid('ipam.addresses: static IPAM needs at least one address (in ipam.addresses or requested)'));
-  return ok({ ips, routes: config.routes, ...withDns(config) });
 }

@@ -25,6 +25,8 @@ export type IpamConfig =
       readonly ranges: readonly (readonly IpRange[])[];
       readonly routes: readonly RouteSpec[];
       readonly dns?: DnsSpec;
+      /** The reference plugin's `dataDir` (absolute); unset: the node's default (host-local's /var/lib/cni/networks). */
+      readonly dataDir?: string;
     }
   | {
       readonly type: 'static';

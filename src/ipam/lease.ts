@@ -11,6 +11,8 @@ export interface Lease {
   readonly ifname: string;
   /** Who holds it beyond the container (recorded by cluster IPAM; absent in host-local's files). */
   readonly owner?: LeaseOwner;
+  /** The reference host-local's directory of the network (`<dataDir>/<network>`) the lease is written in too. */
+  readonly hostLocalDir?: string;
 }
 
 /** The pod behind a lease, and the network it was allocated for when the lease lives in a shared pool. */

@@ -1,4 +1,5 @@
 /** The node-local IPAM configs, as the reference plugins take them: `host-local` and `static`. */
+import { resolve } from 'node:path';
 import { z } from 'zod';
 import { familyName, formatCidr, formatIp, parseCidr, parseIp } from '../common/ip';
 import type { IpamConfig } from './config';
@@ -15,8 +16,9 @@ export const hostLocalShape = z.looseObject({
   gateway: z.string().optional(),
   routes: z.array(routeShape).optional(),
   dns: dnsShape.optional(),
-  // Accepted for compatibility and ignored: Plexus keeps leases in its own store and takes DNS from `dns`.
+  // Where the reference plugin keeps leases: native leases are written there too (host-local-dir.ts).
   dataDir: z.string().optional(),
+  // Accepted for compatibility and ignored: DNS comes from `dns`.
   resolvConf: z.string().optional(),
 });
 export const staticShape = z.looseObject({
@@ -49,6 +51,7 @@ export function parseHostLocal(shape: z.infer<typeof hostLocalShape>): IpamConfi
     ranges: sets.map((set) => set.ranges.map(rangeToConfig)),
     routes: parseRoutes(shape.routes),
     ...(shape.dns !== undefined ? { dns: parseDns(shape.dns) } : {}),
+    ...(shape.dataDir !== undefined && shape.dataDir !== '' ? { dataDir: resolve('/', shape.dataDir) } : {}),
   };
 }
 

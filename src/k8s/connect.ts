@@ -73,8 +73,9 @@ export function connectToApi(settings: ApiSettings, log: Logger): ApiConnection 
   const conf = new CniConfDir(settings.cniConfDir);
   const networks = new ApiNetworkSource(client, conf, warn('watching NetworkAttachmentDefinitions'));
   const pods = new ApiPodSource(client, nodeName, warn(`watching the pods of node ${nodeName}`));
-  const status = new ApiStatusWriter(client, log);
-  const events = new EventRecorder(client, nodeName, log);
+  const apiUid = (namespace: string, name: string, uid: string): string => pods.apiUid(namespace, name, uid);
+  const status = new ApiStatusWriter(client, log, { apiUid });
+  const events = new EventRecorder(client, nodeName, log, { apiUid });
   const engine = new EnginePlug();
   const hotplug = settings.hotPlug ? new HotplugController(engine, pods, events, log) : undefined;
   const keeper = new NetworkStatusKeeper(engine, pods, status, log.child({ component: 'network-status' }));

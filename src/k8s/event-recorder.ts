@@ -1,6 +1,6 @@
 /**
  * Pod events, so `kubectl describe pod` says what Plexus did: Normal AddedInterface for each interface an ADD (or a
- * hot-plug) attached ("Add net1 [10.1.0.5] from team-a/blue", as Multus words it), RemovedInterface for each one a
+ * hot-plug) attached ("Add net1 [10.1.0.5/24] from team-a/blue", as Multus words it), RemovedInterface for each one a
  * hot-plug removed, Warning FailedAttachNetwork with the CNI error's message when an ADD or a hot-plug fails. A failure repeated by the kubelet's retries updates one event's count and last
  * time (as client-go's correlator does) instead of creating one per retry. Written in the background, like status.
  */
@@ -9,9 +9,10 @@ import type { Logger } from 'pino';
 import type { CniError } from '../cni/errors';
 import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
-import type { NetworkStatusEntry } from '../networks/status';
+import type { AddedInterface, NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
-import { BackgroundWrites, type RetryOptions } from './background-writes';
+import { BackgroundWrites } from './background-writes';
+import type { StatusWriteOptions } from './status-writer';
 
 export const ADDED_INTERFACE = 'AddedInterface';
 export const REMOVED_INTERFACE = 'RemovedInterface';
@@ -38,28 +39,28 @@ type FullPod = Required<Pick<PodIdentity, 'namespace' | 'name'>> & PodIdentity;
 export class EventRecorder implements StatusSink {
   private readonly writes: BackgroundWrites;
   private readonly counted = new Map<string, Counted>();
+  private readonly apiUid: NonNullable<StatusWriteOptions['apiUid']>;
 
+  /** `options.apiUid`: events of a static pod's sandbox name its mirror pod, as `kubectl describe` looks them up. */
   constructor(
     private readonly client: KubeApiClient,
     private readonly nodeName: string,
     log: Logger,
-    options: RetryOptions = { attempts: 5 },
+    options: StatusWriteOptions = {},
   ) {
-    this.writes = new BackgroundWrites(log, options);
+    this.writes = new BackgroundWrites(log, { attempts: 5, ...options });
+    this.apiUid = options.apiUid ?? ((_namespace, _name, uid) => uid);
   }
 
   attached(
     pod: PodIdentity,
     _containerId: string,
     _status: readonly NetworkStatusEntry[],
-    added: readonly NetworkStatusEntry[],
+    added: readonly AddedInterface[],
     removed: readonly { readonly network: string; readonly ifname: string }[] = [],
   ): void {
     if (!isFull(pod)) return;
-    for (const entry of added) {
-      const ips = entry.ips?.length ? entry.ips.join(',') : '';
-      this.emit(pod, 'Normal', ADDED_INTERFACE, `Add ${entry.interface ?? '?'} [${ips}] from ${entry.name}`);
-    }
+    for (const entry of added) this.emit(pod, 'Normal', ADDED_INTERFACE, addedInterfaceMessage(entry));
     for (const gone of removed)
       this.emit(pod, 'Normal', REMOVED_INTERFACE, `Remove ${gone.ifname} from ${gone.network}`);
   }
@@ -117,7 +118,7 @@ export class EventRecorder implements StatusSink {
         kind: 'Pod',
         namespace: pod.namespace,
         name: pod.name,
-        ...(pod.uid ? { uid: pod.uid } : {}),
+        ...(pod.uid ? { uid: this.apiUid(pod.namespace, pod.name, pod.uid) } : {}),
       },
       type,
       reason,
@@ -158,5 +159,9 @@ export class EventRecorder implements StatusSink {
     }
   }
 }
+
+/** The AddedInterface event's message, as Multus words it: addresses with their prefix, as Go prints a list. */
+export const addedInterfaceMessage = (added: AddedInterface): string =>
+  `Add ${added.ifname} [${added.addresses.join(' ')}] from ${added.network}`;
 
 const isFull = (pod: PodIdentity): pod is FullPod => Boolean(pod.namespace && pod.name);

@@ -153,7 +153,7 @@ export class HotplugController {
         !r.deleting &&
         r.meta.pod.namespace === namespace &&
         r.meta.pod.name === name &&
-        (!r.meta.pod.uid || r.meta.pod.uid === pod.uid),
+        (!r.meta.pod.uid || r.meta.pod.uid === pod.sandboxUid),
     );
     for (const record of records) {
       const { containerId, ifname } = record.meta;

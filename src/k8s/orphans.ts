@@ -26,7 +26,8 @@ export interface OrphanSweepTarget {
 }
 
 export interface PodsByName {
-  cachedPod(namespace: string, name: string): { readonly uid: string } | undefined;
+  /** `sandboxUid`: the UID the pod's sandboxes carry (a static pod's, for a mirror pod; pod-source.ts). */
+  cachedPod(namespace: string, name: string): { readonly uid: string; readonly sandboxUid: string } | undefined;
 }
 
 /** Why an attachment is an orphan, or undefined to keep it. */
@@ -41,7 +42,7 @@ export function orphanReason(
   if (!namespace || !name) return undefined; // not a Kubernetes pod: only the runtime or an operator may remove it
   if (record.meta.netns && netnsExists(record.meta.netns)) return undefined;
   const pod = pods.cachedPod(namespace, name);
-  if (pod && (!uid || pod.uid === uid)) return undefined;
+  if (pod && (!uid || pod.sandboxUid === uid)) return undefined;
   return pod
     ? `its network namespace is gone and pod ${namespace}/${name} is now another pod (UID ${pod.uid}, not ${uid})`
     : `its network namespace is gone and pod ${namespace}/${name} is no longer on this node`;
@@ -56,7 +57,7 @@ export function adoptedOrphanReason(
   if (!sandbox.pod || !sandbox.netns || netnsExists(sandbox.netns)) return undefined;
   const { namespace, name, uid } = sandbox.pod;
   const pod = pods.cachedPod(namespace, name);
-  if (pod && (!uid || pod.uid === uid)) return undefined;
+  if (pod && (!uid || pod.sandboxUid === uid)) return undefined;
   return `its network namespace is gone and pod ${namespace}/${name}${uid ? ` (UID ${uid})` : ''} is no longer on this node`;
 }
 

@@ -2,23 +2,40 @@
  * This node's pods from the Kubernetes API, as the engine's PodSource: an informer on `spec.nodeName=<node>` is the
  * cache, so an ADD of a pod the kubelet started costs no request; a pod not in it yet (the watch is a moment behind
  * the scheduler) costs one GET. K8S_POD_UID is checked against the API's UID: a sandbox of an earlier pod of the same
- * name is refused, never given the new pod's networks.
+ * name is refused, never given the new pod's networks. A static pod's sandbox is checked against the UID its mirror
+ * pod names (mirror-pod.ts).
  */
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { PodInfo, PodSource } from '../engine/pod-source';
 import { type KubeApiClient, segment } from './api-client';
 import { type ApiObject, Informer } from './informer';
+import { sandboxUidOf } from './mirror-pod';
 
 /** A pod of this node as the cache has it. */
 export interface CachedPod extends PodInfo {
   readonly namespace: string;
   readonly name: string;
+  /** The UID its sandboxes carry (K8S_POD_UID): the static pod's for a mirror pod, else `uid`. */
+  readonly sandboxUid: string;
 }
 const cachedPod = (obj: ApiObject): CachedPod | undefined => {
   const m = obj.metadata;
-  return m?.name && m.namespace
-    ? { namespace: m.namespace, name: m.name, uid: m.uid ?? '', annotations: m.annotations ?? {} }
-    : undefined;
+  if (!m?.name || !m.namespace) return undefined;
+  const meta = { uid: m.uid ?? '', annotations: m.annotations ?? {} };
+  return { namespace: m.namespace, name: m.name, ...meta, sandboxUid: sandboxUidOf(meta) };
+};
+
+const staleSandbox = (namespace: string, name: string, info: PodInfo, uid: string): CniError => {
+  const mirrored = sandboxUidOf(info);
+  const pod =
+    mirrored === info.uid
+      ? `pod ${namespace}/${name} in the API has UID ${info.uid}`
+      : `mirror pod ${namespace}/${name} in the API stands for static pod UID ${mirrored}`;
+  return new CniError(
+    CniCode.InvalidEnvironment,
+    `${pod}, but this sandbox is for UID ${uid} (K8S_POD_UID): it belongs to an earlier pod of that name, so none of the new pod's networks are attached`,
+    'the kubelet removes stale sandboxes; nothing was attached',
+  );
 };
 
 /** The fields of a pod that name its ResourceClaims. */
@@ -97,6 +114,15 @@ export class ApiPodSource implements PodSource {
     return this.informer.list().flatMap((p) => cachedPod(p) ?? []);
   }
 
+  /**
+   * The UID of the API's object for the pod of a sandbox of UID `uid`: the mirror pod's for a static pod's sandbox
+   * (where the status is written and events point), `uid` itself when the cache knows no other.
+   */
+  apiUid(namespace: string, name: string, uid: string): string {
+    const pod = this.cachedPod(namespace, name);
+    return pod && pod.sandboxUid === uid ? pod.uid : uid;
+  }
+
   /** A pod from the cache only (no request). */
   cachedPod(namespace: string, name: string): CachedPod | undefined {
     const obj = this.informer.get(namespace, name);
@@ -124,7 +150,7 @@ export class ApiPodSource implements PodSource {
   async get(namespace: string, name: string, uid: string | undefined): Promise<Result<PodInfo>> {
     const cached = this.informer.get(namespace, name);
     // A cached pod of another UID may be the cache lagging behind a re-created pod: the live GET decides.
-    if (cached && (uid === undefined || cached.metadata?.uid === uid)) return ok(infoOf(cached));
+    if (cached && (uid === undefined || sandboxUidOf(infoOf(cached)) === uid)) return ok(infoOf(cached));
     const live = await this.client.request(
       'GET',
       `/api/v1/namespaces/${segment(namespace)}/pods/${segment(name)}`,
@@ -150,15 +176,7 @@ export class ApiPodSource implements PodSource {
       );
     }
     const info = infoOf(live.value as ApiObject);
-    if (uid !== undefined && info.uid !== uid) {
-      return err(
-        new CniError(
-          CniCode.InvalidEnvironment,
-          `pod ${namespace}/${name} in the API has UID ${info.uid}, but this sandbox is for UID ${uid} (K8S_POD_UID): it belongs to an earlier pod of that name, so none of the new pod's networks are attached`,
-          'the kubelet removes stale sandboxes; nothing was attached',
-        ),
-      );
-    }
+    if (uid !== undefined && sandboxUidOf(info) !== uid) return err(staleSandbox(namespace, name, info, uid));
     return ok(info);
   }
 }

@@ -62,7 +62,7 @@ function journaled(
       !r.changing &&
       r.meta.pod.namespace === pod.namespace &&
       r.meta.pod.name === pod.name &&
-      (!r.meta.pod.uid || r.meta.pod.uid === pod.uid),
+      (!r.meta.pod.uid || r.meta.pod.uid === pod.sandboxUid),
   );
   const newest = mine.sort((a, b) => (committedAt(a) < committedAt(b) ? -1 : 1)).at(-1);
   return newest?.details ? { containerId: newest.meta.containerId, status: newest.details.networkStatus } : undefined;

@@ -1,7 +1,8 @@
 /**
  * The pod's k8s.v1.cni.cncf.io/network-status annotation (NPWG v1.3), written back as a StatusSink. A merge PATCH of
  * that one annotation, never a read-modify-write of the whole map, carrying the pod's UID as a precondition so a new
- * pod of the same name is never written to. The CNI call never waits for it: writes run in the background and are
+ * pod of the same name is never written to (a static pod's status goes to its mirror pod, under the mirror pod's UID:
+ * `apiUid`). The CNI call never waits for it: writes run in the background and are
  * retried with backoff while the API is slow or down, until written, or the pod is gone, or it was superseded by a
  * newer status of the same pod.
  */
@@ -11,6 +12,12 @@ import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
 import { BackgroundWrites, type RetryOptions } from './background-writes';
+import type { ApiUidOf } from './mirror-pod';
+
+export interface StatusWriteOptions extends RetryOptions {
+  /** The pod's UID in the API for a sandbox's K8S_POD_UID; the same UID where not given. */
+  readonly apiUid?: ApiUidOf;
+}
 
 export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
 
@@ -19,13 +26,15 @@ export class ApiStatusWriter implements StatusSink {
   private readonly latest = new Map<string, number>();
   private sequence = 0;
   private readonly writes: BackgroundWrites;
+  private readonly apiUid: ApiUidOf;
 
   constructor(
     private readonly client: KubeApiClient,
     log: Logger,
-    options: RetryOptions = {},
+    options: StatusWriteOptions = {},
   ) {
     this.writes = new BackgroundWrites(log, options);
+    this.apiUid = options.apiUid ?? ((_namespace, _name, uid) => uid);
   }
 
   attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[]): void {
@@ -54,14 +63,14 @@ export class ApiStatusWriter implements StatusSink {
     const key = `${pod.namespace}/${pod.name}`;
     const mine = ++this.sequence;
     this.latest.set(key, mine);
-    const body = {
-      metadata: { ...(pod.uid ? { uid: pod.uid } : {}), annotations: { [NETWORK_STATUS_ANNOTATION]: value } },
-    };
     const path = `/api/v1/namespaces/${segment(pod.namespace)}/pods/${segment(pod.name)}`;
     this.writes.start(
       { write: 'network-status', pod: key, containerId },
       async () => {
         if (this.latest.get(key) !== mine) return { outcome: 'stop', why: 'superseded by a newer status of the pod' };
+        // Resolved at each attempt: a mirror pod the cache did not have yet may be there on the next.
+        const uid = pod.uid ? { uid: this.apiUid(pod.namespace, pod.name, pod.uid) } : {};
+        const body = { metadata: { ...uid, annotations: { [NETWORK_STATUS_ANNOTATION]: value } } };
         const r = await this.client.request('PATCH', path, 'pods', {
           body,
           contentType: 'application/merge-patch+json',

@@ -43,5 +43,13 @@ export function parseAddressReply(payload: Buffer): AddrInfo | undefined {
   const attrs = parseAttrs(payload.subarray(8));
   const bytes = attrs.get(C.IFA_LOCAL) ?? attrs.get(C.IFA_ADDRESS);
   if (!bytes) return undefined;
-  return { index, family: family === C.AF_INET ? 4 : 6, address: `${formatAddress(bytes)}/${prefixLen}` };
+  const wide = attrs.get(C.IFA_FLAGS);
+  const flags = wide && wide.length >= 4 ? wide.readUInt32LE(0) : payload.readUInt8(2);
+  return {
+    index,
+    family: family === C.AF_INET ? 4 : 6,
+    address: `${formatAddress(bytes)}/${prefixLen}`,
+    ...(flags & C.IFA_F_TENTATIVE ? { tentative: true } : {}),
+    ...(flags & C.IFA_F_DADFAILED ? { dadFailed: true } : {}),
+  };
 }

@@ -51,20 +51,20 @@ export class BatchRunner {
     };
     const results: unknown[] = [];
     try {
-      for (const [index, op] of req.ops.entries()) {
+      for (let index = 0; index < req.ops.length;) {
+        const op = req.ops[index]!;
         const netns = op.at ?? req.netns;
-        try {
-          results.push(runOp(socketFor(netns), netns, op, this.received));
-        } catch (e) {
-          if (isFatal(e)) throw e;
-          const failure = toFailure(e, op);
-          // A netns that cannot be entered fails the batch even for ops that tolerate the errno of the op itself.
-          if (failure.op === 'open netns' || failure.op === 'setns') return { id: req.id, ok: false, index, failure };
-          if (op.ignore?.includes(failure.errnoName)) {
-            results.push(null);
-            continue;
-          }
-          return { id: req.id, ok: false, index, failure };
+        // Sysctls of one netns in a row are written from inside it, entered once.
+        const sysctls = netns ? sysctlsInARow(req, index, netns) : 0;
+        const outcomes =
+          sysctls > 1 && netns
+            ? attempt(op, () => inNetns(netns, () => writeSysctls(req.ops.slice(index, index + sysctls))))
+            : attempt(op, () => [{ value: runOp(socketFor(netns), netns, op, this.received) }]);
+        if ('failure' in outcomes) return { id: req.id, ok: false, index, failure: outcomes.failure };
+        for (const outcome of outcomes) {
+          if ('failure' in outcome) return { id: req.id, ok: false, index, failure: outcome.failure };
+          results.push(outcome.value);
+          index++;
         }
       }
       return { id: req.id, ok: true, results };
@@ -72,6 +72,41 @@ export class BatchRunner {
       for (const sock of sockets.values()) sock.close();
     }
   }
+}
+
+type Outcome = { readonly value: unknown } | { readonly failure: KernelFailure };
+
+/**
+ * Runs what carries out `op` (and maybe the ops after it): its outcomes, or the failure of the whole. An errno the op
+ * tolerates is its null answer; a netns that cannot be entered fails the batch even for ops that tolerate the errno.
+ */
+function attempt(op: BatchOp, run: () => Outcome[]): Outcome[] | { readonly failure: KernelFailure } {
+  try {
+    return run();
+  } catch (e) {
+    if (isFatal(e)) throw e;
+    const failure = toFailure(e, op);
+    if (failure.op === 'open netns' || failure.op === 'setns') return { failure };
+    return op.ignore?.includes(failure.errnoName) ? [{ value: null }] : { failure };
+  }
+}
+
+/** How many sysctl writes in the netns `netns` start at op `from` of the batch. */
+function sysctlsInARow(req: BatchRequest, from: number, netns: string): number {
+  let n = 0;
+  for (let op = req.ops[from]; op?.op === 'sysctlWrite' && (op.at ?? req.netns) === netns; op = req.ops[from + n]) n++;
+  return n;
+}
+
+/** Writes the sysctls in the netns the thread is in, up to the first failure an op does not tolerate. */
+function writeSysctls(ops: readonly BatchOp[]): Outcome[] {
+  const outcomes: Outcome[] = [];
+  for (const op of ops) {
+    const o = attempt(op, () => [{ value: op.op === 'sysctlWrite' ? writeSysctl(op, undefined) : null }]);
+    if ('failure' in o) return [...outcomes, o];
+    outcomes.push(...o);
+  }
+  return outcomes;
 }
 
 function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp, received: Buffer): unknown {
@@ -129,14 +164,19 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp, receive
       sock.setLink(op.tap.name, { mtu: op.tap.mtu, mac: op.tap.mac, up: op.tap.up || undefined });
       return null;
     }
-    case 'sysctlWrite': {
-      if (!/^[a-z0-9_.\-/]+$/i.test(op.key) || op.key.includes('..')) throw new Error(`invalid sysctl key ${op.key}`);
-      const write = (): void => writeFileSync(`/proc/sys/${op.key.replace(/\./g, '/')}`, op.value);
-      if (netns) inNetns(netns, write);
-      else write();
-      return null;
-    }
+    case 'sysctlWrite':
+      return writeSysctl(op, netns);
   }
+}
+
+/** Writes one sysctl, from inside `netns` when it is given (else in the netns the thread is in). */
+function writeSysctl(op: Extract<BatchOp, { op: 'sysctlWrite' }>, netns: string | undefined): null {
+  if (!/^[a-z0-9_.\-/]+$/i.test(op.key) || op.key.includes('..')) throw new Error(`invalid sysctl key ${op.key}`);
+  const path = op.key.includes('/') ? op.key : op.key.replace(/\./g, '/');
+  const write = (): void => writeFileSync(`/proc/sys/${path}`, op.value);
+  if (netns) inNetns(netns, write);
+  else write();
+  return null;
 }
 
 function toFailure(e: unknown, op: BatchOp): KernelFailure {

@@ -108,6 +108,8 @@ export const IFA_LABEL = 3;
 export const IFA_BROADCAST = 4;
 export const IFA_FLAGS = 8;
 export const IFA_F_NODAD = 0x02;
+export const IFA_F_DADFAILED = 0x08;
+export const IFA_F_TENTATIVE = 0x40;
 /** No prefix route for the address's subnet (needs IFA_FLAGS: it does not fit the 8-bit ifa_flags). */
 export const IFA_F_NOPREFIXROUTE = 0x200;
 export const IFA_F_PERMANENT = 0x80;

@@ -52,6 +52,7 @@ export function macBytes(mac: string): Buffer {
 export function newLinkAttrs(spec: LinkSpec, indexOf: IndexOf, netnsFdOf: NetnsFdOf): Attr[] {
   const attrs: Attr[] = [attrString(C.IFLA_IFNAME, spec.name)];
   if (spec.mtu) attrs.push(attrU32(C.IFLA_MTU, spec.mtu));
+  if (spec.txqlen !== undefined) attrs.push(attrU32(C.IFLA_TXQLEN, spec.txqlen));
   if (spec.mac) attrs.push(attrBytes(C.IFLA_ADDRESS, macBytes(spec.mac)));
   if (spec.group !== undefined) attrs.push(attrU32(C.IFLA_GROUP, spec.group));
   if (spec.bridge) attrs.push(attrU32(C.IFLA_MASTER, indexOf(spec.bridge)));

@@ -30,6 +30,8 @@ export type LinkSpec = LinkKind & {
   /** Create the link in this netns (path) rather than in the netns the batch runs in. */
   readonly netns?: string;
   readonly mtu?: number;
+  /** The transmit queue length (the reference plugins' veth host ends have 0). */
+  readonly txqlen?: number;
   readonly mac?: string;
   readonly up?: boolean;
   /** Bridge to enslave the new link to (in the batch's netns). */
@@ -54,6 +56,10 @@ export interface AddrInfo {
   readonly index: number;
   readonly family: 4 | 6;
   readonly address: string; // CIDR
+  /** IPv6 duplicate address detection has not finished. */
+  readonly tentative?: true;
+  /** IPv6 duplicate address detection found the address in use. */
+  readonly dadFailed?: true;
 }
 
 export interface RouteInfo {
@@ -125,6 +131,7 @@ export type KernelOp =
   | { readonly op: 'routeList'; readonly family?: 4 | 6 }
   | { readonly op: 'fdbAppend'; readonly dev: string; readonly mac: string; readonly dst: string }
   | { readonly op: 'tapAdd'; readonly tap: TapSpec }
+  /** `key` with dots (net.ipv4.ip_forward) or, when it names an interface that may hold a dot, slashes. */
   | { readonly op: 'sysctlWrite'; readonly key: string; readonly value: string };
 
 /**

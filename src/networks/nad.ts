@@ -33,6 +33,8 @@ const NadSchema = z.object({
 export const CONFIG_ID_ANNOTATION = 'plexus.io/config-id';
 /** The runtime-facing plugin type of Plexus itself; a network whose config names it would call Plexus again. */
 export const PLEXUS_PLUGIN_TYPE = 'plexus-cni';
+/** The name of the conflist plexus-install writes: the network the runtime calls (and GCs) Plexus under. */
+export const PLEXUS_NETWORK_NAME = 'plexus';
 
 export interface ConfigFile {
   readonly path: string;

@@ -6,8 +6,9 @@
  * Order (NPWG spec 6.2): the cluster default network first, as CNI_IFNAME; then the configured defaultNetworks;
  * then the selection annotation's networks, in annotation order.
  * Names: an explicit interface wins; otherwise the NAD's `plexus.io/interface-prefix` plus the next free index for
- * that prefix, else net1, net2, ... ("multus") or eth1, eth2, ... ("eth"). Explicit names are reserved before
- * any name is generated, so generated names never collide with them.
+ * that prefix, else "net" ("multus") or "eth" ("eth") plus the attachment's position in the plan, the default network
+ * being 0, as Multus numbers its delegates (`a@data0, b` gives data0 and net2). Explicit names are reserved before
+ * any name is generated; a generated name one of them holds takes the next free number (where Multus fails the pod).
  */
 import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { NetworkDefinition } from './nad';
@@ -70,10 +71,12 @@ export interface PlanInput {
   readonly options: PlanOptions;
 }
 
-/** Selection fields that a plugin must declare as a capability to honour (CNI conventions' names). */
+/**
+ * Selection fields that a plugin must declare as a capability to honour (CNI conventions' names). Not "ips" and
+ * "mac": as Multus does, they also go to every plugin as CNI_ARGS IP= and MAC=, which static IPAM, host-local and
+ * the interface plugins read whatever they declare.
+ */
 const CAPABILITY_FIELDS = [
-  { field: 'ips', capability: 'ips', present: (s: NetworkSelection) => s.ips !== undefined },
-  { field: 'mac', capability: 'mac', present: (s: NetworkSelection) => s.mac !== undefined },
   { field: 'bandwidth', capability: 'bandwidth', present: (s: NetworkSelection) => s.bandwidth !== undefined },
   { field: 'portMappings', capability: 'portMappings', present: (s: NetworkSelection) => s.portMappings !== undefined },
   {
@@ -186,17 +189,19 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
   const planned: PlannedAttachment[] = [];
   const routed =
     pending.find((p) => p.selection?.defaultRoute !== undefined) ?? (defaultNetwork ? pending[0] : undefined);
-  for (const p of pending) {
+  // Without the default network (a running pod's change), position 0 is still its.
+  const first = defaultNetwork ? 0 : 1;
+  for (const [position, p] of pending.entries()) {
     let ifname = p.explicit;
     if (ifname === undefined) {
       const annotated = p.network.annotations[INTERFACE_PREFIX_ANNOTATION];
       if (annotated === '')
         return invalid(`${p.label}: network ${p.network.key} has an empty ${INTERFACE_PREFIX_ANNOTATION}`);
       const prefix = annotated ?? (options.naming === 'eth' ? 'eth' : 'net');
-      let n = nextIndex.get(prefix) ?? 1;
+      let n = annotated === undefined ? position + first : (nextIndex.get(prefix) ?? 1);
       while (taken.has(`${prefix}${n}`)) n++;
       ifname = `${prefix}${n}`;
-      nextIndex.set(prefix, n + 1);
+      if (annotated !== undefined) nextIndex.set(prefix, n + 1);
       const problem = interfaceNameProblem(ifname);
       if (problem) {
         return invalid(

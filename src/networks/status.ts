@@ -1,6 +1,8 @@
 /**
  * The NPWG network-status document (k8s.v1.cni.cncf.io/network-status) for one pod, computed from the
- * results of its attachments. Exactly one entry is `default: true`: the cluster default network.
+ * results of its attachments, with the fields Multus writes: exactly one entry has `default: true` (the cluster
+ * default network; the others leave it out, as Multus does), `ips` only when there are some, and `gateway` (NPWG)
+ * with the gateways of the attachment's default routes.
  */
 import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
@@ -8,12 +10,22 @@ import type { CniResult } from '../cni/types';
 export interface NetworkStatusEntry {
   readonly name: string;
   readonly interface: string;
-  readonly ips: readonly string[];
+  readonly ips?: readonly string[];
   readonly mac?: string;
   readonly mtu?: number;
-  readonly default: boolean;
+  readonly default?: true;
   readonly dns: Readonly<Record<string, unknown>>;
   readonly 'device-info'?: Readonly<Record<string, unknown>>;
+  readonly gateway?: readonly string[];
+}
+
+/** An interface an ADD or a change attached, as its AddedInterface event tells it. */
+export interface AddedInterface {
+  /** "namespace/name" of the network. */
+  readonly network: string;
+  readonly ifname: string;
+  /** Its addresses with their prefix lengths (10.1.1.21/24). */
+  readonly addresses: readonly string[];
 }
 
 export interface AttachmentOutcome {
@@ -26,16 +38,29 @@ export interface AttachmentOutcome {
   readonly deviceInfo?: Readonly<Record<string, unknown>>;
 }
 
+/** The pod's interface in the result (a link in its netns, or a memif socket the pod connects to), by index. */
+const podInterfaceIndex = (o: AttachmentOutcome): number =>
+  o.result.interfaces.findIndex((i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname);
+
+/** The addresses (with prefix length) of the pod's interface: those of its index, or every one without an index. */
+const addressesOf = (o: AttachmentOutcome, index: number): string[] =>
+  o.result.ips
+    .filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index)
+    .map((ip) => ip.address);
+
+const isDefaultDst = (dst: string): boolean => dst === '0.0.0.0/0' || dst === '::/0';
+
+/** The gateways of the result's default routes, each once. */
+const defaultGateways = (result: CniResult): string[] => [
+  ...new Set(result.routes.flatMap((r) => (isDefaultDst(r.dst) && r.gw ? [r.gw] : []))),
+];
+
 export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkStatusEntry[] {
   return outcomes.map((o) => {
-    // The pod's interface: a link in its netns, or (memif) a socket the pod connects to.
-    const index = o.result.interfaces.findIndex(
-      (i) => (i.sandbox !== undefined || i.socketPath !== undefined) && i.name === o.ifname,
-    );
+    const index = podInterfaceIndex(o);
     const iface = index >= 0 ? o.result.interfaces[index] : undefined;
-    const ips = o.result.ips
-      .filter((ip) => index < 0 || ip.interface === undefined || ip.interface === index)
-      .map((ip) => ip.address.split('/')[0] ?? ip.address);
+    const ips = addressesOf(o, index).map((address) => address.split('/')[0] ?? address);
+    const gateways = defaultGateways(o.result);
     const deviceInfo =
       o.deviceInfo ??
       (iface?.pciID
@@ -47,15 +72,20 @@ export function networkStatus(outcomes: readonly AttachmentOutcome[]): NetworkSt
     return definedFields({
       name: o.network,
       interface: o.ifname,
-      ips,
+      ips: ips.length ? ips : undefined,
       mac: iface?.mac || undefined,
       mtu: iface?.mtu || undefined,
-      default: o.isDefault,
+      default: o.isDefault ? (true as const) : undefined,
       dns: { ...(o.result.dns ?? {}) },
       'device-info': deviceInfo,
+      gateway: gateways.length ? gateways : undefined,
     });
   });
 }
+
+/** What the AddedInterface events of these attachments say: each pod interface and its addresses. */
+export const addedInterfaces = (outcomes: readonly AttachmentOutcome[]): AddedInterface[] =>
+  outcomes.map((o) => ({ network: o.network, ifname: o.ifname, addresses: addressesOf(o, podInterfaceIndex(o)) }));
 
 /** One CNI result for the whole pod: interfaces concatenated, IP interface indices shifted to match. */
 export function mergeResults(results: readonly CniResult[]): CniResult {

@@ -62,6 +62,8 @@ export const DaemonConfigSchema = z
     takeOverMultus: bool.default(false),
     importedConfig: absolutePath().optional(),
     multusCacheDir: absolutePath().optional(),
+    runtimeCniCacheDir: absolutePath().optional(),
+    hostLocalDataDir: absolutePath().default('/var/lib/cni/networks'),
     maxInterfacesPerPod: int(1, 4096).default(32),
     maxAnnotationBytes: int(64, 262144).default(32768),
     maxNodeAttachments: int(1, 1_000_000).default(8192),
@@ -106,6 +108,8 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--take-over-multus': 'takeOverMultus',
   '--imported-config': 'importedConfig',
   '--multus-cache-dir': 'multusCacheDir',
+  '--runtime-cni-cache-dir': 'runtimeCniCacheDir',
+  '--host-local-data-dir': 'hostLocalDataDir',
   '--delegate-share': 'delegateShare',
   '--max-delegate-execs': 'maxDelegateExecs',
   '--kernel-threads': 'kernelThreads',
@@ -179,6 +183,11 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --readiness-indicator-file PATH  ADD answers "try again later" while this file does not exist (default: none)
   --multus-cache-dir DIR    Multus's per-sandbox cache (its cniDir): the DEL of a sandbox Multus made is run as
                             Multus would have run it (default: none; plexus-install sets it on a Multus node)
+  --runtime-cni-cache-dir DIR  the runtime's libcni cache: its record of each call to Multus names the network a
+                            sandbox Multus made was made under, which a CNI GC must name to remove it
+                            (default /var/lib/cni, libcni's, as containerd and CRI-O use it)
+  --host-local-data-dir DIR  the reference host-local's dataDir for networks whose config names none: native
+                            host-local leases are held there too (default /var/lib/cni/networks)
   --take-over-multus B      once ready, move Multus's CNI config aside so the runtime calls Plexus; plexus-install
                             uninstall puts it back (default false: docs/migrate-from-multus.md)
   --hot-plug B              change running pods' networks when their networks annotation changes (default true)
@@ -187,7 +196,7 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-interfaces-per-pod N  interfaces one pod may have, default network included (default 32)
   --max-annotation-bytes N  size of a pod's k8s.v1.cni.cncf.io/networks annotation (default 32768)
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
-  --drain-seconds S         on SIGTERM, how long calls already accepted may take to finish (default 20)
+  --drain-seconds S         on SIGTERM, the budget of the whole stop: calls, teardowns, plugins (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
   --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename; the
                             cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist

@@ -1,15 +1,17 @@
 /**
  * The kubelet's devices (device plugins and the pod-resources API) and the drivers, with the process-wide limits
- * they run within: delegated plugin execs, made here, and the CNI call slots (node-state.ts), handed in. Devices and drivers know each
- * other: memif devices' health may follow the node's switch, through the memif driver, and the memif driver takes the
- * sockets of the memif devices a pod was allocated. Both are looked up at call time, when each exists.
+ * they run within: delegated plugin execs (and the set of those running), made here, and the CNI call slots
+ * (node-state.ts), handed in. Devices and drivers know each other: memif devices' health may follow the node's
+ * switch, through the memif driver, and the memif driver takes the sockets of the memif devices a pod was allocated.
+ * Both are looked up at call time, when each exists.
  */
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/kubelet-devices';
-import { ExecLimits, execPlugin } from '../drivers/delegate';
+import { ExecLimits, execPlugin, PluginPidFiles, PluginProcesses } from '../drivers/delegate';
 import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
 import { DriverRegistry } from '../drivers/registry';
 import type { ApiConnection } from '../k8s/connect';
@@ -27,6 +29,8 @@ export interface DevicesAndDrivers {
   readonly devicePlugins?: DevicePlugins;
   readonly slots: CallSlots;
   readonly drivers: DriverRegistry;
+  /** The delegated plugins running now: a stopping plexusd kills and waits for them (shutdown.ts). */
+  readonly pluginProcesses: PluginProcesses;
   /** Sandboxes Multus made before Plexus took the node over: their DEL is run as Multus would have. */
   readonly foreign?: MultusSandboxes;
 }
@@ -70,16 +74,36 @@ export async function devicesAndDrivers(
     maxQueued: config.maxQueued,
     lendSlot: (wait) => slots.lendWhile(wait),
   });
-  const drivers = DriverRegistry.create({ execLimits, memif: memifOptions(config, draHolds, api, devicePlugins) });
+  const pluginProcesses = await withLeftoversStopped(config, log);
+  const memif = memifOptions(config, draHolds, api, devicePlugins);
+  const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif });
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
         cacheDir: config.multusCacheDir,
+        // libcni's default, as containerd and CRI-O use it.
+        runtimeCacheDir: config.runtimeCniCacheDir ?? '/var/lib/cni',
         cniBinDir: config.cniBinDir,
         log: log.child({ component: 'adopt' }),
-        exec: (call) => execPlugin(call, { limits: execLimits }),
+        exec: (call) => execPlugin(call, { limits: execLimits, processes: pluginProcesses }),
       })
     : undefined;
-  return { slots, drivers, draHolds, ...optional({ podResources, devices, devicePlugins, foreign }) };
+  const parts = { slots, drivers, pluginProcesses, draHolds };
+  return { ...parts, ...optional({ podResources, devices, devicePlugins, foreign }) };
+}
+
+/** How long a start waits for the plugins a dead plexusd left running to go, once killed. */
+const LEFTOVER_WAIT_MS = 2000;
+
+/**
+ * The node's running plugins, noted in the state dir; those a plexusd that died without its stop (SIGKILL, OOM) left
+ * running are killed first: the lock on the state dir is held, so they are no live daemon's, and recovery, which
+ * undoes their calls, must not run beside them.
+ */
+async function withLeftoversStopped(config: DaemonConfig, log: Logger): Promise<PluginProcesses> {
+  const processes = new PluginProcesses(new PluginPidFiles(join(config.stateDir, 'plugins')));
+  const stopped = await processes.stopLeftovers(LEFTOVER_WAIT_MS);
+  if (stopped.killed > 0) log.warn(stopped, 'killed delegated plugins a previous plexusd left running');
+  return processes;
 }
 
 /** ... and from other DRA drivers' claims, as Multus reads them (src/dra/consumer): merged after the kubelet's. */

@@ -41,6 +41,9 @@ export async function openNodeState(config: DaemonConfig, log: Logger): Promise<
   const hostLocal = await Ipam.open(join(config.stateDir, 'ipam'), {
     sync: config.stateSync,
     onSkipped: (file, reason) => log.warn({ file, reason }, 'lease store: skipped an entry that is not a lease file'),
+    hostLocalDataDir: config.hostLocalDataDir,
+    onDuplicate: (file, holder) =>
+      log.error({ file, holder }, "a lease of this node is held by another in host-local's store: two pods have it"),
   });
   const journal = await Journal.open(join(config.stateDir, 'journal'), config.stateSync);
   return { lock, kernel, hostLocal, journal, slots };

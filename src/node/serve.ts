@@ -10,7 +10,8 @@ import type { DraDriver } from '../dra';
 import { AttachmentEngine } from '../engine/engine';
 import { fanOut } from '../engine/status-sink';
 import { daemonTeardownSettings } from '../engine/teardown/background';
-import { DaemonHealth } from '../metrics/health';
+import { DaemonHealth, type ExternalProblem } from '../metrics/health';
+import type { MultusTakeover } from '../install/multus-takeover';
 import { DaemonMetrics } from '../metrics/metrics';
 import { listenMetrics } from '../metrics/tcp';
 import type { ClusterParts } from './cluster';
@@ -60,6 +61,9 @@ export function makeEngine(
   return engine;
 }
 
+const takeoverProblems = (takeover: MultusTakeover | undefined): ExternalProblem[] =>
+  (takeover?.problems() ?? []).map((problem) => ({ check: 'multusTakeover', problem, blocksServing: true }));
+
 export interface Served {
   readonly server: DaemonServer;
   readonly state: { ready: boolean };
@@ -71,7 +75,13 @@ export interface Served {
 export async function serve(
   config: DaemonConfig,
   log: Logger,
-  parts: { node: NodeState; cluster: ClusterParts; slots: DevicesAndDrivers['slots'] },
+  parts: {
+    node: NodeState;
+    cluster: ClusterParts;
+    slots: DevicesAndDrivers['slots'];
+    /** A takeover from Multus that something may block: readiness fails while it does. */
+    takeover?: MultusTakeover | undefined;
+  },
   engine: AttachmentEngine,
 ): Promise<Served | undefined> {
   const { node, cluster } = parts;
@@ -102,7 +112,7 @@ export async function serve(
     },
     ready: () => state.ready,
     journalWritable: () => node.journal.writable(),
-    ...(api ? { problems: () => api.refusals.problems() } : {}),
+    problems: () => [...(api?.refusals.problems() ?? []), ...takeoverProblems(parts.takeover)],
     ...(config.memoryCeilingMib !== undefined ? { memoryCeilingBytes: config.memoryCeilingMib * 1048576 } : {}),
   });
   const metricsListener = config.metricsAddress

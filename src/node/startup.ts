@@ -1,25 +1,26 @@
 /**
  * plexusd's startup, one step per module, in the order they run: the node's state (node-state.ts), the Kubernetes API
  * and cluster IPAM (cluster.ts), devices, drivers and the process-wide limits (devices-and-drivers.ts), the engine, the
- * DRA plugin (dra.ts) and the engine's socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it answers stops them again, the
- * last started first.
+ * DRA plugin (dra.ts) and the engine's socket (serve.ts), then what runs beside CNI calls (services.ts). The daemon it
+ * answers stops them again within one budget, the last started first (shutdown.ts).
  */
 import { dirname } from 'node:path';
 import type { Logger } from 'pino';
-import type { DraDriver } from '../dra';
 import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
 import { conflistForDaemon, replaceFile } from '../install/cni-conf';
-import { takeOverFromMultus } from '../install/multus-takeover';
-import { connectCluster, type ClusterParts } from './cluster';
+import { MultusTakeover, reportMultusServing } from '../install/multus-takeover';
+import { hostLocalStoreProblems } from '../ipam/host-local-audit';
+import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
-import { devicesAndDrivers, type DevicesAndDrivers } from './devices-and-drivers';
+import { devicesAndDrivers } from './devices-and-drivers';
 import { createDra, startDra } from './dra';
 import { openNodeState, type NodeState } from './node-state';
-import { makeEngine, serve, type Served } from './serve';
-import { startServices, type Services } from './services';
+import { makeEngine, serve } from './serve';
+import { startServices } from './services';
+import { StopBudget, stopDaemon } from './shutdown';
 
-/** A running plexusd: `stop` drains its calls and stops what startup started. */
+/** A running plexusd: `stop` drains its calls and stops what startup started, within --drain-seconds. */
 export interface Daemon {
   stop(): Promise<void>;
 }
@@ -40,25 +41,25 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   // The kubelet's Prepare needs only DRA's records and the API client, and a Prepare it cannot make costs the pod a
   // resync of 60-90 s (docs/dra.md): the plugin is served before the journal's recovery and the API's caches.
   if (dra) await startDra(dra, plumbing.draHolds);
-  const served = await serve(config, log, { node, cluster, slots: plumbing.slots }, engine);
+  const takeover = multusTakeover(config, log, cluster);
+  const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
   const parts = { cluster, plumbing, journal: node.journal };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
+  await shareHostLocalLeases(node, cluster, log);
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
   if (conflist.content !== undefined) installConflist(config, conflist.content, log);
+  const takingOver = conflist.content !== undefined ? takeOverWhenReady(takeover) : undefined;
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
+  const running = { log, node, cluster, plumbing, engine, served, services, dra };
   return {
     stop: async () => {
+      const budget = new StopBudget(config.drainSeconds * 1000);
       clearInterval(spool);
-      served.state.ready = false;
-      await drain(config, log, served);
-      // Teardowns DELs left to the background are finished now; any left, the next start finishes (their records say so).
-      const teardownsLeft = await engine.drainTeardowns(config.drainSeconds * 1000);
-      if (teardownsLeft)
-        log.warn({ teardownsLeft }, 'teardowns still pending at the stop; the next start finishes them');
-      await stopServices(node, cluster, plumbing, services, dra);
+      if (takingOver) clearInterval(takingOver);
+      await stopDaemon(running, budget);
     },
   };
 }
@@ -83,7 +84,38 @@ function installConflist(config: DaemonConfig, content: string, log: Logger): vo
     { path: config.installCniConfig, changed },
     'CNI config installed: the runtime sends new pods to plexus-cni',
   );
-  takeOverFromMultus(dirname(config.installCniConfig), config.takeOverMultus, log);
+  if (!config.takeOverMultus) reportMultusServing(dirname(config.installCniConfig), log);
+}
+
+/**
+ * Native host-local leases go into host-local's store of their network before the first call, not at the network's
+ * first allocation: a delegated host-local (Multus's pods, plexus.io/delegate) must never find one missing.
+ */
+async function shareHostLocalLeases(node: NodeState, cluster: ClusterParts, log: Logger): Promise<void> {
+  for (const problem of await node.hostLocal.shareHeld(clusterNetworksOf(cluster.networks)))
+    log.warn({ problem }, "leases of a host-local network could not be written into host-local's store");
+}
+
+/** How often a takeover from Multus that something blocks is tried again. */
+const TAKEOVER_RETRY_MS = 5000;
+
+/**
+ * With takeOverMultus: the takeover, blocked while a host-local network's store (which the pods Multus made may hold
+ * addresses in) cannot be read in full (docs/migrate-from-multus.md).
+ */
+function multusTakeover(config: DaemonConfig, log: Logger, cluster: ClusterParts): MultusTakeover | undefined {
+  if (!config.installCniConfig || !config.takeOverMultus) return undefined;
+  const blockers = (): string[] => hostLocalStoreProblems(clusterNetworksOf(cluster.networks), config.hostLocalDataDir);
+  return new MultusTakeover(dirname(config.installCniConfig), log, blockers);
+}
+
+/** Takes the node over once plexusd is ready, trying again while it is blocked; the timer to clear at stop. */
+function takeOverWhenReady(takeover: MultusTakeover | undefined): NodeJS.Timeout | undefined {
+  if (!takeover || takeover.attempt()) return undefined;
+  const timer = setInterval(() => {
+    if (takeover.attempt()) clearInterval(timer);
+  }, TAKEOVER_RETRY_MS);
+  return timer;
 }
 
 /** DELs spooled while the daemon was briefly unreachable (or answering 503) are replayed without a restart. */
@@ -98,35 +130,4 @@ function replaySpoolEvery(intervalMs: number, spoolDir: string, engine: Attachme
         scanning = false;
       });
   }, intervalMs);
-}
-
-/** Closes the socket once the accepted calls are answered (or the drain time is up), and the probes' listener. */
-async function drain(config: DaemonConfig, log: Logger, served: Served): Promise<void> {
-  const cut = await served.server.close(config.drainSeconds * 1000);
-  await served.metricsListener?.close();
-  if (!cut) log.info('drained: every accepted call was answered');
-  else {
-    const message = 'calls still running after the drain time were cut off; plexus-cni retries them';
-    log.warn({ cut, drainSeconds: config.drainSeconds }, message);
-  }
-}
-
-async function stopServices(
-  node: NodeState,
-  cluster: ClusterParts,
-  plumbing: DevicesAndDrivers,
-  services: Services,
-  dra: DraDriver | undefined,
-): Promise<void> {
-  services.stopOrphans?.();
-  await plumbing.drivers.stop();
-  await plumbing.devicePlugins?.stop();
-  await dra?.stop();
-  plumbing.podResources?.close();
-  const ipamStopped = cluster.clusterIpam?.stop(); // ends when api.stop() closes the client its watch is on
-  await cluster.leases?.stop(); // released: the next plexusd of this node takes it at once
-  await cluster.api?.stop();
-  await ipamStopped;
-  await node.kernel.close();
-  node.lock.release();
 }

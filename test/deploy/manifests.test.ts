@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { loadDaemonConfig } from '../../src/node/config';
+import { EXIT_MARGIN_SECONDS } from '../../src/node/shutdown';
 import { splitHostPort } from '../../src/metrics/tcp';
 import { ROOT } from '../support/daemon';
 
@@ -61,6 +62,16 @@ const pod = daemonSet.spec.template.spec;
 const plexusd = pod.containers.find((c) => c.name === 'plexusd')!;
 const configMap = find('ConfigMap', 'plexus') as K8sObject & { data: Record<string, string> };
 
+/** plexusd's whole stop fits in --drain-seconds; the pod's grace period is that and the margin its exit needs. */
+function assertOutlivesTheStop(drainSeconds: number, whose: string): void {
+  const grace = pod.terminationGracePeriodSeconds ?? 30;
+  const needed = drainSeconds + EXIT_MARGIN_SECONDS;
+  assert.ok(
+    grace >= needed,
+    `grace period ${grace} s < ${whose}'s drainSeconds ${drainSeconds} + ${EXIT_MARGIN_SECONDS}`,
+  );
+}
+
 describe('deploy/', () => {
   it('has the ConfigMap as a plexusd config that loads, with the mounted paths', () => {
     const dir = mkdtempSync(join(tmpdir(), 'plexus-manifest-'));
@@ -93,12 +104,18 @@ describe('deploy/', () => {
       const { host, port } = splitHostPort(config.metricsAddress!);
       assert.deepEqual(plexusd.readinessProbe?.httpGet, { host, port, path: '/readyz' });
       assert.deepEqual(plexusd.livenessProbe?.httpGet, { host, port, path: '/healthz' });
-      assert.ok(pod.terminationGracePeriodSeconds! > config.drainSeconds, "the pod outlives plexusd's drain");
+      assertOutlivesTheStop(config.drainSeconds, 'the ConfigMap');
       const limitMib = Number(/^(\d+)Mi$/.exec(plexusd.resources?.limits?.memory ?? '')?.[1]);
       assert.ok(config.memoryCeilingMib! < limitMib, 'liveness restarts plexusd before the memory limit kills it');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it("gives plexusd's stop its whole budget, at the default --drain-seconds too, before the kubelet kills it", () => {
+    const defaults = loadDaemonConfig([]);
+    assert.equal(defaults.kind, 'config');
+    assertOutlivesTheStop(defaults.config.drainSeconds, 'the default');
   });
 
   it("runs on every node, first, with the host's network and the privileges plexusd needs", () => {
@@ -121,7 +138,7 @@ describe('deploy/', () => {
       return pod.volumes.find((v) => v.name === m?.name)?.hostPath?.path;
     };
     // Same path inside and out: the runtime passes host paths (CNI_NETNS), and the default-network link points into /etc/cni/net.d.
-    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus'])
+    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus', '/var/lib/cni/results'])
       assert.equal(hostPathOf(path), path);
     // The same directory through /var/run's symlink: a hostPath of /var/run/netns is refused where / is private.
     assert.equal(hostPathOf('/var/run/netns'), '/run/netns');

@@ -17,7 +17,7 @@ import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
-import { draDaemonFlags, draRegistrations, installDra } from '../support/dra-node';
+import { bridgeConfList, draDaemonFlags, draRegistrations, installDra, podEvents } from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
@@ -82,15 +82,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     const dir = join(daemon.stateDir, 'dra', 'claims');
     return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
   };
-  const podEvents = async (name: string): Promise<string[]> => {
-    const r = await call(
-      'GET',
-      `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`,
-    );
-    return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map(
-      (e) => `${e.reason}: ${e.message}`,
-    );
-  };
+  const eventsOf = (name: string): Promise<string[]> => podEvents(node, NS, name);
   const registrations = (): number => draRegistrations(daemon);
   const phase = async (name: string): Promise<string | undefined> =>
     (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
@@ -154,25 +146,11 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
-    const subnet = `10.${100 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
     node = await KubeNodeFixture.start({
       cniBinDir: '/usr/lib/cni',
       controlPlane: true,
       ownedLinks: [...NICS, ...PEERS],
-      cniConfList: (dir) =>
-        JSON.stringify({
-          cniVersion: '1.0.0',
-          name: 'podnet',
-          plugins: [
-            {
-              type: 'bridge',
-              bridge: `${prefix}br`,
-              isGateway: false,
-              ipMasq: false,
-              ipam: { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]], dataDir: join(dir, 'cni-data') },
-            },
-          ],
-        }),
+      cniConfList: bridgeConfList(`${prefix}br`),
     });
     await node.api.installPlexus();
     // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
@@ -248,7 +226,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       90000,
       200,
     ).catch(async (e: Error) =>
-      assert.fail(`${e.message}: ${(await podEvents('dra-a')).join(' | ')}\n${node.logTail('kubelet', 20)}`),
+      assert.fail(`${e.message}: ${(await eventsOf('dra-a')).join(' | ')}\n${node.logTail('kubelet', 20)}`),
     );
     console.log(`# pod with a claim: created to Running in ${Date.now() - startedAt} ms`);
     const [file] = claimFiles();
@@ -284,7 +262,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       async () => ((await phase('dra-b')) === 'Running' ? true : undefined),
       90000,
       200,
-    ).catch(async (e: Error) => assert.fail(`${e.message}: ${(await podEvents('dra-b')).join(' | ')}`));
+    ).catch(async (e: Error) => assert.fail(`${e.message}: ${(await eventsOf('dra-b')).join(' | ')}`));
     assert.equal(claimFiles().length, 1);
     await deletePod('dra-b');
     await until('the second record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
@@ -299,7 +277,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     const events = await until(
       'an event naming the bad field',
       async () => {
-        const all = await podEvents('dra-bad');
+        const all = await eventsOf('dra-bad');
         return all.some((e) => e.includes('mac: must be a MAC address')) ? all : undefined;
       },
       60000,
@@ -383,7 +361,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
       async () => ((await phase('dra-d')) === 'Running' ? true : undefined),
       90000,
       200,
-    ).catch(async (e: Error) => assert.fail(`${e.message}: ${(await podEvents('dra-d')).join(' | ')}`));
+    ).catch(async (e: Error) => assert.fail(`${e.message}: ${(await eventsOf('dra-d')).join(' | ')}`));
     await deletePod('dra-d');
   });
 });

@@ -859,7 +859,7 @@ describe('the kubelet plugin sockets', () => {
   it('a registration socket removed from under it is served again within the check interval', async () => {
     const kubeletRoot = freshDir();
     const preparer = memifPreparer(new FakeClaims(), PreparedClaims.open(undefined));
-    const server = new DraPluginServer(kubeletRoot, preparer, silent, {}, 50);
+    const server = new DraPluginServer(kubeletRoot, preparer, silent, {}, { checkIntervalMs: 50 });
     await server.start();
     try {
       rmSync(server.sockets.registration);

@@ -126,4 +126,49 @@ describe('bridge driver', () => {
     );
     assert.deepEqual(podLinks(pod.name), [], 'nothing in the pod');
   });
+  it('refuses hairpinMode together with promiscMode, as the reference plugin does', () => {
+    const refused = failure(
+      createBridgeDriver().parse([plugin('n', { type: 'bridge', hairpinMode: true, promiscMode: true })]),
+    );
+    assert.equal(refused.code, 7);
+    assert.match(refused.message, /hairpinMode and promiscMode cannot be set at the same time/);
+  });
+
+  it('refuses a gateway on a bridge that has another IPv4 address, and with forceAddress replaces that address', async () => {
+    const bridge = `${prefix}b4`;
+    fx.trackHostLink(bridge);
+    ip('link', 'add', bridge, 'type', 'bridge');
+    ip('addr', 'add', '192.0.2.1/24', 'dev', bridge);
+    const config = { type: 'bridge', bridge, isGateway: true, ipam: { type: 'host-local', subnet: subnet(4) } };
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const pod = fx.create('force');
+    const refused = failure(
+      await attachParsed(
+        createBridgeDriver(),
+        attachRequest({ network: `${prefix}-f`, config, netns: pod.path }),
+        rec.env,
+      ),
+    );
+    assert.equal(refused.code, 7);
+    assert.match(
+      refused.message,
+      /already has an IP address \(192\.0\.2\.1\/24\) different from the gateway 10\.233\.4\.1\/24/,
+    );
+    assert.match(refused.details ?? '', /"forceAddress": true/);
+    await rec.undo();
+    assert.deepEqual(podLinks(pod.name), [], 'nothing in the pod');
+
+    const forced = { ...config, forceAddress: true };
+    must(
+      await attachParsed(
+        createBridgeDriver(),
+        attachRequest({ network: `${prefix}-f`, config: forced, netns: pod.path }),
+        rec.env,
+      ),
+    );
+    const v4 = ip('-4', '-o', 'addr', 'show', 'dev', bridge);
+    assert.doesNotMatch(v4, /192\.0\.2\.1/, 'the other address is gone');
+    assert.match(v4, /inet 10\.233\.4\.1\/24/, 'the gateway took its place');
+    await rec.undo();
+  });
 });

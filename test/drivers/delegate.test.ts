@@ -1,5 +1,5 @@
 /**
- * The delegate driver against real plugin binaries (Debian's reference plugins in /usr/lib/cni) and the
+ * The delegate driver against real plugin binaries (the reference plugins 1.9.1, test/support/plugin-dir.ts) and the
  * fail-plugin test double, in real network namespaces. Undo steps recorded during ADD are run in reverse
  * with runDelegateDel, as the engine does on DEL.
  */
@@ -40,9 +40,12 @@ import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/n
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 import { attachParsed } from './support';
-import { referencePluginDir } from '../support/plugin-dir';
+import { referencePluginDir, referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const delegateDriver = createDelegateDriver();
+/** Every suite runs plugins; without the reference plugins they skip (and CI fails) with the reason. */
+const skip = expectedPrerequisites(referencePluginsMissing());
 
 const prefix = uniquePrefix('pdg');
 const fx = new NetnsFixture(prefix);
@@ -58,6 +61,7 @@ const leftovers: DelegateDelStep[] = [];
 restoreForwardingAfterwards();
 
 before(async () => {
+  if (skip) return;
   tmp = await mkdtemp(join(tmpdir(), 'plexus-delegate-'));
   kernel = new Kernel();
   ipam = await Ipam.open(join(tmp, 'ipam'));
@@ -66,12 +70,12 @@ before(async () => {
   // A bin dir like a node's: the reference plugins, the fail-plugin, and a bridge that keeps a copy of its stdin.
   binDir = join(tmp, 'bin');
   spyDir = join(tmp, 'spy');
-  referencePluginDir(binDir);
+  referencePluginDir(binDir, referencePlugins());
   mkdirSync(spyDir);
   symlinkSync(FAIL_PLUGIN, join(binDir, 'fail-plugin'));
   writeFileSync(
     join(binDir, 'spy-bridge'),
-    `#!/bin/sh\nf="${spyDir}/$CNI_COMMAND.$$"\ncat > "$f"\nprintf '%s' "$CNI_NETNS" > "$f.netns"\nexec /usr/lib/cni/bridge < "$f"\n`,
+    `#!/bin/sh\nf="${spyDir}/$CNI_COMMAND.$$"\ncat > "$f"\nprintf '%s' "$CNI_NETNS" > "$f.netns"\nexec ${join(referencePlugins(), 'bridge')} < "$f"\n`,
     { mode: 0o755 },
   );
 });
@@ -220,7 +224,7 @@ const bridgeHostLocal = (version: string, lease: string, extra: Record<string, u
 
 // ------------------------------------------------------------------------------------------------ tests
 
-describe('delegate driver: reference plugins', () => {
+describe('delegate driver: reference plugins', { skip }, () => {
   it('runs bridge + host-local and returns the parsed result, with the interface and IP in the pod', async () => {
     const lease = dataDir();
     const { s, conf } = bridgeHostLocal('1.0.0', lease);
@@ -354,7 +358,7 @@ describe('delegate driver: reference plugins', () => {
     assert.deepEqual(delNetns, ['']);
   });
 
-  for (const version of ['0.3.1', '0.4.0']) {
+  for (const version of ['0.3.1', '0.4.0', '1.1.0']) {
     it(`parses a ${version} result from the reference bridge plugin`, async () => {
       const { s, conf } = bridgeHostLocal(version, dataDir());
       const net = network(conf);
@@ -368,7 +372,7 @@ describe('delegate driver: reference plugins', () => {
   }
 });
 
-describe('delegate driver: plugin configs', () => {
+describe('delegate driver: plugin configs', { skip }, () => {
   const failPluginNet = (version: string, plugins: Record<string, unknown>[]): NetworkDefinition =>
     network({ cniVersion: version, name: unique('net'), plugins: plugins.map((p) => ({ type: 'fail-plugin', ...p })) });
 
@@ -511,7 +515,7 @@ describe('delegate driver: plugin configs', () => {
   });
 });
 
-describe('delegate driver: failures and DEL', () => {
+describe('delegate driver: failures and DEL', { skip }, () => {
   it("surfaces a plugin error with the plugin's code and message", async () => {
     const net = network({
       cniVersion: '1.0.0',
@@ -675,7 +679,7 @@ describe('delegate driver: failures and DEL', () => {
   });
 });
 
-describe('delegate driver: results of every version', () => {
+describe('delegate driver: results of every version', { skip }, () => {
   const v0 = (version: string) => ({
     cniVersion: version,
     interfaces: [{ name: 'eth1', mac: '0a:00:00:00:00:01', sandbox: '/var/run/netns/x' }],
@@ -748,7 +752,7 @@ describe('delegate driver: results of every version', () => {
   });
 });
 
-describe('CHECK, STATUS and GC forwarding', () => {
+describe('CHECK, STATUS and GC forwarding', { skip }, () => {
   it('CHECKs the reference bridge plugin with the stored result', async () => {
     const lease = dataDir();
     const { conf } = bridgeHostLocal('1.0.0', lease);
@@ -859,12 +863,12 @@ describe('CHECK, STATUS and GC forwarding', () => {
   });
 });
 
-describe('delegate exec: a plugin binary being rewritten', () => {
+describe('delegate exec: a plugin binary being rewritten', { skip }, () => {
   // An installer writing the binary holds it open for writing: execve fails with ETXTBSY until it closes it.
   const busyPlugin = async (): Promise<{ path: string; dir: string; fd: number }> => {
     const dir = await mkdtemp(join(tmpdir(), 'plexus-busy-'));
     const path = join(dir, 'loopback');
-    writeFileSync(path, readFileSync('/usr/lib/cni/loopback'), { mode: 0o755 });
+    writeFileSync(path, readFileSync(join(referencePlugins(), 'loopback')), { mode: 0o755 });
     return { path, dir, fd: openSync(path, 'r+') };
   };
   const version = (path: string) => ({
@@ -873,7 +877,7 @@ describe('delegate exec: a plugin binary being rewritten', () => {
     network: 'lo',
     path,
     stdin: '{"cniVersion":"1.0.0"}',
-    cniPath: '/usr/lib/cni',
+    cniPath: referencePlugins(),
   });
 
   it("is exec'd again once the writer is done, and answers", async () => {

@@ -43,7 +43,12 @@ describe('macvlan driver', () => {
     assert.match(result.ips[0]?.address ?? '', /^10\.231\.1\.\d+\/24$/);
     assert.equal(result.ips[0]?.gateway, '10.231.1.1');
     assert.equal(result.ips[0]?.interface, 0);
-    assert.deepEqual(result.routes, [{ dst: '10.232.0.0/16', gw: '10.231.1.1' }]);
+    assert.deepEqual(
+      result.routes,
+      [{ dst: '10.232.0.0/16' }],
+      "IPAM's routes as IPAM gave them, as the reference reports them",
+    );
+    assert.match(ip('-n', pod.name, 'route', 'show', '10.232.0.0/16'), /via 10\.231\.1\.1 dev net1/);
     await rec.undo();
   });
 
@@ -171,5 +176,33 @@ describe('macvlan driver', () => {
     assert.equal(add.status, 0, add.out);
     assert.equal(must(await defaultRouteLink(bed.kernel, node.path))?.name, 'up0');
     assert.equal(must(await resolveMaster(bed.kernel, undefined, 'network x', node.path)).name, 'up0');
+  });
+  it('gives the pod interface the MAC of the config\'s "mac" when the runtime asks for none, as the reference does', async () => {
+    const pod = fx.create('confmac');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const config = { type: 'macvlan', master, mac: '02:42:AC:11:00:0A', ipam: ipamConfig(7) };
+    const result = must(
+      await attachParsed(macvlanDriver, attachRequest({ network: `${prefix}-m`, config, netns: pod.path }), rec.env),
+    );
+    assert.equal(result.interfaces[0]?.mac, '02:42:ac:11:00:0a');
+    assert.match(ip('-n', pod.name, 'link', 'show', 'net1'), /link\/ether 02:42:ac:11:00:0a /);
+    await rec.undo();
+  });
+
+  it('refuses bcqueuelen natively, saying how to delegate to the reference plugin', () => {
+    const refused = failure(macvlanDriver.parse([plugin('n', { type: 'macvlan', master, bcqueuelen: 100 })]));
+    assert.equal(refused.code, 2);
+    assert.match(refused.message, /"bcqueuelen" is not supported natively.*plexus\.io\/delegate: "true"/);
+  });
+  it('sets arp_notify and ndisc_notify on the pod interface, as the reference does', async () => {
+    const pod = fx.create('notify');
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    const config = { type: 'macvlan', master, ipam: ipamConfig(8) };
+    must(
+      await attachParsed(macvlanDriver, attachRequest({ network: `${prefix}-n`, config, netns: pod.path }), rec.env),
+    );
+    assert.equal(pod.exec('cat', '/proc/sys/net/ipv4/conf/net1/arp_notify').out.trim(), '1');
+    assert.equal(pod.exec('cat', '/proc/sys/net/ipv6/conf/net1/ndisc_notify').out.trim(), '1');
+    await rec.undo();
   });
 });

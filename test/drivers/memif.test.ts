@@ -70,6 +70,6 @@ describe('memif ports', () => {
       version: '1.1.0',
       memif: { role: 'slave', mode: 'ethernet', path: '/run/memif/memif3/memif.sock' },
     });
-    assert.deepEqual(entry?.ips, []);
+    assert.equal(entry?.ips, undefined, 'no ips field for an interface without addresses, as Multus writes it');
   });
 });

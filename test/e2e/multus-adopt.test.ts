@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { multusMissing, multusPluginDir } from '../support/multus';
+import { multusMissing, multusPluginDir, writeRuntimeRecord } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 
@@ -23,6 +23,8 @@ const t = Math.floor(Math.random() * 200);
 const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const cacheDir = join(base.dir, 'multus-cache');
+// The runtime's libcni cache: its record of each call to Multus names the network the sandbox was made under.
+const runtimeCacheDir = join(base.dir, 'runtime-cni');
 const leaseDir = join(base.dir, 'host-local');
 const primaryFile = join(base.dir, '10-podnet.conflist');
 const uplink = `${prefix}up`;
@@ -70,6 +72,8 @@ const daemon = new DaemonFixture(primaryFile, [
   binDir,
   '--multus-cache-dir',
   cacheDir,
+  '--runtime-cni-cache-dir',
+  runtimeCacheDir,
   '--log-level',
   'info',
 ]);
@@ -106,7 +110,7 @@ after(async () => {
 const newPod = podMaker(fx, prefix, []);
 type Pod = ReturnType<typeof newPod>;
 
-/** Multus's ADD, exec'd as containerd would exec it. */
+/** Multus's ADD, exec'd as containerd would exec it, and the record containerd's libcni keeps of it. */
 function multusAdd(pod: Pod): void {
   const r = spawnSync(join(binDir, 'multus'), [], {
     input: JSON.stringify(multusConf),
@@ -122,6 +126,8 @@ function multusAdd(pod: Pod): void {
     },
   });
   assert.equal(r.status, 0, `multus ADD: ${r.stdout} ${r.stderr}`);
+  const call = { containerId: pod.cid, ifname: 'eth0', netns: pod.netns, cniArgs: podArgs(pod.name, pod.cid) };
+  writeRuntimeRecord(runtimeCacheDir, { ...call, config: multusConf, result: r.stdout });
 }
 const plexusCheck = (pod: Pod) =>
   daemon.cni({
@@ -157,6 +163,21 @@ const caches = (): string[] =>
         .filter((f) => f !== 'results')
     : [];
 
+/** plexusctl's line of a sandbox Multus made: its interfaces, pod, networks and the addresses libcni recorded. */
+const adoptedLine = (pod: Pod): RegExp =>
+  new RegExp(
+    `eth0,net1,net2\\s+default/${pod.name}\\s+podnet,mvnet,staticnet\\s+` +
+      `10\\.${o}\\.${t}\\.\\d+/24,10\\.${o}\\.${t + 1}\\.\\d+/24,10\\.${o}\\.${t + 2}\\.5/24\\s+adopted \\(multus\\)`,
+  );
+/** Multus's caches of sandboxes (not libcni's records under results/). */
+const sandboxCaches = (): string[] => caches().filter((c) => !c.startsWith('results'));
+/** A CNI GC under `network`, listing `valid` as the runtime's attachments. */
+const gc = (network: string, valid: { containerID: string; ifname: string }[]) =>
+  daemon.cni({
+    command: 'GC',
+    config: { ...daemon.runtimeConfig({ 'cni.dev/valid-attachments': valid }, '1.1.0'), name: network },
+  });
+
 /** A DEL that answered 0 and left nothing of the pod: links, leases, Multus's and libcni's caches; `said` in the log. */
 function assertAllGone(pod: Pod, out: { code: number | null; stdout: string }, said: RegExp): void {
   assert.equal(out.code, 0, out.stdout);
@@ -178,7 +199,7 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     const line = plexusctl('attachments')
       .split('\n')
       .find((l) => l.startsWith(pod.cid));
-    assert.match(line ?? '', /eth0,net1,net2\s+-\s+podnet,mvnet,staticnet\s+-\s+adopted \(multus\)/);
+    assert.match(line ?? '', adoptedLine(pod));
     const checked = await plexusCheck(pod);
     assert.equal(checked.code, 0, `CHECK as Multus would: ${checked.stdout}`);
     ip('-n', pod.ns, 'link', 'set', 'net1', 'down');
@@ -227,7 +248,7 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     const line = plexusctl('attachments')
       .split('\n')
       .find((l) => l.startsWith(pod.cid));
-    assert.match(line ?? '', /eth0,net1,net2\s+-\s+podnet,mvnet,staticnet\s+-\s+adopted \(multus\)/);
+    assert.match(line ?? '', adoptedLine(pod));
     try {
       assertAllGone(pod, await plexusDel(pod), /removed from libcni's records of its networks/);
       assert.equal((await plexusDel(pod)).code, 0, 'a repeated DEL succeeds');
@@ -249,28 +270,35 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
     assert.deepEqual(caches(), []);
   });
 
-  it('removes on GC a sandbox Multus made that the runtime no longer lists, and keeps a listed one', async () => {
-    const keep = newPod();
-    const drop = newPod();
-    multusAdd(keep);
-    multusAdd(drop);
-    const out = await daemon.cni({
-      command: 'GC',
-      config: daemon.runtimeConfig(
-        { 'cni.dev/valid-attachments': [{ containerID: keep.cid, ifname: 'eth0' }] },
-        '1.1.0',
-      ),
-    });
-    assert.equal(out.code, 0, out.stdout);
-    assert.deepEqual(podLinks(drop.ns), [], 'the unlisted sandbox lost its interfaces');
-    assert.deepEqual(podLinks(keep.ns), ['eth0', 'net1', 'net2']);
-    assert.equal(leases('podnet').length, 1);
-    assert.equal(leases('mvnet').length, 1);
-    assert.deepEqual(
-      caches().filter((c) => !c.startsWith('results')),
-      [keep.cid],
-    );
-    assert.equal((await plexusDel(keep)).code, 0);
+  it("removes on GC the unlisted sandboxes Multus made, under Multus's name or Plexus's, and none under another name", async () => {
+    const [kept1, kept2, dropped] = [newPod(), newPod(), newPod()];
+    for (const pod of [kept1, kept2, dropped]) multusAdd(pod);
+    const listed = [kept1, kept2].map((p) => ({ containerID: p.cid, ifname: 'eth0' }));
+    try {
+      const made = await gc(multusConf.name, listed);
+      assert.equal(made.code, 0, made.stdout);
+      assert.deepEqual(podLinks(dropped.ns), [], 'the unlisted sandbox lost its interfaces');
+      assert.equal(leases('podnet').length, 2);
+      assert.equal(leases('mvnet').length, 2);
+      assert.deepEqual(sandboxCaches(), [kept1.cid, kept2.cid].sort());
+
+      // Another network's GC leaves them alone, as it leaves Plexus's own attachments.
+      const other = await gc('other-net', []);
+      assert.equal(other.code, 0, other.stdout);
+      for (const pod of [kept1, kept2]) assert.deepEqual(podLinks(pod.ns), ['eth0', 'net1', 'net2'], pod.cid);
+      assert.equal(leases('podnet').length, 2, 'a GC under another name releases none of their leases');
+      assert.equal(leases('mvnet').length, 2);
+      assert.deepEqual(sandboxCaches(), [kept1.cid, kept2.cid].sort(), "Multus's caches of them stay");
+
+      // Plexus's own name is the one the runtime GCs under once Plexus took Multus's place: it lists every sandbox.
+      const own = await gc(String(daemon.runtimeConfig().name), [{ containerID: kept1.cid, ifname: 'eth0' }]);
+      assert.equal(own.code, 0, own.stdout);
+      assert.deepEqual(podLinks(kept1.ns), ['eth0', 'net1', 'net2'], 'the listed sandbox stays');
+      assert.deepEqual(podLinks(kept2.ns), [], "the unlisted one goes under Plexus's name");
+      assert.deepEqual(sandboxCaches(), [kept1.cid]);
+    } finally {
+      for (const pod of [kept1, kept2, dropped]) await plexusDel(pod);
+    }
     assert.deepEqual(leases('podnet'), []);
   });
 

@@ -1,6 +1,7 @@
 /** plexusctl against a real daemon: attachments, one attachment's transaction record, networks, GC. */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -15,6 +16,8 @@ const daemon = new DaemonFixture('podnet');
 const cid = `${prefix}c1`;
 const ctl = async (...args: string[]): Promise<string> =>
   (await promisify(execFile)(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, ...args])).stdout;
+// Multus's cache, where the tests of adopted sandboxes write what Multus would have.
+const multusCacheDir = join(daemon.dir, 'multus-cache');
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
@@ -28,6 +31,7 @@ before(async () => {
     'bad.yaml',
     'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: Bad_Name}\nspec: {config: "{}"}\n',
   );
+  daemon.addFlags('--multus-cache-dir', multusCacheDir);
   await daemon.start();
   const netns = fx.create('pod').path;
   const out = await daemon.cni({
@@ -157,4 +161,69 @@ it('gc rejects a malformed request with a clear error and removes nothing', asyn
     (e: { code: number; stdout: string }) => e.code === 2 && /unexpected argument --everything/.test(e.stdout),
   );
   assert.deepEqual(await attachedIds(), [cid]);
+});
+
+/**
+ * `count` sandboxes as Multus leaves them (its cache of each, libcni's record of its one network with the pod and the
+ * address); answers their container IDs. Removed by the returned function.
+ */
+function writeAdoptedSandboxes(count: number): { ids: string[]; remove: () => void } {
+  mkdirSync(join(multusCacheDir, 'results'), { recursive: true });
+  const ids = Array.from({ length: count }, (_, i) => `${prefix}m${i}`);
+  const paths: string[] = [];
+  for (const [i, id] of ids.entries()) {
+    const conf = { cniVersion: '1.0.0', name: 'mvnet', type: 'macvlan' };
+    const bytes = Buffer.from(JSON.stringify(conf)).toString('base64');
+    paths.push(join(multusCacheDir, id), join(multusCacheDir, 'results', `mvnet-${id}-eth0`));
+    writeFileSync(paths.at(-2)!, JSON.stringify([{ Name: 'mvnet', Bytes: bytes }]));
+    const args = [
+      ['K8S_POD_NAMESPACE', 'shop'],
+      ['K8S_POD_NAME', `m${i}`],
+    ];
+    const result = { cniVersion: '1.0.0', ips: [{ address: `10.9.${i >> 8}.${i & 255}/16` }] };
+    const record = { kind: 'cniCacheV1', containerId: id, ifName: 'eth0', networkName: 'mvnet', config: bytes };
+    writeFileSync(paths.at(-1)!, JSON.stringify({ ...record, cniArgs: args, result }));
+  }
+  return { ids, remove: () => paths.forEach((p) => rmSync(p, { force: true })) };
+}
+
+/** plexusctl's output through a shell pipe into `reader` (e.g. `wc -l`), as an operator runs it. */
+async function throughPipe(reader: string, ...args: string[]): Promise<string> {
+  const script = `"$0" --socket "$1" ${args.join(' ')} | ${reader}`;
+  const argv = ['-c', script, join(ROOT, 'bin/plexusctl'), daemon.socket];
+  return (await promisify(execFile)('sh', argv, { maxBuffer: 64 << 20 })).stdout;
+}
+
+it('prints every line of a listing larger than a pipe holds into a pipe', async () => {
+  const adopted = writeAdoptedSandboxes(3000);
+  try {
+    const count = Number((await throughPipe('wc -l', 'attachments')).trim());
+    assert.equal(count, 1 + 1 + 3000, 'the header, our attachment and 3000 adopted sandboxes');
+    const last = (await throughPipe('tail -n 1', 'attachments')).trim();
+    assert.match(last, new RegExp(`^${[...adopted.ids].sort().at(-1)!}\\s`));
+    const json = JSON.parse(await throughPipe('cat', '-o', 'json', 'attachments')) as unknown[];
+    assert.equal(json.length, 1 + 3000);
+  } finally {
+    adopted.remove();
+  }
+});
+
+it('lists adopted sandboxes with the pod and the addresses libcni recorded, in the table and in JSON', async () => {
+  const adopted = writeAdoptedSandboxes(2);
+  try {
+    const id = adopted.ids[1]!;
+    const line = (await ctl('attachments')).split('\n').find((l) => l.startsWith(id));
+    assert.match(line ?? '', /^\S+\s+eth0\s+shop\/m1\s+mvnet\s+10\.9\.0\.1\/16\s+adopted \(multus\)$/);
+    const records = JSON.parse(await ctl('-o', 'json', 'attachments')) as {
+      meta: { containerId: string; pod: unknown };
+      state: string;
+      interfaces?: unknown;
+    }[];
+    const listed = records.find((r) => r.meta.containerId === id);
+    assert.equal(listed?.state, 'adopted');
+    assert.deepEqual(listed?.meta.pod, { namespace: 'shop', name: 'm1' });
+    assert.deepEqual(listed?.interfaces, [{ network: 'mvnet', ifname: 'eth0', ips: ['10.9.0.1/16'] }]);
+  } finally {
+    adopted.remove();
+  }
 });

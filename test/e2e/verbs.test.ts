@@ -1,9 +1,13 @@
 /** The CNI executable exec'd like a runtime, for every verb and every spec version, against a real plexusd. */
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { referencePlugins, referencePluginsMissing, type SpiedPlugins, spiedPluginDir } from '../support/plugin-dir';
+import { expectedPrerequisites } from '../support/prerequisites';
 
 const prefix = uniquePrefix('pv');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
@@ -142,3 +146,107 @@ describe('CNI 1.1 only verbs', () => {
     assert.deepEqual(daemon.journalFiles(), []);
   });
 });
+
+describe(
+  'STATUS and GC of a delegated default network reach the reference plugins 1.9.1',
+  { skip: expectedPrerequisites(referencePluginsMissing()) },
+  () => {
+    // A daemon of its own, whose plugin directory is the reference plugins (each wrapped by a spy that keeps what it
+    // was given) and whose networks are delegated to them.
+    let delegating: DaemonFixture;
+    let spied: SpiedPlugins;
+    const refSubnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
+    const hostLocalDir = (): string => join(delegating.dir, 'host-local', 'refnet');
+    const leases = (): string[] => readdirSync(hostLocalDir()).filter((f) => /^[0-9.]+$/.test(f));
+    const nad = (name: string, ipamType: string): void => {
+      const config = {
+        cniVersion: '1.1.0',
+        name,
+        type: 'bridge',
+        bridge: `${prefix}rb`,
+        ipam: { type: ipamType, ranges: [[{ subnet: refSubnet }]], dataDir: join(delegating.dir, 'host-local') },
+      };
+      const metadata = { name, namespace: 'default', annotations: { 'plexus.io/delegate': 'true' } };
+      const doc = { apiVersion: 'k8s.cni.cncf.io/v1', kind: 'NetworkAttachmentDefinition', metadata };
+      delegating.writeNad(`${name}.json`, JSON.stringify({ ...doc, spec: { config: JSON.stringify(config) } }));
+    };
+    before(async () => {
+      fx.trackHostLink(`${prefix}rb`);
+      delegating = new DaemonFixture('refnet');
+      spied = spiedPluginDir(referencePlugins(), join(delegating.dir, 'plugins'));
+      delegating.addFlags('--cni-bin-dir', spied.binDir);
+      nad('refnet', 'host-local');
+      nad('refbroken', `${prefix}-no-ipam`);
+      await delegating.start();
+    });
+    after(() => delegating?.stop());
+
+    it('answers ready when the reference bridge and its host-local do', async () => {
+      const out = await delegating.cni({ command: 'STATUS', config: delegating.runtimeConfig() });
+      assert.equal(out.code, 0, out.stdout);
+    });
+
+    it("answers the reference bridge's own error when its IPAM plugin is not installed", async () => {
+      const config = delegating.runtimeConfig({ defaultNetwork: 'refbroken' });
+      const out = await delegating.cni({ command: 'STATUS', config });
+      assert.equal(out.code, 1, out.stdout);
+      assert.equal(out.json?.code, 999, out.stdout);
+      assert.match(
+        String(out.json?.msg),
+        new RegExp(`STATUS of network default/refbroken.*failed to find plugin "${prefix}-no-ipam"`),
+      );
+    });
+
+    it('GC undoes an attachment the runtime no longer lists with its DEL, then GCs the plugins with the rest', async () => {
+      const add = async (tag: string): Promise<string> => {
+        const containerId = `${prefix}-${tag}`;
+        const netns = fx.create(tag).path;
+        const out = await delegating.cni({
+          command: 'ADD',
+          containerId,
+          netns,
+          ifname: 'eth0',
+          args: podArgs(tag, containerId),
+        });
+        assert.equal(out.code, 0, out.stdout);
+        return containerId;
+      };
+      const kept = await add('gck');
+      const gone = await add('gcg');
+      assert.equal(leases().length, 2);
+      const valid = [{ containerID: kept, ifname: 'eth0' }];
+      const gc = await delegating.cni({
+        command: 'GC',
+        config: delegating.runtimeConfig({ 'cni.dev/valid-attachments': valid }),
+      });
+      assert.equal(gc.code, 0, gc.stdout);
+      const calls = spied.calls();
+      assert.deepEqual(
+        calls.filter((c) => c.command === 'DEL').map((c) => `${c.plugin} ${String(c.stdin.name)}`),
+        ['bridge refnet', 'host-local refnet'],
+        `${gone} goes with its DEL`,
+      );
+      // Each delegated network gets its GC, with the attachments Plexus still has on it; host-local 1.9.1 has no GC,
+      // so bridge's does not reach it.
+      const gcs = calls.filter((c) => c.command === 'GC');
+      const gcOf = (name: string): unknown =>
+        gcs.find((c) => c.stdin.name === name)?.stdin['cni.dev/valid-attachments'];
+      assert.deepEqual(gcs.map((c) => `${c.plugin} ${String(c.stdin.name)}`).sort(), [
+        'bridge refbroken',
+        'bridge refnet',
+      ]);
+      assert.deepEqual(gcOf('refnet'), valid);
+      assert.deepEqual(gcOf('refbroken'), []);
+      assert.equal(leases().length, 1, 'the lease of the attachment GC removed went with its DEL');
+      const del = await delegating.cni({
+        command: 'DEL',
+        containerId: kept,
+        ifname: 'eth0',
+        netns: '',
+        args: podArgs('gck', kept),
+      });
+      assert.equal(del.code, 0, del.stdout);
+      assert.deepEqual(leases(), []);
+    });
+  },
+);

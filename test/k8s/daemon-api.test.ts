@@ -5,6 +5,7 @@
  * pod's netns, events, a NAD created after a pod was rejected, a pod deleted while its ADD runs.
  */
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
@@ -116,13 +117,14 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     const p = await apiPod('web', { 'k8s.v1.cni.cncf.io/networks': 'sec', 'team.example/owner': 'me' });
     const out = await call(open, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
-    const inNetns = (ifname: string): { ip: string; mac: string } => ({
+    const inNetns = (ifname: string): { ip: string; cidr: string; mac: string } => ({
       ip: /inet (\S+)\//.exec(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', ifname))![1]!,
+      cidr: /inet (\S+)/.exec(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', ifname))![1]!,
       mac: /link\/ether (\S+)/.exec(ip('-n', p.pod.ns, '-o', 'link', 'show', ifname))![1]!,
     });
     const status = await statusOf('default', 'web');
     assert.deepEqual(
-      status.map((s) => [s.name, s.interface, s.default]),
+      status.map((s) => [s.name, s.interface, s.default === true]),
       [
         ['default/podnet', 'eth0', true],
         ['default/sec', 'net1', false],
@@ -145,8 +147,8 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
         .map((e) => [e.type, e.message, e.involvedObject.uid])
         .sort(),
       [
-        ['Normal', `Add eth0 [${inNetns('eth0').ip}] from default/podnet`, p.uid],
-        ['Normal', `Add net1 [${inNetns('net1').ip}] from default/sec`, p.uid],
+        ['Normal', `Add eth0 [${inNetns('eth0').cidr}] from default/podnet`, p.uid],
+        ['Normal', `Add net1 [${inNetns('net1').cidr}] from default/sec`, p.uid],
       ],
     );
     assert.equal((await call(open, 'DEL', p)).code, 0);
@@ -244,7 +246,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     assert.match(ip('-n', p.pod.ns, '-o', '-4', 'addr', 'show', 'eth0'), bridges.subnetOf(3));
     const status = await statusOf('default', 'override');
     assert.deepEqual(
-      status.map((s) => [s.name, s.interface, s.default]),
+      status.map((s) => [s.name, s.interface, s.default === true]),
       [
         ['default/alt', 'eth0', true],
         ['default/sec', 'net1', false],
@@ -285,6 +287,61 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     assert.match(String(missing.json?.msg), /pod default\/never-created does not exist in the API/);
     for (const x of [stale, gone]) assert.deepEqual(podLinks(x.pod.ns), []);
     assert.deepEqual(leases(open), []);
+  });
+
+  /** The mirror pod the kubelet makes in the API for a static pod: its config.mirror annotation is the static pod's UID. */
+  const mirrorPod = async (name: string, staticUid: string, networks?: string): Promise<ApiPod> =>
+    apiPod(name, {
+      'kubernetes.io/config.source': 'file',
+      'kubernetes.io/config.hash': staticUid,
+      'kubernetes.io/config.mirror': staticUid,
+      ...(networks ? { 'k8s.v1.cni.cncf.io/networks': networks } : {}),
+    });
+  /** The sandbox of the static pod itself: K8S_POD_UID is the static pod's UID (its manifest's hash), not the API's. */
+  const staticSandbox = (mirror: ApiPod, staticUid: string): { pod: TestPod; args: string } => ({
+    pod: mirror.pod,
+    args: mirror.args.replace(mirror.uid, staticUid),
+  });
+
+  it("attaches a static pod's sandbox with the networks of its mirror pod, and writes status and events to the mirror pod", async () => {
+    const staticUid = randomBytes(16).toString('hex');
+    const mirror = await mirrorPod('static-web', staticUid, 'sec');
+    const sandbox = staticSandbox(mirror, staticUid);
+    const out = await call(open, 'ADD', sandbox);
+    assert.equal(out.code, 0, out.stdout);
+    assert.match(ip('-n', sandbox.pod.ns, '-o', '-4', 'addr', 'show', 'net1'), bridges.subnetOf(1));
+    const status = await statusOf('default', 'static-web');
+    assert.deepEqual(
+      status.map((s) => s.interface),
+      ['eth0', 'net1'],
+    );
+    const events = await eventsOf('default', 'static-web', (e) => e.some((x) => x.reason === 'AddedInterface'));
+    assert.deepEqual(
+      [...new Set(events.filter((e) => e.reason === 'AddedInterface').map((e) => e.involvedObject.uid))],
+      [mirror.uid],
+      "events name the mirror pod's UID, as kubectl describe looks them up",
+    );
+    assert.equal((await call(open, 'CHECK', sandbox)).code, 0);
+    assert.equal((await call(open, 'DEL', sandbox)).code, 0);
+    assert.deepEqual(leases(open), []);
+  });
+
+  it('attaches a static pod without a networks annotation to the default network alone', async () => {
+    const staticUid = randomBytes(16).toString('hex');
+    const sandbox = staticSandbox(await mirrorPod('static-plain', staticUid), staticUid);
+    const out = await call(open, 'ADD', sandbox);
+    assert.equal(out.code, 0, out.stdout);
+    assert.deepEqual(podLinks(sandbox.pod.ns), ['eth0']);
+    assert.equal((await call(open, 'DEL', sandbox)).code, 0);
+  });
+
+  it("refuses a sandbox whose UID is neither the pod's nor the one its mirror annotation names (an earlier static pod)", async () => {
+    const mirror = await mirrorPod('static-old', randomBytes(16).toString('hex'), 'sec');
+    const earlier = randomBytes(16).toString('hex');
+    const refused = await call(open, 'ADD', staticSandbox(mirror, earlier));
+    assert.equal(refused.json?.code, 4, refused.stdout);
+    assert.match(String(refused.json?.msg), new RegExp(`this sandbox is for UID ${earlier}`));
+    assert.deepEqual(podLinks(mirror.pod.ns), []);
   });
 
   it('finishes an ADD whose pod is deleted meanwhile without writing to the new pod of that name, and DEL cleans up', async () => {

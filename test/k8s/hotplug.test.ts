@@ -116,7 +116,8 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
     const events = await pods.events('default', 'grow', (e) => e.some((x) => x.reason === 'RemovedInterface'));
     assert.ok(
       events.some(
-        (e) => e.reason === 'AddedInterface' && /^Add net2 \[10\.\d+\.\d+\.\d+\] from default\/alt$/.test(e.message),
+        (e) =>
+          e.reason === 'AddedInterface' && /^Add net2 \[10\.\d+\.\d+\.\d+\/\d+\] from default\/alt$/.test(e.message),
       ),
       JSON.stringify(events.map((e) => e.message)),
     );

@@ -2,7 +2,8 @@
  * Plexus on a real node: the kubelet and containerd of KubeNodeFixture run plexus-cni as the node's only CNI plugin, and
  * plexusd (as the documented RBAC allows) reads the pods and NADs from the API. Pods get their networks (short and JSON
  * annotations), network-status matches their netns, a pod waiting for a NAD runs once it exists, a running pod's
- * networks follow `kubectl annotate`, and deleting the pods leaves no lease or journal record.
+ * networks follow `kubectl annotate`, static pods run with their mirror pods' networks, and deleting the pods leaves no
+ * lease or journal record.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -14,6 +15,7 @@ import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { testBridges } from '../support/test-bridges';
+import { until } from '../support/until';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kp');
@@ -67,7 +69,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     const want: Record<string, string[]> = {
       [short[0]!]: ['eth0', 'net1'],
       [short[1]!]: ['eth0', 'net1'],
-      [json[0]!]: ['eth0', 'data0', 'net1'],
+      [json[0]!]: ['eth0', 'data0', 'net2'], // net2: numbered by position, as Multus does
       [none[0]!]: ['eth0'],
     };
     for (const [name, interfaces] of Object.entries(want)) {
@@ -136,6 +138,33 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     for (let i = 0; i < 50 && addressesIn(netns).has('net1'); i++) await sleep(100);
     assert.equal(addressesIn(netns).has('net1'), false);
     assert.equal((await node.pod('default', pod!)).status?.phase, 'Running', 'the pod was not restarted');
+  });
+
+  it('runs static pods, with networks and without, with the networks of their mirror pods', async () => {
+    const manifests = [`${prefix}-static-net`, `${prefix}-static-plain`];
+    const mirrors = [node.writeStaticPod(manifests[0]!, { [NETWORKS]: 'sec' }), node.writeStaticPod(manifests[1]!)];
+    try {
+      for (const [mirror, interfaces] of [
+        [mirrors[0]!, ['eth0', 'net1']],
+        [mirrors[1]!, ['eth0']],
+      ] as const) {
+        const running = async (): Promise<true | undefined> =>
+          (await node.pod('default', mirror).catch(() => undefined))?.status?.phase === 'Running' || undefined;
+        await until(`static pod ${mirror} Running`, running, 120000, 250);
+        const status = await pods.status('default', mirror, (s) => s.length === interfaces.length);
+        assert.deepEqual(
+          status.map((s) => s.interface),
+          interfaces,
+          `${mirror}'s network-status`,
+        );
+        assert.deepEqual([...addressesIn(await node.podNetns('default', mirror)).keys()].sort(), [...interfaces]);
+      }
+    } finally {
+      for (const m of manifests) node.removeStaticPod(m);
+    }
+    const gone = async (): Promise<true | undefined> =>
+      (await node.sandboxes()).some((s) => s.ready && mirrors.includes(s.name)) ? undefined : true;
+    await until('the static pods stopped', gone, 120000, 250);
   });
 
   it('deleting every pod leaves no journal record and no lease', async () => {

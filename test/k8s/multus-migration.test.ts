@@ -129,6 +129,25 @@ class MultusDaemon {
   }
 }
 
+/** The addresses each pod has on the secondary networks (sec, mv), as its network-status says. */
+async function secondaryAddresses(
+  node: KubeNodeFixture,
+  pods: readonly string[],
+): Promise<{ pod: string; address: string }[]> {
+  const list = await node.call('GET', '/api/v1/namespaces/default/pods');
+  type Pod = { metadata: { name: string; annotations?: Record<string, string> } };
+  const items = ((list.body as { items?: Pod[] }).items ?? []).filter((p) => pods.includes(p.metadata.name));
+  return items.flatMap((p) => {
+    const status = JSON.parse(p.metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'] ?? '[]') as {
+      name: string;
+      ips?: string[];
+    }[];
+    return status
+      .filter((n) => n.name === 'default/sec' || n.name === 'default/mv')
+      .flatMap((n) => (n.ips ?? []).map((address) => ({ pod: p.metadata.name, address })));
+  });
+}
+
 for (const mode of ['thin', 'thick'] as const)
   describe(`a ${mode} Multus node taken over by Plexus while pods come and go`, { skip }, () => {
     let node: KubeNodeFixture;
@@ -333,9 +352,18 @@ for (const mode of ['thin', 'thick'] as const)
       );
     });
 
-    it('gives new pods their networks from Plexus', async () => {
-      const names = await node.createPods(2, { namePrefix: 'under-plexus-', annotations: { [NETWORKS]: 'sec,mv' } });
+    it('gives new pods their networks from Plexus, none an address a pod Multus made holds', async () => {
+      const names = await node.createPods(4, { namePrefix: 'under-plexus-', annotations: { [NETWORKS]: 'sec,mv' } });
       await node.waitAllRunning(names, 60_000);
+      const held = await secondaryAddresses(node, [...multusPods, ...names]);
+      assert.equal(held.length, 2 * (multusPods.length + names.length), JSON.stringify(held));
+      const seen = new Map<string, string>();
+      const duplicates = held.flatMap(({ pod, address }) => {
+        const other = seen.get(address);
+        seen.set(address, pod);
+        return other !== undefined ? [`${address} on ${other} and ${pod}`] : [];
+      });
+      assert.deepEqual(duplicates, [], 'no address is on two pods');
       const attachments = execFileSync(join(ROOT, 'bin/plexusctl'), ['--socket', daemon.socket, 'attachments'], {
         encoding: 'utf8',
       });

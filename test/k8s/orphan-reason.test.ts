@@ -24,7 +24,8 @@ const record = (
   ...over,
 });
 const pods = (uids: Record<string, string>) => ({
-  cachedPod: (ns: string, name: string) => (uids[`${ns}/${name}`] ? { uid: uids[`${ns}/${name}`]! } : undefined),
+  cachedPod: (ns: string, name: string) =>
+    uids[`${ns}/${name}`] ? { uid: uids[`${ns}/${name}`]!, sandboxUid: uids[`${ns}/${name}`]! } : undefined,
 });
 const gone = (): boolean => false;
 const there = (): boolean => true;

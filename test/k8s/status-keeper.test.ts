@@ -15,6 +15,7 @@ const pod = (annotation?: string, uid = 'u1'): CachedPod => ({
   namespace: 'default',
   name: 'web',
   uid,
+  sandboxUid: uid,
   annotations: annotation === undefined ? {} : { [STATUS]: annotation },
 });
 const record = (containerId: string, at: string, s: NetworkStatusEntry[], uid = 'u1'): AttachmentRecord => ({
@@ -67,7 +68,7 @@ describe('NetworkStatusKeeper', () => {
 
   it('reads no journal for its own write (the value the engine reported), nor for a change of other annotations', async () => {
     const b = bed([record('c1', '2026-01-01T00:00:01Z', status)]);
-    b.keeper.sink.attached({ namespace: 'default', name: 'web', uid: 'u1' }, 'c1', status, status);
+    b.keeper.sink.attached({ namespace: 'default', name: 'web', uid: 'u1' }, 'c1', status, []);
     await b.change(pod(undefined), pod(JSON.stringify(status, null, 2)));
     await b.change(pod(JSON.stringify(status)), {
       ...pod(JSON.stringify(status)),

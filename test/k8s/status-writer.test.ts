@@ -13,7 +13,7 @@ import { expectedPrerequisites } from '../support/prerequisites';
 const skip = expectedPrerequisites(k8sMissing());
 const status: NetworkStatusEntry[] = [
   { name: 'default/podnet', interface: 'eth0', ips: ['10.1.0.7'], mac: '02:00:00:00:00:07', default: true, dns: {} },
-  { name: 'team-a/blue', interface: 'net1', ips: ['10.2.0.9'], mac: '02:00:00:00:00:09', default: false, dns: {} },
+  { name: 'team-a/blue', interface: 'net1', ips: ['10.2.0.9'], mac: '02:00:00:00:00:09', dns: {} },
 ];
 
 describe('network-status write-back on a real API server', { skip }, () => {

@@ -296,4 +296,22 @@ describe('kernel layer (rtnetlink over koffi, real netns)', () => {
     assert.equal(r.ok, false);
     if (!r.ok) assert.equal(r.error.failure.errnoName, 'ENOENT');
   });
+  it('writes sysctls of one netns in a row from inside it, tolerating what an op tolerates and stopping at a failure', async () => {
+    const ns = fx.create('sysctls');
+    ip('-n', ns.name, 'link', 'add', 'v0', 'type', 'veth', 'peer', 'name', 'v1');
+    const read = (key: string): string => ns.exec('cat', `/proc/sys/${key}`).out.trim();
+    const r = await kernel.batch(ns.path, [
+      { op: 'sysctlWrite', key: 'net/ipv4/conf/nosuch0/arp_notify', value: '1', ignore: ['ENOENT'] },
+      { op: 'sysctlWrite', key: 'net/ipv4/conf/v0/arp_notify', value: '1' },
+      { op: 'sysctlWrite', key: 'net/ipv4/conf/nosuch1/arp_notify', value: '1' },
+      { op: 'sysctlWrite', key: 'net/ipv4/conf/v1/arp_notify', value: '1' },
+    ]);
+    assert.equal(r.ok, false);
+    if (!r.ok) {
+      assert.equal(r.error.index, 2, 'the first failure not tolerated');
+      assert.equal(r.error.failure.errnoName, 'ENOENT');
+    }
+    assert.equal(read('net/ipv4/conf/v0/arp_notify'), '1', 'written in the pod netns');
+    assert.equal(read('net/ipv4/conf/v1/arp_notify'), '0', 'nothing after the failure');
+  });
 });

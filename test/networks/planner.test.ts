@@ -138,8 +138,19 @@ test('an explicit name later in the list is reserved before names are generated'
   ]);
 });
 
-test('explicit names do not consume indices that are still free', () => {
-  assert.deepEqual(names('blue@data0,green'), ['eth0=kube-system/pod-network', 'data0=pods/blue', 'net1=pods/green']);
+test('a generated name is numbered by its position in the plan, as Multus numbers it: a@data0, b gives data0, net2', () => {
+  assert.deepEqual(names('blue@data0,green'), ['eth0=kube-system/pod-network', 'data0=pods/blue', 'net2=pods/green']);
+});
+
+test('positions count defaultNetworks before the selection, as Multus counts its delegates', () => {
+  assert.deepEqual(
+    names('blue,green', { sources: { selectionAnnotation: true, defaultNetworks: ['sidecar@side0'] } }),
+    ['eth0=kube-system/pod-network', 'side0=default/sidecar', 'net2=pods/blue', 'net3=pods/green'],
+  );
+});
+
+test('a position whose name an explicit request holds takes the next free number (Multus fails such a pod)', () => {
+  assert.deepEqual(names('blue,green@net1'), ['eth0=kube-system/pod-network', 'net2=pods/blue', 'net1=pods/green']);
 });
 
 test('an explicit eth name under the eth scheme is skipped by the generator', () => {
@@ -151,11 +162,11 @@ test('an explicit eth name under the eth scheme is skipped by the generator', ()
   ]);
 });
 
-test('the NAD prefix annotation names its attachments prefix1, prefix2, ... with a counter per prefix', () => {
+test('the NAD prefix annotation names its attachments prefix1, prefix2, ... with a counter per prefix; others keep their position', () => {
   assert.deepEqual(names('sriov,blue,sriov,fabric'), [
     'eth0=kube-system/pod-network',
     'vf1=pods/sriov',
-    'net1=pods/blue',
+    'net2=pods/blue',
     'vf2=pods/sriov',
     'fab1=pods/fabric',
   ]);
@@ -235,9 +246,18 @@ test('duplicate explicit names in hand-made selections fail too', () => {
   );
 });
 
+test('"ips" and "mac" are planned on a network that declares neither capability, as Multus passes them', () => {
+  const planned = unwrap(plan('[{"name":"capable","ips":["10.1.0.7/24"],"mac":"02:00:00:00:00:01"}]', {}, ['dns']));
+  assert.deepEqual(
+    planned.map((a) => [a.ifname, a.selection?.ips, a.selection?.mac]),
+    [
+      ['eth0', undefined, undefined],
+      ['net1', ['10.1.0.7/24'], '02:00:00:00:00:01'],
+    ],
+  );
+});
+
 for (const [field, capability, annotation] of [
-  ['ips', 'ips', '[{"name":"capable","ips":["10.1.0.7"]}]'],
-  ['mac', 'mac', '[{"name":"capable","mac":"02:00:00:00:00:01"}]'],
   ['bandwidth', 'bandwidth', '[{"name":"capable","bandwidth":{"ingressRate":1000}}]'],
   ['portMappings', 'portMappings', '[{"name":"capable","portMappings":[{"hostPort":80,"containerPort":80}]}]'],
   ['infiniband-guid', 'infinibandGUID', '[{"name":"capable","infiniband-guid":"c2:11:22:33:44:55:66:77"}]'],

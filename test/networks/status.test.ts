@@ -42,3 +42,43 @@ describe('network-status device-info', () => {
     assert.equal('device-info' in entry!, false);
   });
 });
+
+describe('network-status entries as Multus writes them', () => {
+  const routed: CniResult = {
+    interfaces: [{ name: 'net1', mac: '02:00:00:00:00:01', sandbox: '/var/run/netns/p' }],
+    ips: [{ address: '10.1.1.21/24', gateway: '10.1.1.254', interface: 0 }],
+    routes: [
+      { dst: '0.0.0.0/0', gw: '10.1.1.254' },
+      { dst: '10.9.0.0/16', gw: '10.1.1.1' },
+    ],
+  };
+
+  it("carries the gateways of the attachment's default routes as `gateway`", () => {
+    const [entry] = networkStatus([{ ...outcome, result: routed }]);
+    assert.deepEqual(entry!.gateway, ['10.1.1.254']);
+  });
+
+  it('has no `gateway` when the attachment has no default route', () => {
+    const [entry] = networkStatus([{ ...outcome, result: vf() }]);
+    assert.equal('gateway' in entry!, false);
+  });
+
+  it('writes `default` only on the default network, as Multus leaves out a false one', () => {
+    const [pod, secondary] = networkStatus([
+      { network: 'kube-system/podnet', ifname: 'eth0', isDefault: true, result: vf() },
+      { ...outcome, result: vf() },
+    ]);
+    assert.equal(pod!.default, true);
+    assert.equal('default' in secondary!, false);
+  });
+
+  it('leaves out `ips` for an interface without addresses, as Multus does', () => {
+    const [entry] = networkStatus([{ ...outcome, result: { ...vf(), ips: [] } }]);
+    assert.deepEqual(entry, {
+      name: 'default/fast',
+      interface: 'net1',
+      mac: '02:00:00:00:00:01',
+      dns: {},
+    });
+  });
+});

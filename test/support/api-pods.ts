@@ -22,7 +22,8 @@ export interface StatusEntry {
   interface: string;
   ips: string[];
   mac: string;
-  default: boolean;
+  default?: true;
+  gateway?: string[];
 }
 export interface ApiEvent {
   type: string;

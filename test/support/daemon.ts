@@ -164,6 +164,9 @@ export class DaemonFixture {
         'warn',
         '--spool-scan-seconds',
         '0.5',
+        // Not the host's /var/lib/cni/networks: host-local networks share their addresses with this directory.
+        '--host-local-data-dir',
+        join(this.dir, 'cni-networks'),
         ...this.extraFlags,
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },

@@ -73,6 +73,30 @@ export async function installDra(node: KubeNodeFixture): Promise<void> {
   });
 }
 
+/**
+ * The node's own network when plexus-cni is not its CNI (plexusd only prepares claims): the reference bridge plugin on
+ * `bridge`, host-local addresses of a random /24 kept under the node's directory.
+ */
+export const bridgeConfList =
+  (bridge: string) =>
+  (dir: string): string => {
+    const subnet = `10.${100 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
+    const ipam = { type: 'host-local', ranges: [[{ subnet: `${subnet}.0/24` }]], dataDir: join(dir, 'cni-data') };
+    return JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'podnet',
+      plugins: [{ type: 'bridge', bridge, isGateway: false, ipMasq: false, ipam }],
+    });
+  };
+
+/** A pod's events as `reason: message`. */
+export async function podEvents(node: KubeNodeFixture, namespace: string, name: string): Promise<string[]> {
+  const selector = encodeURIComponent(`involvedObject.name=${name}`);
+  const r = await node.call('GET', `/api/v1/namespaces/${namespace}/events?fieldSelector=${selector}`);
+  const items = (r.body as { items?: { reason: string; message: string }[] }).items ?? [];
+  return items.map((e) => `${e.reason}: ${e.message}`);
+}
+
 /** How often plexusd has logged its registration with the kubelet as the DRA driver plexus.io (--log-level info). */
 export const draRegistrations = (daemon: { readonly stderr: string }): number =>
   daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;

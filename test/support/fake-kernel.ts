@@ -173,9 +173,12 @@ export class FakeKernel implements KernelPort {
         ns.addrs.push({ index: existing.index, family: op.address.includes(':') ? 6 : 4, address: op.address });
         break;
       }
-      case 'addrList':
-        results.push([...ns.addrs]);
+      case 'addrList': {
+        const only = op.name === undefined ? undefined : ns.links.get(op.name);
+        if (op.name !== undefined && !only) return 'ENODEV';
+        results.push(ns.addrs.filter((a) => !only || a.index === only.index));
         return undefined;
+      }
       case 'routeAdd':
         if (ns.routes.some((r) => r.dst === op.route.dst && r.gw === op.route.gw)) return 'EEXIST';
         ns.routes.push({

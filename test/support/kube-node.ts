@@ -460,9 +460,26 @@ export class KubeNodeFixture {
     if (r.status !== 0) throw new Error(`ctr images import: ${r.out}`);
   }
 
+  /** The kubelet's staticPodPath: a manifest written here runs as a static pod, shown in the API as a mirror pod. */
+  get staticPodDir(): string {
+    return join(this.dir, 'etc', 'manifests');
+  }
+
+  /** Runs a static pod (a pause container) from a manifest in staticPodPath; answers its mirror pod's name. */
+  writeStaticPod(name: string, annotations: Readonly<Record<string, string>> = {}): string {
+    writeFileSync(join(this.staticPodDir, `${name}.json`), JSON.stringify(podObject(name, this.nodeName, annotations)));
+    return `${name}-${this.nodeName}`;
+  }
+
+  /** Removes a static pod's manifest: the kubelet stops the pod and deletes its mirror pod. */
+  removeStaticPod(name: string): void {
+    rmSync(join(this.staticPodDir, `${name}.json`), { force: true });
+  }
+
   private async startKubelet(): Promise<void> {
     const certs = join(this.dir, 'certs');
     const config = join(this.dir, 'etc', 'kubelet-config.json'); // JSON is YAML
+    mkdirSync(this.staticPodDir, { recursive: true });
     writeFileSync(
       config,
       JSON.stringify({
@@ -500,6 +517,7 @@ export class KubeNodeFixture {
         serializeImagePulls: false,
         maxPods: 250,
         podLogsDir: join(this.dir, 'var', 'log', 'pods'), // not /var/log/pods
+        staticPodPath: this.staticPodDir,
       }),
     );
     await this.releasePorts();
@@ -526,9 +544,19 @@ export class KubeNodeFixture {
    * register again. Answers when the new kubelet was spawned (Date.now()).
    */
   async restartKubelet(): Promise<number> {
+    await this.stopKubelet();
+    return this.startKubeletAgain();
+  }
+
+  /** Stops the kubelet (SIGTERM) and leaves it stopped, as a crash or an upgrade would; pods keep running. */
+  async stopKubelet(): Promise<void> {
     await this.stopProcess('kubelet');
     const old = this.procs.findIndex((s) => s.name === 'kubelet');
     if (old >= 0) this.procs.splice(old, 1);
+  }
+
+  /** Starts the kubelet stopKubelet stopped, with the same configuration; answers when it was spawned (Date.now()). */
+  async startKubeletAgain(): Promise<number> {
     const spawnedAt = Date.now();
     await this.startKubelet();
     return spawnedAt;

@@ -7,7 +7,7 @@ import { copyFileSync, existsSync, mkdirSync, renameSync, statSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ROOT } from './daemon';
-import { REFERENCE_PLUGINS, referencePluginDir } from './plugin-dir';
+import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
 const multusDir = (): string => process.env.PLEXUS_MULTUS_BIN ?? resolve(ROOT, '../shared/multus');
 
@@ -32,7 +32,7 @@ export function multusBinary(name: 'multus' | 'multus-shim' | 'multus-daemon'): 
  * A runtime's CNI plugin directory for a Multus node, made at `binDir`: Debian's reference plugins (Multus's delegates)
  * and the thin `multus` binary. Throws when Multus is nowhere (multusMissing says why).
  */
-export function multusPluginDir(binDir: string, referencePlugins = REFERENCE_PLUGINS): void {
+export function multusPluginDir(binDir: string, referencePlugins = DEBIAN_PLUGINS): void {
   const multus = multusBinary('multus');
   if (multus === undefined) throw new Error(`Multus ${multusMissing() ?? 'is missing'}`);
   referencePluginDir(binDir, referencePlugins);
@@ -44,4 +44,36 @@ export function multusMissing(): string | undefined {
   return multusBinary('multus')
     ? undefined
     : `not available: multus (in $PLEXUS_MULTUS_BIN or ${multusDir()}, plain or .xz)`;
+}
+
+/** What the runtime ran: Multus's config, the sandbox and the result Multus printed. */
+export interface RuntimeCall {
+  readonly config: { readonly name: string };
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly netns: string;
+  readonly cniArgs: string;
+  readonly result: string;
+}
+
+/**
+ * The record a runtime's libcni writes once its call to Multus succeeded (`<cacheDir>/results/<network>-<container>-
+ * <ifname>`, as libcni's cacheAdd writes it): what names the network a sandbox was made under.
+ */
+export function writeRuntimeRecord(cacheDir: string, call: RuntimeCall): string {
+  const dir = join(cacheDir, 'results');
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${call.config.name}-${call.containerId}-${call.ifname}`);
+  const record = {
+    kind: 'cniCacheV1',
+    containerId: call.containerId,
+    config: Buffer.from(JSON.stringify(call.config)).toString('base64'),
+    ifName: call.ifname,
+    networkName: call.config.name,
+    netns: call.netns,
+    cniArgs: call.cniArgs.split(';').map((kv) => kv.split('=')),
+    result: JSON.parse(call.result) as unknown,
+  };
+  writeFileSync(path, JSON.stringify(record));
+  return path;
 }

@@ -24,7 +24,7 @@ import { Ipam, type IpamBackend } from '../../../src/ipam';
 import { Kernel, type KernelPort } from '../../../src/kernel/kernel';
 import type { BatchOp } from '../../../src/kernel/types';
 import { NetworkDirectory } from '../../../src/networks/directory';
-import { REFERENCE_PLUGINS } from '../../../test/support/plugin-dir';
+import { referencePlugins } from '../../../test/support/plugin-dir';
 import { invoke, newPod } from '../cni';
 import { deleteLinkIfPresent, deleteNetns, freeTenNet, ipBatch, listNetns, netnsPath, uniquePrefix } from '../host';
 import { httpOverSocket, shimBinary, writeNetworkDefinition } from '../plexusd';
@@ -115,7 +115,7 @@ const forwarded = (cid: string, netns: string, socketPath: string) => ({
     CNI_CONTAINERID: cid,
     CNI_NETNS: netns,
     CNI_IFNAME: 'eth0',
-    CNI_PATH: REFERENCE_PLUGINS,
+    CNI_PATH: referencePlugins(),
     CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=prof-${cid.slice(0, 8)};K8S_POD_INFRA_CONTAINER_ID=${cid}`,
   },
   stdin: JSON.stringify({ cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath }),
@@ -144,7 +144,7 @@ async function main(): Promise<void> {
     new NetworkDirectory(networksDir),
     new DriverRegistry(),
     {
-      cniBinDir: REFERENCE_PLUGINS,
+      cniBinDir: referencePlugins(),
       naming: 'multus',
       selectionAnnotation: true,
       defaultNetworks: [],
@@ -196,7 +196,7 @@ async function main(): Promise<void> {
             {
               binary: shimBinary(),
               config: JSON.parse(call.stdin) as Record<string, unknown>,
-              env: { CNI_PATH: REFERENCE_PLUGINS },
+              env: { CNI_PATH: referencePlugins() },
             },
             'ADD',
             pod,

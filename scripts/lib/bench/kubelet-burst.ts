@@ -9,7 +9,7 @@ import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readdirSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KubeNodeFixture } from '../../../test/support/kube-node';
-import { REFERENCE_PLUGINS } from '../../../test/support/plugin-dir';
+import { referencePlugins } from '../../../test/support/plugin-dir';
 import { freeTenNet, linksOfBridge, restoreForwardingOnTeardown, uniquePrefix } from '../host';
 import { daemonEntry, hostLocalLeftovers, httpOverSocket, plexusLeftovers, shimBinary } from '../plexusd';
 import { round } from '../stats';
@@ -114,7 +114,7 @@ export function nodeConflist(
   }
   mkdirSync(binDir);
   copyFileSync(shimBinary(), join(binDir, 'plexus-cni'));
-  for (const f of readdirSync(REFERENCE_PLUGINS)) copyFileSync(join(REFERENCE_PLUGINS, f), join(binDir, f));
+  for (const f of readdirSync(referencePlugins())) copyFileSync(join(referencePlugins(), f), join(binDir, f));
   return () =>
     JSON.stringify({
       cniVersion: '1.0.0',
@@ -231,7 +231,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const startedAt = performance.now();
     const node = (state.node = await KubeNodeFixture.start({
       cniConfList: conflist,
-      cniBinDir: mode === 'bridge' ? REFERENCE_PLUGINS : binDir,
+      cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
       ownedLinks: networks.map((n) => n.bridge),
     }));
     const nodeStartSeconds = (performance.now() - startedAt) / 1000;

@@ -5,7 +5,10 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { REFERENCE_PLUGINS } from '../../../test/support/plugin-dir';
+import { referencePlugins, referencePluginsDir } from '../../../test/support/plugin-dir';
+
+/** Which reference plugins the bench runs, for its header. */
+const referenceSource = (): string => `reference plugins from ${referencePluginsDir().source} (${referencePlugins()})`;
 import type { Plugin } from '../cni';
 import { deleteLinkIfPresent, freeTenNet } from '../host';
 import { type MultiRuntime, plexusRuntime, referenceRuntime } from '../multinet';
@@ -116,7 +119,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
       ipMasq: false,
       ipam: ipam(3),
     });
-    // The same kind of network, forced to delegation: plexusd execs /usr/lib/cni/ptp (+ host-local) for it.
+    // The same kind of network, forced to delegation: plexusd execs the reference ptp (+ host-local) for it.
     await writeNetworkDefinition(
       networksDir,
       'default',
@@ -129,7 +132,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
     root: join(root, 'plexusd'),
     networksDir,
     defaultNetwork: 'default/podnet',
-    cniBinDir: REFERENCE_PLUGINS,
+    cniBinDir: referencePlugins(),
     logLevel: 'error',
     ...(stateSync !== undefined ? { stateSync } : {}),
   });
@@ -140,7 +143,7 @@ export async function setUpPlexus(ctx: SetupContext, stateSync: boolean | undefi
     plugin: {
       binary: shimBinary(),
       config: { cniVersion: '1.1.0', name: 'plexus', type: 'plexus-cni', socketPath: daemon.socket },
-      env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${REFERENCE_PLUGINS}` },
+      env: { CNI_PATH: `${join(repoRoot(), 'bin')}:${referencePlugins()}` },
     },
     bridge,
     leftovers: () => daemon.leftovers(),
@@ -165,10 +168,10 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
   const bridge = bridgeNamed(ctx, `${prefix}rb`);
   const dataDir = join(root, 'host-local');
   const subject = describeSubject('reference', 'rf', {
-    binary: join(REFERENCE_PLUGINS, 'bridge'),
-    // The Debian plugins (1.1.1) speak CNI up to 1.0.0.
+    binary: join(referencePlugins(), 'bridge'),
+    // The reference plugins 1.9.1 speak CNI 1.1.0, as the Plexus subject is configured.
     config: {
-      cniVersion: '1.0.0',
+      cniVersion: '1.1.0',
       name: `${prefix}-ref`,
       type: 'bridge',
       bridge,
@@ -177,9 +180,9 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
       ipMasq: false,
       ipam: { type: 'host-local', ranges: [[{ subnet: `10.${second}.0.0/16` }]], dataDir },
     },
-    env: { CNI_PATH: REFERENCE_PLUGINS },
+    env: { CNI_PATH: referencePlugins() },
   });
-  console.log(`  reference: ${REFERENCE_PLUGINS}/bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
+  console.log(`  reference: ${referenceSource()}: bridge + host-local, bridge ${bridge}, 10.${second}.0.0/16`);
   if (!ctx.multi) return { subject };
   const s2 = takeNet(ctx);
   const bridge2 = bridgeNamed(ctx, `${prefix}r2`);
@@ -189,9 +192,9 @@ export function setUpReference(ctx: SetupContext): ReferenceSetup {
     dataDir,
   });
   const plugin = (type: string, name: string, config: Record<string, unknown>): Plugin => ({
-    binary: join(REFERENCE_PLUGINS, type),
-    config: { cniVersion: '1.0.0', name, type, ...config },
-    env: { CNI_PATH: REFERENCE_PLUGINS },
+    binary: join(referencePlugins(), type),
+    config: { cniVersion: '1.1.0', name, type, ...config },
+    env: { CNI_PATH: referencePlugins() },
   });
   const networks = {
     bridge: subject.plugin,

@@ -3,12 +3,13 @@
  * name: the bridge driver's way, and the vxlan overlay's (whose bridge also holds the VXLAN device).
  */
 import { type Result, ok } from '../../cni/errors';
+import type { BatchOp } from '../../kernel/types';
 import type { CniInterface, CniResult, CniRoute } from '../../cni/types';
 import type { IpamResult } from '../../ipam';
 import type { AttachRequest, DriverEnv } from '../driver';
 import { isMissingLink } from './host-links';
 import { prepareHostVeth } from './host-veth';
-import { plumbPodInterface, podResult } from './pod-interface';
+import { plumbPodInterface, podResult, type Plumbing } from './pod-interface';
 
 export { hostVethName } from './host-veth';
 
@@ -20,11 +21,23 @@ export interface BridgePort {
   readonly node?: string;
   readonly ipam: IpamResult | undefined;
   readonly routes?: readonly CniRoute[];
+  /** The routes the result reports, when they are not those added (the reference reports IPAM's as IPAM gave them). */
+  readonly resultRoutes?: readonly CniRoute[];
+  /** How the pod side is set up besides its addresses and routes: sysctls before it is up, DAD, left down. */
+  readonly podSetup?: Pick<Plumbing, 'before' | 'dadBySysctl' | 'down'>;
   /**
    * Makes sure the bridge exists and answers its MAC; `again` is set after the bridge was found missing
    * (deleted by hand since it was last ensured), and must then recreate it rather than trust a cache.
    */
-  readonly ensureBridge: (again: boolean) => Promise<Result<{ readonly mac?: string }>>;
+  readonly ensureBridge: (again: boolean) => Promise<Result<EnsuredBridge>>;
+  /** Forgets that the bridge was ensured (its pinning, left to this port's creation, did not happen). */
+  readonly forgetBridge?: () => void;
+}
+
+export interface EnsuredBridge {
+  readonly mac?: string;
+  /** Ops that pin the bridge's MAC, run once this ADD's port has joined (the first ADD after the bridge was ensured). */
+  readonly pinAfterPort?: readonly BatchOp[];
 }
 
 export async function attachBridgePort(
@@ -43,13 +56,18 @@ export async function attachBridgePort(
   const plumb = () =>
     plumbPodInterface(req, env, {
       ...(port.node ? { node: port.node } : {}),
-      create: [veth.create, ...(port.hairpin ? [{ op: 'linkSet' as const, name: veth.name, hairpin: true }] : [])],
+      create: [
+        veth.create,
+        ...(port.hairpin ? [{ op: 'linkSet' as const, name: veth.name, hairpin: true }] : []),
+        ...(bridge.ok ? (bridge.value.pinAfterPort ?? []) : []),
+      ],
       createFailed: (e) => {
         bridgeMissing = isMissingLink(e, port.bridge);
         return veth.createFailed(e);
       },
       ipam: port.ipam,
       ...(port.routes ? { routes: port.routes } : {}),
+      ...port.podSetup,
     });
   let plumbed = await plumb();
   if (!plumbed.ok && bridgeMissing) {
@@ -57,7 +75,10 @@ export async function attachBridgePort(
     if (!bridge.ok) return bridge;
     plumbed = await plumb();
   }
-  if (!plumbed.ok) return plumbed;
+  if (!plumbed.ok) {
+    if (bridge.ok && bridge.value.pinAfterPort?.length) port.forgetBridge?.();
+    return plumbed;
+  }
   const hostInterfaces: CniInterface[] = [
     { name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) },
     { name: veth.name, mac: veth.mac },
@@ -69,7 +90,7 @@ export async function attachBridgePort(
       netns: req.netns,
       link: plumbed.value.link,
       ipam: port.ipam,
-      routes: plumbed.value.routes,
+      routes: port.resultRoutes ?? plumbed.value.routes,
     }),
   );
 }

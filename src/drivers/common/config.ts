@@ -18,6 +18,18 @@ export const invalidConfig = (plugin: PluginConfig, message: string, details = '
 export const unsupportedField = (plugin: PluginConfig, message: string, details = ''): CniError =>
   new CniError(CniCode.UnsupportedField, `${plugin.type} config of network ${plugin.name}: ${message}`, details);
 
+/**
+ * An option of the reference plugin that the native driver does not run: code 2, saying how to have the reference
+ * plugin run the network instead.
+ */
+export const notNative = (plugin: PluginConfig, option: string): CniError =>
+  unsupportedField(
+    plugin,
+    `"${option}" is not supported natively; to use it, have the reference ${plugin.type} plugin run this network: ` +
+      'annotate its NetworkAttachmentDefinition with plexus.io/delegate: "true"',
+    `remove "${option}" (or set it to its default) to keep the network native; see docs/drivers.md`,
+  );
+
 /** Parses a plugin config with a schema; the first issue becomes "<type> config of network <name>: <field>: <why>". */
 export function parsePluginConfig<S extends z.ZodType>(schema: S, plugin: PluginConfig): Result<z.output<S>> {
   const r = schema.safeParse(plugin);

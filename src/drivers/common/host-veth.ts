@@ -57,6 +57,8 @@ export async function prepareHostVeth(
         kind: 'veth',
         name,
         mac,
+        // The reference plugins' host ends have no transmit queue length (a veth has no qdisc to use one).
+        txqlen: 0,
         up: true,
         ...(opts.bridge ? { bridge: opts.bridge } : {}),
         ...(opts.mtu ? { mtu: opts.mtu } : {}),

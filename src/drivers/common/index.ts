@@ -7,6 +7,7 @@ export {
   ipField,
   macField,
   mtuField,
+  notNative,
   parseOptionalIpam,
   parsePluginConfig,
   unsupportedField,

@@ -13,12 +13,15 @@ import { checkLinkName, ipamField, mtuField, parseOptionalIpam, parsePluginConfi
 import { isMissingLink, masterName, masterNotFound } from './host-links';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
 import { recordPodLink } from './pod-link';
+import { ipamRoutes, ipv6EnableSysctls, notifySysctls } from './pod-sysctls';
 
 export interface MasterLinkConfig<Mode extends string> {
   /** Undefined: the interface of the host's default route, as in the reference plugins. */
   readonly master?: string;
   readonly mode: Mode;
   readonly mtu?: number;
+  /** macvlan's `mac`: the pod interface's MAC unless the runtime asks for one. */
+  readonly mac?: string;
   readonly ipam?: IpamConfig;
 }
 
@@ -83,7 +86,7 @@ export async function attachMasterLink<Mode extends string>(
   };
   const link =
     kind === 'macvlan'
-      ? { ...base, kind, mode: conf.mode as never, ...(req.mac ? { mac: req.mac } : {}) }
+      ? { ...base, kind, mode: conf.mode as never, ...((req.mac ?? conf.mac) ? { mac: req.mac ?? conf.mac } : {}) }
       : { ...base, kind, mode: conf.mode as never };
   const plumbed = await plumbPodInterface(req, env, {
     create: [{ op: 'linkAdd', link }],
@@ -97,6 +100,7 @@ export async function attachMasterLink<Mode extends string>(
               `${what}: creating ${kind} ${req.ifname} (mode ${conf.mode}) on ${master.value} in ${req.netns}`,
             ),
     ipam: ipam.value,
+    ...(ipam.value ? { before: [...notifySysctls(req.ifname), ...ipv6EnableSysctls(req.ifname, ipam.value)] } : {}),
   });
   if (!plumbed.ok) return plumbed;
   return ok(
@@ -105,7 +109,7 @@ export async function attachMasterLink<Mode extends string>(
       netns: req.netns,
       link: plumbed.value.link,
       ipam: ipam.value,
-      routes: plumbed.value.routes,
+      routes: ipamRoutes(ipam.value),
     }),
   );
 }

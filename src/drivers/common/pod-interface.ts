@@ -87,6 +87,10 @@ export interface PodInterfaceSetup {
   readonly noPrefixRoute?: boolean;
   /** Pod-side ops after the addresses, before the routes (e.g. the route that makes the gateway reachable). */
   readonly afterAddresses?: readonly BatchOp[];
+  /** Add addresses without the no-DAD flag: the interface's accept_dad sysctl decides (the bridge plugin's way). */
+  readonly dadBySysctl?: boolean;
+  /** Leave the interface down (the bridge plugin's disableContainerInterface). */
+  readonly down?: boolean;
 }
 
 /**
@@ -95,13 +99,14 @@ export interface PodInterfaceSetup {
  * routes go with the interface when it is deleted or leaves the netns, so they need no undo step of their own.
  */
 export function podInterfaceOps(setup: PodInterfaceSetup, at: string): BatchOp[] {
-  const ops: BatchOp[] = [...(setup.before ?? []), { op: 'linkSet', name: setup.ifname, up: true }];
+  const ops: BatchOp[] = [...(setup.before ?? [])];
+  if (!setup.down) ops.push({ op: 'linkSet', name: setup.ifname, up: true });
   for (const ip of setup.ipam?.ips ?? [])
     ops.push({
       op: 'addrAdd',
       name: setup.ifname,
       address: ip.address,
-      noDad: true,
+      ...(setup.dadBySysctl ? {} : { noDad: true }),
       ...(setup.noPrefixRoute ? { noPrefixRoute: true } : {}),
     });
   ops.push(...(setup.afterAddresses ?? []));
@@ -152,6 +157,8 @@ export interface Plumbing {
   readonly before?: readonly BatchOp[];
   readonly noPrefixRoute?: boolean;
   readonly afterAddresses?: readonly BatchOp[];
+  readonly dadBySysctl?: boolean;
+  readonly down?: boolean;
   /** Ops after the pod side is configured, run in `node` unless they say `at` (e.g. host-side addresses and routes). */
   readonly after?: readonly BatchOp[];
 }
@@ -174,6 +181,8 @@ export async function plumbPodInterface(
       ...(p.before ? { before: p.before } : {}),
       ...(p.noPrefixRoute ? { noPrefixRoute: true } : {}),
       ...(p.afterAddresses ? { afterAddresses: p.afterAddresses } : {}),
+      ...(p.dadBySysctl ? { dadBySysctl: true } : {}),
+      ...(p.down ? { down: true } : {}),
     },
     req.netns,
   );

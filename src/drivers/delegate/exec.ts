@@ -21,7 +21,7 @@
  *                                                       runs every plugin even after a failure, returns the first.
  *                                                       Networks below 1.1.0 have no GC: ok.
  *
- * Every exec is bounded: a timeout (default 60 s) kills the child by PID and returns code 11 (try again later);
+ * Every exec is bounded: a timeout (default 60 s) kills the child's process group and returns code 11 (try again later);
  * output beyond 4 MiB kills it too; how many run at once, per network and node-wide, is ExecLimits' to say.
  */
 import { constants, existsSync } from 'node:fs';
@@ -32,6 +32,7 @@ import type { AttachmentKey, CniResult } from '../../cni/types';
 import { compareVersions, convertResult, isSupportedVersion } from '../../cni/version';
 import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
 import { type ExecLimits } from './exec-limits';
+import type { PluginProcesses } from './plugin-processes';
 import { execOnce, type PluginCall, type PluginOutput } from './plugin-run';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -43,6 +44,8 @@ export interface ExecOptions {
   readonly busyRetryMs?: number;
   /** Shares and caps of concurrent execs; without it, this call is not limited. */
   readonly limits?: ExecLimits;
+  /** The node's running plugins, stopped with plexusd; without it, this call's plugin is not tracked. */
+  readonly processes?: PluginProcesses;
 }
 
 /** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
@@ -109,8 +112,7 @@ export type { PluginCall, PluginOutput } from './plugin-run';
  * prefixed with `plugin <type>: `), or code 100 with an excerpt of its output when that is not an error object.
  */
 export async function execPlugin(call: PluginCall, opts: ExecOptions = {}): Promise<Result<PluginOutput>> {
-  const exec = (): Promise<Result<PluginOutput>> =>
-    execRetryingBusy(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
+  const exec = (): Promise<Result<PluginOutput>> => execRetryingBusy(call, opts);
   if (!opts.limits) return exec();
   const ran = await opts.limits.run(call.network, exec);
   return ran ? ran.value : err(tooManyQueued(call));
@@ -138,12 +140,12 @@ function networkOfConfig(config: string): string {
 /**
  * An installer that rewrites a plugin binary (a DaemonSet upgrading /opt/cni/bin) holds it open for writing for a
  * moment, and an exec meanwhile fails with ETXTBSY. Nothing ran, so the exec is tried again, backing off from 50 ms,
- * for up to `budgetMs` (libcni retries this error too).
+ * for up to `opts.busyRetryMs` (libcni retries this error too).
  */
-async function execRetryingBusy(call: PluginCall, timeoutMs: number, budgetMs: number): Promise<Result<PluginOutput>> {
-  const deadline = Date.now() + budgetMs;
+async function execRetryingBusy(call: PluginCall, opts: ExecOptions): Promise<Result<PluginOutput>> {
+  const deadline = Date.now() + (opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
   for (let wait = 50; ; wait = Math.min(wait * 2, 500)) {
-    const r = await execOnce(call, timeoutMs);
+    const r = await execOnce(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.processes);
     if (r.ok || r.error.details !== 'ETXTBSY' || Date.now() + wait > deadline) return r;
     await new Promise((resolve) => setTimeout(resolve, wait));
   }

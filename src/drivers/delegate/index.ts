@@ -42,6 +42,8 @@ export {
   type ExecOptions,
 } from './exec';
 export { DEFAULT_EXEC_LIMITS, ExecLimits, type ExecLimitsOptions } from './exec-limits';
+export { PluginPidFiles } from './plugin-pid-files';
+export { PluginProcesses, type StoppedPlugins } from './plugin-processes';
 export { parseCniResult, parsePluginError } from './result';
 export { delegateDelStep, invocationsIn } from './undo';
 

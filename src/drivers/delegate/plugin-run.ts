@@ -1,10 +1,13 @@
 /**
  * One delegated plugin process, run per the CNI spec's execution protocol: CNI_* variables in the environment, the
  * config on stdin, a result or an error object on stdout. Its output is bounded (4 MiB) and its run by a deadline.
+ * It runs in a process group of its own, so that a kill (at its deadline, or when plexusd stops) reaches what it runs
+ * in turn too: a chain's IPAM plugin, a helper it waits on.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniCommand } from '../../cni/types';
+import type { PluginProcesses } from './plugin-processes';
 import { parsePluginError } from './result';
 
 const MAX_OUTPUT_BYTES = 4 << 20;
@@ -32,15 +35,25 @@ export interface PluginOutput {
   readonly stderr: string;
 }
 
-export function execOnce(call: PluginCall, timeoutMs: number): Promise<Result<PluginOutput>> {
+/** Runs the plugin once; with `processes`, it is tracked while it runs (and not started once they are stopping). */
+export function execOnce(
+  call: PluginCall,
+  timeoutMs: number,
+  processes?: PluginProcesses,
+): Promise<Result<PluginOutput>> {
+  const refused = processes?.refusal(call.type);
+  if (refused) return Promise.resolve(err(refused));
   let child: ChildProcessWithoutNullStreams;
   try {
-    child = spawn(call.path, [], { env: pluginEnv(call), stdio: ['pipe', 'pipe', 'pipe'] });
+    // detached: the child calls setsid(), leading a process group (and session) of its own, its PID the group's ID.
+    child = spawn(call.path, [], { env: pluginEnv(call), stdio: ['pipe', 'pipe', 'pipe'], detached: true });
   } catch (e) {
     // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
     return Promise.resolve(err(cannotExec(call, e as NodeJS.ErrnoException)));
   }
-  return new PluginRun(call, child, timeoutMs).outcome;
+  const run = new PluginRun(call, child, timeoutMs);
+  if (processes && child.pid !== undefined) processes.track(child.pid, run.exited);
+  return run.outcome;
 }
 
 /** The plugin inherits the daemon's environment (PATH for iptables and friends), less any stray CNI_* variables. */
@@ -69,6 +82,8 @@ interface PluginExit {
  */
 class PluginRun {
   readonly outcome: Promise<Result<PluginOutput>>;
+  /** Settles when the child has exited (or could not be started). */
+  readonly exited: Promise<void>;
   private resolve: (r: Result<PluginOutput>) => void = () => undefined;
   private readonly stdout: Buffer[] = [];
   private readonly stderr: Buffer[] = [];
@@ -86,6 +101,10 @@ class PluginRun {
     private readonly timeoutMs: number,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
+    this.exited = new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      child.once('error', () => resolve());
+    });
     child.stdout.on('data', (chunk: Buffer) => this.collect(this.stdout, chunk));
     child.stderr.on('data', (chunk: Buffer) => this.collect(this.stderr, chunk));
     this.deadline = setTimeout(() => this.onDeadline(), timeoutMs);
@@ -129,10 +148,11 @@ class PluginRun {
     this.finish(outcomeOf(this.call, this.exit ?? { code: null, signal: null }, output));
   }
 
+  /** Kills the plugin's process group (its PID is the group's ID: spawned detached). */
   private kill(): void {
     if (this.child.pid === undefined || this.exit) return;
     try {
-      process.kill(this.child.pid, 'SIGKILL');
+      process.kill(-this.child.pid, 'SIGKILL');
     } catch {
       // already gone
     }

@@ -12,6 +12,7 @@ import type { BatchOp, LinkInfo } from '../../kernel/types';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
+import { createNodeBridge, pinBridgeMac } from '../common/node-bridge';
 import { type VxlanConfig, parseVxlanConfig } from './config';
 
 interface Overlay {
@@ -99,7 +100,7 @@ class Overlays {
   private async create(conf: VxlanConfig, kernel: KernelPort, key: string): Promise<Result<Overlay>> {
     const node = this.node;
     const r = await kernel.batch(node, [
-      { op: 'linkAdd', link: { kind: 'bridge', name: conf.bridge, up: true }, ignore: ['EEXIST'] },
+      createNodeBridge(conf.bridge),
       { op: 'linkGet', name: conf.bridge },
       {
         op: 'linkAdd',
@@ -165,7 +166,7 @@ class Overlays {
         ),
       );
     }
-    const fixes: BatchOp[] = [];
+    const fixes: BatchOp[] = pinBridgeMac(bridge);
     if (!bridge.up) fixes.push({ op: 'linkSet', name: conf.bridge, up: true });
     if (vtep.masterIndex !== bridge.index) fixes.push({ op: 'linkSet', name: conf.device, bridge: conf.bridge });
     if (!vtep.up) fixes.push({ op: 'linkSet', name: conf.device, up: true });

@@ -5,7 +5,7 @@
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { mergeResults, networkStatus } from '../../networks/status';
+import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
 import type { AttachRequest, EngineContext, PodAnnotations } from '../context';
 import { applyDefaultRoute } from '../default-route';
 import { unreadableRecordError, type AttachmentRecord, type NetworkAttachment } from '../journal';
@@ -225,7 +225,7 @@ async function attachInTransaction(
   const status = networkStatus(final);
   await tx.commit(result, req.version, { attachments: final, networkStatus: status });
   await tx.close();
-  ctx.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status, status));
+  ctx.report((sink) => sink.attached(steps[0]!.request.pod, req.containerId, status, addedInterfaces(final)));
   reportClaims(ctx, steps[0]!.request.pod, claimedOutcomes(claimed, final));
   return ok(result);
 }

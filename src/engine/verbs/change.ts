@@ -5,7 +5,7 @@
  * middle of a change, finishChange completes or undoes it from the record.
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
-import { mergeResults, networkStatus } from '../../networks/status';
+import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
 import { planChange } from '../change-plan';
 import type { EngineContext, PodAnnotations } from '../context';
 import { unreadableRecordError, type AttachmentKey, type AttachmentRecord, type NetworkAttachment } from '../journal';
@@ -159,8 +159,7 @@ async function applyChange(
   await commitAttachments(tx, record, final);
   ctx.quota.release(gone.length);
   const status = networkStatus(final);
-  const addedStatus = status.filter((st) => added.some((a) => a.ifname === st.interface));
-  ctx.report((sink) => sink.attached(record.meta.pod, containerId, status, addedStatus, gone));
+  ctx.report((sink) => sink.attached(record.meta.pod, containerId, status, addedInterfaces(added), gone));
   reportClaims(ctx, record.meta.pod, claimedOutcomes(claimedDevicesOf(ctx, record.meta.pod.uid), final));
   if (!removed.ok) return err(removalFailed(removed.failed, removed.error));
   return ok({ added: addKeys, removed: gone });

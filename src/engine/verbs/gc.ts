@@ -7,6 +7,7 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniRequest } from '../../cni/request';
 import { delegationForced } from '../../networks/planner';
 import type { EngineContext, SweepReport, SweptAttachment } from '../context';
+import type { AdoptedSandbox } from '../foreign-sandboxes';
 import type { AttachmentRecord } from '../journal';
 import { releaseOrphanedLeases } from '../orphaned-leases';
 import { undoRecord } from '../transaction';
@@ -27,15 +28,26 @@ export async function gc(ctx: EngineContext, req: GcRequest): Promise<Result<voi
       : 'not listed by the runtime';
   const swept = await sweep(ctx, stale, false);
   const failures = swept.failures.map((f) => f.error);
-  // Sandboxes Multus made that the runtime no longer lists go as Multus would remove them.
-  const adopted = ctx.options.foreign?.list() ?? [];
-  for (const s of adopted.filter((a) => !valid.has(keyOf(a.containerId, a.networks[0]?.ifname ?? '')))) {
+  for (const s of adoptedStale(ctx, req, valid)) {
     const r = await ctx.locks.run(s.containerId, async () => ctx.options.foreign?.del(adoptedDel(s)));
     if (r?.kind === 'done' && !r.result.ok) failures.push(r.result.error.message);
   }
   if (!failures.length) return ok(undefined);
   const what = `GC could not remove ${failures.length} attachment(s)`;
   return err(new CniError(CniCode.Internal, what, failures.join('; ')));
+}
+
+/**
+ * Sandboxes Multus made that the runtime no longer lists, made under this GC's network name: they go as Multus would
+ * remove them. Like Plexus's own attachments, one made under another name (or whose name no record tells) is kept.
+ */
+function adoptedStale(ctx: EngineContext, req: GcRequest, valid: ReadonlySet<string>): AdoptedSandbox[] {
+  const foreign = ctx.options.foreign;
+  if (!foreign) return [];
+  return foreign
+    .list()
+    .filter((a) => !valid.has(keyOf(a.containerId, a.networks[0]?.ifname ?? '')))
+    .filter((a) => foreign.madeUnder(a, req.networkName));
 }
 
 /** Removes a listed attachment if `stale` still names it under its container's lock (an ADD or DEL raced in wins). */

@@ -6,7 +6,7 @@ import { memifSecret, MEMIF_SOCKET_FILE } from '../common/memif';
 import { HEALTHY, UNHEALTHY, type ContainerAllocateResponse, type Device } from './api';
 import { AllocationBook } from './allocations';
 import type { MemifResource } from './config';
-import { removeDeviceInfo, writeDeviceInfo } from './device-info';
+import { DEVICE_INFO_VERSION, type DeviceInfo, removeDeviceInfo, writeDeviceInfo } from './device-info';
 import {
   type DeviceResource,
   envSuffix,
@@ -16,6 +16,42 @@ import {
   unknownDevices,
   watchHeld,
 } from './resources';
+
+/** Where a container sees a memif device's socket: `<containerPath>/<device>/memif.sock`. */
+export const memifContainerSocket = (config: MemifResource, deviceID: string): string =>
+  join(config.containerPath, deviceID, MEMIF_SOCKET_FILE);
+
+/** The device-info file of a memif device handed to a pod (the pod's end is the client). */
+export const memifDeviceInfo = (config: MemifResource, deviceID: string): DeviceInfo => ({
+  type: 'memif',
+  version: DEVICE_INFO_VERSION,
+  memif: { role: 'slave', path: memifContainerSocket(config, deviceID), mode: config.mode },
+});
+
+/**
+ * What a container is given for memif devices of one resource, each with its secret: every device's host directory
+ * mounted at `<containerPath>/<device>`, MEMIF_SOCKET and MEMIF_SECRET (comma-separated, in the devices' order), and
+ * PLEXUS_DEVICES_<resource> naming the devices. The device plugin's Allocate answers it; a DRA claim's CDI spec
+ * carries the same (src/dra/cdi-specs.ts).
+ */
+export function memifContainerEdits(
+  config: MemifResource,
+  devices: readonly { readonly deviceID: string; readonly secret: string }[],
+): Pick<ContainerAllocateResponse, 'envs' | 'mounts'> {
+  const ids = devices.map((d) => d.deviceID);
+  return {
+    envs: {
+      MEMIF_SOCKET: ids.map((id) => memifContainerSocket(config, id)).join(','),
+      MEMIF_SECRET: devices.map((d) => d.secret).join(','),
+      [`PLEXUS_DEVICES_${envSuffix(config.name)}`]: ids.join(','),
+    },
+    mounts: ids.map((id) => ({
+      container_path: join(config.containerPath, id),
+      host_path: join(config.socketDir, id),
+      read_only: false,
+    })),
+  };
+}
 
 /**
  * plexus.io/memif-style resources: `count` sockets. Allocate makes the device's directory anew on the host (an old
@@ -98,7 +134,7 @@ export class MemifDevices implements DeviceResource {
   }
 
   containerSocket(deviceID: string): string {
-    return join(this.config.containerPath, deviceID, MEMIF_SOCKET_FILE);
+    return memifContainerSocket(this.config, deviceID);
   }
 
   allocate(deviceIDs: readonly string[]): Result<ContainerAllocateResponse> {
@@ -107,20 +143,13 @@ export class MemifDevices implements DeviceResource {
     const held = heldOf(this.env, this.name, deviceIDs);
     if (held.length) return err(heldByClaim(this.name, held));
     const made = new Map<string, { secret: string; socket: string }>();
-    const mounts: ContainerAllocateResponse['mounts'] = [];
     try {
       for (const id of deviceIDs) {
         const dir = this.hostDir(id);
         rmSync(dir, { recursive: true, force: true });
         mkdirSync(dir, { recursive: true, mode: 0o755 });
-        const secret = memifSecret();
-        made.set(id, { secret, socket: join(dir, MEMIF_SOCKET_FILE) });
-        writeDeviceInfo(this.env.deviceInfoDir, this.name, id, {
-          type: 'memif',
-          version: '1.1.0',
-          memif: { role: 'slave', path: this.containerSocket(id), mode: this.config.mode },
-        });
-        mounts.push({ container_path: join(this.config.containerPath, id), host_path: dir, read_only: false });
+        made.set(id, { secret: memifSecret(), socket: join(dir, MEMIF_SOCKET_FILE) });
+        writeDeviceInfo(this.env.deviceInfoDir, this.name, id, memifDeviceInfo(this.config, id));
       }
       this.book.record(made);
     } catch (e) {
@@ -128,18 +157,11 @@ export class MemifDevices implements DeviceResource {
         new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`),
       );
     }
-    const sockets = deviceIDs.map((id) => this.containerSocket(id));
-    const secrets = deviceIDs.map((id) => made.get(id)!.secret);
-    return ok({
-      envs: {
-        MEMIF_SOCKET: sockets.join(','),
-        MEMIF_SECRET: secrets.join(','),
-        [`PLEXUS_DEVICES_${envSuffix(this.name)}`]: deviceIDs.join(','),
-      },
-      mounts,
-      devices: [],
-      annotations: {},
-    });
+    const edits = memifContainerEdits(
+      this.config,
+      deviceIDs.map((id) => ({ deviceID: id, secret: made.get(id)!.secret })),
+    );
+    return ok({ ...edits, devices: [], annotations: {} });
   }
 
   /** Device-info files and socket directories of devices no longer offered (a smaller count) are removed at start. */

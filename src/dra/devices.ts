@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { PCI_ADDRESS, offers, type ResourceConfig } from '../deviceplugin/config';
+import { PCI_ADDRESS, offers, type MemifResource, type ResourceConfig } from '../deviceplugin/config';
 import { DRIVER_NAME } from './api';
 import { hostDeviceFacts, type HostDeviceFacts } from './sysfs';
 
@@ -146,6 +146,12 @@ export class DraInventory {
   memifDir(resourceName: string, deviceID: string): string | undefined {
     const r = this.resources.find((c) => c.name === resourceName);
     return r?.kind === 'memif' ? join(r.socketDir, deviceID) : undefined;
+  }
+
+  /** The memif resource of that name; undefined for other resources. */
+  memifResource(resourceName: string): MemifResource | undefined {
+    const r = this.resources.find((c) => c.name === resourceName);
+    return r?.kind === 'memif' ? r : undefined;
   }
 
   /** One device of a pool, whether or not it is published now (Prepare looks devices up by name). */

@@ -21,8 +21,11 @@ import { PreparedClaims } from './prepared-claims';
 import { checkedClaims, recordedDeviceProblem, recordProblems } from './record-checks';
 import { SlicePublisher } from './slices';
 import { ApiPodPresence, type PodPresence } from './stale-claims';
+import { CdiSpecs } from './cdi-specs';
+import { memifContainerSocket } from '../deviceplugin/memif-devices';
 
 export { DEFAULT_KUBELET_ROOT, draSockets } from './plugin-server';
+export { DEFAULT_CDI_DIR } from './cdi-specs';
 export type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
 
 export interface DraSettings {
@@ -48,6 +51,13 @@ export interface DraSettings {
   readonly staleCheckMs?: number;
   /** Tests ask about pods another way; default: the API. */
   readonly pods?: PodPresence;
+  /**
+   * The CDI directory prepared claims' specs go in (plexusd: --cdi-dir, /var/run/cdi by default); absent: no spec is
+   * written and Prepare answers no CDI device IDs (a memif claim's container then gets nothing of its device).
+   */
+  readonly cdiDir?: string;
+  /** Where memif devices' device-info files go (--device-info-dir), as the device plugin writes them; absent: none. */
+  readonly deviceInfoDir?: string;
   /** How long the kubelet may be without a connection to the DRA socket before it counts as gone (default 2 s). */
   readonly kubeletLostAfterMs?: number;
 }
@@ -82,6 +92,7 @@ export class DraDriver {
   private readonly preparer: ClaimPreparer;
   private readonly claimReader: ClaimReader;
   private readonly podPresence: PodPresence;
+  private readonly cdi: CdiSpecs | undefined;
   private staleTimer: NodeJS.Timeout | undefined;
   private stopped = false;
   /** The slices' first reconcile is under way or done (after the start's stale-record look). */
@@ -97,6 +108,8 @@ export class DraDriver {
     this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
     this.prepared = PreparedClaims.open(settings.stateDir);
     reportRecords(this.prepared, this.inventory, log);
+    this.cdi = settings.cdiDir ? new CdiSpecs(settings.cdiDir, (r) => this.inventory.memifResource(r)) : undefined;
+    this.reconcileCdiSpecs();
     const held = (pool: string, device: string): boolean => this.prepared.holder(pool, device) !== undefined;
     // Offered only while the kubelet knows the driver: a pod scheduled onto a device the kubelet cannot have prepared
     // waits for the kubelet's resync (60-90 s) after its Prepare is refused.
@@ -116,6 +129,8 @@ export class DraDriver {
       ...(settings.inUseByDevicePlugin ? { inUseByDevicePlugin: settings.inUseByDevicePlugin } : {}),
       ...(settings.networks ? { networks: settings.networks } : {}),
       ...(settings.isolation ? { isolation: settings.isolation } : {}),
+      ...(this.cdi ? { cdi: this.cdi } : {}),
+      ...(settings.deviceInfoDir ? { deviceInfoDir: settings.deviceInfoDir } : {}),
       changed: () => void this.slices.reconcile(),
       log: log.child({ component: 'dra' }),
     });
@@ -127,6 +142,22 @@ export class DraDriver {
       this.registrationEvents(settings.events ?? {}),
       kubeletLostAfterMs === undefined ? {} : { kubeletLostAfterMs },
     );
+  }
+
+  /**
+   * A crash between a spec's write and its record's (or between their removals) leaves a spec nobody answers for: every
+   * spec of ours whose claim has no record (loaded or held as unreadable) is removed before the kubelet is served.
+   */
+  private reconcileCdiSpecs(): void {
+    if (!this.cdi) return;
+    const known = new Set(this.prepared.all().map((c) => c.uid));
+    for (const p of this.prepared.problems) known.add(/([0-9a-zA-Z-]{1,64})\.json$/.exec(p.path)?.[1] ?? '');
+    try {
+      const removed = this.cdi.reconcile(known);
+      if (removed.length) this.log.warn({ removed }, 'CDI specs of claims with no prepared record removed');
+    } catch (e) {
+      this.log.warn({ dir: this.cdi.dir, err: (e as Error).message }, 'reconciling the CDI specs failed');
+    }
   }
 
   /** The caller's registration events, and the slices reconciled each time the kubelet's knowledge changes. */
@@ -153,7 +184,8 @@ export class DraDriver {
 
   /**
    * The socket of a memif device a prepared claim holds (for the memif driver at ADD); undefined when no claim holds
-   * that device. The pod sees it where the host has it: nothing mounts it into the container yet (docs/dra.md).
+   * that device. With CDI the container sees it under the resource's containerPath (the claim's spec mounts it there);
+   * without, where the host has it.
    */
   memifSocket(resourceName: string, deviceID: string): Result<MemifDeviceSocket> | undefined {
     const held = this.prepared
@@ -163,7 +195,9 @@ export class DraDriver {
     if (!held?.socket || !held.secret) return undefined;
     const why = recordedDeviceProblem(this.inventory, held);
     if (why) return err(socketRefused(resourceName, deviceID, why));
-    return ok({ hostSocket: held.socket, podSocket: held.socket, secret: held.secret });
+    const config = this.cdi ? this.inventory.memifResource(resourceName) : undefined;
+    const podSocket = config ? memifContainerSocket(config, deviceID) : held.socket;
+    return ok({ hostSocket: held.socket, podSocket, secret: held.secret });
   }
 
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */

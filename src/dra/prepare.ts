@@ -15,6 +15,9 @@ import type { PreparedClaim, PreparedClaims } from './prepared-claims';
 import { makeMemifSocket, memifSocketProblem, removeMemifSocket } from './memif-sockets';
 import { recordProblems } from './record-checks';
 import { staleClaims, type StaleClaimsEnv } from './stale-claims';
+import { cdiDeviceIds, type CdiSpecs } from './cdi-specs';
+import { memifDeviceInfo } from '../deviceplugin/memif-devices';
+import { removeDeviceInfo, writeDeviceInfo } from '../deviceplugin/device-info';
 
 export interface PrepareEnv {
   readonly claims: ClaimReader;
@@ -32,6 +35,10 @@ export interface PrepareEnv {
   readonly networks?: NetworkReader;
   /** The engine's namespace isolation: a claim may name only a NAD its pod could select. */
   readonly isolation?: IsolationSettings;
+  /** Where each prepared claim's CDI spec goes (cdi-specs.ts); absent: none written, no CDI device IDs answered. */
+  readonly cdi?: CdiSpecs;
+  /** Where a memif device's NPWG device-info file goes, as the device plugin's Allocate writes it; absent: none. */
+  readonly deviceInfoDir?: string;
   readonly log: Logger;
 }
 
@@ -74,8 +81,7 @@ export class ClaimPreparer {
       const out: Record<string, { error: string }> = {};
       for (const ref of claims) {
         try {
-          this.freeMemifSockets(ref.uid);
-          const was = this.env.prepared.remove(ref.uid);
+          const was = this.free(ref.uid);
           this.env.log.info({ claim: `${ref.namespace}/${ref.name}`, uid: ref.uid, was }, 'claim unprepared');
           out[ref.uid] = { error: '' };
         } catch (e) {
@@ -94,8 +100,7 @@ export class ClaimPreparer {
     return this.serialized(async () => {
       const stale = await staleClaims(env, this.env.prepared);
       for (const { record, why } of stale) {
-        this.freeMemifSockets(record.uid);
-        this.env.prepared.remove(record.uid);
+        this.free(record.uid);
         const devices = record.devices.map((d) => `${d.pool}/${d.device}`);
         this.env.log.warn(
           { claim: `${record.namespace}/${record.name}`, uid: record.uid, devices, why },
@@ -105,6 +110,31 @@ export class ClaimPreparer {
       if (stale.length) this.env.changed?.();
       return stale.map(({ record }) => `${record.namespace}/${record.name}`);
     });
+  }
+
+  /**
+   * Frees a claim: its memif sockets and device-info files, its CDI spec, then its record (a crash between leaves a
+   * spec with no record, which the next start removes). Answers whether it was prepared; throws what the disk says.
+   */
+  private free(uid: string): boolean {
+    this.freeMemifSockets(uid);
+    this.env.cdi?.remove(uid);
+    return this.env.prepared.remove(uid);
+  }
+
+  /** Writes what a prepared claim's devices need outside the record: device-info files, the CDI spec. */
+  private writeDeviceFiles(claim: PreparedClaim): void {
+    const dir = this.env.deviceInfoDir;
+    for (const d of claim.devices) {
+      const config = d.socket ? this.env.inventory.memifResource(d.resourceName) : undefined;
+      if (dir && config) writeDeviceInfo(dir, d.resourceName, d.deviceID, memifDeviceInfo(config, d.deviceID));
+    }
+    this.env.cdi?.write(claim);
+  }
+
+  private answer(claim: PreparedClaim): NodePrepareResourceResponse {
+    const cdi = this.env.cdi !== undefined;
+    return { devices: claim.devices.map((d) => toPreparedDevice(d, cdi ? cdiDeviceIds(claim.uid, d) : [])), error: '' };
   }
 
   /** The record with a socket made for each memif device (as the device plugin's Allocate makes one). */
@@ -124,8 +154,10 @@ export class ClaimPreparer {
       if (!d.socket) continue;
       const dir = this.env.inventory.memifDir(d.resourceName, d.deviceID);
       const why = dir ? memifSocketProblem(d.socket, dir) : `resource ${d.resourceName} has no memif socketDir now`;
-      if (!why) removeMemifSocket(d.socket);
-      else
+      if (!why) {
+        removeMemifSocket(d.socket);
+        if (this.env.deviceInfoDir) removeDeviceInfo(this.env.deviceInfoDir, d.resourceName, d.deviceID);
+      } else
         this.env.log.warn(
           { claim: `${record.namespace}/${record.name}`, uid, socket: d.socket, why },
           "a prepared claim's memif socket directory is not removed",
@@ -144,7 +176,17 @@ export class ClaimPreparer {
     const done = this.env.prepared.get(ref.uid);
     const unfit = done ? recordProblems(this.env.inventory, done) : [];
     if (unfit.length) return failure(claimErrors.recordUnfit(ref, unfit));
-    if (done) return { devices: done.devices.map(toPreparedDevice), error: '' }; // the kubelet asks again: same answer
+    if (done) {
+      // The kubelet asks again: the same answer, its spec written again (removed by hand, or a crash before the record).
+      try {
+        this.env.cdi?.write(done);
+      } catch (e) {
+        return failure(
+          `writing the CDI spec of the prepared claim under ${this.env.cdi?.dir}: ${(e as Error).message}`,
+        );
+      }
+      return this.answer(done);
+    }
     const read = await this.env.claims.get(ref.namespace, ref.name);
     if (!read.ok) return failure(read.error);
     const claim = read.value;
@@ -155,13 +197,21 @@ export class ClaimPreparer {
       log.warn({ err: built }, 'claim not prepared');
       return failure(built);
     }
+    const prepared = this.withMemifSockets(built);
     try {
-      this.env.prepared.record(this.withMemifSockets(built));
+      this.writeDeviceFiles(prepared);
     } catch (e) {
+      this.env.cdi?.remove(prepared.uid);
+      return failure(`writing the claim's CDI spec or device-info files: ${(e as Error).message}`);
+    }
+    try {
+      this.env.prepared.record(prepared);
+    } catch (e) {
+      this.env.cdi?.remove(prepared.uid);
       return failure(`recording the prepared claim under plexusd's state dir: ${(e as Error).message}`);
     }
     log.info({ devices: built.devices.map((d) => `${d.pool}/${d.device}`) }, 'claim prepared');
-    return { devices: built.devices.map(toPreparedDevice), error: '' };
+    return this.answer(prepared);
   }
 
   /** The record to keep for a claim, or why it cannot be prepared. */
@@ -234,9 +284,9 @@ export class ClaimPreparer {
   }
 }
 
-const toPreparedDevice = (d: PreparedClaim['devices'][number]): PreparedDevice => ({
+const toPreparedDevice = (d: PreparedClaim['devices'][number], cdiDeviceIds: string[]): PreparedDevice => ({
   request_names: [d.request],
   pool_name: d.pool,
   device_name: d.device,
-  cdi_device_ids: [],
+  cdi_device_ids: cdiDeviceIds,
 });

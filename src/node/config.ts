@@ -81,6 +81,7 @@ export const DaemonConfigSchema = z
     // Optional rather than defaulted (absent: off, /var/lib/kubelet), so configs written before DRA compare equal.
     dra: bool.optional(),
     kubeletRootDir: absolutePath().optional(),
+    cdiDir: absolutePath().optional(),
     podResourcesSocket: absolutePath().default('/var/lib/kubelet/pod-resources/kubelet.sock'),
     deviceInfoDir: absolutePath().default('/var/run/k8s.cni.cncf.io/devinfo'),
     ovsdbSocket: absolutePath().default('/var/run/openvswitch/db.sock'),
@@ -139,6 +140,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--pod-resources-socket': 'podResourcesSocket',
   '--dra': 'dra',
   '--kubelet-root-dir': 'kubeletRootDir',
+  '--cdi-dir': 'cdiDir',
   '--device-info-dir': 'deviceInfoDir',
   '--ovsdb-socket': 'ovsdbSocket',
   '--switch-resync-seconds': 'switchResyncSeconds',
@@ -214,6 +216,8 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
                             API and --device-plugin-config): docs/dra.md (default false)
   --kubelet-root-dir DIR    the kubelet's --root-dir: DRA sockets go in plugins_registry/ and plugins/ under it
                             (default /var/lib/kubelet)
+  --cdi-dir DIR             where DRA writes a CDI spec per prepared memif claim; one of the runtime's CDI spec dirs
+                            (default /var/run/cdi)
   --device-info-dir DIR     NPWG device-info files (default /var/run/k8s.cni.cncf.io/devinfo)
   --ovsdb-socket PATH       the userspace switch's database, for memif networks without "ovsdbSocket"
                             (default /var/run/openvswitch/db.sock)

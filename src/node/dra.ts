@@ -25,7 +25,7 @@ export async function createDra(
   }
   const resources = loadResources(config.devicePluginConfig);
   if (!resources.ok) return undefined; // already reported by the device plugins' load of the same file
-  const { DraDriver, DEFAULT_KUBELET_ROOT } = await import('../dra');
+  const { DraDriver, DEFAULT_KUBELET_ROOT, DEFAULT_CDI_DIR } = await import('../dra');
   const dra = DraDriver.create(
     resources.value,
     api.client,
@@ -33,6 +33,8 @@ export async function createDra(
       nodeName: api.nodeName,
       kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT,
       stateDir: config.stateDir,
+      cdiDir: config.cdiDir ?? DEFAULT_CDI_DIR,
+      deviceInfoDir: config.deviceInfoDir,
       networks: api.networks,
       attachedPods,
       isolation: { namespaceIsolation: config.namespaceIsolation, globalNamespaces: config.globalNamespaces },

@@ -102,6 +102,8 @@ describe(
           join(work, 'resources.yaml'),
           '--kubelet-root-dir',
           kubelet,
+          '--cdi-dir',
+          join(kubelet, 'cdi'),
           '--device-plugin-dir',
           join(kubelet, 'device-plugins'),
           '--pod-resources-socket',

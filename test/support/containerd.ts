@@ -1,17 +1,54 @@
 /**
  * A private containerd for tests: its own root, state and socket under a temporary directory, the CRI plugin off,
- * started and stopped by PID. Binaries come from $PLEXUS_CONTAINERD_BIN (a directory holding containerd and ctr) or
- * the PATH; suites pass `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they
+ * started and stopped by PID. Binaries come from $PLEXUS_CONTAINERD (`2`: containerd 2.1 of ../shared/containerd,
+ * decompressed once into a cache; or a directory holding containerd, ctr and containerd-shim-runc-v2, plain or .xz),
+ * else $PLEXUS_CONTAINERD_BIN (a directory holding containerd and ctr) or the PATH (Debian's 1.6); suites pass `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they
  * are absent. Also builds a tiny pause image (a static C program) as an OCI archive, since no registry is reachable.
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmdirSync, rmSync } from 'node:fs';
+import { statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, dirname, join } from 'node:path';
+import { delimiter, dirname, join, resolve } from 'node:path';
+import { ROOT } from './daemon';
 import { stopProcess } from './processes';
 
+const RUNTIME_BINARIES = ['containerd', 'ctr', 'containerd-shim-runc-v2'];
+
+/**
+ * The directory of $PLEXUS_CONTAINERD's binaries (decompressed from .xz into a cache under the temp directory when
+ * they ship so), undefined when it is unset; a value that names no such directory is an error that says so.
+ */
+export function containerdBinDir(): string | undefined {
+  const chosen = process.env.PLEXUS_CONTAINERD?.trim();
+  if (!chosen) return undefined;
+  const dir = chosen === '2' ? resolve(ROOT, '../shared/containerd') : chosen;
+  if (RUNTIME_BINARIES.every((b) => existsSync(join(dir, b)))) return dir;
+  if (!RUNTIME_BINARIES.every((b) => existsSync(join(dir, `${b}.xz`))))
+    throw new Error(`PLEXUS_CONTAINERD=${chosen}: ${dir} holds no ${RUNTIME_BINARIES.join(', ')} (plain or .xz)`);
+  const st = statSync(join(dir, 'containerd.xz'));
+  const cache = join(tmpdir(), 'plexus-containerd-bin', `${st.size}-${Math.floor(st.mtimeMs)}`);
+  if (!existsSync(join(cache, 'done'))) {
+    const partial = `${cache}.${process.pid}.partial`;
+    mkdirSync(partial, { recursive: true });
+    for (const b of RUNTIME_BINARIES)
+      writeFileSync(join(partial, b), execFileSync('xz', ['-dc', join(dir, `${b}.xz`)], { maxBuffer: 512 << 20 }), {
+        mode: 0o755,
+      });
+    writeFileSync(join(partial, 'done'), '');
+    try {
+      renameSync(partial, cache); // whole or absent, even with two test runs at once
+    } catch {
+      rmSync(partial, { recursive: true, force: true }); // another run made it first
+    }
+  }
+  return cache;
+}
+
 const which = (name: string): string | undefined => {
+  const chosen = RUNTIME_BINARIES.includes(name) ? containerdBinDir() : undefined;
+  if (chosen) return join(chosen, name);
   const dirs = process.env.PLEXUS_CONTAINERD_BIN
     ? [process.env.PLEXUS_CONTAINERD_BIN]
     : (process.env.PATH ?? '').split(delimiter);
@@ -28,6 +65,16 @@ export function containerdMissing(): string | undefined {
 
 export function containerdVersion(): string {
   return execFileSync(which('containerd')!, ['--version'], { encoding: 'utf8' }).trim();
+}
+
+/** The path of this run's containerd, ctr or shim (see the top of this file); undefined when there is none. */
+export const containerdBinary = (name: 'containerd' | 'ctr' | 'containerd-shim-runc-v2'): string | undefined =>
+  which(name);
+
+/** The major version of this run's containerd (1 for Debian bookworm's 1.6, 2 for ../shared/containerd). */
+export function containerdMajor(): number {
+  const m = / v?(\d+)\.\d+\.\d+/.exec(containerdVersion());
+  return Number(m?.[1] ?? 1);
 }
 
 export class ContainerdFixture {

@@ -104,7 +104,7 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
 /**
  * plexusd's flags on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
- * and the delegated plugins' directory when given.
+ * the node's CDI directory, and the delegated plugins' directory when given.
  */
 export const draDaemonFlags = (node: KubeNodeFixture, work: string, binDir?: string): string[] => [
   '--kubeconfig',
@@ -122,6 +122,9 @@ export const draDaemonFlags = (node: KubeNodeFixture, work: string, binDir?: str
   'true',
   '--kubelet-root-dir',
   node.kubeletRoot,
+  // The node's own CDI directory (the one its containerd 2 reads): never the host's /var/run/cdi.
+  '--cdi-dir',
+  node.cdiDir,
 ];
 
 /**

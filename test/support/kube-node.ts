@@ -32,7 +32,7 @@ import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, delimiter, dirname, join } from 'node:path';
 import { issueCert, writeKubeconfig } from './certs';
-import { buildPauseImage, containerdMissing } from './containerd';
+import { buildPauseImage, containerdBinary, containerdMajor, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
 import { type ApiReply, k8sBinary, k8sBinaryMissing, k8sMissing, KubeApiFixture } from './k8s';
 
@@ -189,6 +189,8 @@ export class KubeNodeFixture {
   readonly kubeletRoot: string;
   readonly kubeletLog: string;
   readonly containerdLog: string;
+  /** The CDI spec directory containerd 2 reads (CDI on); containerd 1.6 has no CDI. */
+  readonly cdiDir: string;
   private apiFixture: KubeApiFixture | undefined;
   private readonly procs: Started[] = [];
   /** This node's turn among the project's nodes on this machine (see start). */
@@ -215,6 +217,7 @@ export class KubeNodeFixture {
     this.kubeletRoot = join(dir, 'var', 'lib', 'kubelet');
     this.kubeletLog = join(dir, 'log', 'kubelet.log');
     this.containerdLog = join(dir, 'log', 'containerd.log');
+    this.cdiDir = join(dir, 'etc', 'cdi');
   }
 
   /** The node's API server (and etcd). */
@@ -352,49 +355,103 @@ export class KubeNodeFixture {
   private async startContainerd(cniBinDir: string): Promise<void> {
     const d = (p: string): string => JSON.stringify(join(this.dir, p)); // TOML basic strings accept JSON's escapes
     const config = join(this.dir, 'etc', 'containerd.toml');
+    mkdirSync(this.cdiDir, { recursive: true }); // there before containerd watches it
     writeFileSync(
       config,
-      [
-        'version = 2',
-        `root = ${d('var/lib/containerd')}`,
-        `state = ${d('run/containerd')}`,
-        '[grpc]',
-        `  address = ${JSON.stringify(this.containerdSocket)}`,
-        '[ttrpc]',
-        `  address = ${JSON.stringify(`${this.containerdSocket}.ttrpc`)}`,
-        // Its default is /opt/containerd, created at start.
-        '[plugins."io.containerd.internal.v1.opt"]',
-        `  path = ${d('opt')}`,
-        '[plugins."io.containerd.grpc.v1.cri"]',
-        `  sandbox_image = "${PAUSE_IMAGE}"`,
-        // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
-        '  restrict_oom_score_adj = true',
-        // Pods' network namespaces under containerd's state dir, not /var/run/netns: all of it under the temp root.
-        '  netns_mounts_under_state_dir = true',
-        '  stream_server_address = "127.0.0.1"',
-        '  stream_server_port = "0"',
-        '  [plugins."io.containerd.grpc.v1.cri".containerd]',
-        '    snapshotter = "overlayfs"',
-        '    default_runtime_name = "runc"',
-        '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
-        '      runtime_type = "io.containerd.runc.v2"',
-        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
-        '        SystemdCgroup = false',
-        `        Root = ${d('run/runc')}`,
-        '  [plugins."io.containerd.grpc.v1.cri".cni]',
-        `    bin_dir = ${JSON.stringify(cniBinDir)}`,
-        `    conf_dir = ${JSON.stringify(this.cniConfDir)}`,
-        '    max_conf_num = 1',
-        '',
-      ].join('\n'),
+      containerdMajor() >= 2
+        ? this.containerdConfigV3(cniBinDir)
+        : [
+            'version = 2',
+            ...this.containerdPaths(),
+            '[plugins."io.containerd.grpc.v1.cri"]',
+            `  sandbox_image = "${PAUSE_IMAGE}"`,
+            // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
+            '  restrict_oom_score_adj = true',
+            // Pods' network namespaces under containerd's state dir, not /var/run/netns: all of it under the temp root.
+            '  netns_mounts_under_state_dir = true',
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            '  [plugins."io.containerd.grpc.v1.cri".containerd]',
+            '    snapshotter = "overlayfs"',
+            '    default_runtime_name = "runc"',
+            '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+            '      runtime_type = "io.containerd.runc.v2"',
+            '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
+            '        SystemdCgroup = false',
+            `        Root = ${d('run/runc')}`,
+            '  [plugins."io.containerd.grpc.v1.cri".cni]',
+            `    bin_dir = ${JSON.stringify(cniBinDir)}`,
+            `    conf_dir = ${JSON.stringify(this.cniConfDir)}`,
+            '    max_conf_num = 1',
+            '',
+          ].join('\n'),
     );
-    this.spawn('containerd', which('containerd')!, ['--config', config], this.containerdLog);
+    // containerd finds its shim on the PATH: this run's, not Debian's 1.6 one.
+    const bin = containerdBinary('containerd')!;
+    const env = { ...process.env, PATH: `${dirname(bin)}${delimiter}${process.env.PATH ?? ''}` };
+    this.spawn('containerd', bin, ['--config', config], this.containerdLog, env);
     const deadline = Date.now() + 20000;
     while (this.ctr(['version']).status !== 0) {
       if (!this.running('containerd') || Date.now() > deadline)
         throw new Error(`containerd did not start:\n${this.logTail('containerd')}`);
       await sleep(100);
     }
+  }
+
+  /** Where containerd keeps everything, under the temp root (both config versions). */
+  private containerdPaths(): string[] {
+    const d = (p: string): string => JSON.stringify(join(this.dir, p)); // TOML basic strings accept JSON's escapes
+    return [
+      `root = ${d('var/lib/containerd')}`,
+      `state = ${d('run/containerd')}`,
+      '[grpc]',
+      `  address = ${JSON.stringify(this.containerdSocket)}`,
+      '[ttrpc]',
+      `  address = ${JSON.stringify(`${this.containerdSocket}.ttrpc`)}`,
+      // Its default is /opt/containerd, created at start.
+      '[plugins."io.containerd.internal.v1.opt"]',
+      `  path = ${d('opt')}`,
+    ];
+  }
+
+  /**
+   * containerd 2's form of the same settings (config version 3: the CRI plugin split into cri.v1.runtime and
+   * cri.v1.images, ../shared/k8s/NOTES.md section 11), with CDI on and reading only this node's cdiDir, and NRI's
+   * socket under the temp root.
+   */
+  private containerdConfigV3(cniBinDir: string): string {
+    const d = (p: string): string => JSON.stringify(join(this.dir, p));
+    const runtime = "[plugins.'io.containerd.cri.v1.runtime'";
+    return [
+      'version = 3',
+      ...this.containerdPaths(),
+      "[plugins.'io.containerd.nri.v1.nri']",
+      `  socket_path = ${d('run/nri.sock')}`,
+      "[plugins.'io.containerd.cri.v1.images']",
+      '  snapshotter = "overlayfs"',
+      "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
+      `    sandbox = "${PAUSE_IMAGE}"`,
+      `${runtime}]`,
+      '  restrict_oom_score_adj = true',
+      '  netns_mounts_under_state_dir = true',
+      '  enable_cdi = true',
+      `  cdi_spec_dirs = [${JSON.stringify(this.cdiDir)}]`,
+      `  ${runtime}.containerd]`,
+      '    default_runtime_name = "runc"',
+      `    ${runtime}.containerd.runtimes.runc]`,
+      '      runtime_type = "io.containerd.runc.v2"',
+      `      ${runtime}.containerd.runtimes.runc.options]`,
+      '        SystemdCgroup = false',
+      `        Root = ${d('run/runc')}`,
+      `  ${runtime}.cni]`,
+      `    bin_dirs = [${JSON.stringify(cniBinDir)}]`,
+      `    conf_dir = ${JSON.stringify(this.cniConfDir)}`,
+      '    max_conf_num = 1',
+      "[plugins.'io.containerd.grpc.v1.cri']",
+      '  stream_server_address = "127.0.0.1"',
+      '  stream_server_port = "0"',
+      '',
+    ].join('\n');
   }
 
   private importPause(): void {
@@ -523,9 +580,9 @@ export class KubeNodeFixture {
     }
   }
 
-  private spawn(name: string, bin: string, args: readonly string[], logFile: string): void {
+  private spawn(name: string, bin: string, args: readonly string[], logFile: string, env?: NodeJS.ProcessEnv): void {
     const fd = openSync(logFile, 'a');
-    const proc = spawn(bin, args, { stdio: ['ignore', fd, fd] });
+    const proc = spawn(bin, args, { stdio: ['ignore', fd, fd], ...(env ? { env } : {}) });
     closeSync(fd);
     const exited = new Promise<void>((r) => proc.once('exit', () => r()));
     proc.once('error', () => undefined); // an exec failure shows as an exit
@@ -560,10 +617,14 @@ export class KubeNodeFixture {
 
   /** `ctr` against this node's containerd, in the CRI's k8s.io namespace. */
   ctr(args: readonly string[], timeoutMs = 60000): { status: number | null; out: string } {
-    const r = spawnSync(which('ctr')!, ['--address', this.containerdSocket, '--namespace', 'k8s.io', ...args], {
-      encoding: 'utf8',
-      timeout: timeoutMs,
-    });
+    const r = spawnSync(
+      containerdBinary('ctr')!,
+      ['--address', this.containerdSocket, '--namespace', 'k8s.io', ...args],
+      {
+        encoding: 'utf8',
+        timeout: timeoutMs,
+      },
+    );
     return { status: r.status, out: `${r.stdout ?? ''}${r.stderr ?? ''}` };
   }
 

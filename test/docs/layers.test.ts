@@ -3,6 +3,9 @@
  * ones too) is read from the sources, and checked against the doc's layer table. A folder of src/ is one layer (its
  * subfolders belong to it), so new files in a folder need no change here. Fails naming each import that runs up a
  * floor or is not in its folder's "may import" list, each circle between folders, and each circle between files.
+ * It reads the .ts files under src/ in the repository, never dist/: a wrong import fails
+ * `node scripts/run-tests.js docs/layers` in seconds, before any `npm run build` has compiled it (only this file itself
+ * needs compiling, once).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -44,8 +47,8 @@ function resolve(fromFile: string, specifier: string): string | undefined {
   return [`${base}.ts`, join(base, 'index.ts')].find((candidate) => existsSync(candidate));
 }
 
-function importsOf(file: string): Import[] {
-  const text = readFileSync(file, 'utf8');
+/** The imports of `file`, whose text is `text`, that name a source file of the repository. */
+function importsIn(file: string, text: string): Import[] {
   const { importedFiles } = ts.preProcessFile(text, true, true);
   const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest);
   return importedFiles.flatMap(({ fileName, pos }) => {
@@ -55,6 +58,8 @@ function importsOf(file: string): Import[] {
     return [{ from: relative(ROOT, file), to: relative(ROOT, target), line, specifier: fileName }];
   });
 }
+
+const importsOf = (file: string): Import[] => importsIn(file, readFileSync(file, 'utf8'));
 
 /** `src/ipam/cluster/claims.ts` -> `ipam`: the layer is the folder right under src/. */
 const folderOf = (path: string): string => {
@@ -151,6 +156,28 @@ describe('the layers of docs/architecture.md', () => {
     assert.ok(
       ofCluster.some((i) => i.to === 'src/node/node-lease.ts'),
       'dynamic imports are read (only one names node-lease)',
+    );
+  });
+
+  it('reads every form of import: static, type-only, export ... from, import() and require()', () => {
+    const file = join(SRC, 'node', 'guard-of-the-layers-test.ts');
+    const text = [
+      "import { a } from '../common/result';",
+      "import type { B } from '../cni/errors';",
+      "export { c } from '../cni/version';",
+      "const later = import('../common/ip');",
+      "const required = require('../common/bounded-file');",
+      "import data from 'a-package';",
+    ].join('\n');
+    assert.deepEqual(
+      importsIn(file, text).map((i) => `${i.line} ${i.to}`),
+      [
+        '1 src/common/result.ts',
+        '2 src/cni/errors.ts',
+        '3 src/cni/version.ts',
+        '4 src/common/ip.ts',
+        '5 src/common/bounded-file.ts',
+      ],
     );
   });
 

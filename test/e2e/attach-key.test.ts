@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { DaemonFixture, podArgs, ROOT, type ShimOutput } from '../support/daemon';
 import { ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 
@@ -53,15 +53,16 @@ after(async () => {
   fx.cleanup();
 });
 
-const cid = `${prefix}sandbox`;
 interface Side {
+  readonly cid: string;
   readonly ifname: string;
   readonly ns: string;
   readonly netns: string;
 }
-const side = (ifname: string): Side => {
-  const ns = fx.create(ifname);
-  return { ifname, ns: ns.name, netns: ns.path };
+/** One attachment of the container `cid`: a netns of its own (named after both) to ADD under CNI_IFNAME `ifname`. */
+const side = (cid: string, ifname: string): Side => {
+  const ns = fx.create(`${cid.slice(prefix.length)}-${ifname}`);
+  return { cid, ifname, ns: ns.name, netns: ns.path };
 };
 const config = (annotation: string): Record<string, unknown> =>
   daemon.runtimeConfig({
@@ -70,10 +71,10 @@ const config = (annotation: string): Record<string, unknown> =>
 const call = (command: 'ADD' | 'DEL' | 'CHECK', s: Side, annotation = 'lan'): Promise<ShimOutput> =>
   daemon.cni({
     command,
-    containerId: cid,
+    containerId: s.cid,
     netns: s.netns,
     ifname: s.ifname,
-    args: podArgs('twice', cid),
+    args: podArgs('twice', s.cid),
     config: config(annotation),
   });
 
@@ -95,27 +96,39 @@ function leases(network: string): Map<string, string> {
 }
 
 describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', () => {
-  const first = side('eth0');
-  const second = side('eth1');
-  let firstLan = '';
-  let firstPeers: string[] = [];
-
-  it('gets distinct addresses and distinct host links for each ADD', async () => {
+  /**
+   * A container of the test's own (`name`) ADDed under eth0 and, unless `only`, under eth1: the ADDs checked, and
+   * every attachment DELed after the test.
+   */
+  async function sandbox(t: TestContext, name: string, only?: 'eth0') {
+    const cid = `${prefix}${name}`;
+    const [first, second] = [side(cid, 'eth0'), side(cid, 'eth1')];
+    t.after(async () => {
+      for (const s of [first, second]) await call('DEL', s);
+    });
     const a = await call('ADD', first);
     assert.equal(a.code, 0, a.stdout);
-    const b = await call('ADD', second);
-    assert.equal(b.code, 0, `the second ADD: ${b.stdout}`);
-    firstLan = addressOf(first, 'net1');
+    if (only === undefined) {
+      const b = await call('ADD', second);
+      assert.equal(b.code, 0, `the second ADD: ${b.stdout}`);
+    }
+    const firstLan = addressOf(first, 'net1');
     assert.notEqual(firstLan, '');
+    const firstPeers = [hostPeerIndex(first, 'eth0'), hostPeerIndex(first, 'net1')];
+    return { cid, first, second, firstLan, firstPeers };
+  }
+
+  it('gets distinct addresses and distinct host links for each ADD', async (t) => {
+    const { first, second, firstLan, firstPeers } = await sandbox(t, 'add');
     assert.notEqual(addressOf(second, 'net1'), firstLan, 'net1 of each sandbox has its own address');
     assert.notEqual(addressOf(second, 'eth1'), addressOf(first, 'eth0'));
-    firstPeers = [hostPeerIndex(first, 'eth0'), hostPeerIndex(first, 'net1')];
     const secondPeers = [hostPeerIndex(second, 'eth1'), hostPeerIndex(second, 'net1')];
     assert.equal(new Set([...firstPeers, ...secondPeers]).size, 4, 'four host veths');
     assert.equal(leases('lan').size, 2);
   });
 
-  it('DEL of the eth1 attachment leaves the eth0 attachment its lease and its links', async () => {
+  it('DEL of the eth1 attachment leaves the eth0 attachment its lease and its links', async (t) => {
+    const { cid, first, second, firstLan, firstPeers } = await sandbox(t, 'del1');
     const d = await call('DEL', second);
     assert.equal(d.code, 0, d.stdout);
     assert.deepEqual([...leases('lan').keys()], [firstLan], 'the first sandbox keeps its lease on lan');
@@ -127,8 +140,9 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
     assert.equal(check.code, 0, `CHECK of the first sandbox: ${check.stdout}`);
   });
 
-  it('a failed ADD under a third CNI_IFNAME rolls back only its own leases and links', async () => {
-    const third = side('eth2');
+  it('a failed ADD under a third CNI_IFNAME rolls back only its own leases and links', async (t) => {
+    const { cid, first, firstLan, firstPeers } = await sandbox(t, 'fail', 'eth0');
+    const third = side(cid, 'eth2');
     const f = await call('ADD', third, 'lan, failnet');
     assert.notEqual(f.code, 0, 'failnet fails the ADD');
     assert.deepEqual([...leases('lan').keys()], [firstLan], 'the rollback released only its own lan lease');
@@ -139,7 +153,9 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
     assert.equal((await call('DEL', third, 'lan, failnet')).code, 0);
   });
 
-  it('DEL of the eth0 attachment then releases its lease too', async () => {
+  it('DEL of the eth0 attachment then releases its lease too', async (t) => {
+    const { first, second } = await sandbox(t, 'del0');
+    assert.equal((await call('DEL', second)).code, 0);
     const d = await call('DEL', first);
     assert.equal(d.code, 0, d.stdout);
     assert.equal(leases('lan').size, 0);
@@ -148,9 +164,9 @@ describe('one container ID, CNI_IFNAME eth0 and eth1, each in its own netns', ()
 });
 
 describe('after an upgrade: a record and leases the previous plexusd wrote (owner: the bare pod interface)', () => {
-  const old: Side = { ...side('old'), ifname: 'eth0' };
-  const fresh: Side = { ...side('new'), ifname: 'eth1' };
   const oldCid = `${prefix}up`;
+  const old: Side = { ...side(oldCid, 'old'), ifname: 'eth0' };
+  const fresh: Side = { ...side(oldCid, 'new'), ifname: 'eth1' };
   const callOn = (command: 'ADD' | 'DEL', s: Side): Promise<ShimOutput> =>
     daemon.cni({
       command,

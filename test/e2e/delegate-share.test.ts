@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
@@ -89,29 +89,50 @@ async function waitFor(what: string, cond: () => boolean, ms: number): Promise<v
   }
 }
 
-describe('a delegated network whose plugin hangs, with --max-concurrent 2 and --delegate-share 2', () => {
-  const slowPods = [newPod(), newPod(), newPod(), newPod()];
-  const nativePod = newPod();
-  const otherPod = newPod();
-  let slowAdds: ReturnType<typeof add>[] = [];
+/**
+ * Four pods ADDed on the slow network, each test its own: resolves once two of their plugins run (the share), and
+ * after the test awaits every ADD and DELs every pod, so the next test starts from an idle node.
+ */
+async function slowNetworkBusy(t: TestContext): Promise<{
+  pods: ReturnType<typeof newPod>[];
+  adds: ReturnType<typeof add>[];
+  started: () => number;
+}> {
+  const pods = [newPod(), newPod(), newPod(), newPod()];
+  const from = slowAddsStarted();
+  const started = (): number => slowAddsStarted() - from;
+  const adds = pods.map((p) => add(p, 'slownet'));
+  t.after(async () => {
+    await Promise.allSettled(adds);
+    for (const pod of pods) await del(pod);
+  });
+  await waitFor('two slow plugins running', () => started() >= 2, 10_000);
+  return { pods, adds, started };
+}
 
-  it('runs at most its share of the slow plugin at once', async () => {
-    slowAdds = slowPods.map((p) => add(p, 'slownet'));
-    await waitFor('two slow plugins running', () => slowAddsStarted() >= 2, 10_000);
+describe('a delegated network whose plugin hangs, with --max-concurrent 2 and --delegate-share 2', () => {
+  it('runs at most its share of the slow plugin at once', async (t) => {
+    const slow = await slowNetworkBusy(t);
     await new Promise((r) => setTimeout(r, 500));
-    assert.equal(slowAddsStarted(), 2, 'the other two wait for the share, not for a CNI slot');
+    assert.equal(slow.started(), 2, 'the other two wait for the share, not for a CNI slot');
   });
 
-  it('lets a pod with only native networks through while every slot-holder waits on the plugin', async () => {
+  it('lets a pod with only native networks through while every slot-holder waits on the plugin', async (t) => {
+    const slow = await slowNetworkBusy(t);
+    const nativePod = newPod();
+    t.after(() => del(nativePod));
     const started = Date.now();
     const out = await add(nativePod);
     const took = Date.now() - started;
     assert.equal(out.code, 0, out.stdout);
-    assert.equal(slowAddsStarted(), 2, 'the slow plugins were still running');
+    assert.equal(slow.started(), 2, 'the slow plugins were still running');
     assert.ok(took < SLOW_MS / 2, `the native ADD took ${took} ms`);
   });
 
-  it('lets another delegated network through too', async () => {
+  it('lets another delegated network through too', async (t) => {
+    await slowNetworkBusy(t);
+    const otherPod = newPod();
+    t.after(() => del(otherPod));
     const started = Date.now();
     const out = await add(otherPod, 'quicknet');
     const took = Date.now() - started;
@@ -119,11 +140,18 @@ describe('a delegated network whose plugin hangs, with --max-concurrent 2 and --
     assert.ok(took < SLOW_MS / 2, `the other network's ADD took ${took} ms`);
   });
 
-  it('still completes every slow ADD, and DEL removes every pod', async () => {
-    const outs = await Promise.all(slowAdds);
+  it('still completes every slow ADD, and DEL removes every pod', async (t) => {
+    const slow = await slowNetworkBusy(t);
+    const [nativePod, otherPod] = [newPod(), newPod()];
+    t.after(async () => {
+      for (const pod of [nativePod, otherPod]) await del(pod);
+    });
+    assert.equal((await add(nativePod)).code, 0);
+    assert.equal((await add(otherPod, 'quicknet')).code, 0);
+    const outs = await Promise.all(slow.adds);
     for (const out of outs) assert.equal(out.code, 0, out.stdout);
-    assert.equal(slowAddsStarted(), 4);
-    for (const pod of [...slowPods, nativePod, otherPod]) assert.equal((await del(pod)).code, 0);
+    assert.equal(slow.started(), 4);
+    for (const pod of [...slow.pods, nativePod, otherPod]) assert.equal((await del(pod)).code, 0);
     assert.deepEqual(daemon.journalFiles(), []);
     assert.deepEqual(daemon.leases('podnet'), []);
   });

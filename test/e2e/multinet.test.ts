@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import { readdirSync, symlinkSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
@@ -169,13 +169,17 @@ interface AddResult {
 }
 
 describe('a pod with four networks (short form)', () => {
-  const pod = newPod();
-  let result: AddResult;
-
-  it('gets eth0 first, then net1, an explicit data0 and net3 (numbered by position, as Multus does), each configured in its netns', async () => {
+  /** A pod of the test's own on the four networks, its ADD checked; DELed after the test. */
+  async function fourNetworkPod(ctx: TestContext): Promise<{ pod: Pod; result: AddResult }> {
+    const pod = newPod();
+    ctx.after(() => del(pod));
     const out = await add(pod, 'blue, default/mv@data0, ptpnet');
     assert.equal(out.code, 0, out.stdout);
-    result = out.json as unknown as AddResult;
+    return { pod, result: out.json as unknown as AddResult };
+  }
+
+  it('gets eth0 first, then net1, an explicit data0 and net3 (numbered by position, as Multus does), each configured in its netns', async (ctx) => {
+    const { pod, result } = await fourNetworkPod(ctx);
     const podIfs = result.interfaces.filter((i) => i.sandbox === pod.netns).map((i) => i.name);
     assert.deepEqual(podIfs, ['eth0', 'net1', 'data0', 'net3']);
     for (const ifname of podIfs) assert.match(podAddress(pod, ifname), /^10\./, `${ifname} has an IPv4 address`);
@@ -185,7 +189,8 @@ describe('a pod with four networks (short form)', () => {
     assert.match(ip('-n', pod.ns, '-d', 'link', 'show', 'data0'), /macvlan mode bridge/);
   });
 
-  it('reports every IP against the right pod interface in the result', () => {
+  it('reports every IP against the right pod interface in the result', async (ctx) => {
+    const { result } = await fourNetworkPod(ctx);
     for (const entry of result.ips) {
       const iface = result.interfaces[entry.interface ?? -1];
       assert.ok(iface?.sandbox, `ip ${entry.address} points at a pod interface`);
@@ -193,7 +198,8 @@ describe('a pod with four networks (short form)', () => {
     assert.equal(result.ips.length, 4);
   });
 
-  it('records network-status with one default entry, namespaced names, IPs and MACs', async () => {
+  it('records network-status with one default entry, namespaced names, IPs and MACs', async (ctx) => {
+    const { pod } = await fourNetworkPod(ctx);
     const [record] = (await ctlJson('show', pod.cid)) as {
       details: {
         networkStatus: { name: string; interface: string; ips: string[]; mac?: string; default?: true }[];
@@ -220,7 +226,8 @@ describe('a pod with four networks (short form)', () => {
     );
   });
 
-  it('passes traffic on every network', async () => {
+  it('passes traffic on every network', async (ctx) => {
+    const { pod, result } = await fourNetworkPod(ctx);
     const peer = newPod();
     const out = await add(peer, 'blue, default/mv@data0, ptpnet');
     assert.equal(out.code, 0, out.stdout);
@@ -244,7 +251,8 @@ describe('a pod with four networks (short form)', () => {
     }
   });
 
-  it('DEL tears every network down, delegated host-local leases included', async () => {
+  it('DEL tears every network down, delegated host-local leases included', async (ctx) => {
+    const { pod } = await fourNetworkPod(ctx);
     const out = await del(pod);
     assert.equal(out.code, 0, out.stdout);
     assert.equal(ipTry('-n', pod.ns, 'link', 'show', 'data0').status, 1);

@@ -2,9 +2,16 @@
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import {
+  DaemonFixture,
+  podArgs,
+  podCall,
+  type PodCallOverrides,
+  type ShimOutput,
+  type TestPod,
+} from '../support/daemon';
 import { hostLinksWithPrefix, ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { referencePlugins, referencePluginsMissing, type SpiedPlugins, spiedPluginDir } from '../support/plugin-dir';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -26,21 +33,26 @@ after(async () => {
 
 for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
   describe(`CNI ${version}`, () => {
-    const cid = `${prefix}-${version.replace(/\./g, '')}`;
-    let netns = '';
+    const v = version.replace(/\./g, '');
     const config = (): Record<string, unknown> => daemon.runtimeConfig({}, version);
+    const call = (command: 'ADD' | 'DEL' | 'CHECK', pod: TestPod, over: PodCallOverrides = {}): Promise<ShimOutput> =>
+      podCall(daemon, command, pod, config(), over);
+    /** A pod of the test's own (`what` names it), ADDed: the caller checks the ADD's output. DELed after the test. */
+    async function added(t: TestContext, what: string): Promise<TestPod & { out: ShimOutput }> {
+      const ns = fx.create(`${v}-${what}`);
+      const pod: TestPod = {
+        cid: `${prefix}-${v}-${what}`,
+        name: `pod-${version}-${what}`,
+        netns: ns.path,
+        ns: ns.name,
+      };
+      fx.trackHostLink(hostVethName(pod.cid, 'eth0', 'eth0'));
+      t.after(() => call('DEL', pod));
+      return { ...pod, out: await call('ADD', pod) };
+    }
 
-    it('ADD returns a result in the caller version with the pod interface, address and default route', async () => {
-      netns = fx.create(version.replace(/\./g, '')).path;
-      fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
-      const out = await daemon.cni({
-        command: 'ADD',
-        containerId: cid,
-        netns,
-        ifname: 'eth0',
-        args: podArgs(`pod-${version}`, cid),
-        config: config(),
-      });
+    it('ADD returns a result in the caller version with the pod interface, address and default route', async (t) => {
+      const { out, netns, ns } = await added(t, 'add');
       assert.equal(out.code, 0, out.stdout);
       const result = out.json as {
         cniVersion: string;
@@ -62,29 +74,22 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
       assert.equal('version' in ipEntry, version.startsWith('0.'), '0.x results carry ips[].version');
       if (version.startsWith('0.')) assert.equal(ipEntry.version, '4');
       assert.ok(result.routes.some((r) => r.dst === '0.0.0.0/0'));
-      assert.ok(
-        ip('-n', fx.prefix + '-' + version.replace(/\./g, ''), 'addr', 'show', 'eth0').includes(
-          String(ipEntry.address),
-        ),
-      );
+      assert.ok(ip('-n', ns, 'addr', 'show', 'eth0').includes(String(ipEntry.address)));
     });
 
     if (version !== '0.3.0' && version !== '0.3.1') {
-      it('CHECK succeeds on an intact attachment', async () => {
-        const out = await daemon.cni({
-          command: 'CHECK',
-          containerId: cid,
-          netns,
-          ifname: 'eth0',
-          args: podArgs(`pod-${version}`, cid),
-          config: config(),
-        });
+      it('CHECK succeeds on an intact attachment', async (t) => {
+        const pod = await added(t, 'check');
+        assert.equal(pod.out.code, 0, pod.out.stdout);
+        const out = await call('CHECK', pod);
         assert.equal(out.code, 0, out.stdout);
         assert.equal(out.stdout, '');
       });
     } else {
-      it('CHECK is refused as incompatible before 0.4.0', async () => {
-        const out = await daemon.cni({ command: 'CHECK', containerId: cid, netns, ifname: 'eth0', config: config() });
+      it('CHECK is refused as incompatible before 0.4.0', async (t) => {
+        const pod = await added(t, 'check');
+        assert.equal(pod.out.code, 0, pod.out.stdout);
+        const out = await call('CHECK', pod, { args: null });
         assert.equal(out.code, 1);
         assert.equal(out.json?.code, 1);
         assert.equal(out.json?.cniVersion, version);
@@ -98,24 +103,13 @@ for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
       assert.equal(out.json?.cniVersion, version);
     });
 
-    it('DEL removes the attachment and succeeds again when repeated', async () => {
-      const first = await daemon.cni({
-        command: 'DEL',
-        containerId: cid,
-        netns,
-        ifname: 'eth0',
-        args: podArgs(`pod-${version}`, cid),
-        config: config(),
-      });
+    it('DEL removes the attachment and succeeds again when repeated', async (t) => {
+      const pod = await added(t, 'del');
+      assert.equal(pod.out.code, 0, pod.out.stdout);
+      const first = await call('DEL', pod);
       assert.equal(first.code, 0, first.stdout);
-      assert.deepEqual(hostLinksWithPrefix(hostVethName(cid, 'eth0', 'eth0')), []);
-      const second = await daemon.cni({
-        command: 'DEL',
-        containerId: cid,
-        netns: '',
-        ifname: 'eth0',
-        config: config(),
-      });
+      assert.deepEqual(hostLinksWithPrefix(hostVethName(pod.cid, 'eth0', 'eth0')), []);
+      const second = await call('DEL', pod, { netns: '', args: null });
       assert.equal(second.code, 0, second.stdout);
     });
   });

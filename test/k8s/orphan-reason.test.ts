@@ -1,3 +1,7 @@
+/**
+ * Which journal records and adopted sandboxes the orphan sweep may remove, as the reason these pure functions give (or
+ * undefined: none). The sweep that acts on the reason is tested in orphans.test.ts and multus-orphans.test.ts.
+ */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { AttachmentRecord } from '../../src/engine/journal';
@@ -31,19 +35,19 @@ const gone = (): boolean => false;
 const there = (): boolean => true;
 
 describe('orphanReason', () => {
-  it('keeps a pod whose netns exists, whatever the API says', () => {
+  it('gives no reason to remove a pod whose netns exists, whatever the API says', () => {
     assert.equal(orphanReason(record(), pods({}), there), undefined);
   });
-  it('keeps a pod whose netns is gone while the API has it with the same UID', () => {
+  it('gives no reason to remove a pod whose netns is gone while the API has it with the same UID', () => {
     assert.equal(orphanReason(record(), pods({ 'default/web-0': 'u1' }), gone), undefined);
   });
-  it('removes one whose netns is gone and whose pod is not on this node', () => {
+  it('gives the reason to remove one whose netns is gone and whose pod is not on this node', () => {
     assert.match(orphanReason(record(), pods({}), gone) ?? '', /no longer on this node/);
   });
-  it('removes one whose netns is gone and whose name now belongs to another UID', () => {
+  it('gives the reason to remove one whose netns is gone and whose name now belongs to another UID', () => {
     assert.match(orphanReason(record(), pods({ 'default/web-0': 'u2' }), gone) ?? '', /another pod \(UID u2, not u1\)/);
   });
-  it('leaves uncommitted, deleting and changing records, and sandboxes of no Kubernetes pod, to their owners', () => {
+  it('gives no reason to remove uncommitted, deleting or changing records, or sandboxes of no Kubernetes pod', () => {
     assert.equal(orphanReason(record({ result: undefined }), pods({}), gone), undefined);
     assert.equal(orphanReason(record({ deleting: true }), pods({}), gone), undefined);
     assert.equal(orphanReason(record({ changing: { add: [], remove: [] } }), pods({}), gone), undefined);
@@ -59,15 +63,15 @@ describe('adoptedOrphanReason (sandboxes Multus made)', () => {
     pod: { namespace: 'default', name: 'web-0', uid: 'u1' },
     netns: '/var/run/netns/m',
   };
-  it('keeps one whose netns exists, or whose pod the API still has with that UID', () => {
+  it('gives no reason to remove one whose netns exists, or whose pod the API still has with that UID', () => {
     assert.equal(adoptedOrphanReason(sandbox, pods({}), there), undefined);
     assert.equal(adoptedOrphanReason(sandbox, pods({ 'default/web-0': 'u1' }), gone), undefined);
   });
-  it('removes one whose netns is gone and whose pod is gone or another pod now', () => {
+  it('gives the reason to remove one whose netns is gone and whose pod is gone or another pod now', () => {
     assert.match(adoptedOrphanReason(sandbox, pods({}), gone) ?? '', /no longer on this node/);
     assert.match(adoptedOrphanReason(sandbox, pods({ 'default/web-0': 'u2' }), gone) ?? '', /no longer on this node/);
   });
-  it('keeps one whose pod or netns Multus did not record', () => {
+  it('gives no reason to remove one whose pod or netns Multus did not record', () => {
     const { pod: _pod, ...noPod } = sandbox;
     const { netns: _netns, ...noNetns } = sandbox;
     assert.equal(adoptedOrphanReason(noPod, pods({}), gone), undefined);

@@ -43,9 +43,29 @@ describe('network-status write-back on a real API server', { skip }, () => {
 
   it('writes the annotation with a PATCH of it alone: the pod keeps its other annotations', async () => {
     const uid = await pod('p1');
-    const writer = new ApiStatusWriter(client, pino({ level: 'silent' }));
+    // Every request goes to the real API server; this only notes what was sent.
+    const sent: Parameters<KubeApiClient['request']>[] = [];
+    const recorded = {
+      request: (...args: Parameters<KubeApiClient['request']>) => {
+        sent.push(args);
+        return client.request(...args);
+      },
+    };
+    const writer = new ApiStatusWriter(recorded as unknown as KubeApiClient, pino({ level: 'silent' }));
     writer.attached({ namespace: 'default', name: 'p1', uid }, 'c1', status);
     await writer.settled();
+    assert.deepEqual(
+      sent.map(([method, path]) => `${method} ${path}`),
+      ['PATCH /api/v1/namespaces/default/pods/p1'],
+      'one request, a PATCH (no GET and PUT of the whole pod)',
+    );
+    const options = sent[0]?.[3];
+    assert.equal(options?.contentType, 'application/merge-patch+json');
+    const body = options?.body as { metadata: { uid?: string; annotations: Record<string, string> } };
+    assert.deepEqual(Object.keys(body), ['metadata'], 'the patch names metadata alone');
+    assert.deepEqual(Object.keys(body.metadata).sort(), ['annotations', 'uid'], 'the UID precondition and annotations');
+    assert.equal(body.metadata.uid, uid);
+    assert.deepEqual(Object.keys(body.metadata.annotations), [NETWORK_STATUS_ANNOTATION], 'the one annotation');
     const got = await annotations('p1');
     assert.deepEqual(JSON.parse(got[NETWORK_STATUS_ANNOTATION]!), status);
     assert.equal(got['team.example/owner'], 'me');

@@ -22,12 +22,12 @@ import {
   POD_ANNOTATIONS_CAPABILITY,
   SELECTION_ANNOTATION,
 } from '../networks/selection';
-import { auxiliaryChainNetwork } from '../networks/auxiliary-chain';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
 import type { ClaimedNetworkDevice } from './claims';
 import { withClaimedDevices, withClaimedSelections } from './claimed-networks';
 import type { AttachmentStep } from './attachment-step';
+import { auxiliaryChainStep } from './auxiliary-chain-step';
 
 type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 
@@ -223,45 +223,17 @@ export function planPod(
     steps.push({ planned, driver, config: config.value, request: request.value });
   }
   if (!runningPod && settings.auxiliaryChain) {
-    const chain = auxiliaryChainStep(req, settings.auxiliaryChain, steps, drivers, pod, secondaryRuntimeConfig);
+    const chain = auxiliaryChainStep({
+      chainDir: settings.auxiliaryChain,
+      version: req.version,
+      before: steps,
+      drivers,
+      requestFor: (planned) => secondaryRequest(req, planned, pod, secondaryRuntimeConfig),
+    });
     if (!chain.ok) return chain;
     if (chain.value) steps.push(chain.value);
   }
   return ok(withClaimedDevices(steps, claimed, deviceOf));
-}
-
-/**
- * The auxiliary chain's attachment, last, as Multus appends its delegate: under `net<position>` (the next free one),
- * delegated, its first plugin given passthru's empty result. None when its directory has no plugin.
- */
-function auxiliaryChainStep(
-  req: AddRequest,
-  chainDir: string,
-  before: readonly AttachmentStep[],
-  drivers: DriverRegistry,
-  pod: PodIdentity,
-  runtimeConfig: RuntimeConfig,
-): Result<AttachmentStep | undefined> {
-  const network = auxiliaryChainNetwork(chainDir, req.version);
-  if (!network.ok) return network;
-  if (!network.value) return ok(undefined);
-  const taken = new Set(before.map((s) => s.planned.ifname));
-  let n = before.length;
-  while (taken.has(`net${n}`)) n++;
-  const planned: PlannedAttachment = {
-    ifname: `net${n}`,
-    explicitName: false,
-    network: network.value,
-    isDefault: false,
-    forceDelegate: true,
-    defaultRoute: false,
-  };
-  const config = drivers.delegate.parse(network.value.plugins);
-  if (!config.ok) return err(config.error.withContext(`the auxiliary chain ${chainDir}`));
-  const request = secondaryRequest(req, planned, pod, runtimeConfig);
-  if (!request.ok) return request;
-  const options = { ...request.value.options, chainPrevResult: { interfaces: [], ips: [], routes: [] } };
-  return ok({ planned, driver: drivers.delegate, config: config.value, request: { ...request.value, options } });
 }
 
 function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity): Result<AttachRequest> {

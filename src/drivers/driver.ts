@@ -220,6 +220,11 @@ export interface DriverContext {
   readonly requestResync: (why: string) => void;
 }
 
+/** Where a driver finds the node: the netns its host side lives in (a test's stand-in), the daemon's own when unset. */
+export interface NodeOption {
+  readonly node?: string;
+}
+
 /** What a driver's CHECK may use. */
 export interface CheckEnv {
   readonly kernel: KernelPort;

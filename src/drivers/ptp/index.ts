@@ -15,7 +15,7 @@ import { allocatePodIps } from '../common';
 import { prepareHostVeth } from '../common/host-veth';
 import { invalidConfig } from '../common/config';
 import { plumbPodInterface, podResult } from '../common/pod-interface';
-import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { parsePtpConfig, type PtpConfig } from './config';
 
 const hostBits = (address: string): number => (address.includes(':') ? 128 : 32);
@@ -26,15 +26,21 @@ function subnetOf(cidr: string): string {
   return c ? formatCidr(c.family, networkOf(c), c.prefix) : cidr;
 }
 
-/** A ptp driver; it remembers which forwarding sysctls it has set. */
-export function createPtpDriver(): Driver<PtpConfig> {
+/** What a ptp driver keeps: where the node is, and which forwarding sysctls it has set there. */
+interface PtpNode {
+  readonly node: string | undefined;
   /** IP forwarding is what makes a routed pod reachable beyond the node; set once per family per driver. */
-  const forwardingEnabled = new Set<string>();
+  readonly forwardingEnabled: Set<string>;
+}
+
+/** A ptp driver; it remembers which forwarding sysctls it has set. */
+export function createPtpDriver({ node }: NodeOption = {}): Driver<PtpConfig> {
+  const known: PtpNode = { node, forwardingEnabled: new Set() };
   return {
     type: 'ptp',
     capabilities: ['ips', 'mac', 'dns'],
     parse: onePlugin(parsePtpConfig),
-    attach: (req, conf, env) => attachPtp(req, conf, env, forwardingEnabled),
+    attach: (req, conf, env) => attachPtp(req, conf, env, known),
   };
 }
 
@@ -42,7 +48,7 @@ async function attachPtp(
   req: AttachRequest,
   conf: PtpConfig,
   env: DriverEnv,
-  forwardingEnabled: Set<string>,
+  { node, forwardingEnabled }: PtpNode,
 ): Promise<Result<CniResult>> {
   const allocated = await allocatePodIps(req, env, conf.ipam);
   if (!allocated.ok) return allocated;
@@ -58,7 +64,7 @@ async function attachPtp(
       ),
     );
 
-  const veth = await prepareHostVeth(req, env, conf.mtu ? { mtu: conf.mtu } : {});
+  const veth = await prepareHostVeth(req, env, { ...(conf.mtu ? { mtu: conf.mtu } : {}), ...(node ? { node } : {}) });
   const host = veth.name;
   const at = req.netns;
   const gatewayRoutes: BatchOp[] = [];
@@ -86,6 +92,7 @@ async function attachPtp(
     if (!forwardingEnabled.has(key)) hostSide.push({ op: 'sysctlWrite', key, value: '1' });
   }
   const plumbed = await plumbPodInterface(req, env, {
+    ...(node ? { node } : {}),
     create: [veth.create],
     createFailed: veth.createFailed,
     ipam,

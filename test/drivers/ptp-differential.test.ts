@@ -18,7 +18,6 @@ describe(
       bed.sameAsReference({ config: {} }));
     it('mtu', () => bed.sameAsReference({ config: { mtu: 1400 } }));
     it('dns', () => bed.sameAsReference({ config: { dns: { nameservers: ['192.0.2.53'], search: ['pod.local'] } } }));
-    it('mac (the runtime asks for one)', () => bed.sameAsReference({ config: {}, mac: '02:42:ac:11:00:2b' }));
     it('no ipam: refused by both', () => bed.bothRefuse({ config: {}, ipam: null }, /ipam/));
 
     it('refuses natively what it does not run, saying how to delegate', () => {

@@ -10,6 +10,8 @@ import { onePlugin, stepKind, type AttachRequest, type Driver, type DriverEnv, t
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
+import { settleLikeConfigureIface } from '../common/dad';
+import { ipamRoutes, ipv6EnableSysctls } from '../common/pod-sysctls';
 
 import { returnLinkKind, returnLinkStep } from './undo';
 
@@ -71,8 +73,12 @@ async function attachHostDevice(
         `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`,
       ),
     ipam: ipam.value,
+    before: ipv6EnableSysctls(req.ifname, ipam.value),
+    dadBySysctl: true,
   });
   if (!plumbed.ok) return plumbed;
+  const settled = await settleLikeConfigureIface(req, env, ipam.value);
+  if (!settled.ok) return settled;
   const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
   return ok(
     podResult({
@@ -80,7 +86,7 @@ async function attachHostDevice(
       netns: req.netns,
       link: plumbed.value.link,
       ipam: ipam.value,
-      routes: plumbed.value.routes,
+      routes: ipamRoutes(ipam.value),
       ...(pciID ? { pciID } : {}),
     }),
   );

@@ -82,15 +82,16 @@ export function differentialBed(opts: DifferentialOptions): DifferentialBed {
   });
   after(() => rmSync(dataDir, { recursive: true, force: true }));
 
-  const ipamOf = (c: DifferentialCase): Record<string, unknown> | undefined =>
-    c.ipam === null
-      ? undefined
-      : (c.ipam ?? {
-          type: 'host-local',
-          ranges: [[{ subnet: '10.77.0.0/24' }], [{ subnet: 'fd77::/64' }]],
-          routes: [{ dst: '192.0.2.0/24' }],
-          dataDir: join(dataDir, String(caseNo)),
-        });
+  /** The case's IPAM, a host-local one given a data dir of its own (never the host's /var/lib/cni). */
+  const ipamOf = (c: DifferentialCase): Record<string, unknown> | undefined => {
+    if (c.ipam === null) return undefined;
+    const ipam = c.ipam ?? {
+      type: 'host-local',
+      ranges: [[{ subnet: '10.77.0.0/24' }], [{ subnet: 'fd77::/64' }]],
+      routes: [{ dst: '192.0.2.0/24' }],
+    };
+    return ipam.type === 'host-local' ? { ...ipam, dataDir: join(dataDir, String(caseNo)) } : ipam;
+  };
 
   const newSide = (tag: string, c: DifferentialCase): Side => {
     const side = { node: fx.create(`${tag}n`), pod: fx.create(`${tag}p`) };

@@ -1,0 +1,55 @@
+/**
+ * CHECK of the native macvlan, tap, ptp and host-device drivers against their reference plugins' 1.9.1
+ * (test/drivers/differential.ts): the same config ADDed through each, the same change made to the pod by hand, then
+ * both CHECKed (Plexus: the engine's CHECK of the pod's side, then the driver's own). Both pass, or both fail.
+ */
+import { describe, it } from 'node:test';
+import { createMacvlanDriver } from '../../src/drivers/macvlan';
+import { createPtpDriver } from '../../src/drivers/ptp';
+import { ip } from '../support/netns';
+import { expectedPrerequisites } from '../support/prerequisites';
+import { referencePluginsMissing } from '../support/plugin-dir';
+import { type DifferentialCase, differentialBed, type Side, type Tampering } from './differential';
+
+const macvlan = differentialBed({ tag: 'pmc', type: 'macvlan', driver: (node) => createMacvlanDriver({ node }) });
+const ptp = differentialBed({ tag: 'ppc', type: 'ptp', driver: (node) => createPtpDriver({ node }) });
+
+function uplink({ node }: Side): void {
+  ip('-n', node.name, 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
+  ip('-n', node.name, 'link', 'set', 'up1', 'up');
+  ip('-n', node.name, 'link', 'set', 'up0', 'up');
+}
+const onMaster: DifferentialCase = { config: { master: 'up0' }, ipam: ipv4(), prepare: uplink };
+const routed: DifferentialCase = { config: {}, ipam: ipv4() };
+
+/** IPv4 only, so CHECK is not raced by DAD. */
+function ipv4(): Record<string, unknown> {
+  return { type: 'host-local', ranges: [[{ subnet: '10.79.0.0/24' }]], routes: [{ dst: '192.0.2.0/24' }] };
+}
+
+const untouched: Tampering = () => undefined;
+const addressRemoved: Tampering = ({ pod }, result) =>
+  ip('-n', pod.name, 'addr', 'del', result.ips[0]!.address, 'dev', 'eth0');
+const linkDown: Tampering = ({ pod }) => ip('-n', pod.name, 'link', 'set', 'eth0', 'down');
+const macChanged: Tampering = ({ pod }) => ip('-n', pod.name, 'link', 'set', 'eth0', 'address', '02:00:00:00:0c:01');
+
+describe(
+  'CHECK against the reference plugins 1.9.1',
+  { skip: expectedPrerequisites(referencePluginsMissing()) },
+  () => {
+    describe('macvlan', () => {
+      it('nothing changed: both pass', () => macvlan.sameCheck(onMaster, untouched));
+      it('pod address removed: both fail', () => macvlan.sameCheck(onMaster, addressRemoved, /address .* is missing/));
+      it('pod interface down: both fail', () => macvlan.sameCheck(onMaster, linkDown, /route .* is missing/));
+      it('pod interface MAC changed: both fail', () =>
+        macvlan.sameCheck(onMaster, macChanged, /has MAC 02:00:00:00:0c:01, expected/));
+    });
+    describe('ptp', () => {
+      it('nothing changed: both pass', () => ptp.sameCheck(routed, untouched));
+      it('pod address removed: both fail', () => ptp.sameCheck(routed, addressRemoved, /address .* is missing/));
+      it('pod interface down: both fail', () => ptp.sameCheck(routed, linkDown, /route .* is missing/));
+      it('pod interface MAC changed: both fail', () =>
+        ptp.sameCheck(routed, macChanged, /has MAC 02:00:00:00:0c:01, expected/));
+    });
+  },
+);

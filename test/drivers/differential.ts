@@ -12,7 +12,7 @@ import { after, before } from 'node:test';
 import type { CniResult } from '../../src/cni/types';
 import type { Driver } from '../../src/drivers/driver';
 import { verify } from '../../src/engine/verbs/check';
-import type { TestNetns } from '../support/netns';
+import type { NetnsFixture, TestNetns } from '../support/netns';
 import { callPlugin } from '../support/plugin-call';
 import { referencePlugins } from '../support/plugin-dir';
 import { differences, type Observation, observe } from './observe';
@@ -46,6 +46,8 @@ export type Tampering = (side: Side, result: CniResult) => void;
 
 export interface DifferentialBed {
   readonly prefix: string;
+  /** The file's netns fixture (a scratch netns for a probe). */
+  readonly fx: NetnsFixture;
   /** Both ADDs observed alike. */
   sameAsReference(c: DifferentialCase): Promise<void>;
   /** Both ADDs fail, the native one with code 7 matching `message`. */
@@ -155,6 +157,7 @@ export function differentialBed(opts: DifferentialOptions): DifferentialBed {
 
   return {
     prefix,
+    fx,
     async sameAsReference(c) {
       const theirs = referenceAdd(c);
       assert.equal(theirs.add.status, 0, `the reference ADD failed: ${JSON.stringify(theirs.add.answer)}`);

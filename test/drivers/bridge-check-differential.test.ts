@@ -29,8 +29,8 @@ after(() => rmSync(dataDir, { recursive: true, force: true }));
 const BRIDGE = 'cnibr0';
 let caseNo = 0;
 
-/** A change made by hand on the node after the ADD: `hostVeth` is the pod's host end there. */
-type Tampering = (node: string, hostVeth: string) => void;
+/** A change made by hand after the ADD: `hostVeth` is the pod's host end on the node, `pod` the pod's netns name. */
+type Tampering = (node: string, hostVeth: string, added: { readonly pod: string; readonly result: CniResult }) => void;
 
 const config = (): Record<string, unknown> => ({
   cniVersion: '1.0.0',
@@ -52,7 +52,7 @@ function referenceCheck(tamper: Tampering): string | undefined {
   assert.equal(add.status, 0, `the reference ADD failed: ${JSON.stringify(add.answer)}`);
   const hostVeth = (add.answer as unknown as CniResult).interfaces[1]?.name;
   assert.ok(hostVeth);
-  tamper(node.name, hostVeth);
+  tamper(node.name, hostVeth, { pod: pod.name, result: add.answer as unknown as CniResult });
   const check = callPlugin({ ...call, config: { ...conf, prevResult: add.answer }, command: 'CHECK' });
   return check.status === 0 ? undefined : JSON.stringify(check.answer);
 }
@@ -69,7 +69,7 @@ async function plexusCheck(tamper: Tampering): Promise<string | undefined> {
   const result = must(await attachParsed(driver, req, rec.env));
   const hostVeth = result.interfaces[1]?.name;
   assert.ok(hostVeth);
-  tamper(node.name, hostVeth);
+  tamper(node.name, hostVeth, { pod: pod.name, result });
   const check = driver.check?.bind(driver);
   assert.ok(check, 'the bridge driver has a CHECK of its own');
   const r = await check({ network: req.network.key, ifname: 'eth0', result, steps: rec.steps }, bed);
@@ -89,6 +89,21 @@ async function sameAnswer(tamper: Tampering, wrong?: RegExp): Promise<void> {
   assert.ok(ours, `Plexus's CHECK fails as the reference's does (${theirs})`);
   assert.match(ours, wrong);
 }
+
+/**
+ * The pod's interface and its host veth replaced by two veths that are not each other's peer, each with the MAC,
+ * bridge port and address the result names: only the pairing tells them from the ones the ADD made.
+ */
+const unpaired: Tampering = (node, veth, { pod, result }) => {
+  const [, hostEnd, podEnd] = result.interfaces;
+  assert.ok(hostEnd?.mac && podEnd?.mac);
+  ip('-n', node, 'link', 'del', veth);
+  ip('-n', node, 'link', 'add', veth, 'address', hostEnd.mac, 'type', 'veth', 'peer', 'name', 'stray0');
+  ip('-n', node, 'link', 'set', veth, 'master', BRIDGE, 'up');
+  ip('-n', node, 'link', 'add', 'stray1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod);
+  ip('-n', pod, 'link', 'set', 'eth0', 'address', podEnd.mac, 'up');
+  for (const a of result.ips) ip('-n', pod, 'addr', 'add', a.address, 'dev', 'eth0');
+};
 
 describe(
   'bridge CHECK against the reference bridge plugin 1.9.1',
@@ -110,6 +125,8 @@ describe(
         (node, veth) => ip('-n', node, 'link', 'set', veth, 'nomaster'),
         /host interface veth\w+ is no longer a port of bridge cnibr0/,
       ));
+    it("the host veth is no longer the pod interface's peer (both replaced, MACs and address kept): both fail", () =>
+      sameAnswer(unpaired, /host interface veth\w+ is no longer the peer of eth0/));
     it('the bridge is gone: both fail', () =>
       sameAnswer((node) => ip('-n', node, 'link', 'del', BRIDGE), /bridge cnibr0 is missing/));
   },

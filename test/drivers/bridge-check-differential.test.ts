@@ -32,21 +32,25 @@ let caseNo = 0;
 /** A change made by hand after the ADD: `hostVeth` is the pod's host end on the node, `pod` the pod's netns name. */
 type Tampering = (node: string, hostVeth: string, added: { readonly pod: string; readonly result: CniResult }) => void;
 
-const config = (): Record<string, unknown> => ({
+/** The bridge plugin's keys the case sets besides the bridge, isGateway and ipam. */
+type Options = Record<string, unknown>;
+
+const config = (options: Options): Record<string, unknown> => ({
   cniVersion: '1.0.0',
   name: `${prefix}-net`,
   type: 'bridge',
   bridge: BRIDGE,
   isGateway: true,
+  ...options,
   ipam: { type: 'host-local', ranges: [[{ subnet: '10.78.0.0/24' }]], dataDir: join(dataDir, String(++caseNo)) },
 });
 
 /** The reference's CHECK after `tamper`: undefined when it passes, else its message. */
-function referenceCheck(tamper: Tampering): string | undefined {
+function referenceCheck(tamper: Tampering, options: Options): string | undefined {
   const tag = `r${++caseNo}`;
   const node = fx.create(`${tag}n`);
   const pod = fx.create(`${tag}p`);
-  const conf = config();
+  const conf = config(options);
   const call = { dir: plugins(), containerId: `${prefix}${tag}`, netns: pod.path, ifname: 'eth0', node: node.name };
   const add = callPlugin({ ...call, config: conf, command: 'ADD' });
   assert.equal(add.status, 0, `the reference ADD failed: ${JSON.stringify(add.answer)}`);
@@ -58,11 +62,11 @@ function referenceCheck(tamper: Tampering): string | undefined {
 }
 
 /** Plexus's CHECK of the node's side after `tamper`: undefined when it passes, else its message. */
-async function plexusCheck(tamper: Tampering): Promise<string | undefined> {
+async function plexusCheck(tamper: Tampering, options: Options): Promise<string | undefined> {
   const tag = `p${++caseNo}`;
   const node = fx.create(`${tag}n`);
   const pod = fx.create(`${tag}p`);
-  const { cniVersion: _v, name: _n, ...conf } = config();
+  const { cniVersion: _v, name: _n, ...conf } = config(options);
   const req = attachRequest({ network: `${prefix}-net${caseNo}`, config: conf, netns: pod.path, ifname: 'eth0' });
   const driver = createBridgeDriver({ node: node.path });
   const rec = new RecordingEnv(bed.kernel, bed.ipam);
@@ -72,14 +76,16 @@ async function plexusCheck(tamper: Tampering): Promise<string | undefined> {
   tamper(node.name, hostVeth, { pod: pod.name, result });
   const check = driver.check?.bind(driver);
   assert.ok(check, 'the bridge driver has a CHECK of its own');
-  const r = await check({ network: req.network.key, ifname: 'eth0', result, steps: rec.steps }, bed);
+  // The engine hands the driver the network's config as it is defined now.
+  const parsed = must(driver.parse(req.network.plugins));
+  const r = await check({ network: req.network.key, ifname: 'eth0', result, steps: rec.steps }, bed, parsed);
   return r.ok ? undefined : r.error.message;
 }
 
 /** Both CHECKs fail, Plexus's naming what `wrong` matches; or, `wrong` undefined, both pass. */
-async function sameAnswer(tamper: Tampering, wrong?: RegExp): Promise<void> {
-  const theirs = referenceCheck(tamper);
-  const ours = await plexusCheck(tamper);
+async function sameAnswer(tamper: Tampering, wrong?: RegExp, options: Options = {}): Promise<void> {
+  const theirs = referenceCheck(tamper, options);
+  const ours = await plexusCheck(tamper, options);
   if (!wrong) {
     assert.equal(theirs, undefined, 'the reference CHECK passes');
     assert.equal(ours, undefined, "Plexus's CHECK passes");
@@ -127,6 +133,13 @@ describe(
       ));
     it("the host veth is no longer the pod interface's peer (both replaced, MACs and address kept): both fail", () =>
       sameAnswer(unpaired, /host interface veth\w+ is no longer the peer of eth0/));
+    it('promiscMode, nothing changed: both pass', () => sameAnswer(() => undefined, undefined, { promiscMode: true }));
+    it('promiscMode, the bridge no longer promiscuous: both fail', () =>
+      sameAnswer(
+        (node) => ip('-n', node, 'link', 'set', BRIDGE, 'promisc', 'off'),
+        /bridge cnibr0 is not promiscuous, promiscMode is true/,
+        { promiscMode: true },
+      ));
     it('the bridge is gone: both fail', () =>
       sameAnswer((node) => ip('-n', node, 'link', 'del', BRIDGE), /bridge cnibr0 is missing/));
   },

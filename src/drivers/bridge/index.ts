@@ -41,7 +41,7 @@ export function createBridgeDriver(options: BridgeDriverOptions = {}): Driver<Br
     parse: onePlugin(parseBridgeConfig),
     attach: (req, conf, env) => attachBridge(req, conf, env, known),
     // A bridge an older plexusd made unpinned is pinned before the daemon is ready, not on its network's next ADD.
-    check: (attachment, env) => checkBridgePort(env.kernel, known.node, attachment),
+    check: (attachment, env, conf) => checkBridgePort(env.kernel, known.node, attachment, conf?.promiscMode),
     start: (ctx) => healBridgesAtStart(ctx, known.node, (ports) => !ports.some((p) => p.kind === 'vxlan')),
   };
 }

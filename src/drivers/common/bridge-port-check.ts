@@ -14,6 +14,8 @@ export async function checkBridgePort(
   kernel: KernelPort,
   node: string | undefined,
   attachment: RecordedAttachment,
+  /** The bridge's promiscuity the network's config asks for (the bridge plugin's `promiscMode`), when known. */
+  promisc?: boolean,
 ): Promise<Result<void>> {
   const [bridge, veth] = attachment.result.interfaces.filter((i) => !i.sandbox);
   if (!bridge || !veth) return ok(undefined);
@@ -31,6 +33,8 @@ export async function checkBridgePort(
     problems.push(`${bridge.name} is not a bridge (it is ${bridgeLink.kind ?? 'unknown'})`);
   else if (bridge.mac && bridgeLink.mac !== bridge.mac)
     problems.push(`bridge ${bridge.name} has MAC ${bridgeLink.mac}, expected ${bridge.mac}`);
+  if (bridgeLink && promisc !== undefined && bridgeLink.promisc !== promisc)
+    problems.push(`bridge ${bridge.name} is ${bridgeLink.promisc ? '' : 'not '}promiscuous, promiscMode is ${promisc}`);
   if (!vethLink) problems.push(`host interface ${veth.name} is missing`);
   else {
     if (veth.mac && vethLink.mac !== veth.mac)

@@ -5,6 +5,7 @@
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
+import type { Driver } from '../../drivers/driver';
 import { isAuxiliaryChain } from '../../networks/auxiliary-chain';
 import type { AttachRequest, EngineContext } from '../context';
 import { stepsOf, type AttachmentRecord } from '../journal';
@@ -40,10 +41,19 @@ async function checkByDrivers(ctx: EngineContext, record: AttachmentRecord): Pro
     // A v0 record tags no step: its details kept a delegated network's invocations.
     const steps = tagged.length ? tagged : (a.delegated ?? []);
     const attachment = { network: a.network, ifname: a.ifname, result: a.result, steps };
-    const r = await driver.check(attachment, { kernel: ctx.kernel });
+    const r = await driver.check(attachment, { kernel: ctx.kernel }, currentConfig(ctx, driver, a.network));
     if (!r.ok) return err(r.error.withContext(`CHECK of network ${a.network} (${a.ifname})`));
   }
   return ok(undefined);
+}
+
+/** The network's config as it is defined now, parsed by `driver`; undefined when it is gone or no longer parses. */
+function currentConfig(ctx: EngineContext, driver: Driver, network: string): unknown {
+  const [namespace = '', name = ''] = network.split('/');
+  const definition = ctx.networks.get(namespace, name);
+  if (!definition.ok) return undefined;
+  const parsed = driver.parse(definition.value.plugins);
+  return parsed.ok ? parsed.value : undefined;
 }
 
 /** The links, addresses and routes of a netns (undefined: the host's), or why they cannot be listed. */

@@ -33,6 +33,8 @@ const addressRemoved: Tampering = ({ pod }, result) =>
 const linkDown: Tampering = ({ pod }) => ip('-n', pod.name, 'link', 'set', 'eth0', 'down');
 const macChanged: Tampering = ({ pod }) => ip('-n', pod.name, 'link', 'set', 'eth0', 'address', '02:00:00:00:0c:01');
 
+const masterRenamed: Tampering = ({ node }) => ip('-n', node.name, 'link', 'set', 'up0', 'name', 'up9');
+
 describe(
   'CHECK against the reference plugins 1.9.1',
   { skip: expectedPrerequisites(referencePluginsMissing()) },
@@ -43,6 +45,7 @@ describe(
       it('pod interface down: both fail', () => macvlan.sameCheck(onMaster, linkDown, /route .* is missing/));
       it('pod interface MAC changed: both fail', () =>
         macvlan.sameCheck(onMaster, macChanged, /has MAC 02:00:00:00:0c:01, expected/));
+      it('master renamed: both fail', () => macvlan.sameCheck(onMaster, masterRenamed, /master device up0 not found/));
     });
     describe('ptp', () => {
       it('nothing changed: both pass', () => ptp.sameCheck(routed, untouched));

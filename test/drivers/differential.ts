@@ -211,7 +211,9 @@ export function differentialBed(opts: DifferentialOptions): DifferentialBed {
       let ourCheck = verified.ok ? undefined : verified.error.message;
       if (!ourCheck && ours.driver.check) {
         const attachment = { network: ours.req.network.key, ifname, result, steps: ours.rec.steps };
-        const r = await ours.driver.check(attachment, bed);
+        // The engine hands the driver the network's config as it is defined now.
+        const config = must(ours.driver.parse(ours.req.network.plugins));
+        const r = await ours.driver.check(attachment, bed, config);
         if (!r.ok) ourCheck = r.error.message;
       }
       if (!wrong) {

@@ -20,6 +20,7 @@ import {
 } from './config';
 import { settleLikeConfigureIface } from './dad';
 import { isMissingLink, masterName, masterNotFound, resolveMaster } from './host-links';
+import type { KernelPort } from '../../kernel/kernel';
 import type { LinkInfo } from '../../kernel/types';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
 import { recordPodLink } from './pod-link';
@@ -143,6 +144,17 @@ async function masterOf<Mode extends string>(
   if (!master.ok) return master;
   if (conf.mtu > master.value.mtu) return err(mtuAboveMaster(req, conf.mtu, master.value));
   return ok(master.value.name);
+}
+
+/** CHECK as the reference macvlan's and ipvlan's: the master the network's config names (or defaults to) is there. */
+export async function checkMasterLink<Mode extends string>(
+  conf: MasterLinkConfig<Mode> | undefined,
+  env: { readonly kernel: KernelPort },
+  node: string | undefined,
+): Promise<Result<void>> {
+  if (!conf) return ok(undefined);
+  const master = await resolveMaster(env.kernel, conf.master, 'CHECK failed', node);
+  return master.ok ? ok(undefined) : master;
 }
 
 const mtuAboveMaster = (req: AttachRequest, mtu: number, master: LinkInfo): CniError =>

@@ -5,7 +5,7 @@
  */
 import { CniCode, CniError, type Result, err } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { attachMasterLink } from '../common/master-link';
+import { attachMasterLink, checkMasterLink } from '../common/master-link';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { parseIpvlanConfig, type IpvlanConfig } from './config';
 
@@ -14,6 +14,7 @@ export const createIpvlanDriver = ({ node }: NodeOption = {}): Driver<IpvlanConf
   capabilities: ['ips'],
   parse: onePlugin(parseIpvlanConfig),
   attach: (req, conf, env) => attachIpvlan(req, conf, env, node),
+  check: (_attachment, env, conf) => checkMasterLink(conf, env, node),
 });
 
 async function attachIpvlan(

@@ -184,9 +184,10 @@ export interface Driver<C = unknown> {
   attach(req: AttachRequest, config: C, env: DriverEnv): Promise<Result<CniResult>>;
   /**
    * CHECK beyond the pod's kernel state the engine verifies itself (a delegated network asks its plugins; a bridge
-   * port's driver looks at the node's side of it).
+   * port's driver looks at the node's side of it). `config`: the network's config as it is defined now, parsed by
+   * this driver (the reference plugins CHECK against the config the runtime hands them), when it still is.
    */
-  check?(attachment: RecordedAttachment, env: CheckEnv): Promise<Result<void>>;
+  check?(attachment: RecordedAttachment, env: CheckEnv, config?: C): Promise<Result<void>>;
   /** GC of state the driver keeps outside the journal, for one network, given the attachments still on it. */
   gc?(network: NetworkDefinition, live: readonly LiveAttachment[], cniBinDir: string): Promise<Result<void>>;
   /** STATUS: whether the network can take ADDs now. */
@@ -218,6 +219,11 @@ export interface DriverContext {
   readonly recordedSteps: () => Promise<readonly UndoStep[]>;
   /** Asks the registry to run this driver's resync soon (its dataplane reconnected and may have lost state). */
   readonly requestResync: (why: string) => void;
+}
+
+/** Where a driver finds the node: the netns its host side lives in (a test's stand-in), the daemon's own when unset. */
+export interface NodeOption {
+  readonly node?: string;
 }
 
 /** What a driver's CHECK may use. */

@@ -13,7 +13,8 @@ export function createTap(tap: TapSpec): void {
     const ifr = Buffer.alloc(40);
     ifr.write(tap.name, 0, 'utf8');
     // Exclusive: an existing tap of that name (another pod's, another plugin's) is an error, never taken over.
-    let flags = C.IFF_TAP | C.IFF_NO_PI | C.IFF_TUN_EXCL;
+    let flags = C.IFF_TAP | C.IFF_TUN_EXCL;
+    if (!tap.packetInfo) flags |= C.IFF_NO_PI;
     if (tap.multiQueue) flags |= C.IFF_MULTI_QUEUE;
     if (tap.vnetHdr) flags |= C.IFF_VNET_HDR;
     ifr.writeUInt16LE(flags, 16);

@@ -89,6 +89,8 @@ export interface TapSpec {
   readonly group?: number;
   readonly multiQueue?: boolean;
   readonly vnetHdr?: boolean;
+  /** Frames read from the tap start with the packet-information header (no IFF_NO_PI). */
+  readonly packetInfo?: boolean;
   readonly mtu?: number;
   readonly mac?: string;
   readonly up?: boolean;

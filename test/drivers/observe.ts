@@ -136,8 +136,13 @@ export function observe(side: ObservedSide): Observation {
     },
     result: side.result,
   };
-  return flatten('', normalize(raw, names, new Set(side.keepMacs ?? []))).sort();
+  return flatten('', normalize(raw, names, new Set(side.keepMacs ?? [])))
+    .filter((line) => !POD_LINK_GROUP.test(line))
+    .sort();
 }
+
+/** Plexus marks each pod link it makes with its attachment's link group (docs/networks.md); the reference leaves 0. */
+const POD_LINK_GROUP = /^pod\.(link|addrs)\[[^\]]+\]\.group = /;
 
 const MAC = /\b[0-9a-f]{2}(:[0-9a-f]{2}){5}\b/g;
 

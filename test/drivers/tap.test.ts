@@ -49,7 +49,6 @@ describe('tap driver', () => {
             multiQueue: true,
             owner: 1234,
             group: 4321,
-            selinuxContext: 'system_u:system_r:container_t:s0',
           },
           netns: pod.path,
         }),

@@ -310,6 +310,17 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok(!r.ok && /interface net1 is missing/.test(r.error.message), !r.ok ? r.error.message : 'passed');
   });
 
+  it("CHECK hands a driver the network's config as defined now (a bridge no longer as promiscMode says fails)", async () => {
+    const netns = pod('gp');
+    assert.ok((await bed.engine.add(request('ADD', 'cgp', netns))).ok);
+    const file = join(bed.dir, 'networks', 'podnet.json');
+    const nad = JSON.parse(readFileSync(file, 'utf8')) as { spec: { config: string } };
+    const config = { ...(JSON.parse(nad.spec.config) as Record<string, unknown>), promiscMode: true };
+    writeFileSync(file, JSON.stringify({ ...nad, spec: { config: JSON.stringify(config) } }));
+    const r = await bed.engine.check(request('CHECK', 'cgp', netns));
+    assert.ok(!r.ok && /promiscMode is true/.test(r.error.message), !r.ok ? r.error.message : 'passed');
+  });
+
   describe('hot-plug: changeNetworks', () => {
     const networks = (text: string): Record<string, string> => ({ 'k8s.v1.cni.cncf.io/networks': text });
 

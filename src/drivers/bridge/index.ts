@@ -14,7 +14,7 @@ import { checkBridgePort } from '../common/bridge-port-check';
 import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
 import { type BridgeConfig, parseBridgeConfig } from './config';
-import { settleAddresses } from './dad';
+import { hasIpv6Gateway, settleAddresses } from '../common/dad';
 import { gatewayAddressOps } from './gateway';
 import { bridgeSysctls, podSysctls, reportedRoutes } from './reference-setup';
 
@@ -41,7 +41,7 @@ export function createBridgeDriver(options: BridgeDriverOptions = {}): Driver<Br
     parse: onePlugin(parseBridgeConfig),
     attach: (req, conf, env) => attachBridge(req, conf, env, known),
     // A bridge an older plexusd made unpinned is pinned before the daemon is ready, not on its network's next ADD.
-    check: (attachment, env) => checkBridgePort(env.kernel, known.node, attachment),
+    check: (attachment, env, conf) => checkBridgePort(env.kernel, known.node, attachment, conf?.promiscMode),
     start: (ctx) => healBridgesAtStart(ctx, known.node, (ports) => !ports.some((p) => p.kind === 'vxlan')),
   };
 }
@@ -73,7 +73,7 @@ async function attachBridge(
     },
     forgetBridge: () => knownBridges.bridges.delete(conf.bridge),
   });
-  if (!attached.ok || !conf.enabledad || !ipam.value?.ips.some((ip) => ip.gateway?.includes(':'))) return attached;
+  if (!attached.ok || !conf.enabledad || !hasIpv6Gateway(ipam.value)) return attached;
   const settled = await settleAddresses(env.kernel, req.netns, req.ifname);
   return settled.ok ? attached : err(settled.error.withContext(`network ${req.network.key}`));
 }

@@ -9,8 +9,19 @@ import type { CniResult } from '../../cni/types';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import type { AttachRequest, DriverEnv } from '../driver';
-import { checkLinkName, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, unsupportedField } from './config';
-import { isMissingLink, masterName, masterNotFound } from './host-links';
+import {
+  checkLinkName,
+  invalidConfig,
+  ipamField,
+  mtuField,
+  notNative,
+  parseOptionalIpam,
+  parsePluginConfig,
+} from './config';
+import { settleLikeConfigureIface } from './dad';
+import { isMissingLink, masterName, masterNotFound, resolveMaster } from './host-links';
+import type { KernelPort } from '../../kernel/kernel';
+import type { LinkInfo } from '../../kernel/types';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
 import { recordPodLink } from './pod-link';
 import { ipamRoutes, ipv6EnableSysctls, notifySysctls } from './pod-sysctls';
@@ -40,15 +51,7 @@ export function parseMasterLinkConfig<Mode extends string>(
   const parsed = parsePluginConfig(schema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
-  if (c.linkInContainer) {
-    return err(
-      unsupportedField(
-        plugin,
-        'linkInContainer: a master inside the pod netns is not supported natively',
-        'set "linkInContainer": false, or run the reference plugin through the delegate driver',
-      ),
-    );
-  }
+  if (c.linkInContainer) return err(notNative(plugin, 'linkInContainer'));
   if (c.master !== undefined) {
     const name = checkLinkName(plugin, 'master', c.master);
     if (!name.ok) return name;
@@ -63,15 +66,22 @@ export function parseMasterLinkConfig<Mode extends string>(
   });
 }
 
+/** Which master link is attached, how, and where the node is. */
+export interface MasterLinkAttachment<Mode extends string> {
+  readonly kind: 'macvlan' | 'ipvlan';
+  readonly conf: MasterLinkConfig<Mode>;
+  /** The netns standing in for the node, where the master is (tests); the daemon's own when undefined. */
+  readonly node?: string;
+}
+
 /** Attaches a macvlan or ipvlan: resolve the master, reserve IPs, create the link in the pod, configure it. */
 export async function attachMasterLink<Mode extends string>(
-  kind: 'macvlan' | 'ipvlan',
-  conf: MasterLinkConfig<Mode>,
+  { kind, conf, node }: MasterLinkAttachment<Mode>,
   req: AttachRequest,
   env: DriverEnv,
 ): Promise<Result<CniResult>> {
   const what = `network ${req.network.key}`;
-  const master = await masterName(env.kernel, conf.master, what);
+  const master = await masterOf({ kind, conf, ...(node ? { node } : {}) }, req, env);
   if (!master.ok) return master;
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
@@ -89,6 +99,7 @@ export async function attachMasterLink<Mode extends string>(
       ? { ...base, kind, mode: conf.mode as never, ...((req.mac ?? conf.mac) ? { mac: req.mac ?? conf.mac } : {}) }
       : { ...base, kind, mode: conf.mode as never };
   const plumbed = await plumbPodInterface(req, env, {
+    ...(node ? { node } : {}),
     create: [{ op: 'linkAdd', link }],
     createFailed: (e) =>
       isMissingLink(e, master.value)
@@ -101,8 +112,11 @@ export async function attachMasterLink<Mode extends string>(
             ),
     ipam: ipam.value,
     ...(ipam.value ? { before: [...notifySysctls(req.ifname), ...ipv6EnableSysctls(req.ifname, ipam.value)] } : {}),
+    dadBySysctl: true,
   });
   if (!plumbed.ok) return plumbed;
+  const settled = await settleLikeConfigureIface(req, env, ipam.value);
+  if (!settled.ok) return settled;
   return ok(
     podResult({
       ifname: req.ifname,
@@ -113,3 +127,39 @@ export async function attachMasterLink<Mode extends string>(
     }),
   );
 }
+
+/**
+ * The master's name: the configured one (checked by the kernel when the link is created: see isMissingLink), or the
+ * default route's link. With an `mtu`, the master is read to refuse an MTU above its own, as the reference does
+ * (the kernel's refusal would be a bare EINVAL).
+ */
+async function masterOf<Mode extends string>(
+  { conf, node }: MasterLinkAttachment<Mode>,
+  req: AttachRequest,
+  env: DriverEnv,
+): Promise<Result<string>> {
+  const what = `network ${req.network.key}`;
+  if (!conf.mtu) return masterName(env.kernel, conf.master, what, node);
+  const master = await resolveMaster(env.kernel, conf.master, what, node);
+  if (!master.ok) return master;
+  if (conf.mtu > master.value.mtu) return err(mtuAboveMaster(req, conf.mtu, master.value));
+  return ok(master.value.name);
+}
+
+/** CHECK as the reference macvlan's and ipvlan's: the master the network's config names (or defaults to) is there. */
+export async function checkMasterLink<Mode extends string>(
+  conf: MasterLinkConfig<Mode> | undefined,
+  env: { readonly kernel: KernelPort },
+  node: string | undefined,
+): Promise<Result<void>> {
+  if (!conf) return ok(undefined);
+  const master = await resolveMaster(env.kernel, conf.master, 'CHECK failed', node);
+  return master.ok ? ok(undefined) : master;
+}
+
+const mtuAboveMaster = (req: AttachRequest, mtu: number, master: LinkInfo): CniError =>
+  invalidConfig(
+    req.plugin,
+    `mtu ${mtu} is above the MTU of master ${master.name} (${master.mtu})`,
+    `set "mtu" to at most ${master.mtu}, or leave it out`,
+  );

@@ -6,10 +6,12 @@
 import { kernelError } from '../common/kernel-error';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { onePlugin, stepKind, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { onePlugin, stepKind, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { allocatePodIps, plumbPodInterface, podResult } from '../common';
 import { parseHostDeviceConfig, selectorFor, type HostDeviceConfig } from './config';
 import { describeSelector, findHostDevice } from './find';
+import { settleLikeConfigureIface } from '../common/dad';
+import { ipamRoutes, ipv6EnableSysctls } from '../common/pod-sysctls';
 
 import { returnLinkKind, returnLinkStep } from './undo';
 
@@ -17,18 +19,23 @@ export { returnLinkToHost, daemonNetnsPath } from './return-link';
 export { findHostDevice } from './find';
 export { returnLinkKind, returnLinkStep, type ReturnLinkStep } from './undo';
 
-export const createHostDeviceDriver = (): Driver<HostDeviceConfig> => ({
+/**
+ * A host-device driver. `node` stands a netns in for the node the device is taken from (tests); its undo returns
+ * devices to the daemon's netns all the same.
+ */
+export const createHostDeviceDriver = ({ node }: NodeOption = {}): Driver<HostDeviceConfig> => ({
   type: 'host-device',
   capabilities: ['ips', 'deviceID'],
   parse: onePlugin(parseHostDeviceConfig),
   undo: { returnLink: stepKind(returnLinkKind) },
-  attach: attachHostDevice,
+  attach: (req, conf, env) => attachHostDevice(req, conf, env, node),
 });
 
 async function attachHostDevice(
   req: AttachRequest,
   conf: HostDeviceConfig,
   env: DriverEnv,
+  node: string | undefined,
 ): Promise<Result<CniResult>> {
   const what = `network ${req.network.key}`;
   const fromRuntime = req.runtimeConfig.get('deviceID');
@@ -39,7 +46,7 @@ async function attachHostDevice(
   );
   if (!selector.ok) return selector;
 
-  const state = await env.kernel.batch(undefined, [{ op: 'linkList' }]);
+  const state = await env.kernel.batch(node, [{ op: 'linkList' }]);
   if (!state.ok) return err(kernelError(state.error, `${what}: listing host links`));
   const device = await findHostDevice(selector.value, state.value[0]);
   if (!device.ok) return err(device.error.withContext(what));
@@ -58,6 +65,7 @@ async function attachHostDevice(
   const up = device.value.up ? { up: true } : {};
   await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac, ...up }));
   const plumbed = await plumbPodInterface(req, env, {
+    ...(node ? { node } : {}),
     create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
     createFailed: (e) =>
       kernelError(
@@ -65,8 +73,12 @@ async function attachHostDevice(
         `${what}: moving ${describeSelector(selector.value)} (${hostName}) into ${req.netns} as ${req.ifname}`,
       ),
     ipam: ipam.value,
+    before: ipv6EnableSysctls(req.ifname, ipam.value),
+    dadBySysctl: true,
   });
   if (!plumbed.ok) return plumbed;
+  const settled = await settleLikeConfigureIface(req, env, ipam.value);
+  if (!settled.ok) return settled;
   const pciID = selector.value.by === 'pciBusID' ? selector.value.pciAddress : undefined;
   return ok(
     podResult({
@@ -74,7 +86,7 @@ async function attachHostDevice(
       netns: req.netns,
       link: plumbed.value.link,
       ipam: ipam.value,
-      routes: plumbed.value.routes,
+      routes: ipamRoutes(ipam.value),
       ...(pciID ? { pciID } : {}),
     }),
   );

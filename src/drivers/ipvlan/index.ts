@@ -5,20 +5,26 @@
  */
 import { CniCode, CniError, type Result, err } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
-import { attachMasterLink } from '../common/master-link';
-import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../driver';
+import { attachMasterLink, checkMasterLink } from '../common/master-link';
+import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { parseIpvlanConfig, type IpvlanConfig } from './config';
 
-export const createIpvlanDriver = (): Driver<IpvlanConfig> => ({
+export const createIpvlanDriver = ({ node }: NodeOption = {}): Driver<IpvlanConfig> => ({
   type: 'ipvlan',
   capabilities: ['ips'],
   parse: onePlugin(parseIpvlanConfig),
-  attach: attachIpvlan,
+  attach: (req, conf, env) => attachIpvlan(req, conf, env, node),
+  check: (_attachment, env, conf) => checkMasterLink(conf, env, node),
 });
 
-async function attachIpvlan(req: AttachRequest, conf: IpvlanConfig, env: DriverEnv): Promise<Result<CniResult>> {
+async function attachIpvlan(
+  req: AttachRequest,
+  conf: IpvlanConfig,
+  env: DriverEnv,
+  node: string | undefined,
+): Promise<Result<CniResult>> {
   if (req.mac) return err(macNotSettable(req));
-  return attachMasterLink('ipvlan', conf, req, env);
+  return attachMasterLink({ kind: 'ipvlan', conf, ...(node ? { node } : {}) }, req, env);
 }
 
 const macNotSettable = (req: AttachRequest): CniError =>

@@ -1,4 +1,4 @@
-/** The reference `macvlan` plugin's config schema, validated up front. */
+/** The reference `macvlan` plugin's config schema, validated up front (no `source` mode: the reference has none). */
 import { z } from 'zod';
 import { type Result, err, ok } from '../../cni/errors';
 import type { MacvlanMode } from '../../kernel/types';
@@ -15,7 +15,7 @@ const MacvlanSchema = z.looseObject({
 });
 
 export function parseMacvlanConfig(plugin: PluginConfig): Result<MacvlanConfig> {
-  const base = parseMasterLinkConfig<MacvlanMode>(['bridge', 'private', 'vepa', 'passthru', 'source'], plugin);
+  const base = parseMasterLinkConfig<MacvlanMode>(['bridge', 'private', 'vepa', 'passthru'], plugin);
   if (!base.ok) return base;
   const own = parsePluginConfig(MacvlanSchema, plugin);
   if (!own.ok) return own;

@@ -4,14 +4,7 @@ import { type Result, err, ok } from '../../cni/errors';
 import type { CniDns } from '../../cni/types';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import {
-  invalidConfig,
-  ipamField,
-  mtuField,
-  parseOptionalIpam,
-  parsePluginConfig,
-  unsupportedField,
-} from '../common/config';
+import { invalidConfig, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, notNative } from '../common/config';
 
 const PtpSchema = z
   .object({
@@ -40,14 +33,7 @@ export function parsePtpConfig(plugin: PluginConfig): Result<PtpConfig> {
   const r = parsePluginConfig(PtpSchema, plugin);
   if (!r.ok) return r;
   const c = r.value;
-  if (c.ipMasq)
-    return err(
-      unsupportedField(
-        plugin,
-        'ipMasq is not implemented by the native ptp driver yet',
-        'set "ipMasq": false or masquerade on the node; or set plexus.io/delegate: "true" on the NAD to run the reference plugin',
-      ),
-    );
+  if (c.ipMasq) return err(notNative(plugin, 'ipMasq'));
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
   // A point-to-point link is routed through the gateway of each address: without IPAM there is nothing to route.

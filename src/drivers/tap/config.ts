@@ -1,9 +1,17 @@
 /** The reference `tap` plugin's config schema, validated up front. */
 import { z } from 'zod';
-import { type Result, ok } from '../../cni/errors';
+import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
-import { checkLinkName, ipamField, macField, mtuField, parseOptionalIpam, parsePluginConfig } from '../common';
+import {
+  checkLinkName,
+  ipamField,
+  macField,
+  mtuField,
+  notNative,
+  parseOptionalIpam,
+  parsePluginConfig,
+} from '../common';
 
 const id = z.number().int().min(0).max(0xfffffffe);
 const TapSchema = z.looseObject({
@@ -12,7 +20,7 @@ const TapSchema = z.looseObject({
   multiQueue: z.boolean().default(false),
   owner: id.optional(),
   group: id.optional(),
-  /** Accepted and ignored: the reference plugin runs `ip tuntap` under this SELinux context; Plexus creates taps over ioctls. */
+  /** The reference runs `ip tuntap` under this SELinux context; Plexus creates taps over ioctls, so it refuses it. */
   selinuxContext: z.string().optional(),
   bridge: z.string().optional(),
   ipam: ipamField,
@@ -33,6 +41,7 @@ export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
   const parsed = parsePluginConfig(TapSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
+  if (c.selinuxContext) return err(notNative(plugin, 'selinuxContext'));
   if (c.bridge !== undefined) {
     const name = checkLinkName(plugin, 'bridge', c.bridge);
     if (!name.ok) return name;

@@ -10,6 +10,10 @@ import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../d
 import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../common';
 import { parseTapConfig, type TapConfig } from './config';
 import { recordPodLink } from '../common/pod-link';
+import { ipamRoutes, ipv6EnableSysctls, tolerantSysctl } from '../common/pod-sysctls';
+
+/** The reference tap's only sysctl: announce the addresses by ARP when the tap comes up. */
+const arpNotify = (ifname: string) => tolerantSysctl(`net/ipv4/conf/${ifname}/arp_notify`, '1');
 
 export const createTapDriver = (): Driver<TapConfig> => ({
   type: 'tap',
@@ -34,6 +38,8 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
         tap: {
           name: req.ifname,
           multiQueue: conf.multiQueue,
+          // The reference makes a tap with both owner and group over netlink, with these flags; else with `ip tuntap`.
+          ...(conf.owner !== undefined && conf.group !== undefined ? { vnetHdr: true, packetInfo: true } : {}),
           ...(conf.owner !== undefined ? { owner: conf.owner } : {}),
           ...(conf.group !== undefined ? { group: conf.group } : {}),
           ...(conf.mtu ? { mtu: conf.mtu } : {}),
@@ -61,6 +67,9 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
       return kernelError(e, `${what}: creating tap ${req.ifname} in ${req.netns}`);
     },
     ipam: ipam.value,
+    ...(ipam.value ? { before: [arpNotify(req.ifname), ...ipv6EnableSysctls(req.ifname, ipam.value)] } : {}),
+    // DAD runs once a VM opens the tap (no carrier before): the reference waits 5 s for it in vain, Plexus does not.
+    dadBySysctl: true,
   });
   if (!plumbed.ok) return plumbed;
   return ok(
@@ -69,7 +78,7 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
       netns: req.netns,
       link: plumbed.value.link,
       ipam: ipam.value,
-      routes: plumbed.value.routes,
+      routes: ipamRoutes(ipam.value),
     }),
   );
 }

@@ -5,6 +5,7 @@
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
+import type { Driver } from '../../drivers/driver';
 import { isAuxiliaryChain } from '../../networks/auxiliary-chain';
 import type { AttachRequest, EngineContext } from '../context';
 import { stepsOf, type AttachmentRecord } from '../journal';
@@ -40,14 +41,23 @@ async function checkByDrivers(ctx: EngineContext, record: AttachmentRecord): Pro
     // A v0 record tags no step: its details kept a delegated network's invocations.
     const steps = tagged.length ? tagged : (a.delegated ?? []);
     const attachment = { network: a.network, ifname: a.ifname, result: a.result, steps };
-    const r = await driver.check(attachment, { kernel: ctx.kernel });
+    const r = await driver.check(attachment, { kernel: ctx.kernel }, currentConfig(ctx, driver, a.network));
     if (!r.ok) return err(r.error.withContext(`CHECK of network ${a.network} (${a.ifname})`));
   }
   return ok(undefined);
 }
 
+/** The network's config as it is defined now, parsed by `driver`; undefined when it is gone or no longer parses. */
+function currentConfig(ctx: EngineContext, driver: Driver, network: string): unknown {
+  const [namespace = '', name = ''] = network.split('/');
+  const definition = ctx.networks.get(namespace, name);
+  if (!definition.ok) return undefined;
+  const parsed = driver.parse(definition.value.plugins);
+  return parsed.ok ? parsed.value : undefined;
+}
+
 /** The links, addresses and routes of a netns (undefined: the host's), or why they cannot be listed. */
-async function inspect(ctx: EngineContext, netns: string | undefined): Promise<Inspected | string> {
+async function inspect(ctx: Pick<EngineContext, 'kernel'>, netns: string | undefined): Promise<Inspected | string> {
   const r = await ctx.kernel.batch(netns, [{ op: 'linkList' }, { op: 'addrList' }, { op: 'routeList' }]);
   if (!r.ok) return r.error.message;
   return { links: r.value[0], addrs: r.value[1], routes: r.value[2] };
@@ -78,8 +88,16 @@ function podProblems(result: CniResult, netns: string, pod: Inspected): string[]
   return problems;
 }
 
-/** CHECK: every recorded interface, address and route is still there. */
-async function verify(ctx: EngineContext, result: CniResult, netns: string): Promise<Result<void>> {
+/**
+ * CHECK: every recorded interface, address and route is still there. `node`: the netns of the host interfaces, the
+ * daemon's own when undefined (the drivers' differential tests stand a netns in).
+ */
+export async function verify(
+  ctx: Pick<EngineContext, 'kernel'>,
+  result: CniResult,
+  netns: string,
+  node?: string,
+): Promise<Result<void>> {
   const problems: string[] = [];
   const sandboxes = [...new Set(result.interfaces.flatMap((i) => (i.sandbox ? [i.sandbox] : [])))];
   // A memif interface is a socket, neither a host nor a pod link.
@@ -91,7 +109,7 @@ async function verify(ctx: EngineContext, result: CniResult, netns: string): Pro
   if (typeof pod === 'string') return err(new CniError(CniCode.Internal, `CHECK: cannot inspect ${netns}: ${pod}`));
   problems.push(...podProblems(result, netns, pod));
   if (hostNames.length) {
-    const host = await inspect(ctx, undefined);
+    const host = await inspect(ctx, node);
     if (typeof host === 'string') return err(new CniError(CniCode.Internal, `CHECK: cannot inspect the host: ${host}`));
     const missing = hostNames.filter((name) => !host.links.some((l) => l.name === name));
     for (const name of missing) problems.push(`host interface ${name} is missing`);

@@ -1,11 +1,14 @@
 /**
- * With `enabledad`, the reference bridge plugin answers only once the pod's IPv6 addresses have passed duplicate
- * address detection (polled every 50 ms, for at most 5 s): the pod can use them as soon as the runtime starts it.
+ * The reference plugins answer only once the pod's IPv6 addresses have passed duplicate address detection (polled
+ * every 50 ms, for at most 5 s), so the pod can use them as soon as the runtime starts it: ipam.ConfigureIface does it
+ * when an address has an IPv6 gateway (macvlan, ipvlan, host-device, tap, ptp), the bridge plugin with `enabledad`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { KernelPort } from '../../kernel/kernel';
-import { kernelError } from '../common/kernel-error';
+import type { IpamResult } from '../../ipam';
+import type { AttachRequest, DriverEnv } from '../driver';
+import { kernelError } from './kernel-error';
 
 const SETTLE_POLL_MS = 50;
 const SETTLE_TIMEOUT_MS = 5000;
@@ -37,3 +40,18 @@ const stillTentative = (ifname: string): CniError =>
     CniCode.TryAgainLater,
     `${ifname}: IPv6 addresses still tentative after ${SETTLE_TIMEOUT_MS / 1000} s of duplicate address detection`,
   );
+
+/** Whether ipam.ConfigureIface waits for DAD: some address has an IPv6 gateway. */
+export const hasIpv6Gateway = (ipam: IpamResult | undefined): boolean =>
+  (ipam?.ips ?? []).some((ip) => ip.gateway?.includes(':'));
+
+/** As ipam.ConfigureIface: with an IPv6 gateway, waits for the pod interface's addresses to pass DAD. */
+export async function settleLikeConfigureIface(
+  req: AttachRequest,
+  env: DriverEnv,
+  ipam: IpamResult | undefined,
+): Promise<Result<void>> {
+  if (!hasIpv6Gateway(ipam)) return ok(undefined);
+  const settled = await settleAddresses(env.kernel, req.netns, req.ifname);
+  return settled.ok ? settled : err(settled.error.withContext(`network ${req.network.key}`));
+}

@@ -29,7 +29,15 @@ const NO_WB_USER = 'plexus-no-whereabouts';
 const portOf = (): number => 20000 + Math.floor(Math.random() * 20000);
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', ipam });
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'macvlan',
+    master,
+    mode: 'bridge',
+    capabilities: { ips: true },
+    ipam,
+  });
 const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
 const WB_NAD = macvlan('wb', { type: 'whereabouts', range: RANGE });
 
@@ -167,7 +175,7 @@ describe('addresses Whereabouts holds', { skip }, () => {
       containerId: pod.cid,
       netns: pod.netns,
       ifname: 'eth0',
-      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${pod.cid};K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
+      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
       config: daemon.runtimeConfig(
         { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } },
         '1.0.0',

@@ -21,6 +21,7 @@ import {
   holdKey,
   holdsOfPool,
   holdsOfReservation,
+  servedCollections,
 } from './whereabouts-objects';
 
 /** How long an ADD waits for the first read of Whereabouts' objects before it is refused (11, try again). */
@@ -162,10 +163,7 @@ export class WhereaboutsHolds {
       this.probeLater();
       return;
     }
-    const names = new Set(
-      ((served.value as { resources?: { name?: string }[] }).resources ?? []).map((r) => r.name ?? ''),
-    );
-    const resources = [WHEREABOUTS_POOLS, WHEREABOUTS_RESERVATIONS].filter((r) => names.has(r));
+    const resources = servedCollections(served.value);
     if (resources.length === 0) {
       this.reading = { kind: 'absent' };
       this.probeLater();

@@ -74,6 +74,15 @@ export function holdsOfReservation(obj: WhereaboutsObject): WhereaboutsHold[] {
   return holds;
 }
 
+const discoveryShape = z.looseObject({ resources: z.array(z.looseObject({ name: z.string() })).optional() });
+
+/** Which of Whereabouts' collections an API discovery answer lists (none, from an answer of another shape). */
+export function servedCollections(body: unknown): string[] {
+  const parsed = discoveryShape.safeParse(body);
+  const names = new Set(parsed.success ? (parsed.data.resources ?? []).map((r) => r.name) : []);
+  return [WHEREABOUTS_POOLS, WHEREABOUTS_RESERVATIONS].filter((r) => names.has(r));
+}
+
 /** An address as the key of a hold: `10.1.0.7`, `fd00::7`. */
 export const holdKey = (hold: { readonly family: Family; readonly value: bigint }): string =>
   formatIp(hold.family, hold.value);

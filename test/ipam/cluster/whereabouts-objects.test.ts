@@ -1,7 +1,12 @@
 /** Whereabouts' IPPools and OverlappingRangeIPReservations read as the addresses they hold, without an API server. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { holdKey, holdsOfPool, holdsOfReservation } from '../../../src/ipam/cluster/whereabouts-objects';
+import {
+  holdKey,
+  holdsOfPool,
+  holdsOfReservation,
+  servedCollections,
+} from '../../../src/ipam/cluster/whereabouts-objects';
 
 const meta = (name: string) => ({ name, namespace: 'kube-system' });
 const allocation = (pod: string) => ({ id: `${pod}-cid`, podref: `default/${pod}`, ifname: 'net1' });
@@ -55,4 +60,15 @@ test('an overlapping-range reservation holds the address its name spells, with o
 test('a reservation whose network name reads as part of an address holds every address a suffix spells', () => {
   const held = holdsOfReservation({ metadata: meta('beef-cafe-fd00--5'), spec: { podref: 'default/a' } }).map(holdKey);
   assert.deepEqual(held.sort(), ['beef:cafe:fd00::5', 'cafe:fd00::5', 'fd00::5']);
+});
+
+test("an API discovery answer names which of Whereabouts' collections are served; another shape names none", () => {
+  const served = servedCollections({
+    kind: 'APIResourceList',
+    resources: [{ name: 'ippools' }, { name: 'nodeslicepools' }, { name: 'overlappingrangeipreservations' }],
+  });
+  assert.deepEqual(served, ['ippools', 'overlappingrangeipreservations']);
+  assert.deepEqual(servedCollections({ resources: [{ name: 'ippools' }] }), ['ippools']);
+  assert.deepEqual(servedCollections({ resources: 'garbage' }), []);
+  assert.deepEqual(servedCollections(null), []);
 });

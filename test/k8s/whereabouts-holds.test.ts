@@ -7,16 +7,15 @@
  * keeps Multus's config with the reason on /readyz.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { ROOT, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, httpGet, ROOT, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { until } from '../support/until';
-import { macvlanOn, podCallOn, takeoverNode, type TakeoverNode, type WherePod } from '../support/whereabouts-node';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('wh');
@@ -27,8 +26,18 @@ const at = (n: number): string => `10.${o}.5.${n}`;
 const WB = '/apis/whereabouts.cni.cncf.io/v1alpha1/namespaces/kube-system';
 const POOL_NAME = `10.${o}.5.0-28`;
 const NO_WB_USER = 'plexus-no-whereabouts';
+const portOf = (): number => 20000 + Math.floor(Math.random() * 20000);
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string => macvlanOn(master, name, ipam);
+const macvlan = (name: string, ipam: Record<string, unknown>): string =>
+  JSON.stringify({
+    cniVersion: '1.0.0',
+    name,
+    type: 'macvlan',
+    master,
+    mode: 'bridge',
+    capabilities: { ips: true },
+    ipam,
+  });
 const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
 const WB_NAD = macvlan('wb', { type: 'whereabouts', range: RANGE });
 
@@ -38,6 +47,41 @@ const allocation = (pod: string): Record<string, string> => ({
   podref: `default/${pod}`,
   ifname: 'net1',
 });
+
+interface Pod {
+  readonly cid: string;
+  readonly netns: string;
+}
+
+/** plexusd on its own node, with Multus's config in its conf dir and takeOverMultus set. */
+function nodeDaemon(api: KubeApiFixture, user: string, node: string, port: number): DaemonFixture {
+  const daemon = new DaemonFixture('base', [
+    '--kubeconfig',
+    api.userKubeconfig(user),
+    '--node-name',
+    node,
+    '--cni-bin-dir',
+    '/usr/lib/cni',
+    '--orphan-sweep-seconds',
+    '0',
+    '--metrics-address',
+    `127.0.0.1:${port}`,
+  ]);
+  const confDir = join(daemon.dir, 'net.d');
+  mkdirSync(confDir, { recursive: true });
+  writeFileSync(
+    join(confDir, '00-multus.conf'),
+    JSON.stringify({ cniVersion: '1.0.0', name: 'multus', type: 'multus' }),
+  );
+  daemon.addFlags('--install-cni-config', join(confDir, '00-plexus.conflist'), '--take-over-multus', 'true');
+  return daemon;
+}
+
+async function takeoverCheck(port: number): Promise<{ status: number; takeover: string }> {
+  const got = await httpGet({ host: '127.0.0.1', port, path: '/readyz' });
+  const checks = (JSON.parse(got.body) as { checks?: Record<string, string> }).checks ?? {};
+  return { status: got.status, takeover: checks.multusTakeover ?? 'ok' };
+}
 
 /** plexusd's ClusterRole of deploy/10-rbac.yaml less its rules on whereabouts.cni.cncf.io, bound to `user`. */
 async function grantAllButWhereabouts(api: KubeApiFixture, user: string): Promise<void> {
@@ -83,8 +127,9 @@ async function grantAllButWhereabouts(api: KubeApiFixture, user: string): Promis
 
 describe('addresses Whereabouts holds', { skip }, () => {
   const fx = new NetnsFixture(prefix);
+  const port = portOf();
   let api: KubeApiFixture;
-  let node: TakeoverNode;
+  let node: DaemonFixture;
   let podCount = 0;
 
   before(async () => {
@@ -111,21 +156,31 @@ describe('addresses Whereabouts holds', { skip }, () => {
     for (const [name, config] of Object.entries({ base: BASE, wb: WB_NAD }))
       assert.equal((await api.createNad('default', name, config)).status, 201);
     await api.createNode(`${prefix}-x`);
-    node = takeoverNode(api, 'plexus', `${prefix}-x`);
-    await node.daemon.start(60000);
+    node = nodeDaemon(api, 'plexus', `${prefix}-x`, port);
+    await node.start(60000);
   });
   after(async () => {
-    await node?.daemon.stop();
+    await node?.stop();
     await api?.stop();
     fx.cleanup();
   });
 
-  const newPod = (): WherePod => {
+  const newPod = (): Pod => {
     const ns = fx.create(`p${++podCount}`);
     return { cid: `${prefix}c${podCount}`, netns: ns.path };
   };
-  const call = (command: 'ADD' | 'DEL', pod: WherePod, networks: string): Promise<ShimOutput> =>
-    podCallOn(node.daemon, command, pod, networks);
+  const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
+    daemon.cni({
+      command,
+      containerId: pod.cid,
+      netns: pod.netns,
+      ifname: 'eth0',
+      args: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`,
+      config: daemon.runtimeConfig(
+        { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': networks } } },
+        '1.0.0',
+      ),
+    });
   const wbAddressOf = (out: ShimOutput): string | undefined =>
     ((out.json?.ips as { address: string }[] | undefined) ?? [])
       .map((x) => x.address.split('/')[0]!)
@@ -133,19 +188,19 @@ describe('addresses Whereabouts holds', { skip }, () => {
   const asking = (address: string): string => JSON.stringify([{ name: 'wb', ips: [`${address}/28`] }]);
 
   it('takes the node over from Multus once it has read what Whereabouts holds', async () => {
-    await until('the takeover', () => !node.multusServes() || undefined, 20000);
-    assert.deepEqual(await node.takeoverCheck(), { status: 200, takeover: 'ok' });
+    const multusConf = join(node.dir, 'net.d', '00-multus.conf');
+    await until('the takeover', () => !existsSync(multusConf) || undefined, 20000);
+    assert.deepEqual(await takeoverCheck(port), { status: 200, takeover: 'ok' });
   });
 
   it('gives no pod an address an IPPool allocation or an overlapping-range reservation holds', async () => {
     const given: string[] = [];
-    const pods = [1, 2, 3, 4, 5].map(newPod);
-    for (const pod of pods) {
-      const out = await call('ADD', pod, 'wb');
+    for (let i = 0; i < 5; i++) {
+      const pod = newPod();
+      const out = await call(node, 'ADD', pod, 'wb');
       assert.equal(out.code, 0, out.stdout);
       given.push(wbAddressOf(out)!);
     }
-    for (const pod of pods) assert.equal((await call('DEL', pod, 'wb')).code, 0);
     for (const held of [at(2), at(3), at(4)])
       assert.ok(!given.includes(held), `${held} given to a pod: ${given.join(', ')}`);
     assert.equal(new Set(given).size, given.length, `one address on two pods: ${given.join(', ')}`);
@@ -153,10 +208,10 @@ describe('addresses Whereabouts holds', { skip }, () => {
 
   it('refuses a request for an address an IPPool holds with 101, naming the pod that holds it', async () => {
     const pod = newPod();
-    const out = await call('ADD', pod, asking(at(2)));
+    const out = await call(node, 'ADD', pod, asking(at(2)));
     assert.equal(out.json?.code, 101, out.stdout);
     assert.match(String(out.json?.msg), /default\/wb-a/);
-    assert.equal((await call('DEL', pod, asking(at(2)))).code, 0);
+    assert.equal((await call(node, 'DEL', pod, asking(at(2)))).code, 0);
   });
 
   it('gives an address once Whereabouts has released it (its allocation removed)', async () => {
@@ -168,41 +223,41 @@ describe('addresses Whereabouts holds', { skip }, () => {
       'the released address to be given',
       async () => {
         const pod = newPod();
-        const r = await call('ADD', pod, asking(at(2)));
-        if (r.code === 0) return { r, pod };
-        assert.equal((await call('DEL', pod, asking(at(2)))).code, 0);
+        const r = await call(node, 'ADD', pod, asking(at(2)));
+        if (r.code === 0) return r;
+        assert.equal((await call(node, 'DEL', pod, asking(at(2)))).code, 0);
         return undefined;
       },
       10000,
     );
-    assert.equal(wbAddressOf(out.r), at(2));
-    assert.equal((await call('DEL', out.pod, asking(at(2)))).code, 0);
+    assert.equal(wbAddressOf(out), at(2));
   });
 
   it('without RBAC for Whereabouts objects: ADD is 11 naming the permission, and Multus keeps the node', async () => {
     const other = `${prefix}-y`;
+    const otherPort = portOf();
     await grantAllButWhereabouts(api, NO_WB_USER);
     await api.createNode(other);
-    const refused = takeoverNode(api, NO_WB_USER, other);
+    const refused = nodeDaemon(api, NO_WB_USER, other, otherPort);
     try {
-      await refused.daemon.start(60000);
+      await refused.start(60000);
       const pod = newPod();
-      const out = await podCallOn(refused.daemon, 'ADD', pod, 'wb');
+      const out = await call(refused, 'ADD', pod, 'wb');
       assert.equal(out.json?.code, 11, out.stdout);
       assert.match(String(out.json?.msg), /ippools/);
       assert.match(String(out.json?.msg) + String(out.json?.details), /whereabouts\.cni\.cncf\.io/);
-      assert.equal((await podCallOn(refused.daemon, 'DEL', pod, 'wb')).code, 0);
+      assert.equal((await call(refused, 'DEL', pod, 'wb')).code, 0);
       const check = await until('the takeover to say why it waits', async () => {
-        const r = await refused.takeoverCheck();
+        const r = await takeoverCheck(otherPort);
         return r.takeover !== 'ok' ? r : undefined;
       });
       assert.equal(check.status, 503);
       assert.match(check.takeover, /Whereabouts/);
       assert.match(check.takeover, /ippools/);
-      assert.ok(refused.multusServes(), 'the node keeps running Multus');
-      assert.match(refused.daemon.stderr, /Multus's config stays/);
+      assert.ok(existsSync(join(refused.dir, 'net.d', '00-multus.conf')), 'the node keeps running Multus');
+      assert.match(refused.stderr, /Multus's config stays/);
     } finally {
-      await refused.daemon.stop();
+      await refused.stop();
     }
   });
 });

@@ -47,6 +47,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const parts = { cluster, plumbing, journal: node.journal, kernel: node.kernel };
   const services = await startServices(config, log, parts, engine, served.spoolDir);
   await shareHostLocalLeases(node, cluster, log);
+  // The takeover's first attempt, at once, must find what Whereabouts holds read.
+  if (takeover) await cluster.clusterIpam?.readWhereabouts(clusterNetworksOf(cluster.networks));
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
@@ -101,11 +103,15 @@ const TAKEOVER_RETRY_MS = 5000;
 
 /**
  * With takeOverMultus: the takeover, blocked while a host-local network's store (which the pods Multus made may hold
- * addresses in) cannot be read in full (docs/migrate-from-multus.md).
+ * addresses in) cannot be read in full, or what Whereabouts holds while a network uses it (docs/migrate-from-multus.md).
  */
 function multusTakeover(config: DaemonConfig, log: Logger, cluster: ClusterParts): MultusTakeover | undefined {
   if (!config.installCniConfig || !config.takeOverMultus) return undefined;
-  const blockers = (): string[] => hostLocalStoreProblems(clusterNetworksOf(cluster.networks), config.hostLocalDataDir);
+  const blockers = (): string[] => {
+    const networks = clusterNetworksOf(cluster.networks);
+    const whereabouts = cluster.clusterIpam?.takeoverProblems(networks) ?? [];
+    return [...hostLocalStoreProblems(networks, config.hostLocalDataDir), ...whereabouts];
+  };
   return new MultusTakeover(dirname(config.installCniConfig), log, blockers);
 }
 

@@ -30,6 +30,7 @@ import { PoolCatalog } from './pool-catalog';
 import { asAttachmentLease } from './pool-leases';
 import { BlockReconciler } from './reconciler';
 import { notServing } from './refusals';
+import { WhereaboutsHolds } from './whereabouts-holds';
 
 export type { ClusterIpamOptions, ClusterNetwork } from './cluster-options';
 
@@ -48,12 +49,17 @@ const noNamespace = (network: string, claim: string): CniError =>
       '(K8S_POD_NAMESPACE), where the claim is looked up',
   );
 
+const usesWhereabouts = ({ config }: ClusterNetwork): boolean =>
+  config.type === 'cluster' && config.flavour === 'whereabouts';
+
 export class ClusterIpam implements IpamBackend {
   private readonly ledger: BlockLedger;
   private readonly catalog: PoolCatalog;
   private readonly inPool: PoolAllocation;
   private readonly forClaim: ClaimAllocation;
   private readonly reconciler: BlockReconciler;
+  /** What Whereabouts' own objects hold: never handed out in pools of Whereabouts configs. */
+  private readonly whereabouts: WhereaboutsHolds;
   /** CNI network -> pool: which pool directory a release of the network looks in. */
   private readonly poolOfNetwork = new Map<string, string>();
   private readonly locks = new KeyedMutex();
@@ -73,7 +79,8 @@ export class ClusterIpam implements IpamBackend {
     const claims = new IpamClaims(api);
     this.ledger = new BlockLedger(api, objects, options.node, log);
     this.catalog = new PoolCatalog(objects);
-    this.inPool = new PoolAllocation(this.ledger, pooled);
+    this.whereabouts = new WhereaboutsHolds(api, log);
+    this.inPool = new PoolAllocation(this.ledger, pooled, this.whereabouts);
     const parts = { node: options.node, claims, objects, ledger: this.ledger, pooled, log };
     this.forClaim = new ClaimAllocation({ ...parts, inPool: this.inPool });
     this.reconciler = new BlockReconciler({ ...parts, options, catalog: this.catalog, locks: this.locks });
@@ -132,6 +139,7 @@ export class ClusterIpam implements IpamBackend {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.reconciling;
+    await this.whereabouts.stop();
     await this.ledger.stop();
   }
 
@@ -143,6 +151,11 @@ export class ClusterIpam implements IpamBackend {
     const refused = this.options.liveness.refusal(this.options.nodeGraceMs);
     if (refused !== undefined) return err(notServing(refused));
     const config = req.config;
+    if (config.flavour === 'whereabouts') {
+      await this.whereabouts.read();
+      const unreadable = this.whereabouts.refusal();
+      if (unreadable !== undefined) return err(unreadable);
+    }
     const layout = await this.catalog.poolFor(req.network, config);
     if (!layout.ok) return err(layout.error);
     this.poolOfNetwork.set(req.network, layout.value.name);
@@ -161,6 +174,7 @@ export class ClusterIpam implements IpamBackend {
    * order given: of two overlapping pools the one created first wins, so creation order must not be left to chance.
    */
   async preparePools(networks: readonly ClusterNetwork[]): Promise<void> {
+    if (networks.some(usesWhereabouts)) void this.whereabouts.read();
     for (const { network, config } of networks) {
       if (this.stopped) return;
       if (config.type !== 'cluster') continue;
@@ -168,6 +182,23 @@ export class ClusterIpam implements IpamBackend {
       if (!r.ok)
         this.log.warn({ network, err: r.error.message }, 'cluster IPAM pool not ready; its first ADD tries again');
     }
+  }
+
+  /** When one of these networks uses a Whereabouts config: resolves once what Whereabouts holds is first read (or 5 s). */
+  async readWhereabouts(networks: readonly ClusterNetwork[]): Promise<void> {
+    if (networks.some(usesWhereabouts)) await this.whereabouts.read();
+  }
+
+  /**
+   * Why the takeover from Multus must wait for cluster IPAM: while one of these networks uses a Whereabouts config,
+   * what Whereabouts' objects hold must have been read (docs/migrate-from-multus.md). Empty when nothing stops it.
+   */
+  takeoverProblems(networks: readonly ClusterNetwork[]): string[] {
+    if (!networks.some(usesWhereabouts)) return [];
+    const names = networks.filter(usesWhereabouts).map((n) => n.network);
+    return this.whereabouts
+      .takeoverProblems()
+      .map((problem) => `network(s) ${[...new Set(names)].join(', ')} use Whereabouts IPAM, and ${problem}`);
   }
 
   async release(network: string, containerId: string, ifname: string): Promise<Result<readonly Lease[]>> {

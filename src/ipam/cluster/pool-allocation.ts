@@ -18,12 +18,36 @@ import { blockLost } from './refusals';
 
 const inBlock = (block: PoolBlock, lease: Lease): boolean => inCidr(block.cidr, lease);
 
+/** Addresses another IPAM holds in a pool (Whereabouts', for its configs): never handed out. */
+export interface ForeignHolds {
+  /** The addresses held in a block's CIDR, as text. */
+  heldIn(cidr: string): readonly string[];
+  /** Who holds an address, as a refusal names it; undefined when nobody does. */
+  holderOf(address: string): string | undefined;
+}
+
+const NONE_HELD: ForeignHolds = { heldIn: () => [], holderOf: () => undefined };
+
+const heldByOther = (address: string, pool: string, holder: string): CniError =>
+  new CniError(IPAM_ADDRESS_IN_USE, `requested IP ${address} of pool ${pool} is held by ${holder}`);
+
 export class PoolAllocation {
   constructor(
     private readonly ledger: BlockLedger,
     /** The leases of every pool, a directory per pool. */
     private readonly pooled: Ipam,
+    /** What Whereabouts holds: held in pools of Whereabouts configs. */
+    private readonly whereabouts: ForeignHolds,
   ) {}
+
+  private foreignHolds(config: ClusterIpamConfig): ForeignHolds {
+    return config.flavour === 'whereabouts' ? this.whereabouts : NONE_HELD;
+  }
+
+  /** The addresses of a block this node must not hand out: owned by IPAMClaims, or held by the pool's other IPAM. */
+  private unavailableIn(block: PoolBlock, foreign: ForeignHolds): string[] {
+    return [...this.ledger.entriesOf(block.name).map((e) => e.address), ...foreign.heldIn(block.cidr)];
+  }
 
   /**
    * Allocates for `req` in the pool, under the pool's lock (the caller's). `claimed`: the sets in which the attachment
@@ -41,6 +65,7 @@ export class PoolAllocation {
       : undefined;
     if (lost !== undefined) return err(blockLost(lost.block, layout.name, lost.leased));
     const requestedSets = new Set<number>(claimed.keys());
+    const foreign = this.foreignHolds(config);
     for (const text of req.requestedIps ?? []) {
       const ip = parseCidr(text) ?? parseCidr(`${text}/${text.includes(':') ? 128 : 32}`);
       if (ip === undefined)
@@ -57,6 +82,8 @@ export class PoolAllocation {
             `requested IP ${formatIp(ip.family, ip.value)} is owned by IPAMClaim ${owner.claim} in pool ${layout.name}`,
           ),
         );
+      const holder = foreign.holderOf(formatIp(ip.family, ip.value));
+      if (holder !== undefined) return err(heldByOther(formatIp(ip.family, ip.value), layout.name, holder));
       requestedSets.add(block.value.set);
       const mine = await this.ledger.hold(layout, block.value);
       if (!mine.ok) return mine;
@@ -73,7 +100,7 @@ export class PoolAllocation {
     // find the sets that need another block.
     let result = await this.allocateInHeld(req, config, layout, claimed);
     if (result.ok || result.error.code !== IPAM_POOL_EXHAUSTED) return result;
-    const grown = await this.claimWhereFull(req.network, layout, requestedSets);
+    const grown = await this.claimWhereFull(req.network, layout, { requestedSets, foreign });
     if (!grown.ok) return grown;
     if (grown.value) result = await this.allocateInHeld(req, config, layout, claimed);
     if (!result.ok && result.error.code === IPAM_POOL_EXHAUSTED) {
@@ -91,17 +118,17 @@ export class PoolAllocation {
   private async claimWhereFull(
     network: string,
     layout: PoolLayout,
-    requestedSets: ReadonlySet<number>,
+    { requestedSets, foreign }: { readonly requestedSets: ReadonlySet<number>; readonly foreign: ForeignHolds },
   ): Promise<Result<boolean>> {
     const leases = await this.pooled.leases(layout.name);
     let claimedAny = false;
     for (const set of layout.sets.keys()) {
       if (requestedSets.has(set)) continue;
       const blocks = this.ledger.heldIn(layout, set);
-      // Addresses claims own count as used, whether or not a pod of this node has them now.
+      // Addresses claims own (or another IPAM holds) count as used, whether or not a pod of this node has them now.
       const used = new Set([
         ...leases.filter((l) => blocks.some((b) => inBlock(b, l))).map((l) => l.address.split('/')[0]),
-        ...blocks.flatMap((b) => this.ledger.entriesOf(b.name).map((e) => e.address)),
+        ...blocks.flatMap((b) => this.unavailableIn(b, foreign)),
       ]).size;
       const size = blocks.reduce((sum, b) => sum + b.size, 0n);
       if (BigInt(used) < size) continue;
@@ -122,23 +149,19 @@ export class PoolAllocation {
     layout: PoolLayout,
     claimed: ReadonlyMap<number, ClaimedAddress>,
   ): Promise<Result<IpamResult>> {
+    const foreign = this.foreignHolds(config);
     const ranges = layout.sets.map((_, set) => {
       const mine = claimed.get(set);
       return mine !== undefined
         ? mine.block.ranges
-        : this.ledger.heldIn(layout, set).flatMap((b) =>
-            withoutAddresses(
-              b.ranges,
-              this.ledger.entriesOf(b.name).map((e) => e.address),
-            ),
-          );
+        : this.ledger.heldIn(layout, set).flatMap((b) => withoutAddresses(b.ranges, this.unavailableIn(b, foreign)));
     });
     const empty = ranges.findIndex((set) => set.length === 0);
     if (empty >= 0)
       return err(
         new CniError(
           IPAM_POOL_EXHAUSTED,
-          `range set ${empty} of pool ${layout.name}: every address of this node's blocks is owned by an IPAMClaim`,
+          `range set ${empty} of pool ${layout.name}: every address of this node's blocks is owned by an IPAMClaim or held by Whereabouts`,
         ),
       );
     const owner = {

@@ -15,6 +15,9 @@
  *
  * For Plexus it also reads plexusd's histogram of its CNI DELs (as the runtime waited for them) from its /metrics.
  *
+ * The pair it runs on is test/support's (PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION, PLEXUS_CONTAINERD), printed with the table
+ * as the binaries report it, beside the reference plugins' version.
+ *
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
  */

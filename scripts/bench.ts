@@ -24,6 +24,7 @@ import { shimBinary } from './lib/plexusd';
 import { fmt, round } from './lib/stats';
 import { type Subject, parseSubjectSpec } from './lib/subject';
 import { Teardown } from './lib/teardown';
+import { describePair, runPair } from './lib/pair';
 import { type MultiBurstFigures, measureMultiBurst, measureMultiLatency } from './lib/bench/multi';
 import { type MultiReport, type Report, render } from './lib/bench/report';
 import { type ShimFigures, measureShim } from './lib/bench/shim-cost';
@@ -59,7 +60,9 @@ async function main(): Promise<number> {
   let exitCode = 0;
   try {
     const m = machine();
+    const pair = runPair();
     console.log(`Plexus bench ${prefix}: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
+    console.log(describePair(pair));
     // Multi-interface sections: a veth standing in for a host uplink (the macvlan master), shared by both runtimes.
     const uplink = `${prefix}up`;
     if (options.multi && (options.plexus || options.reference)) createUplink(teardown, uplink, `${prefix}upp`);
@@ -245,6 +248,7 @@ async function main(): Promise<number> {
     const ratios = ratiosOf(latency);
     const report: Report = {
       machine: m,
+      pair,
       command: `node dist/scripts/bench.js ${process.argv.slice(2).join(' ')}`.trim(),
       startedAt: new Date(started).toISOString(),
       durationSeconds: round((Date.now() - started) / 1000, 1),

@@ -1,13 +1,17 @@
 /**
  * Pod-to-Running with one host device as a secondary network, through DRA (a ResourceClaimTemplate naming the NAD)
  * against the device-plugin path (resources.limits + the networks annotation + a NAD naming the resource), on one real
- * 1.35 node (kube-apiserver, scheduler, controller-manager, kubelet, containerd; plexus-cni the node's CNI), side by
- * side in one run: both pools are offered by one plexusd with --dra on, and every pod of both batches goes through the
- * scheduler. Then plexusd's peak RSS (VmHWM). veth pairs the script creates stand in for NICs.
+ * node (kube-apiserver, scheduler, controller-manager, kubelet, containerd; plexus-cni the node's CNI), side by side in
+ * one run: both pools are offered by one plexusd with --dra on, and every pod of both batches goes through the
+ * scheduler. Then the same for one memif device (socket directory and secret, no network): by the device plugin, or
+ * by a claim whose CDI spec hands the container the same env and mount (containerd 2; containerd 1.6 has no CDI, and
+ * its claimed pods run without them, which the table shows). The paths alternate which goes first from round to
+ * round. Then plexusd's peak RSS (VmHWM). veth pairs the script creates stand in for NICs. The pair it ran on
+ * (PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION, PLEXUS_CONTAINERD) is read from the binaries and printed with the table.
  *
  *   npm run bench:dra -- [--pods 30] [--rounds 1] [--json FILE]
  *
- * Needs root and what test/k8s needs (../shared/k8s v1.35, etcd, containerd, runc, CNI plugins); run it under
+ * Needs root and what test/k8s needs (../shared/k8s, etcd, containerd, runc, CNI plugins); run it under
  * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -29,6 +33,16 @@ import {
 import { KubeNodeFixture, percentile, plexusConflist } from '../test/support/kube-node';
 import { uniquePrefix } from '../test/support/netns';
 import { plexusPluginDir } from '../test/support/plugin-dir';
+import { containerdMajor } from '../test/support/containerd';
+import {
+  DP_MEMIF,
+  MEMIF_TEMPLATE,
+  memifDevicePluginPod,
+  memifResources,
+  memifTemplate,
+  withMemif,
+} from './lib/bench/dra-memif';
+import { type RunPair, describePair, pairTable, runPair } from './lib/pair';
 
 const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
 const DRA_NIC = 'plexus.io/dranic';
@@ -36,9 +50,15 @@ const DP_NIC = 'plexus.io/dpnic';
 const NS = 'default';
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+type Path = 'dra' | 'device-plugin';
+type Device = 'host device' | 'memif';
+
 interface Batch {
-  readonly path: 'dra' | 'device-plugin';
+  readonly path: Path;
+  readonly device: Device;
   readonly pods: number;
+  /** Pods that got their device: net1 in the netns (host device), MEMIF_SOCKET and the mount (memif). */
+  readonly equipped: number;
   readonly p50Ms: number;
   readonly p95Ms: number;
   readonly maxMs: number;
@@ -50,9 +70,9 @@ interface Batch {
 /** Creates the pods, 10 requests at a time, and times each from its POST to Running (the pod list polled every 50 ms). */
 async function runBatch(
   node: KubeNodeFixture,
-  path: Batch['path'],
+  path: Path,
   objects: { name: string; body: unknown }[],
-): Promise<Batch> {
+): Promise<Omit<Batch, 'device' | 'equipped'>> {
   const createdAt = new Map<string, number>();
   const runningAt = new Map<string, number>();
   let next = 0;
@@ -159,6 +179,10 @@ async function main(): Promise<number> {
     console.error(`dra-bench: cannot run here: ${missing}`);
     return 2;
   }
+  const pair = runPair();
+  console.log(describePair(pair));
+  // containerd 1.6 ignores the CDI device IDs a claim's Prepare answers: its claimed memif pods run without them.
+  const cdi = containerdMajor() >= 2;
   const prefix = uniquePrefix('drb');
   const nics = (tag: string): string[] => Array.from({ length: pods }, (_, i) => `${prefix}${tag}${i}`);
   const draNics = nics('d');
@@ -182,6 +206,7 @@ async function main(): Promise<number> {
         resources: [
           { name: DRA_NIC, kind: 'host-device', devices: draNics, offer: ['dra'] },
           { name: DP_NIC, kind: 'host-device', devices: dpNics, offer: ['device-plugin'] },
+          ...memifResources(work, pods),
         ],
       }),
     );
@@ -214,6 +239,7 @@ async function main(): Promise<number> {
         interfaceName: 'net1',
       }),
     );
+    await create(node, memifTemplate(NS));
     daemon.addFlags(...draDaemonFlags(node, work, binDir));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
@@ -222,32 +248,26 @@ async function main(): Promise<number> {
         status: { allocatable: Record<string, string> };
       };
       const slices = (await node.call('GET', '/apis/resource.k8s.io/v1/resourceslices')).body as { items?: unknown[] };
-      if (n.status.allocatable[DP_NIC] === String(pods) && (slices.items ?? []).length > 0) break;
+      const offered = [DP_NIC, DP_MEMIF].every((r) => n.status.allocatable[r] === String(pods));
+      if (offered && (slices.items ?? []).length > 0) break;
       if (i > 300) throw new Error('the device plugin or the DRA pool is not ready after 30 s');
       await sleep(100);
     }
     const batches: Batch[] = [];
     for (let r = 0; r < rounds; r++) {
-      const dp = Array.from({ length: pods }, (_, i) => ({
-        name: `dp-${r}-${i}`,
-        body: devicePluginPod(NS, `dp-${r}-${i}`, DP_NIC, 'dpnet'),
-      }));
-      const dra = Array.from({ length: pods }, (_, i) => ({
-        name: `dra-${r}-${i}`,
-        body: claimingPod(NS, `dra-${r}-${i}`, { template: 'dranic' }),
-      }));
-      for (const [path, objects] of [
-        ['device-plugin', dp],
-        ['dra', dra],
-      ] as const) {
-        const batch = await runBatch(node, path, objects);
-        const got = await withDevice(
-          node,
-          objects.map((o) => o.name),
-        );
-        if (got !== pods) problems.push(`${path} round ${r + 1}: ${pods - got} pods without net1`);
-        batches.push(batch);
-        await deleteAll(node);
+      for (const c of cases(r, pods)) {
+        // Odd rounds run the DRA path first, so neither path always meets the node warmer.
+        for (const path of r % 2 === 0 ? (['device-plugin', 'dra'] as const) : (['dra', 'device-plugin'] as const)) {
+          const objects = c.objects[path];
+          const batch = await runBatch(node, path, objects);
+          const names = objects.map((o) => o.name);
+          const equipped = c.device === 'memif' ? await withMemif(node, NS, names) : await withDevice(node, names);
+          const expected = c.device === 'memif' && path === 'dra' && !cdi ? 0 : pods;
+          if (equipped !== expected)
+            problems.push(`${c.device} ${path} round ${r + 1}: ${equipped} of ${pods} pods got their device`);
+          batches.push({ ...batch, device: c.device, equipped });
+          await deleteAll(node);
+        }
       }
     }
     const rss = peakRssMib(daemon.pid!);
@@ -256,9 +276,12 @@ async function main(): Promise<number> {
       return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')).length : 0;
     })();
     if (claimsLeft) problems.push(`${claimsLeft} prepared-claim records left`);
-    print(batches, pods, rss);
+    print(batches, pods, rss, pair);
     if (values.json)
-      writeFileSync(values.json, JSON.stringify({ pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2));
+      writeFileSync(
+        values.json,
+        JSON.stringify({ pair, pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2),
+      );
   } catch (e) {
     problems.push((e as Error).message);
   } finally {
@@ -272,23 +295,56 @@ async function main(): Promise<number> {
   return problems.length ? 1 : 0;
 }
 
-function print(batches: readonly Batch[], pods: number, rssMib: number): void {
-  const sum = (path: Batch['path'], key: 'p50Ms' | 'p95Ms' | 'maxMs' | 'totalMs'): number => {
-    const mine = batches.filter((b) => b.path === path);
+/** One round's pods of each device kind, per path. */
+function cases(
+  r: number,
+  pods: number,
+): { device: Device; objects: Record<Path, { name: string; body: unknown }[]> }[] {
+  const named = (tag: string, body: (name: string) => unknown): { name: string; body: unknown }[] =>
+    Array.from({ length: pods }, (_, i) => `${tag}-${r}-${i}`).map((name) => ({ name, body: body(name) }));
+  return [
+    {
+      device: 'host device',
+      objects: {
+        'device-plugin': named('dp', (name) => devicePluginPod(NS, name, DP_NIC, 'dpnet')),
+        dra: named('dra', (name) => claimingPod(NS, name, { template: 'dranic' })),
+      },
+    },
+    {
+      device: 'memif',
+      objects: {
+        'device-plugin': named('mdp', (name) => memifDevicePluginPod(NS, name)),
+        dra: named('mdra', (name) => claimingPod(NS, name, { template: MEMIF_TEMPLATE })),
+      },
+    },
+  ];
+}
+
+function print(batches: readonly Batch[], pods: number, rssMib: number, pair: RunPair): void {
+  const mean = (device: Device, path: Path, key: 'p50Ms' | 'p95Ms' | 'maxMs' | 'totalMs'): number => {
+    const mine = batches.filter((b) => b.device === device && b.path === path);
     return mine.reduce((a, b) => a + b[key], 0) / mine.length;
   };
-  const row = (label: string, f: (path: Batch['path']) => number, unit = 'ms'): string => {
-    const dp = f('device-plugin');
-    const dra = f('dra');
-    return `| ${label} | ${dp.toFixed(0)} ${unit} | ${dra.toFixed(0)} ${unit} | ${(dra / dp).toFixed(2)}x |`;
+  const got = (device: Device, path: Path): string => {
+    const mine = batches.filter((b) => b.device === device && b.path === path);
+    return `${mine.reduce((a, b) => a + b.equipped, 0)}/${mine.reduce((a, b) => a + b.pods, 0)}`;
   };
-  console.log(`\n${pods} pods per path, created 10 at a time, each through the scheduler; one host device as net1`);
-  console.log('| pod created to Running | device plugin | DRA | DRA / device plugin |');
-  console.log('|---|---|---|---|');
-  for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const)
-    console.log(row(key.replace('Ms', '').replace('total', `all ${pods}`), (p) => sum(p, key)));
+  console.log(`\n${pairTable(pair)}`);
+  console.log(`\n${pods} pods per path and device, created 10 at a time, each through the scheduler`);
+  console.log('| device | pod created to Running | device plugin | DRA | DRA / device plugin |');
+  console.log('|---|---|---|---|---|');
+  for (const device of ['host device', 'memif'] as const) {
+    for (const key of ['p50Ms', 'p95Ms', 'maxMs', 'totalMs'] as const) {
+      const dp = mean(device, 'device-plugin', key);
+      const dra = mean(device, 'dra', key);
+      const label = key.replace('Ms', '').replace('total', `all ${pods}`);
+      console.log(`| ${device} | ${label} | ${dp.toFixed(0)} ms | ${dra.toFixed(0)} ms | ${(dra / dp).toFixed(2)}x |`);
+    }
+    const what = device === 'memif' ? 'MEMIF_SOCKET and the socket mount' : 'net1';
+    console.log(`| ${device} | pods with ${what} | ${got(device, 'device-plugin')} | ${got(device, 'dra')} | |`);
+  }
   console.log(`\nplexusd peak RSS (VmHWM) with --dra on: ${rssMib} MiB`);
-  for (const b of batches) for (const line of b.slow) console.log(`slow (${b.path}): ${line}`);
+  for (const b of batches) for (const line of b.slow) console.log(`slow (${b.device}, ${b.path}): ${line}`);
 }
 
 main().then(

@@ -15,6 +15,9 @@
  *
  * For Plexus it also reads plexusd's histogram of its CNI DELs (as the runtime waited for them) from its /metrics.
  *
+ * The pair it runs on is test/support's (PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION, PLEXUS_CONTAINERD), printed with the table
+ * as the binaries report it, beside the reference plugins' version.
+ *
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
  */
@@ -23,7 +26,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChildProcess } from 'node:child_process';
-import { k8sVersion } from '../test/support/k8s';
 import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
 import { multusMissing, multusPluginDir } from '../test/support/multus';
 import { referencePlugins } from '../test/support/plugin-dir';
@@ -34,6 +36,7 @@ import { freeTenNet, linksOfBridge, machine, restoreForwardingOnTeardown, unique
 import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';
 import { type Summary, fmt, round, summarize, table } from './lib/stats';
 import { Teardown } from './lib/teardown';
+import { pairTable, runPair } from './lib/pair';
 
 const MODES = ['bridge', 'plexus', 'multus'] as const;
 type Mode = (typeof MODES)[number];
@@ -348,14 +351,15 @@ async function main(): Promise<number> {
     log: (line: string) => console.log(`  ${line}`),
   };
   const m = machine();
-  console.log(
-    `kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, Kubernetes ${k8sVersion()?.text}`,
-  );
+  const pair = runPair();
+  console.log(`kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
+  console.log(pairTable(pair));
   const reports: ChurnReport[] = [];
   for (const mode of modes) reports.push(await runChurn(mode, options));
   console.log(
     `\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, pause container stopped, CNI DEL next; removed: gone from CRI)\n`,
   );
+  console.log(`${pairTable(pair)}\n`);
   console.log(render(reports));
   const b = reports.find((r) => r.mode === 'bridge');
   if (options.dwellMs) console.log(`\neach wave ran ${dwell} s before its pods were deleted`);
@@ -372,7 +376,7 @@ async function main(): Promise<number> {
   }
   for (const r of reports) for (const f of [...r.failures, ...r.leaks, ...r.problems]) console.log(`  ${r.mode}: ${f}`);
   if (values.json)
-    writeFileSync(values.json, `${JSON.stringify({ machine: m, dwellSeconds: dwell, reports }, null, 2)}\n`);
+    writeFileSync(values.json, `${JSON.stringify({ machine: m, pair, dwellSeconds: dwell, reports }, null, 2)}\n`);
   return reports.every((r) => r.failures.length === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;
 }
 

@@ -2,6 +2,7 @@
 import { existsSync } from 'node:fs';
 import { TIME_BINARY } from '../cni';
 import type { machine } from '../host';
+import { type RunPair, pairTable } from '../pair';
 import { fmt, markdownTable, table } from '../stats';
 import { type FloorReport, renderFloor } from './floor';
 import { type MultiBurstFigures, type MultiLatency } from './multi';
@@ -24,6 +25,8 @@ export interface MultiReport {
 
 export interface Report {
   readonly machine: ReturnType<typeof machine>;
+  /** The Kubernetes / containerd pair of this run and the reference plugins, as the binaries report them. */
+  readonly pair: RunPair;
   readonly command: string;
   readonly startedAt: string;
   readonly durationSeconds: number;
@@ -74,6 +77,8 @@ export function render(report: Report, markdown: boolean): string {
   const t = markdown ? markdownTable : table;
   const out: string[] = [];
   const head = (s: string): void => void out.push('', markdown ? `### ${s}` : `== ${s}`, '');
+  head('Ran on');
+  out.push(pairTable(report.pair, t));
   const latencyTable = (title: string, latency: Report['latency'], ratioMap: Report['ratios']): void => {
     head(title);
     out.push(

@@ -1,7 +1,7 @@
 /**
- * A real single-node Kubernetes for tests and benchmarks: the API server and etcd of KubeApiFixture, Debian's containerd
- * with its CRI plugin, and the kubelet of ../shared/k8s (the version k8s-binaries.ts picks: v1.35 unless
- * $PLEXUS_K8S_VERSION or $PLEXUS_K8S_BIN says otherwise), wired as ../shared/k8s/NOTES.md (sections 3-9) describes.
+ * A real single-node Kubernetes for tests and benchmarks: the API server and etcd of KubeApiFixture, a containerd with
+ * its CRI plugin and the kubelet of ../shared/k8s, the pair $PLEXUS_STACK picks (stack.ts: 1.36 on containerd 2 by
+ * default, 1.35 on Debian's containerd 1.6), wired as ../shared/k8s/NOTES.md (sections 3-11) describes.
  * Everything lives under one temporary root: containerd's root, state, socket and network namespaces, the CNI config
  * (a private conf_dir, so /etc/cni/net.d is never written), the kubelet's --root-dir and pod logs. The few host paths
  * the kubelet hard-codes are moved aside before it starts and put back by stop(), as are the kernel settings it
@@ -104,6 +104,8 @@ function keepLogs(from: string, to: string): void {
 }
 
 const NODE_LOCK_DIR = join(tmpdir(), 'plexus-kube-node-lock');
+/** The reference host-local plugin's default dataDir, and plexusd's (--host-local-data-dir). */
+export const HOST_LOCAL_DATA_DIR = '/var/lib/cni/networks';
 
 export interface KubeNodeOptions {
   /** The CNI conflist (JSON text) containerd uses for every pod; a function receives the node's temp root (for host-local's dataDir). */
@@ -262,6 +264,8 @@ export class KubeNodeFixture {
 
       // libcni caches results in /var/lib/cni; util-linux's mount keeps /run/mount (not configurable either).
       fx.host.watchDirs(['/var/lib/cni/results', '/run/mount']);
+      // host-local's default dataDir, where plexusd (--host-local-data-dir) and the reference plugin keep leases.
+      fx.host.keepTree(HOST_LOCAL_DATA_DIR);
       fx.host.claim(['/var/lib/kubelet/device-plugins', '/var/lib/kubelet/pod-resources']);
       fx.host.claimLinkDir('/var/log/containers', fx.dir);
       fx.cgroups.record();
@@ -1093,6 +1097,7 @@ class HostPaths {
   private readonly claimed: { path: string; aside: string | undefined }[] = [];
   private readonly linkDirs: { path: string; target: string }[] = [];
   private readonly createdParents: string[] = [];
+  private readonly trees: { path: string; before: ReadonlySet<string> }[] = [];
 
   /** Notes `path` and its ancestors that do not exist yet, to be removed (when empty) by restore(). */
   private noteMissing(path: string): void {
@@ -1122,8 +1127,20 @@ class HostPaths {
     this.linkDirs.push({ path, target });
   }
 
+  /**
+   * A shared data directory (host-local's): what is under it now stays; what the node adds is removed by restore() if
+   * it is the plugin's own bookkeeping (`lock`, `last_reserved_ip.N`, the network's directory), and named as a problem
+   * otherwise (a lease no DEL released).
+   */
+  keepTree(path: string): void {
+    this.noteMissing(path);
+    this.trees.push({ path, before: new Set(treeEntries(path)) });
+  }
+
   restore(): string[] {
     const problems: string[] = [];
+    for (const { path, before } of this.trees.splice(0))
+      problems.push(...removeAdded(treeEntries(path).filter((e) => !before.has(e))));
     for (const { path, target } of this.linkDirs.splice(0)) {
       let entries: string[];
       try {
@@ -1160,6 +1177,46 @@ class HostPaths {
     }
     return problems;
   }
+}
+
+/** What is under host-local's default dataDir now: each network directory and its files, sorted. */
+export const hostLocalDataEntries = (): string[] => treeEntries(HOST_LOCAL_DATA_DIR).sort();
+
+/** The entries of a data directory two levels deep (network directories and their files), deepest first. */
+function treeEntries(root: string): string[] {
+  const entries: string[] = [];
+  let dirs: string[];
+  try {
+    dirs = readdirSync(root).map((d) => join(root, d));
+  } catch {
+    return [];
+  }
+  for (const dir of dirs) {
+    try {
+      entries.push(...readdirSync(dir).map((f) => join(dir, f)));
+    } catch {
+      /* a file, or gone */
+    }
+    entries.push(dir);
+  }
+  return entries;
+}
+
+const BOOKKEEPING = /^(lock|last_reserved_ip\.\d+)$/;
+
+/** Removes what a node added to a data directory, deepest first: its bookkeeping and then-empty directories. */
+function removeAdded(added: readonly string[]): string[] {
+  const problems: string[] = [];
+  for (const entry of added) {
+    try {
+      if (lstatSync(entry).isDirectory()) rmdirSync(entry);
+      else if (BOOKKEEPING.test(basename(entry))) rmSync(entry);
+      else problems.push(`${entry} left behind (a lease no DEL released?)`);
+    } catch (err) {
+      problems.push(`${entry} not removed: ${message(err)}`);
+    }
+  }
+  return problems;
 }
 
 /** The kubelet's `kubepods` cgroup in every hierarchy where it was not before: removed (deepest first) afterwards. */

@@ -70,12 +70,18 @@ export class PlexusNodeFixture {
     });
   }
 
-  /** Stops the node and plexusd; `thenBeforeFiles` (another process the test started) before the files go. */
-  async stop(thenBeforeFiles?: () => Promise<void>): Promise<void> {
-    if (this.nodeFixture) await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() });
+  /**
+   * Stops the node and plexusd; `thenBeforeFiles` (another process the test started) before the files go. Answers
+   * what the node's stop found wrong (KubeNodeFixture.stop).
+   */
+  async stop(thenBeforeFiles?: () => Promise<void>): Promise<string[]> {
+    const problems = this.nodeFixture
+      ? await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() })
+      : [];
     await this.daemonFixture?.stop();
     await thenBeforeFiles?.();
     if (this.work) rmSync(this.work, { recursive: true, force: true });
+    return problems;
   }
 }
 

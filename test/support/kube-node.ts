@@ -390,6 +390,12 @@ export class KubeNodeFixture {
             '',
           ].join('\n'),
     );
+    await this.runContainerd();
+  }
+
+  /** Spawns containerd with the config startContainerd wrote and waits until it answers. */
+  private async runContainerd(): Promise<void> {
+    const config = join(this.dir, 'etc', 'containerd.toml');
     // containerd finds its shim on the PATH: this run's, not Debian's 1.6 one.
     const bin = containerdBinary('containerd')!;
     const env = { ...process.env, PATH: `${dirname(bin)}${delimiter}${process.env.PATH ?? ''}` };
@@ -456,6 +462,17 @@ export class KubeNodeFixture {
       '  stream_server_port = "0"',
       '',
     ].join('\n');
+  }
+
+  /**
+   * Stops containerd (SIGTERM) and starts it again with the same config, as an upgrade or a crash of the runtime would:
+   * the pods' shims, containers and network namespaces live on, and containerd finds them again at start.
+   */
+  async restartContainerd(): Promise<void> {
+    await this.stopProcess('containerd');
+    const old = this.procs.findIndex((s) => s.name === 'containerd');
+    if (old >= 0) this.procs.splice(old, 1);
+    await this.runContainerd();
   }
 
   private importPause(): void {
@@ -1436,10 +1453,14 @@ class CriRuntime {
   }
 }
 
-/** The node's CNI config: plexus-cni alone, forwarding to `socket`, with the pod's annotations (as containerd sends). */
-export const plexusConflist = (socket: string): string =>
+/**
+ * The node's CNI config: plexus-cni alone, forwarding to `socket`, with the pod's annotations (as containerd sends).
+ * 1.0.0 by default, the version every runtime reads; with 1.1.0 containerd 2 also asks it STATUS for the node's
+ * network readiness.
+ */
+export const plexusConflist = (socket: string, cniVersion = '1.0.0'): string =>
   JSON.stringify({
-    cniVersion: '1.0.0',
+    cniVersion,
     name: 'plexus',
     plugins: [{ type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }],
   });

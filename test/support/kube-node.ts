@@ -473,6 +473,18 @@ export class KubeNodeFixture {
     const old = this.procs.findIndex((s) => s.name === 'containerd');
     if (old >= 0) this.procs.splice(old, 1);
     await this.runContainerd();
+    // containerd 1.6 answers ctr before its CRI plugin has loaded the sandboxes ("server is not initialized yet").
+    const cri = new CriRuntime(this.containerdSocket);
+    const deadline = Date.now() + 20000;
+    for (;;) {
+      const listed = await cri.listSandboxes().then(
+        () => undefined,
+        (e: unknown) => message(e),
+      );
+      if (listed === undefined) return;
+      if (Date.now() > deadline) throw new Error(`CRI not serving after the restart: ${listed}`);
+      await sleep(100);
+    }
   }
 
   private importPause(): void {

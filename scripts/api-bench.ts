@@ -1,6 +1,6 @@
 /**
  * What the Kubernetes API path costs a pod's ADD, on a real kube-apiserver + etcd (test/support/k8s-binaries.ts finds
- * them: v1.35 from ../shared/k8s by default; PLEXUS_K8S_VERSION=1.32 or PLEXUS_K8S_BIN choose others):
+ * them: v1.36 from ../shared/k8s by default; PLEXUS_STACK=1.35 or PLEXUS_K8S_BIN choose others):
  *  - latency: 1-interface ADDs through the shim, standalone plexusd vs plexusd on the API, interleaved, paired;
  *  - API requests per ADD, counted by the API server's own audit log (plexusd runs as its own user, with the RBAC of
  *    deploy/10-rbac.yaml), with a warm cache and with a cache miss, for pods of 1 and 3 interfaces.

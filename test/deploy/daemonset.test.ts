@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
 import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { HOST_LOCAL_DATA_DIR, hostLocalDataEntries, KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { ClusterControlPlane } from '../support/control-plane';
@@ -83,6 +83,8 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
   const NEXT_IMAGE = 'local.test/plexus:0.1.1-upgrade';
   let readyMs = 0;
   let dsPodBefore = '';
+  /** The deployed plexusd shares host-local's leases on the host's dataDir: the node must leave it as it was. */
+  const dataDirBefore = hostLocalDataEntries();
 
   const call = (method: string, path: string, body?: unknown, type?: string) => node.call(method, path, body, type);
   const dsStatus = async (): Promise<{
@@ -262,6 +264,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       '/var/run/netns': netnsDir,
       '/run/netns': netnsDir,
       '/var/run/k8s.cni.cncf.io/devinfo': join(node.dir, 'run/devinfo'),
+      '/var/run/cdi': node.cdiDir,
     });
   });
 
@@ -280,6 +283,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       if (node) {
         const problems = await node.stop();
         assert.deepEqual(problems, []);
+        assert.deepEqual(hostLocalDataEntries(), dataDirBefore, `what the node left under ${HOST_LOCAL_DATA_DIR}`);
       }
       rmSync(work, { recursive: true, force: true });
     }

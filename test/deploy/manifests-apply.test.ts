@@ -18,7 +18,7 @@ import { expectedPrerequisites } from '../support/prerequisites';
 const kubectl = k8sBinary('kubectl');
 const skip = expectedPrerequisites(
   k8sMissing(),
-  kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.35/bin)',
+  kubectl ? undefined : 'not available: kubectl (in $PLEXUS_K8S_BIN or ../shared/k8s/v1.36/bin)',
 );
 
 /**

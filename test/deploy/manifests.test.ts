@@ -90,6 +90,7 @@ describe('deploy/', () => {
         config.cniConfDir,
         config.installCniConfig!,
         config.defaultNetwork!,
+        config.cdiDir!,
       ])
         assert.ok(mounted(path), `${path} is not on a mount`);
       assert.equal(plexusd.command.join(' '), '/usr/local/bin/plexusd --config /etc/plexus/config/plexusd.yaml');
@@ -138,7 +139,14 @@ describe('deploy/', () => {
       return pod.volumes.find((v) => v.name === m?.name)?.hostPath?.path;
     };
     // Same path inside and out: the runtime passes host paths (CNI_NETNS), and the default-network link points into /etc/cni/net.d.
-    for (const path of ['/opt/cni/bin', '/etc/cni/net.d', '/run/plexus', '/var/lib/plexus', '/var/lib/cni/results'])
+    for (const path of [
+      '/opt/cni/bin',
+      '/etc/cni/net.d',
+      '/run/plexus',
+      '/var/lib/plexus',
+      '/var/lib/cni/results',
+      '/var/run/cdi', // a CDI spec dir of the runtime's: DRA's memif claims reach their containers through it
+    ])
       assert.equal(hostPathOf(path), path);
     // The same directory through /var/run's symlink: a hostPath of /var/run/netns is refused where / is private.
     assert.equal(hostPathOf('/var/run/netns'), '/run/netns');

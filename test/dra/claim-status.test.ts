@@ -16,7 +16,7 @@ import { apiClientFor, k8sMissing, KubeApiFixture, PLEXUS_USER } from '../suppor
 import { k8sOlderThan } from '../support/k8s-binaries';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 
-// resource.k8s.io/v1 is served from 1.34 on: the 1.32 pass skips this, saying so.
+// resource.k8s.io/v1 is served from 1.34 on: an older Kubernetes skips this, saying so.
 const skip = expectedPrerequisites(k8sMissing()) || optionalSkip(k8sMissing() ? undefined : k8sOlderThan('1.34'));
 const CLAIMS = '/apis/resource.k8s.io/v1/namespaces/default/resourceclaims';
 const POOL = 'n1/plexus.io/nic';

@@ -1,5 +1,5 @@
 /**
- * plexusd as the DRA driver plexus.io on a real 1.35 node (KubeNodeFixture with the scheduler and the
+ * plexusd as the DRA driver plexus.io on a real node (KubeNodeFixture with the scheduler and the
  * controller-manager): plexusd registers with the kubelet's plugin registry, publishes the node's ResourceSlice with
  * each device's attributes, the kubelet calls NodePrepareResources for a pod whose ResourceClaimTemplate asks for a
  * plexus.io device (the prepared claim is recorded under the state dir) and NodeUnprepareResources when the pod goes
@@ -30,7 +30,7 @@ function draNodeMissing(): string | undefined {
   return undefined;
 }
 
-/** DRA on an older Kubernetes (the PLEXUS_K8S_VERSION=1.32 pass): a skip with its reason, in CI too. */
+/** DRA on an older Kubernetes (before 1.34): a skip with its reason, in CI too. */
 function draTooOld(): string | undefined {
   const version = execFileSync(k8sBinary('kubelet')!, ['--version'], { encoding: 'utf8' });
   const minor = Number(/v1\.(\d+)\./.exec(version)?.[1] ?? 0);
@@ -57,7 +57,7 @@ interface Slice {
   };
 }
 
-describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, () => {
+describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
   let work: string;

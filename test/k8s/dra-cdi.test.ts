@@ -1,5 +1,5 @@
 /**
- * CDI for a claimed memif device, on a real node whose containerd has CDI (containerd 2: PLEXUS_CONTAINERD=2): a pod
+ * CDI for a claimed memif device, on a real node whose containerd has CDI (containerd 2, the default pair): a pod
  * whose claim holds a memif device gets, through the CDI spec plexusd wrote at Prepare, what a pod given a memif
  * device by the device plugin gets — MEMIF_SOCKET, MEMIF_SECRET, PLEXUS_DEVICES_<resource> and the device's socket
  * directory mounted — checked field by field against such a pod on the same node; the secret is the claim's; and
@@ -22,7 +22,7 @@ import { until } from '../support/until';
 const nodeMissing = draNodeMissing();
 const noCdi = (): string | undefined =>
   containerdMajor() < 2
-    ? `CDI needs containerd 2 (this run: ${containerdVersion()}; PLEXUS_CONTAINERD=2 runs ../shared/containerd)`
+    ? `CDI needs containerd 2 (this run: ${containerdVersion()}; the default PLEXUS_STACK=1.36 runs containerd 2)`
     : undefined;
 const skip =
   expectedPrerequisites(nodeMissing && `no real DRA node here: ${nodeMissing}`) ||

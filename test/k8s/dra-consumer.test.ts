@@ -1,5 +1,5 @@
 /**
- * The Multus-style consumer on a real 1.35 node (KubeNodeFixture with the scheduler and the controller-manager): a
+ * The Multus-style consumer on a real node (KubeNodeFixture with the scheduler and the controller-manager): a
  * second DRA driver (test/support/dra-test-driver.ts, not plexus.io) publishes a device whose slice attributes carry
  * k8s.cni.cncf.io/resourceName and k8s.cni.cncf.io/deviceID (a veth end the test made). A pod claims that device
  * through a ResourceClaimTemplate and asks for a host-device network whose NAD names the same resource: plexusd
@@ -32,7 +32,7 @@ function nodeMissing(): string | undefined {
 }
 
 const missing = nodeMissing();
-/** DRA (resource.k8s.io/v1) is served from 1.34 on: the PLEXUS_K8S_VERSION=1.32 pass skips with that reason. */
+/** DRA (resource.k8s.io/v1) is served from 1.34 on: a pass on an older Kubernetes skips with that reason. */
 const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : k8sOlderThan('1.34'));
 const prefix = uniquePrefix('drc');
 const DRIVER = 'nics.plexus-test.example';

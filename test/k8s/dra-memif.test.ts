@@ -1,5 +1,5 @@
 /**
- * A memif network given by a claim, on a real 1.35 node (kube-apiserver, scheduler, controller-manager, kubelet,
+ * A memif network given by a claim, on a real node (kube-apiserver, scheduler, controller-manager, kubelet,
  * containerd) and a private OVS-DPDK: a pod whose ResourceClaimTemplate asks for a memif.plexus.io device and names a
  * memif NAD runs; plexusd made the device's socket and secret at Prepare, the switch serves exactly that socket with
  * exactly that secret (a memif client on the host gets the link up), network-status and the claim's status show the
@@ -44,7 +44,7 @@ interface Record {
   devices: { device: string; socket?: string; secret?: string }[];
 }
 
-describe('a memif network given by a claim on a real 1.35 node', { skip, timeout: 600_000 }, () => {
+describe('a memif network given by a claim on a real node', { skip, timeout: 600_000 }, () => {
   const memifNode = new MemifNodeFixture();
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;

@@ -1,5 +1,5 @@
 /**
- * A network device claimed through DRA becomes the pod's interface, on a real 1.35 node (kube-apiserver, scheduler,
+ * A network device claimed through DRA becomes the pod's interface, on a real node (kube-apiserver, scheduler,
  * controller-manager, kubelet, containerd; plexus-cni is the node's CNI): docs/dra.md's example (a NAD, a
  * ResourceClaimTemplate for a plexus.io host device naming that NAD, a pod) runs as written, the device is in the
  * pod's netns in the same journaled transaction as eth0, the claim's status shows what the network-status annotation
@@ -65,7 +65,7 @@ interface Slice {
   spec: { driver: string; devices: { name: string }[] };
 }
 
-describe('a network device claimed through DRA on a real 1.35 node', { skip }, () => {
+describe('a network device claimed through DRA on a real node', { skip }, () => {
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
   let work: string;

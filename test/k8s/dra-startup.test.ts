@@ -1,5 +1,5 @@
 /**
- * plexusd offers its plexus.io devices only while the kubelet knows the driver, on a real 1.35 node (kube-apiserver,
+ * plexusd offers its plexus.io devices only while the kubelet knows the driver, on a real node (kube-apiserver,
  * scheduler, controller-manager, kubelet, containerd; the node's own network is the reference bridge): a pod waiting
  * for a device before plexusd starts runs within seconds of the start (no Prepare refused with "not registered",
  * which the kubelet would retry only at its resync, 60-90 s later); the slices go when plexusd stops and while the
@@ -44,7 +44,7 @@ const WITHIN_SECONDS_MS = 20000;
 /** Long enough to see (and report) the kubelet's resync when the bound above is not met. */
 const AFTER_KUBELET_RESYNC_MS = 130000;
 
-describe('plexus.io devices offered only while the kubelet knows the driver, on a real 1.35 node', { skip }, () => {
+describe('plexus.io devices offered only while the kubelet knows the driver, on a real node', { skip }, () => {
   let node: KubeNodeFixture;
   let daemon: DaemonFixture;
   let work: string;

@@ -140,6 +140,28 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
     assert.equal((await node.pod('default', pod!)).status?.phase, 'Running', 'the pod was not restarted');
   });
 
+  it("keeps running pods' interfaces across a restart of containerd, and the next ADD and DEL work", async () => {
+    if (!daemon.alive) await daemon.start(30000);
+    const [kept] = await node.createPods(1, { namePrefix: 'kept-', annotations: { [NETWORKS]: 'sec' } });
+    await node.waitAllRunning([kept!], 120000);
+    const netns = await node.podNetns('default', kept!);
+    const before = addressesIn(netns);
+    assert.deepEqual([...before.keys()].sort(), ['eth0', 'net1']);
+    await node.restartContainerd();
+    assert.equal(await node.podNetns('default', kept!), netns, 'the same sandbox, found again');
+    assert.deepEqual(addressesIn(netns), before);
+    const [next] = await node.createPods(1, { namePrefix: 'after-', annotations: { [NETWORKS]: 'sec' } });
+    await node.waitAllRunning([next!], 120000);
+    assert.deepEqual([...addressesIn(await node.podNetns('default', next!)).keys()].sort(), ['eth0', 'net1']);
+    const journal = daemon.journalFiles().length;
+    assert.equal((await node.call('DELETE', `/api/v1/namespaces/default/pods/${kept}`)).status, 200);
+    await until(
+      'the DEL of the pod made before the restart',
+      () => (daemon.journalFiles().length < journal ? true : undefined),
+      60000,
+    );
+  });
+
   it('runs static pods, with networks and without, with the networks of their mirror pods', async () => {
     const manifests = [`${prefix}-static-net`, `${prefix}-static-plain`];
     const mirrors = [node.writeStaticPod(manifests[0]!, { [NETWORKS]: 'sec' }), node.writeStaticPod(manifests[1]!)];

@@ -1,9 +1,10 @@
 /**
  * A private containerd for tests: its own root, state and socket under a temporary directory, the CRI plugin off,
- * started and stopped by PID. Binaries come from $PLEXUS_CONTAINERD (`2`: containerd 2.1 of ../shared/containerd,
- * decompressed once into a cache; or a directory holding containerd, ctr and containerd-shim-runc-v2, plain or .xz),
- * else $PLEXUS_CONTAINERD_BIN (a directory holding containerd and ctr) or the PATH (Debian's 1.6); suites pass `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they
- * are absent. Also builds a tiny pause image (a static C program) as an OCI archive, since no registry is reachable.
+ * started and stopped by PID. Binaries come from the pair $PLEXUS_STACK picks (stack.ts): containerd 2.1 of
+ * ../shared/containerd by default (decompressed once into a cache), the system's with PLEXUS_STACK=1.35 ($PLEXUS_CONTAINERD_BIN,
+ * a directory holding containerd and ctr, or the PATH: Debian's 1.6). $PLEXUS_CONTAINERD overrides the pair (`2`,
+ * `system`, or a directory of containerd, ctr and containerd-shim-runc-v2, plain or .xz). Suites pass
+ * `containerdMissing()`'s reason to prerequisites.ts (a skip, or in CI a failure) when they are absent. Also builds a tiny pause image (a static C program) as an OCI archive, since no registry is reachable.
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -13,20 +14,58 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { ROOT } from './daemon';
 import { stopProcess } from './processes';
+import { chosenStack, OLDEST_STACK } from './stack';
 
 const RUNTIME_BINARIES = ['containerd', 'ctr', 'containerd-shim-runc-v2'];
 
+const SHARED_CONTAINERD = resolve(ROOT, '../shared/containerd');
+
+export interface RuntimeBinDir {
+  /** The directory of containerd, ctr and the shim; undefined for the system's (the PATH, $PLEXUS_CONTAINERD_BIN). */
+  readonly dir: string | undefined;
+  /** Where the choice came from, for messages: "PLEXUS_STACK=1.36". */
+  readonly source: string;
+  /** Why this run has no containerd to take. */
+  readonly problem?: string;
+}
+
 /**
- * The directory of $PLEXUS_CONTAINERD's binaries (decompressed from .xz into a cache under the temp directory when
- * they ship so), undefined when it is unset; a value that names no such directory is an error that says so.
+ * Where this run's containerd comes from: $PLEXUS_CONTAINERD (`2`: ../shared/containerd; `system`: the system's; else
+ * a directory), else the pair $PLEXUS_STACK picks (stack.ts: containerd 2 of ../shared/containerd by default).
  */
-export function containerdBinDir(): string | undefined {
-  const chosen = process.env.PLEXUS_CONTAINERD?.trim();
-  if (!chosen) return undefined;
-  const dir = chosen === '2' ? resolve(ROOT, '../shared/containerd') : chosen;
-  if (RUNTIME_BINARIES.every((b) => existsSync(join(dir, b)))) return dir;
-  if (!RUNTIME_BINARIES.every((b) => existsSync(join(dir, `${b}.xz`))))
-    throw new Error(`PLEXUS_CONTAINERD=${chosen}: ${dir} holds no ${RUNTIME_BINARIES.join(', ')} (plain or .xz)`);
+export function requestedRuntime(env: NodeJS.ProcessEnv = process.env): RuntimeBinDir {
+  const chosen = env.PLEXUS_CONTAINERD?.trim();
+  if (chosen) {
+    const source = `PLEXUS_CONTAINERD=${chosen}`;
+    if (chosen === 'system') return { dir: undefined, source };
+    return { dir: chosen === '2' ? SHARED_CONTAINERD : chosen, source };
+  }
+  const choice = chosenStack(env);
+  if (!choice.stack) return { dir: undefined, source: 'PLEXUS_STACK', problem: choice.problem };
+  const source = `PLEXUS_STACK=${choice.stack.name}`;
+  return { dir: choice.stack.runtime === 'shared' ? SHARED_CONTAINERD : undefined, source };
+}
+
+/**
+ * The directory of this run's containerd binaries (decompressed from .xz into a cache under the temp directory when
+ * they ship so); `dir` undefined with no problem means the system's. A directory without them is a problem that says
+ * what else to run.
+ */
+export function containerdBinDir(env: NodeJS.ProcessEnv = process.env): RuntimeBinDir {
+  const wanted = requestedRuntime(env);
+  const dir = wanted.dir;
+  if (!dir) return wanted;
+  if (RUNTIME_BINARIES.every((b) => existsSync(join(dir, b)))) return wanted;
+  if (!RUNTIME_BINARIES.every((b) => existsSync(join(dir, `${b}.xz`)))) {
+    const older = `PLEXUS_STACK=${OLDEST_STACK.name} runs the system's containerd`;
+    const problem = `${wanted.source}: ${dir} holds no ${RUNTIME_BINARIES.join(', ')} (plain or .xz); ${older}`;
+    return { ...wanted, dir: undefined, problem };
+  }
+  return { ...wanted, dir: unpackedRuntime(dir) };
+}
+
+/** The .xz binaries of `dir`, decompressed once into a cache under the temp directory; answers the cache. */
+function unpackedRuntime(dir: string): string {
   const st = statSync(join(dir, 'containerd.xz'));
   const cache = join(tmpdir(), 'plexus-containerd-bin', `${st.size}-${Math.floor(st.mtimeMs)}`);
   if (!existsSync(join(cache, 'done'))) {
@@ -47,8 +86,11 @@ export function containerdBinDir(): string | undefined {
 }
 
 const which = (name: string): string | undefined => {
-  const chosen = RUNTIME_BINARIES.includes(name) ? containerdBinDir() : undefined;
-  if (chosen) return join(chosen, name);
+  if (RUNTIME_BINARIES.includes(name)) {
+    const chosen = containerdBinDir();
+    if (chosen.dir) return join(chosen.dir, name);
+    if (chosen.problem) return undefined;
+  }
   const dirs = process.env.PLEXUS_CONTAINERD_BIN
     ? [process.env.PLEXUS_CONTAINERD_BIN]
     : (process.env.PATH ?? '').split(delimiter);
@@ -57,6 +99,8 @@ const which = (name: string): string | undefined => {
 
 /** Why the containerd tests cannot run here, or undefined when they can. */
 export function containerdMissing(): string | undefined {
+  const runtime = containerdBinDir();
+  if (runtime.problem) return runtime.problem;
   const missing = ['containerd', 'ctr', 'runc', 'musl-gcc', 'nsenter'].filter((b) => !which(b));
   if (missing.length)
     return `not installed: ${missing.join(', ')} (bash scripts/setup.sh installs Debian's containerd, runc and musl-tools; or set PLEXUS_CONTAINERD_BIN)`;
@@ -71,7 +115,7 @@ export function containerdVersion(): string {
 export const containerdBinary = (name: 'containerd' | 'ctr' | 'containerd-shim-runc-v2'): string | undefined =>
   which(name);
 
-/** The major version of this run's containerd (1 for Debian bookworm's 1.6, 2 for ../shared/containerd). */
+/** The major version of this run's containerd (2 for ../shared/containerd, the default; 1 for Debian bookworm's 1.6). */
 export function containerdMajor(): number {
   const m = / v?(\d+)\.\d+\.\d+/.exec(containerdVersion());
   return Number(m?.[1] ?? 1);

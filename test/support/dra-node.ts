@@ -1,5 +1,5 @@
 /**
- * What the DRA tests and the DRA benchmark share on a real 1.35 node: whether the node can run DRA at all, the
+ * What the DRA tests and the DRA benchmark share on a real node: whether the node can run DRA at all, the
  * manifests of deploy/ for driver plexus.io (DeviceClasses, the plexus-dra role), ResourceClaimTemplates and pods
  * that claim a host device, and the YAML examples of docs/dra.md, which the tests apply as written.
  */
@@ -22,7 +22,7 @@ export function draNodeMissing(): string | undefined {
   return undefined;
 }
 
-/** DRA on an older Kubernetes (the PLEXUS_K8S_VERSION=1.32 pass): the reason to skip. */
+/** DRA on an older Kubernetes (before 1.34): the reason to skip. */
 export function draTooOld(): string | undefined {
   const version = execFileSync(k8sBinary('kubelet')!, ['--version'], { encoding: 'utf8' });
   const minor = Number(/v1\.(\d+)\./.exec(version)?.[1] ?? 0);

@@ -1,9 +1,9 @@
 /**
  * Which Kubernetes a test run uses, and where its binaries are: the one place tests, fixtures and benchmarks ask.
- * $PLEXUS_K8S_BIN (a directory of plain or .xz binaries) wins; else $PLEXUS_K8S_VERSION picks
- * ../shared/k8s/v<version>/bin: 1.35 (v1.35.6) by default, 1.32 (v1.32.13) for the older-version pass. Such a
- * directory may be a real one, a symlink, or a small file holding a relative path (a symlink flattened by a copy,
- * as v1.32/bin is on some machines). .xz binaries are decompressed once into a cache under the temp directory.
+ * $PLEXUS_K8S_BIN (a directory of plain or .xz binaries) wins; else $PLEXUS_K8S_VERSION, else the pair $PLEXUS_STACK
+ * picks (stack.ts), names ../shared/k8s/v<version>/bin: 1.36 (v1.36.3) by default, 1.35 (v1.35.6) for the older
+ * pair's pass. Such a directory may be a real one, a symlink, or a small file holding a relative path (a symlink
+ * flattened by a copy). .xz binaries are decompressed once into a cache under the temp directory.
  */
 import { execFileSync } from 'node:child_process';
 import {
@@ -19,10 +19,11 @@ import {
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { ROOT } from './daemon';
+import { chosenStack, DEFAULT_STACK, TESTED_STACKS } from './stack';
 
-export const DEFAULT_K8S_VERSION = '1.35';
+export const DEFAULT_K8S_VERSION = DEFAULT_STACK.k8sMinor;
 /** The versions ../shared/k8s holds (docs/install.md, "Tested Kubernetes versions"). */
-export const TESTED_K8S_VERSIONS = ['1.35', '1.32'] as const;
+export const TESTED_K8S_VERSIONS = TESTED_STACKS.map((s) => s.k8sMinor);
 const SHARED_K8S = resolve(ROOT, '../shared/k8s');
 /** A directory stand-in (a flattened symlink) is a one-line file far smaller than this. */
 const MAX_LINK_FILE_BYTES = 4096;
@@ -58,9 +59,9 @@ export function resolveDirectory(path: string, hops = 0): string | undefined {
   return resolveDirectory(resolve(dirname(path), target), hops + 1);
 }
 
-/** The version this run asks for ($PLEXUS_K8S_VERSION, default 1.35), as "<major>.<minor>". */
+/** The version this run asks for ($PLEXUS_K8S_VERSION, else $PLEXUS_STACK's, default 1.36), as "<major>.<minor>". */
 export function requestedK8sVersion(env: NodeJS.ProcessEnv = process.env): string {
-  return env.PLEXUS_K8S_VERSION?.trim().replace(/^v/, '') || DEFAULT_K8S_VERSION;
+  return env.PLEXUS_K8S_VERSION?.trim().replace(/^v/, '') || (chosenStack(env).stack ?? DEFAULT_STACK).k8sMinor;
 }
 
 /** The directory this run takes Kubernetes binaries from. */
@@ -71,13 +72,17 @@ export function k8sBinDir(env: NodeJS.ProcessEnv = process.env): K8sBinDir {
     const source = `$PLEXUS_K8S_BIN=${explicit}`;
     return dir ? { dir, source } : { dir, source, problem: `${source} is not a directory` };
   }
+  const pinned = env.PLEXUS_K8S_VERSION?.trim();
+  const choice = chosenStack(env);
+  if (!pinned && !choice.stack) return { dir: undefined, source: `PLEXUS_STACK`, problem: choice.problem };
   const version = requestedK8sVersion(env);
   if (!/^\d+\.\d+$/.test(version)) {
     const problem = `PLEXUS_K8S_VERSION=${version} is not a minor version (${TESTED_K8S_VERSIONS.join(', ')})`;
     return { dir: undefined, source: `PLEXUS_K8S_VERSION=${version}`, problem };
   }
   const wanted = join(SHARED_K8S, `v${version}`, 'bin');
-  const source = `../shared/k8s/v${version}/bin (PLEXUS_K8S_VERSION=${version})`;
+  const why = pinned ? `PLEXUS_K8S_VERSION=${version}` : `PLEXUS_STACK=${choice.stack?.name}`;
+  const source = `../shared/k8s/v${version}/bin (${why})`;
   const dir = resolveDirectory(wanted);
   if (dir) return { dir, source };
   return { dir, source, problem: `${wanted} is missing (versions tested: ${TESTED_K8S_VERSIONS.join(', ')})` };
@@ -115,15 +120,16 @@ export function k8sBinary(name: string): string | undefined {
 /** Why a Kubernetes binary of this run is not available, naming where it was looked for; undefined when it is. */
 export function k8sBinaryMissing(name: string): string | undefined {
   const where = k8sBinDir();
-  if (!where.dir) return `not available: ${name} (${where.problem}; set PLEXUS_K8S_BIN or PLEXUS_K8S_VERSION)`;
+  if (!where.dir)
+    return `not available: ${name} (${where.problem}; set PLEXUS_STACK, PLEXUS_K8S_BIN or PLEXUS_K8S_VERSION)`;
   if (k8sBinary(name)) return undefined;
   const xz = existsSync(join(where.dir, `${name}.xz`)) && !onPath('xz') ? ', and xz is not installed' : '';
   return `not available: ${name} (not in ${where.source}, plain or .xz${xz})`;
 }
 
 /**
- * kubectl for a test that needs one: this run's directory's, else the newest one ../shared/k8s has (v1.35/bin; the
- * 1.32 directory has none, and Debian's kubernetes-client is far outside the supported skew).
+ * kubectl for a test that needs one: this run's directory's, else the default pair's in ../shared/k8s (Debian's
+ * kubernetes-client is far outside the supported skew).
  */
 export function kubectlBinary(): string | undefined {
   const newest = resolveDirectory(join(SHARED_K8S, `v${DEFAULT_K8S_VERSION}`, 'bin'));
@@ -156,6 +162,6 @@ export function k8sVersion(): K8sVersion | undefined {
 export function k8sOlderThan(minimum: string, version: K8sVersion | undefined = k8sVersion()): string | undefined {
   const [major = 0, minor = 0] = minimum.split('.').map(Number);
   if (!version || version.major > major || (version.major === major && version.minor >= minor)) return undefined;
-  const hint = `the default PLEXUS_K8S_VERSION=${DEFAULT_K8S_VERSION} has it`;
+  const hint = `the default PLEXUS_STACK=${DEFAULT_STACK.name} has it`;
   return `needs Kubernetes >= ${minimum} (this run: ${version.text}; ${hint})`;
 }

@@ -1,7 +1,7 @@
 /**
  * A real Kubernetes control plane for tests: Debian's etcd and the kube-apiserver of ../shared/k8s, on 127.0.0.1 and
  * free ports, with a private CA made by openssl (../shared/k8s/NOTES.md has the flags and quirks). k8s-binaries.ts
- * says which Kubernetes (v1.35 by default; $PLEXUS_K8S_VERSION, $PLEXUS_K8S_BIN). Suites pass `k8sMissing()`'s reason
+ * says which Kubernetes (v1.36 by default; $PLEXUS_STACK, $PLEXUS_K8S_VERSION, $PLEXUS_K8S_BIN). Suites pass `k8sMissing()`'s reason
  * to prerequisites.ts, which skips them (or fails them in CI) where any part is absent. Everything a fixture starts is
  * stopped by PID, and its directory removed, in stop().
  */

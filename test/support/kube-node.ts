@@ -1,7 +1,7 @@
 /**
- * A real single-node Kubernetes for tests and benchmarks: the API server and etcd of KubeApiFixture, Debian's containerd
- * with its CRI plugin, and the kubelet of ../shared/k8s (the version k8s-binaries.ts picks: v1.35 unless
- * $PLEXUS_K8S_VERSION or $PLEXUS_K8S_BIN says otherwise), wired as ../shared/k8s/NOTES.md (sections 3-9) describes.
+ * A real single-node Kubernetes for tests and benchmarks: the API server and etcd of KubeApiFixture, a containerd with
+ * its CRI plugin and the kubelet of ../shared/k8s, the pair $PLEXUS_STACK picks (stack.ts: 1.36 on containerd 2 by
+ * default, 1.35 on Debian's containerd 1.6), wired as ../shared/k8s/NOTES.md (sections 3-11) describes.
  * Everything lives under one temporary root: containerd's root, state, socket and network namespaces, the CNI config
  * (a private conf_dir, so /etc/cni/net.d is never written), the kubelet's --root-dir and pod logs. The few host paths
  * the kubelet hard-codes are moved aside before it starts and put back by stop(), as are the kernel settings it
@@ -104,6 +104,8 @@ function keepLogs(from: string, to: string): void {
 }
 
 const NODE_LOCK_DIR = join(tmpdir(), 'plexus-kube-node-lock');
+/** The reference host-local plugin's default dataDir, and plexusd's (--host-local-data-dir). */
+export const HOST_LOCAL_DATA_DIR = '/var/lib/cni/networks';
 
 export interface KubeNodeOptions {
   /** The CNI conflist (JSON text) containerd uses for every pod; a function receives the node's temp root (for host-local's dataDir). */
@@ -262,6 +264,8 @@ export class KubeNodeFixture {
 
       // libcni caches results in /var/lib/cni; util-linux's mount keeps /run/mount (not configurable either).
       fx.host.watchDirs(['/var/lib/cni/results', '/run/mount']);
+      // host-local's default dataDir, where plexusd (--host-local-data-dir) and the reference plugin keep leases.
+      fx.host.keepTree(HOST_LOCAL_DATA_DIR);
       fx.host.claim(['/var/lib/kubelet/device-plugins', '/var/lib/kubelet/pod-resources']);
       fx.host.claimLinkDir('/var/log/containers', fx.dir);
       fx.cgroups.record();
@@ -386,6 +390,12 @@ export class KubeNodeFixture {
             '',
           ].join('\n'),
     );
+    await this.runContainerd();
+  }
+
+  /** Spawns containerd with the config startContainerd wrote and waits until it answers. */
+  private async runContainerd(): Promise<void> {
+    const config = join(this.dir, 'etc', 'containerd.toml');
     // containerd finds its shim on the PATH: this run's, not Debian's 1.6 one.
     const bin = containerdBinary('containerd')!;
     const env = { ...process.env, PATH: `${dirname(bin)}${delimiter}${process.env.PATH ?? ''}` };
@@ -452,6 +462,29 @@ export class KubeNodeFixture {
       '  stream_server_port = "0"',
       '',
     ].join('\n');
+  }
+
+  /**
+   * Stops containerd (SIGTERM) and starts it again with the same config, as an upgrade or a crash of the runtime would:
+   * the pods' shims, containers and network namespaces live on, and containerd finds them again at start.
+   */
+  async restartContainerd(): Promise<void> {
+    await this.stopProcess('containerd');
+    const old = this.procs.findIndex((s) => s.name === 'containerd');
+    if (old >= 0) this.procs.splice(old, 1);
+    await this.runContainerd();
+    // containerd 1.6 answers ctr before its CRI plugin has loaded the sandboxes ("server is not initialized yet").
+    const cri = new CriRuntime(this.containerdSocket);
+    const deadline = Date.now() + 20000;
+    for (;;) {
+      const listed = await cri.listSandboxes().then(
+        () => undefined,
+        (e: unknown) => message(e),
+      );
+      if (listed === undefined) return;
+      if (Date.now() > deadline) throw new Error(`CRI not serving after the restart: ${listed}`);
+      await sleep(100);
+    }
   }
 
   private importPause(): void {
@@ -1093,6 +1126,7 @@ class HostPaths {
   private readonly claimed: { path: string; aside: string | undefined }[] = [];
   private readonly linkDirs: { path: string; target: string }[] = [];
   private readonly createdParents: string[] = [];
+  private readonly trees: { path: string; before: ReadonlySet<string> }[] = [];
 
   /** Notes `path` and its ancestors that do not exist yet, to be removed (when empty) by restore(). */
   private noteMissing(path: string): void {
@@ -1122,8 +1156,20 @@ class HostPaths {
     this.linkDirs.push({ path, target });
   }
 
+  /**
+   * A shared data directory (host-local's): what is under it now stays; what the node adds is removed by restore() if
+   * it is the plugin's own bookkeeping (`lock`, `last_reserved_ip.N`, the network's directory), and named as a problem
+   * otherwise (a lease no DEL released).
+   */
+  keepTree(path: string): void {
+    this.noteMissing(path);
+    this.trees.push({ path, before: new Set(treeEntries(path)) });
+  }
+
   restore(): string[] {
     const problems: string[] = [];
+    for (const { path, before } of this.trees.splice(0))
+      problems.push(...removeAdded(treeEntries(path).filter((e) => !before.has(e))));
     for (const { path, target } of this.linkDirs.splice(0)) {
       let entries: string[];
       try {
@@ -1160,6 +1206,46 @@ class HostPaths {
     }
     return problems;
   }
+}
+
+/** What is under host-local's default dataDir now: each network directory and its files, sorted. */
+export const hostLocalDataEntries = (): string[] => treeEntries(HOST_LOCAL_DATA_DIR).sort();
+
+/** The entries of a data directory two levels deep (network directories and their files), deepest first. */
+function treeEntries(root: string): string[] {
+  const entries: string[] = [];
+  let dirs: string[];
+  try {
+    dirs = readdirSync(root).map((d) => join(root, d));
+  } catch {
+    return [];
+  }
+  for (const dir of dirs) {
+    try {
+      entries.push(...readdirSync(dir).map((f) => join(dir, f)));
+    } catch {
+      /* a file, or gone */
+    }
+    entries.push(dir);
+  }
+  return entries;
+}
+
+const BOOKKEEPING = /^(lock|last_reserved_ip\.\d+)$/;
+
+/** Removes what a node added to a data directory, deepest first: its bookkeeping and then-empty directories. */
+function removeAdded(added: readonly string[]): string[] {
+  const problems: string[] = [];
+  for (const entry of added) {
+    try {
+      if (lstatSync(entry).isDirectory()) rmdirSync(entry);
+      else if (BOOKKEEPING.test(basename(entry))) rmSync(entry);
+      else problems.push(`${entry} left behind (a lease no DEL released?)`);
+    } catch (err) {
+      problems.push(`${entry} not removed: ${message(err)}`);
+    }
+  }
+  return problems;
 }
 
 /** The kubelet's `kubepods` cgroup in every hierarchy where it was not before: removed (deepest first) afterwards. */
@@ -1379,10 +1465,14 @@ class CriRuntime {
   }
 }
 
-/** The node's CNI config: plexus-cni alone, forwarding to `socket`, with the pod's annotations (as containerd sends). */
-export const plexusConflist = (socket: string): string =>
+/**
+ * The node's CNI config: plexus-cni alone, forwarding to `socket`, with the pod's annotations (as containerd sends).
+ * 1.0.0 by default, the version every runtime reads; with 1.1.0 containerd 2 also asks it STATUS for the node's
+ * network readiness.
+ */
+export const plexusConflist = (socket: string, cniVersion = '1.0.0'): string =>
   JSON.stringify({
-    cniVersion: '1.0.0',
+    cniVersion,
     name: 'plexus',
     plugins: [{ type: 'plexus-cni', socketPath: socket, capabilities: { 'io.kubernetes.cri.pod-annotations': true } }],
   });

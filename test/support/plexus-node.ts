@@ -22,6 +22,10 @@ export interface PlexusNodeOptions {
   readonly daemonArgs?: readonly string[];
   /** Runs a scheduler and a controller-manager too (DRA needs them). */
   readonly controlPlane?: boolean;
+  /** The cniVersion of the runtime's conflist (plexusConflist: 1.0.0 by default). */
+  readonly cniVersion?: string;
+  /** Runs before the node starts (a plexusd without the API that the node's readiness waits for, say). */
+  readonly beforeNode?: (daemon: DaemonFixture) => Promise<void>;
 }
 
 export class PlexusNodeFixture {
@@ -42,11 +46,12 @@ export class PlexusNodeFixture {
     this.work = mkdtempSync(join(tmpdir(), `plexus-${options.prefix}-`));
     this.binDir = plexusPluginDir(join(this.work, 'bin'));
     this.daemonFixture = new DaemonFixture('podnet', [...(options.daemonArgs ?? [])]);
+    await options.beforeNode?.(this.daemonFixture);
     this.nodeFixture = await KubeNodeFixture.start({
       cniBinDir: this.binDir,
       controlPlane: options.controlPlane,
       ownedLinks: [...options.ownedLinks],
-      cniConfList: plexusConflist(this.daemon.socket),
+      cniConfList: plexusConflist(this.daemon.socket, options.cniVersion),
     });
     await this.node.api.installPlexus();
   }
@@ -70,12 +75,18 @@ export class PlexusNodeFixture {
     });
   }
 
-  /** Stops the node and plexusd; `thenBeforeFiles` (another process the test started) before the files go. */
-  async stop(thenBeforeFiles?: () => Promise<void>): Promise<void> {
-    if (this.nodeFixture) await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() });
+  /**
+   * Stops the node and plexusd; `thenBeforeFiles` (another process the test started) before the files go. Answers
+   * what the node's stop found wrong (KubeNodeFixture.stop).
+   */
+  async stop(thenBeforeFiles?: () => Promise<void>): Promise<string[]> {
+    const problems = this.nodeFixture
+      ? await this.nodeFixture.stop({ runtimeStopped: async () => this.daemonFixture?.stop() })
+      : [];
     await this.daemonFixture?.stop();
     await thenBeforeFiles?.();
     if (this.work) rmSync(this.work, { recursive: true, force: true });
+    return problems;
   }
 }
 

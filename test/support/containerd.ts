@@ -17,11 +17,10 @@ import { stopProcess } from './processes';
 const RUNTIME_BINARIES = ['containerd', 'ctr', 'containerd-shim-runc-v2'];
 
 /**
- * The directory of $PLEXUS_CONTAINERD's binaries (decompressed from .xz into a cache under the temp directory when
+ * The directory of $PLEXUS_CONTAINERD's binaries (or of `chosen`, in the same form) (decompressed from .xz into a cache under the temp directory when
  * they ship so), undefined when it is unset; a value that names no such directory is an error that says so.
  */
-export function containerdBinDir(): string | undefined {
-  const chosen = process.env.PLEXUS_CONTAINERD?.trim();
+export function containerdBinDir(chosen = process.env.PLEXUS_CONTAINERD?.trim()): string | undefined {
   if (!chosen) return undefined;
   const dir = chosen === '2' ? resolve(ROOT, '../shared/containerd') : chosen;
   if (RUNTIME_BINARIES.every((b) => existsSync(join(dir, b)))) return dir;

@@ -1290,7 +1290,7 @@ class KubeCgroups {
 }
 
 /** Kernel settings the kubelet changes at start (vm.overcommit_memory, kernel.panic, ...): read before, written back after. */
-class KernelSettings {
+export class KernelSettings {
   private readonly before = new Map<string, string>();
 
   constructor(private readonly keys: readonly string[]) {}
@@ -1377,7 +1377,7 @@ const str = (f: Map<number, (Buffer | number)[]>, no: number): string => {
   return Buffer.isBuffer(v) ? v.toString('utf8') : '';
 };
 
-class CriRuntime {
+export class CriRuntime {
   constructor(private readonly socket: string) {}
 
   private call(method: string, request: Buffer, timeoutMs = 120000): Promise<Buffer> {

@@ -1,0 +1,189 @@
+/**
+ * A multi-node Kubernetes cluster on this one machine, kind-style without containers (../shared/k8s/NOTES.md section
+ * 12): one control plane on the host (etcd, kube-apiserver, controller-manager, scheduler; KubeApiFixture and
+ * ClusterControlPlane) and N worker nodes (node.ts), each its own network and mount namespace with its own containerd
+ * 2, kubelet and plexusd. The nodes' uplinks are ports of one host bridge (the datacenter's L2 stand-in), whose
+ * address carries a relay to the API server on the host's loopback. stop() removes everything, even after a failure
+ * half-way through start().
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildPauseImage, containerdBinDir } from '../containerd';
+import { ClusterControlPlane } from '../control-plane';
+import { KubeApiFixture, k8sBinaryMissing } from '../k8s';
+import { KernelSettings, kubeNodeMissing } from '../kube-node';
+import { ip, ipTry, uniquePrefix } from '../netns';
+import { Relay } from '../relay';
+import type { IpamTiming } from './node-config';
+import { ClusterNode } from './node';
+import { makeMountPoints, removeMountPoints } from './node-namespaces';
+
+export interface ClusterOptions {
+  /** Worker nodes (default 3). */
+  readonly nodes?: number;
+  /** Names every node, link and namespace (default: a unique one). */
+  readonly prefix?: string;
+  /** plexusd's cluster IPAM timing on every node. */
+  readonly timing?: IpamTiming;
+}
+
+/** Why the cluster cannot run here, or undefined when it can. */
+export function clusterMissing(): string | undefined {
+  const node = kubeNodeMissing();
+  if (node) return node;
+  const runtime = containerdBinDir(sharedContainerd());
+  if (runtime.problem) return `containerd 2 (${runtime.problem})`;
+  if (!runtime.dir)
+    return "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's";
+  const tools = ['unshare', 'nsenter', 'busybox'].filter((t) => spawnSync('which', [t]).status !== 0);
+  if (tools.length) return `not installed: ${tools.join(', ')}`;
+  return k8sBinaryMissing('kube-controller-manager') ?? k8sBinaryMissing('kube-scheduler');
+}
+
+/** The containerd the cluster runs: $PLEXUS_CONTAINERD's, else containerd 2 of ../shared. */
+/** The cluster's nodes run containerd 2 whatever pair the run is on (their config is containerd 2's version 3). */
+const sharedContainerd = (): NodeJS.ProcessEnv => ({
+  ...process.env,
+  PLEXUS_CONTAINERD: process.env.PLEXUS_CONTAINERD?.trim() || '2',
+});
+
+const random = (n: number): number => Math.floor(Math.random() * n);
+
+/** Kernel settings the kubelet changes at start (it runs as on a real host): put back at stop. */
+const KUBELET_SYSCTLS = ['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops'];
+
+export class TestCluster {
+  readonly nodes: ClusterNode[] = [];
+  /** From the first node's start to every node Ready with plexusd ready, in ms. */
+  nodesStartMs = NaN;
+  private api_: KubeApiFixture | undefined;
+  private readonly controlPlane = new ClusterControlPlane();
+  private relay: Relay | undefined;
+  private readonly sysctls = new KernelSettings([...KUBELET_SYSCTLS, 'kernel/keys/root_maxkeys']);
+  private bridgeMade = false;
+  /** Host directories made as the nodes' mount points. */
+  private mountPoints: string[] = [];
+  private stopped: Promise<string[]> | undefined;
+  /** The uplink subnet's first three octets: the bridge is .1, node i is .(10 + i). */
+  private readonly lan = `10.${150 + random(40)}.${random(250)}`;
+
+  private constructor(
+    readonly prefix: string,
+    readonly dir: string,
+  ) {}
+
+  get api(): KubeApiFixture {
+    if (!this.api_) throw new Error('the cluster has no API server (start() failed before it)');
+    return this.api_;
+  }
+
+  /** The host bridge all uplinks are ports of. */
+  get bridge(): string {
+    return `${this.prefix}br`;
+  }
+
+  static async start(options: ClusterOptions = {}): Promise<TestCluster> {
+    const prefix = options.prefix ?? uniquePrefix('pxc');
+    const cluster = new TestCluster(prefix, mkdtempSync(join(tmpdir(), `plexus-cluster-${prefix}-`)));
+    try {
+      await cluster.startAll(options.nodes ?? 3, options.timing ?? {});
+      return cluster;
+    } catch (e) {
+      const problems = await cluster.stop();
+      const also = problems.length ? `\n(clean-up after the failed start: ${problems.join('; ')})` : '';
+      throw new Error(`${(e as Error).message}${also}`, { cause: e });
+    }
+  }
+
+  private async startAll(count: number, timing: IpamTiming): Promise<void> {
+    ip('link', 'add', this.bridge, 'type', 'bridge');
+    this.bridgeMade = true;
+    ip('addr', 'add', `${this.lan}.1/24`, 'dev', this.bridge);
+    ip('link', 'set', this.bridge, 'up');
+    this.api_ = await KubeApiFixture.startForPlexus();
+    mkdirSync(join(this.dir, 'control-plane'));
+    this.controlPlane.start(this.api, join(this.dir, 'control-plane'));
+    this.relay = await Relay.start({ host: `${this.lan}.1`, port: 0 }, { host: '127.0.0.1', port: this.api.apiPort });
+    if ('path' in this.relay.listening) throw new Error('the API relay should listen on TCP');
+    const apiUrl = `https://${this.lan}.1:${this.relay.listening.port}`;
+    const pauseArchive = buildPauseImage(join(this.dir, 'image'));
+    const plexusKubeconfig = this.api.userKubeconfig('plexus');
+    const containerdDir = containerdBinDir(sharedContainerd()).dir!;
+    for (let i = 1; i <= count; i++) {
+      const name = `${this.prefix}-n${i}`;
+      const uplink = {
+        bridge: this.bridge,
+        hostEnds: [`${this.prefix}u${i}a`, `${this.prefix}u${i}b`] as const,
+        address: `${this.lan}.${10 + i}/24`,
+        gateway: `${this.lan}.1`,
+      };
+      const root = join(this.dir, `n${i}`);
+      const spec = { name, root, uplink, podSubnet: `10.244.${i}.0/24`, api: this.api, apiUrl };
+      this.nodes.push(new ClusterNode({ ...spec, plexusKubeconfig, pauseArchive, containerdDir, timing }));
+    }
+    this.sysctls.record();
+    this.mountPoints = makeMountPoints();
+    const started = performance.now();
+    await Promise.all(this.nodes.map((n) => n.start()));
+    await Promise.all(this.nodes.map((n) => this.waitNodeReady(n.name)));
+    this.nodesStartMs = performance.now() - started;
+  }
+
+  /** Waits until the Node object says Ready (the kubelet runs and the runtime's network, Plexus's, is ready). */
+  async waitNodeReady(name: string, timeoutMs = 90000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const node = await this.api.request('GET', `/api/v1/nodes/${name}`).catch(() => undefined);
+      const conditions =
+        (node?.body as { status?: { conditions?: { type: string; status: string }[] } } | undefined)?.status
+          ?.conditions ?? [];
+      if (conditions.some((c) => c.type === 'Ready' && c.status === 'True')) return;
+      if (Date.now() > deadline) {
+        const n = this.nodes.find((x) => x.name === name);
+        throw new Error(`node ${name} not Ready after ${timeoutMs} ms:\n${n?.logTail('kubelet') ?? ''}`);
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  node(name: string): ClusterNode {
+    const n = this.nodes.find((x) => x.name === name);
+    if (!n) throw new Error(`no node ${name} in the cluster`);
+    return n;
+  }
+
+  /** Stops every node, deletes their Node objects, stops the control plane and removes the bridge and files. */
+  stop(): Promise<string[]> {
+    this.stopped ??= this.teardown();
+    return this.stopped;
+  }
+
+  private async teardown(): Promise<string[]> {
+    const problems: string[] = [];
+    const attempt = async (what: string, step: () => unknown): Promise<void> => {
+      try {
+        await step();
+      } catch (e) {
+        problems.push(`${what}: ${(e as Error).message}`);
+      }
+    };
+    for (const list of await Promise.all(this.nodes.map((n) => n.stop()))) problems.push(...list);
+    if (this.api_) {
+      for (const n of this.nodes)
+        await attempt(`delete node ${n.name}`, () => this.api.request('DELETE', `/api/v1/nodes/${n.name}`));
+    }
+    await attempt('stop the control plane', () => this.controlPlane.stop());
+    await attempt('stop the API relay', () => this.relay?.stop());
+    await attempt('stop the API server', () => this.api_?.stop());
+    await attempt('kernel settings', () => this.sysctls.restore());
+    problems.push(...removeMountPoints(this.mountPoints));
+    if (this.bridgeMade) {
+      const r = ipTry('link', 'del', this.bridge);
+      if (r.status !== 0) problems.push(`bridge ${this.bridge}: ${r.out.trim()}`);
+    }
+    await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
+    return problems;
+  }
+}

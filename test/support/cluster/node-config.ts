@@ -1,0 +1,161 @@
+/**
+ * The configuration files of one node of the test cluster: containerd's (config version 3, ../shared/k8s/NOTES.md
+ * sections 3, 11 and 12), the kubelet's and plexusd's. Every path a node owns is under its root directory; the few
+ * paths a program hard-codes are bound over in the node's mount namespace (node-namespaces.ts).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { ROOT } from '../daemon';
+import { PAUSE_IMAGE } from '../kube-node';
+
+/** Where one node keeps everything, under its root directory. */
+export class NodePaths {
+  constructor(readonly root: string) {}
+  get containerdSocket(): string {
+    return join(this.root, 'run', 'containerd', 'containerd.sock');
+  }
+  get cniConfDir(): string {
+    return join(this.root, 'etc', 'cni', 'net.d');
+  }
+  get cniBinDir(): string {
+    return join(this.root, 'opt', 'cni', 'bin');
+  }
+  get plexusState(): string {
+    return join(this.root, 'var', 'lib', 'plexus');
+  }
+  get plexusSocket(): string {
+    return join(this.root, 'run', 'plexus', 'plexus.sock');
+  }
+  get certs(): string {
+    return join(this.root, 'certs');
+  }
+  log(name: string): string {
+    return join(this.root, 'log', `${name}.log`);
+  }
+  etc(name: string): string {
+    return join(this.root, 'etc', name);
+  }
+}
+
+/** containerd 2's config for a node: root, state, socket and runc's root its own; CNI from the node's dirs. */
+export function containerdConfig(paths: NodePaths): string {
+  const d = (p: string): string => JSON.stringify(join(paths.root, p)); // TOML basic strings accept JSON's escapes
+  const runtime = "[plugins.'io.containerd.cri.v1.runtime'";
+  return [
+    'version = 3',
+    `root = ${d('var/lib/containerd')}`,
+    `state = ${d('run/containerd')}`,
+    '[grpc]',
+    `  address = ${JSON.stringify(paths.containerdSocket)}`,
+    '[ttrpc]',
+    `  address = ${JSON.stringify(`${paths.containerdSocket}.ttrpc`)}`,
+    "[plugins.'io.containerd.internal.v1.opt']",
+    `  path = ${d('opt/containerd')}`,
+    "[plugins.'io.containerd.nri.v1.nri']",
+    `  socket_path = ${d('run/nri.sock')}`,
+    "[plugins.'io.containerd.cri.v1.images']",
+    '  snapshotter = "overlayfs"',
+    "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
+    `    sandbox = "${PAUSE_IMAGE}"`,
+    `${runtime}]`,
+    // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
+    '  restrict_oom_score_adj = true',
+    `  ${runtime}.containerd]`,
+    '    default_runtime_name = "runc"',
+    `    ${runtime}.containerd.runtimes.runc]`,
+    '      runtime_type = "io.containerd.runc.v2"',
+    `      ${runtime}.containerd.runtimes.runc.options]`,
+    '        SystemdCgroup = false',
+    `        Root = ${d('run/runc')}`,
+    `  ${runtime}.cni]`,
+    `    bin_dirs = [${JSON.stringify(paths.cniBinDir)}]`,
+    `    conf_dir = ${JSON.stringify(paths.cniConfDir)}`,
+    '    max_conf_num = 1',
+    "[plugins.'io.containerd.grpc.v1.cri']",
+    '  stream_server_address = "127.0.0.1"',
+    '  stream_server_port = "0"',
+    '',
+  ].join('\n');
+}
+
+export interface KubeletIdentity {
+  readonly nodeName: string;
+  readonly nodeIp: string;
+  /** The API's CA, which signs the clients the kubelet lets in. */
+  readonly clientCa: string;
+}
+
+/** The kubelet's config file: served on the node's uplink address, its own cgroup root (cgroup v1, NOTES.md 12). */
+export function kubeletConfig(paths: NodePaths, node: KubeletIdentity): unknown {
+  return {
+    apiVersion: 'kubelet.config.k8s.io/v1beta1',
+    kind: 'KubeletConfiguration',
+    address: node.nodeIp,
+    healthzBindAddress: '127.0.0.1',
+    authentication: {
+      anonymous: { enabled: false },
+      webhook: { enabled: true },
+      x509: { clientCAFile: node.clientCa },
+    },
+    authorization: { mode: 'Webhook' },
+    tlsCertFile: join(paths.certs, 'kubelet-server.crt'),
+    tlsPrivateKeyFile: join(paths.certs, 'kubelet-server.key'),
+    containerRuntimeEndpoint: `unix://${paths.containerdSocket}`,
+    cgroupDriver: 'cgroupfs', // no systemd as PID 1
+    cgroupRoot: `/${node.nodeName}`,
+    failCgroupV1: false,
+    failSwapOn: false,
+    makeIPTablesUtilChains: false, // leave the host's iptables alone
+    hairpinMode: 'none',
+    imageGCHighThresholdPercent: 100, // never collect the local-only images
+    imageGCLowThresholdPercent: 99,
+    evictionHard: {
+      'memory.available': '100Mi',
+      'nodefs.available': '1%',
+      'imagefs.available': '1%',
+      'nodefs.inodesFree': '1%',
+    },
+    clusterDomain: 'cluster.local',
+    clusterDNS: ['10.244.240.10'],
+    resolvConf: '/etc/resolv.conf',
+    serializeImagePulls: false,
+    maxPods: 250,
+    podLogsDir: join(paths.root, 'var', 'log', 'pods'),
+    // A killed node's pods are seen gone sooner (the node controller's grace counts from the last update).
+    nodeStatusUpdateFrequency: '4s',
+  };
+}
+
+/** Cluster IPAM's timing, as plexusd's flags name it (docs/ipam.md). */
+export interface IpamTiming {
+  readonly nodeLeaseSeconds?: number;
+  readonly ipamNodeGraceSeconds?: number;
+  readonly ipamReconcileSeconds?: number;
+}
+
+/**
+ * plexusd's config file as the DaemonSet mounts it (deploy/30-configmap.yaml), every host path moved under the node's
+ * root, with the API's kubeconfig (the DaemonSet's service account) and the cluster IPAM timing a test asks for.
+ */
+export function plexusdConfig(paths: NodePaths, kubeconfig: string, timing: IpamTiming): Record<string, unknown> {
+  const manifest = parseYaml(readFileSync(join(ROOT, 'deploy', '30-configmap.yaml'), 'utf8')) as {
+    data: { 'plexusd.yaml': string };
+  };
+  const settings = parseYaml(manifest.data['plexusd.yaml']) as Record<string, unknown>;
+  const moved = Object.entries(settings).map(([key, value]): [string, unknown] => [
+    key,
+    typeof value === 'string' && value.startsWith('/') ? join(paths.root, value) : value,
+  ]);
+  return { ...Object.fromEntries(moved), kubeconfig, ...timing };
+}
+
+/**
+ * A kubeconfig for a process inside a node: the API through the host relay on the uplink bridge, its certificate
+ * checked for "localhost" (the name the API server's certificate carries), as NOTES.md section 12 says.
+ */
+export function writeNodeKubeconfig(from: string, to: string, server: string): void {
+  const config = JSON.parse(readFileSync(from, 'utf8')) as { clusters: { cluster: Record<string, unknown> }[] };
+  for (const c of config.clusters) Object.assign(c.cluster, { server, 'tls-server-name': 'localhost' });
+  writeFileSync(to, JSON.stringify(config), { mode: 0o600 });
+}

@@ -17,7 +17,7 @@ const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const slowLog = join(base.dir, 'slow.log');
 const SLOW_MS = 4000;
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir, '--max-concurrent', '2', '--delegate-share', '2']);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir, maxConcurrent: 2, delegateShare: 2 });
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 

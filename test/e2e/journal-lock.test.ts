@@ -11,7 +11,7 @@ import { uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pq');
 const first = new DaemonFixture('podnet');
-const second = new DaemonFixture('podnet', ['--log-level', 'info']);
+const second = new DaemonFixture('podnet', { logLevel: 'info' });
 // The second daemon shares the first one's state dir (its own socket, so whether it serves can be seen).
 (second as { stateDir: string }).stateDir = first.stateDir;
 

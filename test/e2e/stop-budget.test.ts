@@ -21,7 +21,7 @@ const SLACK_MS = 1500;
 const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const slowLog = join(base.dir, 'slow.log');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir, '--drain-seconds', String(DRAIN_SECONDS)]);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir, drainSeconds: DRAIN_SECONDS });
 daemon.settleDels = false;
 const newPod = podMaker(fx, prefix, ['eth0']);
 

@@ -25,7 +25,7 @@ const gateway = (i: number): string => `10.${o}.${t + i}.1`;
 const daemonBase = new DaemonFixture('podnet');
 const binDir = join(daemonBase.dir, 'cni-bin');
 const hostLocalDir = join(daemonBase.dir, 'host-local');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir]);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir });
 const uplink = `${prefix}up`;
 
 function nad(name: string, config: Record<string, unknown>, annotations: Record<string, string> = {}): void {

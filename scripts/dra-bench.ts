@@ -20,7 +20,7 @@ import {
   claimingPod,
   create,
   devicePluginPod,
-  draDaemonFlags,
+  draDaemonSettings,
   draNodeMissing,
   draTooOld,
   hostDeviceTemplate,
@@ -165,7 +165,7 @@ async function main(): Promise<number> {
   const dpNics = nics('k');
   const all = [...draNics, ...dpNics];
   const work = mkdtempSync(join(tmpdir(), 'plexus-drb-'));
-  const daemon = new DaemonFixture('podnet', []);
+  const daemon = new DaemonFixture('podnet');
   let node: KubeNodeFixture | undefined;
   const problems: string[] = [];
   try {
@@ -214,7 +214,7 @@ async function main(): Promise<number> {
         interfaceName: 'net1',
       }),
     );
-    daemon.addFlags(...draDaemonFlags(node, work, binDir));
+    daemon.addSettings(draDaemonSettings(node, work, binDir));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {

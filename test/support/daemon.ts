@@ -74,8 +74,6 @@ export interface BridgeNetworkOptions {
   readonly ipamExtra?: Record<string, unknown>;
 }
 
-const isFlagList = (s: DaemonSettings | readonly string[]): s is readonly string[] => Array.isArray(s);
-
 export class DaemonFixture {
   readonly dir: string;
   readonly socket: string;
@@ -97,9 +95,9 @@ export class DaemonFixture {
    */
   constructor(
     readonly defaultNetwork = 'podnet',
-    settings: DaemonSettings | readonly string[] = {},
+    settings: DaemonSettings = {},
   ) {
-    this.extraFlags = isFlagList(settings) ? [...settings] : daemonFlags(settings);
+    this.extraFlags = daemonFlags(settings);
     this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
     this.socket = join(this.dir, 'run', 'plexus.sock');
     this.stateDir = join(this.dir, 'state');
@@ -110,11 +108,6 @@ export class DaemonFixture {
   /** More settings for the next start (e.g. a kubeconfig that exists only after the socket path had to be known). */
   addSettings(settings: DaemonSettings): void {
     this.extraFlags.push(...daemonFlags(settings));
-  }
-
-  /** More flags for the next start, as plexusd's command line spells them (prefer addSettings). */
-  addFlags(...flags: string[]): void {
-    this.extraFlags.push(...flags);
   }
 
   get pid(): number | undefined {

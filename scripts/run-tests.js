@@ -19,8 +19,14 @@ const files = [];
   if (!existsSync(dir)) return;
   for (const name of readdirSync(dir).sort()) {
     const path = join(dir, name);
-    if (statSync(path).isDirectory()) walk(path);
-    else if (name.endsWith('.test.js') && (filters.length === 0 || filters.some((f) => relative(root, path).includes(f)))) files.push(path);
+    if (statSync(path).isDirectory()) {
+      walk(path);
+      continue;
+    }
+    const wanted = name.endsWith('.test.js') && (filters.length === 0 || filters.some((f) => relative(root, path).includes(f)));
+    // A compiled copy whose source was moved or deleted stays in dist/ until it is cleaned: never run it.
+    const source = join(__dirname, '..', relative(join(__dirname, '..', 'dist'), path).replace(/\.js$/, '.ts'));
+    if (wanted && existsSync(source)) files.push(path);
   }
 })(root);
 if (files.length === 0) {

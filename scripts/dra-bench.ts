@@ -20,7 +20,7 @@ import {
   claimingPod,
   create,
   devicePluginPod,
-  draDaemonSettings,
+  draSettings,
   draNodeMissing,
   draTooOld,
   hostDeviceTemplate,
@@ -214,7 +214,7 @@ async function main(): Promise<number> {
         interfaceName: 'net1',
       }),
     );
-    daemon.addSettings(draDaemonSettings(node, work, binDir));
+    daemon.addSettings(draSettings(node, work, binDir));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {

@@ -17,7 +17,7 @@ import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
-import { bridgeConfList, draDaemonSettings, draRegistrations, installDra, podEvents } from '../support/dra-node';
+import { bridgeConfList, draSettings, draRegistrations, installDra, podEvents } from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
@@ -163,7 +163,7 @@ describe('plexusd as the DRA driver plexus.io on a real 1.35 node', { skip }, ()
     // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
     await installDra(node);
     daemon = new DaemonFixture('podnet');
-    daemon.addSettings({ ...draDaemonSettings(node, work), logLevel: 'info' });
+    daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {

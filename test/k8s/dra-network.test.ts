@@ -22,7 +22,7 @@ import {
   claimSpec,
   create,
   docExample,
-  draDaemonSettings,
+  draSettings,
   draNodeMissing,
   draRegistrations,
   draTooOld,
@@ -191,7 +191,7 @@ describe('a network device claimed through DRA on a real 1.35 node', { skip }, (
       ).status,
       201,
     );
-    daemon.addSettings({ ...draDaemonSettings(node, work, binDir), namespaceIsolation: true, logLevel: 'info' });
+    daemon.addSettings({ ...draSettings(node, work, binDir), namespaceIsolation: true, logLevel: 'info' });
     pods = new ApiPods(node.api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });

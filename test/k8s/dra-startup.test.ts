@@ -17,7 +17,7 @@ import {
   bridgeConfList,
   claimingPod,
   create,
-  draDaemonSettings,
+  draSettings,
   draNodeMissing,
   draRegistrations,
   draTooOld,
@@ -109,7 +109,7 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
       }),
     );
     daemon = new DaemonFixture('podnet');
-    daemon.addSettings({ ...draDaemonSettings(node, work), logLevel: 'info' });
+    daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {

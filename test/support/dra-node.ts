@@ -107,7 +107,7 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
  * the node's CDI directory, and the delegated plugins' directory when given.
  */
-export const draDaemonSettings = (node: KubeNodeFixture, work: string, binDir?: string): DaemonSettings => ({
+export const draSettings = (node: KubeNodeFixture, work: string, binDir?: string): DaemonSettings => ({
   kubeconfig: node.api.userKubeconfig(PLEXUS_USER),
   nodeName: node.nodeName,
   cniBinDir: binDir,

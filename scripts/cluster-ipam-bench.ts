@@ -71,15 +71,7 @@ async function main(): Promise<void> {
       const [first, second] = mode === 'cluster' ? ['ca', 'cb'] : ['ha', 'hb'];
       const nodes = Array.from(
         { length: nodeCount },
-        (_, i) =>
-          new DaemonFixture(first, [
-            '--kubeconfig',
-            kubeconfig,
-            '--node-name',
-            `${prefix}-n${i}`,
-            '--cni-bin-dir',
-            referencePlugins(),
-          ]),
+        (_, i) => new DaemonFixture(first, { kubeconfig, nodeName: `${prefix}-n${i}`, cniBinDir: referencePlugins() }),
       );
       daemons.push(...nodes);
       await Promise.all(nodes.map((n) => n.start(60000)));

@@ -24,7 +24,7 @@ import {
   claimingPod,
   create,
   devicePluginPod,
-  draDaemonFlags,
+  draSettings,
   draNodeMissing,
   draTooOld,
   hostDeviceTemplate,
@@ -189,7 +189,7 @@ async function main(): Promise<number> {
   const dpNics = nics('k');
   const all = [...draNics, ...dpNics];
   const work = mkdtempSync(join(tmpdir(), 'plexus-drb-'));
-  const daemon = new DaemonFixture('podnet', []);
+  const daemon = new DaemonFixture('podnet');
   let node: KubeNodeFixture | undefined;
   const problems: string[] = [];
   try {
@@ -240,7 +240,7 @@ async function main(): Promise<number> {
       }),
     );
     await create(node, memifTemplate(NS));
-    daemon.addFlags(...draDaemonFlags(node, work, binDir));
+    daemon.addSettings(draSettings(node, work, binDir));
     await daemon.start(30000);
     // Both offers ready: the device plugin's resource allocatable, the DRA pool's slice published.
     for (let i = 0; ; i++) {

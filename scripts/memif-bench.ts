@@ -35,7 +35,7 @@ async function main(): Promise<void> {
   try {
     ovs = await OvsDpdkFixture.start();
     ovs.addBridge(bridge);
-    daemon.addFlags('--ovsdb-socket', ovs.dbSocket);
+    daemon.addSettings({ ovsdbSocket: ovs.dbSocket });
     daemon.writeNad(
       'fast.json',
       JSON.stringify({

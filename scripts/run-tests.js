@@ -4,19 +4,29 @@
 // After Node's own summary, closing lines say how many suites and tests were skipped and why. A skip for a missing
 // expected prerequisite (test/support/prerequisites.ts) fails the run when CI or PLEXUS_REQUIRE_ALL=1 is set.
 'use strict';
-const { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } = require('node:fs');
+const { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } = require('node:fs');
 const { tmpdir } = require('node:os');
 const { join, relative } = require('node:path');
 const { spawnSync } = require('node:child_process');
+const { compileStandaloneTests } = require('./standalone-tests');
 
 const root = join(__dirname, '..', 'dist', 'test');
 const filters = process.argv.slice(2);
+// Test files that import nothing of the repository run without a build (scripts/standalone-tests.js).
+for (const file of compileStandaloneTests(filters)) console.log(`# plexus: compiled ${file} alone (no build needed)`);
 const files = [];
 (function walk(dir) {
+  if (!existsSync(dir)) return;
   for (const name of readdirSync(dir).sort()) {
     const path = join(dir, name);
-    if (statSync(path).isDirectory()) walk(path);
-    else if (name.endsWith('.test.js') && (filters.length === 0 || filters.some((f) => relative(root, path).includes(f)))) files.push(path);
+    if (statSync(path).isDirectory()) {
+      walk(path);
+      continue;
+    }
+    const wanted = name.endsWith('.test.js') && (filters.length === 0 || filters.some((f) => relative(root, path).includes(f)));
+    // A compiled copy whose source was moved or deleted stays in dist/ until it is cleaned: never run it.
+    const source = join(__dirname, '..', relative(join(__dirname, '..', 'dist'), path).replace(/\.js$/, '.ts'));
+    if (wanted && existsSync(source)) files.push(path);
   }
 })(root);
 if (files.length === 0) {

@@ -4,7 +4,7 @@ import { CniError } from '../cni/errors';
 import { bestEffortVersion, type ForwardedCall, parseCniRequest } from '../cni/request';
 import { convertResult, SUPPORTED_VERSIONS } from '../cni/version';
 import { apiErrors } from './errors';
-import type { AttachmentEngine } from '../engine/engine';
+import type { CniVerbs } from './engine-port';
 
 export interface CniReply {
   readonly exitCode: number;
@@ -16,7 +16,7 @@ export const errorReply = (cniVersion: string, e: CniError): CniReply => ({
   stdout: `${JSON.stringify({ cniVersion, ...e.toJSON() })}\n`,
 });
 
-export async function handleCniCall(call: ForwardedCall, engine: AttachmentEngine, log: Logger): Promise<CniReply> {
+export async function handleCniCall(call: ForwardedCall, engine: CniVerbs, log: Logger): Promise<CniReply> {
   const parsed = parseCniRequest(call);
   if (!parsed.ok) {
     log.warn(

@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { err } from '../cni/errors';
 import { ForwardedCallSchema } from '../cni/request';
 import type { CallSlots } from '../common/call-slots';
-import type { AttachmentEngine } from '../engine/engine';
+import type { EngineVerbs } from './engine-port';
 import { type CniReply, errorReply, handleCniCall, internalErrorReply } from './cni-handler';
 import { apiErrors } from './errors';
 import { parseOperatorGc, staleReason } from './operator-gc';
@@ -72,7 +72,7 @@ export class DaemonServer {
 
   constructor(
     private readonly options: ServerOptions,
-    private readonly engine: AttachmentEngine,
+    private readonly engine: EngineVerbs,
     readonly state: ServerState,
     private readonly log: Logger,
   ) {

@@ -47,3 +47,13 @@ export interface AttachmentKey {
   readonly containerId: string;
   readonly ifname: string;
 }
+
+/**
+ * The Kubernetes pod an attachment is for, as the runtime names it (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME,
+ * K8S_POD_UID); each part may be missing. Drivers, the engine, the API side and DRA all speak of pods by it.
+ */
+export interface PodIdentity {
+  readonly namespace?: string;
+  readonly name?: string;
+  readonly uid?: string;
+}

@@ -4,7 +4,7 @@
  * CNI call that made it. Per claim, only the newest status is written: an older write still retrying gives way.
  */
 import type { Logger } from 'pino';
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, ClaimSink } from '../engine/claims';
 import type { KubeApiClient } from '../k8s/api-client';
 import { BackgroundWrites, type Attempt, type RetryOptions } from '../k8s/background-writes';

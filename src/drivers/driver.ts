@@ -9,7 +9,7 @@
 import type { Logger } from 'pino';
 import type { RuntimeConfig } from '../cni/args';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
-import type { CniResult } from '../cni/types';
+import type { CniResult, PodIdentity } from '../cni/types';
 import type { IpamBackend } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { RouteSpec } from '../kernel/types';
@@ -88,12 +88,6 @@ export function stepsOf<T>(steps: readonly UndoStep[], driver: string, step: str
     if (read.ok) out.push(read.value);
   }
   return out;
-}
-
-export interface PodIdentity {
-  readonly namespace?: string;
-  readonly name?: string;
-  readonly uid?: string;
 }
 
 export interface AttachRequest {

@@ -1,5 +1,5 @@
 /** The engine's side of DRA claims at run time: the devices a pod's prepared claims hold, and telling the sink. */
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './claims';
 import type { EngineContext } from './context';
 

@@ -4,7 +4,7 @@
  * named; the journal's committed attachments say where each claimed device is.
  */
 import { CniCode, CniError } from '../cni/errors';
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 import type { ClaimedNetworkDevice } from './claims';
 import type { AttachmentRecord } from './journal';
 

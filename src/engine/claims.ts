@@ -4,7 +4,7 @@
  * device became, so the claim's status can say it. Reports come after a transaction, never inside it: a slow or
  * failing writer cannot hold up or undo a pod's networking.
  */
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 
 /** One device of a prepared claim, with what the claim's opaque config says about its network. */
 export interface ClaimedNetworkDevice {

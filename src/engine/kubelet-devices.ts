@@ -3,7 +3,7 @@
  * whose network names their resource, as Multus does.
  */
 import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 import type { AttachmentStep } from './attachment-step';
 
 /** The NAD annotation naming the device-plugin resource a network's interface comes from (NPWG). */

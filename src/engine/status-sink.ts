@@ -5,7 +5,7 @@
  * hold up a pod's networking.
  */
 import type { CniError } from '../cni/errors';
-import type { PodIdentity } from '../drivers/driver';
+import type { PodIdentity } from '../cni/types';
 import type { AddedInterface, NetworkStatusEntry } from '../networks/status';
 
 export interface StatusSink {

@@ -7,12 +7,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { CniError } from '../cni/errors';
-import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
 import type { AddedInterface, NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
 import { BackgroundWrites } from './background-writes';
 import type { StatusWriteOptions } from './status-writer';
+import type { PodIdentity } from '../cni/types';
 
 export const ADDED_INTERFACE = 'AddedInterface';
 export const REMOVED_INTERFACE = 'RemovedInterface';

@@ -9,12 +9,12 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
-import type { PodIdentity } from '../drivers/driver';
 import type { AttachmentRecord } from '../engine/journal';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
 import type { CachedPod } from './pod-source';
 import { NETWORK_STATUS_ANNOTATION } from './status-writer';
+import type { PodIdentity } from '../cni/types';
 
 /** What the keeper reads of the engine: the journal's records. */
 export interface StatusRecords {

@@ -7,12 +7,12 @@
  * newer status of the same pod.
  */
 import type { Logger } from 'pino';
-import type { PodIdentity } from '../drivers/driver';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
 import { type KubeApiClient, segment } from './api-client';
 import { BackgroundWrites, type RetryOptions } from './background-writes';
 import type { ApiUidOf } from './mirror-pod';
+import type { PodIdentity } from '../cni/types';
 
 export interface StatusWriteOptions extends RetryOptions {
   /** The pod's UID in the API for a sandbox's K8S_POD_UID; the same UID where not given. */

@@ -19,6 +19,7 @@ import { HOST_LOCAL_DATA_DIR, hostLocalDataEntries, KubeNodeFixture, kubeNodeMis
 import { uniquePrefix } from '../support/netns';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { ClusterControlPlane } from '../support/control-plane';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const prefix = uniquePrefix('pd');
@@ -200,7 +201,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
   before(async () => {
     mkdirSync(binDir);
     // Copies, not links: plexusd in its container runs the node network's own plugins from this directory.
-    for (const f of readdirSync('/usr/lib/cni')) copyFileSync(join('/usr/lib/cni', f), join(binDir, f));
+    for (const f of readdirSync(DEBIAN_PLUGINS)) copyFileSync(join(DEBIAN_PLUGINS, f), join(binDir, f));
     imageArchive = execFileSync('bash', [join(ROOT, 'scripts/image.sh'), '--out', work], {
       encoding: 'utf8',
       env: { ...process.env, PLEXUS_IMAGE_SKIP_BUILD: '1' },

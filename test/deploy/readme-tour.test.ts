@@ -31,6 +31,7 @@ import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { ClusterControlPlane } from '../support/control-plane';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('rt');
 /** The bridge the tour's NAD makes on the node. */
@@ -105,7 +106,7 @@ describe(
 
     before(async () => {
       mkdirSync(binDir);
-      for (const f of readdirSync('/usr/lib/cni')) copyFileSync(join('/usr/lib/cni', f), join(binDir, f));
+      for (const f of readdirSync(DEBIAN_PLUGINS)) copyFileSync(join(DEBIAN_PLUGINS, f), join(binDir, f));
       const third = Math.floor(Math.random() * 200);
       node = await KubeNodeFixture.start({
         cniBinDir: binDir,

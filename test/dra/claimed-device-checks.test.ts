@@ -26,6 +26,7 @@ import { Kernel } from '../../src/kernel/kernel';
 import { NetworkDirectory } from '../../src/networks/directory';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('dck');
 const fx = new NetnsFixture(prefix);
@@ -117,7 +118,7 @@ before(async () => {
     new NetworkDirectory(join(dir, 'networks')),
     new DriverRegistry(),
     {
-      cniBinDir: '/usr/lib/cni',
+      cniBinDir: DEBIAN_PLUGINS,
       naming: 'multus',
       selectionAnnotation: true,
       defaultNetworks: [],
@@ -147,7 +148,7 @@ function call(command: 'ADD' | 'DEL', pod: string, netns: string) {
       CNI_CONTAINERID: `${prefix}${pod}`,
       CNI_NETNS: netns,
       CNI_IFNAME: 'eth0',
-      CNI_PATH: '/usr/lib/cni',
+      CNI_PATH: DEBIAN_PLUGINS,
       CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${pod};K8S_POD_UID=uid-${pod}`,
     },
     stdin: JSON.stringify({ cniVersion: '1.0.0', name: 'plexus', type: 'plexus-cni' }),

@@ -91,26 +91,17 @@ describe(
     for (const { what, make, named, claimsIsTheEntry } of CASES) {
       it(`${what}: plexusd starts, its socket answers, and the log names the entry`, async () => {
         const kubelet = mkdtempSync(join(work, 'kubelet-'));
-        const daemon = new DaemonFixture('podnet', [
-          '--kubeconfig',
-          api.userKubeconfig('plexus'),
-          '--node-name',
-          NODE,
-          '--dra',
-          'true',
-          '--device-plugin-config',
-          join(work, 'resources.yaml'),
-          '--kubelet-root-dir',
-          kubelet,
-          '--cdi-dir',
-          join(kubelet, 'cdi'),
-          '--device-plugin-dir',
-          join(kubelet, 'device-plugins'),
-          '--pod-resources-socket',
-          join(kubelet, 'pod-resources', 'kubelet.sock'),
-          '--device-info-dir',
-          join(kubelet, 'devinfo'),
-        ]);
+        const daemon = new DaemonFixture('podnet', {
+          kubeconfig: api.userKubeconfig('plexus'),
+          nodeName: NODE,
+          dra: true,
+          devicePluginConfig: join(work, 'resources.yaml'),
+          kubeletRootDir: kubelet,
+          cdiDir: join(kubelet, 'cdi'),
+          devicePluginDir: join(kubelet, 'device-plugins'),
+          podResourcesSocket: join(kubelet, 'pod-resources', 'kubelet.sock'),
+          deviceInfoDir: join(kubelet, 'devinfo'),
+        });
         daemon.launcher = ['prlimit', `--as=${ADDRESS_SPACE_LIMIT}`, '--'];
         try {
           const claims = join(daemon.stateDir, 'dra', 'claims');

@@ -17,8 +17,9 @@ import { k8sBinary } from '../support/k8s';
 import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
-import { bridgeConfList, draDaemonFlags, draRegistrations, installDra, podEvents } from '../support/dra-node';
+import { bridgeConfList, draSettings, draRegistrations, installDra, podEvents } from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
 /** What this node needs that setup.sh and ../shared provide. */
@@ -147,7 +148,7 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
     node = await KubeNodeFixture.start({
-      cniBinDir: '/usr/lib/cni',
+      cniBinDir: DEBIAN_PLUGINS,
       controlPlane: true,
       ownedLinks: [...NICS, ...PEERS],
       cniConfList: bridgeConfList(`${prefix}br`),
@@ -161,8 +162,8 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
     );
     // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
     await installDra(node);
-    daemon = new DaemonFixture('podnet', []);
-    daemon.addFlags(...draDaemonFlags(node, work), '--log-level', 'info');
+    daemon = new DaemonFixture('podnet');
+    daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {

@@ -11,6 +11,7 @@ const ptpDriver = createPtpDriver();
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, ipTry } from '../support/netns';
 import { attachRequest, driverTestbed, failure, must, RecordingEnv, attachParsed } from './support';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const bed = driverTestbed('ppt');
 const { prefix, fx } = bed;
@@ -73,10 +74,10 @@ describe('ptp driver', () => {
       CNI_CONTAINERID: `${prefix}ref`,
       CNI_NETNS: ref.pod.path,
       CNI_IFNAME: 'eth0',
-      CNI_PATH: '/usr/lib/cni',
+      CNI_PATH: DEBIAN_PLUGINS,
     };
     const refResult = JSON.parse(
-      execFileSync('/usr/lib/cni/ptp', [], {
+      execFileSync(join(DEBIAN_PLUGINS, 'ptp'), [], {
         input: refConf,
         env: { ...refEnv, CNI_COMMAND: 'ADD' },
         encoding: 'utf8',
@@ -120,7 +121,7 @@ describe('ptp driver', () => {
       assert.equal(ours.pod.exec('ping', '-6', '-c1', '-W2', `${ours.v6}1`).status, 0);
       assert.equal(execFileSync('ping', ['-c1', '-W2', podIp], { encoding: 'utf8' }).includes('1 received'), true);
     } finally {
-      execFileSync('/usr/lib/cni/ptp', [], {
+      execFileSync(join(DEBIAN_PLUGINS, 'ptp'), [], {
         input: refConf,
         env: { ...refEnv, CNI_COMMAND: 'DEL' },
         encoding: 'utf8',

@@ -19,7 +19,7 @@ const subnet = (i: number): string => `10.${o}.${t + i}.0/24`;
 
 const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir]);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir });
 
 function nad(name: string, config: Record<string, unknown>, annotations: Record<string, string> = {}): void {
   daemon.writeNad(

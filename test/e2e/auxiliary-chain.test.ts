@@ -70,7 +70,7 @@ describe('the auxiliary chain (Multus subdirectory-chaining-passthru)', () => {
         `#!/bin/sh\necho "${p} $CNI_COMMAND $CNI_IFNAME" >> ${callLog}\nexec ${plugins}/${p}\n`,
         { mode: 0o755 },
       );
-    daemon = new DaemonFixture(confFile, ['--cni-bin-dir', binDir, '--auxiliary-chain', chainDir]);
+    daemon = new DaemonFixture(confFile, { cniBinDir: binDir, auxiliaryChain: chainDir });
     await daemon.start();
   });
   after(async () => {

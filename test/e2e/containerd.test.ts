@@ -41,7 +41,7 @@ describe(`the documented conflist on containerd ${major}`, { skip }, () => {
   const fx = new NetnsFixture(prefix);
   const o = 200 + Math.floor(Math.random() * 50);
   const t = Math.floor(Math.random() * 200);
-  const daemon = new DaemonFixture('podnet', ['--default-networks', 'sec']);
+  const daemon = new DaemonFixture('podnet', { defaultNetworks: 'sec' });
   const host = new HostFiles();
   let containerd: ContainerdFixture;
   let image = '';

@@ -10,6 +10,7 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import { DaemonFixture, podArgs, podMaker, ROOT } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('ds');
 const fx = new NetnsFixture(prefix);
@@ -17,7 +18,7 @@ const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const slowLog = join(base.dir, 'slow.log');
 const SLOW_MS = 4000;
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir, '--max-concurrent', '2', '--delegate-share', '2']);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir, maxConcurrent: 2, delegateShare: 2 });
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
 
@@ -81,13 +82,6 @@ const slowAddsStarted = (): number => {
     return 0;
   }
 };
-async function waitFor(what: string, cond: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 /**
  * Four pods ADDed on the slow network, each test its own: resolves once two of their plugins run (the share), and
@@ -106,7 +100,7 @@ async function slowNetworkBusy(t: TestContext): Promise<{
     await Promise.allSettled(adds);
     for (const pod of pods) await del(pod);
   });
-  await waitFor('two slow plugins running', () => started() >= 2, 10_000);
+  await untilTrue('two slow plugins running', () => started() >= 2, 10_000);
   return { pods, adds, started };
 }
 

@@ -24,7 +24,7 @@ import { NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pk');
 const fx = new NetnsFixture(prefix);
-const daemon = new DaemonFixture('podnet', ['--metrics-address', '127.0.0.1:0', '--log-level', 'info']);
+const daemon = new DaemonFixture('podnet', { metricsAddress: '127.0.0.1:0', logLevel: 'info' });
 const newPod = podMaker(fx, prefix, ['eth0']);
 const filler = join(daemon.stateDir, 'filler');
 let mounted = false;

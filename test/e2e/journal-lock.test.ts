@@ -8,10 +8,11 @@ import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { DaemonFixture, getJson } from '../support/daemon';
 import { uniquePrefix } from '../support/netns';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('pq');
 const first = new DaemonFixture('podnet');
-const second = new DaemonFixture('podnet', ['--log-level', 'info']);
+const second = new DaemonFixture('podnet', { logLevel: 'info' });
 // The second daemon shares the first one's state dir (its own socket, so whether it serves can be seen).
 (second as { stateDir: string }).stateDir = first.stateDir;
 
@@ -45,9 +46,5 @@ it('a second plexusd on the same state dir waits while the first runs, even afte
   assert.match(second.stderr, new RegExp(`"holder":"${first.pid}"`), 'it names the daemon it waits for');
 
   await first.kill('SIGTERM');
-  const deadline = Date.now() + 15000;
-  while (!(await serving(second))) {
-    assert.ok(Date.now() < deadline, `the second daemon serves once the first has exited: ${second.stderr}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await untilTrue('the second daemon to serve once the first has exited', () => serving(second), 15000);
 });

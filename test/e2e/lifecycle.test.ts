@@ -4,7 +4,14 @@ import { unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podCall, type PodCallOverrides, type ShimOutput, type TestPod } from '../support/daemon';
+import {
+  DaemonFixture,
+  podCall,
+  type PodCallOverrides,
+  podMaker,
+  type ShimOutput,
+  type TestPod,
+} from '../support/daemon';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 
 const prefix = uniquePrefix('pl');
@@ -12,7 +19,6 @@ const octet = 200 + Math.floor(Math.random() * 50);
 const third = Math.floor(Math.random() * 250);
 const fx = new NetnsFixture(prefix);
 const daemon = new DaemonFixture('podnet');
-let counter = 0;
 
 before(async () => {
   fx.trackHostLink(`${prefix}br`);
@@ -36,13 +42,10 @@ interface Pod extends TestPod {
   readonly hostVeth: string;
 }
 
+const makePod = podMaker(fx, prefix, ['eth0']);
 function newPod(): Pod {
-  const n = ++counter;
-  const ns = fx.create(`p${n}`);
-  const cid = `${prefix}c${n}`;
-  const hostVeth = hostVethName(cid, 'eth0', 'eth0');
-  fx.trackHostLink(hostVeth);
-  return { cid, name: `pod${n}`, netns: ns.path, ns: ns.name, hostVeth };
+  const pod = makePod();
+  return { ...pod, hostVeth: hostVethName(pod.cid, 'eth0', 'eth0') };
 }
 
 /** A runtime's call for a pod's eth0, with the daemon's runtime config plus `config` (CHECK sends no CNI_ARGS). */

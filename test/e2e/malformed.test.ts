@@ -5,10 +5,11 @@ import { hostVethName } from '../../src/drivers/bridge';
 import { spawnSync } from 'node:child_process';
 import { DaemonFixture, podArgs, SHIM, type ShimCall } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, uniquePrefix } from '../support/netns';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('pm');
 const fx = new NetnsFixture(prefix);
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', '/nonexistent/cni/bin']);
+const daemon = new DaemonFixture('podnet', { cniBinDir: '/nonexistent/cni/bin' });
 let netns = '';
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
 
@@ -301,7 +302,7 @@ describe('malformed input', () => {
         CNI_COMMAND: 'ADD',
         CNI_CONTAINERID: cid,
         CNI_NETNS: netns,
-        CNI_PATH: '/usr/lib/cni',
+        CNI_PATH: DEBIAN_PLUGINS,
         CNI_ARGS: podArgs('pod', cid),
       },
       encoding: 'utf8',

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
-import { DaemonFixture, podArgs, ROOT } from '../support/daemon';
+import { DaemonFixture, podArgs, podMaker, ROOT, type TestPod } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { referencePluginDir } from '../support/plugin-dir';
@@ -25,7 +25,7 @@ const gateway = (i: number): string => `10.${o}.${t + i}.1`;
 const daemonBase = new DaemonFixture('podnet');
 const binDir = join(daemonBase.dir, 'cni-bin');
 const hostLocalDir = join(daemonBase.dir, 'host-local');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir]);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir });
 const uplink = `${prefix}up`;
 
 function nad(name: string, config: Record<string, unknown>, annotations: Record<string, string> = {}): void {
@@ -110,20 +110,8 @@ after(async () => {
   fx.cleanup();
 });
 
-let n = 0;
-interface Pod {
-  readonly cid: string;
-  readonly name: string;
-  readonly netns: string;
-  readonly ns: string;
-}
-function newPod(): Pod {
-  const i = ++n;
-  const ns = fx.create(`p${i}`);
-  const cid = `${prefix}c${i}`;
-  for (const ifname of ['eth0', 'net1', 'net2', 'net3', 'data0']) fx.trackHostLink(hostVethName(cid, 'eth0', ifname));
-  return { cid, name: `pod${i}`, netns: ns.path, ns: ns.name };
-}
+type Pod = TestPod;
+const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2', 'net3', 'data0']);
 const withNetworks = (annotation: string, cniVersion = '1.1.0'): Record<string, unknown> =>
   daemon.runtimeConfig(
     { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } } },

@@ -31,7 +31,7 @@ const primary = {
     },
   ],
 };
-const daemon = new DaemonFixture(primaryFile, ['--cni-bin-dir', binDir, '--multus-cache-dir', cacheDir]);
+const daemon = new DaemonFixture(primaryFile, { cniBinDir: binDir, multusCacheDir: cacheDir });
 
 before(async () => {
   plexusPluginDir(binDir);

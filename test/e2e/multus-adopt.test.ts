@@ -14,6 +14,7 @@ import { restoreForwardingAfterwards } from '../support/forwarding';
 import { multusMissing, multusPluginDir, writeRuntimeRecord } from '../support/multus';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const missing = multusMissing();
 const prefix = uniquePrefix('ma');
@@ -67,16 +68,12 @@ const multusConf = {
   binDir,
   delegates: [primary, macvlan, staticNet],
 };
-const daemon = new DaemonFixture(primaryFile, [
-  '--cni-bin-dir',
-  binDir,
-  '--multus-cache-dir',
-  cacheDir,
-  '--runtime-cni-cache-dir',
-  runtimeCacheDir,
-  '--log-level',
-  'info',
-]);
+const daemon = new DaemonFixture(primaryFile, {
+  cniBinDir: binDir,
+  multusCacheDir: cacheDir,
+  runtimeCniCacheDir: runtimeCacheDir,
+  logLevel: 'info',
+});
 
 restoreForwardingAfterwards();
 
@@ -314,7 +311,7 @@ describe('a pod Multus made, deleted once Plexus serves the node', { skip: expec
       assert.equal(leases('mvnet').length, 1, "the gone plugin's lease stays: nothing can release it");
       assert.equal((await plexusDel(pod)).code, 0, 'the retry succeeds');
     } finally {
-      symlinkSync('/usr/lib/cni/macvlan', join(binDir, 'macvlan'));
+      symlinkSync(join(DEBIAN_PLUGINS, 'macvlan'), join(binDir, 'macvlan'));
       // What the missing plugin held: released by hand, as docs/migrate-from-multus.md says.
       for (const l of leases('mvnet')) unlinkSync(join(leaseDir, 'mvnet', l));
     }

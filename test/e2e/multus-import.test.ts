@@ -12,6 +12,7 @@ import { runInstall } from '../../src/install/main';
 import { DaemonFixture, podArgs, SHIM } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 restoreForwardingAfterwards();
 
@@ -28,7 +29,7 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
     const imported = join(state, 'imported-config.json');
     const settings = join(base.dir, 'plexusd.yaml');
     // As the DaemonSet runs it: the ConfigMap's file names the link and the imported settings; no flag overrides them.
-    const daemon = new DaemonFixture('', ['--config', settings, '--cni-bin-dir', '/usr/lib/cni']);
+    const daemon = new DaemonFixture('', { config: settings, cniBinDir: DEBIAN_PLUGINS });
     const bridge = (name: string, i: number): Record<string, unknown> => ({
       cniVersion: '1.0.0',
       name,

@@ -25,18 +25,13 @@ const multusConf = JSON.stringify({
   type: 'multus-shim',
   clusterNetwork: '/etc/cni/net.d/10-podnet.conflist',
 });
-const daemon = new DaemonFixture('podnet', [
-  '--default-networks',
-  'sidecar',
-  '--system-namespaces',
-  'infra,kube-system',
-  '--readiness-indicator-file',
-  ready,
-  '--install-cni-config',
-  join(confDir, '00-plexus.conflist'),
-  '--take-over-multus',
-  'true',
-]);
+const daemon = new DaemonFixture('podnet', {
+  defaultNetworks: 'sidecar',
+  systemNamespaces: 'infra,kube-system',
+  readinessIndicatorFile: ready,
+  installCniConfig: join(confDir, '00-plexus.conflist'),
+  takeOverMultus: true,
+});
 
 restoreForwardingAfterwards();
 

@@ -38,14 +38,11 @@ before(async () => {
   // A file where host-local's directory of the network should be.
   mkdirSync(dataDir, { recursive: true });
   writeFileSync(store, 'not a directory');
-  daemon.addFlags(
-    '--install-cni-config',
-    join(confDir, '00-plexus.conflist'),
-    '--take-over-multus',
-    'true',
-    '--metrics-address',
-    `127.0.0.1:${port}`,
-  );
+  daemon.addSettings({
+    installCniConfig: join(confDir, '00-plexus.conflist'),
+    takeOverMultus: true,
+    metricsAddress: `127.0.0.1:${port}`,
+  });
   await daemon.start();
 });
 after(async () => {

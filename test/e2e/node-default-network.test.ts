@@ -22,6 +22,7 @@ import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podArgs } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('nd');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
@@ -61,14 +62,14 @@ describe("the node's own CNI config as the default network", () => {
     writeFileSync(confFile, JSON.stringify(nodeConfig));
     // The node's bridge plugin, through a wrapper that logs each call: which DELs reach the node's plugins.
     mkdirSync(binDir);
-    for (const p of readdirSync('/usr/lib/cni'))
-      if (p !== 'bridge') symlinkSync(join('/usr/lib/cni', p), join(binDir, p));
+    for (const p of readdirSync(DEBIAN_PLUGINS))
+      if (p !== 'bridge') symlinkSync(join(DEBIAN_PLUGINS, p), join(binDir, p));
     writeFileSync(
       join(binDir, 'bridge'),
-      `#!/bin/sh\necho "$CNI_COMMAND $CNI_CONTAINERID" >> ${callLog}\nexec /usr/lib/cni/bridge\n`,
+      `#!/bin/sh\necho "$CNI_COMMAND $CNI_CONTAINERID" >> ${callLog}\nexec ${DEBIAN_PLUGINS}/bridge\n`,
       { mode: 0o755 },
     );
-    daemon = new DaemonFixture(confFile, ['--cni-bin-dir', binDir]);
+    daemon = new DaemonFixture(confFile, { cniBinDir: binDir });
     await daemon.start();
   });
   after(async () => {
@@ -81,14 +82,14 @@ describe("the node's own CNI config as the default network", () => {
     // A sandbox from before Plexus: the runtime ran the node's plugin itself.
     const before = fx.create('before');
     const old = `${prefix}-old`;
-    execFileSync('/usr/lib/cni/bridge', [], {
+    execFileSync(join(DEBIAN_PLUGINS, 'bridge'), [], {
       input: JSON.stringify({ ...nodeConfig.plugins[0], name: 'nodenet', cniVersion: '1.0.0' }),
       env: {
         CNI_COMMAND: 'ADD',
         CNI_CONTAINERID: old,
         CNI_NETNS: before.path,
         CNI_IFNAME: 'eth0',
-        CNI_PATH: '/usr/lib/cni',
+        CNI_PATH: DEBIAN_PLUGINS,
         CNI_ARGS: podArgs('old', old),
         PATH: process.env.PATH ?? '',
       },

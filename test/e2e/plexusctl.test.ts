@@ -31,7 +31,7 @@ before(async () => {
     'bad.yaml',
     'apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: Bad_Name}\nspec: {config: "{}"}\n',
   );
-  daemon.addFlags('--multus-cache-dir', multusCacheDir);
+  daemon.addSettings({ multusCacheDir });
   await daemon.start();
   const netns = fx.create('pod').path;
   const out = await daemon.cni({

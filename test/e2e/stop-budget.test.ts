@@ -12,6 +12,7 @@ import { HOLD_ENV } from '../../src/engine/teardown/background';
 import { DaemonFixture, podArgs, podCall, podMaker, ROOT, type TestPod } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('sb');
 const fx = new NetnsFixture(prefix);
@@ -21,7 +22,7 @@ const SLACK_MS = 1500;
 const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const slowLog = join(base.dir, 'slow.log');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir, '--drain-seconds', String(DRAIN_SECONDS)]);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir, drainSeconds: DRAIN_SECONDS });
 daemon.settleDels = false;
 const newPod = podMaker(fx, prefix, ['eth0']);
 
@@ -76,14 +77,6 @@ function killIfAlive(pid: number): void {
   }
 }
 
-async function waitFor(what: string, cond: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 const slowAdd = (pod: TestPod) =>
   daemon.cni({
     command: 'ADD',
@@ -106,7 +99,7 @@ it(`SIGTERM with a slow call and pending teardowns: plexusd exits within --drain
   for (const p of deleted) assert.equal((await podCall(daemon, 'DEL', p, daemon.runtimeConfig())).code, 0);
   assert.equal(daemon.journalFiles().length, deleted.length, 'the teardowns are pending (held)');
   const inFlight = slowAdd(newPod());
-  await waitFor('the slow plugin running', () => slowPluginPids().length === 1, 10_000);
+  await untilTrue('the slow plugin running', () => slowPluginPids().length === 1, 10_000);
 
   const started = Date.now();
   await daemon.kill('SIGTERM');

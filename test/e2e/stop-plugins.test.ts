@@ -12,6 +12,7 @@ import { DaemonFixture, podArgs, podMaker, type TestPod } from '../support/daemo
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ipTry, NetnsFixture, uniquePrefix } from '../support/netns';
 import { DEBIAN_PLUGINS, referencePluginDir } from '../support/plugin-dir';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('sp');
 const fx = new NetnsFixture(prefix);
@@ -21,7 +22,7 @@ const base = new DaemonFixture('podnet');
 const binDir = join(base.dir, 'cni-bin');
 const pidFile = join(base.dir, 'slow-bridge.pids');
 const leaseDir = join(base.dir, 'host-local');
-const daemon = new DaemonFixture('podnet', ['--cni-bin-dir', binDir, '--drain-seconds', '1']);
+const daemon = new DaemonFixture('podnet', { cniBinDir: binDir, drainSeconds: 1 });
 const newPod = podMaker(fx, prefix, ['eth0']);
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
@@ -102,14 +103,6 @@ function killIfAlive(pid: number): void {
   }
 }
 
-async function waitFor(what: string, cond: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 const leases = (): string[] => {
   try {
     return readdirSync(join(leaseDir, 'slownet')).filter((n) => !n.startsWith('last_reserved') && n !== 'lock');
@@ -139,7 +132,7 @@ async function cutOffAdd(signal: NodeJS.Signals): Promise<TestPod> {
   const pod = newPod();
   const before = pluginPids().length;
   const add = call('ADD', pod);
-  await waitFor('the slow plugin running', () => pluginPids().length === before + 1, 10_000);
+  await untilTrue('the slow plugin running', () => pluginPids().length === before + 1, 10_000);
   const started = Date.now();
 
   await daemon.kill(signal);

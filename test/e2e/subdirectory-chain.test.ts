@@ -56,7 +56,7 @@ describe('subdirectory chaining of the default network (Multus subdirectory-chai
     );
     mkdirSync(join(dir, 'state'));
     symlinkSync(confFile, link);
-    daemon = new DaemonFixture(link, ['--cni-bin-dir', referencePlugins()]);
+    daemon = new DaemonFixture(link, { cniBinDir: referencePlugins() });
     await daemon.start();
   });
   after(async () => {

@@ -9,6 +9,7 @@ import { after, before, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, podCall, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, ip, ipTry, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('ptc');
 const fx = new NetnsFixture(prefix);
@@ -58,12 +59,6 @@ const onTwo = (where: Map<string, string[]>): string[] =>
   [...where].filter(([, at]) => at.length > 1).map(([a, at]) => `${a} on ${at.join(', ')}`);
 const addressOf = (r: ShimOutput): string => String((r.json as { ips: { address: string }[] }).ips[0]?.address);
 
-async function eventually(what: string, check: () => boolean, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  assert.ok(check(), `${what} within ${ms / 1000} s`);
-}
-
 it('plexusd killed while DELs are torn down in the background: no address reused early, nothing leaked after the restart', async () => {
   const pods: TestPod[] = Array.from({ length: DELETED }, newPod);
   for (const p of pods) assert.equal((await podCall(daemon, 'ADD', p, config())).code, 0);
@@ -100,7 +95,7 @@ it('plexusd killed while DELs are torn down in the background: no address reused
   await daemon.start();
 
   // Recovery finishes every teardown the crash cut off: links, leases and records of the deleted pods are gone.
-  await eventually("the deleted pods' records are gone", () => daemon.journalFiles().length === FREE_AFTER);
+  await untilTrue("the deleted pods' records are gone", () => daemon.journalFiles().length === FREE_AFTER, 20_000);
   assert.deepEqual(
     veths.flatMap((v) => hostLinksWithPrefix(v)),
     [],
@@ -121,7 +116,7 @@ it('plexusd killed while DELs are torn down in the background: no address reused
 
   // Deleting the rest leaves nothing once the background is done.
   for (const p of later) assert.equal((await podCall(daemon, 'DEL', p, config())).code, 0);
-  await eventually('every record closed', () => daemon.journalFiles().length === 0);
+  await untilTrue('every record closed', () => daemon.journalFiles().length === 0, 20_000);
   assert.deepEqual(daemon.leases('podnet'), [], 'no leaked lease');
   const laterVeths = later.map((p) => hostVethName(p.cid, 'eth0', 'eth0'));
   assert.deepEqual(

@@ -9,6 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { hostVethName } from '../../src/drivers/bridge';
 import { DaemonFixture, httpGet, metricSample, podArgs, podCall, podMaker, type TestPod } from '../support/daemon';
 import { hostLinksWithPrefix, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { untilTrue } from '../support/until';
 
 const prefix = uniquePrefix('ptv');
 const fx = new NetnsFixture(prefix);
@@ -42,12 +43,6 @@ const timed = async <T>(run: () => Promise<T>): Promise<{ value: T; ms: number }
 };
 const veth = (p: TestPod): string => hostVethName(p.cid, 'eth0', 'eth0');
 
-async function eventually(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
-  assert.ok(check(), `${what} within ${ms / 1000} s`);
-}
-
 describe('verbs while a teardown is pending', () => {
   it('DEL answers before the links are gone; a second DEL answers at once; CHECK fails as for a deleted attachment', async () => {
     const p = newPod();
@@ -63,7 +58,7 @@ describe('verbs while a teardown is pending', () => {
     const pending = (await httpGet({ socketPath: daemon.socket, path: '/metrics' })).body;
     assert.equal(metricSample(pending, 'plexus_teardowns_pending{state="queued"}'), 1, pending);
     assert.ok((metricSample(pending, 'plexus_teardown_oldest_seconds') ?? 0) > 0, 'the pending teardown has an age');
-    await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
+    await untilTrue('the teardown is done', () => daemon.journalFiles().length === 0, 15_000);
     const done = (await httpGet({ socketPath: daemon.socket, path: '/metrics' })).body;
     for (const state of ['queued', 'running', 'retrying'])
       assert.equal(metricSample(done, `plexus_teardowns_pending{state="${state}"}`), 0, state);
@@ -86,7 +81,7 @@ describe('verbs while a teardown is pending', () => {
     assert.equal(daemon.leases('podnet').length, 1, "one lease: the new attachment's");
     assert.equal((await podCall(daemon, 'CHECK', p, config())).code, 0);
     assert.equal((await podCall(daemon, 'DEL', p, config())).code, 0);
-    await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
+    await untilTrue('the teardown is done', () => daemon.journalFiles().length === 0, 15_000);
   });
 
   it('a new sandbox in the netns of one being torn down (a runtime that keeps the netns) waits for the old interfaces', async () => {
@@ -115,7 +110,7 @@ describe('verbs while a teardown is pending', () => {
       config: config(),
     });
     assert.equal(del.code, 0);
-    await eventually('the teardown is done', () => daemon.journalFiles().length === 0);
+    await untilTrue('the teardown is done', () => daemon.journalFiles().length === 0, 15_000);
     assert.deepEqual(podLinks(old.ns), []);
   });
 
@@ -125,7 +120,7 @@ describe('verbs while a teardown is pending', () => {
     for (const p of pods) assert.equal((await podCall(daemon, 'DEL', p, config())).code, 0);
     const gc = await daemon.cni({ command: 'GC', config: daemon.runtimeConfig({ 'cni.dev/valid-attachments': [] }) });
     assert.equal(gc.code, 0, gc.stdout);
-    await eventually('the teardowns are done', () => daemon.journalFiles().length === 0);
+    await untilTrue('the teardowns are done', () => daemon.journalFiles().length === 0, 15_000);
     assert.deepEqual(daemon.leases('podnet'), []);
     assert.deepEqual(
       pods.flatMap((p) => hostLinksWithPrefix(veth(p))),

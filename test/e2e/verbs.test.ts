@@ -168,7 +168,7 @@ describe(
       fx.trackHostLink(`${prefix}rb`);
       delegating = new DaemonFixture('refnet');
       spied = spiedPluginDir(referencePlugins(), join(delegating.dir, 'plugins'));
-      delegating.addFlags('--cni-bin-dir', spied.binDir);
+      delegating.addSettings({ cniBinDir: spied.binDir });
       nad('refnet', 'host-local');
       nad('refbroken', `${prefix}-no-ipam`);
       await delegating.start();

@@ -19,6 +19,7 @@ import { Kernel } from '../../src/kernel/kernel';
 import { NetworkDirectory } from '../../src/networks/directory';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { hostLinksWithPrefix, ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const prefix = uniquePrefix('pd');
 const fx = new NetnsFixture(prefix);
@@ -66,7 +67,7 @@ before(async () => {
     new NetworkDirectory(join(dir, 'networks')),
     new DriverRegistry(),
     {
-      cniBinDir: '/usr/lib/cni',
+      cniBinDir: DEBIAN_PLUGINS,
       naming: 'multus',
       selectionAnnotation: true,
       defaultNetworks: [],
@@ -90,7 +91,7 @@ function request(command: 'ADD' | 'DEL') {
       CNI_CONTAINERID: cid,
       CNI_NETNS: `/var/run/netns/${prefix}-p${n}`,
       CNI_IFNAME: 'eth0',
-      CNI_PATH: '/usr/lib/cni',
+      CNI_PATH: DEBIAN_PLUGINS,
       CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=pod${n}`,
     },
     stdin: JSON.stringify({

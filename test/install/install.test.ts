@@ -321,7 +321,7 @@ describe('plexusd --install-cni-config', () => {
     const primary = join(confDir, '10-bridge.conflist');
     writeFileSync(primary, bridgeConflist('podnet', '0.4.0'));
     const out = join(confDir, PLEXUS_CONFLIST);
-    const daemon = new DaemonFixture(primary, ['--install-cni-config', out]);
+    const daemon = new DaemonFixture(primary, { installCniConfig: out });
     daemons.push(daemon);
     await daemon.start();
     const written = JSON.parse(readFileSync(out, 'utf8')) as {
@@ -337,13 +337,12 @@ describe('plexusd --install-cni-config', () => {
   });
 
   it('refuses to start, writing nothing, when the default network file cannot be read', async () => {
-    const daemon = new DaemonFixture('/nonexistent/10-bridge.conflist', [
-      '--install-cni-config',
-      '/nonexistent/00-plexus.conflist',
-    ]);
+    const daemon = new DaemonFixture('/nonexistent/10-bridge.conflist', {
+      installCniConfig: '/nonexistent/00-plexus.conflist',
+    });
     daemons.push(daemon);
     const out = join(daemon.dir, '00-plexus.conflist');
-    daemon.addFlags('--install-cni-config', out);
+    daemon.addSettings({ installCniConfig: out });
     await assert.rejects(daemon.start(), /exited with 1[\s\S]*cannot be read/);
     assert.equal(existsSync(out), false);
   });

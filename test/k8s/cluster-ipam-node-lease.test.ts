@@ -13,6 +13,7 @@ import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('nl');
@@ -71,22 +72,15 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
   const live = new Map<string, { node: string; pod: Pod; addresses: string[] }>();
 
   const daemon = (node: string): DaemonFixture => {
-    const d = new DaemonFixture('tiny', [
-      '--kubeconfig',
+    const d = new DaemonFixture('tiny', {
       kubeconfig,
-      '--node-name',
-      node,
-      '--cni-bin-dir',
-      '/usr/lib/cni',
-      '--ipam-reconcile-seconds',
-      '0.5',
-      '--ipam-node-grace-seconds',
-      String(GRACE_S),
-      '--node-lease-seconds',
-      String(LEASE_S),
-      '--orphan-sweep-seconds',
-      '0',
-    ]);
+      nodeName: node,
+      cniBinDir: DEBIAN_PLUGINS,
+      ipamReconcileSeconds: 0.5,
+      ipamNodeGraceSeconds: GRACE_S,
+      nodeLeaseSeconds: LEASE_S,
+      orphanSweepSeconds: 0,
+    });
     daemons.push(d);
     return d;
   };

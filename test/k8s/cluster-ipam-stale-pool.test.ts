@@ -10,6 +10,7 @@ import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('sp');
@@ -44,20 +45,14 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     for (const [name, config] of Object.entries({ base: BASE, old: OLD }))
       assert.equal((await api.createNad('default', name, config)).status, 201);
     await api.createNode(`${prefix}-x`);
-    node = new DaemonFixture('base', [
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      `${prefix}-x`,
-      '--cni-bin-dir',
-      '/usr/lib/cni',
-      '--ipam-reconcile-seconds',
-      '0.5',
-      '--ipam-node-grace-seconds',
-      String(GRACE_S),
-      '--orphan-sweep-seconds',
-      '0',
-    ]);
+    node = new DaemonFixture('base', {
+      kubeconfig: api.userKubeconfig('plexus'),
+      nodeName: `${prefix}-x`,
+      cniBinDir: DEBIAN_PLUGINS,
+      ipamReconcileSeconds: 0.5,
+      ipamNodeGraceSeconds: GRACE_S,
+      orphanSweepSeconds: 0,
+    });
     await node.start(60000);
   });
   after(async () => {

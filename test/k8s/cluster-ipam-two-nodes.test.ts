@@ -119,7 +119,7 @@ describe('one cluster-IPAM macvlan network across two simulated nodes', { skip }
           apiSocket: join(dir, 'api.sock'),
           kubeconfig,
           defaultNetwork: 'lan',
-          flags: ['--ipam-reconcile-seconds', '1'],
+          settings: { ipamReconcileSeconds: 1 },
         }),
       );
     }

@@ -14,6 +14,7 @@ import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ci');
@@ -90,20 +91,14 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       const name = `${prefix}-n${i}`;
       await api.createNode(name);
       nodes.push(
-        new DaemonFixture('ca', [
-          '--kubeconfig',
+        new DaemonFixture('ca', {
           kubeconfig,
-          '--node-name',
-          name,
-          '--cni-bin-dir',
-          '/usr/lib/cni',
-          '--ipam-reconcile-seconds',
-          '1',
-          '--ipam-node-grace-seconds',
-          '2',
-          '--node-lease-seconds',
-          '2',
-        ]),
+          nodeName: name,
+          cniBinDir: DEBIAN_PLUGINS,
+          ipamReconcileSeconds: 1,
+          ipamNodeGraceSeconds: 2,
+          nodeLeaseSeconds: 2,
+        }),
       );
     }
     await Promise.all(nodes.map((n) => n.start(60000)));

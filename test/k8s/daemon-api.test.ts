@@ -51,9 +51,9 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     for (const [ns, name, config] of nads)
       assert.equal((await api.createNad(ns, name, config)).status, 201, `${ns}/${name}`);
     const kubeconfig = api.userKubeconfig('plexus');
-    const flags = ['--kubeconfig', kubeconfig, '--node-name', NODE, '--cni-bin-dir', binDir];
-    open = new DaemonFixture('podnet', flags);
-    isolated = new DaemonFixture('podnet', [...flags, '--namespace-isolation', 'true', '--global-namespaces', nsG]);
+    const settings = { kubeconfig, nodeName: NODE, cniBinDir: binDir };
+    open = new DaemonFixture('podnet', settings);
+    isolated = new DaemonFixture('podnet', { ...settings, namespaceIsolation: true, globalNamespaces: nsG });
     await Promise.all([open.start(30000), isolated.start(30000)]);
   });
   after(async () => {
@@ -392,14 +392,11 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
       assert.match(String(miss.json?.msg), /cannot read pod default\/not-in-cache from the Kubernetes API/);
 
       // A daemon started now is not ready until its caches have synced.
-      late = new DaemonFixture('podnet', [
-        '--kubeconfig',
-        api.userKubeconfig('plexus'),
-        '--node-name',
-        NODE,
-        '--cni-bin-dir',
-        binDir,
-      ]);
+      late = new DaemonFixture('podnet', {
+        kubeconfig: api.userKubeconfig('plexus'),
+        nodeName: NODE,
+        cniBinDir: binDir,
+      });
       const lateReady = late.start(60000);
       await sleep(1500);
       assert.equal((await getJson(late.socket, '/readyz')).status, 503, 'not ready while the API is away');

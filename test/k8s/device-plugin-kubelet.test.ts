@@ -99,7 +99,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
         ],
       }),
     );
-    daemon = new DaemonFixture('podnet', []);
+    daemon = new DaemonFixture('podnet');
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
@@ -127,22 +127,15 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
       },
     );
     assert.equal(made.status, 201, JSON.stringify(made.body));
-    daemon.addFlags(
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--device-plugin-config',
-      join(work, 'devices.yaml'),
-      '--device-info-dir',
-      join(work, 'devinfo'),
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--log-level',
-      'info',
-    );
+    daemon.addSettings({
+      kubeconfig: api.userKubeconfig('plexus'),
+      nodeName: node.nodeName,
+      cniBinDir: binDir,
+      devicePluginConfig: join(work, 'devices.yaml'),
+      deviceInfoDir: join(work, 'devinfo'),
+      podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      logLevel: 'info',
+    });
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });

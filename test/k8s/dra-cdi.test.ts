@@ -10,7 +10,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { containerdMajor, containerdVersion } from '../support/containerd';
-import { claimingPod, create, draDaemonFlags, draNodeMissing, draRegistrations, draTooOld } from '../support/dra-node';
+import { claimingPod, create, draSettings, draNodeMissing, draRegistrations, draTooOld } from '../support/dra-node';
 import { installDra } from '../support/dra-node';
 import { podnetBridge } from '../support/k8s';
 import { PAUSE_IMAGE } from '../support/kube-node';
@@ -69,7 +69,7 @@ describe('a memif device given by a claim reaches the container through CDI', { 
     );
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     await installDra(node);
-    daemon.addFlags(...draDaemonFlags(node, work, plexus.binDir), '--log-level', 'info');
+    daemon.addSettings({ ...draSettings(node, work, plexus.binDir), logLevel: 'info' });
     await daemon.start(30000);
     await until('plexus.io registered', () => (draRegistrations(daemon) > 0 ? true : undefined), 30000, 100);
     await until(

@@ -140,7 +140,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
       macs.set(name, execFileSync('cat', [`/sys/class/net/${name}/address`], { encoding: 'utf8' }).trim());
     }
-    daemon = new DaemonFixture('podnet', []);
+    daemon = new DaemonFixture('podnet');
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       controlPlane: true,
@@ -171,18 +171,13 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       { name: 'nic1', deviceID: NICS[1]!, resourceName: OTHER },
     ]);
     await driver.start();
-    daemon.addFlags(
-      '--kubeconfig',
-      api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      node.nodeName,
-      '--cni-bin-dir',
-      binDir,
-      '--pod-resources-socket',
-      join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-      '--log-level',
-      'info',
-    );
+    daemon.addSettings({
+      kubeconfig: api.userKubeconfig(PLEXUS_USER),
+      nodeName: node.nodeName,
+      cniBinDir: binDir,
+      podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+      logLevel: 'info',
+    });
     await daemon.start(30000);
     pods = new ApiPods(api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');

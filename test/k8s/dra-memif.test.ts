@@ -15,7 +15,7 @@ import type { DaemonFixture } from '../support/daemon';
 import {
   claimingPod,
   create,
-  draDaemonFlags,
+  draSettings,
   draNodeMissing,
   draRegistrations,
   draTooOld,
@@ -70,7 +70,7 @@ describe('a memif network given by a claim on a real node', { skip, timeout: 600
     });
     ({ node, daemon, work } = memifNode);
     await installDra(node);
-    daemon.addFlags(...draDaemonFlags(node, work, memifNode.binDir), '--log-level', 'info');
+    daemon.addSettings({ ...draSettings(node, work, memifNode.binDir), logLevel: 'info' });
     await daemon.start(30000);
     await until(
       "the kubelet's registration of plexus.io",

@@ -22,7 +22,7 @@ import {
   claimSpec,
   create,
   docExample,
-  draDaemonFlags,
+  draSettings,
   draNodeMissing,
   draRegistrations,
   draTooOld,
@@ -165,7 +165,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
-    daemon = new DaemonFixture('podnet', []);
+    daemon = new DaemonFixture('podnet');
     node = await KubeNodeFixture.start({
       cniBinDir: binDir,
       controlPlane: true,
@@ -191,7 +191,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
       ).status,
       201,
     );
-    daemon.addFlags(...draDaemonFlags(node, work, binDir), '--namespace-isolation', 'true', '--log-level', 'info');
+    daemon.addSettings({ ...draSettings(node, work, binDir), namespaceIsolation: true, logLevel: 'info' });
     pods = new ApiPods(node.api, node.nodeName, () => {
       throw new Error('sandboxes come from the kubelet here');
     });

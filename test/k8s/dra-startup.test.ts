@@ -17,7 +17,7 @@ import {
   bridgeConfList,
   claimingPod,
   create,
-  draDaemonFlags,
+  draSettings,
   draNodeMissing,
   draRegistrations,
   draTooOld,
@@ -108,8 +108,8 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
         network: 'fast',
       }),
     );
-    daemon = new DaemonFixture('podnet', []);
-    daemon.addFlags(...draDaemonFlags(node, work), '--log-level', 'info');
+    daemon = new DaemonFixture('podnet');
+    daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {

@@ -44,14 +44,11 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
     ] as const) {
       assert.equal((await api.createNad('default', name, bridges.config(name, i, { type }))).status, 201);
     }
-    daemon = new DaemonFixture('podnet', [
-      '--kubeconfig',
-      api.userKubeconfig('plexus'),
-      '--node-name',
-      NODE,
-      '--cni-bin-dir',
-      binDir,
-    ]);
+    daemon = new DaemonFixture('podnet', {
+      kubeconfig: api.userKubeconfig('plexus'),
+      nodeName: NODE,
+      cniBinDir: binDir,
+    });
     await daemon.start(30000);
     pods = new ApiPods(api, NODE, newPod);
   });

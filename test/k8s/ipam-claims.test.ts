@@ -14,6 +14,7 @@ import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ic');
@@ -89,18 +90,13 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     for (const name of nodeNames) {
       await api.createNode(name);
       nodes.push(
-        new DaemonFixture('base', [
-          '--kubeconfig',
+        new DaemonFixture('base', {
           kubeconfig,
-          '--node-name',
-          name,
-          '--cni-bin-dir',
-          '/usr/lib/cni',
-          '--ipam-reconcile-seconds',
-          '1',
-          '--ipam-node-grace-seconds',
-          '2',
-        ]),
+          nodeName: name,
+          cniBinDir: DEBIAN_PLUGINS,
+          ipamReconcileSeconds: 1,
+          ipamNodeGraceSeconds: 2,
+        }),
       );
     }
     await Promise.all(nodes.map((n) => n.start(60000)));

@@ -49,7 +49,7 @@ describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisite
       ).status,
       201,
     );
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE]);
+    daemon = new DaemonFixture('podnet', { kubeconfig: api.userKubeconfig('plexus'), nodeName: NODE });
     await daemon.start(30000); // ready, though the IPAM CRDs are not served
     pods = new ApiPods(api, NODE, podMaker(fx, prefix, ['eth0', 'net1']));
   });

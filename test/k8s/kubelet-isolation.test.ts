@@ -40,7 +40,7 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     assert.equal((await api.createNad('team-b', 'theirs', bridges.config('theirs', 2, NOT_GATEWAY))).status, 201);
     assert.equal((await api.createNad('shared', 'common', bridges.config('common', 3, NOT_GATEWAY))).status, 201);
     assert.equal((await api.createNad('default', 'everyone', bridges.config('everyone', 4, NOT_GATEWAY))).status, 201);
-    daemon.addFlags(...plexusNode.apiFlags(), '--namespace-isolation', 'true', '--global-namespaces', 'shared');
+    daemon.addSettings({ ...plexusNode.apiSettings(), namespaceIsolation: true, globalNamespaces: 'shared' });
     await daemon.start(30000);
   });
   after(() => plexusNode.stop());

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { hostLinksWithPrefix, ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kn');
@@ -66,7 +67,7 @@ describe('a real node (kubelet + containerd) with the reference bridge network',
     kernelBefore = kernelNow();
     netnsBefore = netnsNow();
     node = await KubeNodeFixture.start({
-      cniBinDir: '/usr/lib/cni',
+      cniBinDir: DEBIAN_PLUGINS,
       // containerd 1.6 refuses a 1.1.0 result: the reference plugins answer in the config's version.
       cniConfList: (dir) =>
         JSON.stringify({

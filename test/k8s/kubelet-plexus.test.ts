@@ -50,7 +50,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
       ['alt', 2],
     ] as const)
       assert.equal((await api.createNad('default', name, bridges.config(name, i))).status, 201);
-    daemon.addFlags(...plexusNode.apiFlags());
+    daemon.addSettings(plexusNode.apiSettings());
     pods = plexusNode.apiPods();
   });
   // plexusd serves the runtime's DELs while the node stops its sandboxes, then goes before the API server does.

@@ -40,7 +40,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
       (await api.createNad('default', 'broken', bridges.config('broken', 2, { routes: BAD_ROUTE }))).status,
       201,
     );
-    daemon.addFlags(...plexusNode.apiFlags());
+    daemon.addSettings(plexusNode.apiSettings());
     pods = plexusNode.apiPods();
     await daemon.start(30000);
   });

@@ -57,22 +57,15 @@ describe(
       const binDir = memifNode.binDir;
       const api = node.api;
       podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
-      daemon.addFlags(
-        '--kubeconfig',
-        api.userKubeconfig('plexus'),
-        '--node-name',
-        node.nodeName,
-        '--cni-bin-dir',
-        binDir,
-        '--device-plugin-config',
-        memifNode.resourcesFile,
-        '--device-info-dir',
-        join(work, 'devinfo'),
-        '--pod-resources-socket',
-        join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-        '--log-level',
-        'info',
-      );
+      daemon.addSettings({
+        kubeconfig: api.userKubeconfig('plexus'),
+        nodeName: node.nodeName,
+        cniBinDir: binDir,
+        devicePluginConfig: memifNode.resourcesFile,
+        deviceInfoDir: join(work, 'devinfo'),
+        podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+        logLevel: 'info',
+      });
       pods = new ApiPods(api, node.nodeName, () => {
         throw new Error('sandboxes come from the kubelet here');
       });

@@ -257,20 +257,14 @@ for (const mode of ['thin', 'thick'] as const)
         daemonConfig = multusDaemon.config;
         multusConf = readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8');
       }
-      daemon = new DaemonFixture(join(dir, 'state', 'default-network'), [
-        '--imported-config',
-        join(dir, 'state', 'imported-config.json'),
-        '--kubeconfig',
-        api.userKubeconfig('plexus'),
-        '--node-name',
-        node.nodeName,
-        '--install-cni-config',
-        join(node.cniConfDir, '00-plexus.conflist'),
-        '--take-over-multus',
-        'true',
-        '--log-level',
-        'info',
-      ]);
+      daemon = new DaemonFixture(join(dir, 'state', 'default-network'), {
+        importedConfig: join(dir, 'state', 'imported-config.json'),
+        kubeconfig: api.userKubeconfig('plexus'),
+        nodeName: node.nodeName,
+        installCniConfig: join(node.cniConfDir, '00-plexus.conflist'),
+        takeOverMultus: true,
+        logLevel: 'info',
+      });
     });
     after(async () => {
       await multusDaemon?.stop();

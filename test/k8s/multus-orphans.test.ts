@@ -60,18 +60,13 @@ describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, ()
       ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + 1}.0/24` }]] },
     });
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    daemon = new DaemonFixture('podnet', [
-      '--kubeconfig',
-      api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      NODE,
-      '--orphan-sweep-seconds',
-      '0.5',
-      '--multus-cache-dir',
-      cacheDir,
-      '--cni-bin-dir',
-      binDir,
-    ]);
+    daemon = new DaemonFixture('podnet', {
+      kubeconfig: api.userKubeconfig(PLEXUS_USER),
+      nodeName: NODE,
+      orphanSweepSeconds: 0.5,
+      multusCacheDir: cacheDir,
+      cniBinDir: binDir,
+    });
     await daemon.start(30000);
   });
   after(async () => {

@@ -32,14 +32,11 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
     api = await KubeApiFixture.startForPlexus();
     const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
-    daemon = new DaemonFixture('podnet', [
-      '--kubeconfig',
-      api.userKubeconfig(PLEXUS_USER),
-      '--node-name',
-      NODE,
-      '--orphan-sweep-seconds',
-      '0.5',
-    ]);
+    daemon = new DaemonFixture('podnet', {
+      kubeconfig: api.userKubeconfig(PLEXUS_USER),
+      nodeName: NODE,
+      orphanSweepSeconds: 0.5,
+    });
     await daemon.start(30000);
   });
   after(async () => {

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DaemonFixture, podMaker, ROOT } from '../support/daemon';
+import type { DaemonSettings } from '../support/daemon-flags';
 import { ApiPods } from '../support/api-pods';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
@@ -95,7 +96,12 @@ class RefusedDaemon {
     this.node = node;
   }
 
-  static async make(api: KubeApiFixture, verb: string, resource: string, extra: string[] = []): Promise<RefusedDaemon> {
+  static async make(
+    api: KubeApiFixture,
+    verb: string,
+    resource: string,
+    extra: DaemonSettings = {},
+  ): Promise<RefusedDaemon> {
     const user = `${prefix}-no-${verb}-${resource}`;
     const role = await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterroles', {
       apiVersion: 'rbac.authorization.k8s.io/v1',
@@ -136,16 +142,8 @@ class RefusedDaemon {
     assert.equal(roleBinding.status, 201, JSON.stringify(roleBinding.body));
     const port = await freePort();
     const node = `${prefix}-${verb}-${resource}`;
-    const flags = [
-      '--kubeconfig',
-      api.userKubeconfig(user),
-      '--node-name',
-      node,
-      '--metrics-address',
-      `127.0.0.1:${port}`,
-      ...extra,
-    ];
-    return new RefusedDaemon(new DaemonFixture('podnet', flags), node, port);
+    const settings = { kubeconfig: api.userKubeconfig(user), nodeName: node, metricsAddress: `127.0.0.1:${port}` };
+    return new RefusedDaemon(new DaemonFixture('podnet', { ...settings, ...extra }), node, port);
   }
 
   /** The error line naming `verb resource`, once it is logged (or undefined after `ms`). */
@@ -204,7 +202,7 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
     fx.cleanup();
   });
 
-  const started = async (verb: string, resource: string, extra: string[] = []): Promise<RefusedDaemon> => {
+  const started = async (verb: string, resource: string, extra: DaemonSettings = {}): Promise<RefusedDaemon> => {
     const d = await RefusedDaemon.make(api, verb, resource, extra);
     daemons.push(d.daemon);
     await d.daemon.start(30000);
@@ -253,7 +251,7 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
   });
 
   it("without list on nodes: the cluster-IPAM reconciler's refusal is an error naming list nodes, counted, a warning on /readyz", async () => {
-    const d = await started('list', 'nodes', ['--ipam-reconcile-seconds', '1']);
+    const d = await started('list', 'nodes', { ipamReconcileSeconds: 1 });
     const line = await d.errorLine('list', 'nodes');
     assert.ok(line, `no error line for list nodes in:\n${d.daemon.stderr}`);
     assert.ok((await d.forbiddenCount('list', 'nodes')) >= 1);

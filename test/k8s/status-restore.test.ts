@@ -37,7 +37,7 @@ describe('network-status changed by another writer', { skip }, () => {
       ipam: { type: 'host-local', ranges: [[{ subnet }]] },
     };
     assert.equal((await api.createNad('default', 'podnet', JSON.stringify(config))).status, 201);
-    daemon = new DaemonFixture('podnet', ['--kubeconfig', api.userKubeconfig('plexus'), '--node-name', NODE]);
+    daemon = new DaemonFixture('podnet', { kubeconfig: api.userKubeconfig('plexus'), nodeName: NODE });
     await daemon.start(30000);
   });
   after(async () => {

@@ -16,6 +16,7 @@ import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { until } from '../support/until';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('wh');
@@ -55,25 +56,20 @@ interface Pod {
 
 /** plexusd on its own node, with Multus's config in its conf dir and takeOverMultus set. */
 function nodeDaemon(api: KubeApiFixture, user: string, node: string, port: number): DaemonFixture {
-  const daemon = new DaemonFixture('base', [
-    '--kubeconfig',
-    api.userKubeconfig(user),
-    '--node-name',
-    node,
-    '--cni-bin-dir',
-    '/usr/lib/cni',
-    '--orphan-sweep-seconds',
-    '0',
-    '--metrics-address',
-    `127.0.0.1:${port}`,
-  ]);
+  const daemon = new DaemonFixture('base', {
+    kubeconfig: api.userKubeconfig(user),
+    nodeName: node,
+    cniBinDir: DEBIAN_PLUGINS,
+    orphanSweepSeconds: 0,
+    metricsAddress: `127.0.0.1:${port}`,
+  });
   const confDir = join(daemon.dir, 'net.d');
   mkdirSync(confDir, { recursive: true });
   writeFileSync(
     join(confDir, '00-multus.conf'),
     JSON.stringify({ cniVersion: '1.0.0', name: 'multus', type: 'multus' }),
   );
-  daemon.addFlags('--install-cni-config', join(confDir, '00-plexus.conflist'), '--take-over-multus', 'true');
+  daemon.addSettings({ installCniConfig: join(confDir, '00-plexus.conflist'), takeOverMultus: true });
   return daemon;
 }
 

@@ -118,7 +118,7 @@ describe(
       ovs = await OvsDpdkFixture.start();
       fixtures.ovs = ovs;
       ovs.addBridge(bridge);
-      daemon = new DaemonFixture('podnet', ['--ovsdb-socket', ovs.dbSocket, '--switch-resync-seconds', '1']);
+      daemon = new DaemonFixture('podnet', { ovsdbSocket: ovs.dbSocket, switchResyncSeconds: 1 });
       fixtures.daemon = daemon;
       fx.trackHostLink(`${prefix}br`);
       daemon.writeBridgeNetwork({
@@ -218,7 +218,7 @@ describe(
       const port = memifPortName(a.cid, 'eth0', 'memif0');
       // The daemon's 1 s resync would make the port again between the removal and the CHECK now and then: this part
       // runs on a daemon (same state) whose periodic resync is an hour away, so CHECK meets the removed port.
-      daemon.addFlags('--switch-resync-seconds', '3600');
+      daemon.addSettings({ switchResyncSeconds: 3600 });
       await daemon.replace();
       try {
         ovs.vsctl('del-port', bridge, port);
@@ -228,7 +228,7 @@ describe(
         assert.ok(!ovs.ports(bridge).includes(port), 'CHECK itself repairs nothing');
       } finally {
         // Back on the 1 s resync (the later tests need it): the port is made again from the journal.
-        daemon.addFlags('--switch-resync-seconds', '1');
+        daemon.addSettings({ switchResyncSeconds: 1 });
         await daemon.replace();
       }
       await waitFor(`plexusd to make ${port} again`, () => portHealthy(port));

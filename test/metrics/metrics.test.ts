@@ -13,7 +13,7 @@ const prefix = uniquePrefix('pm');
 const octet = 200 + Math.floor(Math.random() * 50);
 const third = Math.floor(Math.random() * 248);
 // Port 0 would be refused by the flag's check of host:port only if it did not parse: it binds a free port.
-const daemon = new DaemonFixture('podnet', ['--metrics-address', '127.0.0.1:0', '--log-level', 'info']);
+const daemon = new DaemonFixture('podnet', { metricsAddress: '127.0.0.1:0', logLevel: 'info' });
 const fx = new NetnsFixture(prefix);
 
 describe('metrics', () => {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestPod } from './daemon';
 import type { KubeApiFixture } from './k8s';
-import { referencePluginDir } from './plugin-dir';
+import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
 export interface ApiPod {
   readonly pod: TestPod;
@@ -118,7 +118,7 @@ export class ApiPods {
 export function pluginDirWithSlowBridge(): string {
   const dir = mkdtempSync(join(tmpdir(), 'plexus-bin-'));
   referencePluginDir(dir);
-  writeFileSync(join(dir, 'slow'), '#!/bin/sh\nsleep 1\nexec /usr/lib/cni/bridge "$@"\n');
+  writeFileSync(join(dir, 'slow'), `#!/bin/sh\nsleep 1\nexec ${DEBIAN_PLUGINS}/bridge "$@"\n`);
   chmodSync(join(dir, 'slow'), 0o755);
   return dir;
 }

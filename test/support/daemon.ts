@@ -8,6 +8,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { hostVethName } from '../../src/drivers/bridge';
+import { type DaemonSettings, daemonFlags } from './daemon-flags';
 import type { NetnsFixture } from './netns';
 
 export const ROOT = resolve(__dirname, '../../..');
@@ -88,12 +89,15 @@ export class DaemonFixture {
    */
   launcher: readonly string[] = [];
 
-  /** `defaultNetwork` "": no --default-network flag (a --config or --imported-config file names it). */
+  /**
+   * `defaultNetwork` "": no --default-network flag (a --config or --imported-config file names it). `settings` are
+   * more flags by name (test/support/daemon-flags.ts), set after the fixture's own, so they win over them.
+   */
   constructor(
     readonly defaultNetwork = 'podnet',
-    extraFlags: readonly string[] = [],
+    settings: DaemonSettings = {},
   ) {
-    this.extraFlags = [...extraFlags];
+    this.extraFlags = daemonFlags(settings);
     this.dir = mkdtempSync(join(tmpdir(), 'plexus-e2e-'));
     this.socket = join(this.dir, 'run', 'plexus.sock');
     this.stateDir = join(this.dir, 'state');
@@ -101,9 +105,9 @@ export class DaemonFixture {
     mkdirSync(this.networksDir, { recursive: true });
   }
 
-  /** More flags for the next start (e.g. a kubeconfig that exists only after the socket path had to be known). */
-  addFlags(...flags: string[]): void {
-    this.extraFlags.push(...flags);
+  /** More settings for the next start (e.g. a kubeconfig that exists only after the socket path had to be known). */
+  addSettings(settings: DaemonSettings): void {
+    this.extraFlags.push(...daemonFlags(settings));
   }
 
   get pid(): number | undefined {
@@ -153,20 +157,16 @@ export class DaemonFixture {
       command,
       [
         ...before,
-        '--socket',
-        this.socket,
-        '--state-dir',
-        this.stateDir,
-        '--networks-dir',
-        this.networksDir,
-        ...(this.defaultNetwork ? ['--default-network', this.defaultNetwork] : []),
-        '--log-level',
-        'warn',
-        '--spool-scan-seconds',
-        '0.5',
-        // Not the host's /var/lib/cni/networks: host-local networks share their addresses with this directory.
-        '--host-local-data-dir',
-        join(this.dir, 'cni-networks'),
+        ...daemonFlags({
+          socket: this.socket,
+          stateDir: this.stateDir,
+          networksDir: this.networksDir,
+          defaultNetwork: this.defaultNetwork || undefined,
+          logLevel: 'warn',
+          spoolScanSeconds: 0.5,
+          // Not the host's /var/lib/cni/networks: host-local networks share their addresses with this directory.
+          hostLocalDataDir: join(this.dir, 'cni-networks'),
+        }),
         ...this.extraFlags,
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },

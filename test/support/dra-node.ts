@@ -10,6 +10,7 @@ import { parseAllDocuments } from 'yaml';
 import { ROOT } from './daemon';
 import { k8sBinary, PLEXUS_USER } from './k8s';
 import { kubeNodeMissing, PAUSE_IMAGE, type KubeNodeFixture } from './kube-node';
+import type { DaemonSettings } from './daemon-flags';
 
 export const RESOURCE_API = '/apis/resource.k8s.io/v1';
 
@@ -102,30 +103,22 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
   daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
 
 /**
- * plexusd's flags on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
+ * plexusd's settings on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
  * the node's CDI directory, and the delegated plugins' directory when given.
  */
-export const draDaemonFlags = (node: KubeNodeFixture, work: string, binDir?: string): string[] => [
-  '--kubeconfig',
-  node.api.userKubeconfig(PLEXUS_USER),
-  '--node-name',
-  node.nodeName,
-  ...(binDir ? ['--cni-bin-dir', binDir] : []),
-  '--device-plugin-config',
-  join(work, 'resources.yaml'),
-  '--device-info-dir',
-  join(work, 'devinfo'),
-  '--pod-resources-socket',
-  join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
-  '--dra',
-  'true',
-  '--kubelet-root-dir',
-  node.kubeletRoot,
+export const draSettings = (node: KubeNodeFixture, work: string, binDir?: string): DaemonSettings => ({
+  kubeconfig: node.api.userKubeconfig(PLEXUS_USER),
+  nodeName: node.nodeName,
+  cniBinDir: binDir,
+  devicePluginConfig: join(work, 'resources.yaml'),
+  deviceInfoDir: join(work, 'devinfo'),
+  podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
+  dra: true,
+  kubeletRootDir: node.kubeletRoot,
   // The node's own CDI directory (the one its containerd 2 reads): never the host's /var/run/cdi.
-  '--cdi-dir',
-  node.cdiDir,
-];
+  cdiDir: node.cdiDir,
+});
 
 /**
  * The objects of the YAML block of docs/dra.md that follows `<!-- example: NAME -->`, as written, except that a pod

@@ -57,7 +57,7 @@ export class MemifNodeFixture {
     await this.plexus.start({
       prefix: options.prefix,
       ownedLinks: [`${options.prefix}b0`],
-      daemonArgs: ['--ovsdb-socket', this.ovs.dbSocket],
+      daemonSettings: { ovsdbSocket: this.ovs.dbSocket },
       controlPlane: options.controlPlane,
     });
     this.resourcesFile = join(this.work, 'resources.yaml');

@@ -1,7 +1,7 @@
 /**
  * A real node running Plexus, as the kubelet tests use it: a KubeNodeFixture (kube-apiserver, containerd, kubelet)
  * whose runtime calls plexus-cni, the Plexus CRDs installed, and a plexusd made for it, not started: each test creates
- * its NADs and adds its own flags to `apiFlags()` before it starts the daemon. `stop()` removes whatever `start()` got
+ * its NADs and adds its own settings to `apiSettings()` before it starts the daemon. `stop()` removes whatever `start()` got
  * to, even after a failure half-way: the node first (plexusd serves the runtime's DELs while it stops the pods'
  * sandboxes), then the daemon, then the work directory.
  */
@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { ApiPods } from './api-pods';
 import { DaemonFixture } from './daemon';
 import { KubeNodeFixture, plexusConflist } from './kube-node';
+import type { DaemonSettings } from './daemon-flags';
 import { plexusPluginDir } from './plugin-dir';
 
 export interface PlexusNodeOptions {
@@ -18,8 +19,8 @@ export interface PlexusNodeOptions {
   readonly prefix: string;
   /** Host links the tests' networks make (their bridges), removed with the node. */
   readonly ownedLinks: readonly string[];
-  /** plexusd's arguments known before the node is up (more are added with addFlags). */
-  readonly daemonArgs?: readonly string[];
+  /** plexusd's settings known before the node is up (more are added with addSettings). */
+  readonly daemonSettings?: DaemonSettings;
   /** Runs a scheduler and a controller-manager too (DRA needs them). */
   readonly controlPlane?: boolean;
   /** The cniVersion of the runtime's conflist (plexusConflist: 1.0.0 by default). */
@@ -45,7 +46,7 @@ export class PlexusNodeFixture {
   async start(options: PlexusNodeOptions): Promise<void> {
     this.work = mkdtempSync(join(tmpdir(), `plexus-${options.prefix}-`));
     this.binDir = plexusPluginDir(join(this.work, 'bin'));
-    this.daemonFixture = new DaemonFixture('podnet', [...(options.daemonArgs ?? [])]);
+    this.daemonFixture = new DaemonFixture('podnet', options.daemonSettings);
     await options.beforeNode?.(this.daemonFixture);
     this.nodeFixture = await KubeNodeFixture.start({
       cniBinDir: this.binDir,
@@ -56,16 +57,9 @@ export class PlexusNodeFixture {
     await this.node.api.installPlexus();
   }
 
-  /** plexusd's flags for this node: the API as the plexus user, the node's name, the runtime's plugin directory. */
-  apiFlags(): string[] {
-    return [
-      '--kubeconfig',
-      this.node.api.userKubeconfig('plexus'),
-      '--node-name',
-      this.node.nodeName,
-      '--cni-bin-dir',
-      this.binDir,
-    ];
+  /** plexusd's settings for this node: the API as the plexus user, the node's name, the runtime's plugin directory. */
+  apiSettings(): DaemonSettings {
+    return { kubeconfig: this.node.api.userKubeconfig('plexus'), nodeName: this.node.nodeName, cniBinDir: this.binDir };
   }
 
   /** The pods of this node through the API (their sandboxes come from the kubelet). */

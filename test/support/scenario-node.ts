@@ -101,14 +101,14 @@ export class ScenarioNode {
     if (cni === 'plexus') {
       referencePluginDir(this.binDir, referencePlugins());
       copyFileSync(SHIM, join(this.binDir, 'plexus-cni'));
-      this.daemon = new DaemonFixture(this.clusterNetwork, ['--cni-bin-dir', this.binDir]);
+      this.daemon = new DaemonFixture(this.clusterNetwork, { cniBinDir: this.binDir });
       this.nodeFixture = await KubeNodeFixture.start({
         cniBinDir: this.binDir,
         cniConfList: plexusConflist(this.daemon.socket),
         ownedLinks,
       });
       await this.node.api.installPlexus();
-      this.daemon.addFlags('--kubeconfig', this.node.api.userKubeconfig('plexus'), '--node-name', this.node.nodeName);
+      this.daemon.addSettings({ kubeconfig: this.node.api.userKubeconfig('plexus'), nodeName: this.node.nodeName });
       await this.daemon.start(30000);
     } else {
       multusPluginDir(this.binDir, referencePlugins());
@@ -149,7 +149,7 @@ export class ScenarioNode {
   async setAuxiliaryChain(name: string): Promise<void> {
     if (this.daemon) {
       await this.daemon.kill('SIGTERM');
-      this.daemon.addFlags('--auxiliary-chain', join(dirname(this.clusterNetwork), name));
+      this.daemon.addSettings({ auxiliaryChain: join(dirname(this.clusterNetwork), name) });
       await this.daemon.start(30000);
     } else {
       this.multusConf = { ...this.multusConf, auxiliaryCNIChainName: name };

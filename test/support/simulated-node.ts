@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { DaemonFixture } from './daemon';
 import type { TestNetns } from './netns';
 import { Relay } from './relay';
+import type { DaemonSettings } from './daemon-flags';
 
 export interface SimulatedNodeOptions {
   /** The node's network namespace (from the test's NetnsFixture, which deletes it). */
@@ -22,8 +23,8 @@ export interface SimulatedNodeOptions {
   /** A kubeconfig (JSON, as KubeApiFixture writes them) with plexusd's identity; its server is replaced by the node's relay. */
   readonly kubeconfig: string;
   readonly defaultNetwork: string;
-  /** More plexusd flags. */
-  readonly flags?: readonly string[];
+  /** More plexusd settings. */
+  readonly settings?: DaemonSettings;
 }
 
 export class SimulatedNode {
@@ -37,14 +38,14 @@ export class SimulatedNode {
   /** Starts the node's relay and plexusd in its namespace; resolves once plexusd is ready (or stops both and throws). */
   static async start(o: SimulatedNodeOptions, readyTimeoutMs = 60000): Promise<SimulatedNode> {
     const relay = await Relay.start({ host: '127.0.0.1', port: 0 }, { path: o.apiSocket }, o.netns.name);
-    const daemon = new DaemonFixture(o.defaultNetwork, ['--node-name', o.nodeName, ...(o.flags ?? [])]);
+    const daemon = new DaemonFixture(o.defaultNetwork, { nodeName: o.nodeName, ...o.settings });
     try {
       if ('path' in relay.listening) throw new Error('the node relay should listen on TCP');
       const config = JSON.parse(readFileSync(o.kubeconfig, 'utf8')) as { clusters: { cluster: { server: string } }[] };
       for (const c of config.clusters) c.cluster.server = `https://127.0.0.1:${relay.listening.port}`;
       const kubeconfig = join(daemon.dir, 'node.kubeconfig');
       writeFileSync(kubeconfig, JSON.stringify(config), { mode: 0o600 });
-      daemon.addFlags('--kubeconfig', kubeconfig);
+      daemon.addSettings({ kubeconfig });
       daemon.launcher = ['ip', 'netns', 'exec', o.netns.name];
       await daemon.start(readyTimeoutMs);
       return new SimulatedNode(o.nodeName, o.netns, daemon, relay);

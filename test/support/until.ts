@@ -13,3 +13,13 @@ export async function until<T>(
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
+
+/** Resolves once `condition` holds, polling it; an error naming `what` if it does not within `timeoutMs`. */
+export async function untilTrue(
+  what: string,
+  condition: () => Promise<boolean> | boolean,
+  timeoutMs = 30000,
+  everyMs = 50,
+): Promise<void> {
+  await until(what, async () => ((await condition()) ? true : undefined), timeoutMs, everyMs);
+}

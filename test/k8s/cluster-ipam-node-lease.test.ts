@@ -89,6 +89,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
     fx.trackHostLink(master);
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
+    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
     api = await KubeApiFixture.startForPlexus();
     assert.equal((await api.createNad('default', 'tiny', TINY)).status, 201);
     kubeconfig = api.userKubeconfig('plexus');

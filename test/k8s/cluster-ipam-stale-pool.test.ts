@@ -41,6 +41,7 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     fx.trackHostLink(master);
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
+    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
     api = await KubeApiFixture.startForPlexus();
     for (const [name, config] of Object.entries({ base: BASE, old: OLD }))
       assert.equal((await api.createNad('default', name, config)).status, 201);

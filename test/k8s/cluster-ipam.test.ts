@@ -83,6 +83,9 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     fx.trackHostLink(master);
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
+    // The peer up too, so the master has a carrier: without one a macvlan's IPv6 addresses never leave DAD's
+    // tentative state, and the ADD fails as the reference plugin's does (code 11, still tentative).
+    ip('link', 'set', `${prefix}m1`, 'up');
     api = await KubeApiFixture.startForPlexus({ audit: true });
     for (const [name, config] of Object.entries(NADS))
       assert.equal((await api.createNad('default', name, config)).status, 201, name);

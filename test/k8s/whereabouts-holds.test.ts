@@ -132,6 +132,7 @@ describe('addresses Whereabouts holds', { skip }, () => {
     fx.trackHostLink(master);
     ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
     ip('link', 'set', master, 'up');
+    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
     api = await KubeApiFixture.startForPlexus();
     await api.installCrds('test/fixtures/whereabouts/crds.yaml');
     await api.ensureNamespace('kube-system');

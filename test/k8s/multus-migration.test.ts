@@ -291,9 +291,11 @@ for (const mode of ['thin', 'thick'] as const)
 
     it('takes the node over while 20 pods are created and deleted, with no failed sandbox', async () => {
       const churned: string[] = [];
-      // 4 waves of 5 pods, each created, run and deleted: the takeover happens somewhere in the middle.
+      let plexusServes = false;
+      // Waves of 5 pods, each created, run and deleted: at least 4, and on until the runtime calls Plexus (at most 12),
+      // so the takeover happens in the middle however fast the runtime runs the first waves.
       const churn = (async () => {
-        for (let wave = 0; wave < 4; wave++) {
+        for (let wave = 0; wave < 4 || (!plexusServes && wave < 12); wave++) {
           const names = await node.createPods(5, { namePrefix: `churn-${wave}-`, annotations: { [NETWORKS]: 'sec' } });
           churned.push(...names);
           await node.waitAllRunning(names, 120_000);
@@ -334,15 +336,16 @@ for (const mode of ['thin', 'thick'] as const)
         async () => ((await addsServed(daemon.socket)) > 0 ? true : undefined),
         60_000,
       );
+      plexusServes = true;
       await sleep(3000);
       await multusDaemon?.stop();
       await churn;
-      assert.equal(churned.length, 20);
+      assert.ok(churned.length >= 20 && churned.length % 5 === 0, `${churned.length} pods churned`);
       assert.deepEqual(await node.sandboxFailures('default'), []);
       const servedByPlexus = await addsServed(daemon.socket);
       assert.ok(
-        servedByPlexus > 0 && servedByPlexus < 20,
-        `the takeover fell inside the churn: Plexus made ${servedByPlexus} of its 20 sandboxes, Multus the rest`,
+        servedByPlexus > 0 && servedByPlexus < churned.length,
+        `the takeover fell inside the churn: Plexus made ${servedByPlexus} of its ${churned.length} sandboxes, Multus the rest`,
       );
     });
 

@@ -35,6 +35,7 @@ import { issueCert, writeKubeconfig } from './certs';
 import { buildPauseImage, containerdBinary, containerdMajor, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
 import { type ApiReply, k8sBinary, k8sBinaryMissing, k8sMissing, KubeApiFixture } from './k8s';
+import { kubeletConfigBase } from './kubelet-config';
 
 export const KUBELET_PORT = 10250;
 export const KUBELET_HEALTHZ_PORT = 10248;
@@ -516,40 +517,15 @@ export class KubeNodeFixture {
     writeFileSync(
       config,
       JSON.stringify({
-        apiVersion: 'kubelet.config.k8s.io/v1beta1',
-        kind: 'KubeletConfiguration',
-        address: '127.0.0.1',
+        ...kubeletConfigBase({
+          address: '127.0.0.1',
+          clientCa: join(this.api.dir, 'certs', 'ca.crt'),
+          certsDir: certs,
+          containerdSocket: this.containerdSocket,
+          podLogsDir: join(this.dir, 'var', 'log', 'pods'),
+        }),
         port: KUBELET_PORT,
-        healthzBindAddress: '127.0.0.1',
         healthzPort: KUBELET_HEALTHZ_PORT,
-        authentication: {
-          anonymous: { enabled: false },
-          webhook: { enabled: true },
-          x509: { clientCAFile: join(this.api.dir, 'certs', 'ca.crt') },
-        },
-        authorization: { mode: 'Webhook' },
-        tlsCertFile: join(certs, 'kubelet-server.crt'),
-        tlsPrivateKeyFile: join(certs, 'kubelet-server.key'),
-        containerRuntimeEndpoint: `unix://${this.containerdSocket}`,
-        cgroupDriver: 'cgroupfs', // no systemd as PID 1
-        failCgroupV1: false,
-        failSwapOn: false,
-        makeIPTablesUtilChains: false, // leave the host's iptables alone
-        hairpinMode: 'none',
-        imageGCHighThresholdPercent: 100, // never collect the local-only images
-        imageGCLowThresholdPercent: 99,
-        evictionHard: {
-          'memory.available': '100Mi',
-          'nodefs.available': '1%',
-          'imagefs.available': '1%',
-          'nodefs.inodesFree': '1%',
-        },
-        clusterDomain: 'cluster.local',
-        clusterDNS: ['10.244.240.10'],
-        resolvConf: '/etc/resolv.conf',
-        serializeImagePulls: false,
-        maxPods: 250,
-        podLogsDir: join(this.dir, 'var', 'log', 'pods'), // not /var/log/pods
         staticPodPath: this.staticPodDir,
       }),
     );

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { ROOT } from '../daemon';
 import { PAUSE_IMAGE } from '../kube-node';
+import { kubeletConfigBase } from '../kubelet-config';
 
 /** Where one node keeps everything, under its root directory. */
 export class NodePaths {
@@ -89,39 +90,14 @@ export interface KubeletIdentity {
 /** The kubelet's config file: served on the node's uplink address, its own cgroup root (cgroup v1, NOTES.md 12). */
 export function kubeletConfig(paths: NodePaths, node: KubeletIdentity): unknown {
   return {
-    apiVersion: 'kubelet.config.k8s.io/v1beta1',
-    kind: 'KubeletConfiguration',
-    address: node.nodeIp,
-    healthzBindAddress: '127.0.0.1',
-    authentication: {
-      anonymous: { enabled: false },
-      webhook: { enabled: true },
-      x509: { clientCAFile: node.clientCa },
-    },
-    authorization: { mode: 'Webhook' },
-    tlsCertFile: join(paths.certs, 'kubelet-server.crt'),
-    tlsPrivateKeyFile: join(paths.certs, 'kubelet-server.key'),
-    containerRuntimeEndpoint: `unix://${paths.containerdSocket}`,
-    cgroupDriver: 'cgroupfs', // no systemd as PID 1
+    ...kubeletConfigBase({
+      address: node.nodeIp,
+      clientCa: node.clientCa,
+      certsDir: paths.certs,
+      containerdSocket: paths.containerdSocket,
+      podLogsDir: join(paths.root, 'var', 'log', 'pods'),
+    }),
     cgroupRoot: `/${node.nodeName}`,
-    failCgroupV1: false,
-    failSwapOn: false,
-    makeIPTablesUtilChains: false, // leave the host's iptables alone
-    hairpinMode: 'none',
-    imageGCHighThresholdPercent: 100, // never collect the local-only images
-    imageGCLowThresholdPercent: 99,
-    evictionHard: {
-      'memory.available': '100Mi',
-      'nodefs.available': '1%',
-      'imagefs.available': '1%',
-      'nodefs.inodesFree': '1%',
-    },
-    clusterDomain: 'cluster.local',
-    clusterDNS: ['10.244.240.10'],
-    resolvConf: '/etc/resolv.conf',
-    serializeImagePulls: false,
-    maxPods: 250,
-    podLogsDir: join(paths.root, 'var', 'log', 'pods'),
     // A killed node's pods are seen gone sooner (the node controller's grace counts from the last update).
     nodeStatusUpdateFrequency: '4s',
   };

@@ -52,8 +52,12 @@ after(async () => {
 describe('a takeover from Multus while a host-local store cannot be read', { timeout: 60000 }, () => {
   it("keeps Multus's config, and says why in the log and on /readyz", async () => {
     await until('plexusd to install its conflist', () => existsSync(join(confDir, '00-plexus.conflist')) || undefined);
+    // The conflist is installed before the takeover is weighed: wait for the decision's log line.
+    await until(
+      'the log to say why Multus stays',
+      () => /cannot read what the IPAM of the pods Multus made holds/.test(daemon.stderr) || undefined,
+    );
     assert.ok(existsSync(multusConf), 'the node keeps running Multus');
-    assert.match(daemon.stderr, /cannot read what the IPAM of the pods Multus made holds/);
     assert.ok(daemon.stderr.includes(`${store} is not a directory`), daemon.stderr.slice(-2000));
     const ready = await readiness();
     assert.equal(ready.status, 503);

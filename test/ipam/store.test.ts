@@ -170,7 +170,10 @@ test('concurrent allocations in different networks proceed independently', async
   });
 });
 
-test('allocate and release in a /16 holding 5000 leases each take well under 5 ms', async () => {
+test('allocate and release in a /16 holding 5000 leases cost about what they cost in an empty /16', async () => {
+  // The claim is that neither call scans the leases a network holds. Wall-clock bounds fail on a loaded machine, so
+  // the calls on the full network are timed against the same calls on an empty one, alternated so both see the same
+  // load: a scan of 5000 leases would cost many times an empty network's call.
   await withStoreDir(async (dir) => {
     await mkdir(join(dir, 'big'), { recursive: true });
     const names: string[] = [];
@@ -183,19 +186,28 @@ test('allocate and release in a /16 holding 5000 leases each take well under 5 m
     const ipam = await Ipam.open(dir);
     assert.equal((await ipam.leases('big')).length, 5000);
     const cfg = hostLocal('10.2.0.0/16');
-    const allocateTimes: number[] = [];
-    const releaseTimes: number[] = [];
-    for (let i = 0; i < 50; i++) {
-      let start = performance.now();
-      unwrap(await ipam.allocate(request(`new${i}`, cfg, 'big')));
-      allocateTimes.push(performance.now() - start);
-      start = performance.now();
-      unwrap(await ipam.release('big', `new${i}`, 'eth0'));
-      releaseTimes.push(performance.now() - start);
+    const times = {
+      big: { allocate: [] as number[], release: [] as number[] },
+      empty: { allocate: [] as number[], release: [] as number[] },
+    };
+    for (let i = 0; i < 60; i++) {
+      for (const network of i % 2 === 0 ? (['big', 'empty'] as const) : (['empty', 'big'] as const)) {
+        let start = performance.now();
+        unwrap(await ipam.allocate(request(`new${i}`, cfg, network)));
+        times[network].allocate.push(performance.now() - start);
+        start = performance.now();
+        unwrap(await ipam.release(network, `new${i}`, 'eth0'));
+        times[network].release.push(performance.now() - start);
+      }
     }
-    const median = (times: number[]): number =>
-      [...times].sort((a, b) => a - b)[Math.floor(times.length / 2)] ?? Infinity;
-    assert.ok(median(allocateTimes) < 5, `median allocate ${median(allocateTimes).toFixed(2)} ms`);
-    assert.ok(median(releaseTimes) < 5, `median release ${median(releaseTimes).toFixed(2)} ms`);
+    const median = (list: number[]): number => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)] ?? Infinity;
+    for (const call of ['allocate', 'release'] as const) {
+      const full = median(times.big[call]);
+      const empty = median(times.empty[call]);
+      assert.ok(
+        full < 3 * empty + 1,
+        `median ${call}: ${full.toFixed(2)} ms with 5000 leases, ${empty.toFixed(2)} ms with none`,
+      );
+    }
   });
 });

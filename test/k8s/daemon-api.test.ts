@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
@@ -15,6 +15,7 @@ import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { testBridges } from '../support/test-bridges';
+import { until } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('pa');
@@ -398,7 +399,8 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
         cniBinDir: binDir,
       });
       const lateReady = late.start(60000);
-      await sleep(1500);
+      // Its socket comes up before its caches (how long that takes depends on the machine's load), then answers 503.
+      await until('the late daemon to serve its socket', () => existsSync(late!.socket) || undefined, 30000);
       assert.equal((await getJson(late.socket, '/readyz')).status, 503, 'not ready while the API is away');
       await api.startApiServer();
       await lateReady;

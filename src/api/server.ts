@@ -16,7 +16,7 @@ import { apiErrors } from './errors';
 import { parseOperatorGc, staleReason } from './operator-gc';
 import { ok, type Result } from '../common/result';
 import { removeStale, socketPathState } from './socket-dir';
-import { toWireAttachment, type WireGcReport } from './wire';
+import { toWireAdoptedSandbox, toWireAttachment, toWireGcReport } from './wire';
 import type { CniCallObserver } from '../metrics/metrics';
 
 const MAX_BODY = 4 * 1024 * 1024;
@@ -112,7 +112,7 @@ export class DaemonServer {
     if (req.method === 'GET' && url.pathname === '/v1/attachments')
       return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
     if (req.method === 'GET' && url.pathname === '/v1/adopted')
-      return send(res, 200, JSON.stringify(this.engine.adopted({ addresses: true })));
+      return send(res, 200, JSON.stringify(this.engine.adopted({ addresses: true }).map(toWireAdoptedSandbox)));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.listNetworks();
       return send(
@@ -177,7 +177,7 @@ export class DaemonServer {
       body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok)
       return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
-    const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
+    const report = toWireGcReport(await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun));
     send(res, 200, JSON.stringify(report));
   }
 

@@ -6,10 +6,10 @@ import { request } from 'node:http';
 import { parseArgs } from 'node:util';
 import {
   toWireAdoptedAttachment,
-  type WireAdoptedAttachment as AdoptedAttachment,
-  type WireAdoptedSandbox as AdoptedSandbox,
-  type WireAttachment as AttachmentRecord,
-  type WireGcReport as SweepReport,
+  type WireAdoptedAttachment,
+  type WireAdoptedSandbox,
+  type WireAttachment,
+  type WireGcReport,
 } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
 
@@ -43,22 +43,22 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const podOf = (r: AttachmentRecord | AdoptedAttachment): string =>
+const podOf = (r: WireAttachment | WireAdoptedAttachment): string =>
   r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-';
-const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
-const adoptedIpsOf = (a: AdoptedAttachment): string => a.interfaces.flatMap((i) => i.ips).join(',') || '-';
+const ipsOf = (r: WireAttachment): string => r.result?.ips.map((i) => i.address).join(',') || '-';
+const adoptedIpsOf = (a: WireAdoptedAttachment): string => a.interfaces.flatMap((i) => i.ips).join(',') || '-';
 
-type CniInterface = NonNullable<AttachmentRecord['result']>['interfaces'][number];
+type CniInterface = NonNullable<WireAttachment['result']>['interfaces'][number];
 /** Where an interface is: in a netns, a memif socket, or on the host. */
 function whereIs(iface: CniInterface): string {
   if (iface.sandbox) return ` (in ${iface.sandbox})`;
   return iface.socketPath ? ` (memif socket ${iface.socketPath})` : ' (host)';
 }
 
-const leaseOwner = (l: SweepReport['leases'][number]): string =>
+const leaseOwner = (l: WireGcReport['leases'][number]): string =>
   l.containerId ? `held for ${l.containerId} ${l.ifname}, which has no attachment` : 'no owner recorded';
 
-function gcSummary(report: SweepReport, dryRun: boolean): string {
+function gcSummary(report: WireGcReport, dryRun: boolean): string {
   const removed = `${report.removed.length} ${dryRun ? 'to remove' : 'removed'}`;
   const leases = `${report.leases.length} orphaned lease(s) ${dryRun ? 'to release' : 'released'}`;
   return `${removed}, ${report.kept} kept, ${report.failures.length} failed, ${leases}`;
@@ -112,9 +112,9 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   }
   switch (command) {
     case 'attachments': {
-      const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
+      const records = (await call(socket, '/v1/attachments')) as WireAttachment[];
       // Sandboxes Multus made before Plexus took the node over: removed as Multus would, listed after Plexus's own.
-      const adopted = ((await call(socket, '/v1/adopted')) as AdoptedSandbox[]).map(toWireAdoptedAttachment);
+      const adopted = ((await call(socket, '/v1/adopted')) as WireAdoptedSandbox[]).map(toWireAdoptedAttachment);
       if (json) out(JSON.stringify([...records, ...adopted], null, 2));
       else {
         const own = records.map((r) => [
@@ -140,7 +140,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'show': {
       const [cid, ifname] = args;
       if (!cid) break;
-      const records = ((await call(socket, '/v1/attachments')) as AttachmentRecord[]).filter(
+      const records = ((await call(socket, '/v1/attachments')) as WireAttachment[]).filter(
         (r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname),
       );
       if (records.length === 0) {
@@ -188,7 +188,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       }
       const keep = (values.keep ?? []).flatMap((k) => k.split(',').filter(Boolean));
       const dryRun = values['dry-run'] ?? false;
-      const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as SweepReport;
+      const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as WireGcReport;
       if (json) out(JSON.stringify(report, null, 2));
       else {
         for (const r of report.removed)

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { HEALTHY, UNHEALTHY, type ContainerAllocateResponse, type Device } from './api';
 import { AllocationBook } from './allocations';
-import { type HostDeviceResource, PCI_ADDRESS } from './config';
+import { PCI_ADDRESS } from '../common/pci-address';
+import type { HostDeviceResource } from './config';
 import { writeDeviceInfo } from './device-info';
 import { type DeviceResource, envSuffix, heldByClaim, heldOf, type ResourceEnv, unknownDevices } from './resources';
 

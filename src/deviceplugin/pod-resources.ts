@@ -15,7 +15,7 @@ import {
 } from './api';
 
 export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
-export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+export const MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 /** Device IDs per resource name, every container's in container order. */
 export type PodDevices = ReadonlyMap<string, readonly string[]>;
@@ -91,8 +91,8 @@ export class PodResourcesClient {
     if (!this.client) {
       const Lister = serviceOf(podResourcesPackage(), 'PodResourcesLister');
       this.client = new Lister(unixTarget(this.socket), grpc.credentials.createInsecure(), {
-        'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-        'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+        'grpc.max_receive_message_length': MAX_GRPC_MESSAGE_BYTES,
+        'grpc.max_send_message_length': MAX_GRPC_MESSAGE_BYTES,
         // A local socket: when the kubelet restarts, connect again soon (gRPC's default first wait is 1 s).
         'grpc.initial_reconnect_backoff_ms': 100,
         'grpc.max_reconnect_backoff_ms': 1000,

@@ -5,7 +5,8 @@
  * alone and a device left out of the next apply loses its entry. Written by ClaimStatusSink (claim-status-sink.ts)
  * once the pod's interfaces exist; nothing in DRA's Prepare path needs it.
  */
-import { segment, type ApiFailure, type KubeApiClient } from '../k8s/api-client';
+import { segment, type ApiFailure } from '../common/api-object';
+import { type KubeApiClient } from '../k8s/api-client';
 import { err, ok, type Result } from '../common/result';
 import { DRIVER_NAME } from './api';
 

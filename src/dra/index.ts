@@ -13,7 +13,7 @@ import type { IsolationSettings } from '../networks/isolation';
 import type { NetworkReader } from '../networks/source';
 import { ClaimStatusSink } from './claim-status-sink';
 import { ApiClaimReader, type ClaimReader } from './claims-api';
-import type { ClaimedDevices } from './claimed-devices';
+import type { NetworkClaimedDevices } from './claimed-devices';
 import { DraInventory } from './devices';
 import { DraPluginServer, type RegistrationEvents } from './plugin-server';
 import { ClaimPreparer } from './prepare';
@@ -26,7 +26,7 @@ import { memifContainerSocket } from '../deviceplugin/memif-devices';
 
 export { DEFAULT_KUBELET_ROOT, draSockets } from './plugin-server';
 export { DEFAULT_CDI_DIR } from './cdi-specs';
-export type { ClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
+export type { NetworkClaimedDevices, ClaimedNetworkDevice } from './claimed-devices';
 
 export interface DraSettings {
   readonly nodeName: string;
@@ -201,7 +201,7 @@ export class DraDriver {
   }
 
   /** What the engine asks at ADD: the devices of a pod's prepared claims. */
-  get claimed(): ClaimedDevices {
+  get claimed(): NetworkClaimedDevices {
     return checkedClaims(this.prepared, this.inventory);
   }
 

@@ -5,7 +5,7 @@
  * A device the node does not offer as the record says is never acted on; the engine refuses the pod's ADD, naming
  * the claim and the device (src/engine/claimed-unoffered.ts).
  */
-import type { ClaimedDevices } from './claimed-devices';
+import type { NetworkClaimedDevices } from './claimed-devices';
 import type { DraInventory } from './devices';
 import { memifSocketProblem } from './memif-sockets';
 import type { PreparedClaim, PreparedClaims, RecordedNetworkDevice } from './prepared-claims';
@@ -36,7 +36,7 @@ export const recordProblems = (inventory: DraInventory, record: PreparedClaim): 
   });
 
 /** The prepared claims as the engine reads them at ADD: each device that does not fit carries why (notOffered). */
-export function checkedClaims(prepared: PreparedClaims, inventory: DraInventory): ClaimedDevices {
+export function checkedClaims(prepared: PreparedClaims, inventory: DraInventory): NetworkClaimedDevices {
   const checked = (d: RecordedNetworkDevice): RecordedNetworkDevice => {
     const why = recordedDeviceProblem(inventory, d);
     return why ? { ...d, notOffered: why } : d;

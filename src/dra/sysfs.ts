@@ -4,7 +4,7 @@
  */
 import { readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
-import { PCI_ADDRESS } from '../deviceplugin/config';
+import { PCI_ADDRESS } from '../common/pci-address';
 
 export interface HostDeviceFacts {
   /** Whether the device is on the host now (its netdev in this namespace, or its PCI function). */

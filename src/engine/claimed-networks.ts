@@ -47,7 +47,7 @@ const RESOURCE_NAME = 'k8s.v1.cni.cncf.io/resourceName';
  * The steps with their claimed devices: the device of a claimed selection, or for a network naming a resource, a
  * claimed device of that resource whose claim names no network. Such a step takes no device from the kubelet.
  */
-export function withClaimedDevices(
+export function withClaimedNetworkDevices(
   steps: readonly AttachmentStep[],
   devices: readonly ClaimedNetworkDevice[],
   deviceOf: ReadonlyMap<NetworkSelection, ClaimedNetworkDevice>,

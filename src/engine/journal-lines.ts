@@ -44,19 +44,19 @@ export interface CommitDetails {
 }
 
 /** One network of a pod: its network definition (key) and its interface in the pod. */
-export interface AttachmentKey {
+export interface AttachmentTag {
   readonly network: string;
   readonly ifname: string;
 }
 
 export type Line = { v?: number } & (
   | { t: 'begin'; meta: AttachmentMeta }
-  | { t: 'undo'; step: UndoStep; a?: AttachmentKey; at: string }
+  | { t: 'undo'; step: UndoStep; a?: AttachmentTag; at: string }
   | { t: 'event'; what: string; ms?: number; at: string }
   | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
   | { t: 'deleting'; at: string }
-  | { t: 'detached'; a: AttachmentKey; at: string }
-  | { t: 'change'; add: AttachmentKey[]; remove: AttachmentKey[]; at: string }
+  | { t: 'detached'; a: AttachmentTag; at: string }
+  | { t: 'change'; add: AttachmentTag[]; remove: AttachmentTag[]; at: string }
   | { t: 'added'; attachments: NetworkAttachment[]; at: string }
 );
 

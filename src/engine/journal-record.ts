@@ -8,7 +8,7 @@ import { CniCode, CniError } from '../cni/errors';
 import type { UndoStep } from '../drivers/driver';
 import {
   readLine,
-  type AttachmentKey,
+  type AttachmentTag,
   type AttachmentMeta,
   type CommitDetails,
   type NetworkAttachment,
@@ -22,8 +22,8 @@ export interface TimedEvent {
 
 /** The attachments one change of a running pod's networks adds and removes. */
 export interface PodNetworksChange {
-  readonly add: readonly AttachmentKey[];
-  readonly remove: readonly AttachmentKey[];
+  readonly add: readonly AttachmentTag[];
+  readonly remove: readonly AttachmentTag[];
   /** Set once every addition is complete (what they became): from then on the change is finished, not undone. */
   readonly added?: readonly NetworkAttachment[];
 }
@@ -33,7 +33,7 @@ export interface AttachmentRecord {
   /** The steps still to undo, in the order they were recorded. */
   readonly undo: readonly UndoStep[];
   /** For each step of `undo`, the attachment it belongs to; undefined for steps written in format v0. */
-  readonly undoOwners: readonly (AttachmentKey | undefined)[];
+  readonly undoOwners: readonly (AttachmentTag | undefined)[];
   /**
    * Set when a line cannot be used (a newer format, not JSON, a field missing, cut short): the file and line and why.
    * Such a record is never undone by this daemon, and holds every lease of its container.
@@ -50,20 +50,20 @@ export interface AttachmentRecord {
   readonly changing?: PodNetworksChange;
 }
 
-const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean =>
+const sameAttachment = (a: AttachmentTag | undefined, b: AttachmentTag): boolean =>
   a !== undefined && a.network === b.network && a.ifname === b.ifname;
 
 /** The undo steps a record holds for one of its attachments, in recorded order (none for v0 steps, which name none). */
-export const stepsOf = (record: AttachmentRecord, attachment: AttachmentKey): UndoStep[] =>
+export const attachmentSteps = (record: AttachmentRecord, attachment: AttachmentTag): UndoStep[] =>
   record.undo.filter((_, i) => sameAttachment(record.undoOwners[i], attachment));
 
-const keys = (list: readonly AttachmentKey[]): string => list.map((a) => `${a.network} as ${a.ifname}`).join(', ');
+const keys = (list: readonly AttachmentTag[]): string => list.map((a) => `${a.network} as ${a.ifname}`).join(', ');
 
 /** A record's state, built line by line. */
 class Replay {
   meta: AttachmentMeta | undefined;
   undo: UndoStep[] = [];
-  undoOwners: (AttachmentKey | undefined)[] = [];
+  undoOwners: (AttachmentTag | undefined)[] = [];
   readonly events: TimedEvent[] = [];
   result: CniResult | undefined;
   cniVersion: string | undefined;

@@ -21,7 +21,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { readBoundedFileSync } from '../common/bounded-file';
 import { journalIoError } from './journal-errors';
-import { JournalEntry, MAX_RECORD_BYTES, openForAppend } from './journal-entry';
+import { JournalEntry, MAX_JOURNAL_RECORD_BYTES, openForAppend } from './journal-entry';
 import type { AttachmentMeta } from './journal-lines';
 import { headlessRecord, replayRecord, type AttachmentRecord } from './journal-record';
 import { LeaseHolders } from './lease-holders';
@@ -29,14 +29,14 @@ import { LeaseHolders } from './lease-holders';
 export { JournalEntry } from './journal-entry';
 export {
   JOURNAL_VERSION,
-  type AttachmentKey,
+  type AttachmentTag,
   type AttachmentMeta,
   type CommitDetails,
   type NetworkAttachment,
 } from './journal-lines';
 export {
   parseRecord,
-  stepsOf,
+  attachmentSteps,
   unreadableRecordError,
   type AttachmentRecord,
   type PodNetworksChange,
@@ -232,7 +232,7 @@ export class Journal {
     const path = join(this.dir, name);
     const { containerId, ifname } = nameParts(name);
     // Never a call that can block the event loop: a FIFO or a symlink put here is refused before a byte is read.
-    const read = readBoundedFileSync(path, { maxBytes: MAX_RECORD_BYTES });
+    const read = readBoundedFileSync(path, { maxBytes: MAX_JOURNAL_RECORD_BYTES });
     if (!read.ok) {
       if (read.error.kind === 'missing') return undefined;
       return headlessRecord(containerId, ifname, `${path} ${read.error.reason}`);

@@ -26,7 +26,7 @@ import {
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
 import type { ClaimedNetworkDevice } from './claims';
-import { withClaimedDevices, withClaimedSelections } from './claimed-networks';
+import { withClaimedNetworkDevices, withClaimedSelections } from './claimed-networks';
 import type { AttachmentStep } from './attachment-step';
 import { auxiliaryChainStep } from './auxiliary-chain-step';
 
@@ -234,7 +234,7 @@ export function planPod(
     if (!chain.ok) return chain;
     if (chain.value) steps.push(chain.value);
   }
-  return ok(withClaimedDevices(steps, claimed, deviceOf));
+  return ok(withClaimedNetworkDevices(steps, claimed, deviceOf));
 }
 
 function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity): Result<AttachRequest> {

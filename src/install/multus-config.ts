@@ -143,7 +143,7 @@ export function readMultus(
 }
 
 /** Where Multus's cluster network is: a NAD in its namespace, a CNI config file, or a config inline in `delegates`. */
-export type ClusterNetwork =
+export type MultusClusterNetwork =
   | { readonly kind: 'nad'; readonly reference: string; readonly alsoFile?: string }
   | { readonly kind: 'file'; readonly path: string }
   | { readonly kind: 'inline'; readonly config: Record<string, unknown> };
@@ -157,7 +157,7 @@ export type ClusterNetwork =
 export function resolveClusterNetwork(
   settings: MultusSettings,
   listDir: (dir: string) => readonly ConfFileReader[] | undefined,
-): Result<ClusterNetwork, InstallProblem> {
+): Result<MultusClusterNetwork, InstallProblem> {
   const name = settings.clusterNetwork;
   if (name === undefined) return ok({ kind: 'inline', config: settings.delegates![0]! });
   if (!name.includes('/')) {

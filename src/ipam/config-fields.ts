@@ -6,7 +6,7 @@ import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { familyName, formatCidr, formatIp, networkOf, parseCidr, parseIp } from '../common/ip';
-import type { DnsSpec, RouteSpec } from './config';
+import type { DnsSpec, IpamRoute } from './config';
 
 export const rangeShape = z.looseObject({
   subnet: z.string(),
@@ -53,7 +53,7 @@ export function parseExcludes(path: string, exclude: readonly string[] | undefin
   });
 }
 
-export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | undefined): RouteSpec[] {
+export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | undefined): IpamRoute[] {
   return (routes ?? []).map((route, i) => {
     const path = `ipam.routes[${i}]`;
     const dst = parseCidr(route.dst);

@@ -5,9 +5,10 @@
  * name is refused, never given the new pod's networks. A static pod's sandbox is checked against the UID its mirror
  * pod names (mirror-pod.ts).
  */
+import { segment } from '../common/api-object';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { PodInfo, PodSource } from '../engine/pod-source';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { type ApiObject, Informer } from './informer';
 import { sandboxUidOf } from './mirror-pod';
 

@@ -6,10 +6,11 @@
  * retried with backoff while the API is slow or down, until written, or the pod is gone, or it was superseded by a
  * newer status of the same pod.
  */
+import { segment } from '../common/api-object';
 import type { Logger } from 'pino';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { BackgroundWrites, type RetryOptions } from './background-writes';
 import type { ApiUidOf } from './mirror-pod';
 import type { PodIdentity } from '../cni/types';

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { claimedOutcomes, withClaimedDevices, withClaimedSelections } from '../../src/engine/claimed-networks';
+import { claimedOutcomes, withClaimedNetworkDevices, withClaimedSelections } from '../../src/engine/claimed-networks';
 import type { ClaimedNetworkDevice } from '../../src/engine/claims';
 import type { NetworkAttachment } from '../../src/engine/journal';
 import type { AttachmentStep } from '../../src/engine/plan';
@@ -76,7 +76,7 @@ describe("claimed devices in a pod's plan", () => {
     const named = device('eth3', { network: { namespace: 'ns', name: 'fast' } });
     const unnamed = device('eth4');
     const fast = sel('fast', 0);
-    const steps = withClaimedDevices(
+    const steps = withClaimedNetworkDevices(
       [
         step('eth0'),
         step('net1', fast),

@@ -1,11 +1,10 @@
 /** The reference `host-device` plugin's config schema, validated up front. */
 import { z } from 'zod';
+import { PCI_ADDRESS } from '../../common/pci-address';
 import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { checkLinkName, invalidConfig, ipamField, macField, parseOptionalIpam, parsePluginConfig } from '../common';
-
-export const PCI_ADDRESS = /^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
 
 const HostDeviceSchema = z.looseObject({
   device: z.string().optional(),

@@ -7,6 +7,7 @@
  * checks that its socket is still there and that kubelet.sock is the one it registered with, and if not, serves a
  * new socket and registers again. Until the kubelet is up, registration is retried on the same tick.
  */
+import { serviceOf, shutdownServer, unary, unixTarget } from '../kubelet/grpc';
 import { rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -14,10 +15,6 @@ import type { Logger } from 'pino';
 import {
   DEVICE_PLUGIN_API_VERSION,
   devicePluginPackage,
-  serviceOf,
-  shutdownServer,
-  unary,
-  unixTarget,
   type AllocateRequest,
   type AllocateResponse,
   type ListAndWatchResponse,

@@ -3,16 +3,10 @@
  * kubelet allocated to which pod. List answers for every pod on the node, so its answer grows with the node: the
  * gRPC default of 4 MiB per message is raised. (`Get`, one pod, is feature-gated off before Kubernetes 1.34.)
  */
+import { serviceOf, unary, unixTarget } from '../kubelet/grpc';
 import * as grpc from '@grpc/grpc-js';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
-import {
-  podResourcesPackage,
-  serviceOf,
-  unary,
-  unixTarget,
-  type ListPodResourcesResponse,
-  type PodResources,
-} from './api';
+import { podResourcesPackage, type ListPodResourcesResponse, type PodResources } from './api';
 
 export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
 export const MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024;

@@ -24,7 +24,7 @@ import {
 } from './api';
 import { KubeletRegistration, type RegistrationChange } from './kubelet-registration';
 import type { ClaimPreparer } from './prepare';
-import { shutdownServer } from '../deviceplugin/api';
+import { shutdownServer } from '../kubelet/grpc';
 
 export const DEFAULT_KUBELET_ROOT = '/var/lib/kubelet';
 

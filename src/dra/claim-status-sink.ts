@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { PodIdentity } from '../cni/types';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, ClaimSink } from '../engine/claims';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, ClaimSink } from '../engine/claims/ports';
 import type { KubeApiClient } from '../k8s/api-client';
 import { BackgroundWrites, type Attempt, type RetryOptions } from '../k8s/background-writes';
 import { applyClaimStatus, type DeviceNetworkStatus } from './claim-status';

@@ -3,7 +3,7 @@
  * device into a pod, serves or removes its memif socket, answers a repeated Prepare): the record is a file that may
  * have been damaged or written by hand, and the operator may have taken the device out of its pool since Prepare.
  * A device the node does not offer as the record says is never acted on; the engine refuses the pod's ADD, naming
- * the claim and the device (src/engine/claimed-unoffered.ts).
+ * the claim and the device (src/engine/claims/unoffered.ts).
  */
 import type { NetworkClaimedDevices } from './claimed-devices';
 import type { DraInventory } from './devices';

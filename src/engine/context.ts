@@ -12,7 +12,7 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import type { AttachmentQuota } from './attachment-quota';
-import type { ClaimedDevices, ClaimSink } from './claims';
+import type { ClaimedDevices, ClaimSink } from './claims/ports';
 import type { ForeignSandboxes } from './foreign-sandboxes';
 import type { DeviceSource } from './kubelet-devices';
 import type { PlanSettings } from './plan';

@@ -25,8 +25,8 @@ import {
 } from '../networks/selection';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
-import type { ClaimedNetworkDevice } from './claims';
-import { withClaimedNetworkDevices, withClaimedSelections } from './claimed-networks';
+import type { ClaimedNetworkDevice } from './claims/ports';
+import { withClaimedNetworkDevices, withClaimedSelections } from './claims/networks';
 import type { AttachmentStep } from './attachment-step';
 import { auxiliaryChainStep } from './auxiliary-chain-step';
 
@@ -119,7 +119,7 @@ export const configuredDefaultNetwork = (
  * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
  * io.kubernetes.cri.pod-annotations are read instead. `runningPod`: the plan of a running pod's secondary networks
  * (hot-plug): no default network (the pod keeps its own, and its interface name). `claimed`: the devices of the pod's
- * DRA claims, whose networks join the selected ones (claimed-networks.ts).
+ * DRA claims, whose networks join the selected ones (claims/networks.ts).
  */
 export function planPod(
   req: AddRequest,

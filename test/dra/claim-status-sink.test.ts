@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pino from 'pino';
 import { ClaimStatusSink } from '../../src/dra/claim-status-sink';
-import type { ClaimedNetworkDevice } from '../../src/engine/claims';
+import type { ClaimedNetworkDevice } from '../../src/engine/claims/ports';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { err, ok, type Result } from '../../src/common/result';
 

@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
 import { describeUndo, undoStages } from '../../drivers/undo';
-import type { AttachmentRecord } from '../journal-record';
+import type { AttachmentRecord } from '../journal/record';
 
 export interface TeardownJob {
   /** The record being torn down (it says `deleting`). */

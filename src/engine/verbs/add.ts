@@ -14,11 +14,11 @@ import { planPod, podIdentityOf, type AttachmentStep } from '../plan';
 import { namesCheckedFirst, refuseTakenNames, takenNameOr } from '../taken-names';
 import { Transaction, undoRecord } from '../transaction';
 import { attachStep } from './attach';
-import { claimedOutcomes, failedOutcomes } from '../claimed-networks';
-import { claimedDevicesOf, reportClaims } from '../claim-reports';
-import { claimedElsewhere } from '../claimed-elsewhere';
-import { claimedNotOffered } from '../claimed-unoffered';
-import type { ClaimedNetworkDevice, PodClaims } from '../claims';
+import { claimedOutcomes, failedOutcomes } from '../claims/networks';
+import { claimedDevicesOf, reportClaims } from '../claims/reports';
+import { claimedElsewhere } from '../claims/elsewhere';
+import { claimedNotOffered } from '../claims/unoffered';
+import type { ClaimedNetworkDevice, PodClaims } from '../claims/ports';
 
 const attachedElsewhere = (req: ContainerRequest, netns: string): CniError =>
   new CniError(

@@ -5,10 +5,10 @@
  * naming no network gives its device to a network whose NAD names its resource (k8s.v1.cni.cncf.io/resourceName), as
  * Multus 4.3 matches them. Pure: the engine supplies the devices (ClaimedDevices) and applies what comes out.
  */
-import type { NetworkSelection } from '../networks/selection';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './claims';
-import type { AttachmentStep } from './attachment-step';
-import type { NetworkAttachment } from './journal';
+import type { NetworkSelection } from '../../networks/selection';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './ports';
+import type { AttachmentStep } from '../attachment-step';
+import type { NetworkAttachment } from '../journal';
 
 const sameNetwork = (sel: NetworkSelection, d: ClaimedNetworkDevice): boolean =>
   d.network !== undefined && sel.namespace === d.network.namespace && sel.name === d.network.name;

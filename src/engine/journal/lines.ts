@@ -4,11 +4,11 @@
  * and the undo code will use before any of it is believed. Objects are loose: a field a later v1 daemon adds is kept.
  */
 import { z } from 'zod';
-import type { CniResult, PodIdentity } from '../cni/types';
-import type { UndoStep } from '../drivers/driver';
-import { LEGACY_STEP_KINDS, upgradeStep } from '../drivers/undo';
-import type { NetworkStatusEntry } from '../networks/status';
-import { firstIssue } from '../common/schema-issues';
+import type { CniResult, PodIdentity } from '../../cni/types';
+import type { UndoStep } from '../../drivers/driver';
+import { LEGACY_STEP_KINDS, upgradeStep } from '../../drivers/undo';
+import type { NetworkStatusEntry } from '../../networks/status';
+import { firstIssue } from '../../common/schema-issues';
 
 export interface AttachmentMeta {
   readonly containerId: string;

@@ -1,7 +1,7 @@
 /** The engine's side of DRA claims at run time: the devices a pod's prepared claims hold, and telling the sink. */
-import type { PodIdentity } from '../cni/types';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './claims';
-import type { EngineContext } from './context';
+import type { PodIdentity } from '../../cni/types';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './ports';
+import type { EngineContext } from '../context';
 
 /** The devices of the pod's prepared claims (none without DRA, or without the pod's UID). */
 export const claimedDevicesOf = (

@@ -3,12 +3,12 @@
  * the change it describes is made, and the opening of an existing record for appending after a crash cut its last line.
  */
 import { closeSync, constants, fdatasync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
-import type { CniResult } from '../cni/types';
-import type { UndoStep } from '../drivers/driver';
-import { journalIoError } from './journal-errors';
-import { JOURNAL_VERSION, readLine, type Line } from './journal-lines';
-import type { AttachmentTag, AttachmentMeta, CommitDetails, NetworkAttachment } from './journal-lines';
-import type { PodNetworksChange } from './journal-record';
+import type { CniResult } from '../../cni/types';
+import type { UndoStep } from '../../drivers/driver';
+import { journalIoError } from './errors';
+import { JOURNAL_VERSION, readLine, type Line } from './lines';
+import type { AttachmentTag, AttachmentMeta, CommitDetails, NetworkAttachment } from './lines';
+import type { PodNetworksChange } from './record';
 
 /** A record file larger than this is not read (a record is a few KiB; hot-plug churn adds a few lines each). */
 export const MAX_JOURNAL_RECORD_BYTES = 16 * 1024 * 1024;

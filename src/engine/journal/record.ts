@@ -3,16 +3,10 @@
  * undone, holding its container's leases), except a last line without its newline: a crash in the middle of its
  * append, whose change was never made, ignored as it always was.
  */
-import type { CniResult } from '../cni/types';
-import { CniCode, CniError } from '../cni/errors';
-import type { UndoStep } from '../drivers/driver';
-import {
-  readLine,
-  type AttachmentTag,
-  type AttachmentMeta,
-  type CommitDetails,
-  type NetworkAttachment,
-} from './journal-lines';
+import type { CniResult } from '../../cni/types';
+import { CniCode, CniError } from '../../cni/errors';
+import type { UndoStep } from '../../drivers/driver';
+import { readLine, type AttachmentTag, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './lines';
 
 export interface TimedEvent {
   readonly at: string;

@@ -18,6 +18,7 @@ import { ok, type Result } from '../common/result';
 import { removeStale, socketPathState } from './socket-dir';
 import { toWireAdoptedSandbox, toWireAttachment, toWireGcReport } from './wire';
 import type { CniCallObserver } from '../metrics/metrics';
+import { errorMessage } from '../common/error-message';
 
 const MAX_BODY = 4 * 1024 * 1024;
 
@@ -142,7 +143,7 @@ export class DaemonServer {
     try {
       call = ForwardedCallSchema.parse(JSON.parse(body.toString('utf8')));
     } catch (e) {
-      return sendCni(res, errorReply('1.1.0', apiErrors.malformed((e as Error).message)));
+      return sendCni(res, errorReply('1.1.0', apiErrors.malformed(errorMessage(e))));
     }
     const ran = await this.limiter.run(async () => {
       try {

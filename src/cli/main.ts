@@ -12,6 +12,7 @@ import {
   type WireGcReport,
 } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
+import { errorMessage } from '../common/error-message';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
   attachments                 list attachments (container, interface, pod, IPs, state), then the sandboxes
@@ -90,7 +91,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   } catch (e) {
     // Node names the word first, in quotes ("Unknown option '--x'", "Option '--socket <value>' argument missing").
-    const word = /'([^' ]+)/.exec((e as Error).message)?.[1] ?? '';
+    const word = /'([^' ]+)/.exec(errorMessage(e))?.[1] ?? '';
     const why =
       (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE'
         ? `${word} needs a value`
@@ -214,7 +215,7 @@ export function main(argv: string[] = process.argv.slice(2)): void {
   run(argv, (s) => process.stdout.write(`${s}\n`)).then(
     (code) => (process.exitCode = code),
     (e: unknown) => {
-      process.stderr.write(`plexusctl: ${(e as Error).message}\n`);
+      process.stderr.write(`plexusctl: ${errorMessage(e)}\n`);
       process.exitCode = 1;
     },
   );

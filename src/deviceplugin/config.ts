@@ -16,6 +16,7 @@ import { z } from 'zod';
 import { absolutePath } from '../common/absolute-path';
 import { PCI_ADDRESS } from '../common/pci-address';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { errorMessage } from '../common/error-message';
 
 const IFNAME = /^[^\s/:]{1,15}$/;
 
@@ -111,9 +112,7 @@ export function loadResources(file: string): Result<ResourceConfig[]> {
   try {
     doc = parseYaml(readFileSync(file, 'utf8'));
   } catch (e) {
-    return err(
-      new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${(e as Error).message}`),
-    );
+    return err(new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${errorMessage(e)}`));
   }
   return parseResources(doc, file);
 }

@@ -23,6 +23,7 @@ import {
   type RegisterRequest,
 } from './api';
 import type { DeviceResource } from './resources';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 export const KUBELET_SOCKET = 'kubelet.sock';
@@ -112,7 +113,7 @@ export class ResourcePlugin {
         'registered with the kubelet',
       );
     } catch (e) {
-      this.failed((e as Error).message);
+      this.failed(errorMessage(e));
     } finally {
       this.checking = false;
     }

@@ -7,6 +7,7 @@ import { serviceOf, unary, unixTarget } from '../kubelet/grpc';
 import * as grpc from '@grpc/grpc-js';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { podResourcesPackage, type ListPodResourcesResponse, type PodResources } from './api';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
 export const MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -137,7 +138,7 @@ export class PodResourcesClient {
         return err(
           new CniError(
             CniCode.TryAgainLater,
-            `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${(e as Error).message}`,
+            `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${errorMessage(e)}`,
           ),
         );
       }

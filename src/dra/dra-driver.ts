@@ -23,6 +23,7 @@ import { SlicePublisher } from './slices';
 import { ApiPodPresence, type PodPresence } from './stale-claims';
 import { CdiSpecs } from './cdi-specs';
 import { memifContainerSocket } from '../deviceplugin/memif-devices';
+import { errorMessage } from '../common/error-message';
 
 export interface DraSettings {
   readonly nodeName: string;
@@ -152,7 +153,7 @@ export class DraDriver {
       const removed = this.cdi.reconcile(known);
       if (removed.length) this.log.warn({ removed }, 'CDI specs of claims with no prepared record removed');
     } catch (e) {
-      this.log.warn({ dir: this.cdi.dir, err: (e as Error).message }, 'reconciling the CDI specs failed');
+      this.log.warn({ dir: this.cdi.dir, err: errorMessage(e) }, 'reconciling the CDI specs failed');
     }
   }
 
@@ -236,7 +237,7 @@ export class DraDriver {
         this.publishing = true;
         return this.slices.start(this.settings.resyncMs ?? 10000);
       })
-      .catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'publishing the ResourceSlices failed'));
+      .catch((e: unknown) => this.log.warn({ err: errorMessage(e) }, 'publishing the ResourceSlices failed'));
     this.staleTimer = setInterval(() => void this.releaseStale(), this.settings.staleCheckMs ?? 60000);
     this.staleTimer.unref();
   }
@@ -252,7 +253,7 @@ export class DraDriver {
         ...(attachedPods ? { attachedPods } : {}),
       })
       .catch((e: unknown) => {
-        this.log.warn({ err: (e as Error).message }, 'looking for stale prepared claims failed; trying again later');
+        this.log.warn({ err: errorMessage(e) }, 'looking for stale prepared claims failed; trying again later');
         return [];
       });
   }

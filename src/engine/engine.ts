@@ -34,6 +34,7 @@ import { detachAttachment } from './verbs/detach';
 import { gc, sweep } from './verbs/gc';
 import { status } from './verbs/status';
 import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
+import { errorMessage } from '../common/error-message';
 
 export type { EngineOptions, SweepReport, SweptAttachment } from './context';
 
@@ -67,7 +68,7 @@ export class AttachmentEngine {
       try {
         tell(options.statusSink ?? noStatusSink);
       } catch (e) {
-        log.warn({ err: (e as Error).message }, 'the status sink failed; the pod is attached regardless');
+        log.warn({ err: errorMessage(e) }, 'the status sink failed; the pod is attached regardless');
       }
     };
     const transactionPorts = {

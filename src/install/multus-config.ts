@@ -11,6 +11,7 @@ import { basename } from 'node:path';
 import { z } from 'zod';
 import { ok, type Result } from '../common/result';
 import { type ConfFileReader, type InstallProblem, problem, readConfFile } from './conf-files';
+import { errorMessage } from '../common/error-message';
 
 /** The plugin types of Multus's own configs: thin and thick. */
 export const MULTUS_TYPES: ReadonlySet<string> = new Set(['multus', 'multus-shim']);
@@ -77,7 +78,7 @@ function ownSettings(path: string, text: string): Result<Record<string, unknown>
   try {
     conf = JSON.parse(text);
   } catch (e) {
-    return problem(`Multus's config ${path} is not JSON: ${(e as Error).message}`);
+    return problem(`Multus's config ${path} is not JSON: ${errorMessage(e)}`);
   }
   if (typeof conf !== 'object' || conf === null || Array.isArray(conf))
     return problem(`Multus's config ${path} is not a JSON object`);

@@ -14,6 +14,7 @@ import type { AttachmentRecord, AttachmentTag } from '../engine/journal';
 import type { StatusSink } from '../engine/status-sink';
 import { SELECTION_ANNOTATION } from '../networks/selection';
 import type { CachedPod } from './pod-source';
+import { errorMessage } from '../common/error-message';
 
 /** What the controller needs of the engine. */
 export interface NetworkChanger {
@@ -106,7 +107,7 @@ export class HotplugController {
       do {
         this.again.delete(key);
         await this.apply(namespace, name, sandbox).catch((e: unknown) =>
-          this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'),
+          this.log.error({ pod: key, err: errorMessage(e) }, 'hot-plug failed unexpectedly'),
         );
         sandbox = undefined;
       } while (this.again.has(key) && !this.stopped);

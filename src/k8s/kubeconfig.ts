@@ -16,6 +16,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { firstIssue } from '../common/schema-issues';
+import { errorMessage } from '../common/error-message';
 
 const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Token files (service-account tokens rotate) are read again after this long. */
@@ -123,7 +124,7 @@ function inCluster(env: NodeJS.ProcessEnv): Result<ApiEndpoint> {
   try {
     ca = readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt'));
   } catch (e) {
-    return invalid('(in-cluster)', `cannot read the service account's CA: ${(e as Error).message}`);
+    return invalid('(in-cluster)', `cannot read the service account's CA: ${errorMessage(e)}`);
   }
   const token = tokenFile(join(SERVICE_ACCOUNT_DIR, 'token'));
   return ok({
@@ -144,7 +145,7 @@ function fromFile(path: string): Result<ApiEndpoint> {
   try {
     doc = parseYaml(readFileSync(path, 'utf8'));
   } catch (e) {
-    return invalid(path, (e as Error).message);
+    return invalid(path, errorMessage(e));
   }
   const parsed = KubeconfigSchema.safeParse(doc);
   if (!parsed.success) return invalid(path, firstIssue(parsed.error, '(document)'));
@@ -174,7 +175,7 @@ function fromFile(path: string): Result<ApiEndpoint> {
       if (filePath !== undefined) return ok(readFileSync(file(filePath)));
       return ok(undefined);
     } catch (e) {
-      return err(`cannot read ${what}: ${(e as Error).message}`);
+      return err(`cannot read ${what}: ${errorMessage(e)}`);
     }
   };
   const ca = material(
@@ -241,7 +242,7 @@ function tokenFile(path: string): () => Result<string, string> {
       cached = { token: readFileSync(path, 'utf8').trim(), at: Date.now() };
       return ok(cached.token);
     } catch (e) {
-      return err(`cannot read the token file ${path}: ${(e as Error).message}`);
+      return err(`cannot read the token file ${path}: ${errorMessage(e)}`);
     }
   };
 }
@@ -285,7 +286,7 @@ function execCredential(
         try {
           parsed = ExecCredentialSchema.safeParse(JSON.parse(stdout));
         } catch (x) {
-          return resolve(err(`the exec credential plugin ${spec.command} printed no JSON: ${(x as Error).message}`));
+          return resolve(err(`the exec credential plugin ${spec.command} printed no JSON: ${errorMessage(x)}`));
         }
         if (!parsed.success)
           return resolve(

@@ -9,6 +9,7 @@ import { KernelCallError } from './failure';
 import type { AddrInfo, BatchOp, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
 import { BatchRunner, isFatal, type BatchReply, type BatchRequest } from './batch-runner';
 import { closeFd, PodLinkDeletions } from './pod-link-deletions';
+import { errorMessage } from '../common/error-message';
 
 /** A failed kernel operation is a KernelCallError (failure.ts); CNI codes are the drivers' business. */
 export { KernelCallError };
@@ -224,7 +225,7 @@ export class Kernel implements KernelPort {
     } catch (e) {
       if (!isFatal(e)) throw e;
       // The main thread is left in a pod's netns: nothing it did from here on would go where it should.
-      process.stderr.write(`plexusd: ${(e as Error).message}\n`);
+      process.stderr.write(`plexusd: ${errorMessage(e)}\n`);
       process.exit(70);
     }
   }

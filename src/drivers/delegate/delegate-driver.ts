@@ -26,6 +26,7 @@ import {
 import { ExecLimits } from './exec-limits';
 import { parseCniResult } from './result';
 import { delegateDelStep, delegateStepKinds, invocationsIn } from './undo';
+import { errorMessage } from '../../common/error-message';
 
 /** A delegate driver; its plugins run within `options.limits` (plexusd's), or limits of its own (DEFAULT_EXEC_LIMITS). */
 export function createDelegateDriver(options: ExecOptions = {}): Driver<readonly PluginConfig[]> {
@@ -124,7 +125,7 @@ async function attachChain(
         new CniError(
           CniCode.Internal,
           `${context}: plugin ${plugin.type} printed no JSON result`,
-          `${(e as Error).message}; stdout: ${added.value.stdout.slice(0, 500)}`,
+          `${errorMessage(e)}; stdout: ${added.value.stdout.slice(0, 500)}`,
         ),
       );
     }

@@ -9,6 +9,7 @@ import type { UndoStep } from '../../drivers/driver';
 import { LEGACY_STEP_KINDS, upgradeStep } from '../../drivers/undo';
 import type { NetworkStatusEntry } from '../../networks/status';
 import { firstIssue } from '../../common/schema-issues';
+import { errorMessage } from '../../common/error-message';
 
 export interface AttachmentMeta {
   readonly containerId: string;
@@ -144,7 +145,7 @@ export function readLine(raw: string): ReadLine {
   try {
     value = JSON.parse(raw);
   } catch (e) {
-    return { ok: false, why: `not JSON (${(e as Error).message})` };
+    return { ok: false, why: `not JSON (${errorMessage(e)})` };
   }
   const v = versionOf(value);
   if (typeof v === 'number' && v > JOURNAL_VERSION) {

@@ -19,6 +19,7 @@ import { claimedDevicesOf, reportClaims } from '../claims/reports';
 import { claimedElsewhere } from '../claims/elsewhere';
 import { claimedNotOffered } from '../claims/unoffered';
 import type { ClaimedNetworkDevice, PodClaims } from '../claims/ports';
+import { errorMessage } from '../../common/error-message';
 
 const attachedElsewhere = (req: ContainerRequest, netns: string): CniError =>
   new CniError(
@@ -52,7 +53,7 @@ const unexpected = (req: ContainerRequest, e: unknown): CniError =>
     ? e
     : new CniError(
         CniCode.Internal,
-        `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`,
+        `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${errorMessage(e)}`,
         (e as Error).stack ?? '',
       );
 

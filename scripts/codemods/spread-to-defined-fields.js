@@ -2,15 +2,15 @@
 // Codemod: conditional spreads of one optional field -> definedFields (src/common/defined-fields.ts).
 //   { a, ...(x ? { x } : {}), ...(y !== undefined ? { why: y } : {}) }  ->  { a, ...definedFields({ x, why: y }) }
 //   { ...(x ? { x } : {}) }                                               ->  definedFields({ x })
-// definedFields leaves out exactly the undefined fields, so a spread is rewritten only where that is what it did: its
-// condition is `v !== undefined`, or `v` itself where v's type (read with the type checker) cannot be falsy but for
-// undefined (objects, arrays, functions: not strings, numbers or booleans, where '' or 0 or false would now be kept).
+// definedFields leaves out exactly the undefined fields, so each field keeps what the spread did: its condition is
+// `v !== undefined`, or `v` itself; then where v's type (read with the type checker) may be falsy other than undefined
+// (a string, a number, a boolean: '', 0, false), the field is `key: v || undefined`, so those are still left out.
 // v is a name or a chain of property reads (no call is moved). Adjacent rewritten spreads share one call. The helper
 // is imported where it is used. Re-runnable and idempotent: a second run changes nothing. From the repository's root:
 //   node scripts/codemods/spread-to-defined-fields.js [DIR...]     (default: src)
 // then `npx prettier --config .prettierrc.json --write` on the files it names, and build.
 'use strict';
-const { readFileSync, writeFileSync } = require('node:fs');
+const { writeFileSync } = require('node:fs');
 const { dirname, join, relative, sep } = require('node:path');
 const ts = require('typescript');
 
@@ -71,8 +71,10 @@ function fieldOf(prop, source) {
     test.operatorToken.kind === ts.SyntaxKind.ExclamationEqualsEqualsToken &&
     ((test.left.getText(source) === v && isUndefined(test.right)) ||
       (test.right.getText(source) === v && isUndefined(test.left)));
-  const truthyTest = test.getText(source) === v && falsyOnlyWhenUndefined(checker.getTypeAtLocation(test));
+  const truthyTest = test.getText(source) === v;
   if (!definedTest && !truthyTest) return undefined;
+  // A value that may be falsy ('' or 0 or false) was left out by the spread: `|| undefined` leaves it out still.
+  if (!definedTest && !falsyOnlyWhenUndefined(checker.getTypeAtLocation(test))) return `${key}: ${v} || undefined`;
   return key === v ? v : `${key}: ${v}`;
 }
 
@@ -113,7 +115,8 @@ function withImport(file, text) {
   return text.slice(0, at) + helperImport(file) + text.slice(at);
 }
 
-let changed = 0;
+/** The new text of each file with edits: file -> text. */
+const rewritten = new Map();
 for (const source of program.getSourceFiles()) {
   const file = source.fileName;
   if (!dirs.some((d) => file.startsWith(d)) || file === HELPER || file.endsWith('.d.ts')) continue;
@@ -127,9 +130,30 @@ for (const source of program.getSourceFiles()) {
   // Runs of plain reads never hold another literal's edit, but a whole literal replaced may: keep the outermost.
   edits.sort((a, b) => a.start - b.start || b.end - a.end);
   const kept = edits.filter((e, i) => !edits.slice(0, i).some((o) => o.start <= e.start && e.end <= o.end));
-  let text = readFileSync(file, 'utf8');
+  let text = source.text;
   for (const e of kept.reverse()) text = text.slice(0, e.start) + e.text + text.slice(e.end);
-  writeFileSync(file, withImport(file, text));
+  rewritten.set(file, withImport(file, text));
+}
+
+// A literal whose type mattered (a field now `T | undefined` where only T fits) would not compile: such a file is
+// left as it was, named, for a hand to look at.
+const host = ts.createCompilerHost(parsed.options);
+const readFile = host.readFile.bind(host);
+host.readFile = (file) => rewritten.get(file) ?? readFile(file);
+const getSourceFile = host.getSourceFile.bind(host);
+host.getSourceFile = (file, language, onError) =>
+  rewritten.has(file)
+    ? ts.createSourceFile(file, rewritten.get(file), language, true)
+    : getSourceFile(file, language, onError);
+const after = ts.createProgram(parsed.fileNames, parsed.options, host, program);
+let changed = 0;
+for (const [file, text] of rewritten) {
+  const broken = after.getSemanticDiagnostics(after.getSourceFile(file)).length > 0;
+  if (broken) {
+    console.error(`left as it was (it would not type-check): ${relative(ROOT, file)}`);
+    continue;
+  }
+  writeFileSync(file, text);
   changed += 1;
   console.log(relative(ROOT, file));
 }

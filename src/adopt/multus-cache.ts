@@ -11,6 +11,7 @@ import { readBoundedFileSync } from '../common/bounded-file';
 import { cniNameProblem } from '../cni/names';
 import { cachedNamesProblem } from './cache-names';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** A cache this large is not Multus's (a pod's delegates are a few kilobytes). */
 const MAX_CACHE_BYTES = 4 << 20;
@@ -116,9 +117,9 @@ export function readMultusCache(cacheDir: string, containerId: string, ifname: s
       config: config.text,
       isList: config.isList,
       ifname: delegateIfname,
-      ...(d.macRequest ? { mac: d.macRequest } : {}),
+      ...definedFields({ mac: d.macRequest || undefined }),
       ips: d.ipRequest ?? [],
-      ...(d.deviceID ? { deviceID: d.deviceID } : {}),
+      ...definedFields({ deviceID: d.deviceID || undefined }),
       source: path,
     });
   }

@@ -10,6 +10,7 @@ import { ResourcePlugin, type PluginEvents } from './plugin-server';
 import { HostDevicePool } from './host-device-pool';
 import { MemifDevices } from './memif-devices';
 import type { DeviceResource } from './resources';
+import { definedFields } from '../common/defined-fields';
 
 export interface DevicePluginSettings {
   /** Where the kubelet takes registrations: hard-coded in the kubelet as /var/lib/kubelet/device-plugins. */
@@ -41,10 +42,12 @@ export class DevicePlugins {
   ): DevicePlugins {
     const env = {
       deviceInfoDir: settings.deviceInfoDir,
-      ...(settings.stateDir ? { stateDir: settings.stateDir } : {}),
-      ...(settings.healthIntervalMs ? { healthIntervalMs: settings.healthIntervalMs } : {}),
-      ...(settings.switchReady ? { switchReady: settings.switchReady } : {}),
-      ...(settings.heldByDra ? { heldByDra: settings.heldByDra } : {}),
+      ...definedFields({
+        stateDir: settings.stateDir || undefined,
+        healthIntervalMs: settings.healthIntervalMs || undefined,
+        switchReady: settings.switchReady,
+        heldByDra: settings.heldByDra,
+      }),
       inUse: (resource: string, id: string) => podResources.inUse(resource, id),
     };
     const memif = new Map<string, MemifDevices>();

@@ -24,6 +24,7 @@ import { ApiPodPresence, type PodPresence } from './stale-claims';
 import { CdiSpecs } from './cdi-specs';
 import { memifContainerSocket } from '../deviceplugin/memif-devices';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 export interface DraSettings {
   readonly nodeName: string;
@@ -102,7 +103,7 @@ export class DraDriver {
     private readonly log: Logger,
   ) {
     const { nodeName, sysfsRoot } = settings;
-    this.inventory = new DraInventory(resources, { nodeName, ...(sysfsRoot ? { sysfsRoot } : {}) });
+    this.inventory = new DraInventory(resources, { nodeName, ...definedFields({ sysfsRoot: sysfsRoot || undefined }) });
     this.prepared = PreparedClaims.open(settings.stateDir);
     reportRecords(this.prepared, this.inventory, log);
     this.cdi = settings.cdiDir ? new CdiSpecs(settings.cdiDir, (r) => this.inventory.memifResource(r)) : undefined;
@@ -123,11 +124,13 @@ export class DraDriver {
       claims: this.claimReader,
       inventory: this.inventory,
       prepared: this.prepared,
-      ...(settings.inUseByDevicePlugin ? { inUseByDevicePlugin: settings.inUseByDevicePlugin } : {}),
-      ...(settings.networks ? { networks: settings.networks } : {}),
-      ...(settings.isolation ? { isolation: settings.isolation } : {}),
+      ...definedFields({
+        inUseByDevicePlugin: settings.inUseByDevicePlugin,
+        networks: settings.networks,
+        isolation: settings.isolation,
+      }),
       ...(this.cdi ? { cdi: this.cdi } : {}),
-      ...(settings.deviceInfoDir ? { deviceInfoDir: settings.deviceInfoDir } : {}),
+      ...definedFields({ deviceInfoDir: settings.deviceInfoDir || undefined }),
       changed: () => void this.slices.reconcile(),
       log: log.child({ component: 'dra' }),
     });
@@ -250,7 +253,7 @@ export class DraDriver {
         claims: this.claimReader,
         pods: this.podPresence,
         log: this.log,
-        ...(attachedPods ? { attachedPods } : {}),
+        ...definedFields({ attachedPods }),
       })
       .catch((e: unknown) => {
         this.log.warn({ err: errorMessage(e) }, 'looking for stale prepared claims failed; trying again later');

@@ -35,6 +35,7 @@ import { gc, sweep } from './verbs/gc';
 import { status } from './verbs/status';
 import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 export type { EngineOptions, SweepReport, SweptAttachment } from './context';
 
@@ -96,7 +97,7 @@ export class AttachmentEngine {
       recentlyRemoved,
       podNetnsProblem,
       report,
-      ...(teardown ? { teardown } : {}),
+      ...definedFields({ teardown }),
     };
   }
 

@@ -24,6 +24,7 @@ import { parseNetworkConfig, PLEXUS_NETWORK_NAME, PLEXUS_PLUGIN_TYPE } from '../
 import { CNI_CONF_EXTENSIONS, type InstallProblem, problem } from './conf-files';
 import { MULTUS_TYPES } from './multus-config';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** Plexus's own conflist: "00-" so it sorts before every other file the runtime reads. */
 export const PLEXUS_CONFLIST = '00-plexus.conflist';
@@ -117,7 +118,7 @@ export function plexusConflist(options: PlexusConflistOptions): string {
         {
           type: PLEXUS_PLUGIN_TYPE,
           socketPath: options.socketPath,
-          ...(options.daemonWaitSeconds !== undefined ? { daemonWaitSeconds: options.daemonWaitSeconds } : {}),
+          ...definedFields({ daemonWaitSeconds: options.daemonWaitSeconds }),
           capabilities: {
             'io.kubernetes.cri.pod-annotations': true,
             ips: true,

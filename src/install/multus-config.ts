@@ -12,6 +12,7 @@ import { z } from 'zod';
 import { ok, type Result } from '../common/result';
 import { type ConfFileReader, type InstallProblem, problem, readConfFile } from './conf-files';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** The plugin types of Multus's own configs: thin and thick. */
 export const MULTUS_TYPES: ReadonlySet<string> = new Set(['multus', 'multus-shim']);
@@ -138,7 +139,7 @@ export function readMultus(
   return ok({
     mode: thick ? 'thick' : 'thin',
     configFile: path,
-    ...(daemonConfigFile ? { daemonConfigFile } : {}),
+    ...definedFields({ daemonConfigFile: daemonConfigFile || undefined }),
     settings: parsed.data,
   });
 }

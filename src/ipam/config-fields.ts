@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { familyName, formatCidr, formatIp, networkOf, parseCidr, parseIp } from '../common/ip';
 import type { DnsSpec, IpamRoute } from './config';
+import { definedFields } from '../common/defined-fields';
 
 export const rangeShape = z.looseObject({
   subnet: z.string(),
@@ -75,10 +76,5 @@ export function parseDns(dns: z.infer<typeof dnsShape>): DnsSpec {
       return fail(`ipam.dns.nameservers[${i}]`, `${JSON.stringify(text)} is not a valid IP address`);
     return formatIp(ip.family, ip.value);
   });
-  return {
-    ...(nameservers !== undefined ? { nameservers } : {}),
-    ...(dns.domain !== undefined ? { domain: dns.domain } : {}),
-    ...(dns.search !== undefined ? { search: dns.search } : {}),
-    ...(dns.options !== undefined ? { options: dns.options } : {}),
-  };
+  return definedFields({ nameservers, domain: dns.domain, search: dns.search, options: dns.options });
 }

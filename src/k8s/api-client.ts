@@ -11,6 +11,7 @@ import { err, ok, type Result } from '../common/result';
 import type { ApiEndpoint } from './kubeconfig';
 import { RateLimiter } from './rate-limiter';
 import { requestAttributes, type RequestAttributes } from './request-attributes';
+import { definedFields } from '../common/defined-fields';
 
 export interface ApiClientOptions {
   /** Requests per second once the burst is spent (--kube-api-qps). */
@@ -115,7 +116,7 @@ export class KubeApiClient {
     onLine: (line: string) => void,
     signal?: AbortSignal,
   ): Promise<Result<void, ApiFailure>> {
-    const started = await this.start('GET', path, resource, { ...(signal ? { signal } : {}) }, idleMs);
+    const started = await this.start('GET', path, resource, definedFields({ signal }), idleMs);
     if (!started.ok) return started;
     const res = started.value;
     if ((res.statusCode ?? 0) >= 300) {

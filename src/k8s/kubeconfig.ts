@@ -17,6 +17,7 @@ import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { firstIssue } from '../common/schema-issues';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Token files (service-account tokens rotate) are read again after this long. */
@@ -296,7 +297,7 @@ function execCredential(
           );
         const s = parsed.data.status;
         const value = {
-          ...(s.token ? { token: s.token } : {}),
+          ...definedFields({ token: s.token || undefined }),
           ...(s.clientCertificateData && s.clientKeyData
             ? { cert: Buffer.from(s.clientCertificateData), key: Buffer.from(s.clientKeyData) }
             : {}),

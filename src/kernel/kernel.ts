@@ -10,6 +10,7 @@ import type { AddrInfo, BatchOp, LinkInfo, ResultOf, ResultsOf, RouteInfo, Route
 import { BatchRunner, isFatal, type BatchReply, type BatchRequest } from './batch-runner';
 import { closeFd, PodLinkDeletions } from './pod-link-deletions';
 import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** A failed kernel operation is a KernelCallError (failure.ts); CNI codes are the drivers' business. */
 export { KernelCallError };
@@ -195,7 +196,7 @@ export class Kernel implements KernelPort {
     ops: Ops,
   ): Promise<KernelResult<ResultsOf<Ops>>> {
     const id = this.nextId++;
-    const req: BatchRequest = { id, ...(netns ? { netns } : {}), ops };
+    const req: BatchRequest = { id, ...definedFields({ netns: netns || undefined }), ops };
     if (this.mayRunHere(ops)) return Promise.resolve(asResult<Ops>(this.runHere(req)));
     // The least busy worker takes the batch; a batch always runs whole on one thread.
     const worker = this.workers.reduce((best, w) => (w.pending.size < best.pending.size ? w : best));

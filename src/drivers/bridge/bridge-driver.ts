@@ -17,6 +17,7 @@ import { type BridgeConfig, parseBridgeConfig } from './config';
 import { hasIpv6Gateway, settleAddresses } from '../common/dad';
 import { gatewayAddressOps } from './gateway';
 import { bridgeSysctls, podSysctls, reportedRoutes } from './reference-setup';
+import { definedFields } from '../../common/defined-fields';
 
 /** Bridges a driver has ensured, with the gateway addresses it put on them (so later ADDs skip the kernel). */
 interface KnownBridges {
@@ -54,8 +55,7 @@ async function attachBridge(
   if (!ipam.ok) return ipam;
   const attached = await attachBridgePort(req, env, {
     bridge: conf.bridge,
-    ...(conf.mtu ? { mtu: conf.mtu } : {}),
-    ...(knownBridges.node ? { node: knownBridges.node } : {}),
+    ...definedFields({ mtu: conf.mtu || undefined, node: knownBridges.node || undefined }),
     hairpin: conf.hairpinMode,
     ipam: ipam.value,
     routes: podRoutes(ipam.value, { defaultGateway: conf.isDefaultGateway }),
@@ -119,8 +119,8 @@ async function ensureBridge(
     const onBridge = knownBridges.get(conf.bridge)?.gateways ?? new Set<string>();
     for (const op of gateways.value) if (op.op === 'addrDel') onBridge.delete(op.address);
     for (const g of wanted) onBridge.add(g);
-    knownBridges.set(conf.bridge, { ...(link.mac ? { mac: link.mac } : {}), gateways: onBridge });
-    return ok({ ...(link.mac ? { mac: link.mac } : {}), pinAfterPort: pinBridgeMac(link) });
+    knownBridges.set(conf.bridge, { ...definedFields({ mac: link.mac || undefined }), gateways: onBridge });
+    return ok({ ...definedFields({ mac: link.mac || undefined }), pinAfterPort: pinBridgeMac(link) });
   });
 }
 

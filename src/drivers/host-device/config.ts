@@ -5,6 +5,7 @@ import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { checkLinkName, invalidConfig, ipamField, macField, parseOptionalIpam, parsePluginConfig } from '../common';
+import { definedFields } from '../../common/defined-fields';
 
 const HostDeviceSchema = z.looseObject({
   device: z.string().optional(),
@@ -47,7 +48,7 @@ export function parseHostDeviceConfig(plugin: PluginConfig): Result<HostDeviceCo
   else if (c.pciBusID !== undefined) selector = { by: 'pciBusID', pciAddress: c.pciBusID.toLowerCase() };
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
-  return ok({ ...(selector ? { selector } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
+  return ok(definedFields({ selector, ipam: ipam.value }));
 }
 
 /**

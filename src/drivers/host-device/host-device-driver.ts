@@ -14,6 +14,7 @@ import { settleLikeConfigureIface } from '../common/dad';
 import { ipamRoutes, ipv6EnableSysctls } from '../common/pod-sysctls';
 
 import { returnLinkKind, returnLinkStep } from './undo';
+import { definedFields } from '../../common/defined-fields';
 
 /**
  * A host-device driver. `node` stands a netns in for the node the device is taken from (tests); its undo returns
@@ -61,7 +62,7 @@ async function attachHostDevice(
   const up = device.value.up ? { up: true } : {};
   await env.record(returnLinkStep({ netns: req.netns, name: req.ifname, hostName, ...mac, ...up }));
   const plumbed = await plumbPodInterface(req, env, {
-    ...(node ? { node } : {}),
+    ...definedFields({ node: node || undefined }),
     create: [{ op: 'linkSet', name: hostName, netns: req.netns, newName: req.ifname }],
     createFailed: (e) =>
       kernelError(
@@ -83,7 +84,7 @@ async function attachHostDevice(
       link: plumbed.value.link,
       ipam: ipam.value,
       routes: ipamRoutes(ipam.value),
-      ...(pciID ? { pciID } : {}),
+      ...definedFields({ pciID: pciID || undefined }),
     }),
   );
 }

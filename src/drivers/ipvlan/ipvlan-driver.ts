@@ -8,6 +8,7 @@ import type { CniResult } from '../../cni/types';
 import { attachMasterLink, checkMasterLink } from '../common/master-link';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { parseIpvlanConfig, type IpvlanConfig } from './config';
+import { definedFields } from '../../common/defined-fields';
 
 export const createIpvlanDriver = ({ node }: NodeOption = {}): Driver<IpvlanConfig> => ({
   type: 'ipvlan',
@@ -24,7 +25,7 @@ async function attachIpvlan(
   node: string | undefined,
 ): Promise<Result<CniResult>> {
   if (req.mac) return err(macNotSettable(req));
-  return attachMasterLink({ kind: 'ipvlan', conf, ...(node ? { node } : {}) }, req, env);
+  return attachMasterLink({ kind: 'ipvlan', conf, ...definedFields({ node: node || undefined }) }, req, env);
 }
 
 const macNotSettable = (req: AttachRequest): CniError =>

@@ -5,11 +5,13 @@
 import { attachMasterLink, checkMasterLink } from '../common/master-link';
 import { onePlugin, type Driver, type NodeOption } from '../driver';
 import { parseMacvlanConfig, type MacvlanConfig } from './config';
+import { definedFields } from '../../common/defined-fields';
 
 export const createMacvlanDriver = ({ node }: NodeOption = {}): Driver<MacvlanConfig> => ({
   type: 'macvlan',
   capabilities: ['ips', 'mac'],
   parse: onePlugin(parseMacvlanConfig),
-  attach: (req, conf, env) => attachMasterLink({ kind: 'macvlan', conf, ...(node ? { node } : {}) }, req, env),
+  attach: (req, conf, env) =>
+    attachMasterLink({ kind: 'macvlan', conf, ...definedFields({ node: node || undefined }) }, req, env),
   check: (_attachment, env, conf) => checkMasterLink(conf, env, node),
 });

@@ -16,6 +16,7 @@ import type { MemifConfig } from './config';
 import type { MemifSwitches } from './switch';
 import { socketDirStep, switchPortStep } from './undo';
 import { errorMessage } from '../../common/error-message';
+import { definedFields } from '../../common/defined-fields';
 
 /** The socket of a memif device the kubelet allocated to the pod. */
 export interface MemifDeviceSocket {
@@ -73,7 +74,7 @@ export async function attachMemif(
     interfaces: [{ name: req.ifname, socketPath: podSocket }],
     ips: (ipam.value?.ips ?? []).map((ip) => ({ ...ip, interface: 0 })),
     routes: [],
-    ...(dns ? { dns } : {}),
+    ...definedFields({ dns }),
   });
 }
 

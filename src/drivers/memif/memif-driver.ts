@@ -14,6 +14,7 @@ import { parseMemifConfig, type MemifConfig } from './config';
 import { PortResync } from './resync';
 import { MemifSwitches } from './switch';
 import { memifStepKinds, switchPortsIn } from './undo';
+import { definedFields } from '../../common/defined-fields';
 
 export interface MemifDriverOptions {
   /** The sockets of the memif devices the kubelet allocated (plexusd's device plugin). */
@@ -33,7 +34,7 @@ export function createMemifDriver(options: MemifDriverOptions = {}): Driver<Memi
   const deps: MemifAttachDeps = {
     switches,
     owner: options.owner ?? 'plexus',
-    ...(device ? { deviceSocket: device } : {}),
+    ...definedFields({ deviceSocket: device }),
   };
   return {
     type: 'memif',

@@ -20,6 +20,7 @@ import { kernelError } from '../common/kernel-error';
 import { ipamRoutes, ipv6EnableSysctls } from '../common/pod-sysctls';
 import { onePlugin, type AttachRequest, type Driver, type DriverEnv, type NodeOption } from '../driver';
 import { parsePtpConfig, type PtpConfig } from './config';
+import { definedFields } from '../../common/defined-fields';
 
 const hostBits = (address: string): number => (address.includes(':') ? 128 : 32);
 
@@ -67,7 +68,7 @@ async function attachPtp(
       ),
     );
 
-  const veth = await prepareHostVeth(req, env, { ...(conf.mtu ? { mtu: conf.mtu } : {}), ...(node ? { node } : {}) });
+  const veth = await prepareHostVeth(req, env, definedFields({ mtu: conf.mtu || undefined, node: node || undefined }));
   const host = veth.name;
   const at = req.netns;
   const gatewayRoutes: BatchOp[] = [];
@@ -100,7 +101,7 @@ async function attachPtp(
   const dad = hasIpv6Gateway(ipam);
   const routed: BatchOp[] = [...gatewayRoutes, ...podRouteOps(req, podRoutes(ipam)), ...hostSide];
   const plumbed = await plumbPodInterface(req, env, {
-    ...(node ? { node } : {}),
+    ...definedFields({ node: node || undefined }),
     create: [veth.create],
     createFailed: veth.createFailed,
     ipam,
@@ -133,7 +134,7 @@ async function attachPtp(
 const podRouteOps = (req: AttachRequest, routes: readonly CniRoute[]): BatchOp[] =>
   routes.map((r) => ({
     op: 'routeAdd',
-    route: { dst: r.dst, dev: req.ifname, ...(r.gw ? { gw: r.gw } : {}) },
+    route: { dst: r.dst, dev: req.ifname, ...definedFields({ gw: r.gw || undefined }) },
     ignore: ['EEXIST'],
     at: req.netns,
   }));

@@ -11,6 +11,7 @@ import { allocatePodIps, isMissingLink, plumbPodInterface, podResult } from '../
 import { parseTapConfig, type TapConfig } from './config';
 import { recordPodLink } from '../common/pod-link';
 import { ipamRoutes, ipv6EnableSysctls, tolerantSysctl } from '../common/pod-sysctls';
+import { definedFields } from '../../common/defined-fields';
 
 /** The reference tap's only sysctl: announce the addresses by ARP when the tap comes up. */
 const arpNotify = (ifname: string) => tolerantSysctl(`net/ipv4/conf/${ifname}/arp_notify`, '1');
@@ -40,10 +41,7 @@ async function attachTap(req: AttachRequest, conf: TapConfig, env: DriverEnv): P
           multiQueue: conf.multiQueue,
           // The reference makes a tap with both owner and group over netlink, with these flags; else with `ip tuntap`.
           ...(conf.owner !== undefined && conf.group !== undefined ? { vnetHdr: true, packetInfo: true } : {}),
-          ...(conf.owner !== undefined ? { owner: conf.owner } : {}),
-          ...(conf.group !== undefined ? { group: conf.group } : {}),
-          ...(conf.mtu ? { mtu: conf.mtu } : {}),
-          ...(mac ? { mac } : {}),
+          ...definedFields({ owner: conf.owner, group: conf.group, mtu: conf.mtu || undefined, mac: mac || undefined }),
         },
       },
       // A tap is made by ioctls, which cannot give it a link group: it gets its mark in the next op of the batch.

@@ -9,6 +9,7 @@ import type { NetworkSelection } from '../../networks/selection';
 import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './ports';
 import type { AttachmentStep } from '../attachment-step';
 import type { NetworkAttachment } from '../journal';
+import { definedFields } from '../../common/defined-fields';
 
 const sameNetwork = (sel: NetworkSelection, d: ClaimedNetworkDevice): boolean =>
   d.network !== undefined && sel.namespace === d.network.namespace && sel.name === d.network.name;
@@ -23,11 +24,7 @@ export function withClaimedSelections(
   for (const device of devices) {
     if (!device.network) continue;
     const at = out.findIndex((sel) => sameNetwork(sel, device) && !deviceOf.has(sel));
-    const fromClaim = {
-      ...(device.interfaceName !== undefined ? { interface: device.interfaceName } : {}),
-      ...(device.ips ? { ips: device.ips } : {}),
-      ...(device.mac !== undefined ? { mac: device.mac } : {}),
-    };
+    const fromClaim = definedFields({ interface: device.interfaceName, ips: device.ips, mac: device.mac });
     // What the annotation says of its own selection wins over the claim's config.
     const merged: NetworkSelection =
       at >= 0

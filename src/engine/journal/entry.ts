@@ -9,6 +9,7 @@ import { journalIoError } from './errors';
 import { JOURNAL_VERSION, readLine, type Line } from './lines';
 import type { AttachmentTag, AttachmentMeta, CommitDetails, NetworkAttachment } from './lines';
 import type { PodNetworksChange } from './record';
+import { definedFields } from '../../common/defined-fields';
 
 /** A record file larger than this is not read (a record is a few KiB; hot-plug churn adds a few lines each). */
 export const MAX_JOURNAL_RECORD_BYTES = 16 * 1024 * 1024;
@@ -95,7 +96,7 @@ export class JournalEntry {
       t: 'committed',
       result,
       cniVersion,
-      ...(details ? { details } : {}),
+      ...definedFields({ details }),
       at: new Date().toISOString(),
     });
   }

@@ -7,6 +7,7 @@ import type { CniResult } from '../../cni/types';
 import { CniCode, CniError } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
 import { readLine, type AttachmentTag, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './lines';
+import { definedFields } from '../../common/defined-fields';
 
 export interface TimedEvent {
   readonly at: string;
@@ -83,7 +84,7 @@ class Replay {
         break;
       }
       case 'event':
-        this.events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
+        this.events.push({ at: line.at, what: line.what, ...definedFields({ ms: line.ms }) });
         break;
       case 'change':
         this.changing = { add: line.add, remove: line.remove };
@@ -160,12 +161,14 @@ export function replayRecord(text: string, where = ''): ReplayedText {
       undoOwners,
       events,
       deleting,
-      ...(unreadable ? { unreadable } : {}),
-      ...(tornLine ? { tornLine } : {}),
-      ...(result ? { result } : {}),
-      ...(cniVersion ? { cniVersion } : {}),
-      ...(details ? { details } : {}),
-      ...(changing ? { changing } : {}),
+      ...definedFields({
+        unreadable: unreadable || undefined,
+        tornLine: tornLine || undefined,
+        result,
+        cniVersion: cniVersion || undefined,
+        details,
+        changing,
+      }),
     },
   };
 }

@@ -11,6 +11,7 @@ import { delByCurrentPlan, type ForeignDelDeps } from '../foreign-del';
 import { forwardUnknownDel } from '../node-plugins-del';
 import type { AttachmentRecord } from '../journal';
 import { runUndoSteps, undoRecord } from '../transaction';
+import { definedFields } from '../../common/defined-fields';
 
 export function del(ctx: EngineContext, req: ContainerRequest): Promise<Result<void>> {
   return ctx.locks.run(req.containerId, async () => {
@@ -68,7 +69,7 @@ function foreignDelDeps(ctx: EngineContext): ForeignDelDeps {
     settings: options,
     networks,
     drivers,
-    ...(options.pods ? { pods: options.pods } : {}),
+    ...definedFields({ pods: options.pods }),
     cniBinDir: options.cniBinDir,
     undoEnv: { kernel, ipam },
     log,

@@ -16,6 +16,7 @@ import {
   type RecordSummary,
 } from './libcni-records';
 import { isContainerId, readMultusCache } from './multus-cache';
+import { definedFields } from '../common/defined-fields';
 
 /** What a listing needs of a Multus cache: its delegates' names, in attach order. */
 interface CacheSummary {
@@ -75,7 +76,7 @@ export class AdoptedListing {
       const built = this.built.get(cache);
       const sandbox =
         built && built.record === record ? built.sandbox : adopted(containerId, cache.networks, record ?? {});
-      this.built.set(cache, { ...(record ? { record } : {}), sandbox });
+      this.built.set(cache, { ...definedFields({ record }), sandbox });
       listed.push(sandbox);
     }
     const recordedOnly = new Map<string, RecordSummary[]>();
@@ -115,7 +116,7 @@ function adopted(
     containerId,
     maker: 'multus',
     networks: networks.map((d) => ({ name: d.name, ifname: d.ifname })),
-    ...(namespace && name ? { pod: { namespace, name, ...(uid ? { uid } : {}) } } : {}),
-    ...(cached.netns ? { netns: cached.netns } : {}),
+    ...(namespace && name ? { pod: { namespace, name, ...definedFields({ uid: uid || undefined }) } } : {}),
+    ...definedFields({ netns: cached.netns || undefined }),
   };
 }

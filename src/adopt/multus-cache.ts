@@ -10,6 +10,8 @@ import { z } from 'zod';
 import { readBoundedFileSync } from '../common/bounded-file';
 import { cniNameProblem } from '../cni/names';
 import { cachedNamesProblem } from './cache-names';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** A cache this large is not Multus's (a pod's delegates are a few kilobytes). */
 const MAX_CACHE_BYTES = 4 << 20;
@@ -82,7 +84,7 @@ export function readMultusCache(cacheDir: string, containerId: string, ifname: s
   try {
     json = JSON.parse(read.value.toString('utf8'));
   } catch (e) {
-    return { kind: 'broken', path, reason: `not JSON (${(e as Error).message})` };
+    return { kind: 'broken', path, reason: `not JSON (${errorMessage(e)})` };
   }
   const parsed = CacheSchema.safeParse(json);
   if (!parsed.success) {
@@ -115,9 +117,9 @@ export function readMultusCache(cacheDir: string, containerId: string, ifname: s
       config: config.text,
       isList: config.isList,
       ifname: delegateIfname,
-      ...(d.macRequest ? { mac: d.macRequest } : {}),
+      ...definedFields({ mac: d.macRequest || undefined }),
       ips: d.ipRequest ?? [],
-      ...(d.deviceID ? { deviceID: d.deviceID } : {}),
+      ...definedFields({ deviceID: d.deviceID || undefined }),
       source: path,
     });
   }

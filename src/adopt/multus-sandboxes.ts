@@ -35,6 +35,7 @@ import {
 } from './libcni-records';
 import { type CachedDelegate, readMultusCache } from './multus-cache';
 import { runtimeAttachedUnder } from './runtime-record';
+import { errorMessage } from '../common/error-message';
 
 export interface MultusSandboxesOptions {
   /** Multus's cniDir (its default: /var/lib/cni/multus). */
@@ -77,9 +78,7 @@ export class MultusSandboxes implements ForeignSandboxes {
   constructor(private readonly o: MultusSandboxesOptions) {
     this.listing = new AdoptedListing(o.cacheDir);
     // Read ahead, a batch per turn, so that the first listing (a GC, plexusctl) finds its files read.
-    this.refresh().catch((e: unknown) =>
-      o.log.warn({ err: (e as Error).message }, "Multus's caches could not be listed"),
-    );
+    this.refresh().catch((e: unknown) => o.log.warn({ err: errorMessage(e) }, "Multus's caches could not be listed"));
   }
 
   async del(req: ForeignDel): Promise<ForeignDelOutcome> {
@@ -148,7 +147,7 @@ export class MultusSandboxes implements ForeignSandboxes {
     try {
       rmSync(what, { force: true });
     } catch (e) {
-      this.o.log.warn({ cache: what, err: (e as Error).message }, 'an unreadable Multus cache could not be removed');
+      this.o.log.warn({ cache: what, err: errorMessage(e) }, 'an unreadable Multus cache could not be removed');
     }
   }
 

@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { z } from 'zod';
 import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { AttachmentRecord } from '../engine/journal';
+import { errorMessage } from '../common/error-message';
 
 export const OperatorGcSchema = z
   .object({
@@ -23,7 +24,7 @@ export function parseOperatorGc(body: string): Result<OperatorGcRequest> {
   try {
     json = JSON.parse(body || '{}');
   } catch (e) {
-    return err(new CniError(CniCode.DecodeFailure, 'GC request is not JSON', (e as Error).message));
+    return err(new CniError(CniCode.DecodeFailure, 'GC request is not JSON', errorMessage(e)));
   }
   const parsed = OperatorGcSchema.safeParse(json);
   if (!parsed.success)

@@ -16,8 +16,9 @@ import { apiErrors } from './errors';
 import { parseOperatorGc, staleReason } from './operator-gc';
 import { ok, type Result } from '../common/result';
 import { removeStale, socketPathState } from './socket-dir';
-import { toWireAttachment, type WireGcReport } from './wire';
+import { toWireAdoptedSandbox, toWireAttachment, toWireGcReport } from './wire';
 import type { CniCallObserver } from '../metrics/metrics';
+import { errorMessage } from '../common/error-message';
 
 const MAX_BODY = 4 * 1024 * 1024;
 
@@ -112,7 +113,7 @@ export class DaemonServer {
     if (req.method === 'GET' && url.pathname === '/v1/attachments')
       return send(res, 200, JSON.stringify((await this.engine.records()).map(toWireAttachment)));
     if (req.method === 'GET' && url.pathname === '/v1/adopted')
-      return send(res, 200, JSON.stringify(this.engine.adopted({ addresses: true })));
+      return send(res, 200, JSON.stringify(this.engine.adopted({ addresses: true }).map(toWireAdoptedSandbox)));
     if (req.method === 'GET' && url.pathname === '/v1/networks') {
       const { networks, errors } = this.engine.listNetworks();
       return send(
@@ -142,7 +143,7 @@ export class DaemonServer {
     try {
       call = ForwardedCallSchema.parse(JSON.parse(body.toString('utf8')));
     } catch (e) {
-      return sendCni(res, errorReply('1.1.0', apiErrors.malformed((e as Error).message)));
+      return sendCni(res, errorReply('1.1.0', apiErrors.malformed(errorMessage(e))));
     }
     const ran = await this.limiter.run(async () => {
       try {
@@ -177,7 +178,7 @@ export class DaemonServer {
       body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok)
       return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
-    const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
+    const report = toWireGcReport(await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun));
     send(res, 200, JSON.stringify(report));
   }
 

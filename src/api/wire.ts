@@ -1,12 +1,43 @@
 /**
  * What the daemon's API answers, as JSON: the contract between plexusd and plexusctl (and any script that reads
- * `plexusctl -o json`). The engine's own types may change; these change only on purpose, and server.ts maps to them.
+ * `plexusctl -o json`). The engine's own types may change; these are defined here, change only on purpose, and the
+ * to* functions map the engine's values to them (a field the engine adds does not reach the wire unless mapped).
  */
 import { definedFields } from '../common/defined-fields';
 import type { CniResult } from '../cni/types';
 import type { SweepReport } from '../engine/engine';
 import type { AdoptedSandbox } from '../engine/foreign-sandboxes';
 import type { AttachmentRecord } from '../engine/journal';
+
+/** One network of an attachment as committed: its driver and result (`details.attachments`). */
+export interface WireNetworkAttachment {
+  readonly network: string;
+  readonly ifname: string;
+  readonly driver: string;
+  readonly isDefault: boolean;
+  readonly result: CniResult;
+  readonly delegated?: readonly WireUndoStep[];
+  readonly deviceInfo?: Readonly<Record<string, unknown>>;
+  readonly kubeletDevice?: { readonly resourceName: string; readonly deviceID: string };
+}
+
+/** One journaled undo step: its kind, then the fields of that kind, as journaled (docs/architecture.md, "The journal"). */
+export interface WireUndoStep {
+  readonly kind: string;
+}
+
+/** One entry of the pod's network-status annotation (k8s.v1.cni.cncf.io/network-status). */
+export interface WireNetworkStatus {
+  readonly name: string;
+  readonly interface: string;
+  readonly ips?: readonly string[];
+  readonly mac?: string;
+  readonly mtu?: number;
+  readonly default?: true;
+  readonly dns: Readonly<Record<string, unknown>>;
+  readonly 'device-info'?: Readonly<Record<string, unknown>>;
+  readonly gateway?: readonly string[];
+}
 
 /** GET /v1/attachments: one per journal record (a container and the runtime's interface). */
 export interface WireAttachment {
@@ -24,15 +55,52 @@ export interface WireAttachment {
   readonly result?: CniResult;
   readonly cniVersion?: string;
   /** Per network: driver and result; the network-status entries. */
-  readonly details?: AttachmentRecord['details'];
+  readonly details?: {
+    readonly attachments: readonly WireNetworkAttachment[];
+    readonly networkStatus: readonly WireNetworkStatus[];
+  };
   /** How to undo what is made, step by step, as journaled. */
-  readonly undo: AttachmentRecord['undo'];
+  readonly undo: readonly WireUndoStep[];
   /** Set when the record was written by a newer plexusd than this one. */
   readonly unreadable?: string;
 }
 
+/** An attachment a GC removed (or, dry, would remove), and why. */
+export interface WireSweptAttachment {
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly reason: string;
+}
+
+/** An address lease no attachment holds. */
+export interface WireLease {
+  readonly network: string;
+  readonly address: string;
+  readonly gateway?: string;
+  readonly containerId: string;
+  readonly ifname: string;
+  readonly owner?: {
+    readonly network?: string;
+    readonly podUid?: string;
+    readonly pod?: string;
+    readonly claim?: string;
+  };
+  readonly hostLocalDir?: string;
+}
+
 /** POST /v1/gc: what was (or, dry, would be) removed and released. */
-export type WireGcReport = SweepReport;
+export interface WireGcReport {
+  readonly removed: readonly WireSweptAttachment[];
+  readonly kept: number;
+  readonly failures: readonly (WireSweptAttachment & { readonly error: string })[];
+  /** Leases no attachment holds: released, or with dryRun, those a GC would release. */
+  readonly leases: readonly WireLease[];
+  readonly leasesReleased: number;
+  readonly dryRun: boolean;
+}
+
+/** The engine's report as it is: the compiler holds its shape to this one. */
+export const toWireGcReport = (report: SweepReport): WireGcReport => report;
 
 export function toWireAttachment(r: AttachmentRecord): WireAttachment {
   return {
@@ -46,7 +114,18 @@ export function toWireAttachment(r: AttachmentRecord): WireAttachment {
 }
 
 /** A sandbox another plugin made (Multus's) that plexusd tears down as it would: GET /v1/adopted. */
-export type WireAdoptedSandbox = AdoptedSandbox;
+export interface WireAdoptedSandbox {
+  readonly containerId: string;
+  /** Who made it (e.g. "multus"). */
+  readonly maker: string;
+  /** Its networks, in the order they were attached, with the interface each got and its addresses. */
+  readonly networks: readonly { readonly name: string; readonly ifname: string; readonly ips?: readonly string[] }[];
+  readonly pod?: { readonly namespace: string; readonly name: string; readonly uid?: string };
+  readonly netns?: string;
+}
+
+/** The engine's sandbox as it is: the compiler holds its shape to this one. */
+export const toWireAdoptedSandbox = (sandbox: AdoptedSandbox): WireAdoptedSandbox => sandbox;
 
 /**
  * An adopted sandbox as `plexusctl attachments -o json` lists it after Plexus's own attachments: `meta` as theirs

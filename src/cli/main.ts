@@ -6,12 +6,13 @@ import { request } from 'node:http';
 import { parseArgs } from 'node:util';
 import {
   toWireAdoptedAttachment,
-  type WireAdoptedAttachment as AdoptedAttachment,
-  type WireAdoptedSandbox as AdoptedSandbox,
-  type WireAttachment as AttachmentRecord,
-  type WireGcReport as SweepReport,
+  type WireAdoptedAttachment,
+  type WireAdoptedSandbox,
+  type WireAttachment,
+  type WireGcReport,
 } from '../api/wire';
 import type { NetworkDefinition } from '../networks/nad';
+import { errorMessage } from '../common/error-message';
 
 const USAGE = `usage: plexusctl [--socket PATH] [-o json] COMMAND
   attachments                 list attachments (container, interface, pod, IPs, state), then the sandboxes
@@ -43,22 +44,22 @@ function call(socketPath: string, path: string, body?: unknown): Promise<unknown
   });
 }
 
-const podOf = (r: AttachmentRecord | AdoptedAttachment): string =>
+const podOf = (r: WireAttachment | WireAdoptedAttachment): string =>
   r.meta.pod.name ? `${r.meta.pod.namespace ?? ''}/${r.meta.pod.name}` : '-';
-const ipsOf = (r: AttachmentRecord): string => r.result?.ips.map((i) => i.address).join(',') || '-';
-const adoptedIpsOf = (a: AdoptedAttachment): string => a.interfaces.flatMap((i) => i.ips).join(',') || '-';
+const ipsOf = (r: WireAttachment): string => r.result?.ips.map((i) => i.address).join(',') || '-';
+const adoptedIpsOf = (a: WireAdoptedAttachment): string => a.interfaces.flatMap((i) => i.ips).join(',') || '-';
 
-type CniInterface = NonNullable<AttachmentRecord['result']>['interfaces'][number];
+type CniInterface = NonNullable<WireAttachment['result']>['interfaces'][number];
 /** Where an interface is: in a netns, a memif socket, or on the host. */
 function whereIs(iface: CniInterface): string {
   if (iface.sandbox) return ` (in ${iface.sandbox})`;
   return iface.socketPath ? ` (memif socket ${iface.socketPath})` : ' (host)';
 }
 
-const leaseOwner = (l: SweepReport['leases'][number]): string =>
+const leaseOwner = (l: WireGcReport['leases'][number]): string =>
   l.containerId ? `held for ${l.containerId} ${l.ifname}, which has no attachment` : 'no owner recorded';
 
-function gcSummary(report: SweepReport, dryRun: boolean): string {
+function gcSummary(report: WireGcReport, dryRun: boolean): string {
   const removed = `${report.removed.length} ${dryRun ? 'to remove' : 'removed'}`;
   const leases = `${report.leases.length} orphaned lease(s) ${dryRun ? 'to release' : 'released'}`;
   return `${removed}, ${report.kept} kept, ${report.failures.length} failed, ${leases}`;
@@ -90,7 +91,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
   } catch (e) {
     // Node names the word first, in quotes ("Unknown option '--x'", "Option '--socket <value>' argument missing").
-    const word = /'([^' ]+)/.exec((e as Error).message)?.[1] ?? '';
+    const word = /'([^' ]+)/.exec(errorMessage(e))?.[1] ?? '';
     const why =
       (e as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE'
         ? `${word} needs a value`
@@ -112,9 +113,9 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
   }
   switch (command) {
     case 'attachments': {
-      const records = (await call(socket, '/v1/attachments')) as AttachmentRecord[];
+      const records = (await call(socket, '/v1/attachments')) as WireAttachment[];
       // Sandboxes Multus made before Plexus took the node over: removed as Multus would, listed after Plexus's own.
-      const adopted = ((await call(socket, '/v1/adopted')) as AdoptedSandbox[]).map(toWireAdoptedAttachment);
+      const adopted = ((await call(socket, '/v1/adopted')) as WireAdoptedSandbox[]).map(toWireAdoptedAttachment);
       if (json) out(JSON.stringify([...records, ...adopted], null, 2));
       else {
         const own = records.map((r) => [
@@ -140,7 +141,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
     case 'show': {
       const [cid, ifname] = args;
       if (!cid) break;
-      const records = ((await call(socket, '/v1/attachments')) as AttachmentRecord[]).filter(
+      const records = ((await call(socket, '/v1/attachments')) as WireAttachment[]).filter(
         (r) => r.meta.containerId === cid && (!ifname || r.meta.ifname === ifname),
       );
       if (records.length === 0) {
@@ -188,7 +189,7 @@ export async function run(argv: string[], out: (s: string) => void): Promise<num
       }
       const keep = (values.keep ?? []).flatMap((k) => k.split(',').filter(Boolean));
       const dryRun = values['dry-run'] ?? false;
-      const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as SweepReport;
+      const report = (await call(socket, '/v1/gc', { dryRun, ...(keep.length ? { keep } : {}) })) as WireGcReport;
       if (json) out(JSON.stringify(report, null, 2));
       else {
         for (const r of report.removed)
@@ -214,7 +215,7 @@ export function main(argv: string[] = process.argv.slice(2)): void {
   run(argv, (s) => process.stdout.write(`${s}\n`)).then(
     (code) => (process.exitCode = code),
     (e: unknown) => {
-      process.stderr.write(`plexusctl: ${(e as Error).message}\n`);
+      process.stderr.write(`plexusctl: ${errorMessage(e)}\n`);
       process.exitCode = 1;
     },
   );

@@ -2,6 +2,7 @@
  * CNI errors as values. Every failure that can reach a runtime is one of these:
  * a spec error code, a message a human can act on, and details for machines and logs.
  */
+import { errorMessage } from '../common/error-message';
 import type { Result as GenericResult } from '../common/result';
 
 /** Error codes from the CNI spec (SPEC.md, "Error" section). */
@@ -51,11 +52,9 @@ export { ok, err } from '../common/result';
 
 /** Turns anything thrown into a CniError, keeping CNI errors as they are. */
 export function toCniError(thrown: unknown, code: number = CniCode.Internal, context?: string): CniError {
-  const base = thrown instanceof CniError ? thrown : new CniError(code, messageOf(thrown), stackTop(thrown));
+  const base = thrown instanceof CniError ? thrown : new CniError(code, errorMessage(thrown), stackTop(thrown));
   return context ? base.withContext(context) : base;
 }
-
-const messageOf = (thrown: unknown): string => (thrown instanceof Error ? thrown.message : String(thrown));
 
 /** The first three lines of a stack, on one line: enough to find where an unexpected error came from. */
 const stackTop = (thrown: unknown): string =>

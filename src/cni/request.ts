@@ -11,6 +11,7 @@ import { CNI_NAME_RE } from './names';
 import { requestErrors } from './request-errors';
 import { type AttachmentKey, type CniCommand, CNI_COMMANDS } from './types';
 import { compareVersions, type CniVersion, isSupportedVersion, LATEST_VERSION, requireVersion } from './version';
+import { errorMessage } from '../common/error-message';
 
 /** What plexus-cni sends: the CNI environment and the stdin bytes. */
 export const ForwardedCallSchema = z.object({
@@ -107,7 +108,7 @@ export function parseCniRequest(call: ForwardedCall): Result<CniRequest> {
     json = JSON.parse(stdin);
   } catch (e) {
     if (cmd === 'VERSION' && stdin.trim() === '') json = {};
-    else return err(requestErrors.stdinNotJson((e as Error).message));
+    else return err(requestErrors.stdinNotJson(errorMessage(e)));
   }
   const parsed = PluginConfigSchema.safeParse(json);
   if (!parsed.success) return err(requestErrors.badConfig(firstIssue(parsed.error, '(top level)')));

@@ -14,9 +14,10 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { absolutePath } from '../common/absolute-path';
+import { PCI_ADDRESS } from '../common/pci-address';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
+import { errorMessage } from '../common/error-message';
 
-export const PCI_ADDRESS = /^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
 const IFNAME = /^[^\s/:]{1,15}$/;
 
 /** Extended resource names: a domain prefix other than kubernetes.io, a slash, a name (what the kubelet accepts). */
@@ -111,9 +112,7 @@ export function loadResources(file: string): Result<ResourceConfig[]> {
   try {
     doc = parseYaml(readFileSync(file, 'utf8'));
   } catch (e) {
-    return err(
-      new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${(e as Error).message}`),
-    );
+    return err(new CniError(CniCode.IoFailure, `cannot read the device plugin config ${file}: ${errorMessage(e)}`));
   }
   return parseResources(doc, file);
 }

@@ -5,6 +5,7 @@
  */
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_DEVICE_INFO_DIR = '/var/run/k8s.cni.cncf.io/devinfo';
 export const DEVICE_INFO_VERSION = '1.1.0';
@@ -49,7 +50,7 @@ export function loadDeviceInfo(baseDir: string, resourceName: string, deviceID: 
     text = readFileSync(path, 'utf8');
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'absent' };
-    return { kind: 'malformed', path, reason: (e as Error).message };
+    return { kind: 'malformed', path, reason: errorMessage(e) };
   }
   try {
     const v = JSON.parse(text) as unknown;
@@ -59,7 +60,7 @@ export function loadDeviceInfo(baseDir: string, resourceName: string, deviceID: 
       return { kind: 'malformed', path, reason: 'no "type"' };
     return { kind: 'found', info: v as Record<string, unknown> };
   } catch (e) {
-    return { kind: 'malformed', path, reason: (e as Error).message };
+    return { kind: 'malformed', path, reason: errorMessage(e) };
   }
 }
 

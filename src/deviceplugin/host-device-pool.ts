@@ -4,9 +4,11 @@ import { join } from 'node:path';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { HEALTHY, UNHEALTHY, type ContainerAllocateResponse, type Device } from './api';
 import { AllocationBook } from './allocations';
-import { type HostDeviceResource, PCI_ADDRESS } from './config';
+import { PCI_ADDRESS } from '../common/pci-address';
+import type { HostDeviceResource } from './config';
 import { writeDeviceInfo } from './device-info';
 import { type DeviceResource, envSuffix, heldByClaim, heldOf, type ResourceEnv, unknownDevices } from './resources';
+import { errorMessage } from '../common/error-message';
 
 /** Whether a host interface (in plexusd's network namespace) is up with carrier; undefined when it is not there. */
 export function linkUp(name: string): boolean | undefined {
@@ -130,7 +132,7 @@ export class HostDevicePool implements DeviceResource {
       this.book.record(new Map(deviceIDs.map((id) => [id, {}])));
     } catch (e) {
       return err(
-        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`),
+        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${errorMessage(e)}`),
       );
     }
     const suffix = envSuffix(this.name);

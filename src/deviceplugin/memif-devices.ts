@@ -16,6 +16,7 @@ import {
   unknownDevices,
   watchHeld,
 } from './resources';
+import { errorMessage } from '../common/error-message';
 
 /** Where a container sees a memif device's socket: `<containerPath>/<device>/memif.sock`. */
 export const memifContainerSocket = (config: MemifResource, deviceID: string): string =>
@@ -154,7 +155,7 @@ export class MemifDevices implements DeviceResource {
       this.book.record(made);
     } catch (e) {
       return err(
-        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${(e as Error).message}`),
+        new CniError(CniCode.IoFailure, `${this.name}: allocating ${deviceIDs.join(', ')}: ${errorMessage(e)}`),
       );
     }
     const edits = memifContainerEdits(

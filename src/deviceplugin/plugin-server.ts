@@ -7,6 +7,7 @@
  * checks that its socket is still there and that kubelet.sock is the one it registered with, and if not, serves a
  * new socket and registers again. Until the kubelet is up, registration is retried on the same tick.
  */
+import { serviceOf, shutdownServer, unary, unixTarget } from '../kubelet/grpc';
 import { rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -14,10 +15,6 @@ import type { Logger } from 'pino';
 import {
   DEVICE_PLUGIN_API_VERSION,
   devicePluginPackage,
-  serviceOf,
-  shutdownServer,
-  unary,
-  unixTarget,
   type AllocateRequest,
   type AllocateResponse,
   type ListAndWatchResponse,
@@ -26,6 +23,7 @@ import {
   type RegisterRequest,
 } from './api';
 import type { DeviceResource } from './resources';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_DEVICE_PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 export const KUBELET_SOCKET = 'kubelet.sock';
@@ -115,7 +113,7 @@ export class ResourcePlugin {
         'registered with the kubelet',
       );
     } catch (e) {
-      this.failed((e as Error).message);
+      this.failed(errorMessage(e));
     } finally {
       this.checking = false;
     }

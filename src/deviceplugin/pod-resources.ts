@@ -3,19 +3,14 @@
  * kubelet allocated to which pod. List answers for every pod on the node, so its answer grows with the node: the
  * gRPC default of 4 MiB per message is raised. (`Get`, one pod, is feature-gated off before Kubernetes 1.34.)
  */
+import { serviceOf, unary, unixTarget } from '../kubelet/grpc';
 import * as grpc from '@grpc/grpc-js';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
-import {
-  podResourcesPackage,
-  serviceOf,
-  unary,
-  unixTarget,
-  type ListPodResourcesResponse,
-  type PodResources,
-} from './api';
+import { podResourcesPackage, type ListPodResourcesResponse, type PodResources } from './api';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_POD_RESOURCES_SOCKET = '/var/lib/kubelet/pod-resources/kubelet.sock';
-export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+export const MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 /** Device IDs per resource name, every container's in container order. */
 export type PodDevices = ReadonlyMap<string, readonly string[]>;
@@ -91,8 +86,8 @@ export class PodResourcesClient {
     if (!this.client) {
       const Lister = serviceOf(podResourcesPackage(), 'PodResourcesLister');
       this.client = new Lister(unixTarget(this.socket), grpc.credentials.createInsecure(), {
-        'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-        'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+        'grpc.max_receive_message_length': MAX_GRPC_MESSAGE_BYTES,
+        'grpc.max_send_message_length': MAX_GRPC_MESSAGE_BYTES,
         // A local socket: when the kubelet restarts, connect again soon (gRPC's default first wait is 1 s).
         'grpc.initial_reconnect_backoff_ms': 100,
         'grpc.max_reconnect_backoff_ms': 1000,
@@ -143,7 +138,7 @@ export class PodResourcesClient {
         return err(
           new CniError(
             CniCode.TryAgainLater,
-            `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${(e as Error).message}`,
+            `cannot ask the kubelet which devices pods have (pod-resources List on ${this.socket}): ${errorMessage(e)}`,
           ),
         );
       }

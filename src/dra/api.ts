@@ -1,12 +1,12 @@
 /**
  * The kubelet's gRPC APIs a DRA driver speaks: plugin registration v1 (served by the driver on its registration
  * socket) and the DRA plugin service, v1 and v1beta1 (the same messages under two package names; the 1.35 kubelet
- * accepts either and picks the first it knows from supported_versions). The .proto files are the device plugin's
- * neighbours in src/deviceplugin/proto.
+ * accepts either and picks the first it knows from supported_versions). The .proto files and the gRPC kit are
+ * src/kubelet's.
  */
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { protoPath } from '../deviceplugin/api';
+import { PROTO_LOAD_OPTIONS, protoPath } from '../kubelet/grpc';
 
 /** The DRA driver name: ResourceSlices' spec.driver, claims' results[].driver, opaque config's driver. */
 export const DRIVER_NAME = 'plexus.io';
@@ -54,14 +54,6 @@ export interface NodeUnprepareResourcesResponse {
   claims: Record<string, { error: string }>;
 }
 
-const LOAD_OPTIONS: protoLoader.Options = {
-  keepCase: true,
-  longs: String,
-  enums: String,
-  defaults: true,
-  oneofs: true,
-};
-
 export interface DraServices {
   readonly registration: grpc.ServiceDefinition;
   /** The DRAPlugin service by version (v1, v1beta1). */
@@ -82,7 +74,7 @@ const at = (root: grpc.GrpcObject, path: string): grpc.ServiceClientConstructor 
 export function loadDraServices(): DraServices {
   const definition = protoLoader.loadSync(
     ['pluginregistration-v1.proto', 'dra-v1.proto', 'dra-v1beta1.proto'].map(protoPath),
-    LOAD_OPTIONS,
+    PROTO_LOAD_OPTIONS,
   );
   const root = grpc.loadPackageDefinition(definition);
   const registration = at(root, 'pluginregistration.Registration');

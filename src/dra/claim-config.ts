@@ -16,6 +16,7 @@ import { parseCidr } from '../common/ip';
 import { firstIssue } from '../common/schema-issues';
 import { err, ok, type Result } from '../common/result';
 import { DRIVER_NAME } from './api';
+import { definedFields } from '../common/defined-fields';
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -68,8 +69,7 @@ export function parseClaimConfig(parameters: unknown, namespace: string): Result
   const [ns, name] = network.includes('/') ? network.split('/') : [namespace, network];
   return ok({
     network: { namespace: ns!, name: name! },
-    ...(interfaceName !== undefined ? { interfaceName } : {}),
-    ...(ips !== undefined ? { ips } : {}),
+    ...definedFields({ interfaceName, ips }),
     ...(mac !== undefined ? { mac: mac.toLowerCase() } : {}),
   });
 }

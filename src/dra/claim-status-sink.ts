@@ -5,10 +5,11 @@
  */
 import type { Logger } from 'pino';
 import type { PodIdentity } from '../cni/types';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, ClaimSink } from '../engine/claims';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, ClaimSink } from '../engine/claims/ports';
 import type { KubeApiClient } from '../k8s/api-client';
 import { BackgroundWrites, type Attempt, type RetryOptions } from '../k8s/background-writes';
 import { applyClaimStatus, type DeviceNetworkStatus } from './claim-status';
+import { definedFields } from '../common/defined-fields';
 
 type ClaimKey = ClaimedNetworkDevice['claim'];
 
@@ -37,7 +38,7 @@ export class ClaimStatusSink implements ClaimSink {
         mine.map(({ device, attached, error }): DeviceNetworkStatus => ({
           pool: device.pool,
           device: device.device,
-          ...(attached ? { network: attached } : {}),
+          ...definedFields({ network: attached }),
           ...(error !== undefined || !attached ? { error: error ?? 'the device is in no interface of the pod' } : {}),
         })),
       );

@@ -5,9 +5,11 @@
  * alone and a device left out of the next apply loses its entry. Written by ClaimStatusSink (claim-status-sink.ts)
  * once the pod's interfaces exist; nothing in DRA's Prepare path needs it.
  */
-import { segment, type ApiFailure, type KubeApiClient } from '../k8s/api-client';
+import { segment, type ApiFailure } from '../common/api-object';
+import { type KubeApiClient } from '../k8s/api-client';
 import { err, ok, type Result } from '../common/result';
 import { DRIVER_NAME } from './api';
+import { definedFields } from '../common/defined-fields';
 
 export const CLAIM_STATUS_MANAGER = 'plexusd-dra';
 
@@ -39,7 +41,7 @@ export function deviceStatusEntry(d: DeviceNetworkStatus, now: Date): Record<str
 }
 
 function networkData(n: NonNullable<DeviceNetworkStatus['network']>): Record<string, unknown> {
-  return { interfaceName: n.interfaceName, ips: [...n.ips], ...(n.mac ? { hardwareAddress: n.mac } : {}) };
+  return { interfaceName: n.interfaceName, ips: [...n.ips], ...definedFields({ hardwareAddress: n.mac || undefined }) };
 }
 
 /** Applies the entries of these devices to the claim's status (an empty list removes plexusd's entries). */

@@ -1,5 +1,6 @@
 /** ResourceClaims as the preparer needs them: read one from the API (resource.k8s.io/v1), just the fields used. */
-import { segment, type KubeApiClient } from '../k8s/api-client';
+import { segment } from '../common/api-object';
+import { type KubeApiClient } from '../k8s/api-client';
 import { passesSoon } from '../common/api-status';
 import { err, ok, type Result } from '../common/result';
 import type { AllocatedConfig } from './claim-config';

@@ -4,7 +4,8 @@
  */
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { PCI_ADDRESS, offers, type MemifResource, type ResourceConfig } from '../deviceplugin/config';
+import { PCI_ADDRESS } from '../common/pci-address';
+import { offers, type MemifResource, type ResourceConfig } from '../deviceplugin/config';
 import { DRIVER_NAME } from './api';
 import { hostDeviceFacts, type HostDeviceFacts } from './sysfs';
 

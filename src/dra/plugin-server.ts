@@ -24,7 +24,8 @@ import {
 } from './api';
 import { KubeletRegistration, type RegistrationChange } from './kubelet-registration';
 import type { ClaimPreparer } from './prepare';
-import { shutdownServer } from '../deviceplugin/api';
+import { shutdownServer } from '../kubelet/grpc';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_KUBELET_ROOT = '/var/lib/kubelet';
 
@@ -110,7 +111,7 @@ export class DraPluginServer {
       await this.serve();
     } catch (e) {
       this.log.warn(
-        { err: (e as Error).message, ...this.sockets },
+        { err: errorMessage(e), ...this.sockets },
         'cannot serve the DRA plugin sockets; retrying every second',
       );
     } finally {

@@ -18,6 +18,7 @@ import { staleClaims, type StaleClaimsEnv } from './stale-claims';
 import { cdiDeviceIds, type CdiSpecs } from './cdi-specs';
 import { memifDeviceInfo } from '../deviceplugin/memif-devices';
 import { removeDeviceInfo, writeDeviceInfo } from '../deviceplugin/device-info';
+import { errorMessage } from '../common/error-message';
 
 export interface PrepareEnv {
   readonly claims: ClaimReader;
@@ -86,7 +87,7 @@ export class ClaimPreparer {
           out[ref.uid] = { error: '' };
         } catch (e) {
           out[ref.uid] = {
-            error: `removing the prepared record of ${ref.namespace}/${ref.name}: ${(e as Error).message}`,
+            error: `removing the prepared record of ${ref.namespace}/${ref.name}: ${errorMessage(e)}`,
           };
         }
       }
@@ -181,9 +182,7 @@ export class ClaimPreparer {
       try {
         this.env.cdi?.write(done);
       } catch (e) {
-        return failure(
-          `writing the CDI spec of the prepared claim under ${this.env.cdi?.dir}: ${(e as Error).message}`,
-        );
+        return failure(`writing the CDI spec of the prepared claim under ${this.env.cdi?.dir}: ${errorMessage(e)}`);
       }
       return this.answer(done);
     }
@@ -202,13 +201,13 @@ export class ClaimPreparer {
       this.writeDeviceFiles(prepared);
     } catch (e) {
       this.env.cdi?.remove(prepared.uid);
-      return failure(`writing the claim's CDI spec or device-info files: ${(e as Error).message}`);
+      return failure(`writing the claim's CDI spec or device-info files: ${errorMessage(e)}`);
     }
     try {
       this.env.prepared.record(prepared);
     } catch (e) {
       this.env.cdi?.remove(prepared.uid);
-      return failure(`recording the prepared claim under plexusd's state dir: ${(e as Error).message}`);
+      return failure(`recording the prepared claim under plexusd's state dir: ${errorMessage(e)}`);
     }
     log.info({ devices: built.devices.map((d) => `${d.pool}/${d.device}`) }, 'claim prepared');
     return this.answer(prepared);

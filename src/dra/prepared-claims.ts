@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 import { z } from 'zod';
 import { firstIssue } from '../common/schema-issues';
-import type { ClaimedDevices, ClaimedNetworkDevice, PodClaims } from './claimed-devices';
+import type { NetworkClaimedDevices, ClaimedNetworkDevice, PodClaims } from './claimed-devices';
 import {
   claimsDirectory,
   readRecordFiles,
@@ -70,7 +70,7 @@ function parseRecord(file: RecordFile): PreparedClaim | string {
   return parsed.data;
 }
 
-export class PreparedClaims implements ClaimedDevices {
+export class PreparedClaims implements NetworkClaimedDevices {
   private readonly claims = new Map<string, PreparedClaim>();
   /** What was not loaded, and why: each held where it is (the caller logs them). */
   readonly problems: RecordProblem[] = [];

@@ -3,9 +3,9 @@
  * device into a pod, serves or removes its memif socket, answers a repeated Prepare): the record is a file that may
  * have been damaged or written by hand, and the operator may have taken the device out of its pool since Prepare.
  * A device the node does not offer as the record says is never acted on; the engine refuses the pod's ADD, naming
- * the claim and the device (src/engine/claimed-unoffered.ts).
+ * the claim and the device (src/engine/claims/unoffered.ts).
  */
-import type { ClaimedDevices } from './claimed-devices';
+import type { NetworkClaimedDevices } from './claimed-devices';
 import type { DraInventory } from './devices';
 import { memifSocketProblem } from './memif-sockets';
 import type { PreparedClaim, PreparedClaims, RecordedNetworkDevice } from './prepared-claims';
@@ -36,7 +36,7 @@ export const recordProblems = (inventory: DraInventory, record: PreparedClaim): 
   });
 
 /** The prepared claims as the engine reads them at ADD: each device that does not fit carries why (notOffered). */
-export function checkedClaims(prepared: PreparedClaims, inventory: DraInventory): ClaimedDevices {
+export function checkedClaims(prepared: PreparedClaims, inventory: DraInventory): NetworkClaimedDevices {
   const checked = (d: RecordedNetworkDevice): RecordedNetworkDevice => {
     const why = recordedDeviceProblem(inventory, d);
     return why ? { ...d, notOffered: why } : d;

@@ -16,7 +16,7 @@ export interface RecordProblem {
 }
 
 /** A record's file, as text; far above what a claim of 32 devices needs. */
-export const MAX_RECORD_BYTES = 1024 * 1024;
+export const MAX_CLAIM_RECORD_BYTES = 1024 * 1024;
 
 export interface RecordFile {
   readonly name: string;
@@ -104,7 +104,7 @@ export function readRecordFiles(dir: string, problems: RecordProblem[]): RecordF
     const path = join(dir, name);
     if (name.endsWith('.tmp')) removeTemp(path, problems);
     if (!name.endsWith('.json')) continue;
-    const read = readBoundedFileSync(path, { maxBytes: MAX_RECORD_BYTES });
+    const read = readBoundedFileSync(path, { maxBytes: MAX_CLAIM_RECORD_BYTES });
     if (read.ok) files.push({ name, path, text: read.value.toString('utf8') });
     else if (read.error.kind !== 'missing') problems.push({ path, reason: read.error.reason });
   }

@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import type { KubeApiClient } from '../k8s/api-client';
 import { DRIVER_NAME } from './api';
 import type { DraPool } from './devices';
+import { definedFields } from '../common/defined-fields';
 
 const SLICES = '/apis/resource.k8s.io/v1/resourceslices';
 
@@ -132,7 +133,11 @@ export class SlicePublisher {
       if (sameDevices(have, want) && have.metadata.name === want.metadata.name) continue;
       want.spec.pool.generation = have.spec.pool.generation + 1;
       const { resourceVersion } = have.metadata;
-      want.metadata = { ...want.metadata, name: have.metadata.name, ...(resourceVersion ? { resourceVersion } : {}) };
+      want.metadata = {
+        ...want.metadata,
+        name: have.metadata.name,
+        ...definedFields({ resourceVersion: resourceVersion || undefined }),
+      };
       const put = await this.api.request(
         'PUT',
         `${SLICES}/${encodeURIComponent(have.metadata.name)}`,

@@ -5,8 +5,9 @@
  * when its claim is gone from the API (or another claim has its name now), or every pod it was prepared for is gone;
  * and it is released only while no such pod has networks on this node, since its device may still be in a sandbox.
  */
+import { segment } from '../common/api-object';
 import type { Logger } from 'pino';
-import { segment, type KubeApiClient } from '../k8s/api-client';
+import { type KubeApiClient } from '../k8s/api-client';
 import { err, ok, type Result } from '../common/result';
 import type { ClaimReader } from './claims-api';
 import type { PreparedClaim, PreparedClaims } from './prepared-claims';

@@ -4,7 +4,8 @@
  */
 import { readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
-import { PCI_ADDRESS } from '../deviceplugin/config';
+import { PCI_ADDRESS } from '../common/pci-address';
+import { definedFields } from '../common/defined-fields';
 
 export interface HostDeviceFacts {
   /** Whether the device is on the host now (its netdev in this namespace, or its PCI function). */
@@ -46,7 +47,7 @@ function pciFacts(root: string, deviceDir: string): Omit<HostDeviceFacts, 'prese
   const numa = Number.parseInt(readText(join(deviceDir, 'numa_node')) ?? '', 10);
   return {
     ...(address ? { pciAddress: address.toLowerCase() } : {}),
-    ...(rootSegment ? { pcieRoot: rootSegment } : {}),
+    ...definedFields({ pcieRoot: rootSegment || undefined }),
     ...(Number.isInteger(numa) && numa >= 0 ? { numaNode: numa } : {}),
   };
 }
@@ -61,7 +62,7 @@ export function hostDeviceFacts(device: string, root = '/sys'): HostDeviceFacts 
       present: true,
       ...pciFacts(root, dir),
       pciAddress: device.toLowerCase(),
-      ...(netdev ? { interfaceName: netdev } : {}),
+      ...definedFields({ interfaceName: netdev || undefined }),
     };
   }
   const netDir = join(root, 'class', 'net', device);

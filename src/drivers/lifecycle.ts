@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { KernelPort } from '../kernel/kernel';
 import type { Driver, UndoStep } from './driver';
+import { errorMessage } from '../common/error-message';
 
 export interface LifecycleSettings {
   readonly log: Logger;
@@ -49,7 +50,7 @@ export class DriverLifecycle {
       try {
         await driver.stop?.();
       } catch (e) {
-        this.logs.get(driver)?.warn({ err: (e as Error).message }, `stopping the ${driver.type} driver failed`);
+        this.logs.get(driver)?.warn({ err: errorMessage(e) }, `stopping the ${driver.type} driver failed`);
       }
     }
   }
@@ -61,7 +62,7 @@ export class DriverLifecycle {
     try {
       await driver.resync(why);
     } catch (e) {
-      this.logs.get(driver)?.warn({ err: (e as Error).message, why }, `${driver.type} resync failed`);
+      this.logs.get(driver)?.warn({ err: errorMessage(e), why }, `${driver.type} resync failed`);
     } finally {
       this.resyncing.delete(driver);
     }

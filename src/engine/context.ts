@@ -12,7 +12,7 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import type { AttachmentQuota } from './attachment-quota';
-import type { ClaimedDevices, ClaimSink } from './claims';
+import type { ClaimedDevices, ClaimSink } from './claims/ports';
 import type { ForeignSandboxes } from './foreign-sandboxes';
 import type { DeviceSource } from './kubelet-devices';
 import type { PlanSettings } from './plan';
@@ -23,7 +23,7 @@ import type { BackgroundTeardown, TeardownSettings } from './teardown/background
 import type { TransactionPorts } from './transaction';
 
 /** A call about one container's attachment. */
-export type AttachRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
+export type ContainerRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 
 /** Pod annotations from the API (undefined: the runtime's are used). */
 export type PodAnnotations = Readonly<Record<string, string>> | undefined;
@@ -83,7 +83,7 @@ export interface EngineContext {
   /** Calls for one container run one at a time. */
   readonly locks: KeyedMutex;
   /** The journal and the undo runner, as transactions use them. */
-  readonly tx: TransactionPorts;
+  readonly transactionPorts: TransactionPorts;
   readonly quota: AttachmentQuota;
   readonly recentlyRemoved: RecentlyRemoved;
   /** Why a CNI_NETNS is not a pod's network namespace (undefined when it is one). */

@@ -8,6 +8,7 @@ import type { KernelPort } from '../kernel/kernel';
 import type { BatchOp } from '../kernel/types';
 import type { NetworkAttachment } from './journal';
 import type { AttachmentStep } from './plan';
+import { definedFields } from '../common/defined-fields';
 
 const isDefaultDst = (dst: string, family: 4 | 6): boolean => (family === 4 ? dst === '0.0.0.0/0' : dst === '::/0');
 
@@ -22,7 +23,7 @@ function dropDefaults(
     if (i === keep) return a;
     const dropped = a.result.routes.filter((r) => [...families].some((f) => isDefaultDst(r.dst, f)));
     for (const r of dropped) {
-      const route = { dst: r.dst, ...(r.gw ? { gw: r.gw } : {}), dev: a.ifname };
+      const route = { dst: r.dst, ...definedFields({ gw: r.gw || undefined }), dev: a.ifname };
       ops.push({ op: 'routeDel', route, ignore: ['ESRCH', 'ENOENT'] });
     }
     if (!dropped.length) return a;

@@ -16,9 +16,9 @@ import type { IpamBackend, Lease } from '../ipam';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentQuota, attachmentsOf } from './attachment-quota';
-import type { AttachRequest, EngineContext, EngineOptions, SweepReport } from './context';
+import type { ContainerRequest, EngineContext, EngineOptions, SweepReport } from './context';
 import type { AdoptedListOptions, AdoptedSandbox } from './foreign-sandboxes';
-import type { AttachmentKey, AttachmentRecord, Journal } from './journal';
+import type { AttachmentTag, AttachmentRecord, Journal } from './journal';
 import { NetnsGuard } from './netns-guard';
 import { releaseOrphanedLeases } from './orphaned-leases';
 import { RecentlyRemoved } from './recently-removed';
@@ -34,6 +34,8 @@ import { detachAttachment } from './verbs/detach';
 import { gc, sweep } from './verbs/gc';
 import { status } from './verbs/status';
 import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 export type { EngineOptions, SweepReport, SweptAttachment } from './context';
 
@@ -67,10 +69,10 @@ export class AttachmentEngine {
       try {
         tell(options.statusSink ?? noStatusSink);
       } catch (e) {
-        log.warn({ err: (e as Error).message }, 'the status sink failed; the pod is attached regardless');
+        log.warn({ err: errorMessage(e) }, 'the status sink failed; the pod is attached regardless');
       }
     };
-    const tx = {
+    const transactionPorts = {
       journal,
       undo: (step: Parameters<DriverRegistry['undo']>[0]) => drivers.undo(step, { kernel, ipam }),
       removed: (record: AttachmentRecord) => {
@@ -82,17 +84,20 @@ export class AttachmentEngine {
     const locks = new KeyedMutex();
     const ports = { kernel, ipam, networks, drivers, options, log };
     const teardown = options.teardown
-      ? new BackgroundTeardown({ journal, undo: tx.undo, closed: tx.removed, log }, options.teardown)
+      ? new BackgroundTeardown(
+          { journal, undo: transactionPorts.undo, closed: transactionPorts.removed, log },
+          options.teardown,
+        )
       : undefined;
     this.ctx = {
       ...ports,
       locks,
-      tx,
+      transactionPorts,
       quota,
       recentlyRemoved,
       podNetnsProblem,
       report,
-      ...(teardown ? { teardown } : {}),
+      ...definedFields({ teardown }),
     };
   }
 
@@ -139,15 +144,15 @@ export class AttachmentEngine {
     return this.ctx.teardown?.stats();
   }
 
-  add(req: AttachRequest): Promise<Result<CniResult>> {
+  add(req: ContainerRequest): Promise<Result<CniResult>> {
     return add(this.ctx, req);
   }
 
-  del(req: AttachRequest): Promise<Result<void>> {
+  del(req: ContainerRequest): Promise<Result<void>> {
     return del(this.ctx, req);
   }
 
-  check(req: AttachRequest): Promise<Result<void>> {
+  check(req: ContainerRequest): Promise<Result<void>> {
     return check(this.ctx, req);
   }
 
@@ -161,7 +166,7 @@ export class AttachmentEngine {
   }
 
   /** Removes one network from a running pod (verbs/detach.ts). */
-  detachAttachment(containerId: string, runtimeIfname: string, attachment: AttachmentKey): Promise<Result<CniResult>> {
+  detachAttachment(containerId: string, runtimeIfname: string, attachment: AttachmentTag): Promise<Result<CniResult>> {
     return detachAttachment(this.ctx, containerId, runtimeIfname, attachment);
   }
 

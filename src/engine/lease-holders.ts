@@ -7,7 +7,7 @@
  * of another that shares its container ID.
  */
 import type { Lease } from '../ipam';
-import type { AttachmentRecord } from './journal-record';
+import type { AttachmentRecord } from './journal/record';
 
 const holderKey = (network: string, containerId: string, ifname: string): string =>
   `${network}\u0000${containerId}\u0000${ifname}`;

@@ -7,6 +7,7 @@ import { statSync, type Stats } from 'node:fs';
 import { CniCode, CniError } from '../cni/errors';
 import { CLONE_NEWNET, O_CLOEXEC, O_RDONLY } from '../kernel/constants';
 import { errnoName, sys } from '../kernel/syscalls';
+import { errorMessage } from '../common/error-message';
 
 /** ioctl(NS_GET_NSTYPE): the CLONE_NEW* type of the namespace an nsfs file refers to. */
 const NS_GET_NSTYPE = 0xb703;
@@ -40,7 +41,7 @@ export class NetnsGuard {
       const code = (e as NodeJS.ErrnoException).code ?? 'EIO';
       return code === 'ENOENT'
         ? bad('does not exist', 'the sandbox may have been deleted: the runtime retries or removes it')
-        : bad(`cannot be read (${code})`, (e as Error).message);
+        : bad(`cannot be read (${code})`, errorMessage(e));
     }
     // Every namespace file, whether /proc/<pid>/ns/net or a bind mount under /var/run/netns, lives on nsfs.
     if (st.dev !== this.own.dev)

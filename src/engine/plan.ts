@@ -25,10 +25,11 @@ import {
 } from '../networks/selection';
 import { chooseDefaultNetwork } from '../networks/default-network';
 import { isolationProblem, type IsolationSettings } from '../networks/isolation';
-import type { ClaimedNetworkDevice } from './claims';
-import { withClaimedDevices, withClaimedSelections } from './claimed-networks';
+import type { ClaimedNetworkDevice } from './claims/ports';
+import { withClaimedNetworkDevices, withClaimedSelections } from './claims/networks';
 import type { AttachmentStep } from './attachment-step';
 import { auxiliaryChainStep } from './auxiliary-chain-step';
+import { definedFields } from '../common/defined-fields';
 
 type AddRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 
@@ -62,11 +63,12 @@ const DEFAULT_NETWORK_ONLY = ['portmappings', 'ips', 'mac', 'bandwidth', 'device
 /** The pod a CNI call names (CNI_ARGS K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID). */
 export const podIdentityOf = (req: {
   args: { podNamespace?: string; podName?: string; podUid?: string };
-}): PodIdentity => ({
-  ...(req.args.podNamespace ? { namespace: req.args.podNamespace } : {}),
-  ...(req.args.podName ? { name: req.args.podName } : {}),
-  ...(req.args.podUid ? { uid: req.args.podUid } : {}),
-});
+}): PodIdentity =>
+  definedFields({
+    namespace: req.args.podNamespace || undefined,
+    name: req.args.podName || undefined,
+    uid: req.args.podUid || undefined,
+  });
 
 /**
  * The request a running pod's networks are planned from when they change (hot-plug): what its journal record says of
@@ -91,9 +93,11 @@ export function runningPodRequest(record: AttachmentRecord): AddRequest {
     networkName: cniNetwork,
     runtimeConfig: new RuntimeConfig({}),
     args: {
-      ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
-      ...(pod.name ? { podName: pod.name } : {}),
-      ...(pod.uid ? { podUid: pod.uid } : {}),
+      ...definedFields({
+        podNamespace: pod.namespace || undefined,
+        podName: pod.name || undefined,
+        podUid: pod.uid || undefined,
+      }),
       ignoreUnknown: true,
       ips: [],
       raw,
@@ -119,7 +123,7 @@ export const configuredDefaultNetwork = (
  * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
  * io.kubernetes.cri.pod-annotations are read instead. `runningPod`: the plan of a running pod's secondary networks
  * (hot-plug): no default network (the pod keeps its own, and its interface name). `claimed`: the devices of the pod's
- * DRA claims, whose networks join the selected ones (claimed-networks.ts).
+ * DRA claims, whose networks join the selected ones (claims/networks.ts).
  */
 export function planPod(
   req: AddRequest,
@@ -193,7 +197,7 @@ export function planPod(
     );
   };
   const plan = planAttachments({
-    ...(defaultNetwork.value ? { defaultNetwork: defaultNetwork.value } : {}),
+    ...definedFields({ defaultNetwork: defaultNetwork.value }),
     selections: selections.value,
     resolve: (ns, name) => networks.get(ns, name),
     declaredCapabilities: (n) => capabilitiesOf(n, delegationForced(n)),
@@ -234,7 +238,7 @@ export function planPod(
     if (!chain.ok) return chain;
     if (chain.value) steps.push(chain.value);
   }
-  return ok(withClaimedDevices(steps, claimed, deviceOf));
+  return ok(withClaimedNetworkDevices(steps, claimed, deviceOf));
 }
 
 function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIdentity): Result<AttachRequest> {
@@ -270,7 +274,7 @@ function defaultRequest(req: AddRequest, planned: PlannedAttachment, pod: PodIde
     network: planned.network,
     plugin: planned.network.plugins[0]!,
     ips: [...req.args.ips, ...(fromRuntime ?? [])],
-    ...(mac ? { mac } : {}),
+    ...definedFields({ mac: mac || undefined }),
     runtimeConfig: req.runtimeConfig,
     options,
     cniArgs: rawArgs(req),

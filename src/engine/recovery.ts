@@ -10,6 +10,7 @@ import { ForwardedCallSchema, parseCniRequest } from '../cni/request';
 import { readBoundedFile } from '../common/bounded-file';
 import type { AttachmentEngine } from './engine';
 import { LOST_MARKER, type Journal } from './journal';
+import { errorMessage } from '../common/error-message';
 
 export interface RecoveryReport {
   readonly spooledDels: number;
@@ -105,7 +106,7 @@ async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log:
     const why = lost;
     await journal
       .markLost(why)
-      .catch((e: unknown) => log.error({ err: (e as Error).message }, `cannot mark the loss: ${why}`));
+      .catch((e: unknown) => log.error({ err: errorMessage(e) }, `cannot mark the loss: ${why}`));
   }
   if (!lost) return false;
   const until = `no lease without a record is released until ${join(journal.dir, LOST_MARKER)} is removed`;
@@ -127,7 +128,7 @@ export async function recover(
   } catch (e) {
     // Without a list of records nothing may be undone or released: the daemon serves, and /healthz says why.
     log.error(
-      { err: (e as Error).message },
+      { err: errorMessage(e) },
       'the journal cannot be listed: nothing is undone and no lease released at this start',
     );
     return { spooledDels, undone: 0, undoFailures: 0, unusableRecords: 0, leasesReleased: 0 };

@@ -8,8 +8,8 @@ import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { CniResult } from '../cni/types';
 import type { UndoStep } from '../drivers/driver';
 import { describeUndo, undoStages } from '../drivers/undo';
-import type { AttachmentKey, AttachmentMeta, CommitDetails, Journal, JournalEntry, NetworkAttachment } from './journal';
-import { stepsOf, unreadableRecordError, type AttachmentRecord, type PodNetworksChange } from './journal';
+import type { AttachmentTag, AttachmentMeta, CommitDetails, Journal, JournalEntry, NetworkAttachment } from './journal';
+import { attachmentSteps, unreadableRecordError, type AttachmentRecord, type PodNetworksChange } from './journal';
 
 /** Runs one recorded undo step (the driver registry's runner, its kernel and IPAM bound). */
 export type UndoOne = (step: UndoStep) => Promise<Result<void>>;
@@ -21,11 +21,10 @@ export interface TransactionPorts {
   readonly removed?: (record: AttachmentRecord) => void;
 }
 
-/** What undoing some attachments of a record did: those whose steps could not all be undone stay recorded. */
-export interface AttachmentsUndone {
-  readonly ok: boolean;
-  readonly error: string;
-  readonly failed: readonly AttachmentKey[];
+/** Why undoing some attachments of a record did not finish: those whose steps could not all be undone stay recorded. */
+export interface AttachmentsLeft {
+  readonly message: string;
+  readonly failed: readonly AttachmentTag[];
 }
 
 const undoFailed = (failures: readonly string[], what: string): CniError =>
@@ -94,7 +93,7 @@ export class Transaction {
   }
 
   /** Journals how to undo the change about to be made for `attachment`: call it before making the change. */
-  record(step: UndoStep, attachment: AttachmentKey): Promise<void> {
+  record(step: UndoStep, attachment: AttachmentTag): Promise<void> {
     return this.entry.record(step, attachment);
   }
 
@@ -113,7 +112,7 @@ export class Transaction {
   }
 
   /** Every step of `attachment` has been undone: the record no longer holds them. */
-  detached(attachment: AttachmentKey): Promise<void> {
+  detached(attachment: AttachmentTag): Promise<void> {
     return this.entry.detached(attachment);
   }
 
@@ -143,12 +142,12 @@ export class Transaction {
    * Undoes the steps of some attachments of the record only (a change of a running pod's networks), read from the
    * record as it is now, each retired from it (a `detached` line) once all its steps are undone.
    */
-  async undoAttachments(keys: readonly AttachmentKey[]): Promise<AttachmentsUndone> {
+  async undoAttachments(keys: readonly AttachmentTag[]): Promise<Result<void, AttachmentsLeft>> {
     const record = await this.ports.journal.load(this.containerId, this.ifname);
-    const failed: AttachmentKey[] = [];
+    const failed: AttachmentTag[] = [];
     const errors: string[] = [];
     for (const key of keys) {
-      const steps = record ? stepsOf(record, key) : [];
+      const steps = record ? attachmentSteps(record, key) : [];
       const what = `network ${key.network} as ${key.ifname} of ${this.containerId}/${this.ifname}`;
       const r = await runUndoSteps(this.ports.undo, steps, what);
       if (r.ok) await this.detached(key);
@@ -157,6 +156,6 @@ export class Transaction {
         errors.push(r.error.message);
       }
     }
-    return { ok: failed.length === 0, error: errors.join('; '), failed };
+    return failed.length === 0 ? ok(undefined) : err({ message: errors.join('; '), failed });
   }
 }

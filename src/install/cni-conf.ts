@@ -23,6 +23,8 @@ import { ok, type Result } from '../common/result';
 import { parseNetworkConfig, PLEXUS_NETWORK_NAME, PLEXUS_PLUGIN_TYPE } from '../networks/nad';
 import { CNI_CONF_EXTENSIONS, type InstallProblem, problem } from './conf-files';
 import { MULTUS_TYPES } from './multus-config';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** Plexus's own conflist: "00-" so it sorts before every other file the runtime reads. */
 export const PLEXUS_CONFLIST = '00-plexus.conflist';
@@ -72,7 +74,7 @@ export function findPrimaryConfig(confDir: string): Result<PrimaryConfig | undef
   try {
     names = readdirSync(confDir);
   } catch (e) {
-    return problem(`cannot read the CNI conf dir ${confDir}: ${(e as Error).message}`);
+    return problem(`cannot read the CNI conf dir ${confDir}: ${errorMessage(e)}`);
   }
   for (const name of names.filter((n) => CNI_CONF_EXTENSIONS.some((ext) => n.endsWith(ext))).sort()) {
     if (name === PLEXUS_CONFLIST) continue;
@@ -83,7 +85,7 @@ export function findPrimaryConfig(confDir: string): Result<PrimaryConfig | undef
     } catch (e) {
       // A directory or a dangling link with a CNI extension: libcni reads files only.
       if ((e as NodeJS.ErrnoException).code === 'EISDIR' || (e as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      return problem(`cannot read ${path}: ${(e as Error).message}`);
+      return problem(`cannot read ${path}: ${errorMessage(e)}`);
     }
     if (isPlexusConfig(text) || runsPluginOf(text, MULTUS_TYPES)) continue;
     const parsed = parseNetworkConfig(text, path, basename(name).replace(/\.[^.]*$/, ''), 'the file');
@@ -116,7 +118,7 @@ export function plexusConflist(options: PlexusConflistOptions): string {
         {
           type: PLEXUS_PLUGIN_TYPE,
           socketPath: options.socketPath,
-          ...(options.daemonWaitSeconds !== undefined ? { daemonWaitSeconds: options.daemonWaitSeconds } : {}),
+          ...definedFields({ daemonWaitSeconds: options.daemonWaitSeconds }),
           capabilities: {
             'io.kubernetes.cri.pod-annotations': true,
             ips: true,
@@ -216,7 +218,7 @@ export function conflistForDaemon(
     try {
       text = readFileSync(defaultNetwork, 'utf8');
     } catch (e) {
-      return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${(e as Error).message}`);
+      return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${errorMessage(e)}`);
     }
     const parsed = parseNetworkConfig(text, defaultNetwork, 'default', 'the file');
     if (!parsed.ok)

@@ -15,6 +15,7 @@ import { findPrimaryConfig, installShim, linkFile, PLEXUS_CONFLIST, uninstall } 
 import { DEFAULT_MULTUS_DAEMON_CONFIG } from './multus-config';
 import { importMultus } from './multus-import';
 import { restoreMultus } from './multus-takeover';
+import { errorMessage } from '../common/error-message';
 
 export const INSTALL_USAGE = `usage: plexus-install install [flags]     install the shim, find the primary CNI config
        plexus-install uninstall [flags]   remove Plexus's conflist and the shim
@@ -59,7 +60,7 @@ export function parseInstallArgs(argv: readonly string[]): Parsed {
       },
     });
   } catch (e) {
-    return { kind: 'error', message: (e as Error).message };
+    return { kind: 'error', message: errorMessage(e) };
   }
   const { values, positionals } = parsed;
   if (values.help) return { kind: 'help' };

@@ -11,6 +11,8 @@ import { basename } from 'node:path';
 import { z } from 'zod';
 import { ok, type Result } from '../common/result';
 import { type ConfFileReader, type InstallProblem, problem, readConfFile } from './conf-files';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** The plugin types of Multus's own configs: thin and thick. */
 export const MULTUS_TYPES: ReadonlySet<string> = new Set(['multus', 'multus-shim']);
@@ -77,7 +79,7 @@ function ownSettings(path: string, text: string): Result<Record<string, unknown>
   try {
     conf = JSON.parse(text);
   } catch (e) {
-    return problem(`Multus's config ${path} is not JSON: ${(e as Error).message}`);
+    return problem(`Multus's config ${path} is not JSON: ${errorMessage(e)}`);
   }
   if (typeof conf !== 'object' || conf === null || Array.isArray(conf))
     return problem(`Multus's config ${path} is not a JSON object`);
@@ -137,13 +139,13 @@ export function readMultus(
   return ok({
     mode: thick ? 'thick' : 'thin',
     configFile: path,
-    ...(daemonConfigFile ? { daemonConfigFile } : {}),
+    ...definedFields({ daemonConfigFile: daemonConfigFile || undefined }),
     settings: parsed.data,
   });
 }
 
 /** Where Multus's cluster network is: a NAD in its namespace, a CNI config file, or a config inline in `delegates`. */
-export type ClusterNetwork =
+export type MultusClusterNetwork =
   | { readonly kind: 'nad'; readonly reference: string; readonly alsoFile?: string }
   | { readonly kind: 'file'; readonly path: string }
   | { readonly kind: 'inline'; readonly config: Record<string, unknown> };
@@ -157,7 +159,7 @@ export type ClusterNetwork =
 export function resolveClusterNetwork(
   settings: MultusSettings,
   listDir: (dir: string) => readonly ConfFileReader[] | undefined,
-): Result<ClusterNetwork, InstallProblem> {
+): Result<MultusClusterNetwork, InstallProblem> {
   const name = settings.clusterNetwork;
   if (name === undefined) return ok({ kind: 'inline', config: settings.delegates![0]! });
   if (!name.includes('/')) {

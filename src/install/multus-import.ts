@@ -11,6 +11,7 @@ import { type ConfFileReader, listConfFiles, readConfFile } from './conf-files';
 import { type MultusInstallation, readMultus, resolveClusterNetwork } from './multus-config';
 import { carryOver } from './multus-settings';
 import { MOVED_ASIDE_SUFFIX } from './multus-takeover';
+import { definedFields } from '../common/defined-fields';
 
 export interface MultusImportOptions {
   readonly cniConfDir: string;
@@ -122,7 +123,7 @@ function withHostPaths(m: MultusInstallation): MultusInstallation {
     settings: {
       ...m.settings,
       confDir: onHost(confDir),
-      ...(hostCluster !== undefined ? { clusterNetwork: hostCluster } : {}),
+      ...definedFields({ clusterNetwork: hostCluster }),
     },
   };
 }

@@ -3,7 +3,7 @@
  * named with the reason it is not, so an operator moving off Multus sees what changes (docs/migrate-from-multus.md).
  */
 import { dirname, join } from 'node:path';
-import type { ClusterNetwork, MultusInstallation } from './multus-config';
+import type { MultusClusterNetwork, MultusInstallation } from './multus-config';
 
 /** A Multus key and what became of it. */
 export interface CarriedKey {
@@ -65,7 +65,11 @@ export interface CarryOverOptions {
 }
 
 /** What plexusd should be told so that pods get what Multus gave them. */
-export function carryOver(multus: MultusInstallation, cluster: ClusterNetwork, options: CarryOverOptions): CarryOver {
+export function carryOver(
+  multus: MultusInstallation,
+  cluster: MultusClusterNetwork,
+  options: CarryOverOptions,
+): CarryOver {
   const s = multus.settings;
   const settings: Record<string, unknown> = {};
   const carried: CarriedKey[] = [];
@@ -164,7 +168,7 @@ function auxiliaryChain(name: unknown, clusterNetwork: string | undefined): { di
   return { dir: join(dir, name) };
 }
 
-function clusterNetworkSetting(cluster: ClusterNetwork, link: string): string {
+function clusterNetworkSetting(cluster: MultusClusterNetwork, link: string): string {
   return cluster.kind === 'nad' ? cluster.reference : link;
 }
 

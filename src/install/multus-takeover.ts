@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { listConfFiles, readConfFile } from './conf-files';
 import { findMultusConfigs } from './multus-config';
+import { errorMessage } from '../common/error-message';
 
 /** What a moved-aside Multus config is called: a suffix no runtime loads (libcni reads .conf, .conflist, .json). */
 export const MOVED_ASIDE_SUFFIX = '.plexus-moved';
@@ -114,7 +115,7 @@ export class MultusTakeover {
     } catch (e) {
       const message = "cannot move Multus's config aside: the runtime keeps calling Multus for new pods";
       this.log.error({ err: e, confDir: this.confDir }, message);
-      this.blocked = [`${message}: ${(e as Error).message}`];
+      this.blocked = [`${message}: ${errorMessage(e)}`];
       return false;
     }
     return this.done();

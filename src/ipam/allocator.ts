@@ -18,6 +18,7 @@ import { type Lease, type StoredLease, isSafeNetworkName } from './lease';
 import { inRange, invalid, matchRequested } from './requested-ips';
 import { allocateStatic, withDns } from './static-ipam';
 import { LeaseStore, type LeaseStoreOptions } from './store';
+import { definedFields } from '../common/defined-fields';
 
 export type IpamOptions = LeaseStoreOptions & SharingOptions;
 
@@ -172,8 +173,7 @@ export class Ipam implements IpamBackend {
       gateway: formatIp(range.subnet.family, range.gateway),
       containerId: req.containerId,
       ifname: req.ifname,
-      ...(req.owner !== undefined ? { owner: req.owner } : {}),
-      ...(share.path !== undefined ? { hostLocalDir: share.path } : {}),
+      ...definedFields({ owner: req.owner, hostLocalDir: share.path }),
     };
   }
 

@@ -4,7 +4,7 @@
  * node) and `ClusterIpam` (cluster/cluster-ipam.ts, pools in blocks on the Kubernetes API) implement it.
  */
 import type { Result } from '../cni/errors';
-import type { DnsSpec, IpamConfig, RouteSpec } from './config';
+import type { DnsSpec, IpamConfig, IpamRoute } from './config';
 import type { Lease, LeaseOwner } from './lease';
 
 export interface IpamRequest {
@@ -29,7 +29,7 @@ export interface IpamRequest {
 
 export interface IpamResult {
   readonly ips: readonly { readonly address: string; readonly gateway?: string }[];
-  readonly routes: readonly RouteSpec[];
+  readonly routes: readonly IpamRoute[];
   readonly dns?: DnsSpec;
 }
 

@@ -6,7 +6,8 @@ import { fieldPath } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { familyName, formatCidr, formatIp, networkOf, parseCidr, parseIp } from '../common/ip';
-import type { DnsSpec, RouteSpec } from './config';
+import type { DnsSpec, IpamRoute } from './config';
+import { definedFields } from '../common/defined-fields';
 
 export const rangeShape = z.looseObject({
   subnet: z.string(),
@@ -53,7 +54,7 @@ export function parseExcludes(path: string, exclude: readonly string[] | undefin
   });
 }
 
-export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | undefined): RouteSpec[] {
+export function parseRoutes(routes: readonly z.infer<typeof routeShape>[] | undefined): IpamRoute[] {
   return (routes ?? []).map((route, i) => {
     const path = `ipam.routes[${i}]`;
     const dst = parseCidr(route.dst);
@@ -75,10 +76,5 @@ export function parseDns(dns: z.infer<typeof dnsShape>): DnsSpec {
       return fail(`ipam.dns.nameservers[${i}]`, `${JSON.stringify(text)} is not a valid IP address`);
     return formatIp(ip.family, ip.value);
   });
-  return {
-    ...(nameservers !== undefined ? { nameservers } : {}),
-    ...(dns.domain !== undefined ? { domain: dns.domain } : {}),
-    ...(dns.search !== undefined ? { search: dns.search } : {}),
-    ...(dns.options !== undefined ? { options: dns.options } : {}),
-  };
+  return definedFields({ nameservers, domain: dns.domain, search: dns.search, options: dns.options });
 }

@@ -9,7 +9,7 @@ export interface IpRange {
   readonly rangeEnd?: string;
   readonly gateway?: string;
 }
-export interface RouteSpec {
+export interface IpamRoute {
   readonly dst: string;
   readonly gw?: string;
 }
@@ -23,7 +23,7 @@ export type IpamConfig =
   | {
       readonly type: 'host-local';
       readonly ranges: readonly (readonly IpRange[])[];
-      readonly routes: readonly RouteSpec[];
+      readonly routes: readonly IpamRoute[];
       readonly dns?: DnsSpec;
       /** The reference plugin's `dataDir` (absolute); unset: the node's default (host-local's /var/lib/cni/networks). */
       readonly dataDir?: string;
@@ -31,7 +31,7 @@ export type IpamConfig =
   | {
       readonly type: 'static';
       readonly addresses: readonly { readonly address: string; readonly gateway?: string }[];
-      readonly routes: readonly RouteSpec[];
+      readonly routes: readonly IpamRoute[];
       readonly dns?: DnsSpec;
     }
   | ClusterIpamConfig;
@@ -49,6 +49,6 @@ export interface ClusterIpamConfig {
   readonly exclude: readonly string[];
   /** Prefix length of a block, per family: a node claims addresses this many at a time. */
   readonly blockPrefix: { readonly v4: number; readonly v6: number };
-  readonly routes: readonly RouteSpec[];
+  readonly routes: readonly IpamRoute[];
   readonly dns?: DnsSpec;
 }

@@ -2,7 +2,7 @@
  * Built-in IPAM: the IpamBackend port, host-local and static config schemas, with a durable per-network lease store.
  * The cluster-wide pools (cluster/) are imported by src/node only when the node talks to the Kubernetes API.
  */
-export type { DnsSpec, IpamConfig, IpRange, RouteSpec } from './config';
+export type { DnsSpec, IpamConfig, IpRange, IpamRoute } from './config';
 export { parseIpamConfig } from './parse-config';
 export { Ipam } from './allocator';
 export type { IpamBackend, IpamRequest, IpamResult } from './backend';

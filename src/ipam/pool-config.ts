@@ -4,6 +4,7 @@ import { formatCidr, formatIp, networkOf, parseCidr } from '../common/ip';
 import type { ClusterIpamConfig } from './config';
 import { dnsShape, fail, parseDns, parseExcludes, parseRoutes, rangeShape, routeShape } from './config-fields';
 import { checkSets, compileRange, rangeToConfig } from './ranges';
+import { definedFields } from '../common/defined-fields';
 
 const blockPrefixShape = z.number().int().min(1).max(128);
 export const plexusShape = z.looseObject({
@@ -55,7 +56,7 @@ export function parsePlexus(shape: z.infer<typeof plexusShape>): ClusterIpamConf
   return {
     type: 'cluster',
     flavour: 'plexus',
-    ...(shape.pool !== undefined ? { pool: shape.pool } : {}),
+    ...definedFields({ pool: shape.pool }),
     ranges: sets.map((set) => set.ranges.map(rangeToConfig)),
     exclude: parseExcludes('ipam.exclude', shape.exclude),
     blockPrefix: { v4, v6: shape.blockSize?.v6 ?? DEFAULT_BLOCK_PREFIX.v6 },
@@ -94,11 +95,7 @@ export function parseWhereabouts(shape: z.infer<typeof whereaboutsShape>): Clust
         : undefined;
     const start = entry.start ?? implicitStart;
     const end = entry.end ?? dash?.[2];
-    const fields = {
-      ...(start !== undefined ? { rangeStart: start } : {}),
-      ...(end !== undefined ? { rangeEnd: end } : {}),
-      ...(entry.gateway !== undefined ? { gateway: entry.gateway } : {}),
-    };
+    const fields = definedFields({ rangeStart: start, rangeEnd: end, gateway: entry.gateway });
     return {
       path: entry.path,
       ranges: [compileRange(entry.path, formatCidr(cidr.family, networkOf(cidr), cidr.prefix), fields)],

@@ -6,10 +6,12 @@
  */
 import { Agent as HttpAgent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { ApiFailure } from '../common/api-object';
 import { err, ok, type Result } from '../common/result';
 import type { ApiEndpoint } from './kubeconfig';
 import { RateLimiter } from './rate-limiter';
 import { requestAttributes, type RequestAttributes } from './request-attributes';
+import { definedFields } from '../common/defined-fields';
 
 export interface ApiClientOptions {
   /** Requests per second once the burst is spent (--kube-api-qps). */
@@ -44,12 +46,6 @@ export interface RequestOptions {
   readonly urgent?: boolean;
   /** Serving depends on it (a refusal shows on /readyz); default: urgent. */
   readonly serving?: boolean;
-}
-
-/** Why a request failed: the HTTP status (0 when no answer came) and the server's or the socket's message. */
-export interface ApiFailure {
-  readonly status: number;
-  readonly message: string;
 }
 
 export class KubeApiClient {
@@ -120,7 +116,7 @@ export class KubeApiClient {
     onLine: (line: string) => void,
     signal?: AbortSignal,
   ): Promise<Result<void, ApiFailure>> {
-    const started = await this.start('GET', path, resource, { ...(signal ? { signal } : {}) }, idleMs);
+    const started = await this.start('GET', path, resource, definedFields({ signal }), idleMs);
     if (!started.ok) return started;
     const res = started.value;
     if ((res.statusCode ?? 0) >= 300) {
@@ -232,6 +228,3 @@ export class KubeApiClient {
     });
   }
 }
-
-/** Percent-encodes one path segment (names are DNS labels, but a malformed CNI_ARGS value must not change the path). */
-export const segment = (s: string): string => encodeURIComponent(s);

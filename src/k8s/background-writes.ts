@@ -4,6 +4,7 @@
  * shutdown and tests wait for what is under way.
  */
 import type { Logger } from 'pino';
+import { errorMessage } from '../common/error-message';
 
 export interface RetryOptions {
   /** First retry delay, doubled each time up to maxDelayMs. */
@@ -50,7 +51,7 @@ export class BackgroundWrites {
         delay = Math.min(delay * 2, this.options.maxDelayMs ?? 10_000);
       }
     })()
-      .catch((e: unknown) => this.log.error({ ...what, err: (e as Error).message }, 'background write failed'))
+      .catch((e: unknown) => this.log.error({ ...what, err: errorMessage(e) }, 'background write failed'))
       .finally(() => {
         this.pending.delete(run);
         ended();

@@ -4,12 +4,13 @@
  * hot-plug removed, Warning FailedAttachNetwork with the CNI error's message when an ADD or a hot-plug fails. A failure repeated by the kubelet's retries updates one event's count and last
  * time (as client-go's correlator does) instead of creating one per retry. Written in the background, like status.
  */
+import { segment } from '../common/api-object';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { CniError } from '../cni/errors';
 import type { StatusSink } from '../engine/status-sink';
 import type { AddedInterface, NetworkStatusEntry } from '../networks/status';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { BackgroundWrites } from './background-writes';
 import type { StatusWriteOptions } from './status-writer';
 import type { PodIdentity } from '../cni/types';

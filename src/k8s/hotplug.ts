@@ -10,10 +10,11 @@
  */
 import type { Logger } from 'pino';
 import type { CniError, Result } from '../cni/errors';
-import type { AttachmentRecord, AttachmentKey } from '../engine/journal';
+import type { AttachmentRecord, AttachmentTag } from '../engine/journal';
 import type { StatusSink } from '../engine/status-sink';
 import { SELECTION_ANNOTATION } from '../networks/selection';
 import type { CachedPod } from './pod-source';
+import { errorMessage } from '../common/error-message';
 
 /** What the controller needs of the engine. */
 export interface NetworkChanger {
@@ -24,7 +25,7 @@ export interface NetworkChanger {
     containerId: string,
     runtimeIfname: string,
     annotations: Readonly<Record<string, string>>,
-  ): Promise<Result<{ readonly added: readonly AttachmentKey[]; readonly removed: readonly AttachmentKey[] }>>;
+  ): Promise<Result<{ readonly added: readonly AttachmentTag[]; readonly removed: readonly AttachmentTag[] }>>;
 }
 
 /** What the controller needs of the pod cache. */
@@ -106,7 +107,7 @@ export class HotplugController {
       do {
         this.again.delete(key);
         await this.apply(namespace, name, sandbox).catch((e: unknown) =>
-          this.log.error({ pod: key, err: (e as Error).message }, 'hot-plug failed unexpectedly'),
+          this.log.error({ pod: key, err: errorMessage(e) }, 'hot-plug failed unexpectedly'),
         );
         sandbox = undefined;
       } while (this.again.has(key) && !this.stopped);
@@ -168,7 +169,7 @@ export class HotplugController {
         continue;
       }
       if (r.value.added.length || r.value.removed.length) {
-        const describe = (keys: readonly AttachmentKey[]): string[] => keys.map((k) => `${k.network} as ${k.ifname}`);
+        const describe = (keys: readonly AttachmentTag[]): string[] => keys.map((k) => `${k.network} as ${k.ifname}`);
         this.log.info(
           {
             pod: podKey(namespace, name),

@@ -4,16 +4,10 @@
  * fresh); one the server no longer can serve (410 Gone) means a new list. Errors are retried with backoff. Knows when
  * the first list is in memory (ready), which is when plexusd may say it is ready.
  */
+import type { ApiFailure, ObjectMeta } from '../common/api-object';
 import { err, ok, type Result } from '../common/result';
-import type { ApiFailure, KubeApiClient } from './api-client';
+import type { KubeApiClient } from './api-client';
 
-export interface ObjectMeta {
-  readonly name?: string;
-  readonly namespace?: string;
-  readonly uid?: string;
-  readonly resourceVersion?: string;
-  readonly annotations?: Record<string, string>;
-}
 export interface ApiObject {
   readonly metadata?: ObjectMeta;
 }

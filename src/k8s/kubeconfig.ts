@@ -16,6 +16,8 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import { firstIssue } from '../common/schema-issues';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Token files (service-account tokens rotate) are read again after this long. */
@@ -123,7 +125,7 @@ function inCluster(env: NodeJS.ProcessEnv): Result<ApiEndpoint> {
   try {
     ca = readFileSync(join(SERVICE_ACCOUNT_DIR, 'ca.crt'));
   } catch (e) {
-    return invalid('(in-cluster)', `cannot read the service account's CA: ${(e as Error).message}`);
+    return invalid('(in-cluster)', `cannot read the service account's CA: ${errorMessage(e)}`);
   }
   const token = tokenFile(join(SERVICE_ACCOUNT_DIR, 'token'));
   return ok({
@@ -144,7 +146,7 @@ function fromFile(path: string): Result<ApiEndpoint> {
   try {
     doc = parseYaml(readFileSync(path, 'utf8'));
   } catch (e) {
-    return invalid(path, (e as Error).message);
+    return invalid(path, errorMessage(e));
   }
   const parsed = KubeconfigSchema.safeParse(doc);
   if (!parsed.success) return invalid(path, firstIssue(parsed.error, '(document)'));
@@ -174,7 +176,7 @@ function fromFile(path: string): Result<ApiEndpoint> {
       if (filePath !== undefined) return ok(readFileSync(file(filePath)));
       return ok(undefined);
     } catch (e) {
-      return err(`cannot read ${what}: ${(e as Error).message}`);
+      return err(`cannot read ${what}: ${errorMessage(e)}`);
     }
   };
   const ca = material(
@@ -241,7 +243,7 @@ function tokenFile(path: string): () => Result<string, string> {
       cached = { token: readFileSync(path, 'utf8').trim(), at: Date.now() };
       return ok(cached.token);
     } catch (e) {
-      return err(`cannot read the token file ${path}: ${(e as Error).message}`);
+      return err(`cannot read the token file ${path}: ${errorMessage(e)}`);
     }
   };
 }
@@ -285,7 +287,7 @@ function execCredential(
         try {
           parsed = ExecCredentialSchema.safeParse(JSON.parse(stdout));
         } catch (x) {
-          return resolve(err(`the exec credential plugin ${spec.command} printed no JSON: ${(x as Error).message}`));
+          return resolve(err(`the exec credential plugin ${spec.command} printed no JSON: ${errorMessage(x)}`));
         }
         if (!parsed.success)
           return resolve(
@@ -295,7 +297,7 @@ function execCredential(
           );
         const s = parsed.data.status;
         const value = {
-          ...(s.token ? { token: s.token } : {}),
+          ...definedFields({ token: s.token || undefined }),
           ...(s.clientCertificateData && s.clientKeyData
             ? { cert: Buffer.from(s.clientCertificateData), key: Buffer.from(s.clientKeyData) }
             : {}),

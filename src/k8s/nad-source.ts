@@ -3,10 +3,11 @@
  * informer keeps each one parsed in memory, so the engine's lookups are synchronous and cost no API request. A NAD
  * that does not parse is kept as its error, so a lookup of it says what is wrong with it, and list() reports it.
  */
+import { segment } from '../common/api-object';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
 import type { NetworkReader, NetworkSource } from '../networks/source';
-import { segment, type KubeApiClient } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { type ApiObject, Informer } from './informer';
 
 const PATH = '/apis/k8s.cni.cncf.io/v1/network-attachment-definitions';

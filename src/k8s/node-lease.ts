@@ -12,9 +12,10 @@
  *   this process refuses cluster-IPAM allocations, logs an error, counts it in a metric and writes a Warning event
  *   on the Lease. It takes the lease over once the other stops renewing it for the lease's duration.
  */
+import { segment } from '../common/api-object';
 import type { Logger } from 'pino';
 import type { NodeLiveness } from '../ipam/cluster/node-liveness';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 
 export interface NodeLeaseOptions {
   readonly node: string;

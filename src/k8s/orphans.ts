@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import type { AdoptedSandbox } from '../engine/foreign-sandboxes';
 import type { AttachmentRecord } from '../engine/journal';
 import type { Result } from '../cni/errors';
+import { errorMessage } from '../common/error-message';
 
 export interface OrphanSweepTarget {
   records(): Promise<AttachmentRecord[]>;
@@ -101,7 +102,7 @@ export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, interv
           );
       })
       .then(() => sweepAdopted(engine, pods, log))
-      .catch((e: unknown) => log.error({ err: (e as Error).message }, 'orphan sweep failed'))
+      .catch((e: unknown) => log.error({ err: errorMessage(e) }, 'orphan sweep failed'))
       .finally(() => {
         running = false;
       });

@@ -5,11 +5,13 @@
  * name is refused, never given the new pod's networks. A static pod's sandbox is checked against the UID its mirror
  * pod names (mirror-pod.ts).
  */
+import { segment } from '../common/api-object';
 import { CniCode, CniError, err, ok, type Result } from '../cni/errors';
 import type { PodInfo, PodSource } from '../engine/pod-source';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { type ApiObject, Informer } from './informer';
 import { sandboxUidOf } from './mirror-pod';
+import { definedFields } from '../common/defined-fields';
 
 /** A pod of this node as the cache has it. */
 export interface CachedPod extends PodInfo {
@@ -68,12 +70,12 @@ const metadataOf = (pod: ApiObject & ClaimFields): ApiObject & ClaimFields => {
   const resourceClaims = pod.spec?.resourceClaims;
   const resourceClaimStatuses = pod.status?.resourceClaimStatuses;
   return {
-    metadata: {
-      ...(m.name ? { name: m.name } : {}),
-      ...(m.namespace ? { namespace: m.namespace } : {}),
-      ...(m.uid ? { uid: m.uid } : {}),
-      ...(m.annotations ? { annotations: m.annotations } : {}),
-    },
+    metadata: definedFields({
+      name: m.name || undefined,
+      namespace: m.namespace || undefined,
+      uid: m.uid || undefined,
+      annotations: m.annotations,
+    }),
     ...(resourceClaims?.length ? { spec: { resourceClaims } } : {}),
     ...(resourceClaimStatuses?.length ? { status: { resourceClaimStatuses } } : {}),
   };

@@ -8,6 +8,7 @@
 import type { Logger } from 'pino';
 import type { PermissionObserver, RefusedRequest } from './api-client';
 import type { RequestAttributes } from './request-attributes';
+import { definedFields } from '../common/defined-fields';
 
 /** A refused permission as readiness shows it. */
 export interface RefusedPermissions {
@@ -72,7 +73,7 @@ export class RbacRefusals implements PermissionObserver {
       {
         verb: request.verb,
         resource: request.resource,
-        ...(request.namespace ? { namespace: request.namespace } : {}),
+        ...definedFields({ namespace: request.namespace || undefined }),
         path: request.path,
         blocksServing: refusal.blocksServing,
         refusals: refusal.unlogged,

@@ -1,3 +1,4 @@
+import { definedFields } from '../common/defined-fields';
 /**
  * What RBAC sees of a request: its verb and resource, worked out from the method and the path as the API server's
  * own request-info does (GET of a collection is `list`, with `watch=1` it is `watch`; POST is `create`, ...), so a
@@ -49,6 +50,6 @@ export function requestAttributes(method: string, path: string): RequestAttribut
   return {
     verb: verbOf(method, name !== undefined, query),
     resource,
-    ...(namespace !== undefined ? { namespace } : {}),
+    ...definedFields({ namespace }),
   };
 }

@@ -15,6 +15,7 @@ import type { NetworkStatusEntry } from '../networks/status';
 import type { CachedPod } from './pod-source';
 import { NETWORK_STATUS_ANNOTATION } from './status-writer';
 import type { PodIdentity } from '../cni/types';
+import { errorMessage } from '../common/error-message';
 
 /** What the keeper reads of the engine: the journal's records. */
 export interface StatusRecords {
@@ -116,7 +117,7 @@ export class NetworkStatusKeeper {
     try {
       this.restoreIfChanged(pod, await this.journal.records());
     } catch (e) {
-      this.log.warn({ pod: key, err: (e as Error).message }, 'could not read the journal to check network-status');
+      this.log.warn({ pod: key, err: errorMessage(e) }, 'could not read the journal to check network-status');
     } finally {
       this.checking.delete(key);
     }

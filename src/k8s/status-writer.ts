@@ -6,13 +6,15 @@
  * retried with backoff while the API is slow or down, until written, or the pod is gone, or it was superseded by a
  * newer status of the same pod.
  */
+import { segment } from '../common/api-object';
 import type { Logger } from 'pino';
 import type { StatusSink } from '../engine/status-sink';
 import type { NetworkStatusEntry } from '../networks/status';
-import { type KubeApiClient, segment } from './api-client';
+import { type KubeApiClient } from './api-client';
 import { BackgroundWrites, type RetryOptions } from './background-writes';
 import type { ApiUidOf } from './mirror-pod';
 import type { PodIdentity } from '../cni/types';
+import { definedFields } from '../common/defined-fields';
 
 export interface StatusWriteOptions extends RetryOptions {
   /** The pod's UID in the API for a sandbox's K8S_POD_UID; the same UID where not given. */
@@ -40,7 +42,7 @@ export class ApiStatusWriter implements StatusSink {
   attached(pod: PodIdentity, containerId: string, status: readonly NetworkStatusEntry[]): void {
     if (!pod.namespace || !pod.name) return; // a sandbox without a pod (podman, a test): nothing to write to
     this.write(
-      { namespace: pod.namespace, name: pod.name, ...(pod.uid ? { uid: pod.uid } : {}) },
+      { namespace: pod.namespace, name: pod.name, ...definedFields({ uid: pod.uid || undefined }) },
       containerId,
       JSON.stringify(status, null, 2),
     );

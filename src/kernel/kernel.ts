@@ -9,6 +9,8 @@ import { KernelCallError } from './failure';
 import type { AddrInfo, BatchOp, LinkInfo, ResultOf, ResultsOf, RouteInfo, RouteSpec } from './types';
 import { BatchRunner, isFatal, type BatchReply, type BatchRequest } from './batch-runner';
 import { closeFd, PodLinkDeletions } from './pod-link-deletions';
+import { errorMessage } from '../common/error-message';
+import { definedFields } from '../common/defined-fields';
 
 /** A failed kernel operation is a KernelCallError (failure.ts); CNI codes are the drivers' business. */
 export { KernelCallError };
@@ -194,7 +196,7 @@ export class Kernel implements KernelPort {
     ops: Ops,
   ): Promise<KernelResult<ResultsOf<Ops>>> {
     const id = this.nextId++;
-    const req: BatchRequest = { id, ...(netns ? { netns } : {}), ops };
+    const req: BatchRequest = { id, ...definedFields({ netns: netns || undefined }), ops };
     if (this.mayRunHere(ops)) return Promise.resolve(asResult<Ops>(this.runHere(req)));
     // The least busy worker takes the batch; a batch always runs whole on one thread.
     const worker = this.workers.reduce((best, w) => (w.pending.size < best.pending.size ? w : best));
@@ -224,7 +226,7 @@ export class Kernel implements KernelPort {
     } catch (e) {
       if (!isFatal(e)) throw e;
       // The main thread is left in a pod's netns: nothing it did from here on would go where it should.
-      process.stderr.write(`plexusd: ${(e as Error).message}\n`);
+      process.stderr.write(`plexusd: ${errorMessage(e)}\n`);
       process.exit(70);
     }
   }

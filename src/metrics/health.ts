@@ -1,3 +1,4 @@
+import { errorMessage } from '../common/error-message';
 /**
  * What the DaemonSet's probes ask (through --metrics-address): liveness is the daemon's own health, readiness adds
  * what it needs from outside. The model is kuryr's health server: readiness checks the dependencies, liveness the
@@ -57,7 +58,7 @@ export class DaemonHealth {
     const result = Promise.race([
       this.checks.kernelAnswers().then(
         () => undefined,
-        (e: unknown) => `the kernel worker failed: ${(e as Error).message}`,
+        (e: unknown) => `the kernel worker failed: ${errorMessage(e)}`,
       ),
       new Promise<string>(
         (resolve) =>
@@ -72,7 +73,7 @@ export class DaemonHealth {
   private journal(writable: () => Promise<string | undefined>): Promise<string | undefined> {
     const now = Date.now();
     if (!this.lastJournal || now - this.lastJournal.at >= 1000) {
-      const result = writable().catch((e: unknown) => `the journal check failed: ${(e as Error).message}`);
+      const result = writable().catch((e: unknown) => `the journal check failed: ${errorMessage(e)}`);
       this.lastJournal = { at: now, result };
     }
     return this.lastJournal.result;

@@ -6,6 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import type { DaemonHealth, HealthReport } from './health';
 import type { DaemonMetrics } from './metrics';
+import { errorMessage } from '../common/error-message';
 
 export interface TcpListener {
   readonly address: string;
@@ -34,7 +35,7 @@ export async function listenMetrics(
     const probe = (report: Promise<HealthReport>): void => {
       report.then(
         (r) => reply(r.ok ? 200 : 503, JSON.stringify(r)),
-        (e: unknown) => reply(503, JSON.stringify({ ok: false, checks: { probe: (e as Error).message } })),
+        (e: unknown) => reply(503, JSON.stringify({ ok: false, checks: { probe: errorMessage(e) } })),
       );
     };
     if (path === '/healthz') return probe(health.live());
@@ -42,7 +43,7 @@ export async function listenMetrics(
     if (path === '/metrics') {
       metrics.render().then(
         (text) => reply(200, text, metrics.contentType),
-        (e: unknown) => reply(500, JSON.stringify({ error: (e as Error).message })),
+        (e: unknown) => reply(500, JSON.stringify({ error: errorMessage(e) })),
       );
       return;
     }

@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { type Result, err, ok } from '../cni/errors';
 import { confDirErrors } from './errors';
 import type { ConfigFile, NadConfigSource } from './nad';
+import { errorMessage } from '../common/error-message';
 
 export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 
@@ -35,7 +36,7 @@ export class CniConfDir implements NadConfigSource {
       names = readdirSync(this.dir);
     } catch (e) {
       if (errno(e) === 'ENOENT' || errno(e) === 'ENOTDIR') return err(confDirErrors.missing(this.dir));
-      return err(confDirErrors.unreadable(this.dir, (e as Error).message));
+      return err(confDirErrors.unreadable(this.dir, errorMessage(e)));
     }
     return ok(
       names
@@ -74,7 +75,7 @@ export class CniConfDir implements NadConfigSource {
         text = read.value.toString('utf8');
         parsed = JSON.parse(text);
       } catch (e) {
-        skipped.push(`${path}: ${(e as Error).message}`);
+        skipped.push(`${path}: ${errorMessage(e)}`);
         continue;
       }
       if (typeof parsed === 'object' && parsed !== null && (parsed as { name?: unknown }).name === name)

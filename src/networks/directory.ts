@@ -12,6 +12,7 @@ import { directoryErrors } from './errors';
 import { cappedList, readBoundedFileSync } from '../common/bounded-file';
 import { CniConfDir, DEFAULT_CNI_CONF_DIR } from './conf-dir';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from './nad';
+import { errorMessage } from '../common/error-message';
 
 interface CachedFile {
   readonly stamp: string;
@@ -56,7 +57,7 @@ export class NetworkDirectory implements NetworkSource {
         .filter((n) => /\.(ya?ml|json)$/.test(n))
         .sort();
     } catch (e) {
-      errors.push(directoryErrors.unreadableDir(this.dir, (e as Error).message));
+      errors.push(directoryErrors.unreadableDir(this.dir, errorMessage(e)));
     }
     let confStamp: string | undefined;
     const confDirStamp = (): string => (confStamp ??= this.confDir.stamp());
@@ -86,7 +87,7 @@ export class NetworkDirectory implements NetworkSource {
           entry = { stamp, ...(used ? { confDirStamp: before } : {}), ...parsed };
         }
       } catch (e) {
-        entry = { stamp: '', networks: [], errors: [directoryErrors.unreadableFile(path, (e as Error).message)] };
+        entry = { stamp: '', networks: [], errors: [directoryErrors.unreadableFile(path, errorMessage(e))] };
       }
       this.cache.set(path, entry);
       errors.push(...entry.errors);

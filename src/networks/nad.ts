@@ -11,6 +11,7 @@ import { firstIssue } from '../common/schema-issues';
 import { z } from 'zod';
 import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import { requireVersion, type CniVersion } from '../cni/version';
+import { errorMessage } from '../common/error-message';
 
 export const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
 export const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -162,7 +163,7 @@ export function parseNetworkConfig(
   try {
     json = JSON.parse(text);
   } catch (e) {
-    return invalid(source, `${what} is not valid JSON`, (e as Error).message);
+    return invalid(source, `${what} is not valid JSON`, errorMessage(e));
   }
   if (typeof json !== 'object' || json === null || Array.isArray(json))
     return invalid(source, `${what} must be a JSON object`);

@@ -14,6 +14,7 @@ import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import type { NetworkDefinition } from './nad';
 import { interfaceNameProblem } from '../cni/ifname';
 import { describeSelection, type NetworkSelection, parseNetworkReference, SELECTION_ANNOTATION } from './selection';
+import { definedFields } from '../common/defined-fields';
 
 /** Interface names a pod may not ask for: every netns has them, and Plexus neither makes nor deletes them. */
 const RESERVED_IFNAMES: readonly string[] = ['lo'];
@@ -215,7 +216,7 @@ export function planAttachments(input: PlanInput): Result<PlannedAttachment[]> {
       ifname,
       explicitName: p.explicit !== undefined,
       network: p.network,
-      ...(p.selection ? { selection: p.selection } : {}),
+      ...definedFields({ selection: p.selection }),
       isDefault: p.isDefault,
       forceDelegate: p.forceDelegate,
       defaultRoute: p === routed,

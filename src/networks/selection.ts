@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { CniCode, CniError, type Result, err, ok } from '../cni/errors';
 import { parseCidr, parseIp } from '../common/ip';
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from './nad';
+import { errorMessage } from '../common/error-message';
 
 export const SELECTION_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
 /** The runtime capability (runtimeConfig key) containerd and CRI-O pass pod annotations under. */
@@ -222,7 +223,7 @@ export function parseSelection(
     try {
       json = JSON.parse(text);
     } catch (e) {
-      return err(invalid(`${annotationName}: not valid JSON`, (e as Error).message));
+      return err(invalid(`${annotationName}: not valid JSON`, errorMessage(e)));
     }
     if (!Array.isArray(json))
       return err(

@@ -108,5 +108,5 @@ export function mergeResults(results: readonly CniResult[]): CniResult {
     routes.push(...r.routes);
   }
   const dns = results[0]?.dns;
-  return { interfaces, ips, routes, ...(dns ? { dns } : {}) };
+  return { interfaces, ips, routes, ...definedFields({ dns }) };
 }

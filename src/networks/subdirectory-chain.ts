@@ -11,6 +11,7 @@ import type { CniVersion } from '../cni/version';
 import { readConfigFile } from './conf-dir';
 import { subdirectoryChainErrors } from './errors';
 import { parseNetworkConfig, type PluginConfig } from './nad';
+import { errorMessage } from '../common/error-message';
 
 /** libcni's rule for a network name that goes into a path (and the CNI spec's for any network name). */
 const NETWORK_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
@@ -49,7 +50,7 @@ export function subdirectoryPlugins(dir: string, network: ChainedNetwork): Resul
       .sort();
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return ok([]);
-    return err(subdirectoryChainErrors.unreadableDir(chainDir, (e as Error).message));
+    return err(subdirectoryChainErrors.unreadableDir(chainDir, errorMessage(e)));
   }
   const plugins: PluginConfig[] = [];
   for (const name of names) {
@@ -69,7 +70,7 @@ function chainedPlugin(path: string, network: ChainedNetwork): Result<PluginConf
   try {
     json = JSON.parse(text);
   } catch (e) {
-    return err(subdirectoryChainErrors.notJson(path, (e as Error).message));
+    return err(subdirectoryChainErrors.notJson(path, errorMessage(e)));
   }
   if (typeof json !== 'object' || json === null || Array.isArray(json) || 'plugins' in json)
     return err(subdirectoryChainErrors.notOnePlugin(path));

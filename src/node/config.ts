@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { absolutePath } from '../common/absolute-path';
+import { errorMessage } from '../common/error-message';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 // An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
@@ -302,7 +303,7 @@ function readSettingsFile(file: string, optional: boolean): { settings: Record<s
     text = readFileSync(file, 'utf8');
   } catch (e) {
     if (optional && (e as NodeJS.ErrnoException).code === 'ENOENT') return { settings: {} };
-    return { error: `cannot read config file ${file}: ${(e as Error).message}` };
+    return { error: `cannot read config file ${file}: ${errorMessage(e)}` };
   }
   try {
     const parsed = parseYaml(text) as unknown;
@@ -310,6 +311,6 @@ function readSettingsFile(file: string, optional: boolean): { settings: Record<s
       return { error: `${file}: must be a mapping of settings` };
     return { settings: (parsed ?? {}) as Record<string, unknown> };
   } catch (e) {
-    return { error: `cannot read config file ${file}: ${(e as Error).message}` };
+    return { error: `cannot read config file ${file}: ${errorMessage(e)}` };
   }
 }

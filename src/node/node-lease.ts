@@ -11,6 +11,7 @@ import type { Logger } from 'pino';
 import { Gauge, type Registry } from 'prom-client';
 import type { KubeApiClient } from '../k8s/api-client';
 import { NodeLeases } from '../k8s/node-lease';
+import { definedFields } from '../common/defined-fields';
 
 const SERVICE_ACCOUNT_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 /** The file in the state directory that names the identity the last plexusd on it held the lease under. */
@@ -37,7 +38,7 @@ function identities(stateDir: string): { identity: string; predecessor?: string 
   const identity = `${hostname()}/${process.pid}/${randomBytes(4).toString('hex')}`;
   writeFileSync(`${path}.tmp`, `${identity}\n`, { mode: 0o600 });
   renameSync(`${path}.tmp`, path);
-  return { identity, ...(predecessor ? { predecessor } : {}) };
+  return { identity, ...definedFields({ predecessor: predecessor || undefined }) };
 }
 
 export function nodeLeaseFor(

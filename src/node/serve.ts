@@ -18,6 +18,7 @@ import type { ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import type { DevicesAndDrivers } from './devices-and-drivers';
 import type { NodeState } from './node-state';
+import { definedFields } from '../common/defined-fields';
 
 export function makeEngine(
   config: DaemonConfig,
@@ -42,14 +43,15 @@ export function makeEngine(
       defaultNetworks: config.defaultNetworks,
       limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
       maxNodeAttachments: config.maxNodeAttachments,
-      ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
-      ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+      ...definedFields({ defaultNetwork: config.defaultNetwork || undefined, hostLinkGroup: config.hostLinkGroup }),
       namespaceIsolation: config.namespaceIsolation,
       globalNamespaces: config.globalNamespaces,
       systemNamespaces: config.systemNamespaces,
-      ...(foreign ? { foreign } : {}),
-      ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
-      ...(config.auxiliaryChain ? { auxiliaryChain: config.auxiliaryChain } : {}),
+      ...definedFields({
+        foreign,
+        readinessIndicatorFile: config.readinessIndicatorFile || undefined,
+        auxiliaryChain: config.auxiliaryChain || undefined,
+      }),
       ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
       ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
       ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
@@ -121,7 +123,7 @@ export async function serve(
     : undefined;
   if (metricsListener)
     log.info({ address: metricsListener.address }, 'serving /metrics, /healthz and /readyz over TCP');
-  return { server, state, spoolDir: socketDir.value.spoolDir, ...(metricsListener ? { metricsListener } : {}) };
+  return { server, state, spoolDir: socketDir.value.spoolDir, ...definedFields({ metricsListener }) };
 }
 
 async function daemonMetrics(

@@ -10,6 +10,7 @@ import { recover } from '../engine/recovery';
 import { clusterNetworksOf, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import type { DevicesAndDrivers } from './devices-and-drivers';
+import { definedFields } from '../common/defined-fields';
 
 export interface Services {
   readonly recovery: Awaited<ReturnType<typeof recover>>;
@@ -44,5 +45,5 @@ export async function startServices(
     recordedSteps: () => engine.committedSteps(),
     resyncIntervalMs: config.switchResyncSeconds * 1000,
   });
-  return { recovery, ...(stopOrphans ? { stopOrphans } : {}) };
+  return { recovery, ...definedFields({ stopOrphans }) };
 }

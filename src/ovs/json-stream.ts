@@ -8,7 +8,7 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
 /** Bytes of one message are kept up to this size; a peer that sends more without closing is cut off. */
-export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+export const MAX_OVSDB_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 export class JsonStreamSplitter {
   private pending: Buffer[] = [];
@@ -48,8 +48,8 @@ export class JsonStreamSplitter {
       if (this.depth > 0 || rest.toString('utf8').trim() !== '') {
         this.pending.push(rest);
         this.pendingBytes += rest.length;
-        if (this.pendingBytes > MAX_MESSAGE_BYTES)
-          throw new Error(`an OVSDB message exceeds ${MAX_MESSAGE_BYTES} bytes`);
+        if (this.pendingBytes > MAX_OVSDB_MESSAGE_BYTES)
+          throw new Error(`an OVSDB message exceeds ${MAX_OVSDB_MESSAGE_BYTES} bytes`);
       }
     }
     return out;

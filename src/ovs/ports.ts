@@ -7,6 +7,7 @@
 import { err, ok, type Result } from '../cni/errors';
 import { dpdkCeilingHint, ovsErrors } from './errors';
 import { fromOvsMap, namedUuid, ovsMap, ovsSet, type OvsdbClient, type OvsdbOperation } from './ovsdb';
+import { definedFields } from '../common/defined-fields';
 
 /** external_ids key that marks a port as Plexus's (value: the node's name, or "plexus"). */
 export const OWNER_KEY = 'plexus-owner';
@@ -206,8 +207,7 @@ function toPortState(row: Readonly<Record<string, unknown>>): PortState {
   const ofport = typeof row['ofport'] === 'number' ? row['ofport'] : undefined;
   return {
     name: String(row['name']),
-    ...(error ? { error } : {}),
-    ...(ofport !== undefined ? { ofport } : {}),
+    ...definedFields({ error: error || undefined, ofport }),
     externalIds: fromOvsMap(row['external_ids']),
   };
 }

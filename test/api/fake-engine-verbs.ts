@@ -5,7 +5,7 @@
 import type { CniResult } from '../../src/cni/types';
 import { type CniError, ok, type Result } from '../../src/cni/errors';
 import type { EngineVerbs } from '../../src/api/engine-port';
-import type { AttachRequest } from '../../src/engine/context';
+import type { ContainerRequest } from '../../src/engine/context';
 import type { SweepReport } from '../../src/engine/engine';
 import type { AttachmentRecord } from '../../src/engine/journal';
 
@@ -39,13 +39,13 @@ export class FakeEngineVerbs implements EngineVerbs {
     return answer;
   }
 
-  add(req: AttachRequest): Promise<Result<CniResult>> {
+  add(req: ContainerRequest): Promise<Result<CniResult>> {
     return this.answer('add', req, this.addAnswer);
   }
-  del(req: AttachRequest): Promise<Result<void>> {
+  del(req: ContainerRequest): Promise<Result<void>> {
     return this.answer('del', req, this.otherAnswer);
   }
-  check(req: AttachRequest): Promise<Result<void>> {
+  check(req: ContainerRequest): Promise<Result<void>> {
     return this.answer('check', req, this.otherAnswer);
   }
   gc(req: Parameters<EngineVerbs['gc']>[0]): Promise<Result<void>> {

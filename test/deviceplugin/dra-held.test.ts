@@ -4,6 +4,7 @@
  * Unhealthy, Allocate refuses it, and once the claim is unprepared it is Healthy again and the change is announced.
  * Host devices are `lo` (up with carrier; only read) and interface names no host has; memif devices are sockets.
  */
+import { serviceOf, unixTarget } from '../../src/kubelet/grpc';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,13 +12,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
-import {
-  devicePluginPackage,
-  serviceOf,
-  unixTarget,
-  type Device,
-  type ListAndWatchResponse,
-} from '../../src/deviceplugin/api';
+import { devicePluginPackage, type Device, type ListAndWatchResponse } from '../../src/deviceplugin/api';
 import type { MemifResource } from '../../src/deviceplugin/config';
 import { KUBELET_SOCKET, ResourcePlugin } from '../../src/deviceplugin/plugin-server';
 import { HostDevicePool } from '../../src/deviceplugin/host-device-pool';

@@ -3,13 +3,14 @@
  * does (measured on 1.35.6, test/k8s/device-plugin-kubelet.test.ts): its socket is missing for about a second, then
  * its List answers no pods until its pod sources have synced, then the pods with their devices.
  */
+import { serviceOf, unixTarget } from '../../src/kubelet/grpc';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { podResourcesPackage, serviceOf, unixTarget, type PodResources } from '../../src/deviceplugin/api';
+import { podResourcesPackage, type PodResources } from '../../src/deviceplugin/api';
 import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { CniCode } from '../../src/cni/errors';
 

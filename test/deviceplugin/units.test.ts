@@ -3,12 +3,13 @@
  * hand-encoded bytes), the allocation book, the resources config, memif and host-device Allocate, and the engine's
  * assignment of kubelet devices to networks.
  */
+import { codecOf } from '../../src/kubelet/grpc';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { codecOf, devicePluginPackage, podResourcesPackage } from '../../src/deviceplugin/api';
+import { devicePluginPackage, podResourcesPackage } from '../../src/deviceplugin/api';
 import { AllocationBook } from '../../src/deviceplugin/allocations';
 import { parseResources, type HostDeviceResource, type MemifResource } from '../../src/deviceplugin/config';
 import { deviceInfoFile, loadDeviceInfo, readDeviceInfo, writeDeviceInfo } from '../../src/deviceplugin/device-info';

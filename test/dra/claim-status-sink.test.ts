@@ -4,12 +4,13 @@
  * when the pod's networks are gone; retries while the API fails, stops on 404, and a newer status supersedes an older
  * one still retrying. (The apply itself on a real API server: claim-status.test.ts.)
  */
+import type { ApiFailure } from '../../src/common/api-object';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import pino from 'pino';
 import { ClaimStatusSink } from '../../src/dra/claim-status-sink';
-import type { ClaimedNetworkDevice } from '../../src/engine/claims';
-import type { ApiFailure, KubeApiClient } from '../../src/k8s/api-client';
+import type { ClaimedNetworkDevice } from '../../src/engine/claims/ports';
+import type { KubeApiClient } from '../../src/k8s/api-client';
 import { err, ok, type Result } from '../../src/common/result';
 
 interface Sent {

@@ -19,7 +19,7 @@ import { hostVethName } from '../../src/drivers/bridge';
 import { DriverRegistry } from '../../src/drivers/registry';
 import { AttachmentEngine } from '../../src/engine/engine';
 import { Journal } from '../../src/engine/journal';
-import type { ClaimedDeviceOutcome } from '../../src/engine/claims';
+import type { ClaimedDeviceOutcome } from '../../src/engine/claims/ports';
 import { Ipam } from '../../src/ipam';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { Kernel } from '../../src/kernel/kernel';

@@ -1,13 +1,13 @@
 /**
- * How a pod's DRA-claimed devices enter its plan (src/engine/claimed-networks.ts), without a kernel: a claim naming a
+ * How a pod's DRA-claimed devices enter its plan (src/engine/claims/networks.ts), without a kernel: a claim naming a
  * network adds it after the annotation's selections, or becomes the device of the annotation's selection of that
  * network; a claim naming none gives its device to a network whose NAD names its resource; the outcomes reported to
  * the claims carry the interface, its addresses with prefix and its MAC.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { claimedOutcomes, withClaimedDevices, withClaimedSelections } from '../../src/engine/claimed-networks';
-import type { ClaimedNetworkDevice } from '../../src/engine/claims';
+import { claimedOutcomes, withClaimedNetworkDevices, withClaimedSelections } from '../../src/engine/claims/networks';
+import type { ClaimedNetworkDevice } from '../../src/engine/claims/ports';
 import type { NetworkAttachment } from '../../src/engine/journal';
 import type { AttachmentStep } from '../../src/engine/plan';
 import type { NetworkSelection } from '../../src/networks/selection';
@@ -76,7 +76,7 @@ describe("claimed devices in a pod's plan", () => {
     const named = device('eth3', { network: { namespace: 'ns', name: 'fast' } });
     const unnamed = device('eth4');
     const fast = sel('fast', 0);
-    const steps = withClaimedDevices(
+    const steps = withClaimedNetworkDevices(
       [
         step('eth0'),
         step('net1', fast),

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
-import { unary } from '../../src/deviceplugin/api';
+import { unary } from '../../src/kubelet/grpc';
 import { parseResources } from '../../src/deviceplugin/config';
 import { DraDriver, type DraSettings } from '../../src/dra';
 import { loadDraServices, type PluginInfo } from '../../src/dra/api';

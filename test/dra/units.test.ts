@@ -33,7 +33,7 @@ import { CniCode, CniError, err, ok } from '../../src/cni/errors';
 import type { NetworkDefinition } from '../../src/networks/nad';
 import type { NetworkReader } from '../../src/networks/source';
 import { hostDeviceFacts } from '../../src/dra/sysfs';
-import { unary } from '../../src/deviceplugin/api';
+import { unary } from '../../src/kubelet/grpc';
 
 const root = mkdtempSync(join(tmpdir(), 'plexus-dra-unit-'));
 after(() => rmSync(root, { recursive: true, force: true }));

@@ -8,7 +8,12 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { parseCniRequest } from '../../src/cni/request';
 import type { AttachmentEngine } from '../../src/engine/engine';
 import { ok, type CniError } from '../../src/cni/errors';
-import type { ClaimedDeviceOutcome, ClaimedDevices, ClaimedNetworkDevice, PodClaims } from '../../src/engine/claims';
+import type {
+  ClaimedDeviceOutcome,
+  ClaimedDevices,
+  ClaimedNetworkDevice,
+  PodClaims,
+} from '../../src/engine/claims/ports';
 import { engineBed, forwardedCall, type EngineBed } from '../support/engine-bed';
 
 /** The device of claim default/shared, for network default/blue, prepared for both pods. */

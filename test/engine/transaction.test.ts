@@ -130,7 +130,7 @@ test('undoAttachments undoes one attachment only and retires it; the others stay
     await tx.commit(result, '1.0.0');
     const r = await tx.undoAttachments([red]);
     await tx.close();
-    assert.deepEqual(r, { ok: true, error: '', failed: [] });
+    assert.deepEqual(r, { ok: true, value: undefined });
     assert.deepEqual(undone, [describeUndo(route('10.2.0.0/16'))]);
     assert.deepEqual((await journal.load('tx0001', 'eth0'))?.undo, [route('10.1.0.0/16')]);
   }));

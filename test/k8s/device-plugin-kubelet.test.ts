@@ -6,6 +6,7 @@
  * health follows the link, a restarted kubelet gets the resources registered again, and a network added to a running
  * pod just after a kubelet restart still gets the pod's device.
  */
+import { serviceOf, unary, unixTarget } from '../../src/kubelet/grpc';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -13,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { podResourcesPackage, serviceOf, unary, unixTarget } from '../../src/deviceplugin/api';
+import { podResourcesPackage } from '../../src/deviceplugin/api';
 import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { readDeviceInfo } from '../../src/deviceplugin/device-info';
 import { ApiPods } from '../support/api-pods';

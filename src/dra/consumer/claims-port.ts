@@ -2,7 +2,8 @@
  * What the consumer reads from the API, as a port: a pod, a ResourceClaim, a driver's ResourceSlices of a node. The
  * API implementation validates each answer (shapes.ts); tests plug in objects of their own.
  */
-import { segment, type KubeApiClient } from '../../k8s/api-client';
+import { segment } from '../../common/api-object';
+import { type KubeApiClient } from '../../k8s/api-client';
 import { err, ok, type Result } from '../../common/result';
 import {
   ClaimSchema,

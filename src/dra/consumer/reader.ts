@@ -10,6 +10,7 @@ import { DRIVER_NAME } from '../api';
 import type { ClaimsPort } from './claims-port';
 import { claimNamesOf, driversOf, resolveClaimDevices, SliceIndex, type ClaimDeviceIDs } from './resolve';
 import type { AllocatedClaim, PublishedSlice } from './shapes';
+import { definedFields } from '../../common/defined-fields';
 
 /** Device IDs per resource name, as the engine asks for them (plan.ts's DeviceSource). */
 export interface PodDeviceSource {
@@ -58,7 +59,7 @@ export class ClaimDeviceReader implements PodDeviceSource {
     if (!claims.ok) return claims;
     const slices = await this.slices(driversOf(claims.value, this.skipDrivers), pod.spec?.nodeName);
     if (!slices.ok) return slices;
-    const podRef = { key: `${namespace}/${name}`, ...(pod.metadata.uid ? { uid: pod.metadata.uid } : {}) };
+    const podRef = { key: `${namespace}/${name}`, ...definedFields({ uid: pod.metadata.uid || undefined }) };
     const resolved = resolveClaimDevices(podRef, claims.value, new SliceIndex(slices.value), this.skipDrivers);
     if (!resolved.ok) return resolved;
     const skipped = resolved.value.skipped;

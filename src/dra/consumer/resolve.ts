@@ -8,6 +8,7 @@
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { ATTRIBUTES } from '../devices';
 import type { AllocatedClaim, ClaimingPod, PublishedSlice } from './shapes';
+import { definedFields } from '../../common/defined-fields';
 
 /** Device IDs per resource name (k8s.cni.cncf.io/resourceName), in natural order of the IDs. */
 export type ClaimDeviceIDs = ReadonlyMap<string, readonly string[]>;
@@ -90,7 +91,7 @@ export class SliceIndex {
         const attrs = d.attributes ?? {};
         const deviceID = attrs[ATTRIBUTES.deviceID]?.string;
         const resourceName = attrs[ATTRIBUTES.resourceName]?.string;
-        const facts = { ...(deviceID ? { deviceID } : {}), ...(resourceName ? { resourceName } : {}) };
+        const facts = definedFields({ deviceID: deviceID || undefined, resourceName: resourceName || undefined });
         this.devices.set(`${pool}\u0000${d.name}`, facts);
       }
     }

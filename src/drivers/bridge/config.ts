@@ -4,6 +4,7 @@ import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { checkLinkName, ipamField, mtuField, notNative, parseOptionalIpam, parsePluginConfig } from '../common';
+import { definedFields } from '../../common/defined-fields';
 
 const BridgeSchema = z.looseObject({
   bridge: z.string().default('cni0'),
@@ -73,12 +74,12 @@ export function parseBridgeConfig(plugin: PluginConfig): Result<BridgeConfig> {
     isGateway: c.isGateway || c.isDefaultGateway,
     isDefaultGateway: c.isDefaultGateway,
     forceAddress: c.forceAddress,
-    ...(c.mtu ? { mtu: c.mtu } : {}),
+    ...definedFields({ mtu: c.mtu || undefined }),
     hairpinMode: c.hairpinMode,
     promiscMode: c.promiscMode,
     enabledad: c.enabledad,
     disableContainerInterface: c.disableContainerInterface,
-    ...(ipam.value ? { ipam: ipam.value } : {}),
+    ...definedFields({ ipam: ipam.value }),
   });
 }
 

@@ -10,6 +10,7 @@ import type { AttachRequest, DriverEnv } from '../driver';
 import { isMissingLink } from './host-links';
 import { prepareHostVeth } from './host-veth';
 import { plumbPodInterface, podResult, type Plumbing } from './pod-interface';
+import { definedFields } from '../../common/defined-fields';
 
 export { hostVethName } from './host-veth';
 
@@ -49,13 +50,12 @@ export async function attachBridgePort(
   if (!bridge.ok) return bridge;
   const veth = await prepareHostVeth(req, env, {
     bridge: port.bridge,
-    ...(port.mtu ? { mtu: port.mtu } : {}),
-    ...(port.node ? { node: port.node } : {}),
+    ...definedFields({ mtu: port.mtu || undefined, node: port.node || undefined }),
   });
   let bridgeMissing = false;
   const plumb = () =>
     plumbPodInterface(req, env, {
-      ...(port.node ? { node: port.node } : {}),
+      ...definedFields({ node: port.node || undefined }),
       create: [
         veth.create,
         ...(port.hairpin ? [{ op: 'linkSet' as const, name: veth.name, hairpin: true }] : []),
@@ -66,7 +66,7 @@ export async function attachBridgePort(
         return veth.createFailed(e);
       },
       ipam: port.ipam,
-      ...(port.routes ? { routes: port.routes } : {}),
+      ...definedFields({ routes: port.routes }),
       ...port.podSetup,
     });
   let plumbed = await plumb();
@@ -80,7 +80,7 @@ export async function attachBridgePort(
     return plumbed;
   }
   const hostInterfaces: CniInterface[] = [
-    { name: port.bridge, ...(bridge.value.mac ? { mac: bridge.value.mac } : {}) },
+    { name: port.bridge, ...definedFields({ mac: bridge.value.mac || undefined }) },
     { name: veth.name, mac: veth.mac },
   ];
   return ok(

@@ -10,6 +10,7 @@ import type { KernelCallError } from '../../kernel/kernel';
 import type { BatchOp } from '../../kernel/types';
 import type { AttachRequest, DriverEnv } from '../driver';
 import { attachmentHash } from './attachment-id';
+import { definedFields } from '../../common/defined-fields';
 
 /**
  * A random unicast, locally administered MAC, as the kernel would pick. Choosing it here means the result needs
@@ -46,7 +47,7 @@ export async function prepareHostVeth(
 ): Promise<HostVeth> {
   const name = hostVethName(req.containerId, req.runtimeIfname, req.ifname);
   const mac = randomMac();
-  await env.record({ kind: 'deleteLink', ...(opts.node ? { netns: opts.node } : {}), name });
+  await env.record({ kind: 'deleteLink', ...definedFields({ netns: opts.node || undefined }), name });
   const what = `network ${req.network.key}`;
   return {
     name,
@@ -60,10 +61,8 @@ export async function prepareHostVeth(
         // The reference plugins' host ends have no transmit queue length (a veth has no qdisc to use one).
         txqlen: 0,
         up: true,
-        ...(opts.bridge ? { bridge: opts.bridge } : {}),
-        ...(opts.mtu ? { mtu: opts.mtu } : {}),
-        ...(env.hostLinkGroup !== undefined ? { group: env.hostLinkGroup } : {}),
-        peer: { name: req.ifname, netns: req.netns, ...(req.mac ? { mac: req.mac } : {}) },
+        ...definedFields({ bridge: opts.bridge || undefined, mtu: opts.mtu || undefined, group: env.hostLinkGroup }),
+        peer: { name: req.ifname, netns: req.netns, ...definedFields({ mac: req.mac || undefined }) },
       },
     },
     createFailed: (e) =>

@@ -25,6 +25,7 @@ import type { LinkInfo } from '../../kernel/types';
 import { allocatePodIps, plumbPodInterface, podResult } from './pod-interface';
 import { recordPodLink } from './pod-link';
 import { ipamRoutes, ipv6EnableSysctls, notifySysctls } from './pod-sysctls';
+import { definedFields } from '../../common/defined-fields';
 
 export interface MasterLinkConfig<Mode extends string> {
   /** Undefined: the interface of the host's default route, as in the reference plugins. */
@@ -59,10 +60,9 @@ export function parseMasterLinkConfig<Mode extends string>(
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
   return ok({
-    ...(c.master ? { master: c.master } : {}),
+    ...definedFields({ master: c.master || undefined }),
     mode: c.mode,
-    ...(c.mtu ? { mtu: c.mtu } : {}),
-    ...(ipam.value ? { ipam: ipam.value } : {}),
+    ...definedFields({ mtu: c.mtu || undefined, ipam: ipam.value }),
   });
 }
 
@@ -81,7 +81,7 @@ export async function attachMasterLink<Mode extends string>(
   env: DriverEnv,
 ): Promise<Result<CniResult>> {
   const what = `network ${req.network.key}`;
-  const master = await masterOf({ kind, conf, ...(node ? { node } : {}) }, req, env);
+  const master = await masterOf({ kind, conf, ...definedFields({ node: node || undefined }) }, req, env);
   if (!master.ok) return master;
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
@@ -92,14 +92,14 @@ export async function attachMasterLink<Mode extends string>(
     netns: req.netns,
     master: master.value,
     group,
-    ...(conf.mtu ? { mtu: conf.mtu } : {}),
+    ...definedFields({ mtu: conf.mtu || undefined }),
   };
   const link =
     kind === 'macvlan'
       ? { ...base, kind, mode: conf.mode as never, ...((req.mac ?? conf.mac) ? { mac: req.mac ?? conf.mac } : {}) }
       : { ...base, kind, mode: conf.mode as never };
   const plumbed = await plumbPodInterface(req, env, {
-    ...(node ? { node } : {}),
+    ...definedFields({ node: node || undefined }),
     create: [{ op: 'linkAdd', link }],
     createFailed: (e) =>
       isMissingLink(e, master.value)

@@ -8,11 +8,12 @@ import type { KernelPort } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
 import type { DriverContext, UndoStep } from '../driver';
 import { kernelError } from './kernel-error';
+import { definedFields } from '../../common/defined-fields';
 
 /** Makes the bridge, up, or leaves the one of that name alone (EEXIST). */
 export const createNodeBridge = (name: string, opts: { readonly mtu?: number } = {}): BatchOp => ({
   op: 'linkAdd',
-  link: { kind: 'bridge', name, up: true, ...(opts.mtu ? { mtu: opts.mtu } : {}) },
+  link: { kind: 'bridge', name, up: true, ...definedFields({ mtu: opts.mtu || undefined }) },
   ignore: ['EEXIST'],
 });
 

@@ -12,6 +12,7 @@ import { leaseInterface, type IpamConfig, type IpamResult } from '../../ipam';
 import type { KernelCallError } from '../../kernel/kernel';
 import type { BatchOp, LinkInfo } from '../../kernel/types';
 import type { AttachRequest, DriverEnv } from '../driver';
+import { definedFields } from '../../common/defined-fields';
 
 /**
  * Allocates the attachment's addresses, recording their release first. Without IPAM, static IPs cannot be
@@ -71,7 +72,7 @@ export function podRoutes(ipam: IpamResult | undefined, opts: { readonly default
   for (const r of ipam?.routes ?? []) {
     if (opts.defaultGateway && isDefaultRoute(r.dst)) continue; // already added via the gateway
     const gw = r.gw ?? gateways.get(family(r.dst));
-    routes.push({ dst: r.dst, ...(gw ? { gw } : {}) });
+    routes.push({ dst: r.dst, ...definedFields({ gw: gw || undefined }) });
   }
   return routes;
 }
@@ -113,7 +114,7 @@ export function podInterfaceOps(setup: PodInterfaceSetup, at: string): BatchOp[]
   for (const r of setup.routes)
     ops.push({
       op: 'routeAdd',
-      route: { dst: r.dst, dev: setup.ifname, ...(r.gw ? { gw: r.gw } : {}) },
+      route: { dst: r.dst, dev: setup.ifname, ...definedFields({ gw: r.gw || undefined }) },
       ignore: ['EEXIST'],
     });
   ops.push({ op: 'linkGet', name: setup.ifname });
@@ -178,9 +179,9 @@ export async function plumbPodInterface(
       ifname: req.ifname,
       ipam: p.ipam,
       routes,
-      ...(p.before ? { before: p.before } : {}),
+      ...definedFields({ before: p.before }),
       ...(p.noPrefixRoute ? { noPrefixRoute: true } : {}),
-      ...(p.afterAddresses ? { afterAddresses: p.afterAddresses } : {}),
+      ...definedFields({ afterAddresses: p.afterAddresses }),
       ...(p.dadBySysctl ? { dadBySysctl: true } : {}),
       ...(p.down ? { down: true } : {}),
     },
@@ -212,15 +213,14 @@ export function podResult(opts: {
   const hostInterfaces = opts.hostInterfaces ?? [];
   const pod: CniInterface = {
     name: opts.ifname,
-    ...(opts.link.mac ? { mac: opts.link.mac } : {}),
-    ...(opts.link.mtu ? { mtu: opts.link.mtu } : {}),
+    ...definedFields({ mac: opts.link.mac || undefined, mtu: opts.link.mtu || undefined }),
     sandbox: opts.netns,
-    ...(opts.pciID ? { pciID: opts.pciID } : {}),
+    ...definedFields({ pciID: opts.pciID || undefined }),
   };
   const index = hostInterfaces.length;
   const ips: CniIp[] = (opts.ipam?.ips ?? []).map((ip) => ({
     address: ip.address,
-    ...(ip.gateway ? { gateway: ip.gateway } : {}),
+    ...definedFields({ gateway: ip.gateway || undefined }),
     interface: index,
   }));
   return {

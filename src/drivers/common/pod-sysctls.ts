@@ -4,6 +4,7 @@
  */
 import type { IpamResult } from '../../ipam';
 import type { BatchOp } from '../../kernel/types';
+import { definedFields } from '../../common/defined-fields';
 
 export const tolerantSysctl = (key: string, value: string): BatchOp => ({
   op: 'sysctlWrite',
@@ -30,4 +31,4 @@ export const notifySysctls = (ifname: string): BatchOp[] => [
 
 /** IPAM's routes as IPAM gave them, as the reference plugins report them (the pod's routes get the gateways). */
 export const ipamRoutes = (ipam: IpamResult | undefined): { dst: string; gw?: string }[] =>
-  (ipam?.routes ?? []).map((r) => ({ dst: r.dst, ...(r.gw ? { gw: r.gw } : {}) }));
+  (ipam?.routes ?? []).map((r) => ({ dst: r.dst, ...definedFields({ gw: r.gw || undefined }) }));

@@ -34,6 +34,7 @@ import type { NetworkDefinition, PluginConfig } from '../../networks/nad';
 import { type ExecLimits } from './exec-limits';
 import type { PluginProcesses } from './plugin-processes';
 import { execOnce, type PluginCall, type PluginOutput } from './plugin-run';
+import { errorMessage } from '../../common/error-message';
 
 export const DEFAULT_TIMEOUT_MS = 60_000;
 
@@ -190,7 +191,7 @@ export async function delegateCheck(
     try {
       config = JSON.parse(inv.config) as Record<string, unknown>;
     } catch (e) {
-      return err(new CniError(CniCode.Internal, `${context}: the journaled config is not JSON`, (e as Error).message));
+      return err(new CniError(CniCode.Internal, `${context}: the journaled config is not JSON`, errorMessage(e)));
     }
     const version = config.cniVersion;
     if (!isSupportedVersion(version))

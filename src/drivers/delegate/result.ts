@@ -14,6 +14,7 @@ import { z } from 'zod';
 import { CniCode, CniError, type Result, err, ok } from '../../cni/errors';
 import { compareVersions, isSupportedVersion, type CniVersion } from '../../cni/version';
 import type { CniDns, CniInterface, CniIp, CniResult, CniRoute } from '../../cni/types';
+import { definedFields } from '../../common/defined-fields';
 
 const isCidr = (s: string): boolean => {
   const slash = s.lastIndexOf('/');
@@ -105,8 +106,7 @@ export function parseCniResult(json: unknown, version: CniVersion): Result<CniRe
     }
     ips.push({
       address: ip.address,
-      ...(ip.gateway !== undefined ? { gateway: ip.gateway } : {}),
-      ...(ip.interface !== undefined ? { interface: ip.interface } : {}),
+      ...definedFields({ gateway: ip.gateway, interface: ip.interface }),
     });
   }
   const routes: CniRoute[] = (r.routes ?? []).map((rt) => {
@@ -125,7 +125,7 @@ export function parseCniResult(json: unknown, version: CniVersion): Result<CniRe
     if (r.dns.options?.length) d.options = r.dns.options;
     if (Object.keys(d).length) dns = d;
   }
-  return ok({ interfaces, ips, routes, ...(dns ? { dns } : {}) });
+  return ok({ interfaces, ips, routes, ...definedFields({ dns }) });
 }
 
 const errorSchema = z.object({

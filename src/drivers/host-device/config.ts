@@ -1,11 +1,11 @@
 /** The reference `host-device` plugin's config schema, validated up front. */
 import { z } from 'zod';
+import { PCI_ADDRESS } from '../../common/pci-address';
 import { type Result, err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { checkLinkName, invalidConfig, ipamField, macField, parseOptionalIpam, parsePluginConfig } from '../common';
-
-export const PCI_ADDRESS = /^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$/;
+import { definedFields } from '../../common/defined-fields';
 
 const HostDeviceSchema = z.looseObject({
   device: z.string().optional(),
@@ -48,7 +48,7 @@ export function parseHostDeviceConfig(plugin: PluginConfig): Result<HostDeviceCo
   else if (c.pciBusID !== undefined) selector = { by: 'pciBusID', pciAddress: c.pciBusID.toLowerCase() };
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
-  return ok({ ...(selector ? { selector } : {}), ...(ipam.value ? { ipam: ipam.value } : {}) });
+  return ok(definedFields({ selector, ipam: ipam.value }));
 }
 
 /**

@@ -15,6 +15,8 @@ import type { AttachRequest, DriverEnv } from '../driver';
 import type { MemifConfig } from './config';
 import type { MemifSwitches } from './switch';
 import { socketDirStep, switchPortStep } from './undo';
+import { errorMessage } from '../../common/error-message';
+import { definedFields } from '../../common/defined-fields';
 
 /** The socket of a memif device the kubelet allocated to the pod. */
 export interface MemifDeviceSocket {
@@ -72,7 +74,7 @@ export async function attachMemif(
     interfaces: [{ name: req.ifname, socketPath: podSocket }],
     ips: (ipam.value?.ips ?? []).map((ip) => ({ ...ip, interface: 0 })),
     routes: [],
-    ...(dns ? { dns } : {}),
+    ...definedFields({ dns }),
   });
 }
 
@@ -118,7 +120,7 @@ async function socketFor(
     // The client needs the secret too: it lies beside the socket, readable by root only.
     writeFileSync(join(dir, 'secret'), secret, { mode: 0o600 });
   } catch (e) {
-    return err(new CniError(CniCode.IoFailure, `cannot make memif socket directory ${dir}: ${(e as Error).message}`));
+    return err(new CniError(CniCode.IoFailure, `cannot make memif socket directory ${dir}: ${errorMessage(e)}`));
   }
   return ok({ hostSocket, podSocket: hostSocket, secret });
 }

@@ -11,6 +11,7 @@ import { err, ok } from '../../cni/errors';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { invalidConfig, ipamField, parseOptionalIpam, parsePluginConfig } from '../common/config';
+import { definedFields } from '../../common/defined-fields';
 
 /** Where a pod's socket directory is made when no kubelet device (plexus.io/memif) gave it one. */
 export const DEFAULT_MEMIF_SOCKET_DIR = '/run/plexus/memif-cni';
@@ -65,8 +66,8 @@ export function parseMemifConfig(plugin: PluginConfig): Result<MemifConfig> {
     bridge: c.value.bridge,
     rxQueues: c.value.rxQueues,
     mode: c.value.mode,
-    ...(c.value.ovsdbSocket ? { ovsdbSocket: c.value.ovsdbSocket } : {}),
+    ...definedFields({ ovsdbSocket: c.value.ovsdbSocket || undefined }),
     socketDir: c.value.socketDir,
-    ...(ipam.value ? { ipam: ipam.value } : {}),
+    ...definedFields({ ipam: ipam.value }),
   });
 }

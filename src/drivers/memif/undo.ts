@@ -10,6 +10,7 @@ import { readStepData } from '../common/step-data';
 import { driverStep, stepKind, stepsOf, type DriverStepKind, type DriverStepKinds, type UndoStep } from '../driver';
 import type { MemifSwitches } from './switch';
 import type { SwitchPortStep } from './switch';
+import { errorMessage } from '../../common/error-message';
 
 export type { SwitchPortStep };
 
@@ -58,8 +59,6 @@ async function removeSocketDir(path: string): Promise<Result<void>> {
     await rm(path, { recursive: true, force: true });
     return ok(undefined);
   } catch (e) {
-    return err(
-      new CniError(CniCode.IoFailure, `cannot remove memif socket directory ${path}: ${(e as Error).message}`),
-    );
+    return err(new CniError(CniCode.IoFailure, `cannot remove memif socket directory ${path}: ${errorMessage(e)}`));
   }
 }

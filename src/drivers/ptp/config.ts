@@ -5,6 +5,7 @@ import type { CniDns } from '../../cni/types';
 import type { IpamConfig } from '../../ipam';
 import type { PluginConfig } from '../../networks/nad';
 import { invalidConfig, ipamField, mtuField, parseOptionalIpam, parsePluginConfig, notNative } from '../common/config';
+import { definedFields } from '../../common/defined-fields';
 
 const PtpSchema = z
   .object({
@@ -39,5 +40,5 @@ export function parsePtpConfig(plugin: PluginConfig): Result<PtpConfig> {
   // A point-to-point link is routed through the gateway of each address: without IPAM there is nothing to route.
   if (!ipam.value) return err(invalidConfig(plugin, 'ipam: ptp needs an IPAM section that assigns addresses'));
   const dns = c.dns && (c.dns.nameservers || c.dns.domain || c.dns.search || c.dns.options) ? c.dns : undefined;
-  return ok({ ...(c.mtu ? { mtu: c.mtu } : {}), ipam: ipam.value, ...(dns ? { dns } : {}) });
+  return ok({ ...definedFields({ mtu: c.mtu || undefined }), ipam: ipam.value, ...definedFields({ dns }) });
 }

@@ -12,6 +12,7 @@ import {
   parseOptionalIpam,
   parsePluginConfig,
 } from '../common';
+import { definedFields } from '../../common/defined-fields';
 
 const id = z.number().int().min(0).max(0xfffffffe);
 const TapSchema = z.looseObject({
@@ -50,11 +51,8 @@ export function parseTapConfig(plugin: PluginConfig): Result<TapConfig> {
   if (!ipam.ok) return ipam;
   return ok({
     ...(c.mac ? { mac: c.mac.toLowerCase() } : {}),
-    ...(c.mtu ? { mtu: c.mtu } : {}),
+    ...definedFields({ mtu: c.mtu || undefined }),
     multiQueue: c.multiQueue,
-    ...(c.owner !== undefined ? { owner: c.owner } : {}),
-    ...(c.group !== undefined ? { group: c.group } : {}),
-    ...(c.bridge ? { bridge: c.bridge } : {}),
-    ...(ipam.value ? { ipam: ipam.value } : {}),
+    ...definedFields({ owner: c.owner, group: c.group, bridge: c.bridge || undefined, ipam: ipam.value }),
   });
 }

@@ -17,6 +17,7 @@ import {
   parseOptionalIpam,
   parsePluginConfig,
 } from '../common';
+import { definedFields } from '../../common/defined-fields';
 
 const VxlanSchema = z.looseObject({
   vni: z.number().int().min(1).max(16777215),
@@ -81,9 +82,11 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
     bridge,
     device: vtepName(c.vni),
     learning: c.learning,
-    ...(c.local ? { local: c.local } : {}),
-    ...(c.underlayInterface ? { underlayInterface: c.underlayInterface } : {}),
-    ...(c.mtu ? { mtu: c.mtu } : {}),
-    ...(ipam.value ? { ipam: ipam.value } : {}),
+    ...definedFields({
+      local: c.local || undefined,
+      underlayInterface: c.underlayInterface || undefined,
+      mtu: c.mtu || undefined,
+      ipam: ipam.value,
+    }),
   });
 }

@@ -14,6 +14,7 @@ import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
 import { type VxlanConfig, parseVxlanConfig } from './config';
+import { definedFields } from '../../common/defined-fields';
 
 interface Overlay {
   readonly bridge: LinkInfo;
@@ -58,8 +59,7 @@ async function attachVxlan(
   const mtu = conf.mtu ?? overlay.value.vtep.mtu;
   return attachBridgePort(req, env, {
     bridge: conf.bridge,
-    ...(mtu ? { mtu } : {}),
-    ...(node ? { node } : {}),
+    ...definedFields({ mtu: mtu || undefined, node: node || undefined }),
     ipam: ipam.value,
     // Cached after the call above; `again` (the bridge was deleted by hand) rebuilds the whole overlay.
     ensureBridge: async (again) => {
@@ -114,9 +114,11 @@ class Overlays {
           learning: conf.learning,
           up: true,
           bridge: conf.bridge,
-          ...(conf.local ? { local: conf.local } : {}),
-          ...(conf.underlayInterface ? { underlay: conf.underlayInterface } : {}),
-          ...(conf.mtu ? { mtu: conf.mtu } : {}),
+          ...definedFields({
+            local: conf.local || undefined,
+            underlay: conf.underlayInterface || undefined,
+            mtu: conf.mtu || undefined,
+          }),
         },
         ignore: ['EEXIST'],
       },

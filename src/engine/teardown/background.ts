@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { type CniError, type Result, err, ok } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
 import type { Journal } from '../journal';
-import { unreadableRecordError, type AttachmentRecord } from '../journal-record';
+import { unreadableRecordError, type AttachmentRecord } from '../journal/record';
 import { nsfsDevice, pinNetns, type PinnedNetns } from './pinned-netns';
 import { TeardownQueue, type TeardownOutcome, type TeardownStats } from './queue';
 import { placeForBackground, splitTeardown } from './steps';

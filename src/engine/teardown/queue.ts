@@ -11,7 +11,8 @@ import type { Logger } from 'pino';
 import { CniCode, CniError, type Result, err, ok, toCniError } from '../../cni/errors';
 import type { UndoStep } from '../../drivers/driver';
 import { describeUndo, undoStages } from '../../drivers/undo';
-import type { AttachmentRecord } from '../journal-record';
+import type { AttachmentRecord } from '../journal/record';
+import { errorMessage } from '../../common/error-message';
 
 export interface TeardownJob {
   /** The record being torn down (it says `deleting`). */
@@ -172,9 +173,7 @@ export class TeardownQueue {
   private kick(): void {
     if (this.pumping) return;
     this.pumping = true;
-    this.pump().catch((e: unknown) =>
-      this.deps.log.error({ err: (e as Error).message }, 'the background teardown stopped'),
-    );
+    this.pump().catch((e: unknown) => this.deps.log.error({ err: errorMessage(e) }, 'the background teardown stopped'));
   }
 
   private async pump(): Promise<void> {

@@ -6,7 +6,7 @@
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
-import type { AttachRequest, EngineContext, PodAnnotations } from '../context';
+import type { ContainerRequest, EngineContext, PodAnnotations } from '../context';
 import { applyDefaultRoute } from '../default-route';
 import { unreadableRecordError, type AttachmentRecord, type NetworkAttachment } from '../journal';
 import { assignDevices } from '../kubelet-devices';
@@ -14,20 +14,21 @@ import { planPod, podIdentityOf, type AttachmentStep } from '../plan';
 import { namesCheckedFirst, refuseTakenNames, takenNameOr } from '../taken-names';
 import { Transaction, undoRecord } from '../transaction';
 import { attachStep } from './attach';
-import { claimedOutcomes, failedOutcomes } from '../claimed-networks';
-import { claimedDevicesOf, reportClaims } from '../claim-reports';
-import { claimedElsewhere } from '../claimed-elsewhere';
-import { claimedNotOffered } from '../claimed-unoffered';
-import type { ClaimedNetworkDevice, PodClaims } from '../claims';
+import { claimedOutcomes, failedOutcomes } from '../claims/networks';
+import { claimedDevicesOf, reportClaims } from '../claims/reports';
+import { claimedElsewhere } from '../claims/elsewhere';
+import { claimedNotOffered } from '../claims/unoffered';
+import type { ClaimedNetworkDevice, PodClaims } from '../claims/ports';
+import { errorMessage } from '../../common/error-message';
 
-const attachedElsewhere = (req: AttachRequest, netns: string): CniError =>
+const attachedElsewhere = (req: ContainerRequest, netns: string): CniError =>
   new CniError(
     CniCode.InvalidEnvironment,
     `container ${req.containerId} already has ${req.ifname} attached in ${netns}`,
     'DEL it before adding it again',
   );
 
-const leftoversRemain = (req: AttachRequest, why: string): CniError =>
+const leftoversRemain = (req: ContainerRequest, why: string): CniError =>
   new CniError(
     CniCode.TryAgainLater,
     `leftovers of an earlier ADD of ${req.containerId}/${req.ifname} could not be removed`,
@@ -35,7 +36,7 @@ const leftoversRemain = (req: AttachRequest, why: string): CniError =>
   );
 
 function repeatedAddDiffers(
-  req: AttachRequest,
+  req: ContainerRequest,
   record: AttachmentRecord,
   recorded: readonly string[],
   asked: readonly string[],
@@ -47,17 +48,17 @@ function repeatedAddDiffers(
   return new CniError(CniCode.InvalidEnvironment, message, details);
 }
 
-const unexpected = (req: AttachRequest, e: unknown): CniError =>
+const unexpected = (req: ContainerRequest, e: unknown): CniError =>
   e instanceof CniError
     ? e
     : new CniError(
         CniCode.Internal,
-        `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${(e as Error).message}`,
+        `ADD ${req.containerId}/${req.ifname} failed unexpectedly: ${errorMessage(e)}`,
         (e as Error).stack ?? '',
       );
 
 /** The failure, with what a rollback that did not finish left behind. */
-function afterRollback(ctx: EngineContext, req: AttachRequest, cause: CniError, undone: Result<void>): CniError {
+function afterRollback(ctx: EngineContext, req: ContainerRequest, cause: CniError, undone: Result<void>): CniError {
   if (undone.ok) return cause;
   const { containerId, ifname } = req;
   ctx.log.error({ containerId, ifname, err: undone.error.message }, 'rollback incomplete; recovery will retry');
@@ -65,7 +66,7 @@ function afterRollback(ctx: EngineContext, req: AttachRequest, cause: CniError, 
   return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}${left}`);
 }
 
-export async function add(ctx: EngineContext, req: AttachRequest): Promise<Result<CniResult>> {
+export async function add(ctx: EngineContext, req: ContainerRequest): Promise<Result<CniResult>> {
   // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
   // that cannot be found gets no event: the name may be another pod's now.
   let podAnnotations: PodAnnotations;
@@ -86,7 +87,9 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
     reportClaims(ctx, podIdentityOf(req), failedOutcomes(claimed, notOffered.message));
     return err(notOffered);
   }
-  const elsewhere = claimed.length ? claimedElsewhere(claimed, podUid, await ctx.tx.journal.list()) : undefined;
+  const elsewhere = claimed.length
+    ? claimedElsewhere(claimed, podUid, await ctx.transactionPorts.journal.list())
+    : undefined;
   if (elsewhere) {
     // The claim's status stays as the pod that has the device made it.
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, elsewhere));
@@ -102,14 +105,14 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
 
 async function addLocked(
   ctx: EngineContext,
-  req: AttachRequest,
+  req: ContainerRequest,
   annotations: PodAnnotations,
   claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
   // A teardown still under way, of this attachment or in its netns, is waited for: nothing of it is reused. One that
   // failed is handed back, and its record undone here.
   await ctx.teardown?.beforeAdd(req.containerId, req.ifname, req.netns);
-  const existing = await ctx.tx.journal.load(req.containerId, req.ifname);
+  const existing = await ctx.transactionPorts.journal.load(req.containerId, req.ifname);
   if (existing?.unreadable) return err(unreadableRecordError(existing));
   if (existing?.result && !existing.deleting) {
     // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
@@ -118,7 +121,7 @@ async function addLocked(
     return other ? err(other) : ok(existing.result);
   }
   if (existing) {
-    const cleaned = await undoRecord(ctx.tx, existing);
+    const cleaned = await undoRecord(ctx.transactionPorts, existing);
     if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
   }
   const prepared = await prepare(ctx, req, annotations, claimed);
@@ -129,7 +132,7 @@ async function addLocked(
 /** Plans and validates everything before touching anything (a bad request leaves nothing), and reserves room. */
 async function prepare(
   ctx: EngineContext,
-  req: AttachRequest,
+  req: ContainerRequest,
   annotations: PodAnnotations,
   claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<AttachmentStep[]>> {
@@ -159,7 +162,7 @@ async function prepare(
  */
 async function namedIfTaken(
   ctx: EngineContext,
-  req: AttachRequest,
+  req: ContainerRequest,
   steps: readonly AttachmentStep[],
   failure: CniError,
   undone: Result<void>,
@@ -176,7 +179,7 @@ async function namedIfTaken(
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
 async function attachAll(
   ctx: EngineContext,
-  req: AttachRequest,
+  req: ContainerRequest,
   steps: AttachmentStep[],
   claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
@@ -189,7 +192,7 @@ async function attachAll(
     networks: steps.map((s) => s.planned.network.key),
     startedAt: new Date().toISOString(),
   };
-  const tx = await Transaction.begin(ctx.tx, meta).catch((e: unknown) => {
+  const tx = await Transaction.begin(ctx.transactionPorts, meta).catch((e: unknown) => {
     ctx.quota.release(steps.length);
     throw e;
   });
@@ -207,7 +210,7 @@ async function attachAll(
 async function attachInTransaction(
   ctx: EngineContext,
   tx: Transaction,
-  req: AttachRequest,
+  req: ContainerRequest,
   steps: readonly AttachmentStep[],
   claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
@@ -239,7 +242,7 @@ async function attachInTransaction(
 function otherAttachments(
   ctx: EngineContext,
   record: AttachmentRecord,
-  req: AttachRequest,
+  req: ContainerRequest,
   annotations: PodAnnotations,
   claimed: readonly ClaimedNetworkDevice[],
 ): CniError | undefined {

@@ -10,6 +10,7 @@ import { deviceInfoOf } from '../device-info';
 import type { NetworkAttachment } from '../journal';
 import type { AttachmentStep } from '../plan';
 import type { Transaction } from '../transaction';
+import { definedFields } from '../../common/defined-fields';
 
 export async function attachStep(
   ctx: EngineContext,
@@ -24,7 +25,7 @@ export async function attachStep(
     ipam: ctx.ipam,
     cniBinDir,
     record: (undo) => tx.record(undo, owner),
-    ...(hostLinkGroup !== undefined ? { hostLinkGroup } : {}),
+    ...definedFields({ hostLinkGroup }),
   };
   const started = performance.now();
   const attached = await step.driver.attach(step.request, step.config, env);
@@ -41,7 +42,6 @@ export async function attachStep(
     driver: step.driver.type,
     isDefault: step.planned.isDefault,
     result: attached.value,
-    ...(deviceInfo ? { deviceInfo } : {}),
-    ...(kubeletDevice ? { kubeletDevice } : {}),
+    ...definedFields({ deviceInfo, kubeletDevice }),
   });
 }

@@ -8,30 +8,30 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
 import { planChange } from '../change-plan';
 import type { EngineContext, PodAnnotations } from '../context';
-import { unreadableRecordError, type AttachmentKey, type AttachmentRecord, type NetworkAttachment } from '../journal';
+import { unreadableRecordError, type AttachmentTag, type AttachmentRecord, type NetworkAttachment } from '../journal';
 import { assignDevices } from '../kubelet-devices';
 import { planPod, runningPodRequest, type AttachmentStep } from '../plan';
-import { claimedOutcomes } from '../claimed-networks';
-import { claimedDevicesOf, reportClaims } from '../claim-reports';
-import { claimedNotOffered } from '../claimed-unoffered';
+import { claimedOutcomes } from '../claims/networks';
+import { claimedDevicesOf, reportClaims } from '../claims/reports';
+import { claimedNotOffered } from '../claims/unoffered';
 import { refuseTakenNames } from '../taken-names';
 import { Transaction } from '../transaction';
 import { attachStep } from './attach';
 
 export interface NetworksChanged {
-  readonly added: readonly AttachmentKey[];
-  readonly removed: readonly AttachmentKey[];
+  readonly added: readonly AttachmentTag[];
+  readonly removed: readonly AttachmentTag[];
 }
 
 /** A change planned and validated: the steps to add (each under the interface it gets), the attachments to remove. */
 interface PlannedChange {
   readonly add: readonly { readonly step: AttachmentStep; readonly ifname: string }[];
-  readonly remove: readonly AttachmentKey[];
+  readonly remove: readonly AttachmentTag[];
 }
 
 type Committed = AttachmentRecord & { readonly result: NonNullable<AttachmentRecord['result']> };
 
-const sameKey = (a: AttachmentKey, b: AttachmentKey): boolean => a.network === b.network && a.ifname === b.ifname;
+const sameKey = (a: AttachmentTag, b: AttachmentTag): boolean => a.network === b.network && a.ifname === b.ifname;
 
 const unknownAttachment = (containerId: string, ifname: string): CniError =>
   new CniError(CniCode.UnknownContainer, `no attachment ${ifname} is known for container ${containerId}`);
@@ -43,7 +43,7 @@ const olderJournal = (): CniError =>
       'it was attached by an older plexusd (journal v0), whose steps name no network',
   );
 
-const removalFailed = (failed: readonly AttachmentKey[], error: string): CniError =>
+const removalFailed = (failed: readonly AttachmentTag[], error: string): CniError =>
   new CniError(
     CniCode.Internal,
     `the new networks were added, but removing ${failed.map((f) => `${f.network} as ${f.ifname}`).join(', ')} ` +
@@ -54,7 +54,7 @@ const removalFailed = (failed: readonly AttachmentKey[], error: string): CniErro
 /** The attachments of `before` without those `gone`, then those `added`. */
 const remaining = (
   before: readonly NetworkAttachment[],
-  gone: readonly AttachmentKey[],
+  gone: readonly AttachmentTag[],
   added: readonly NetworkAttachment[],
 ): NetworkAttachment[] => [...before.filter((a) => !gone.some((g) => sameKey(g, a))), ...added];
 
@@ -76,7 +76,7 @@ export function changeNetworks(
   annotations: Readonly<Record<string, string>>,
 ): Promise<Result<NetworksChanged>> {
   return ctx.locks.run(containerId, async () => {
-    const record = await ctx.tx.journal.load(containerId, runtimeIfname);
+    const record = await ctx.transactionPorts.journal.load(containerId, runtimeIfname);
     if (!record?.result || record.deleting) return err(unknownAttachment(containerId, runtimeIfname));
     if (record.unreadable) return err(unreadableRecordError(record));
     if (record.undoOwners.some((o) => o === undefined)) return err(olderJournal());
@@ -87,7 +87,7 @@ export function changeNetworks(
     const full = await ctx.quota.reserve(planned.value.add.length);
     if (full) return err(full);
     const apply = (tx: Transaction): Promise<Result<NetworksChanged>> => applyChange(ctx, tx, committed, planned.value);
-    return Transaction.reopened(ctx.tx, containerId, runtimeIfname, apply);
+    return Transaction.reopened(ctx.transactionPorts, containerId, runtimeIfname, apply);
   });
 }
 
@@ -149,19 +149,19 @@ async function applyChange(
     const undone = await tx.undoAttachments(addKeys);
     await tx.commit(record.result, record.cniVersion ?? '1.1.0', record.details);
     ctx.quota.release(change.add.length);
-    const left = undone.ok ? '' : `; undoing the networks added so far failed (GC retries): ${undone.error}`;
+    const left = undone.ok ? '' : `; undoing the networks added so far failed (GC retries): ${undone.error.message}`;
     return err(new CniError(attached.error.code, `${attached.error.message}${left}`, attached.error.details));
   }
   await tx.added(added);
   const removed = await tx.undoAttachments(change.remove);
-  const gone = change.remove.filter((r) => !removed.failed.some((f) => sameKey(f, r)));
+  const gone = change.remove.filter((r) => removed.ok || !removed.error.failed.some((f) => sameKey(f, r)));
   const final = remaining(record.details?.attachments ?? [], gone, added);
   await commitAttachments(tx, record, final);
   ctx.quota.release(gone.length);
   const status = networkStatus(final);
   ctx.report((sink) => sink.attached(record.meta.pod, containerId, status, addedInterfaces(added), gone));
   reportClaims(ctx, record.meta.pod, claimedOutcomes(claimedDevicesOf(ctx, record.meta.pod.uid), final));
-  if (!removed.ok) return err(removalFailed(removed.failed, removed.error));
+  if (!removed.ok) return err(removalFailed(removed.error.failed, removed.error.message));
   return ok({ added: addKeys, removed: gone });
 }
 
@@ -173,14 +173,16 @@ async function applyChange(
 export function finishChange(ctx: EngineContext, record: AttachmentRecord): Promise<Result<void>> {
   const { containerId, ifname } = record.meta;
   const change = record.changing!;
-  return Transaction.reopened(ctx.tx, containerId, ifname, async (tx) => {
+  return Transaction.reopened(ctx.transactionPorts, containerId, ifname, async (tx) => {
     const finishing = change.added !== undefined;
     const undone = await tx.undoAttachments(finishing ? change.remove : change.add);
-    const gone = (finishing ? change.remove : []).filter((k) => !undone.failed.some((f) => sameKey(f, k)));
+    const gone = (finishing ? change.remove : []).filter(
+      (k) => undone.ok || !undone.error.failed.some((f) => sameKey(f, k)),
+    );
     const final = remaining(record.details?.attachments ?? [], gone, change.added ?? []);
     await commitAttachments(tx, record, final);
     if (undone.ok) return ok(undefined);
     const what = `${finishing ? 'finishing' : 'undoing'} an interrupted change of ${containerId}/${ifname}`;
-    return err(new CniError(CniCode.Internal, `${what}: ${undone.error}`));
+    return err(new CniError(CniCode.Internal, `${what}: ${undone.error.message}`));
   });
 }

@@ -7,8 +7,8 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import type { Driver } from '../../drivers/driver';
 import { isAuxiliaryChain } from '../../networks/auxiliary-chain';
-import type { AttachRequest, EngineContext } from '../context';
-import { stepsOf, type AttachmentRecord } from '../journal';
+import type { ContainerRequest, EngineContext } from '../context';
+import { attachmentSteps, type AttachmentRecord } from '../journal';
 
 interface Inspected {
   readonly links: readonly { readonly name: string; readonly index: number; readonly mac?: string }[];
@@ -16,12 +16,12 @@ interface Inspected {
   readonly routes: readonly { readonly dst: string; readonly gw?: string }[];
 }
 
-const unknownAttachment = (req: AttachRequest): CniError =>
+const unknownAttachment = (req: ContainerRequest): CniError =>
   new CniError(CniCode.UnknownContainer, `no attachment ${req.ifname} is known for container ${req.containerId}`);
 
-export function check(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+export function check(ctx: EngineContext, req: ContainerRequest): Promise<Result<void>> {
   return ctx.locks.run(req.containerId, async () => {
-    const record = await ctx.tx.journal.load(req.containerId, req.ifname);
+    const record = await ctx.transactionPorts.journal.load(req.containerId, req.ifname);
     const adopted = record ? undefined : await ctx.options.foreign?.check(req);
     if (adopted) return adopted;
     if (!record?.result || record.deleting) return err(unknownAttachment(req));
@@ -37,7 +37,7 @@ async function checkByDrivers(ctx: EngineContext, record: AttachmentRecord): Pro
     const driver = ctx.drivers.byRecordedType(a.driver);
     // The auxiliary chain has no interface of its own to check; Multus never CHECKs it either.
     if (!driver?.check || isAuxiliaryChain(a.network)) continue;
-    const tagged = stepsOf(record, a);
+    const tagged = attachmentSteps(record, a);
     // A v0 record tags no step: its details kept a delegated network's invocations.
     const steps = tagged.length ? tagged : (a.delegated ?? []);
     const attachment = { network: a.network, ifname: a.ifname, result: a.result, steps };

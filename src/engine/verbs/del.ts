@@ -5,16 +5,17 @@
  * Multus would; one the node's own network made is handed to that network's plugins. DEL of what does not exist succeeds (CNI spec).
  */
 import { ok, type Result } from '../../cni/errors';
-import type { AttachRequest, EngineContext } from '../context';
+import type { ContainerRequest, EngineContext } from '../context';
 import type { AdoptedSandbox, ForeignDel } from '../foreign-sandboxes';
 import { delByCurrentPlan, type ForeignDelDeps } from '../foreign-del';
 import { forwardUnknownDel } from '../node-plugins-del';
 import type { AttachmentRecord } from '../journal';
 import { runUndoSteps, undoRecord } from '../transaction';
+import { definedFields } from '../../common/defined-fields';
 
-export function del(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+export function del(ctx: EngineContext, req: ContainerRequest): Promise<Result<void>> {
   return ctx.locks.run(req.containerId, async () => {
-    const record = await ctx.tx.journal.load(req.containerId, req.ifname);
+    const record = await ctx.transactionPorts.journal.load(req.containerId, req.ifname);
     if (!record) return delUnknown(ctx, req);
     const undone = await tearDown(ctx, record);
     if (undone.ok) ctx.report((sink) => sink.detached(record.meta.pod, req.containerId));
@@ -27,19 +28,19 @@ export function del(ctx: EngineContext, req: AttachRequest): Promise<Result<void
  * answers at once), else whole before answering. GC and recovery tear down the same way.
  */
 export function tearDown(ctx: EngineContext, record: AttachmentRecord): Promise<Result<void>> {
-  if (!ctx.teardown) return undoRecord(ctx.tx, record);
+  if (!ctx.teardown) return undoRecord(ctx.transactionPorts, record);
   const what = `${record.meta.containerId}/${record.meta.ifname}`;
-  return ctx.teardown.start(record, (steps) => runUndoSteps(ctx.tx.undo, steps, what));
+  return ctx.teardown.start(record, (steps) => runUndoSteps(ctx.transactionPorts.undo, steps, what));
 }
 
 /** The DEL of a sandbox Plexus has no record of (under the container's lock). */
-async function delUnknown(ctx: EngineContext, req: AttachRequest): Promise<Result<void>> {
+async function delUnknown(ctx: EngineContext, req: ContainerRequest): Promise<Result<void>> {
   // The runtime repeating a DEL of what Plexus removed (containerd sends a sandbox's DEL more than once): its undo ran
   // everything, the node's plugins' DEL included. Each further step reads every record or runs a plugin.
   if (ctx.recentlyRemoved.has(req.containerId, req.ifname)) return ok(undefined);
   const { podNamespace, podName } = req.args;
   if (podNamespace && podName) {
-    const records = await ctx.tx.journal.list();
+    const records = await ctx.transactionPorts.journal.list();
     const current = records.find(
       (r) => r.meta.pod.namespace === podNamespace && r.meta.pod.name === podName && r.meta.ifname === req.ifname,
     );
@@ -68,7 +69,7 @@ function foreignDelDeps(ctx: EngineContext): ForeignDelDeps {
     settings: options,
     networks,
     drivers,
-    ...(options.pods ? { pods: options.pods } : {}),
+    ...definedFields({ pods: options.pods }),
     cniBinDir: options.cniBinDir,
     undoEnv: { kernel, ipam },
     log,

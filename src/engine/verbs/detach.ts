@@ -7,14 +7,14 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniResult } from '../../cni/types';
 import { mergeResults, networkStatus } from '../../networks/status';
 import type { EngineContext } from '../context';
-import { stepsOf, unreadableRecordError, type AttachmentKey, type AttachmentRecord } from '../journal';
+import { attachmentSteps, unreadableRecordError, type AttachmentTag, type AttachmentRecord } from '../journal';
 import { runUndoSteps, Transaction } from '../transaction';
 
 /** The pod's record, when `attachment` can be detached from it; else why not. */
 function detachable(
   record: AttachmentRecord | undefined,
   [containerId, ifname]: readonly [string, string],
-  attachment: AttachmentKey,
+  attachment: AttachmentTag,
   label: string,
 ): Result<AttachmentRecord> {
   if (!record?.result || record.deleting) {
@@ -43,22 +43,22 @@ export function detachAttachment(
   ctx: EngineContext,
   containerId: string,
   runtimeIfname: string,
-  attachment: AttachmentKey,
+  attachment: AttachmentTag,
 ): Promise<Result<CniResult>> {
   return ctx.locks.run(containerId, async () => {
     const label = `network ${attachment.network} as ${attachment.ifname} of ${containerId}/${runtimeIfname}`;
-    const loaded = await ctx.tx.journal.load(containerId, runtimeIfname);
+    const loaded = await ctx.transactionPorts.journal.load(containerId, runtimeIfname);
     const checked = detachable(loaded, [containerId, runtimeIfname], attachment, label);
     if (!checked.ok) return checked;
     const record = checked.value;
-    const undone = await runUndoSteps(ctx.tx.undo, stepsOf(record, attachment), label);
+    const undone = await runUndoSteps(ctx.transactionPorts.undo, attachmentSteps(record, attachment), label);
     if (!undone.ok) return undone;
     const remaining = (record.details?.attachments ?? []).filter(
       (a) => a.network !== attachment.network || a.ifname !== attachment.ifname,
     );
     const result = mergeResults(remaining.map((a) => a.result));
     const status = networkStatus(remaining);
-    await Transaction.reopened(ctx.tx, containerId, runtimeIfname, async (tx) => {
+    await Transaction.reopened(ctx.transactionPorts, containerId, runtimeIfname, async (tx) => {
       await tx.detached(attachment);
       await tx.commit(result, record.cniVersion ?? '1.1.0', { attachments: remaining, networkStatus: status });
     });

@@ -54,13 +54,13 @@ function adoptedStale(ctx: EngineContext, req: GcRequest, valid: ReadonlySet<str
 function sweepOne(ctx: EngineContext, listed: AttachmentRecord, stale: Stale, dryRun: boolean): Promise<Swept> {
   const { containerId, ifname } = listed.meta;
   return ctx.locks.run(containerId, async (): Promise<Swept> => {
-    const record = await ctx.tx.journal.load(containerId, ifname);
+    const record = await ctx.transactionPorts.journal.load(containerId, ifname);
     const reason = record && stale(record);
     if (!record || !reason) return undefined;
     if (dryRun) return { containerId, ifname, reason };
     // Being torn down in the background already: it goes without another undo.
     if (ctx.teardown?.pending(containerId, ifname)) return { containerId, ifname, reason };
-    const r = await undoRecord(ctx.tx, record);
+    const r = await undoRecord(ctx.transactionPorts, record);
     return r.ok ? { containerId, ifname, reason } : { reason, error: r.error.message };
   });
 }
@@ -74,7 +74,7 @@ export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): 
   const removed: SweptAttachment[] = [];
   const failures: (SweptAttachment & { readonly error: string })[] = [];
   let kept = 0;
-  for (const listed of await ctx.tx.journal.list()) {
+  for (const listed of await ctx.transactionPorts.journal.list()) {
     const { containerId, ifname } = listed.meta;
     const outcome = stale(listed) ? await sweepOne(ctx, listed, stale, dryRun) : undefined;
     if (!outcome) kept++;
@@ -86,7 +86,7 @@ export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): 
   }
   // A dry run changed nothing, so the leases it lists are exactly those a real GC releases after its removals
   // (a removed attachment's own leases go with its undo steps, not as orphans).
-  const leases = await releaseOrphanedLeases({ ...ctx, journal: ctx.tx.journal }, dryRun);
+  const leases = await releaseOrphanedLeases({ ...ctx, journal: ctx.transactionPorts.journal }, dryRun);
   if (dryRun) return { removed, kept, failures, leases, leasesReleased: 0, dryRun };
   if (leases.length) {
     const released = leases.map((l) => `${l.network}/${l.address} (${l.containerId || 'no owner'} ${l.ifname})`);
@@ -103,7 +103,7 @@ export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): 
  * they run, listing the attachments Plexus still has on it there, so they can drop the rest.
  */
 async function gcDriverState(ctx: EngineContext): Promise<string[]> {
-  const records = await ctx.tx.journal.list();
+  const records = await ctx.transactionPorts.journal.list();
   // Read once per GC: listing them reads Multus's cache files.
   const adopted = ctx.options.foreign?.list() ?? [];
   const failures: string[] = [];

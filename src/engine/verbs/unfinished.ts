@@ -22,7 +22,7 @@ export async function undoUnfinished(ctx: EngineContext): Promise<UnfinishedUndo
   const undone: AttachmentRecord[] = [];
   const failed: { record: AttachmentRecord; error: CniError }[] = [];
   const toTearDown: AttachmentRecord[] = [];
-  for (const record of await ctx.tx.journal.list()) {
+  for (const record of await ctx.transactionPorts.journal.list()) {
     // A record that cannot be read is never undone, nor is its change finished: it stays for an operator.
     if (record.unreadable) {
       failed.push({ record, error: unreadableRecordError(record) });
@@ -37,7 +37,7 @@ export async function undoUnfinished(ctx: EngineContext): Promise<UnfinishedUndo
       continue;
     }
     // A journal that cannot be written (a full disk) fails this record, not the start of the daemon.
-    else r = await undoRecord(ctx.tx, record).catch(asError);
+    else r = await undoRecord(ctx.transactionPorts, record).catch(asError);
     if (r.ok) undone.push(record);
     else failed.push({ record, error: r.error });
   }

@@ -3,21 +3,8 @@
  * port cluster IPAM owns, so that IPAM imports nothing of the API client: src/k8s/ipam-api.ts implements it on the
  * daemon's client and informers, and src/k8s/connect.ts hands it to src/node, which gives it to ClusterIpam.
  */
+import type { ApiFailure, ObjectMeta } from '../../common/api-object';
 import type { Result } from '../../common/result';
-
-/** Why a request failed: the HTTP status (0 when no answer came) and the server's or the socket's message. */
-export interface ApiFailure {
-  readonly status: number;
-  readonly message: string;
-}
-
-/** The metadata cluster IPAM reads of an API object. */
-export interface ObjectMeta {
-  readonly name?: string;
-  readonly namespace?: string;
-  readonly uid?: string;
-  readonly resourceVersion?: string;
-}
 
 export interface ApiRequestOptions {
   readonly body?: unknown;
@@ -58,6 +45,3 @@ export interface ClusterApi {
     handlers: WatchHandlers<T>,
   ): WatchedObjects<T>;
 }
-
-/** Percent-encodes one path segment (names are DNS labels, but a malformed CNI_ARGS value must not change the path). */
-export const segment = (s: string): string => encodeURIComponent(s);

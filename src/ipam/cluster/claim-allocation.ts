@@ -22,7 +22,7 @@ import { type PoolLayout, blockOf } from './blocks';
 import {
   type ClaimedAddress,
   type ClaimObject,
-  type ClaimRef,
+  type IpamClaimRef,
   type IpamClaims,
   claimKey,
   claimedInPool,
@@ -50,7 +50,7 @@ export class ClaimAllocation {
     req: IpamRequest,
     config: ClusterIpamConfig,
     layout: PoolLayout,
-    ref: ClaimRef,
+    ref: IpamClaimRef,
   ): Promise<Result<IpamResult>> {
     const { claims, pooled, log } = this.parts;
     for (let attempt = 0; ; attempt++) {
@@ -144,7 +144,7 @@ export class ClaimAllocation {
   private async recordUse(
     layout: PoolLayout,
     { address, block }: ClaimedAddress,
-    ref: ClaimRef,
+    ref: IpamClaimRef,
     uid: string,
   ): Promise<Result<void>> {
     const { node, objects, ledger } = this.parts;

@@ -9,9 +9,10 @@
  * (objects.ts ClaimEntry), and the block's node never hands those out (cluster-ipam.ts). This file is the claim's API
  * and the pure rules; cluster-ipam.ts does the allocation.
  */
+import { type ObjectMeta, segment } from '../../common/api-object';
 import { CniCode, CniError } from '../../cni/errors';
 import { formatIp, parseCidr, parseIp } from '../../common/ip';
-import { type ClusterApi, type ObjectMeta, segment } from './api-port';
+import { type ClusterApi } from './api-port';
 import { type PoolBlock, type PoolLayout, blockOf } from './blocks';
 
 export const CLAIMS_GROUP_VERSION = 'k8s.cni.cncf.io/v1alpha1';
@@ -27,30 +28,30 @@ export interface ClaimObject {
 }
 
 /** A pod's reference to a claim: the claim lives in the pod's namespace. */
-export interface ClaimRef {
+export interface IpamClaimRef {
   readonly namespace: string;
   readonly name: string;
 }
 
-export const claimKey = (ref: ClaimRef): string => `${ref.namespace}/${ref.name}`;
+export const claimKey = (ref: IpamClaimRef): string => `${ref.namespace}/${ref.name}`;
 
-export function parseClaimKey(key: string): ClaimRef | undefined {
+export function parseClaimKey(key: string): IpamClaimRef | undefined {
   const [namespace, name, ...rest] = key.split('/');
   return namespace && name && rest.length === 0 ? { namespace, name } : undefined;
 }
 
-const claimPath = (ref: ClaimRef): string =>
+const claimPath = (ref: IpamClaimRef): string =>
   `/apis/${CLAIMS_GROUP_VERSION}/namespaces/${segment(ref.namespace)}/ipamclaims/${segment(ref.name)}`;
 
 export class IpamClaims {
   constructor(private readonly client: ClusterApi) {}
 
-  get(ref: ClaimRef) {
+  get(ref: IpamClaimRef) {
     return this.client.request('GET', claimPath(ref), 'ipamclaims', { urgent: true });
   }
 
   /** Writes status (the status subresource), guarded by the resourceVersion `claim` was read at. */
-  updateStatus(ref: ClaimRef, claim: ClaimObject, status: NonNullable<ClaimObject['status']>) {
+  updateStatus(ref: IpamClaimRef, claim: ClaimObject, status: NonNullable<ClaimObject['status']>) {
     return this.client.request('PUT', `${claimPath(ref)}/status`, 'ipamclaims', {
       urgent: true,
       body: { apiVersion: CLAIMS_GROUP_VERSION, kind: 'IPAMClaim', ...claim, status },
@@ -92,7 +93,7 @@ export function statusIpsWith(existing: readonly string[], added: readonly strin
  * upstream (OVN-Kubernetes) fails the pod's allocation and retries while the claim is missing: so "try again later"
  * (11), which the kubelet does by retrying the sandbox.
  */
-export const missingClaim = (ref: ClaimRef, network: string): CniError =>
+export const missingClaim = (ref: IpamClaimRef, network: string): CniError =>
   new CniError(
     CniCode.TryAgainLater,
     `IPAMClaim ${claimKey(ref)} (ipam-claim-reference of network ${network}) does not exist`,

@@ -2,9 +2,10 @@
  * IPPool and IPBlock objects (deploy/crds/20-crd-ipam.yaml) on the API: created if absent under deterministic names, and
  * deleted only with a precondition on the version that was read, so a block changes hands once and never silently.
  */
+import { type ApiFailure, type ObjectMeta, segment } from '../../common/api-object';
 import { CniCode, CniError } from '../../cni/errors';
 import { passesSoon } from '../../common/api-status';
-import { type ApiFailure, type ClusterApi, type ObjectMeta, segment } from './api-port';
+import { type ClusterApi } from './api-port';
 import type { IpRange } from '../config';
 
 export const GROUP = 'ipam.plexus.io';

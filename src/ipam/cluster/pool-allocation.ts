@@ -15,6 +15,7 @@ import { type PoolBlock, type PoolLayout, blockOf, withoutAddresses } from './bl
 import type { ClaimedAddress } from './claims';
 import { inCidr } from './pool-leases';
 import { blockLost } from './refusals';
+import { definedFields } from '../../common/defined-fields';
 
 const inBlock = (block: PoolBlock, lease: Lease): boolean => inCidr(block.cidr, lease);
 
@@ -174,7 +175,7 @@ export class PoolAllocation {
       type: 'host-local',
       ranges,
       routes: config.routes,
-      ...(config.dns ? { dns: config.dns } : {}),
+      ...definedFields({ dns: config.dns }),
     };
     const requestedIps = [...(req.requestedIps ?? []), ...[...claimed.values()].map((c) => c.address)];
     return this.pooled.allocate({

@@ -7,7 +7,7 @@
  */
 import { z } from 'zod';
 import { type Family, bitsOf, formatIp, parseCidr, parseIp } from '../../common/ip';
-import type { ObjectMeta } from './api-port';
+import type { ObjectMeta } from '../../common/api-object';
 
 export const WHEREABOUTS_GROUP_VERSION = 'whereabouts.cni.cncf.io/v1alpha1';
 export const WHEREABOUTS_POOLS = 'ippools';

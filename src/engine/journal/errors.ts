@@ -3,7 +3,7 @@
  * operator does about it, instead of a bare errno. Nothing was changed for a call that fails this way before its
  * first step, and what was changed is undone from the record (or by recovery once the journal can be written again).
  */
-import { CniCode, CniError } from '../cni/errors';
+import { CniCode, CniError } from '../../cni/errors';
 
 const remedies: Readonly<Record<string, string>> = {
   ENOSPC: 'the filesystem is full: free space on it',

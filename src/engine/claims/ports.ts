@@ -4,7 +4,7 @@
  * device became, so the claim's status can say it. Reports come after a transaction, never inside it: a slow or
  * failing writer cannot hold up or undo a pod's networking.
  */
-import type { PodIdentity } from '../cni/types';
+import type { PodIdentity } from '../../cni/types';
 
 /** One device of a prepared claim, with what the claim's opaque config says about its network. */
 export interface ClaimedNetworkDevice {
@@ -25,7 +25,7 @@ export interface ClaimedNetworkDevice {
   readonly mac?: string;
   /**
    * Set when the node does not offer the device as the claim's record says (taken out of its pool since Prepare, or
-   * a record damaged or written by hand): why. Such a device is never acted on (claimed-unoffered.ts).
+   * a record damaged or written by hand): why. Such a device is never acted on (unoffered.ts).
    */
   readonly notOffered?: string;
 }

@@ -10,7 +10,7 @@
  * next `committed` line closes it. Lines without `v` are v0, as plexusd wrote them before: read as they are, their
  * steps belong to no attachment.
  *
- * What is on disk is not trusted (journal-lines.ts validates each line): a record with a line this daemon cannot use
+ * What is on disk is not trusted (lines.ts validates each line): a record with a line this daemon cannot use
  * (newer format, garbage, a missing field, cut short in the middle) is unreadable: it is never undone, and it holds
  * every lease of its container. Only the last line may be cut short, by a crash in the middle of its append: that
  * line was never complete, so the change it announced was never made, and it is ignored.
@@ -19,29 +19,12 @@ import { closeSync, openSync, writeSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { readBoundedFileSync } from '../common/bounded-file';
-import { journalIoError } from './journal-errors';
-import { JournalEntry, MAX_RECORD_BYTES, openForAppend } from './journal-entry';
-import type { AttachmentMeta } from './journal-lines';
-import { headlessRecord, replayRecord, type AttachmentRecord } from './journal-record';
-import { LeaseHolders } from './lease-holders';
-
-export { JournalEntry } from './journal-entry';
-export {
-  JOURNAL_VERSION,
-  type AttachmentKey,
-  type AttachmentMeta,
-  type CommitDetails,
-  type NetworkAttachment,
-} from './journal-lines';
-export {
-  parseRecord,
-  stepsOf,
-  unreadableRecordError,
-  type AttachmentRecord,
-  type PodNetworksChange,
-  type TimedEvent,
-} from './journal-record';
+import { readBoundedFileSync } from '../../common/bounded-file';
+import { journalIoError } from './errors';
+import { JournalEntry, MAX_JOURNAL_RECORD_BYTES, openForAppend } from './entry';
+import type { AttachmentMeta } from './lines';
+import { headlessRecord, replayRecord, type AttachmentRecord } from './record';
+import { LeaseHolders } from '../lease-holders';
 
 // "@" cannot occur in a container ID and is escaped in the interface name, so names never collide.
 const fileName = (containerId: string, ifname: string): string => `${containerId}@${encodeURIComponent(ifname)}.jsonl`;
@@ -232,7 +215,7 @@ export class Journal {
     const path = join(this.dir, name);
     const { containerId, ifname } = nameParts(name);
     // Never a call that can block the event loop: a FIFO or a symlink put here is refused before a byte is read.
-    const read = readBoundedFileSync(path, { maxBytes: MAX_RECORD_BYTES });
+    const read = readBoundedFileSync(path, { maxBytes: MAX_JOURNAL_RECORD_BYTES });
     if (!read.ok) {
       if (read.error.kind === 'missing') return undefined;
       return headlessRecord(containerId, ifname, `${path} ${read.error.reason}`);

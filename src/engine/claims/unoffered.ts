@@ -4,8 +4,8 @@
  * before anything is made, naming the claim, the device and why, so that the operator can fix the resources file or
  * the claim; the error reaches the pod's event and the claim's status as any failed ADD does.
  */
-import { CniCode, CniError } from '../cni/errors';
-import type { ClaimedNetworkDevice } from './claims';
+import { CniCode, CniError } from '../../cni/errors';
+import type { ClaimedNetworkDevice } from './ports';
 
 const notOfferedError = (device: ClaimedNetworkDevice, why: string): CniError => {
   const { namespace, name, uid } = device.claim;

@@ -3,10 +3,10 @@
  * namespace only. The pod whose ADD comes second is refused before anything is made, with the pod that has the device
  * named; the journal's committed attachments say where each claimed device is.
  */
-import { CniCode, CniError } from '../cni/errors';
-import type { PodIdentity } from '../cni/types';
-import type { ClaimedNetworkDevice } from './claims';
-import type { AttachmentRecord } from './journal';
+import { CniCode, CniError } from '../../cni/errors';
+import type { PodIdentity } from '../../cni/types';
+import type { ClaimedNetworkDevice } from './ports';
+import type { AttachmentRecord } from '../journal';
 
 const podName = (pod: PodIdentity): string => `${pod.namespace ?? '?'}/${pod.name ?? '?'}`;
 

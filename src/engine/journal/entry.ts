@@ -3,15 +3,16 @@
  * the change it describes is made, and the opening of an existing record for appending after a crash cut its last line.
  */
 import { closeSync, constants, fdatasync, fstatSync, ftruncateSync, openSync, readSync, writeSync } from 'node:fs';
-import type { CniResult } from '../cni/types';
-import type { UndoStep } from '../drivers/driver';
-import { journalIoError } from './journal-errors';
-import { JOURNAL_VERSION, readLine, type Line } from './journal-lines';
-import type { AttachmentKey, AttachmentMeta, CommitDetails, NetworkAttachment } from './journal-lines';
-import type { PodNetworksChange } from './journal-record';
+import type { CniResult } from '../../cni/types';
+import type { UndoStep } from '../../drivers/driver';
+import { journalIoError } from './errors';
+import { JOURNAL_VERSION, readLine, type Line } from './lines';
+import type { AttachmentTag, AttachmentMeta, CommitDetails, NetworkAttachment } from './lines';
+import type { PodNetworksChange } from './record';
+import { definedFields } from '../../common/defined-fields';
 
 /** A record file larger than this is not read (a record is a few KiB; hot-plug churn adds a few lines each). */
-export const MAX_RECORD_BYTES = 16 * 1024 * 1024;
+export const MAX_JOURNAL_RECORD_BYTES = 16 * 1024 * 1024;
 
 /**
  * An open record being written by one transaction. Each line is written before the change it describes is
@@ -58,12 +59,12 @@ export class JournalEntry {
   }
 
   /** Records how to undo the change about to be made for `attachment`. */
-  record(step: UndoStep, attachment: AttachmentKey): Promise<void> {
+  record(step: UndoStep, attachment: AttachmentTag): Promise<void> {
     return this.append({ t: 'undo', step, a: attachment, at: new Date().toISOString() });
   }
 
   /** Every step of `attachment` has been undone: the record no longer holds them. */
-  detached(attachment: AttachmentKey): Promise<void> {
+  detached(attachment: AttachmentTag): Promise<void> {
     return this.append({ t: 'detached', a: attachment, at: new Date().toISOString() });
   }
 
@@ -95,7 +96,7 @@ export class JournalEntry {
       t: 'committed',
       result,
       cniVersion,
-      ...(details ? { details } : {}),
+      ...definedFields({ details }),
       at: new Date().toISOString(),
     });
   }
@@ -124,7 +125,7 @@ export function openForAppend(path: string): { fd: number; size: number } {
     const last = Buffer.alloc(1);
     readSync(fd, last, 0, 1, size - 1);
     if (last[0] === 0x0a) return { fd, size };
-    const text = Buffer.alloc(Math.min(size, MAX_RECORD_BYTES));
+    const text = Buffer.alloc(Math.min(size, MAX_JOURNAL_RECORD_BYTES));
     const start = size - text.length;
     readSync(fd, text, 0, text.length, start);
     const cut = text.lastIndexOf(0x0a) + 1;

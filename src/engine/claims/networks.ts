@@ -5,10 +5,11 @@
  * naming no network gives its device to a network whose NAD names its resource (k8s.v1.cni.cncf.io/resourceName), as
  * Multus 4.3 matches them. Pure: the engine supplies the devices (ClaimedDevices) and applies what comes out.
  */
-import type { NetworkSelection } from '../networks/selection';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './claims';
-import type { AttachmentStep } from './attachment-step';
-import type { NetworkAttachment } from './journal';
+import type { NetworkSelection } from '../../networks/selection';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice } from './ports';
+import type { AttachmentStep } from '../attachment-step';
+import type { NetworkAttachment } from '../journal';
+import { definedFields } from '../../common/defined-fields';
 
 const sameNetwork = (sel: NetworkSelection, d: ClaimedNetworkDevice): boolean =>
   d.network !== undefined && sel.namespace === d.network.namespace && sel.name === d.network.name;
@@ -23,11 +24,7 @@ export function withClaimedSelections(
   for (const device of devices) {
     if (!device.network) continue;
     const at = out.findIndex((sel) => sameNetwork(sel, device) && !deviceOf.has(sel));
-    const fromClaim = {
-      ...(device.interfaceName !== undefined ? { interface: device.interfaceName } : {}),
-      ...(device.ips ? { ips: device.ips } : {}),
-      ...(device.mac !== undefined ? { mac: device.mac } : {}),
-    };
+    const fromClaim = definedFields({ interface: device.interfaceName, ips: device.ips, mac: device.mac });
     // What the annotation says of its own selection wins over the claim's config.
     const merged: NetworkSelection =
       at >= 0
@@ -47,7 +44,7 @@ const RESOURCE_NAME = 'k8s.v1.cni.cncf.io/resourceName';
  * The steps with their claimed devices: the device of a claimed selection, or for a network naming a resource, a
  * claimed device of that resource whose claim names no network. Such a step takes no device from the kubelet.
  */
-export function withClaimedDevices(
+export function withClaimedNetworkDevices(
   steps: readonly AttachmentStep[],
   devices: readonly ClaimedNetworkDevice[],
   deviceOf: ReadonlyMap<NetworkSelection, ClaimedNetworkDevice>,

@@ -3,16 +3,11 @@
  * undone, holding its container's leases), except a last line without its newline: a crash in the middle of its
  * append, whose change was never made, ignored as it always was.
  */
-import type { CniResult } from '../cni/types';
-import { CniCode, CniError } from '../cni/errors';
-import type { UndoStep } from '../drivers/driver';
-import {
-  readLine,
-  type AttachmentKey,
-  type AttachmentMeta,
-  type CommitDetails,
-  type NetworkAttachment,
-} from './journal-lines';
+import type { CniResult } from '../../cni/types';
+import { CniCode, CniError } from '../../cni/errors';
+import type { UndoStep } from '../../drivers/driver';
+import { readLine, type AttachmentTag, type AttachmentMeta, type CommitDetails, type NetworkAttachment } from './lines';
+import { definedFields } from '../../common/defined-fields';
 
 export interface TimedEvent {
   readonly at: string;
@@ -22,8 +17,8 @@ export interface TimedEvent {
 
 /** The attachments one change of a running pod's networks adds and removes. */
 export interface PodNetworksChange {
-  readonly add: readonly AttachmentKey[];
-  readonly remove: readonly AttachmentKey[];
+  readonly add: readonly AttachmentTag[];
+  readonly remove: readonly AttachmentTag[];
   /** Set once every addition is complete (what they became): from then on the change is finished, not undone. */
   readonly added?: readonly NetworkAttachment[];
 }
@@ -33,7 +28,7 @@ export interface AttachmentRecord {
   /** The steps still to undo, in the order they were recorded. */
   readonly undo: readonly UndoStep[];
   /** For each step of `undo`, the attachment it belongs to; undefined for steps written in format v0. */
-  readonly undoOwners: readonly (AttachmentKey | undefined)[];
+  readonly undoOwners: readonly (AttachmentTag | undefined)[];
   /**
    * Set when a line cannot be used (a newer format, not JSON, a field missing, cut short): the file and line and why.
    * Such a record is never undone by this daemon, and holds every lease of its container.
@@ -50,20 +45,20 @@ export interface AttachmentRecord {
   readonly changing?: PodNetworksChange;
 }
 
-const sameAttachment = (a: AttachmentKey | undefined, b: AttachmentKey): boolean =>
+const sameAttachment = (a: AttachmentTag | undefined, b: AttachmentTag): boolean =>
   a !== undefined && a.network === b.network && a.ifname === b.ifname;
 
 /** The undo steps a record holds for one of its attachments, in recorded order (none for v0 steps, which name none). */
-export const stepsOf = (record: AttachmentRecord, attachment: AttachmentKey): UndoStep[] =>
+export const attachmentSteps = (record: AttachmentRecord, attachment: AttachmentTag): UndoStep[] =>
   record.undo.filter((_, i) => sameAttachment(record.undoOwners[i], attachment));
 
-const keys = (list: readonly AttachmentKey[]): string => list.map((a) => `${a.network} as ${a.ifname}`).join(', ');
+const keys = (list: readonly AttachmentTag[]): string => list.map((a) => `${a.network} as ${a.ifname}`).join(', ');
 
 /** A record's state, built line by line. */
 class Replay {
   meta: AttachmentMeta | undefined;
   undo: UndoStep[] = [];
-  undoOwners: (AttachmentKey | undefined)[] = [];
+  undoOwners: (AttachmentTag | undefined)[] = [];
   readonly events: TimedEvent[] = [];
   result: CniResult | undefined;
   cniVersion: string | undefined;
@@ -89,7 +84,7 @@ class Replay {
         break;
       }
       case 'event':
-        this.events.push({ at: line.at, what: line.what, ...(line.ms !== undefined ? { ms: line.ms } : {}) });
+        this.events.push({ at: line.at, what: line.what, ...definedFields({ ms: line.ms }) });
         break;
       case 'change':
         this.changing = { add: line.add, remove: line.remove };
@@ -166,12 +161,14 @@ export function replayRecord(text: string, where = ''): ReplayedText {
       undoOwners,
       events,
       deleting,
-      ...(unreadable ? { unreadable } : {}),
-      ...(tornLine ? { tornLine } : {}),
-      ...(result ? { result } : {}),
-      ...(cniVersion ? { cniVersion } : {}),
-      ...(details ? { details } : {}),
-      ...(changing ? { changing } : {}),
+      ...definedFields({
+        unreadable: unreadable || undefined,
+        tornLine: tornLine || undefined,
+        result,
+        cniVersion: cniVersion || undefined,
+        details,
+        changing,
+      }),
     },
   };
 }

@@ -1,7 +1,8 @@
 /** The engine's side of DRA claims at run time: the devices a pod's prepared claims hold, and telling the sink. */
-import type { PodIdentity } from '../cni/types';
-import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './claims';
-import type { EngineContext } from './context';
+import type { PodIdentity } from '../../cni/types';
+import type { ClaimedDeviceOutcome, ClaimedNetworkDevice, PodClaims } from './ports';
+import type { EngineContext } from '../context';
+import { errorMessage } from '../../common/error-message';
 
 /** The devices of the pod's prepared claims (none without DRA, or without the pod's UID). */
 export const claimedDevicesOf = (
@@ -16,6 +17,6 @@ export function reportClaims(ctx: EngineContext, pod: PodIdentity, outcomes: rea
   try {
     ctx.options.claimSink.settled(pod, outcomes);
   } catch (e) {
-    ctx.log.warn({ err: (e as Error).message }, 'the claim sink failed; the pod is attached regardless');
+    ctx.log.warn({ err: errorMessage(e) }, 'the claim sink failed; the pod is attached regardless');
   }
 }

@@ -4,11 +4,12 @@
  * and the undo code will use before any of it is believed. Objects are loose: a field a later v1 daemon adds is kept.
  */
 import { z } from 'zod';
-import type { CniResult, PodIdentity } from '../cni/types';
-import type { UndoStep } from '../drivers/driver';
-import { LEGACY_STEP_KINDS, upgradeStep } from '../drivers/undo';
-import type { NetworkStatusEntry } from '../networks/status';
-import { firstIssue } from '../common/schema-issues';
+import type { CniResult, PodIdentity } from '../../cni/types';
+import type { UndoStep } from '../../drivers/driver';
+import { LEGACY_STEP_KINDS, upgradeStep } from '../../drivers/undo';
+import type { NetworkStatusEntry } from '../../networks/status';
+import { firstIssue } from '../../common/schema-issues';
+import { errorMessage } from '../../common/error-message';
 
 export interface AttachmentMeta {
   readonly containerId: string;
@@ -44,19 +45,19 @@ export interface CommitDetails {
 }
 
 /** One network of a pod: its network definition (key) and its interface in the pod. */
-export interface AttachmentKey {
+export interface AttachmentTag {
   readonly network: string;
   readonly ifname: string;
 }
 
 export type Line = { v?: number } & (
   | { t: 'begin'; meta: AttachmentMeta }
-  | { t: 'undo'; step: UndoStep; a?: AttachmentKey; at: string }
+  | { t: 'undo'; step: UndoStep; a?: AttachmentTag; at: string }
   | { t: 'event'; what: string; ms?: number; at: string }
   | { t: 'committed'; result: CniResult; cniVersion: string; details?: CommitDetails; at: string }
   | { t: 'deleting'; at: string }
-  | { t: 'detached'; a: AttachmentKey; at: string }
-  | { t: 'change'; add: AttachmentKey[]; remove: AttachmentKey[]; at: string }
+  | { t: 'detached'; a: AttachmentTag; at: string }
+  | { t: 'change'; add: AttachmentTag[]; remove: AttachmentTag[]; at: string }
   | { t: 'added'; attachments: NetworkAttachment[]; at: string }
 );
 
@@ -144,7 +145,7 @@ export function readLine(raw: string): ReadLine {
   try {
     value = JSON.parse(raw);
   } catch (e) {
-    return { ok: false, why: `not JSON (${(e as Error).message})` };
+    return { ok: false, why: `not JSON (${errorMessage(e)})` };
   }
   const v = versionOf(value);
   if (typeof v === 'number' && v > JOURNAL_VERSION) {

@@ -56,8 +56,20 @@ const unexpected = (req: AttachRequest, e: unknown): CniError =>
         (e as Error).stack ?? '',
       );
 
+/** One ADD as each of its steps sees it: the engine, the call, and what the API knows of the pod. */
+interface AddCall {
+  readonly ctx: EngineContext;
+  readonly req: AttachRequest;
+  readonly annotations: PodAnnotations;
+  /** The devices the pod's DRA claims give its networks: read once, so the plan and the report agree. */
+  readonly claimed: readonly ClaimedNetworkDevice[];
+}
+
+const planOf = ({ ctx, req, annotations, claimed }: AddCall): ReturnType<typeof planPod> =>
+  planPod({ settings: ctx.options, networks: ctx.networks, drivers: ctx.drivers, req, annotations, claimed });
+
 /** The failure, with what a rollback that did not finish left behind. */
-function afterRollback(ctx: EngineContext, req: AttachRequest, cause: CniError, undone: Result<void>): CniError {
+function afterRollback({ ctx, req }: AddCall, cause: CniError, undone: Result<void>): CniError {
   if (undone.ok) return cause;
   const { containerId, ifname } = req;
   ctx.log.error({ containerId, ifname, err: undone.error.message }, 'rollback incomplete; recovery will retry');
@@ -78,7 +90,6 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
     podUid = pod.value.uid || podUid;
     if (pod.value.claims?.length) named = { namespace: req.args.podNamespace, claims: pod.value.claims };
   }
-  // The devices the pod's DRA claims give its networks: read once, so the plan and the report agree.
   const claimed = claimedDevicesOf(ctx, podUid, named);
   const notOffered = claimedNotOffered(claimed);
   if (notOffered) {
@@ -92,7 +103,8 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, elsewhere));
     return err(elsewhere);
   }
-  const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations, claimed));
+  const call: AddCall = { ctx, req, annotations: podAnnotations, claimed };
+  const added = await ctx.locks.run(req.containerId, () => addLocked(call));
   if (!added.ok) {
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
     reportClaims(ctx, podIdentityOf(req), failedOutcomes(claimed, added.error.message));
@@ -100,12 +112,8 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   return added;
 }
 
-async function addLocked(
-  ctx: EngineContext,
-  req: AttachRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<CniResult>> {
+async function addLocked(call: AddCall): Promise<Result<CniResult>> {
+  const { ctx, req } = call;
   // A teardown still under way, of this attachment or in its netns, is waited for: nothing of it is reused. One that
   // failed is handed back, and its record undone here.
   await ctx.teardown?.beforeAdd(req.containerId, req.ifname, req.netns);
@@ -114,26 +122,22 @@ async function addLocked(
   if (existing?.result && !existing.deleting) {
     // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
     if (existing.meta.netns !== req.netns) return err(attachedElsewhere(req, existing.meta.netns));
-    const other = otherAttachments(ctx, existing, req, annotations, claimed);
+    const other = otherAttachments(call, existing);
     return other ? err(other) : ok(existing.result);
   }
   if (existing) {
     const cleaned = await undoRecord(ctx.tx, existing);
     if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
   }
-  const prepared = await prepare(ctx, req, annotations, claimed);
+  const prepared = await prepare(call);
   if (!prepared.ok) return prepared;
-  return attachAll(ctx, req, prepared.value, claimed);
+  return attachAll(call, prepared.value);
 }
 
 /** Plans and validates everything before touching anything (a bad request leaves nothing), and reserves room. */
-async function prepare(
-  ctx: EngineContext,
-  req: AttachRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<AttachmentStep[]>> {
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
+async function prepare(call: AddCall): Promise<Result<AttachmentStep[]>> {
+  const { ctx, req } = call;
+  const planned = planOf(call);
   if (!planned.ok) return planned;
   const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.options.devices);
   if (!withDevices.ok) return withDevices;
@@ -154,17 +158,15 @@ async function prepare(
 }
 
 /**
- * A failure of an ADD that left taken names to the kernel, once rolled back: the taken-name error if the netns has a
- * planned name (another's: every link of this ADD is gone), as the check before would have said.
+ * A failure of an ADD that left taken names to the kernel, once wholly rolled back: the taken-name error if the netns
+ * has a planned name (another's: every link of this ADD is gone), as the check before would have said.
  */
 async function namedIfTaken(
-  ctx: EngineContext,
-  req: AttachRequest,
+  { ctx, req }: AddCall,
   steps: readonly AttachmentStep[],
   failure: CniError,
-  undone: Result<void>,
 ): Promise<CniError> {
-  if (!undone.ok || namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
+  if (namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
   return takenNameOr(
     ctx.kernel,
     req.netns,
@@ -174,12 +176,8 @@ async function namedIfTaken(
 }
 
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
-async function attachAll(
-  ctx: EngineContext,
-  req: AttachRequest,
-  steps: AttachmentStep[],
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<CniResult>> {
+async function attachAll(call: AddCall, steps: AttachmentStep[]): Promise<Result<CniResult>> {
+  const { ctx, req } = call;
   const meta = {
     containerId: req.containerId,
     ifname: req.ifname,
@@ -194,22 +192,21 @@ async function attachAll(
     throw e;
   });
   try {
-    const attached = await attachInTransaction(ctx, tx, req, steps, claimed);
+    const attached = await attachInTransaction(call, tx, steps);
     if (attached.ok) return attached;
     const undone = await tx.rollback();
-    return err(afterRollback(ctx, req, await namedIfTaken(ctx, req, steps, attached.error, undone), undone));
+    const failure = undone.ok ? await namedIfTaken(call, steps, attached.error) : attached.error;
+    return err(afterRollback(call, failure, undone));
   } catch (e) {
     await tx.close().catch(() => undefined);
-    return err(afterRollback(ctx, req, unexpected(req, e), await tx.rollback()));
+    return err(afterRollback(call, unexpected(req, e), await tx.rollback()));
   }
 }
 
 async function attachInTransaction(
-  ctx: EngineContext,
+  { ctx, req, claimed }: AddCall,
   tx: Transaction,
-  req: AttachRequest,
   steps: readonly AttachmentStep[],
-  claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
   // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
   const attachments: NetworkAttachment[] = [];
@@ -236,18 +233,13 @@ async function attachInTransaction(
  * per CNI_CONTAINERID and CNI_IFNAME until DEL; only a retry gets the stored answer. A plan that cannot be made now (a
  * network deleted since) cannot be compared: the record's answer stands.
  */
-function otherAttachments(
-  ctx: EngineContext,
-  record: AttachmentRecord,
-  req: AttachRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): CniError | undefined {
+function otherAttachments(call: AddCall, record: AttachmentRecord): CniError | undefined {
+  const { req } = call;
   const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
   let asked: string[] | undefined;
   if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];
   else {
-    const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
+    const planned = planOf(call);
     if (!planned.ok) return undefined;
     const steps = planned.value.map((s) => `${s.planned.network.key} as ${s.planned.ifname}`);
     const mapped = record.details ? steps : planned.value.map((s) => s.planned.network.key);

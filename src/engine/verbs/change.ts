@@ -100,7 +100,8 @@ async function planRunningChange(
   const req = runningPodRequest(record);
   // The networks the pod's DRA claims give it stay: they are in the plan as they were at ADD.
   const claimed = claimedDevicesOf(ctx, record.meta.pod.uid);
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, true, claimed);
+  const { options: settings, networks, drivers } = ctx;
+  const planned = planPod({ settings, networks, drivers, req, annotations, runningPod: true, claimed });
   if (!planned.ok) return planned;
   const attachments = record.details?.attachments ?? [];
   const change = planChange(attachments, planned.value, (s) => s.planned);

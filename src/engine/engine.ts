@@ -12,12 +12,11 @@ import type { CniResult } from '../cni/types';
 import { KeyedMutex } from '../common/keyed-mutex';
 import type { UndoStep } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
-import type { IpamBackend, Lease } from '../ipam';
-import type { KernelPort } from '../kernel/kernel';
+import type { Lease } from '../ipam';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentQuota, attachmentsOf } from './attachment-quota';
-import type { AttachRequest, EngineContext, EngineOptions, SweepReport } from './context';
-import type { AdoptedListOptions, AdoptedSandbox } from './foreign-sandboxes';
+import type { AttachRequest, EngineContext, EngineSeams, EngineWiring, SweepReport } from './context';
+import type { AdoptedListOptions, AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { AttachmentKey, AttachmentRecord, Journal } from './journal';
 import { NetnsGuard } from './netns-guard';
 import { releaseOrphanedLeases } from './orphaned-leases';
@@ -35,15 +34,15 @@ import { gc, sweep } from './verbs/gc';
 import { status } from './verbs/status';
 import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
 
-export type { EngineOptions, SweepReport, SweptAttachment } from './context';
+export type { EnginePorts, EngineSeams, EngineSettings, EngineWiring, SweepReport, SweptAttachment } from './context';
 
 const hostNetnsUnknown = (why: string): string =>
   `cannot identify the host's network namespace (${why}): ` +
   "a CNI_NETNS naming it is refused only if it is also plexusd's own";
 
-/** Why a CNI_NETNS is not a pod's: the options' check, or a NetnsGuard (which logs when it cannot tell the host's). */
-function netnsCheck(options: EngineOptions, log: Logger): (path: string) => CniError | undefined {
-  if (options.podNetnsProblem) return options.podNetnsProblem;
+/** Why a CNI_NETNS is not a pod's: the seam's check, or a NetnsGuard (which logs when it cannot tell the host's). */
+function netnsCheck(seams: EngineSeams, log: Logger): (path: string) => CniError | undefined {
+  if (seams.podNetnsProblem) return seams.podNetnsProblem;
   const guard = new NetnsGuard();
   if (guard.hostUnknown) log.warn(hostNetnsUnknown(guard.hostUnknown));
   return (path) => guard.problem(path);
@@ -51,21 +50,20 @@ function netnsCheck(options: EngineOptions, log: Logger): (path: string) => CniE
 
 export class AttachmentEngine {
   private readonly ctx: EngineContext;
+  private readonly journal: Journal;
+  private readonly networks: NetworkSource;
+  private readonly foreign: ForeignSandboxes | undefined;
 
-  constructor(
-    kernel: KernelPort,
-    ipam: IpamBackend,
-    private readonly journal: Journal,
-    private readonly networks: NetworkSource,
-    drivers: DriverRegistry,
-    private readonly options: EngineOptions,
-    log: Logger,
-  ) {
-    const quota = new AttachmentQuota(journal, options.maxNodeAttachments);
+  constructor({ ports, settings, log, seams = {} }: EngineWiring) {
+    const { journal, statusSink = noStatusSink, kernel, ipam, drivers, ...verbPorts } = ports;
+    this.journal = journal;
+    this.networks = ports.networks;
+    this.foreign = ports.foreign;
+    const quota = new AttachmentQuota(journal, settings.maxNodeAttachments);
     const recentlyRemoved = new RecentlyRemoved();
     const report = (tell: (sink: StatusSink) => void): void => {
       try {
-        tell(options.statusSink ?? noStatusSink);
+        tell(statusSink);
       } catch (e) {
         log.warn({ err: (e as Error).message }, 'the status sink failed; the pod is attached regardless');
       }
@@ -78,19 +76,21 @@ export class AttachmentEngine {
         recentlyRemoved.add(record.meta.containerId, record.meta.ifname);
       },
     };
-    const podNetnsProblem = netnsCheck(options, log);
-    const locks = new KeyedMutex();
-    const ports = { kernel, ipam, networks, drivers, options, log };
-    const teardown = options.teardown
-      ? new BackgroundTeardown({ journal, undo: tx.undo, closed: tx.removed, log }, options.teardown)
+    const teardown = settings.teardown
+      ? new BackgroundTeardown({ journal, undo: tx.undo, closed: tx.removed, log }, settings.teardown)
       : undefined;
     this.ctx = {
-      ...ports,
-      locks,
+      ...verbPorts,
+      kernel,
+      ipam,
+      drivers,
+      settings,
+      log,
+      locks: new KeyedMutex(),
       tx,
       quota,
       recentlyRemoved,
-      podNetnsProblem,
+      podNetnsProblem: netnsCheck(seams, log),
       report,
       ...(teardown ? { teardown } : {}),
     };
@@ -167,7 +167,7 @@ export class AttachmentEngine {
 
   /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl and the orphan sweep. */
   adopted(options?: AdoptedListOptions): AdoptedSandbox[] {
-    return this.options.foreign?.list(options) ?? [];
+    return this.foreign?.list(options) ?? [];
   }
 
   /** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */

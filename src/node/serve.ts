@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { DaemonServer } from '../api/server';
 import { prepareSocketDir } from '../api/socket-dir';
 import type { DraDriver } from '../dra';
-import { AttachmentEngine } from '../engine/engine';
+import { AttachmentEngine, type EngineSettings } from '../engine/engine';
 import { fanOut } from '../engine/status-sink';
 import { daemonTeardownSettings } from '../engine/teardown/background';
 import { DaemonHealth, type ExternalProblem } from '../metrics/health';
@@ -29,37 +29,45 @@ export function makeEngine(
 ): AttachmentEngine {
   const { api } = cluster;
   const { devices, foreign } = plumbing;
-  const engine = new AttachmentEngine(
-    node.kernel,
-    cluster.ipam,
-    node.journal,
-    cluster.networks,
-    plumbing.drivers,
-    {
-      cniBinDir: config.cniBinDir,
-      naming: config.naming,
-      selectionAnnotation: config.selectionAnnotation,
-      defaultNetworks: config.defaultNetworks,
-      limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
-      maxNodeAttachments: config.maxNodeAttachments,
-      ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
-      ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
-      namespaceIsolation: config.namespaceIsolation,
-      globalNamespaces: config.globalNamespaces,
-      systemNamespaces: config.systemNamespaces,
+  const engine = new AttachmentEngine({
+    ports: {
+      kernel: node.kernel,
+      ipam: cluster.ipam,
+      journal: node.journal,
+      networks: cluster.networks,
+      drivers: plumbing.drivers,
       ...(foreign ? { foreign } : {}),
-      ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
-      ...(config.auxiliaryChain ? { auxiliaryChain: config.auxiliaryChain } : {}),
       ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
       ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
-      ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
-      // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
-      teardown: daemonTeardownSettings(),
+      ...(devices ? { devices } : {}),
     },
+    settings: engineSettings(config, devices !== undefined),
     log,
-  );
+  });
   api?.plugEngine(engine);
   return engine;
+}
+
+/** The engine's settings, from plexusd's flags; device-info files are read only where a device source is. */
+function engineSettings(config: DaemonConfig, withDevices: boolean): EngineSettings {
+  return {
+    cniBinDir: config.cniBinDir,
+    naming: config.naming,
+    selectionAnnotation: config.selectionAnnotation,
+    defaultNetworks: config.defaultNetworks,
+    limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
+    maxNodeAttachments: config.maxNodeAttachments,
+    ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
+    ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+    namespaceIsolation: config.namespaceIsolation,
+    globalNamespaces: config.globalNamespaces,
+    systemNamespaces: config.systemNamespaces,
+    ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
+    ...(config.auxiliaryChain ? { auxiliaryChain: config.auxiliaryChain } : {}),
+    ...(withDevices ? { deviceInfoDir: config.deviceInfoDir } : {}),
+    // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
+    teardown: daemonTeardownSettings(),
+  };
 }
 
 const takeoverProblems = (takeover: MultusTakeover | undefined): ExternalProblem[] =>

@@ -66,7 +66,7 @@ interface AddCall {
 }
 
 const planOf = ({ ctx, req, annotations, claimed }: AddCall): ReturnType<typeof planPod> =>
-  planPod({ settings: ctx.options, networks: ctx.networks, drivers: ctx.drivers, req, annotations, claimed });
+  planPod({ settings: ctx.settings, networks: ctx.networks, drivers: ctx.drivers, req, annotations, claimed });
 
 /** The failure, with what a rollback that did not finish left behind. */
 function afterRollback({ ctx, req }: AddCall, cause: CniError, undone: Result<void>): CniError {
@@ -83,8 +83,8 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
   let podAnnotations: PodAnnotations;
   let podUid = req.args.podUid;
   let named: PodClaims | undefined;
-  if (ctx.options.pods && req.args.podNamespace && req.args.podName) {
-    const pod = await ctx.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
+  if (ctx.pods && req.args.podNamespace && req.args.podName) {
+    const pod = await ctx.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
     if (!pod.ok) return pod;
     podAnnotations = pod.value.annotations;
     podUid = pod.value.uid || podUid;
@@ -139,7 +139,7 @@ async function prepare(call: AddCall): Promise<Result<AttachmentStep[]>> {
   const { ctx, req } = call;
   const planned = planOf(call);
   if (!planned.ok) return planned;
-  const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.options.devices);
+  const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.devices);
   if (!withDevices.ok) return withDevices;
   const steps = withDevices.value;
   const netnsProblem = ctx.podNetnsProblem(req.netns);

@@ -18,7 +18,7 @@ export async function attachStep(
 ): Promise<Result<NetworkAttachment>> {
   const label = `${step.planned.network.key} as ${step.planned.ifname}`;
   const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
-  const { hostLinkGroup, cniBinDir } = ctx.options;
+  const { hostLinkGroup, cniBinDir } = ctx.settings;
   const env: DriverEnv = {
     kernel: ctx.kernel,
     ipam: ctx.ipam,
@@ -33,7 +33,7 @@ export async function attachStep(
     return err(attached.error.withContext(`attaching network ${label}`));
   }
   await tx.event(`attach ${label} (${step.driver.type})`, performance.now() - started);
-  const deviceInfo = deviceInfoOf(step, ctx.options.deviceInfoDir, ctx.log);
+  const deviceInfo = deviceInfoOf(step, ctx.settings.deviceInfoDir, ctx.log);
   const kubeletDevice = step.request.options?.kubeletDevice;
   return ok({
     network: owner.network,

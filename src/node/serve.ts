@@ -19,14 +19,16 @@ import type { DaemonConfig } from './config';
 import type { DevicesAndDrivers } from './devices-and-drivers';
 import type { NodeState } from './node-state';
 
-export function makeEngine(
-  config: DaemonConfig,
-  log: Logger,
-  node: NodeState,
-  cluster: ClusterParts,
-  plumbing: DevicesAndDrivers,
-  dra: DraDriver | undefined,
-): AttachmentEngine {
+/** What the engine is plugged into: the node's state, the cluster's parts, devices and drivers, DRA. */
+export interface EngineParts {
+  readonly node: NodeState;
+  readonly cluster: ClusterParts;
+  readonly plumbing: DevicesAndDrivers;
+  readonly dra: DraDriver | undefined;
+}
+
+export function makeEngine(config: DaemonConfig, log: Logger, parts: EngineParts): AttachmentEngine {
+  const { node, cluster, plumbing, dra } = parts;
   const { api } = cluster;
   const { devices, foreign } = plumbing;
   const engine = new AttachmentEngine({

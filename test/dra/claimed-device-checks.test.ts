@@ -109,7 +109,7 @@ before(async () => {
   if (!resources.ok) throw resources.error;
   const api = { request: () => Promise.resolve({ ok: true, value: { items: [] } }) } as unknown as KubeApiClient;
   const settings = { nodeName: 'n1', kubeletRoot: join(dir, 'kubelet'), stateDir: join(dir, 'state') };
-  const dra = DraDriver.create(resources.value, api, settings, pino({ level: 'silent' }))!;
+  const dra = DraDriver.create(resources.value, { api }, settings, pino({ level: 'silent' }))!;
   kernel = new Kernel();
   engine = new AttachmentEngine({
     ports: {

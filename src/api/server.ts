@@ -20,6 +20,7 @@ import { toWireAttachment, type WireGcReport } from './wire';
 import type { CniCallObserver } from '../metrics/metrics';
 
 const MAX_BODY = 4 * 1024 * 1024;
+const RUNTIME_LEFT = 'the runtime closed its connection before the answer (it gave up on the call)';
 
 export interface ServerState {
   ready: boolean;
@@ -144,9 +145,14 @@ export class DaemonServer {
     } catch (e) {
       return sendCni(res, errorReply('1.1.0', apiErrors.malformed((e as Error).message)));
     }
+    // A runtime that gives up (its deadline: containerd kills plexus-cni) closes the connection before the answer.
+    const runtime = new AbortController();
+    res.once('close', () => {
+      if (!res.writableEnded) runtime.abort(RUNTIME_LEFT);
+    });
     const ran = await this.limiter.run(async () => {
       try {
-        return await handleCniCall(call, this.engine, this.log);
+        return await handleCniCall(call, { engine: this.engine, log: this.log, signal: runtime.signal });
       } catch (e) {
         this.log.error({ err: e }, 'CNI call crashed');
         return internalErrorReply(call.stdin, e);

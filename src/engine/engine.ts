@@ -139,8 +139,9 @@ export class AttachmentEngine {
     return this.ctx.teardown?.stats();
   }
 
-  add(req: AttachRequest): Promise<Result<CniResult>> {
-    return add(this.ctx, req);
+  /** ADD; `signal` aborted (the runtime gave up) stops it at the next safe point, rolled back as a failed ADD. */
+  add(req: AttachRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
+    return add(this.ctx, req, signal);
   }
 
   del(req: AttachRequest): Promise<Result<void>> {

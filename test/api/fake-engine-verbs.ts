@@ -29,6 +29,8 @@ export class FakeEngineVerbs implements EngineVerbs {
   throws: Error | undefined;
   /** Held until released, when set: each verb waits on it (to fill the API's call slots). */
   gate: Promise<void> | undefined;
+  /** The signal each ADD was handed (aborted when the runtime's connection closed before the answer). */
+  readonly addSignals: (AbortSignal | undefined)[] = [];
   attachmentRecords: AttachmentRecord[] = [];
   networkErrors: CniError[] = [];
 
@@ -39,7 +41,8 @@ export class FakeEngineVerbs implements EngineVerbs {
     return answer;
   }
 
-  add(req: AttachRequest): Promise<Result<CniResult>> {
+  add(req: AttachRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
+    this.addSignals.push(signal);
     return this.answer('add', req, this.addAnswer);
   }
   del(req: AttachRequest): Promise<Result<void>> {

@@ -4,6 +4,7 @@
  * committed attachment gets the stored answer.
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
+import { abortReason } from '../../common/abort';
 import type { CniResult } from '../../cni/types';
 import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
 import type { AttachRequest, EngineContext, PodAnnotations } from '../context';
@@ -47,6 +48,14 @@ function repeatedAddDiffers(
   return new CniError(CniCode.InvalidEnvironment, message, details);
 }
 
+/** An ADD its runtime gave up on (it closed its connection), stopped at a safe point and rolled back. */
+const abandoned = (req: AttachRequest, signal: AbortSignal): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `ADD ${req.containerId}/${req.ifname} stopped: ${abortReason(signal)}`,
+    'what it had made is undone; a retried ADD starts afresh',
+  );
+
 const unexpected = (req: AttachRequest, e: unknown): CniError =>
   e instanceof CniError
     ? e
@@ -63,7 +72,13 @@ interface AddCall {
   readonly annotations: PodAnnotations;
   /** The devices the pod's DRA claims give its networks: read once, so the plan and the report agree. */
   readonly claimed: readonly ClaimedNetworkDevice[];
+  /** Aborted when the runtime has given up on this ADD: it stops at the next safe point and rolls back. */
+  readonly signal: AbortSignal | undefined;
 }
+
+/** The error to stop with when the runtime has given up on the call, at a safe point (nothing half-made). */
+const givenUp = ({ req, signal }: AddCall): CniError | undefined =>
+  signal?.aborted ? abandoned(req, signal) : undefined;
 
 const planOf = ({ ctx, req, annotations, claimed }: AddCall): ReturnType<typeof planPod> =>
   planPod({ settings: ctx.settings, networks: ctx.networks, drivers: ctx.drivers, req, annotations, claimed });
@@ -77,7 +92,7 @@ function afterRollback({ ctx, req }: AddCall, cause: CniError, undone: Result<vo
   return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}${left}`);
 }
 
-export async function add(ctx: EngineContext, req: AttachRequest): Promise<Result<CniResult>> {
+export async function add(ctx: EngineContext, req: AttachRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
   // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
   // that cannot be found gets no event: the name may be another pod's now.
   let podAnnotations: PodAnnotations;
@@ -103,7 +118,7 @@ export async function add(ctx: EngineContext, req: AttachRequest): Promise<Resul
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, elsewhere));
     return err(elsewhere);
   }
-  const call: AddCall = { ctx, req, annotations: podAnnotations, claimed };
+  const call: AddCall = { ctx, req, annotations: podAnnotations, claimed, signal };
   const added = await ctx.locks.run(req.containerId, () => addLocked(call));
   if (!added.ok) {
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
@@ -129,6 +144,9 @@ async function addLocked(call: AddCall): Promise<Result<CniResult>> {
     const cleaned = await undoRecord(ctx.tx, existing);
     if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
   }
+  // Waiting for the container's lock or a teardown may outlast the runtime's patience.
+  const left = givenUp(call);
+  if (left) return err(left);
   const prepared = await prepare(call);
   if (!prepared.ok) return prepared;
   return attachAll(call, prepared.value);
@@ -204,19 +222,25 @@ async function attachAll(call: AddCall, steps: AttachmentStep[]): Promise<Result
 }
 
 async function attachInTransaction(
-  { ctx, req, claimed }: AddCall,
+  call: AddCall,
   tx: Transaction,
   steps: readonly AttachmentStep[],
 ): Promise<Result<CniResult>> {
-  // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
+  const { ctx, req, claimed, signal } = call;
+  // Attachments run one after another, in plan order (NPWG); the first failure undoes them all, and so does a
+  // runtime that gave up meanwhile (checked between attachments, and before the commit).
   const attachments: NetworkAttachment[] = [];
   for (const step of steps) {
-    const attached = await attachStep(ctx, tx, step);
-    if (!attached.ok) return attached;
+    const left = givenUp(call);
+    if (left) return err(left);
+    const attached = await attachStep(ctx, { tx, step, signal });
+    if (!attached.ok) return err(givenUp(call) ?? attached.error);
     attachments.push(attached.value);
   }
   const routed = await applyDefaultRoute(ctx.kernel, req.netns, steps, attachments);
   if (!routed.ok) return routed;
+  const left = givenUp(call);
+  if (left) return err(left);
   const final = routed.value;
   const result = mergeResults(final.map((a) => a.result));
   const status = networkStatus(final);

@@ -4,6 +4,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { err, ok, type Result } from '../../cni/errors';
+import { definedFields } from '../../common/defined-fields';
 import type { DriverEnv } from '../../drivers/driver';
 import type { EngineContext } from '../context';
 import { deviceInfoOf } from '../device-info';
@@ -11,10 +12,16 @@ import type { NetworkAttachment } from '../journal';
 import type { AttachmentStep } from '../plan';
 import type { Transaction } from '../transaction';
 
+/** One step of a transaction: what it attaches, and the signal of the call it serves (if it can be given up on). */
+export interface StepRun {
+  readonly tx: Transaction;
+  readonly step: AttachmentStep;
+  readonly signal?: AbortSignal | undefined;
+}
+
 export async function attachStep(
   ctx: EngineContext,
-  tx: Transaction,
-  step: AttachmentStep,
+  { tx, step, signal }: StepRun,
 ): Promise<Result<NetworkAttachment>> {
   const label = `${step.planned.network.key} as ${step.planned.ifname}`;
   const owner = { network: step.planned.network.key, ifname: step.planned.ifname };
@@ -24,7 +31,7 @@ export async function attachStep(
     ipam: ctx.ipam,
     cniBinDir,
     record: (undo) => tx.record(undo, owner),
-    ...(hostLinkGroup !== undefined ? { hostLinkGroup } : {}),
+    ...definedFields({ hostLinkGroup, signal }),
   };
   const started = performance.now();
   const attached = await step.driver.attach(step.request, step.config, env);

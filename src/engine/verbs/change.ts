@@ -141,7 +141,7 @@ async function applyChange(
   for (const { step, ifname } of change.add) {
     const planned = { ...step.planned, ifname };
     const renamed: AttachmentStep = { ...step, planned, request: { ...step.request, ifname } };
-    const attached = await attachStep(ctx, tx, renamed);
+    const attached = await attachStep(ctx, { tx, step: renamed });
     if (attached.ok) {
       added.push(attached.value);
       continue;

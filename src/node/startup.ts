@@ -46,8 +46,15 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   const takeover = multusTakeover(config, log, cluster);
   const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
-  const parts = { cluster, plumbing, journal: node.journal, kernel: node.kernel };
-  const services = await startServices(config, log, parts, engine, served.spoolDir);
+  const { journal, kernel } = node;
+  const services = await startServices(config, log, {
+    cluster,
+    plumbing,
+    journal,
+    kernel,
+    engine,
+    spoolDir: served.spoolDir,
+  });
   await shareHostLocalLeases(node, cluster, log);
   // The takeover's first attempt, at once, must find what Whereabouts holds read.
   if (takeover) await cluster.clusterIpam?.readWhereabouts(clusterNetworksOf(cluster.networks));

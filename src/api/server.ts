@@ -183,7 +183,7 @@ export class DaemonServer {
       body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok)
       return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
-    const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun);
+    const report: WireGcReport = await this.engine.sweep(staleReason(parsed.value), { dryRun: parsed.value.dryRun });
     send(res, 200, JSON.stringify(report));
   }
 

@@ -79,6 +79,11 @@ export interface EngineWiring {
   readonly seams?: EngineSeams;
 }
 
+/** How a sweep or a lease release runs: for real, or only saying what it would remove (`dryRun`). */
+export interface SweepMode {
+  readonly dryRun: boolean;
+}
+
 export interface SweptAttachment {
   readonly containerId: string;
   readonly ifname: string;

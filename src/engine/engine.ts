@@ -15,7 +15,7 @@ import type { DriverRegistry } from '../drivers/registry';
 import type { Lease } from '../ipam';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentQuota, attachmentsOf } from './attachment-quota';
-import type { AttachRequest, EngineContext, EngineSeams, EngineWiring, SweepReport } from './context';
+import type { AttachRequest, EngineContext, EngineSeams, EngineWiring, SweepMode, SweepReport } from './context';
 import type { AdoptedListOptions, AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { AttachmentKey, AttachmentRecord, Journal } from './journal';
 import { NetnsGuard } from './netns-guard';
@@ -34,7 +34,15 @@ import { gc, sweep } from './verbs/gc';
 import { status } from './verbs/status';
 import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
 
-export type { EnginePorts, EngineSeams, EngineSettings, EngineWiring, SweepReport, SweptAttachment } from './context';
+export type {
+  EnginePorts,
+  EngineSeams,
+  EngineSettings,
+  EngineWiring,
+  SweepMode,
+  SweepReport,
+  SweptAttachment,
+} from './context';
 
 const hostNetnsUnknown = (why: string): string =>
   `cannot identify the host's network namespace (${why}): ` +
@@ -181,8 +189,8 @@ export class AttachmentEngine {
   }
 
   /** Removes every attachment `stale` gives a reason for, then orphaned leases and drivers' state (verbs/gc.ts). */
-  sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<SweepReport> {
-    return sweep(this.ctx, stale, dryRun);
+  sweep(stale: (record: AttachmentRecord) => string | undefined, mode: SweepMode): Promise<SweepReport> {
+    return sweep(this.ctx, stale, mode);
   }
 
   status(req: Extract<CniRequest, { command: 'STATUS' }>): Promise<Result<void>> {
@@ -190,7 +198,7 @@ export class AttachmentEngine {
   }
 
   /** Releases the leases no journal record holds, and returns them; with dryRun only returns them. */
-  releaseOrphanedLeases(dryRun = false): Promise<Lease[]> {
+  releaseOrphanedLeases({ dryRun }: SweepMode = { dryRun: false }): Promise<Lease[]> {
     return releaseOrphanedLeases({ ...this.ctx, journal: this.journal }, dryRun);
   }
 }

@@ -66,7 +66,7 @@ export class FakeEngineVerbs implements EngineVerbs {
   listNetworks(): ReturnType<EngineVerbs['listNetworks']> {
     return { networks: [], errors: this.networkErrors };
   }
-  sweep(...[, dryRun]: Parameters<EngineVerbs['sweep']>): Promise<SweepReport> {
+  sweep(...[, { dryRun }]: Parameters<EngineVerbs['sweep']>): Promise<SweepReport> {
     this.calls.push({ verb: 'sweep', request: { dryRun } });
     return Promise.resolve({ removed: [], kept: 0, failures: [], leases: [], leasesReleased: 0, dryRun });
   }

@@ -212,7 +212,7 @@ describe('the engine on an in-memory kernel', () => {
       requestedIps: [],
     });
     assert.deepEqual(
-      await bed.engine.releaseOrphanedLeases(true).then((l) => l.map((x) => x.containerId)),
+      await bed.engine.releaseOrphanedLeases({ dryRun: true }).then((l) => l.map((x) => x.containerId)),
       ['gone'],
       'the dry run lists it',
     );

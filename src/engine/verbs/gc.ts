@@ -6,7 +6,7 @@
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniRequest } from '../../cni/request';
 import { delegationForced } from '../../networks/planner';
-import type { EngineContext, SweepReport, SweptAttachment } from '../context';
+import type { EngineContext, SweepMode, SweepReport, SweptAttachment } from '../context';
 import type { AdoptedSandbox } from '../foreign-sandboxes';
 import type { AttachmentRecord } from '../journal';
 import { releaseOrphanedLeases } from '../orphaned-leases';
@@ -26,7 +26,7 @@ export async function gc(ctx: EngineContext, req: GcRequest): Promise<Result<voi
     r.meta.cniNetwork !== req.networkName || valid.has(keyOf(r.meta.containerId, r.meta.ifname))
       ? undefined
       : 'not listed by the runtime';
-  const swept = await sweep(ctx, stale, false);
+  const swept = await sweep(ctx, stale, { dryRun: false });
   const failures = swept.failures.map((f) => f.error);
   for (const s of adoptedStale(ctx, req, valid)) {
     const r = await ctx.locks.run(s.containerId, async () => ctx.foreign?.del(adoptedDel(s)));
@@ -70,7 +70,7 @@ function sweepOne(ctx: EngineContext, listed: AttachmentRecord, stale: Stale, dr
  * so an ADD or DEL that raced in wins), then releases leases without an attachment and lets delegated plugins
  * GC their own state. With `dryRun`, only says what it would remove.
  */
-export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): Promise<SweepReport> {
+export async function sweep(ctx: EngineContext, stale: Stale, { dryRun }: SweepMode): Promise<SweepReport> {
   const removed: SweptAttachment[] = [];
   const failures: (SweptAttachment & { readonly error: string })[] = [];
   let kept = 0;

@@ -16,7 +16,15 @@ export const errorReply = (cniVersion: string, e: CniError): CniReply => ({
   stdout: `${JSON.stringify({ cniVersion, ...e.toJSON() })}\n`,
 });
 
-export async function handleCniCall(call: ForwardedCall, engine: CniVerbs, log: Logger): Promise<CniReply> {
+/** What a CNI call is handled with: the engine's verbs, the log, and the signal of the runtime's connection. */
+export interface CniCallContext {
+  readonly engine: CniVerbs;
+  readonly log: Logger;
+  /** Aborted when the runtime has given up on the call (its connection closed before the answer). */
+  readonly signal?: AbortSignal;
+}
+
+export async function handleCniCall(call: ForwardedCall, { engine, log, signal }: CniCallContext): Promise<CniReply> {
   const parsed = parseCniRequest(call);
   if (!parsed.ok) {
     log.warn(
@@ -55,7 +63,7 @@ export async function handleCniCall(call: ForwardedCall, engine: CniVerbs, log: 
       return r.ok ? { exitCode: 0, stdout: '' } : fail(r.error);
     }
     case 'ADD': {
-      const r = await engine.add(req);
+      const r = await engine.add(req, signal);
       if (!r.ok) return fail(r.error);
       log.info(
         {

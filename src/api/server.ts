@@ -21,6 +21,7 @@ import type { CniCallObserver } from '../metrics/metrics';
 import { errorMessage } from '../common/error-message';
 
 const MAX_BODY = 4 * 1024 * 1024;
+const RUNTIME_LEFT = 'the runtime closed its connection before the answer (it gave up on the call)';
 
 export interface ServerState {
   ready: boolean;
@@ -145,9 +146,14 @@ export class DaemonServer {
     } catch (e) {
       return sendCni(res, errorReply('1.1.0', apiErrors.malformed(errorMessage(e))));
     }
+    // A runtime that gives up (its deadline: containerd kills plexus-cni) closes the connection before the answer.
+    const runtime = new AbortController();
+    res.once('close', () => {
+      if (!res.writableEnded) runtime.abort(RUNTIME_LEFT);
+    });
     const ran = await this.limiter.run(async () => {
       try {
-        return await handleCniCall(call, this.engine, this.log);
+        return await handleCniCall(call, { engine: this.engine, log: this.log, signal: runtime.signal });
       } catch (e) {
         this.log.error({ err: e }, 'CNI call crashed');
         return internalErrorReply(call.stdin, e);
@@ -178,7 +184,7 @@ export class DaemonServer {
       body === undefined ? err(apiErrors.tooLarge('GC request', MAX_BODY)) : parseOperatorGc(body.toString('utf8'));
     if (!parsed.ok)
       return send(res, 400, JSON.stringify({ error: parsed.error.message, details: parsed.error.details }));
-    const report = toWireGcReport(await this.engine.sweep(staleReason(parsed.value), parsed.value.dryRun));
+    const report = toWireGcReport(await this.engine.sweep(staleReason(parsed.value), { dryRun: parsed.value.dryRun }));
     send(res, 200, JSON.stringify(report));
   }
 

@@ -37,8 +37,6 @@ export interface DraSettings {
   readonly sysfsRoot?: string;
   readonly inUseByDevicePlugin?: (resourceName: string, deviceID: string) => Promise<boolean>;
   readonly events?: RegistrationEvents;
-  /** Tests read claims another way; default: the API. */
-  readonly claims?: ClaimReader;
   /** The NADs a claim's config may name: Prepare refuses a claim naming one the API does not have. */
   readonly networks?: NetworkReader;
   /** The engine's namespace isolation, applied to the NAD a claim names. */
@@ -47,8 +45,6 @@ export interface DraSettings {
   readonly attachedPods?: () => Promise<ReadonlySet<string>>;
   /** How often prepared claims nobody will unprepare are looked for (also once at start). */
   readonly staleCheckMs?: number;
-  /** Tests ask about pods another way; default: the API. */
-  readonly pods?: PodPresence;
   /**
    * The CDI directory prepared claims' specs go in (plexusd: --cdi-dir, /var/run/cdi by default); absent: no spec is
    * written and Prepare answers no CDI device IDs (a memif claim's container then gets nothing of its device).
@@ -58,6 +54,16 @@ export interface DraSettings {
   readonly deviceInfoDir?: string;
   /** How long the kubelet may be without a connection to the DRA socket before it counts as gone (default 2 s). */
   readonly kubeletLostAfterMs?: number;
+}
+
+/** What the driver reads and writes outside the node: the API, through these. */
+export interface DraPorts {
+  /** The ResourceSlices and the claims' status are written here. */
+  readonly api: KubeApiClient;
+  /** The ResourceClaims Prepare reads (default: the API's). */
+  readonly claims?: ClaimReader;
+  /** Whether a prepared claim's pods still exist (default: the API's). */
+  readonly pods?: PodPresence;
 }
 
 /** The entries of the records' directory that were not loaded, and records that do not fit the resources file. */
@@ -98,10 +104,11 @@ export class DraDriver {
 
   private constructor(
     resources: readonly ResourceConfig[],
-    api: KubeApiClient,
+    ports: DraPorts,
     private readonly settings: DraSettings,
     private readonly log: Logger,
   ) {
+    const { api } = ports;
     const { nodeName, sysfsRoot } = settings;
     this.inventory = new DraInventory(resources, { nodeName, ...definedFields({ sysfsRoot: sysfsRoot || undefined }) });
     this.prepared = PreparedClaims.open(settings.stateDir);
@@ -118,8 +125,8 @@ export class DraDriver {
       log.child({ component: 'dra-slices' }),
     );
     this.claimStatus = new ClaimStatusSink(api, log.child({ component: 'dra-claim-status' }));
-    this.claimReader = settings.claims ?? new ApiClaimReader(api);
-    this.podPresence = settings.pods ?? new ApiPodPresence(api);
+    this.claimReader = ports.claims ?? new ApiClaimReader(api);
+    this.podPresence = ports.pods ?? new ApiPodPresence(api);
     this.preparer = new ClaimPreparer({
       claims: this.claimReader,
       inventory: this.inventory,
@@ -174,11 +181,11 @@ export class DraDriver {
   /** Nothing to offer (no resource of the file offers dra): undefined. */
   static create(
     resources: readonly ResourceConfig[],
-    api: KubeApiClient,
+    ports: DraPorts,
     settings: DraSettings,
     log: Logger,
   ): DraDriver | undefined {
-    const driver = new DraDriver(resources, api, settings, log);
+    const driver = new DraDriver(resources, ports, settings, log);
     return driver.inventory.offered.length ? driver : undefined;
   }
 

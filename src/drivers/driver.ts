@@ -147,6 +147,11 @@ export interface DriverEnv {
   readonly hostLinkGroup?: number;
   /** Where delegated CNI plugins are found (the daemon's --cni-bin-dir). */
   readonly cniBinDir: string;
+  /**
+   * Aborted when the runtime has given up on the call (it closed its connection): a driver stops at its next safe
+   * point and fails; a delegated plugin still running is killed. The engine then rolls back from the journal.
+   */
+  readonly signal?: AbortSignal;
 }
 
 /** A committed attachment as the journal keeps it, for a driver's own CHECK. */

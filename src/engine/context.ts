@@ -9,6 +9,7 @@ import type { CniRequest } from '../cni/request';
 import type { KeyedMutex } from '../common/keyed-mutex';
 import type { DriverRegistry } from '../drivers/registry';
 import type { IpamBackend, Lease } from '../ipam';
+import type { Journal } from './journal';
 import type { KernelPort } from '../kernel/kernel';
 import type { NetworkSource } from '../networks/source';
 import type { AttachmentQuota } from './attachment-quota';
@@ -28,13 +29,30 @@ export type ContainerRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 
 /** Pod annotations from the API (undefined: the runtime's are used). */
 export type PodAnnotations = Readonly<Record<string, string>> | undefined;
 
-export interface EngineOptions extends PlanSettings {
+/** What the node's operator decides (plexusd's flags): plain data, no behaviour. */
+export interface EngineSettings extends PlanSettings {
   readonly hostLinkGroup?: number;
   readonly cniBinDir: string;
-  /** Told what each pod's networks became (default: nobody). */
-  readonly statusSink?: StatusSink;
   /** Pod interfaces this node may hold at once (--max-node-attachments); unbounded when not set. */
   readonly maxNodeAttachments?: number;
+  /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
+  readonly deviceInfoDir?: string;
+  /**
+   * DEL answers once the record says the attachment is being torn down; its links, then its leases, go in the
+   * background (teardown/). Without it (the in-memory kernel's tests), DEL undoes everything before it answers.
+   */
+  readonly teardown?: TeardownSettings;
+}
+
+/** What the engine reaches outside itself: the node's kernel, IPAM, journal and networks, and the optional sources and sinks. */
+export interface EnginePorts {
+  readonly kernel: KernelPort;
+  readonly ipam: IpamBackend;
+  readonly journal: Journal;
+  readonly networks: NetworkSource;
+  readonly drivers: DriverRegistry;
+  /** Told what each pod's networks became (default: nobody). */
+  readonly statusSink?: StatusSink;
   /** The Kubernetes API's view of pods (their UID and annotations); without it, the runtime's annotations are used. */
   readonly pods?: PodSource;
   /** The devices the kubelet allocated to pods, for networks that name a resource (default: none asked). */
@@ -43,17 +61,27 @@ export interface EngineOptions extends PlanSettings {
   readonly claims?: ClaimedDevices;
   /** Told what each claimed device became (default: nobody). */
   readonly claimSink?: ClaimSink;
-  /** Where device plugins write NPWG device-info files (--device-info-dir); without it, none is read. */
-  readonly deviceInfoDir?: string;
   /** Sandboxes another plugin made before Plexus served the node (Multus's), torn down as it would (default: none). */
   readonly foreign?: ForeignSandboxes;
-  /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard; unit tests on a fake kernel swap it). */
+}
+
+/** What unit tests on the in-memory kernel replace; plexusd never sets these. */
+export interface EngineSeams {
+  /** Why a CNI_NETNS is not a pod's network namespace (default: NetnsGuard, which needs real namespaces). */
   readonly podNetnsProblem?: (path: string) => CniError | undefined;
-  /**
-   * DEL answers once the record says the attachment is being torn down; its links, then its leases, go in the
-   * background (teardown/). Without it (the in-memory kernel's tests), DEL undoes everything before it answers.
-   */
-  readonly teardown?: TeardownSettings;
+}
+
+/** Everything an AttachmentEngine is made from. */
+export interface EngineWiring {
+  readonly ports: EnginePorts;
+  readonly settings: EngineSettings;
+  readonly log: Logger;
+  readonly seams?: EngineSeams;
+}
+
+/** How a sweep or a lease release runs: for real, or only saying what it would remove (`dryRun`). */
+export interface SweepMode {
+  readonly dryRun: boolean;
 }
 
 export interface SweptAttachment {
@@ -73,12 +101,11 @@ export interface SweepReport {
   readonly dryRun: boolean;
 }
 
-export interface EngineContext {
-  readonly kernel: KernelPort;
-  readonly ipam: IpamBackend;
-  readonly networks: NetworkSource;
-  readonly drivers: DriverRegistry;
-  readonly options: EngineOptions;
+/** The ports the verbs use directly (the journal they reach through `tx`, the status sink through `report`). */
+type VerbPorts = Omit<EnginePorts, 'journal' | 'statusSink'>;
+
+export interface EngineContext extends VerbPorts {
+  readonly settings: EngineSettings;
   readonly log: Logger;
   /** Calls for one container run one at a time. */
   readonly locks: KeyedMutex;
@@ -90,6 +117,6 @@ export interface EngineContext {
   readonly podNetnsProblem: (path: string) => CniError | undefined;
   /** Tells the status sink, after the fact: a sink that throws is logged, never fails the call. */
   readonly report: (tell: (sink: StatusSink) => void) => void;
-  /** The background teardown, when DEL answers before the links are gone (EngineOptions.teardown). */
+  /** The background teardown, when DEL answers before the links are gone (EngineSettings.teardown). */
   readonly teardown?: BackgroundTeardown;
 }

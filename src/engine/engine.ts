@@ -12,12 +12,11 @@ import type { CniResult } from '../cni/types';
 import { KeyedMutex } from '../common/keyed-mutex';
 import type { UndoStep } from '../drivers/driver';
 import type { DriverRegistry } from '../drivers/registry';
-import type { IpamBackend, Lease } from '../ipam';
-import type { KernelPort } from '../kernel/kernel';
+import type { Lease } from '../ipam';
 import type { NetworkSource } from '../networks/source';
 import { AttachmentQuota, attachmentsOf } from './attachment-quota';
-import type { ContainerRequest, EngineContext, EngineOptions, SweepReport } from './context';
-import type { AdoptedListOptions, AdoptedSandbox } from './foreign-sandboxes';
+import type { ContainerRequest, EngineContext, EngineSeams, EngineWiring, SweepMode, SweepReport } from './context';
+import type { AdoptedListOptions, AdoptedSandbox, ForeignSandboxes } from './foreign-sandboxes';
 import type { AttachmentTag, AttachmentRecord, Journal } from './journal';
 import { NetnsGuard } from './netns-guard';
 import { releaseOrphanedLeases } from './orphaned-leases';
@@ -37,15 +36,23 @@ import { undoUnfinished, type UnfinishedUndone } from './verbs/unfinished';
 import { errorMessage } from '../common/error-message';
 import { definedFields } from '../common/defined-fields';
 
-export type { EngineOptions, SweepReport, SweptAttachment } from './context';
+export type {
+  EnginePorts,
+  EngineSeams,
+  EngineSettings,
+  EngineWiring,
+  SweepMode,
+  SweepReport,
+  SweptAttachment,
+} from './context';
 
 const hostNetnsUnknown = (why: string): string =>
   `cannot identify the host's network namespace (${why}): ` +
   "a CNI_NETNS naming it is refused only if it is also plexusd's own";
 
-/** Why a CNI_NETNS is not a pod's: the options' check, or a NetnsGuard (which logs when it cannot tell the host's). */
-function netnsCheck(options: EngineOptions, log: Logger): (path: string) => CniError | undefined {
-  if (options.podNetnsProblem) return options.podNetnsProblem;
+/** Why a CNI_NETNS is not a pod's: the seam's check, or a NetnsGuard (which logs when it cannot tell the host's). */
+function netnsCheck(seams: EngineSeams, log: Logger): (path: string) => CniError | undefined {
+  if (seams.podNetnsProblem) return seams.podNetnsProblem;
   const guard = new NetnsGuard();
   if (guard.hostUnknown) log.warn(hostNetnsUnknown(guard.hostUnknown));
   return (path) => guard.problem(path);
@@ -53,21 +60,20 @@ function netnsCheck(options: EngineOptions, log: Logger): (path: string) => CniE
 
 export class AttachmentEngine {
   private readonly ctx: EngineContext;
+  private readonly journal: Journal;
+  private readonly networks: NetworkSource;
+  private readonly foreign: ForeignSandboxes | undefined;
 
-  constructor(
-    kernel: KernelPort,
-    ipam: IpamBackend,
-    private readonly journal: Journal,
-    private readonly networks: NetworkSource,
-    drivers: DriverRegistry,
-    private readonly options: EngineOptions,
-    log: Logger,
-  ) {
-    const quota = new AttachmentQuota(journal, options.maxNodeAttachments);
+  constructor({ ports, settings, log, seams = {} }: EngineWiring) {
+    const { journal, statusSink = noStatusSink, kernel, ipam, drivers, ...verbPorts } = ports;
+    this.journal = journal;
+    this.networks = ports.networks;
+    this.foreign = ports.foreign;
+    const quota = new AttachmentQuota(journal, settings.maxNodeAttachments);
     const recentlyRemoved = new RecentlyRemoved();
     const report = (tell: (sink: StatusSink) => void): void => {
       try {
-        tell(options.statusSink ?? noStatusSink);
+        tell(statusSink);
       } catch (e) {
         log.warn({ err: errorMessage(e) }, 'the status sink failed; the pod is attached regardless');
       }
@@ -80,22 +86,24 @@ export class AttachmentEngine {
         recentlyRemoved.add(record.meta.containerId, record.meta.ifname);
       },
     };
-    const podNetnsProblem = netnsCheck(options, log);
-    const locks = new KeyedMutex();
-    const ports = { kernel, ipam, networks, drivers, options, log };
-    const teardown = options.teardown
+    const teardown = settings.teardown
       ? new BackgroundTeardown(
           { journal, undo: transactionPorts.undo, closed: transactionPorts.removed, log },
-          options.teardown,
+          settings.teardown,
         )
       : undefined;
     this.ctx = {
-      ...ports,
-      locks,
+      ...verbPorts,
+      kernel,
+      ipam,
+      drivers,
+      settings,
+      log,
+      locks: new KeyedMutex(),
       transactionPorts,
       quota,
       recentlyRemoved,
-      podNetnsProblem,
+      podNetnsProblem: netnsCheck(seams, log),
       report,
       ...definedFields({ teardown }),
     };
@@ -144,8 +152,9 @@ export class AttachmentEngine {
     return this.ctx.teardown?.stats();
   }
 
-  add(req: ContainerRequest): Promise<Result<CniResult>> {
-    return add(this.ctx, req);
+  /** ADD; `signal` aborted (the runtime gave up) stops it at the next safe point, rolled back as a failed ADD. */
+  add(req: ContainerRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
+    return add(this.ctx, req, signal);
   }
 
   del(req: ContainerRequest): Promise<Result<void>> {
@@ -172,7 +181,7 @@ export class AttachmentEngine {
 
   /** Sandboxes another plugin made that this node now tears down (Multus's), for plexusctl and the orphan sweep. */
   adopted(options?: AdoptedListOptions): AdoptedSandbox[] {
-    return this.options.foreign?.list(options) ?? [];
+    return this.foreign?.list(options) ?? [];
   }
 
   /** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */
@@ -185,8 +194,8 @@ export class AttachmentEngine {
   }
 
   /** Removes every attachment `stale` gives a reason for, then orphaned leases and drivers' state (verbs/gc.ts). */
-  sweep(stale: (record: AttachmentRecord) => string | undefined, dryRun: boolean): Promise<SweepReport> {
-    return sweep(this.ctx, stale, dryRun);
+  sweep(stale: (record: AttachmentRecord) => string | undefined, mode: SweepMode): Promise<SweepReport> {
+    return sweep(this.ctx, stale, mode);
   }
 
   status(req: Extract<CniRequest, { command: 'STATUS' }>): Promise<Result<void>> {
@@ -194,7 +203,7 @@ export class AttachmentEngine {
   }
 
   /** Releases the leases no journal record holds, and returns them; with dryRun only returns them. */
-  releaseOrphanedLeases(dryRun = false): Promise<Lease[]> {
+  releaseOrphanedLeases({ dryRun }: SweepMode = { dryRun: false }): Promise<Lease[]> {
     return releaseOrphanedLeases({ ...this.ctx, journal: this.journal }, dryRun);
   }
 }

@@ -33,7 +33,13 @@ export async function delByCurrentPlan(req: DelRequest, deps: ForeignDelDeps): P
     const found = await deps.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
     if (found.ok) annotations = found.value.annotations;
   }
-  const planned = planPod(req, deps.settings, deps.networks, deps.drivers, annotations);
+  const planned = planPod({
+    settings: deps.settings,
+    networks: deps.networks,
+    drivers: deps.drivers,
+    req,
+    annotations,
+  });
   if (!planned.ok) {
     deps.log.warn(
       { pod, containerId: req.containerId, err: planned.error.message },

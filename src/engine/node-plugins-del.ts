@@ -15,7 +15,7 @@ type DelRequest = Extract<CniRequest, { command: 'ADD' | 'CHECK' | 'DEL' }>;
 const notForwarded = "DEL of an unknown sandbox not forwarded: the node's network config cannot be read";
 
 export async function forwardUnknownDel(ctx: EngineContext, req: DelRequest): Promise<Result<void>> {
-  const configured = configuredDefaultNetwork(req, ctx.options);
+  const configured = configuredDefaultNetwork(req, ctx.settings);
   if (!configured?.startsWith('/')) return ok(undefined);
   const podNamespace = req.args.podNamespace ?? 'default';
   const chosen = { configured, annotations: {}, podNamespace, networks: ctx.networks, isolation: {} };
@@ -25,7 +25,13 @@ export async function forwardUnknownDel(ctx: EngineContext, req: DelRequest): Pr
     return ok(undefined);
   }
   const args = req.args.raw.map(([k, v]) => `${k}=${v}`).join(';');
-  const env = { containerId: req.containerId, netns: req.netns, ifname: req.ifname, args, path: ctx.options.cniBinDir };
+  const env = {
+    containerId: req.containerId,
+    netns: req.netns,
+    ifname: req.ifname,
+    args,
+    path: ctx.settings.cniBinDir,
+  };
   for (const plugin of [...network.value.plugins].reverse()) {
     const step = ctx.drivers.delegateDel({ plugin: plugin.type, config: JSON.stringify(plugin), env });
     const r = await ctx.drivers.undo(step, { kernel: ctx.kernel, ipam: ctx.ipam });

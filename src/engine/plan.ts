@@ -119,21 +119,29 @@ export const configuredDefaultNetwork = (
 ): string | undefined =>
   typeof req.config.defaultNetwork === 'string' ? req.config.defaultNetwork : settings.defaultNetwork;
 
-/**
- * `podAnnotations`: the pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
- * io.kubernetes.cri.pod-annotations are read instead. `runningPod`: the plan of a running pod's secondary networks
- * (hot-plug): no default network (the pod keeps its own, and its interface name). `claimed`: the devices of the pod's
- * DRA claims, whose networks join the selected ones (claims/networks.ts).
- */
-export function planPod(
-  req: AddRequest,
-  settings: PlanSettings,
-  networks: NetworkSource,
-  drivers: DriverRegistry,
-  podAnnotations?: Readonly<Record<string, string>>,
-  runningPod = false,
-  claimed: readonly ClaimedNetworkDevice[] = [],
-): Result<AttachmentStep[]> {
+/** Where a plan comes from: the node's settings, its networks and the drivers that run them. */
+export interface PlanSources {
+  readonly settings: PlanSettings;
+  readonly networks: NetworkSource;
+  readonly drivers: DriverRegistry;
+}
+
+/** One pod's plan, asked of planPod. */
+export interface PodPlanRequest extends PlanSources {
+  readonly req: AddRequest;
+  /**
+   * The pod's annotations from the Kubernetes API. Without them (a standalone node), the runtime's
+   * io.kubernetes.cri.pod-annotations are read instead.
+   */
+  readonly annotations?: Readonly<Record<string, string>> | undefined;
+  /** The plan of a running pod's secondary networks (hot-plug): no default network (the pod keeps its own). */
+  readonly runningPod?: boolean;
+  /** The devices of the pod's DRA claims, whose networks join the selected ones (claimed-networks.ts). */
+  readonly claimed?: readonly ClaimedNetworkDevice[];
+}
+
+export function planPod(asked: PodPlanRequest): Result<AttachmentStep[]> {
+  const { req, settings, networks, drivers, annotations: podAnnotations, runningPod = false, claimed = [] } = asked;
   const delegate = drivers.delegate;
   let annotations: Readonly<Record<string, string>> = podAnnotations ?? {};
   const rawAnnotations = req.runtimeConfig.get(POD_ANNOTATIONS_CAPABILITY);

@@ -101,7 +101,7 @@ async function reportUnusable(engine: AttachmentEngine, log: Logger): Promise<nu
  */
 async function guardLostRecords(journal: Journal, engine: AttachmentEngine, log: Logger): Promise<boolean> {
   let lost = await journal.lost();
-  if (!lost && journal.missingAtOpen && (await engine.releaseOrphanedLeases(true)).length > 0) {
+  if (!lost && journal.missingAtOpen && (await engine.releaseOrphanedLeases({ dryRun: true })).length > 0) {
     lost = 'the journal directory was missing at start while leases existed';
     const why = lost;
     await journal

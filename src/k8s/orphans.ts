@@ -22,7 +22,7 @@ export interface OrphanSweepTarget {
   removeAdopted(sandbox: AdoptedSandbox): Promise<Result<void>>;
   sweep(
     stale: (record: AttachmentRecord) => string | undefined,
-    dryRun: boolean,
+    mode: { readonly dryRun: boolean },
   ): Promise<{ readonly removed: readonly unknown[]; readonly failures: readonly { readonly error: string }[] }>;
 }
 
@@ -91,7 +91,9 @@ export function sweepOrphans(engine: OrphanSweepTarget, pods: PodsByName, interv
     engine
       .records()
       // A sweep also runs the drivers' own GC: only worth it when something is to go.
-      .then((records) => (records.some((r) => stale(r)) ? engine.sweep(stale, false) : { removed: [], failures: [] }))
+      .then((records) =>
+        records.some((r) => stale(r)) ? engine.sweep(stale, { dryRun: false }) : { removed: [], failures: [] },
+      )
       .then((report) => {
         if (report.removed.length)
           log.warn({ removed: report.removed }, 'removed attachments of pods that are gone without a DEL');

@@ -12,7 +12,9 @@ import type { CallSlots } from '../common/call-slots';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/kubelet-devices';
 import { ExecLimits, execPlugin, PluginPidFiles, PluginProcesses } from '../drivers/delegate';
-import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
+import type { MemifDriverOptions } from '../drivers/memif';
+import type { DraDriver } from '../dra';
+import { heldByClaims } from './dra';
 import { DriverRegistry } from '../drivers/registry';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
@@ -21,11 +23,6 @@ export interface DevicesAndDrivers {
   readonly podResources?: PodResourcesClient;
   /** Where a network naming a resource gets its device: the kubelet's allocations, then other DRA drivers' claims. */
   readonly devices?: DeviceSource;
-  /**
-   * Whether a plexus.io claim holds a device (the device plugin does not offer it meanwhile), and the socket of a memif
-   * device one holds (the memif driver serves it); set once DRA runs.
-   */
-  readonly draHolds: { check?: (resourceName: string, deviceID: string) => boolean; socket?: DeviceSocketLookup };
   readonly devicePlugins?: DevicePlugins;
   readonly slots: CallSlots;
   readonly drivers: DriverRegistry;
@@ -35,17 +32,27 @@ export interface DevicesAndDrivers {
   readonly foreign?: MultusSandboxes;
 }
 
+/** On a Kubernetes node (or with device plugins), networks naming a resource get their device from the kubelet. */
+export const kubeletPodResources = (config: DaemonConfig, api: ApiConnection | undefined) =>
+  api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+
+/** What the devices and drivers are made with, besides plexusd's flags. */
+export interface PlumbingInputs {
+  readonly slots: CallSlots;
+  readonly api: ApiConnection | undefined;
+  readonly podResources: PodResourcesClient | undefined;
+  /** plexusd's DRA driver (--dra): the devices its claims hold are its own. */
+  readonly dra: DraDriver | undefined;
+}
+
 /** Undefined (logged as fatal) when the device plugins' resources file cannot be used. */
 export async function devicesAndDrivers(
   config: DaemonConfig,
   log: Logger,
-  slots: CallSlots,
-  api?: ApiConnection,
+  inputs: PlumbingInputs,
 ): Promise<DevicesAndDrivers | undefined> {
-  // On a Kubernetes node, networks naming a resource get their device from the kubelet's pod-resources API.
-  const podResources = api || config.devicePluginConfig ? new PodResourcesClient(config.podResourcesSocket) : undefined;
+  const { slots, api, podResources, dra } = inputs;
   const devices = api && podResources ? await withOtherDriversClaims(api, podResources, log) : podResources;
-  const draHolds: DevicesAndDrivers['draHolds'] = {};
   const loaded =
     config.devicePluginConfig && podResources
       ? DevicePlugins.load(
@@ -55,7 +62,7 @@ export async function devicesAndDrivers(
             deviceInfoDir: config.deviceInfoDir,
             stateDir: config.stateDir,
             switchReady: () => drivers.ready('memif'),
-            heldByDra: (resourceName, deviceID) => draHolds.check?.(resourceName, deviceID) ?? false,
+            ...(dra ? { heldByDra: heldByClaims(dra) } : {}),
           },
           podResources,
           log,
@@ -75,7 +82,7 @@ export async function devicesAndDrivers(
     lendSlot: (wait) => slots.lendWhile(wait),
   });
   const pluginProcesses = await withLeftoversStopped(config, log);
-  const memif = memifOptions(config, draHolds, api, devicePlugins);
+  const memif = memifOptions(config, { dra, api, devices: devicePlugins });
   const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif });
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
@@ -87,7 +94,7 @@ export async function devicesAndDrivers(
         exec: (call) => execPlugin(call, { limits: execLimits, processes: pluginProcesses }),
       })
     : undefined;
-  const parts = { slots, drivers, pluginProcesses, draHolds };
+  const parts = { slots, drivers, pluginProcesses };
   return { ...parts, ...optional({ podResources, devices, devicePlugins, foreign }) };
 }
 
@@ -124,15 +131,14 @@ async function withOtherDriversClaims(
  */
 function memifOptions(
   config: DaemonConfig,
-  draHolds: DevicesAndDrivers['draHolds'],
-  api?: ApiConnection,
-  devices?: DevicePlugins,
+  from: { dra: DraDriver | undefined; api: ApiConnection | undefined; devices: DevicePlugins | undefined },
 ): MemifDriverOptions {
+  const { dra, api, devices } = from;
   return {
     defaultOvsdbSocket: config.ovsdbSocket,
     owner: api?.nodeName ?? 'plexus',
     deviceSocket: (resource: string, id: string) =>
-      draHolds.socket?.(resource, id) ?? devices?.memifSocket(resource, id),
+      dra?.memifSocket(resource, id) ?? devices?.memifSocket(resource, id),
   };
 }
 

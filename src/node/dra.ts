@@ -1,6 +1,8 @@
 /**
  * DRA (--dra): the resources file's `dra` resources as ResourceSlices and a kubelet DRA plugin (docs/dra.md). Made
- * before the engine, which reads the pods' claimed devices at ADD, and started right after it, before the API caches.
+ * before the devices and drivers, which ask it which devices its claims hold (device-plugins do not offer those, the
+ * memif driver serves their sockets), and before the engine, which reads the pods' claimed devices at ADD; started
+ * right after the engine, before the API caches.
  */
 import type { Logger } from 'pino';
 import type { PodResourcesClient } from '../deviceplugin';
@@ -8,16 +10,19 @@ import { loadResources } from '../deviceplugin/config';
 import type { DraDriver } from '../dra';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
-import type { DevicesAndDrivers } from './devices-and-drivers';
+
+/** What the DRA driver is made with, besides plexusd's flags. */
+export interface DraInputs {
+  readonly api: ApiConnection | undefined;
+  /** The kubelet's allocations: a device one holds is not prepared for a claim. */
+  readonly podResources: PodResourcesClient | undefined;
+  /** UIDs of the pods with attachments here (the engine's records): their claims are never stale. */
+  readonly attachedPods: () => Promise<ReadonlySet<string>>;
+}
 
 /** The DRA driver (not started), or undefined (with the reason logged) when --dra cannot work here. */
-export async function createDra(
-  config: DaemonConfig,
-  log: Logger,
-  api: ApiConnection | undefined,
-  podResources: PodResourcesClient | undefined,
-  attachedPods: () => Promise<ReadonlySet<string>>,
-): Promise<DraDriver | undefined> {
+export async function createDra(config: DaemonConfig, log: Logger, inputs: DraInputs): Promise<DraDriver | undefined> {
+  const { api, podResources, attachedPods } = inputs;
   if (!config.dra) return undefined;
   if (!api || !config.devicePluginConfig) {
     log.warn('--dra needs the Kubernetes API and --device-plugin-config (the resources file): DRA is off');
@@ -28,7 +33,7 @@ export async function createDra(
   const { DraDriver, DEFAULT_KUBELET_ROOT, DEFAULT_CDI_DIR } = await import('../dra');
   const dra = DraDriver.create(
     resources.value,
-    api.client,
+    { api: api.client },
     {
       nodeName: api.nodeName,
       kubeletRoot: config.kubeletRootDir ?? DEFAULT_KUBELET_ROOT,
@@ -46,13 +51,8 @@ export async function createDra(
   return dra;
 }
 
-/**
- * Starts the driver; from then on the device plugin does not offer a device one of its prepared claims holds, and the
- * memif driver serves the sockets of the memif devices they hold.
- */
-export async function startDra(dra: DraDriver, holds: DevicesAndDrivers['draHolds']) {
-  await dra.start();
-  holds.check = (r, id) =>
-    dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === r && d.deviceID === id));
-  holds.socket = (r, id) => dra.memifSocket(r, id);
-}
+/** Whether one of the claims `dra` prepared holds a device: the device plugin does not offer it meanwhile. */
+export const heldByClaims =
+  (dra: DraDriver) =>
+  (resourceName: string, deviceID: string): boolean =>
+    dra.prepared.all().some((c) => c.devices.some((d) => d.resourceName === resourceName && d.deviceID === deviceID));

@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { DaemonServer } from '../api/server';
 import { prepareSocketDir } from '../api/socket-dir';
 import type { DraDriver } from '../dra';
-import { AttachmentEngine } from '../engine/engine';
+import { AttachmentEngine, type EngineSettings } from '../engine/engine';
 import { fanOut } from '../engine/status-sink';
 import { daemonTeardownSettings } from '../engine/teardown/background';
 import { DaemonHealth, type ExternalProblem } from '../metrics/health';
@@ -20,48 +20,57 @@ import type { DevicesAndDrivers } from './devices-and-drivers';
 import type { NodeState } from './node-state';
 import { definedFields } from '../common/defined-fields';
 
-export function makeEngine(
-  config: DaemonConfig,
-  log: Logger,
-  node: NodeState,
-  cluster: ClusterParts,
-  plumbing: DevicesAndDrivers,
-  dra: DraDriver | undefined,
-): AttachmentEngine {
+/** What the engine is plugged into: the node's state, the cluster's parts, devices and drivers, DRA. */
+export interface EngineParts {
+  readonly node: NodeState;
+  readonly cluster: ClusterParts;
+  readonly plumbing: DevicesAndDrivers;
+  readonly dra: DraDriver | undefined;
+}
+
+export function makeEngine(config: DaemonConfig, log: Logger, parts: EngineParts): AttachmentEngine {
+  const { node, cluster, plumbing, dra } = parts;
   const { api } = cluster;
   const { devices, foreign } = plumbing;
-  const engine = new AttachmentEngine(
-    node.kernel,
-    cluster.ipam,
-    node.journal,
-    cluster.networks,
-    plumbing.drivers,
-    {
-      cniBinDir: config.cniBinDir,
-      naming: config.naming,
-      selectionAnnotation: config.selectionAnnotation,
-      defaultNetworks: config.defaultNetworks,
-      limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
-      maxNodeAttachments: config.maxNodeAttachments,
-      ...definedFields({ defaultNetwork: config.defaultNetwork || undefined, hostLinkGroup: config.hostLinkGroup }),
-      namespaceIsolation: config.namespaceIsolation,
-      globalNamespaces: config.globalNamespaces,
-      systemNamespaces: config.systemNamespaces,
-      ...definedFields({
-        foreign,
-        readinessIndicatorFile: config.readinessIndicatorFile || undefined,
-        auxiliaryChain: config.auxiliaryChain || undefined,
-      }),
+  const engine = new AttachmentEngine({
+    ports: {
+      kernel: node.kernel,
+      ipam: cluster.ipam,
+      journal: node.journal,
+      networks: cluster.networks,
+      drivers: plumbing.drivers,
+      ...(foreign ? { foreign } : {}),
       ...(api ? { statusSink: dra ? fanOut(api.sink, dra.statusSink) : api.sink, pods: api.pods } : {}),
       ...(dra ? { claims: dra.claimed, claimSink: dra.claimStatus } : {}),
-      ...(devices ? { devices, deviceInfoDir: config.deviceInfoDir } : {}),
-      // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
-      teardown: daemonTeardownSettings(),
+      ...(devices ? { devices } : {}),
     },
+    settings: engineSettings(config, devices !== undefined),
     log,
-  );
+  });
   api?.plugEngine(engine);
   return engine;
+}
+
+/** The engine's settings, from plexusd's flags; device-info files are read only where a device source is. */
+function engineSettings(config: DaemonConfig, withDevices: boolean): EngineSettings {
+  return {
+    cniBinDir: config.cniBinDir,
+    naming: config.naming,
+    selectionAnnotation: config.selectionAnnotation,
+    defaultNetworks: config.defaultNetworks,
+    limits: { interfacesPerPod: config.maxInterfacesPerPod, annotationBytes: config.maxAnnotationBytes },
+    maxNodeAttachments: config.maxNodeAttachments,
+    ...(config.defaultNetwork ? { defaultNetwork: config.defaultNetwork } : {}),
+    ...(config.hostLinkGroup !== undefined ? { hostLinkGroup: config.hostLinkGroup } : {}),
+    namespaceIsolation: config.namespaceIsolation,
+    globalNamespaces: config.globalNamespaces,
+    systemNamespaces: config.systemNamespaces,
+    ...(config.readinessIndicatorFile ? { readinessIndicatorFile: config.readinessIndicatorFile } : {}),
+    ...(config.auxiliaryChain ? { auxiliaryChain: config.auxiliaryChain } : {}),
+    ...(withDevices ? { deviceInfoDir: config.deviceInfoDir } : {}),
+    // DEL answers before the kernel has deleted the links (docs/performance.md, "DEL").
+    teardown: daemonTeardownSettings(),
+  };
 }
 
 const takeoverProblems = (takeover: MultusTakeover | undefined): ExternalProblem[] =>

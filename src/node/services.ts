@@ -17,14 +17,19 @@ export interface Services {
   readonly stopOrphans?: () => void;
 }
 
-export async function startServices(
-  config: DaemonConfig,
-  log: Logger,
-  parts: { cluster: ClusterParts; plumbing: DevicesAndDrivers; journal: Journal; kernel: KernelPort },
-  engine: AttachmentEngine,
-  spoolDir: string,
-): Promise<Services> {
-  const { cluster, plumbing } = parts;
+/** What the services run beside: the cluster's parts, devices and drivers, the node's journal and kernel, the engine. */
+export interface ServiceParts {
+  readonly cluster: ClusterParts;
+  readonly plumbing: DevicesAndDrivers;
+  readonly journal: Journal;
+  readonly kernel: KernelPort;
+  readonly engine: AttachmentEngine;
+  /** Where plexus-cni spooled the DELs it could not deliver: recovery replays them first. */
+  readonly spoolDir: string;
+}
+
+export async function startServices(config: DaemonConfig, log: Logger, parts: ServiceParts): Promise<Services> {
+  const { cluster, plumbing, engine, spoolDir } = parts;
   const { api, clusterIpam } = cluster;
   const recovery = await recover(spoolDir, engine, log, parts.journal);
   // Until the caches have synced, CNI calls are answered 503 (plexus-cni waits) and STATUS says not ready.

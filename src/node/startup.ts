@@ -13,8 +13,8 @@ import { MultusTakeover, reportMultusServing } from '../install/multus-takeover'
 import { hostLocalStoreProblems } from '../ipam/host-local-audit';
 import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
-import { devicesAndDrivers } from './devices-and-drivers';
-import { createDra, startDra } from './dra';
+import { devicesAndDrivers, kubeletPodResources } from './devices-and-drivers';
+import { createDra } from './dra';
 import { openNodeState, type NodeState } from './node-state';
 import { makeEngine, serve } from './serve';
 import { startServices } from './services';
@@ -31,21 +31,30 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   if (!conflist) return undefined;
   const node = await openNodeState(config, log);
   const cluster = await connectCluster(config, log, node.hostLocal);
-  const plumbing = await devicesAndDrivers(config, log, node.slots, cluster.api);
-  if (!plumbing) return undefined;
+  const { api } = cluster;
+  const podResources = kubeletPodResources(config, api);
   // DRA's stale-claim check asks which pods have attachments here: the engine's records, once it exists.
   const attachedPods = async (): Promise<ReadonlySet<string>> =>
     new Set((await engine.records()).flatMap((r) => r.meta.pod.uid ?? []));
-  const dra = await createDra(config, log, cluster.api, plumbing.podResources, attachedPods);
-  const engine = makeEngine(config, log, node, cluster, plumbing, dra);
+  const dra = await createDra(config, log, { api, podResources, attachedPods });
+  const plumbing = await devicesAndDrivers(config, log, { slots: node.slots, api, podResources, dra });
+  if (!plumbing) return undefined;
+  const engine = makeEngine(config, log, { node, cluster, plumbing, dra });
   // The kubelet's Prepare needs only DRA's records and the API client, and a Prepare it cannot make costs the pod a
   // resync of 60-90 s (docs/dra.md): the plugin is served before the journal's recovery and the API's caches.
-  if (dra) await startDra(dra, plumbing.draHolds);
+  await dra?.start();
   const takeover = multusTakeover(config, log, cluster);
   const served = await serve(config, log, { node, cluster, slots: plumbing.slots, takeover }, engine);
   if (!served) return undefined;
-  const parts = { cluster, plumbing, journal: node.journal, kernel: node.kernel };
-  const services = await startServices(config, log, parts, engine, served.spoolDir);
+  const { journal, kernel } = node;
+  const services = await startServices(config, log, {
+    cluster,
+    plumbing,
+    journal,
+    kernel,
+    engine,
+    spoolDir: served.spoolDir,
+  });
   await shareHostLocalLeases(node, cluster, log);
   // The takeover's first attempt, at once, must find what Whereabouts holds read.
   if (takeover) await cluster.clusterIpam?.readWhereabouts(clusterNetworksOf(cluster.networks));

@@ -7,6 +7,9 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { CniCode, err } from '../../src/cni/errors';
 import { CniError } from '../../src/cni/errors';
+import { request } from 'node:http';
+import type { ContainerRequest } from '../../src/engine/context';
+import { untilTrue } from '../support/until';
 import { ApiBed, type ApiAnswer } from './api-bed';
 
 const ADD_ENV = {
@@ -96,6 +99,34 @@ describe('the API bounds and guards the calls it passes on', () => {
       release();
       assert.equal((await first).exitCode, '0');
       assert.equal(bed.engine.calls.length, 1, 'the refused call never reached the engine');
+    } finally {
+      await bed.close();
+    }
+  });
+
+  it("aborts the ADD's signal when plexus-cni's connection closes before the answer, saying the runtime left", async () => {
+    const bed = await ApiBed.start();
+    try {
+      let release = (): void => undefined;
+      bed.engine.gate = new Promise((resolve) => (release = resolve));
+      const answered = bed.cni(ADD_ENV, CONFIG);
+      const left = request({ socketPath: bed.socketPath, method: 'POST', path: '/v1/cni' });
+      left.on('error', () => undefined);
+      left.end(JSON.stringify({ env: { ...ADD_ENV, CNI_CONTAINERID: 'left' }, stdin: JSON.stringify(CONFIG) }));
+      await untilTrue('both ADDs reach the engine', () => bed.engine.calls.length === 2, 5000);
+      const signalOf = (cid: string) =>
+        bed.engine.addSignals[bed.engine.calls.findIndex((c) => (c.request as ContainerRequest).containerId === cid)];
+      assert.equal(signalOf('left')?.aborted, false, 'not aborted while the runtime waits');
+      left.destroy();
+      await untilTrue(
+        'the signal of the ADD whose runtime left is aborted',
+        () => signalOf('left')?.aborted === true,
+        5000,
+      );
+      assert.match(String(signalOf('left')?.reason), /the runtime closed its connection before the answer/);
+      release();
+      assert.equal((await answered).exitCode, '0');
+      assert.equal(signalOf('c0ffee')?.aborted, false, 'an answered call is never aborted');
     } finally {
       await bed.close();
     }

@@ -29,6 +29,8 @@ export class FakeEngineVerbs implements EngineVerbs {
   throws: Error | undefined;
   /** Held until released, when set: each verb waits on it (to fill the API's call slots). */
   gate: Promise<void> | undefined;
+  /** The signal each ADD was handed (aborted when the runtime's connection closed before the answer). */
+  readonly addSignals: (AbortSignal | undefined)[] = [];
   attachmentRecords: AttachmentRecord[] = [];
   networkErrors: CniError[] = [];
 
@@ -39,7 +41,8 @@ export class FakeEngineVerbs implements EngineVerbs {
     return answer;
   }
 
-  add(req: ContainerRequest): Promise<Result<CniResult>> {
+  add(req: ContainerRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
+    this.addSignals.push(signal);
     return this.answer('add', req, this.addAnswer);
   }
   del(req: ContainerRequest): Promise<Result<void>> {
@@ -63,7 +66,7 @@ export class FakeEngineVerbs implements EngineVerbs {
   listNetworks(): ReturnType<EngineVerbs['listNetworks']> {
     return { networks: [], errors: this.networkErrors };
   }
-  sweep(...[, dryRun]: Parameters<EngineVerbs['sweep']>): Promise<SweepReport> {
+  sweep(...[, { dryRun }]: Parameters<EngineVerbs['sweep']>): Promise<SweepReport> {
     this.calls.push({ verb: 'sweep', request: { dryRun } });
     return Promise.resolve({ removed: [], kept: 0, failures: [], leases: [], leasesReleased: 0, dryRun });
   }

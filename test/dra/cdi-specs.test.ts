@@ -277,7 +277,7 @@ describe('CDI specs on disk', () => {
     writeFileSync(join(cdiDir, cdiSpecFile('uid-held')), '{}');
     const api = { request: () => Promise.resolve({ ok: true, value: {} }) } as unknown as KubeApiClient;
     const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state, cdiDir };
-    DraDriver.create(resources(socketDir), api, settings, silent);
+    DraDriver.create(resources(socketDir), { api }, settings, silent);
     assert.deepEqual(
       readdirSync(cdiDir).sort(),
       [cdiSpecFile('uid-held'), cdiSpecFile('uid-kept'), 'plexus.io-notes.txt', 'vendor.com-gpu.json'].sort(),

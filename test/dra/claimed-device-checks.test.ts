@@ -109,20 +109,15 @@ before(async () => {
   if (!resources.ok) throw resources.error;
   const api = { request: () => Promise.resolve({ ok: true, value: { items: [] } }) } as unknown as KubeApiClient;
   const settings = { nodeName: 'n1', kubeletRoot: join(dir, 'kubelet'), stateDir: join(dir, 'state') };
-  const dra = DraDriver.create(resources.value, api, settings, pino({ level: 'silent' }))!;
+  const dra = DraDriver.create(resources.value, { api }, settings, pino({ level: 'silent' }))!;
   kernel = new Kernel();
-  engine = new AttachmentEngine(
-    kernel,
-    await Ipam.open(join(dir, 'ipam'), { sync: false }),
-    await Journal.open(join(dir, 'journal'), false),
-    new NetworkDirectory(join(dir, 'networks')),
-    new DriverRegistry(),
-    {
-      cniBinDir: DEBIAN_PLUGINS,
-      naming: 'multus',
-      selectionAnnotation: true,
-      defaultNetworks: [],
-      defaultNetwork: 'podnet',
+  engine = new AttachmentEngine({
+    ports: {
+      kernel,
+      ipam: await Ipam.open(join(dir, 'ipam'), { sync: false }),
+      journal: await Journal.open(join(dir, 'journal'), false),
+      networks: new NetworkDirectory(join(dir, 'networks')),
+      drivers: new DriverRegistry(),
       claims: dra.claimed,
       claimSink: { settled: (_pod, outcomes) => settled.push(...outcomes), released: () => undefined },
       statusSink: {
@@ -131,8 +126,15 @@ before(async () => {
         failed: (pod, _cid, e: CniError) => failed.push(`${pod.name}: ${e.message}`),
       },
     },
-    pino({ level: 'silent' }),
-  );
+    settings: {
+      cniBinDir: DEBIAN_PLUGINS,
+      naming: 'multus',
+      selectionAnnotation: true,
+      defaultNetworks: [],
+      defaultNetwork: 'podnet',
+    },
+    log: pino({ level: 'silent' }),
+  });
 });
 after(async () => {
   fx.cleanup();

@@ -324,7 +324,7 @@ describe("a memif record's socket is removed only where Prepare makes it", () =>
     if (!resources.ok) throw resources.error;
     const api = { request: () => Promise.resolve({ ok: true, value: {} }) } as unknown as KubeApiClient;
     const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state };
-    const dra = DraDriver.create(resources.value, api, settings, silent)!;
+    const dra = DraDriver.create(resources.value, { api }, settings, silent)!;
     const served = dra.memifSocket('plexus.io/memif', 'memif0');
     assert.ok(served && !served.ok, 'refused');
     assert.match(served.error.message, /is not served: socket .* is not .*memif0\/memif\.sock/);

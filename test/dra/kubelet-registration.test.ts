@@ -103,11 +103,10 @@ async function startDriver(
     nodeName: 'n1',
     kubeletRoot: freshDir(),
     stateDir: freshDir(),
-    claims: noClaims,
-    pods: noPods,
   };
   const fast = { ...settings, kubeletLostAfterMs: 200 };
-  const dra = DraDriver.create(memifResources(), api as unknown as KubeApiClient, fast, silent)!;
+  const ports = { api: api as unknown as KubeApiClient, claims: noClaims, pods: noPods };
+  const dra = DraDriver.create(memifResources(), ports, fast, silent)!;
   await dra.start();
   return { dra, api, kubelet: new FakeKubelet(dra.plugin.sockets) };
 }

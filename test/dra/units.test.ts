@@ -672,8 +672,9 @@ describe('the DRA driver at start', () => {
     const resources = parseResourcesOk([
       { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir: freshDir(), offer: ['dra'] },
     ]);
-    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state, claims, pods: podsThere() };
-    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: state };
+    const ports = { api: api as unknown as KubeApiClient, claims, pods: podsThere() };
+    const dra = DraDriver.create(resources, ports, settings, silent)!;
     const started = dra.start();
     const served = await Promise.race([started.then(() => true), new Promise((r) => setTimeout(() => r(false), 3000))]);
     const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
@@ -707,9 +708,9 @@ describe('the DRA driver and the memif driver', () => {
       { name: 'plexus.io/memif', kind: 'memif', count: 2, socketDir, offer: ['dra'] },
     ]);
     const claims = new FakeClaims();
-    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: freshDir(), claims };
+    const settings = { nodeName: 'n1', kubeletRoot: freshDir(), stateDir: freshDir() };
     const api = { request: () => Promise.resolve({ ok: true, value: { items: [] } }) };
-    const dra = DraDriver.create(resources, api as unknown as KubeApiClient, settings, silent)!;
+    const dra = DraDriver.create(resources, { api: api as unknown as KubeApiClient, claims }, settings, silent)!;
     await dra.start();
     const client: grpc.Client = new (loadDraServices().DraPluginClient.v1)(
       `unix://${dra.plugin.sockets.service}`,

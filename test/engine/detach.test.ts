@@ -60,21 +60,23 @@ before(async () => {
   kernel = new Kernel();
   ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
   journal = await Journal.open(join(dir, 'journal'), false);
-  engine = new AttachmentEngine(
-    kernel,
-    ipam,
-    journal,
-    new NetworkDirectory(join(dir, 'networks')),
-    new DriverRegistry(),
-    {
+  engine = new AttachmentEngine({
+    ports: {
+      kernel,
+      ipam,
+      journal,
+      networks: new NetworkDirectory(join(dir, 'networks')),
+      drivers: new DriverRegistry(),
+    },
+    settings: {
       cniBinDir: DEBIAN_PLUGINS,
       naming: 'multus',
       selectionAnnotation: true,
       defaultNetworks: [],
       defaultNetwork: 'podnet',
     },
-    pino({ level: 'silent' }),
-  );
+    log: pino({ level: 'silent' }),
+  });
 });
 after(async () => {
   fx.cleanup();

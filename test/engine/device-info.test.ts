@@ -51,7 +51,7 @@ describe('device-info in network-status', () => {
     const file = { type: 'pci', version: '1.1.0', pci: { 'pci-address': '0000:03:00.1', 'rdma-device': 'mlx5_3' } };
     writeDeviceInfo(dir, RESOURCE, '0000:03:00.1', file);
     writeFileSync(deviceInfoFile(dir, RESOURCE, '0000:03:00.2'), '{"type": "pci"');
-    const engine = bed.engineWith({ devices, deviceInfoDir: dir });
+    const engine = bed.engineWith({ ports: { devices }, settings: { deviceInfoDir: dir } });
     const netns = bed.pod('a');
     const r = await engine.add(cniCall('ADD', 'ca', netns));
     assert.ok(r.ok, !r.ok ? r.error.message : '');
@@ -70,7 +70,7 @@ describe('device-info in network-status', () => {
     const dir = join(bed.dir, 'devinfo');
     const file = { type: 'pci', version: '1.1.0', pci: { 'pci-address': '0000:03:00.1' } };
     writeDeviceInfo(dir, RESOURCE, '0000:03:00.1', file);
-    const engine = bed.engineWith({ devices, deviceInfoDir: dir });
+    const engine = bed.engineWith({ ports: { devices }, settings: { deviceInfoDir: dir } });
     const netns = bed.pod('b');
     assert.ok((await engine.add(cniCall('ADD', 'cb', netns))).ok);
     rmSync(join(dir, 'dp'), { recursive: true });
@@ -92,7 +92,7 @@ describe('device-info in network-status', () => {
       version: '1.1.0',
       pci: { 'pci-address': '0000:03:00.1' },
     });
-    const engine = bed.engineWith({ devices });
+    const engine = bed.engineWith({ ports: { devices } });
     assert.ok((await engine.add(cniCall('ADD', 'cc', bed.pod('c')))).ok);
     const status = (await bed.journal.load('cc', 'eth0'))!.details!.networkStatus;
     assert.deepEqual(

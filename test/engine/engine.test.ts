@@ -212,7 +212,7 @@ describe('the engine on an in-memory kernel', () => {
       requestedIps: [],
     });
     assert.deepEqual(
-      await bed.engine.releaseOrphanedLeases(true).then((l) => l.map((x) => x.containerId)),
+      await bed.engine.releaseOrphanedLeases({ dryRun: true }).then((l) => l.map((x) => x.containerId)),
       ['gone'],
       'the dry run lists it',
     );
@@ -233,7 +233,7 @@ describe('the engine on an in-memory kernel', () => {
       failed: (pod: { name?: string }, cid: string, e: { code: number }) =>
         told.push(`failed ${pod.name} ${cid} ${e.code}`),
     };
-    const engine = bed.engineWith({ statusSink: sink });
+    const engine = bed.engineWith({ ports: { statusSink: sink } });
     const netns = pod('s');
     assert.ok((await engine.add(request('ADD', 'cs', netns))).ok);
     assert.ok((await engine.detachAttachment('cs', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
@@ -247,12 +247,14 @@ describe('the engine on an in-memory kernel', () => {
     ]);
 
     const throwing = bed.engineWith({
-      statusSink: {
-        attached: () => {
-          throw new Error('API down');
+      ports: {
+        statusSink: {
+          attached: () => {
+            throw new Error('API down');
+          },
+          detached: () => undefined,
+          failed: () => undefined,
         },
-        detached: () => undefined,
-        failed: () => undefined,
       },
     });
     const r = await throwing.add(request('ADD', 'ct', pod('t')));
@@ -260,7 +262,7 @@ describe('the engine on an in-memory kernel', () => {
   });
 
   it('refuses a pod over the per-pod limits, naming them, before anything is made', async () => {
-    const engine = bed.engineWith({ limits: { interfacesPerPod: 2, annotationBytes: 64 } });
+    const engine = bed.engineWith({ settings: { limits: { interfacesPerPod: 2, annotationBytes: 64 } } });
     const netns = pod('l');
     const many = await engine.add(request('ADD', 'cl', netns));
     assert.ok(!many.ok && many.error.code === 7);
@@ -278,7 +280,7 @@ describe('the engine on an in-memory kernel', () => {
   });
 
   it('holds at most --max-node-attachments pod interfaces; DEL, detach and a rollback give theirs back; a new engine counts the journal', async () => {
-    const engine = bed.engineWith({ maxNodeAttachments: 5 });
+    const engine = bed.engineWith({ settings: { maxNodeAttachments: 5 } });
     assert.ok((await engine.add(request('ADD', 'n1', pod('n1')))).ok, '3 of 5');
     const refused = await engine.add(request('ADD', 'n2', pod('n2')));
     assert.ok(!refused.ok && refused.error.code === 11);
@@ -291,7 +293,7 @@ describe('the engine on an in-memory kernel', () => {
     assert.ok((await engine.add(request('ADD', 'n4', pod('n4'), 'blue'))).ok, 'its 2 were given back: 5 of 5');
     assert.ok((await engine.detachAttachment('n1', 'eth0', { network: 'default/red', ifname: 'net2' })).ok);
     assert.ok((await engine.add(request('ADD', 'n5', pod('n5'), ''))).ok, 'the detached one was given back');
-    const restarted = bed.engineWith({ maxNodeAttachments: 5 });
+    const restarted = bed.engineWith({ settings: { maxNodeAttachments: 5 } });
     const full = await restarted.add(request('ADD', 'n6', pod('n6'), ''));
     assert.ok(
       !full.ok && /holds 5 pod interfaces/.test(full.error.message),

@@ -58,12 +58,14 @@ describe('a claim shared by two pods', () => {
     const failed: string[] = [];
     const settled: { pod: string | undefined; outcomes: readonly ClaimedDeviceOutcome[] }[] = [];
     const engine = bed.engineWith({
-      claims: { forPod: (uid) => (uid === 'uid-first' || uid === 'uid-second' ? [shared] : []) },
-      claimSink: { settled: (pod, outcomes) => settled.push({ pod: pod.name, outcomes }), released: () => undefined },
-      statusSink: {
-        attached: () => undefined,
-        detached: () => undefined,
-        failed: (pod, _cid, e: CniError) => failed.push(`${pod.name}: ${e.message}`),
+      ports: {
+        claims: { forPod: (uid) => (uid === 'uid-first' || uid === 'uid-second' ? [shared] : []) },
+        claimSink: { settled: (pod, outcomes) => settled.push({ pod: pod.name, outcomes }), released: () => undefined },
+        statusSink: {
+          attached: () => undefined,
+          detached: () => undefined,
+          failed: (pod, _cid, e: CniError) => failed.push(`${pod.name}: ${e.message}`),
+        },
       },
     });
     const first = await engine.add(addOf('first', bed.pod('first')));
@@ -94,7 +96,7 @@ describe('a claim shared by two pods', () => {
       get: (_ns: string, name: string) =>
         Promise.resolve(ok({ uid: `uid-${name}`, annotations: {}, claims: ['shared'] })),
     };
-    const engine = bed.engineWith({ claims: prepared, pods });
+    const engine = bed.engineWith({ ports: { claims: prepared, pods } });
     assert.ok((await engine.add(addOf('first', bed.pod('first')))).ok);
     const second = await engine.add(addOf('second', bed.pod('second')));
     assert.ok(!second.ok, 'refused, not attached without its claimed network');
@@ -104,7 +106,7 @@ describe('a claim shared by two pods', () => {
     );
   });
   it('a retried ADD of the pod that has the device is not refused', async () => {
-    const engine = bed.engineWith({ claims: { forPod: () => [shared] } });
+    const engine = bed.engineWith({ ports: { claims: { forPod: () => [shared] } } });
     const netns = bed.pod('first');
     assert.ok((await engine.add(addOf('first', netns))).ok);
     const again = await engine.add(addOf('first', netns));
@@ -119,7 +121,7 @@ describe('a claimed device the node does not offer (its record does not fit the 
   };
   it("a running pod's change does not add the network of such a device, and leaves the pod as it was", async () => {
     let devices: ClaimedNetworkDevice[] = [];
-    const engine = bed.engineWith({ claims: { forPod: () => devices } });
+    const engine = bed.engineWith({ ports: { claims: { forPod: () => devices } } });
     const netns = bed.pod('running');
     assert.ok((await engine.add(addOf('running', netns))).ok);
     devices = [unoffered];

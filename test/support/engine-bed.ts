@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { parseCniRequest } from '../../src/cni/request';
-import { AttachmentEngine, type EngineOptions } from '../../src/engine/engine';
+import { AttachmentEngine, type EnginePorts, type EngineSettings } from '../../src/engine/engine';
 import { Journal } from '../../src/engine/journal';
 import { DriverRegistry } from '../../src/drivers/registry';
 import { Ipam } from '../../src/ipam';
@@ -21,13 +21,19 @@ export interface EngineBed {
   readonly journal: Journal;
   readonly engine: AttachmentEngine;
   readonly dir: string;
-  /** Another engine on the same kernel, journal and IPAM, with other options (a status sink, say). */
-  engineWith(options: Partial<EngineOptions>): AttachmentEngine;
+  /** Another engine on the same kernel, journal and IPAM, with other settings or more ports (a status sink, say). */
+  engineWith(changes: EngineChanges): AttachmentEngine;
   /** A pod's netns: a file the engine can stat, and a namespace in the fake kernel. */
   pod(name: string): string;
   /** Every lease, as "network container ifname". */
   leases(): Promise<string[]>;
   remove(): void;
+}
+
+/** What engineWith changes of the bed's engine. */
+export interface EngineChanges {
+  readonly settings?: Partial<EngineSettings>;
+  readonly ports?: Omit<Partial<EnginePorts>, 'kernel' | 'ipam' | 'journal'>;
 }
 
 export async function engineBed(): Promise<EngineBed> {
@@ -56,26 +62,31 @@ export async function engineBed(): Promise<EngineBed> {
   const kernel = new FakeKernel();
   const ipam = await Ipam.open(join(dir, 'ipam'), { sync: false });
   const journal = await Journal.open(join(dir, 'journal'), false);
-  const engineWith = (options: Partial<EngineOptions>): AttachmentEngine =>
-    new AttachmentEngine(
-      kernel,
-      ipam,
-      journal,
-      new NetworkDirectory(join(dir, 'networks')),
-      new DriverRegistry(),
-      {
+  const engineWith = (changes: EngineChanges): AttachmentEngine =>
+    new AttachmentEngine({
+      ports: {
+        kernel,
+        ipam,
+        journal,
+        networks: new NetworkDirectory(join(dir, 'networks')),
+        drivers: new DriverRegistry(),
+        ...changes.ports,
+      },
+      settings: {
         cniBinDir: '/nonexistent',
         naming: 'multus',
         selectionAnnotation: true,
         defaultNetworks: [],
         defaultNetwork: 'podnet',
-        // The fake kernel's namespaces are plain files: the real guard is tested on real namespaces.
+        ...changes.settings,
+      },
+      log: pino({ level: 'silent' }),
+      // The fake kernel's namespaces are plain files: the real guard is tested on real namespaces.
+      seams: {
         podNetnsProblem: (path) =>
           existsSync(path) ? undefined : new CniError(CniCode.InvalidEnvironment, `CNI_NETNS ${path} does not exist`),
-        ...options,
       },
-      pino({ level: 'silent' }),
-    );
+    });
   return {
     kernel,
     ipam,

@@ -137,13 +137,15 @@ async function main(): Promise<void> {
   const ipam = await Ipam.open(join(root, 'ipam'), { sync: false });
   const journal = await Journal.open(join(root, 'journal'), false);
   const log = pino({ level: 'silent' });
-  const engine = new AttachmentEngine(
-    kernelProxy(kernel, r),
-    ipamProxy(ipam, r),
-    journalProxy(journal, r),
-    new NetworkDirectory(networksDir),
-    new DriverRegistry(),
-    {
+  const engine = new AttachmentEngine({
+    ports: {
+      kernel: kernelProxy(kernel, r),
+      ipam: ipamProxy(ipam, r),
+      journal: journalProxy(journal, r),
+      networks: new NetworkDirectory(networksDir),
+      drivers: new DriverRegistry(),
+    },
+    settings: {
       cniBinDir: referencePlugins(),
       naming: 'multus',
       selectionAnnotation: true,
@@ -155,7 +157,7 @@ async function main(): Promise<void> {
       limits: { interfacesPerPod: 32, annotationBytes: 32768 },
     },
     log,
-  );
+  });
   const socket = join(root, 'plexus.sock');
   const server = new DaemonServer({ socketPath: socket, slots: new CallSlots(16, 1024) }, engine, { ready: true }, log);
   await server.listen();

@@ -114,7 +114,7 @@ async function attachChain(
         args: delegateEnv.args,
         cniPath: env.cniBinDir,
       },
-      opts,
+      env.signal ? { ...opts, signal: env.signal } : opts,
     );
     if (!added.ok) return err(added.error.withContext(context));
     let json: unknown;

@@ -47,6 +47,8 @@ export interface ExecOptions {
   readonly limits?: ExecLimits;
   /** The node's running plugins, stopped with plexusd; without it, this call's plugin is not tracked. */
   readonly processes?: PluginProcesses;
+  /** Aborted when the call this exec serves was given up on (its runtime left): not started after, killed if running. */
+  readonly signal?: AbortSignal;
 }
 
 /** The environment a delegated plugin was exec'd with (CNI_COMMAND aside), kept so DEL can repeat it exactly. */
@@ -146,7 +148,8 @@ function networkOfConfig(config: string): string {
 async function execRetryingBusy(call: PluginCall, opts: ExecOptions): Promise<Result<PluginOutput>> {
   const deadline = Date.now() + (opts.busyRetryMs ?? DEFAULT_BUSY_RETRY_MS);
   for (let wait = 50; ; wait = Math.min(wait * 2, 500)) {
-    const r = await execOnce(call, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, opts.processes);
+    const { processes, signal } = opts;
+    const r = await execOnce(call, { timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS, processes, signal });
     if (r.ok || r.error.details !== 'ETXTBSY' || Date.now() + wait > deadline) return r;
     await new Promise((resolve) => setTimeout(resolve, wait));
   }

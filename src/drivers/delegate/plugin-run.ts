@@ -9,6 +9,7 @@ import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniCommand } from '../../cni/types';
 import type { PluginProcesses } from './plugin-processes';
 import { parsePluginError } from './result';
+import { abortReason } from '../../common/abort';
 
 const MAX_OUTPUT_BYTES = 4 << 20;
 /** After the child exits, how long to wait for its stdout to close (a daemonised grandchild may hold it open). */
@@ -35,14 +36,22 @@ export interface PluginOutput {
   readonly stderr: string;
 }
 
-/** Runs the plugin once; with `processes`, it is tracked while it runs (and not started once they are stopping). */
-export function execOnce(
-  call: PluginCall,
-  timeoutMs: number,
-  processes?: PluginProcesses,
-): Promise<Result<PluginOutput>> {
+/** What bounds one run of a plugin. */
+export interface RunBounds {
+  /** Killed after this long. */
+  readonly timeoutMs: number;
+  /** The node's running plugins: this one is tracked while it runs, and not started once they are stopping. */
+  readonly processes?: PluginProcesses | undefined;
+  /** Aborted when the call it serves was given up on: not started after, killed if running. */
+  readonly signal?: AbortSignal | undefined;
+}
+
+/** Runs the plugin once, within `bounds`. */
+export function execOnce(call: PluginCall, bounds: RunBounds): Promise<Result<PluginOutput>> {
+  const { timeoutMs, processes, signal } = bounds;
   const refused = processes?.refusal(call.type);
   if (refused) return Promise.resolve(err(refused));
+  if (signal?.aborted) return Promise.resolve(err(notStarted(call, abortReason(signal))));
   let child: ChildProcessWithoutNullStreams;
   try {
     // detached: the child calls setsid(), leading a process group (and session) of its own, its PID the group's ID.
@@ -51,7 +60,7 @@ export function execOnce(
     // Some exec failures (ETXTBSY, EACCES) are thrown at once rather than emitted.
     return Promise.resolve(err(cannotExec(call, e as NodeJS.ErrnoException)));
   }
-  const run = new PluginRun(call, child, timeoutMs);
+  const run = new PluginRun(call, child, { timeoutMs, signal });
   if (processes && child.pid !== undefined) processes.track(child.pid, run.exited);
   return run.outcome;
 }
@@ -91,15 +100,23 @@ class PluginRun {
   private overflow = false;
   private exit: PluginExit | undefined;
   private timedOut = false;
+  /** Why it was killed when the call it serves was given up on. */
+  private abandoned: string | undefined;
   private settled = false;
   private readonly deadline: NodeJS.Timeout;
   private grace: NodeJS.Timeout | undefined;
 
+  private readonly timeoutMs: number;
+  private readonly signal: AbortSignal | undefined;
+
   constructor(
     private readonly call: PluginCall,
     private readonly child: ChildProcessWithoutNullStreams,
-    private readonly timeoutMs: number,
+    bounds: Pick<RunBounds, 'timeoutMs' | 'signal'>,
   ) {
+    this.timeoutMs = bounds.timeoutMs;
+    this.signal = bounds.signal;
+    const timeoutMs = this.timeoutMs;
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
     this.exited = new Promise((resolve) => {
       child.once('exit', () => resolve());
@@ -108,6 +125,7 @@ class PluginRun {
     child.stdout.on('data', (chunk: Buffer) => this.collect(this.stdout, chunk));
     child.stderr.on('data', (chunk: Buffer) => this.collect(this.stderr, chunk));
     this.deadline = setTimeout(() => this.onDeadline(), timeoutMs);
+    this.signal?.addEventListener('abort', this.onAbort, { once: true });
     child.on('error', (e: NodeJS.ErrnoException) => this.finish(err(cannotExec(call, e))));
     // Plugins that exit without reading stdin make the write fail with EPIPE; their exit status tells the story.
     child.stdin.on('error', () => undefined);
@@ -134,9 +152,17 @@ class PluginRun {
     this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
   }
 
+  /** The call was given up on: the plugin is killed as at its deadline, and the call answered once it is reaped. */
+  private readonly onAbort = (): void => {
+    if (this.exit || this.timedOut || !this.signal) return;
+    this.abandoned = abortReason(this.signal);
+    this.kill();
+    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+  };
+
   private onExit(exit: PluginExit): void {
     this.exit = exit;
-    if (this.timedOut) return this.answer();
+    if (this.timedOut || this.abandoned) return this.answer();
     clearTimeout(this.grace);
     this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
   }
@@ -144,6 +170,7 @@ class PluginRun {
   private answer(): void {
     const output = { stdout: text(this.stdout), stderr: text(this.stderr) };
     if (this.timedOut) return this.finish(err(timedOut(this.call, this.timeoutMs, output)));
+    if (this.abandoned) return this.finish(err(killedAbandoned(this.call, this.abandoned)));
     if (this.overflow) return this.finish(err(overflowed(this.call, output)));
     this.finish(outcomeOf(this.call, this.exit ?? { code: null, signal: null }, output));
   }
@@ -161,6 +188,7 @@ class PluginRun {
   private finish(r: Result<PluginOutput>): void {
     if (this.settled) return;
     this.settled = true;
+    this.signal?.removeEventListener('abort', this.onAbort);
     clearTimeout(this.deadline);
     clearTimeout(this.grace);
     this.child.stdout.destroy();
@@ -193,6 +221,12 @@ const timedOut = (call: PluginCall, timeoutMs: number, output: PluginOutput): Cn
     `plugin ${call.type} timed out after ${timeoutMs} ms during ${call.command} and was killed`,
     excerpt(output.stderr, output.stdout),
   );
+
+const notStarted = (call: PluginCall, why: string): CniError =>
+  new CniError(CniCode.TryAgainLater, `plugin ${call.type} was not started for ${call.command}: ${why}`);
+
+const killedAbandoned = (call: PluginCall, why: string): CniError =>
+  new CniError(CniCode.TryAgainLater, `plugin ${call.type} was killed during ${call.command}: ${why}`);
 
 const overflowed = (call: PluginCall, output: PluginOutput): CniError =>
   new CniError(

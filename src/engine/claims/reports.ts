@@ -9,13 +9,13 @@ export const claimedDevicesOf = (
   ctx: EngineContext,
   podUid: string | undefined,
   named?: PodClaims,
-): readonly ClaimedNetworkDevice[] => (podUid && ctx.options.claims?.forPod(podUid, named)) || [];
+): readonly ClaimedNetworkDevice[] => (podUid && ctx.claims?.forPod(podUid, named)) || [];
 
 /** Tells the claim sink, after the fact: a sink that throws is logged, never fails the call. */
 export function reportClaims(ctx: EngineContext, pod: PodIdentity, outcomes: readonly ClaimedDeviceOutcome[]): void {
-  if (outcomes.length === 0 || !ctx.options.claimSink) return;
+  if (outcomes.length === 0 || !ctx.claimSink) return;
   try {
-    ctx.options.claimSink.settled(pod, outcomes);
+    ctx.claimSink.settled(pod, outcomes);
   } catch (e) {
     ctx.log.warn({ err: errorMessage(e) }, 'the claim sink failed; the pod is attached regardless');
   }

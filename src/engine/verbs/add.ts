@@ -4,6 +4,7 @@
  * committed attachment gets the stored answer.
  */
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
+import { abortReason } from '../../common/abort';
 import type { CniResult } from '../../cni/types';
 import { addedInterfaces, mergeResults, networkStatus } from '../../networks/status';
 import type { ContainerRequest, EngineContext, PodAnnotations } from '../context';
@@ -48,6 +49,14 @@ function repeatedAddDiffers(
   return new CniError(CniCode.InvalidEnvironment, message, details);
 }
 
+/** An ADD its runtime gave up on (it closed its connection), stopped at a safe point and rolled back. */
+const abandoned = (req: ContainerRequest, signal: AbortSignal): CniError =>
+  new CniError(
+    CniCode.TryAgainLater,
+    `ADD ${req.containerId}/${req.ifname} stopped: ${abortReason(signal)}`,
+    'what it had made is undone; a retried ADD starts afresh',
+  );
+
 const unexpected = (req: ContainerRequest, e: unknown): CniError =>
   e instanceof CniError
     ? e
@@ -57,8 +66,26 @@ const unexpected = (req: ContainerRequest, e: unknown): CniError =>
         (e as Error).stack ?? '',
       );
 
+/** One ADD as each of its steps sees it: the engine, the call, and what the API knows of the pod. */
+interface AddCall {
+  readonly ctx: EngineContext;
+  readonly req: ContainerRequest;
+  readonly annotations: PodAnnotations;
+  /** The devices the pod's DRA claims give its networks: read once, so the plan and the report agree. */
+  readonly claimed: readonly ClaimedNetworkDevice[];
+  /** Aborted when the runtime has given up on this ADD: it stops at the next safe point and rolls back. */
+  readonly signal: AbortSignal | undefined;
+}
+
+/** The error to stop with when the runtime has given up on the call, at a safe point (nothing half-made). */
+const givenUp = ({ req, signal }: AddCall): CniError | undefined =>
+  signal?.aborted ? abandoned(req, signal) : undefined;
+
+const planOf = ({ ctx, req, annotations, claimed }: AddCall): ReturnType<typeof planPod> =>
+  planPod({ settings: ctx.settings, networks: ctx.networks, drivers: ctx.drivers, req, annotations, claimed });
+
 /** The failure, with what a rollback that did not finish left behind. */
-function afterRollback(ctx: EngineContext, req: ContainerRequest, cause: CniError, undone: Result<void>): CniError {
+function afterRollback({ ctx, req }: AddCall, cause: CniError, undone: Result<void>): CniError {
   if (undone.ok) return cause;
   const { containerId, ifname } = req;
   ctx.log.error({ containerId, ifname, err: undone.error.message }, 'rollback incomplete; recovery will retry');
@@ -66,20 +93,19 @@ function afterRollback(ctx: EngineContext, req: ContainerRequest, cause: CniErro
   return new CniError(cause.code, cause.message, `${cause.details}${cause.details ? '; ' : ''}${left}`);
 }
 
-export async function add(ctx: EngineContext, req: ContainerRequest): Promise<Result<CniResult>> {
+export async function add(ctx: EngineContext, req: ContainerRequest, signal?: AbortSignal): Promise<Result<CniResult>> {
   // The pod as the API knows it: its annotations, and proof (its UID) that this sandbox is still that pod's. A pod
   // that cannot be found gets no event: the name may be another pod's now.
   let podAnnotations: PodAnnotations;
   let podUid = req.args.podUid;
   let named: PodClaims | undefined;
-  if (ctx.options.pods && req.args.podNamespace && req.args.podName) {
-    const pod = await ctx.options.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
+  if (ctx.pods && req.args.podNamespace && req.args.podName) {
+    const pod = await ctx.pods.get(req.args.podNamespace, req.args.podName, req.args.podUid);
     if (!pod.ok) return pod;
     podAnnotations = pod.value.annotations;
     podUid = pod.value.uid || podUid;
     if (pod.value.claims?.length) named = { namespace: req.args.podNamespace, claims: pod.value.claims };
   }
-  // The devices the pod's DRA claims give its networks: read once, so the plan and the report agree.
   const claimed = claimedDevicesOf(ctx, podUid, named);
   const notOffered = claimedNotOffered(claimed);
   if (notOffered) {
@@ -95,7 +121,8 @@ export async function add(ctx: EngineContext, req: ContainerRequest): Promise<Re
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, elsewhere));
     return err(elsewhere);
   }
-  const added = await ctx.locks.run(req.containerId, () => addLocked(ctx, req, podAnnotations, claimed));
+  const call: AddCall = { ctx, req, annotations: podAnnotations, claimed, signal };
+  const added = await ctx.locks.run(req.containerId, () => addLocked(call));
   if (!added.ok) {
     ctx.report((sink) => sink.failed(podIdentityOf(req), req.containerId, added.error));
     reportClaims(ctx, podIdentityOf(req), failedOutcomes(claimed, added.error.message));
@@ -103,12 +130,8 @@ export async function add(ctx: EngineContext, req: ContainerRequest): Promise<Re
   return added;
 }
 
-async function addLocked(
-  ctx: EngineContext,
-  req: ContainerRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<CniResult>> {
+async function addLocked(call: AddCall): Promise<Result<CniResult>> {
+  const { ctx, req } = call;
   // A teardown still under way, of this attachment or in its netns, is waited for: nothing of it is reused. One that
   // failed is handed back, and its record undone here.
   await ctx.teardown?.beforeAdd(req.containerId, req.ifname, req.netns);
@@ -117,28 +140,27 @@ async function addLocked(
   if (existing?.result && !existing.deleting) {
     // A retried ADD (e.g. after a lost reply) gets the same answer; one that asks for something else is an error.
     if (existing.meta.netns !== req.netns) return err(attachedElsewhere(req, existing.meta.netns));
-    const other = otherAttachments(ctx, existing, req, annotations, claimed);
+    const other = otherAttachments(call, existing);
     return other ? err(other) : ok(existing.result);
   }
   if (existing) {
     const cleaned = await undoRecord(ctx.transactionPorts, existing);
     if (!cleaned.ok) return err(leftoversRemain(req, cleaned.error.message));
   }
-  const prepared = await prepare(ctx, req, annotations, claimed);
+  // Waiting for the container's lock or a teardown may outlast the runtime's patience.
+  const left = givenUp(call);
+  if (left) return err(left);
+  const prepared = await prepare(call);
   if (!prepared.ok) return prepared;
-  return attachAll(ctx, req, prepared.value, claimed);
+  return attachAll(call, prepared.value);
 }
 
 /** Plans and validates everything before touching anything (a bad request leaves nothing), and reserves room. */
-async function prepare(
-  ctx: EngineContext,
-  req: ContainerRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<AttachmentStep[]>> {
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
+async function prepare(call: AddCall): Promise<Result<AttachmentStep[]>> {
+  const { ctx, req } = call;
+  const planned = planOf(call);
   if (!planned.ok) return planned;
-  const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.options.devices);
+  const withDevices = await assignDevices(planned.value, podIdentityOf(req), ctx.devices);
   if (!withDevices.ok) return withDevices;
   const steps = withDevices.value;
   const netnsProblem = ctx.podNetnsProblem(req.netns);
@@ -157,17 +179,15 @@ async function prepare(
 }
 
 /**
- * A failure of an ADD that left taken names to the kernel, once rolled back: the taken-name error if the netns has a
- * planned name (another's: every link of this ADD is gone), as the check before would have said.
+ * A failure of an ADD that left taken names to the kernel, once wholly rolled back: the taken-name error if the netns
+ * has a planned name (another's: every link of this ADD is gone), as the check before would have said.
  */
 async function namedIfTaken(
-  ctx: EngineContext,
-  req: ContainerRequest,
+  { ctx, req }: AddCall,
   steps: readonly AttachmentStep[],
   failure: CniError,
-  undone: Result<void>,
 ): Promise<CniError> {
-  if (!undone.ok || namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
+  if (namesCheckedFirst(steps.map((s) => s.driver.type))) return failure;
   return takenNameOr(
     ctx.kernel,
     req.netns,
@@ -177,12 +197,8 @@ async function namedIfTaken(
 }
 
 /** Runs the planned steps in one new record, which holds the quota's reservation from here (its undo gives it back). */
-async function attachAll(
-  ctx: EngineContext,
-  req: ContainerRequest,
-  steps: AttachmentStep[],
-  claimed: readonly ClaimedNetworkDevice[],
-): Promise<Result<CniResult>> {
+async function attachAll(call: AddCall, steps: AttachmentStep[]): Promise<Result<CniResult>> {
+  const { ctx, req } = call;
   const meta = {
     containerId: req.containerId,
     ifname: req.ifname,
@@ -197,32 +213,37 @@ async function attachAll(
     throw e;
   });
   try {
-    const attached = await attachInTransaction(ctx, tx, req, steps, claimed);
+    const attached = await attachInTransaction(call, tx, steps);
     if (attached.ok) return attached;
     const undone = await tx.rollback();
-    return err(afterRollback(ctx, req, await namedIfTaken(ctx, req, steps, attached.error, undone), undone));
+    const failure = undone.ok ? await namedIfTaken(call, steps, attached.error) : attached.error;
+    return err(afterRollback(call, failure, undone));
   } catch (e) {
     await tx.close().catch(() => undefined);
-    return err(afterRollback(ctx, req, unexpected(req, e), await tx.rollback()));
+    return err(afterRollback(call, unexpected(req, e), await tx.rollback()));
   }
 }
 
 async function attachInTransaction(
-  ctx: EngineContext,
+  call: AddCall,
   tx: Transaction,
-  req: ContainerRequest,
   steps: readonly AttachmentStep[],
-  claimed: readonly ClaimedNetworkDevice[],
 ): Promise<Result<CniResult>> {
-  // Attachments run one after another, in plan order (NPWG); the first failure undoes them all.
+  const { ctx, req, claimed, signal } = call;
+  // Attachments run one after another, in plan order (NPWG); the first failure undoes them all, and so does a
+  // runtime that gave up meanwhile (checked between attachments, and before the commit).
   const attachments: NetworkAttachment[] = [];
   for (const step of steps) {
-    const attached = await attachStep(ctx, tx, step);
-    if (!attached.ok) return attached;
+    const left = givenUp(call);
+    if (left) return err(left);
+    const attached = await attachStep(ctx, { tx, step, signal });
+    if (!attached.ok) return err(givenUp(call) ?? attached.error);
     attachments.push(attached.value);
   }
   const routed = await applyDefaultRoute(ctx.kernel, req.netns, steps, attachments);
   if (!routed.ok) return routed;
+  const left = givenUp(call);
+  if (left) return err(left);
   const final = routed.value;
   const result = mergeResults(final.map((a) => a.result));
   const status = networkStatus(final);
@@ -239,18 +260,13 @@ async function attachInTransaction(
  * per CNI_CONTAINERID and CNI_IFNAME until DEL; only a retry gets the stored answer. A plan that cannot be made now (a
  * network deleted since) cannot be compared: the record's answer stands.
  */
-function otherAttachments(
-  ctx: EngineContext,
-  record: AttachmentRecord,
-  req: ContainerRequest,
-  annotations: PodAnnotations,
-  claimed: readonly ClaimedNetworkDevice[],
-): CniError | undefined {
+function otherAttachments(call: AddCall, record: AttachmentRecord): CniError | undefined {
+  const { req } = call;
   const recorded = record.details?.attachments.map((a) => `${a.network} as ${a.ifname}`) ?? record.meta.networks;
   let asked: string[] | undefined;
   if (req.networkName !== record.meta.cniNetwork) asked = [`runtime network ${req.networkName}`];
   else {
-    const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, false, claimed);
+    const planned = planOf(call);
     if (!planned.ok) return undefined;
     const steps = planned.value.map((s) => `${s.planned.network.key} as ${s.planned.ifname}`);
     const mapped = record.details ? steps : planned.value.map((s) => s.planned.network.key);

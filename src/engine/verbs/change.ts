@@ -100,7 +100,8 @@ async function planRunningChange(
   const req = runningPodRequest(record);
   // The networks the pod's DRA claims give it stay: they are in the plan as they were at ADD.
   const claimed = claimedDevicesOf(ctx, record.meta.pod.uid);
-  const planned = planPod(req, ctx.options, ctx.networks, ctx.drivers, annotations, true, claimed);
+  const { settings, networks, drivers } = ctx;
+  const planned = planPod({ settings, networks, drivers, req, annotations, runningPod: true, claimed });
   if (!planned.ok) return planned;
   const attachments = record.details?.attachments ?? [];
   const change = planChange(attachments, planned.value, (s) => s.planned);
@@ -113,7 +114,7 @@ async function planRunningChange(
   // this change removes is still in use until the additions are done).
   const taken = attachments.flatMap((a) => (a.kubeletDevice ? [a.kubeletDevice] : []));
   const steps = change.value.add.map((a) => a.step);
-  const devised = await assignDevices(steps, record.meta.pod, ctx.options.devices, taken);
+  const devised = await assignDevices(steps, record.meta.pod, ctx.devices, taken);
   if (!devised.ok) return devised;
   const add = change.value.add.map((a, i) => ({ ...a, step: devised.value[i]! }));
   const netnsProblem = ctx.podNetnsProblem(record.meta.netns);
@@ -140,7 +141,7 @@ async function applyChange(
   for (const { step, ifname } of change.add) {
     const planned = { ...step.planned, ifname };
     const renamed: AttachmentStep = { ...step, planned, request: { ...step.request, ifname } };
-    const attached = await attachStep(ctx, tx, renamed);
+    const attached = await attachStep(ctx, { tx, step: renamed });
     if (attached.ok) {
       added.push(attached.value);
       continue;

@@ -22,7 +22,7 @@ const unknownAttachment = (req: ContainerRequest): CniError =>
 export function check(ctx: EngineContext, req: ContainerRequest): Promise<Result<void>> {
   return ctx.locks.run(req.containerId, async () => {
     const record = await ctx.transactionPorts.journal.load(req.containerId, req.ifname);
-    const adopted = record ? undefined : await ctx.options.foreign?.check(req);
+    const adopted = record ? undefined : await ctx.foreign?.check(req);
     if (adopted) return adopted;
     if (!record?.result || record.deleting) return err(unknownAttachment(req));
     const verified = await verify(ctx, record.result, req.netns);

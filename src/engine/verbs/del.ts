@@ -51,11 +51,11 @@ async function delUnknown(ctx: EngineContext, req: ContainerRequest): Promise<Re
     }
   }
   // A sandbox Multus made before Plexus served the node is removed as Multus would have removed it.
-  const adopted = await ctx.options.foreign?.del(req);
+  const adopted = await ctx.foreign?.del(req);
   if (adopted?.kind === 'done') return adopted.result;
   if (adopted?.kind === 'unreadable') {
     const replanned = await delByCurrentPlan(req, foreignDelDeps(ctx));
-    ctx.options.foreign?.forget(adopted.what);
+    ctx.foreign?.forget(adopted.what);
     if (replanned) return replanned;
   }
   // DEL of what does not exist succeeds (CNI spec); a sandbox the node's own network made (before Plexus was
@@ -64,13 +64,13 @@ async function delUnknown(ctx: EngineContext, req: ContainerRequest): Promise<Re
 }
 
 function foreignDelDeps(ctx: EngineContext): ForeignDelDeps {
-  const { options, networks, drivers, kernel, ipam, log } = ctx;
+  const { settings, networks, drivers, pods, kernel, ipam, log } = ctx;
   return {
-    settings: options,
+    settings,
     networks,
     drivers,
-    ...definedFields({ pods: options.pods }),
-    cniBinDir: options.cniBinDir,
+    ...definedFields({ pods }),
+    cniBinDir: settings.cniBinDir,
     undoEnv: { kernel, ipam },
     log,
   };
@@ -78,7 +78,7 @@ function foreignDelDeps(ctx: EngineContext): ForeignDelDeps {
 
 /** Removes a sandbox another plugin made, as it would, without a DEL from the runtime (its pod is gone). */
 export async function removeAdopted(ctx: EngineContext, sandbox: AdoptedSandbox): Promise<Result<void>> {
-  const foreign = ctx.options.foreign;
+  const foreign = ctx.foreign;
   if (!foreign) return ok(undefined);
   const outcome = await ctx.locks.run(sandbox.containerId, () => foreign.del(adoptedDel(sandbox)));
   return outcome.kind === 'done' ? outcome.result : ok(undefined);

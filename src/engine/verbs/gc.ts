@@ -6,7 +6,7 @@
 import { CniCode, CniError, err, ok, type Result } from '../../cni/errors';
 import type { CniRequest } from '../../cni/request';
 import { delegationForced } from '../../networks/planner';
-import type { EngineContext, SweepReport, SweptAttachment } from '../context';
+import type { EngineContext, SweepMode, SweepReport, SweptAttachment } from '../context';
 import type { AdoptedSandbox } from '../foreign-sandboxes';
 import type { AttachmentRecord } from '../journal';
 import { releaseOrphanedLeases } from '../orphaned-leases';
@@ -26,10 +26,10 @@ export async function gc(ctx: EngineContext, req: GcRequest): Promise<Result<voi
     r.meta.cniNetwork !== req.networkName || valid.has(keyOf(r.meta.containerId, r.meta.ifname))
       ? undefined
       : 'not listed by the runtime';
-  const swept = await sweep(ctx, stale, false);
+  const swept = await sweep(ctx, stale, { dryRun: false });
   const failures = swept.failures.map((f) => f.error);
   for (const s of adoptedStale(ctx, req, valid)) {
-    const r = await ctx.locks.run(s.containerId, async () => ctx.options.foreign?.del(adoptedDel(s)));
+    const r = await ctx.locks.run(s.containerId, async () => ctx.foreign?.del(adoptedDel(s)));
     if (r?.kind === 'done' && !r.result.ok) failures.push(r.result.error.message);
   }
   if (!failures.length) return ok(undefined);
@@ -42,7 +42,7 @@ export async function gc(ctx: EngineContext, req: GcRequest): Promise<Result<voi
  * remove them. Like Plexus's own attachments, one made under another name (or whose name no record tells) is kept.
  */
 function adoptedStale(ctx: EngineContext, req: GcRequest, valid: ReadonlySet<string>): AdoptedSandbox[] {
-  const foreign = ctx.options.foreign;
+  const foreign = ctx.foreign;
   if (!foreign) return [];
   return foreign
     .list()
@@ -70,7 +70,7 @@ function sweepOne(ctx: EngineContext, listed: AttachmentRecord, stale: Stale, dr
  * so an ADD or DEL that raced in wins), then releases leases without an attachment and lets delegated plugins
  * GC their own state. With `dryRun`, only says what it would remove.
  */
-export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): Promise<SweepReport> {
+export async function sweep(ctx: EngineContext, stale: Stale, { dryRun }: SweepMode): Promise<SweepReport> {
   const removed: SweptAttachment[] = [];
   const failures: (SweptAttachment & { readonly error: string })[] = [];
   let kept = 0;
@@ -105,7 +105,7 @@ export async function sweep(ctx: EngineContext, stale: Stale, dryRun: boolean): 
 async function gcDriverState(ctx: EngineContext): Promise<string[]> {
   const records = await ctx.transactionPorts.journal.list();
   // Read once per GC: listing them reads Multus's cache files.
-  const adopted = ctx.options.foreign?.list() ?? [];
+  const adopted = ctx.foreign?.list() ?? [];
   const failures: string[] = [];
   for (const network of ctx.networks.list().networks) {
     const driver = ctx.drivers.for(network, delegationForced(network));
@@ -120,7 +120,7 @@ async function gcDriverState(ctx: EngineContext): Promise<string[]> {
       const held = s.networks.filter((n) => n.name === network.cniName);
       for (const n of held) live.push({ containerId: s.containerId, ifname: n.ifname });
     }
-    const r = await driver.gc(network, live, ctx.options.cniBinDir);
+    const r = await driver.gc(network, live, ctx.settings.cniBinDir);
     if (!r.ok) failures.push(r.error.message);
   }
   return failures;

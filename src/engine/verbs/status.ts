@@ -9,7 +9,7 @@ import { configuredDefaultNetwork } from '../plan';
 type StatusRequest = Extract<CniRequest, { command: 'STATUS' }>;
 
 export async function status(ctx: EngineContext, req: StatusRequest): Promise<Result<void>> {
-  const configured = configuredDefaultNetwork(req, ctx.options);
+  const configured = configuredDefaultNetwork(req, ctx.settings);
   if (!configured) return ok(undefined);
   const chosen = { configured, annotations: {}, podNamespace: 'default', networks: ctx.networks, isolation: {} };
   const network = chooseDefaultNetwork(chosen);
@@ -18,5 +18,5 @@ export async function status(ctx: EngineContext, req: StatusRequest): Promise<Re
     return err(new CniError(CniCode.PluginNotAvailable, why));
   }
   const driver = ctx.drivers.for(network.value, delegationForced(network.value));
-  return driver.status ? driver.status(network.value, ctx.options.cniBinDir) : ok(undefined);
+  return driver.status ? driver.status(network.value, ctx.settings.cniBinDir) : ok(undefined);
 }

@@ -13,6 +13,7 @@ import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/kubelet-devices';
 import { ExecLimits, execPlugin, PluginPidFiles, PluginProcesses } from '../drivers/delegate';
 import type { DeviceSocketLookup, MemifDriverOptions } from '../drivers/memif';
+import type { VxlanCluster } from '../drivers/vxlan';
 import { DriverRegistry } from '../drivers/registry';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
@@ -76,7 +77,8 @@ export async function devicesAndDrivers(
   });
   const pluginProcesses = await withLeftoversStopped(config, log);
   const memif = memifOptions(config, draHolds, api, devicePlugins);
-  const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif });
+  const vxlan = api ? await vxlanCluster(api, log) : undefined;
+  const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif, ...(vxlan ? { vxlan } : {}) });
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
         cacheDir: config.multusCacheDir,
@@ -89,6 +91,13 @@ export async function devicesAndDrivers(
     : undefined;
   const parts = { slots, drivers, pluginProcesses, draHolds };
   return { ...parts, ...optional({ podResources, devices, devicePlugins, foreign }) };
+}
+
+/** Cluster-mode vxlan networks find their peers on the node Leases (src/k8s/vtep-leases.ts). */
+async function vxlanCluster(api: ApiConnection, log: Logger): Promise<VxlanCluster> {
+  const { vtepLeasesFor } = await import('./node-lease');
+  const networks = api.networks;
+  return { directory: vtepLeasesFor(api.client, api.nodeName, log), networks: () => networks.list().networks };
 }
 
 /** How long a start waits for the plugins a dead plexusd left running to go, once killed. */

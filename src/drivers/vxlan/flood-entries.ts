@@ -71,11 +71,14 @@ export class FloodEntries {
   /** One round; resolves when the node's entries match what the directory says now. */
   async round(): Promise<void> {
     const { kernel, netns, cluster } = this.options;
+    const networks = clusterNetworks(cluster.networks());
+    // A node with no cluster-mode network reads nothing of its kernel (the loop runs on every node with an API).
+    if (networks.length === 0 && this.kept.size === 0) return this.publish(new Map());
     const read = await kernel.batch(netns, [{ op: 'linkList' }, { op: 'addrList' }]);
     if (!read.ok) throw kernelError(read.error, 'reading the node links for VXLAN flood entries');
     const [links, addresses] = read.value;
     const devices = new Set(links.filter((l) => l.kind === 'vxlan').map((l) => l.name));
-    const served = clusterNetworks(cluster.networks()).filter((n) => devices.has(n.conf.device));
+    const served = networks.filter((n) => devices.has(n.conf.device));
     const node = { links, addresses, directory: cluster.directory };
     const published = new Map<number, string>();
     const vteps: { network: VxlanNetwork; self: string }[] = [];

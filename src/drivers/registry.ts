@@ -23,7 +23,7 @@ import { createMemifDriver, type MemifDriverOptions } from './memif';
 import { createPtpDriver } from './ptp';
 import { createTapDriver } from './tap';
 import { undoRunner } from './undo';
-import { createVxlanDriver } from './vxlan';
+import { createVxlanDriver, type VxlanCluster } from './vxlan';
 
 export type { LifecycleSettings };
 
@@ -34,6 +34,8 @@ export interface DriverDeps {
   readonly execLimits?: ExecLimits;
   /** The node's running delegated plugins, which a stopping plexusd stops. */
   readonly pluginProcesses?: PluginProcesses;
+  /** The other nodes, for cluster-mode vxlan networks (plexusd with an API). */
+  readonly vxlan?: VxlanCluster;
 }
 
 /** Fresh instances: each registry's drivers own their caches (the bridges, overlays and sysctls they ensured). */
@@ -43,7 +45,7 @@ export const builtInDrivers = (deps: DriverDeps = {}): readonly Driver[] => [
   createIpvlanDriver(),
   createHostDeviceDriver(),
   createTapDriver(),
-  createVxlanDriver(),
+  createVxlanDriver(deps.vxlan ? { cluster: deps.vxlan } : {}),
   createPtpDriver(),
   createMemifDriver(deps.memif),
 ];

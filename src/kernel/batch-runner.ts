@@ -156,6 +156,11 @@ function runOp(sock: RtnlSocket, netns: string | undefined, op: BatchOp, receive
     case 'fdbAppend':
       sock.appendFdb(op.dev, op.mac, op.dst);
       return null;
+    case 'fdbDel':
+      sock.deleteFdb(op.dev, op.mac, op.dst);
+      return null;
+    case 'fdbList':
+      return sock.listFdb(op.dev);
     case 'tapAdd': {
       const create = (): void => createTap(op.tap);
       if (netns) inNetns(netns, create);

@@ -40,6 +40,7 @@ export const RTM_DELROUTE = 25;
 export const RTM_GETROUTE = 26;
 export const RTM_NEWNEIGH = 28;
 export const RTM_DELNEIGH = 29;
+export const RTM_GETNEIGH = 30;
 
 // nlmsghdr flags
 export const NLM_F_REQUEST = 0x1;

@@ -146,6 +146,8 @@ const QUICK_OPS: ReadonlySet<BatchOp['op']> = new Set([
   'routeDel',
   'routeList',
   'fdbAppend',
+  'fdbDel',
+  'fdbList',
   'tapAdd',
   'sysctlWrite',
   'socketOpen',

@@ -155,5 +155,15 @@ export function parseLink(payload: Buffer): LinkInfo {
   if (mac) parsed.mac = mac;
   if (master) parsed.masterIndex = master.readUInt32LE(0);
   if (link) parsed.linkIndex = link.readUInt32LE(0);
+  const data = info && kind === 'vxlan' ? parseAttrs(info).get(C.IFLA_INFO_DATA) : undefined;
+  if (data) parsed.vxlan = vxlanIdentity(parseAttrs(data));
   return parsed;
+}
+
+/** A VXLAN device's VNI and UDP port (the port is big-endian on the wire). */
+function vxlanIdentity(data: Map<number, Buffer>): { vni: number; port: number } {
+  return {
+    vni: data.get(C.IFLA_VXLAN_ID)?.readUInt32LE(0) ?? 0,
+    port: data.get(C.IFLA_VXLAN_PORT)?.readUInt16BE(0) ?? 0,
+  };
 }

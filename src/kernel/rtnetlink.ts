@@ -6,11 +6,10 @@
 import { type AddressOptions, deleteAddressMessage, newAddressMessage, parseAddressReply } from './address-message';
 import * as C from './constants';
 import { callFailed, KernelCallError } from './failure';
-import { parseAddress } from './ip';
-import { type LinkChange, linkChangeMessage, macBytes, newLinkAttrs, parseLink } from './link-message';
+import { fdbDumpHeader, fdbEntryMessage, parseFdbEntry } from './fdb-message';
+import { type LinkChange, linkChangeMessage, newLinkAttrs, parseLink } from './link-message';
 import {
   type Attr,
-  attrBytes,
   attrNested,
   attrString,
   attrU32,
@@ -18,13 +17,12 @@ import {
   encodeMessage,
   ifaddrmsg,
   ifinfomsg,
-  ndmsg,
   type RawMessage,
 } from './message';
 import { collectReplies } from './replies';
 import { describeRoute, parseRoute, routeDumpHeader, routeMessage } from './route-message';
 import { errnoName, sys } from './syscalls';
-import type { AddrInfo, LinkInfo, LinkSpec, RouteInfo, RouteSpec } from './types';
+import type { AddrInfo, FdbEntry, LinkInfo, LinkSpec, RouteInfo, RouteSpec } from './types';
 
 const RECV_SIZE = 256 * 1024;
 
@@ -219,10 +217,23 @@ export class RtnlSocket {
 
   /** Appends a forwarding entry (e.g. all-zero MAC to a remote VTEP on a vxlan device). */
   appendFdb(dev: string, mac: string, dst: string): void {
-    const header = ndmsg(C.AF_BRIDGE, this.linkIndex(dev), C.NUD_PERMANENT | C.NUD_NOARP, C.NTF_SELF);
-    const attrs = [attrBytes(C.NDA_LLADDR, macBytes(mac)), attrBytes(C.NDA_DST, parseAddress(dst).bytes)];
+    const { header, attrs } = fdbEntryMessage(this.linkIndex(dev), mac, dst);
     const flags = C.NLM_F_CREATE | C.NLM_F_APPEND;
     this.request('RTM_NEWNEIGH', `${dev} fdb ${mac} ${dst}`, C.RTM_NEWNEIGH, flags, header, attrs);
+  }
+
+  /** Deletes one forwarding entry: of an all-zero MAC, only the remote `dst` (the others stay). */
+  deleteFdb(dev: string, mac: string, dst: string): void {
+    const { header, attrs } = fdbEntryMessage(this.linkIndex(dev), mac, dst);
+    this.request('RTM_DELNEIGH', `${dev} fdb ${mac} ${dst}`, C.RTM_DELNEIGH, 0, header, attrs);
+  }
+
+  /** The entries of `dev` that name a remote, from a dump of the bridge family. */
+  listFdb(dev: string): FdbEntry[] {
+    const index = this.linkIndex(dev);
+    return this.request('RTM_GETNEIGH', `${dev} fdb`, C.RTM_GETNEIGH, C.NLM_F_DUMP, fdbDumpHeader(), [])
+      .filter((r) => r.type === C.RTM_NEWNEIGH)
+      .flatMap((r) => parseFdbEntry(r.payload, index) ?? []);
   }
 }
 

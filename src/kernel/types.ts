@@ -50,6 +50,16 @@ export interface LinkInfo {
   readonly masterIndex?: number;
   readonly linkIndex?: number;
   readonly group: number;
+  /** A VXLAN device's VNI and UDP port. */
+  readonly vxlan?: { readonly vni: number; readonly port: number };
+}
+
+/** A forwarding entry of a VXLAN device: frames to `mac` go to the VTEP at `dst` (all zeros: flooding). */
+export interface FdbEntry {
+  readonly mac: string;
+  readonly dst: string;
+  /** Set by hand (or Plexus), not learned. */
+  readonly permanent: boolean;
 }
 
 export interface AddrInfo {
@@ -132,6 +142,9 @@ export type KernelOp =
   | { readonly op: 'routeDel'; readonly route: RouteSpec }
   | { readonly op: 'routeList'; readonly family?: 4 | 6 }
   | { readonly op: 'fdbAppend'; readonly dev: string; readonly mac: string; readonly dst: string }
+  | { readonly op: 'fdbDel'; readonly dev: string; readonly mac: string; readonly dst: string }
+  /** The entries of one device that name a remote (a VXLAN device's), learned and permanent. */
+  | { readonly op: 'fdbList'; readonly dev: string }
   | { readonly op: 'tapAdd'; readonly tap: TapSpec }
   /** `key` with dots (net.ipv4.ip_forward) or, when it names an interface that may hold a dot, slashes. */
   | { readonly op: 'sysctlWrite'; readonly key: string; readonly value: string };
@@ -161,6 +174,8 @@ export interface OpResults {
   readonly routeDel: null;
   readonly routeList: RouteInfo[];
   readonly fdbAppend: null;
+  readonly fdbDel: null;
+  readonly fdbList: FdbEntry[];
   readonly tapAdd: null;
   readonly sysctlWrite: null;
 }

@@ -9,10 +9,12 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { MultusSandboxes } from '../adopt/multus-sandboxes';
 import type { CallSlots } from '../common/call-slots';
+import { definedFields } from '../common/defined-fields';
 import { DevicePlugins, PodResourcesClient } from '../deviceplugin';
 import type { DeviceSource } from '../engine/kubelet-devices';
 import { ExecLimits, execPlugin, PluginPidFiles, PluginProcesses } from '../drivers/delegate';
 import type { MemifDriverOptions } from '../drivers/memif';
+import type { VxlanCluster } from '../drivers/vxlan';
 import type { DraDriver } from '../dra';
 import { heldByClaims } from './dra';
 import { DriverRegistry } from '../drivers/registry';
@@ -83,7 +85,8 @@ export async function devicesAndDrivers(
   });
   const pluginProcesses = await withLeftoversStopped(config, log);
   const memif = memifOptions(config, { dra, api, devices: devicePlugins });
-  const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif });
+  const vxlan = api ? await vxlanCluster(api, log) : undefined;
+  const drivers = DriverRegistry.create({ execLimits, pluginProcesses, memif, ...definedFields({ vxlan }) });
   const foreign = config.multusCacheDir
     ? new MultusSandboxes({
         cacheDir: config.multusCacheDir,
@@ -96,6 +99,13 @@ export async function devicesAndDrivers(
     : undefined;
   const parts = { slots, drivers, pluginProcesses };
   return { ...parts, ...optional({ podResources, devices, devicePlugins, foreign }) };
+}
+
+/** Cluster-mode vxlan networks find their peers on the node Leases (src/k8s/vtep-leases.ts). */
+async function vxlanCluster(api: ApiConnection, log: Logger): Promise<VxlanCluster> {
+  const { vtepLeasesFor } = await import('./node-lease');
+  const networks = api.networks;
+  return { directory: vtepLeasesFor(api.client, api.nodeName, log), networks: () => networks.list().networks };
 }
 
 /** How long a start waits for the plugins a dead plexusd left running to go, once killed. */

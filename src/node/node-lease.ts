@@ -12,6 +12,7 @@ import { Gauge, type Registry } from 'prom-client';
 import type { KubeApiClient } from '../k8s/api-client';
 import { NodeLeases } from '../k8s/node-lease';
 import { definedFields } from '../common/defined-fields';
+import { VtepLeases } from '../k8s/vtep-leases';
 
 const SERVICE_ACCOUNT_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 /** The file in the state directory that names the identity the last plexusd on it held the lease under. */
@@ -65,4 +66,9 @@ export function leaseMetric(leases: NodeLeases, registry: Registry): void {
       this.set(leases.contested ? 1 : 0);
     },
   });
+}
+
+/** Where this node publishes its cluster-mode VTEPs and finds its peers': the node Leases of its namespace. */
+export function vtepLeasesFor(client: KubeApiClient, node: string, log: Logger): VtepLeases {
+  return new VtepLeases(client, { node, namespace: namespaceOf() }, log.child({ component: 'vtep-leases' }));
 }

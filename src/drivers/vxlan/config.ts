@@ -24,7 +24,8 @@ const VxlanSchema = z.looseObject({
   port: z.number().int().min(1).max(65535).default(4789),
   local: ipField.optional(),
   underlayInterface: z.string().optional(),
-  remotes: z.array(ipField).default([]),
+  // Left out, or "cluster": each node's plexusd finds the other VTEPs of the network itself (cluster mode).
+  remotes: z.union([z.array(ipField), z.literal('cluster')]).default('cluster'),
   bridge: z.string().optional(),
   mtu: mtuField,
   learning: z.boolean().default(true),
@@ -36,7 +37,10 @@ export interface VxlanConfig {
   readonly port: number;
   readonly local?: string;
   readonly underlayInterface?: string;
+  /** The other nodes' VTEPs, as listed; empty in cluster mode, where the node's flood entries follow its peers. */
   readonly remotes: readonly string[];
+  /** Cluster mode: `remotes` left out or "cluster" (flood-entries.ts keeps the entries, underlay.ts finds `local`). */
+  readonly cluster: boolean;
   /** The per-network bridge on the node; default `vxbr<vni>`. */
   readonly bridge: string;
   /** The VTEP's name on the node: `vx<vni>`. */
@@ -53,6 +57,8 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
   const parsed = parsePluginConfig(VxlanSchema, plugin);
   if (!parsed.ok) return parsed;
   const c = parsed.value;
+  const remotes: readonly string[] = c.remotes === 'cluster' ? [] : c.remotes;
+  const cluster = c.remotes === 'cluster';
   const bridge = c.bridge ?? `vxbr${c.vni}`;
   const bridgeName = checkLinkName(plugin, 'bridge', bridge);
   if (!bridgeName.ok) return bridgeName;
@@ -61,8 +67,8 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
     if (!name.ok) return name;
   }
   // One VTEP speaks one IP family: its local address and every remote must agree.
-  const family = c.local ? ipFamily(c.local) : c.remotes[0] ? ipFamily(c.remotes[0]) : undefined;
-  for (const [i, remote] of c.remotes.entries()) {
+  const family = c.local ? ipFamily(c.local) : remotes[0] ? ipFamily(remotes[0]) : undefined;
+  for (const [i, remote] of remotes.entries()) {
     if (ipFamily(remote) !== family)
       return err(
         invalidConfig(
@@ -71,14 +77,15 @@ export function parseVxlanConfig(plugin: PluginConfig): Result<VxlanConfig> {
         ),
       );
   }
-  if (c.local && c.remotes.includes(c.local))
+  if (c.local && remotes.includes(c.local))
     return err(invalidConfig(plugin, `remotes: contains the local address ${c.local}`));
   const ipam = parseOptionalIpam(plugin, c.ipam);
   if (!ipam.ok) return ipam;
   return ok({
     vni: c.vni,
     port: c.port,
-    remotes: c.remotes,
+    remotes,
+    cluster,
     bridge,
     device: vtepName(c.vni),
     learning: c.learning,

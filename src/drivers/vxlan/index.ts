@@ -13,8 +13,14 @@ import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../d
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
+import { vxlanNetworks, vniTaken } from './cluster-networks';
 import { type VxlanConfig, parseVxlanConfig } from './config';
 import { definedFields } from '../../common/defined-fields';
+import { ALL_ZERO_MAC, FloodEntries } from './flood-entries';
+import { findUnderlay } from './underlay';
+import type { VxlanCluster } from './vtep-directory';
+
+export type { PeerVteps, VtepDirectory, VxlanCluster } from './vtep-directory';
 
 interface Overlay {
   readonly bridge: LinkInfo;
@@ -22,23 +28,48 @@ interface Overlay {
   /** Answered from memory: the links may have been deleted since. */
   readonly cached: boolean;
 }
-const ALL_ZERO_MAC = '00:00:00:00:00:00';
+/** How often the flood entries are checked against the peers' leases when no change was announced. */
+const FLOOD_INTERVAL_MS = 2000;
 
 export interface VxlanDriverOptions {
   /** The netns that is the node, where the bridge and VTEP live: the daemon's own when undefined (tests stand a netns in for a second node). */
   readonly node?: string;
+  /** The other nodes, for cluster-mode networks (docs/drivers.md); without it they flood to no one. */
+  readonly cluster?: VxlanCluster;
+  /** How often the flood entries are checked when no peer announced a change; default 2 s. */
+  readonly floodIntervalMs?: number;
 }
 
 /** A vxlan driver; it remembers the overlays it has ensured on its node. */
 export function createVxlanDriver(options: VxlanDriverOptions = {}): Driver<VxlanConfig> {
-  const overlays = new Overlays(options.node);
+  const overlays = new Overlays(options.node, options.cluster);
+  let flood: FloodEntries | undefined;
   return {
     type: 'vxlan',
     capabilities: ['ips', 'mac'],
     parse: onePlugin(parseVxlanConfig),
-    attach: (req, conf, env) => attachVxlan(req, conf, env, overlays),
-    // The bridges holding a VTEP are this driver's: those an older plexusd left unpinned are pinned at start.
-    start: (ctx) => healBridgesAtStart(ctx, options.node, (ports) => ports.some((p) => p.kind === 'vxlan')),
+    attach: async (req, conf, env) => {
+      const r = await attachVxlan(req, conf, env, overlays);
+      // The new VTEP's entries come from the background, never from this call.
+      if (r.ok && conf.cluster) flood?.wake();
+      return r;
+    },
+    start: async (ctx) => {
+      // The bridges holding a VTEP are this driver's: those an older plexusd left unpinned are pinned at start.
+      await healBridgesAtStart(ctx, options.node, (ports) => ports.some((p) => p.kind === 'vxlan'));
+      const { cluster } = options;
+      if (!cluster) return;
+      const log = ctx.log.child({ component: 'vxlan-peers' });
+      const intervalMs = options.floodIntervalMs ?? FLOOD_INTERVAL_MS;
+      flood = new FloodEntries({ kernel: ctx.kernel, netns: options.node, cluster, log, intervalMs });
+      // The peers' first list is not awaited: a slow API must not hold the daemon's readiness.
+      void cluster.directory.start().then(() => flood?.wake());
+      flood.start();
+    },
+    stop: async () => {
+      await flood?.stop();
+      await options.cluster?.directory.stop();
+    },
   };
 }
 
@@ -54,7 +85,8 @@ async function attachVxlan(
   const ipam = await allocatePodIps(req, env, conf.ipam);
   if (!ipam.ok) return ipam;
 
-  const overlay = await overlays.ensure(conf, env.kernel);
+  const network = req.network.key;
+  const overlay = await overlays.ensure(conf, env.kernel, { network });
   if (!overlay.ok) return err(overlay.error.withContext(what));
   const mtu = conf.mtu ?? overlay.value.vtep.mtu;
   return attachBridgePort(req, env, {
@@ -63,7 +95,7 @@ async function attachVxlan(
     ipam: ipam.value,
     // Cached after the call above; `again` (the bridge was deleted by hand) rebuilds the whole overlay.
     ensureBridge: async (again) => {
-      const o = await overlays.ensure(conf, env.kernel, { force: again });
+      const o = await overlays.ensure(conf, env.kernel, { network, force: again });
       if (!o.ok) return err(o.error.withContext(what));
       return ok(o.value.bridge.mac ? { mac: o.value.bridge.mac } : {});
     },
@@ -75,7 +107,10 @@ class Overlays {
   private readonly locks = new KeyedMutex();
   private readonly known = new Map<string, { bridge: LinkInfo; vtep: LinkInfo }>();
 
-  constructor(readonly node: string | undefined) {}
+  constructor(
+    readonly node: string | undefined,
+    private readonly cluster: VxlanCluster | undefined,
+  ) {}
 
   /**
    * Makes sure the node has the network's bridge and VTEP, the VTEP is a port of the bridge and up, and every remote
@@ -83,7 +118,11 @@ class Overlays {
    * memory), and again when an attach finds the bridge gone; remotes removed from the config keep their entries until
    * the VTEP is deleted.
    */
-  async ensure(conf: VxlanConfig, kernel: KernelPort, opts: { force?: boolean } = {}): Promise<Result<Overlay>> {
+  async ensure(
+    conf: VxlanConfig,
+    kernel: KernelPort,
+    opts: { readonly network: string; readonly force?: boolean },
+  ): Promise<Result<Overlay>> {
     const key = JSON.stringify([
       conf.bridge,
       conf.device,
@@ -96,7 +135,29 @@ class Overlays {
     ]);
     const known = this.known.get(key);
     if (known && !opts.force) return ok({ ...known, cached: true });
-    return this.locks.run(conf.bridge, () => this.create(conf, kernel, key));
+    return this.locks.run(conf.bridge, async () => {
+      const mtu = await this.clusterMtu(opts.network, conf, kernel);
+      if (!mtu.ok) return mtu;
+      return this.create(mtu.value === undefined ? conf : { ...conf, mtu: mtu.value }, kernel, key);
+    });
+  }
+
+  /**
+   * In cluster mode: refuses a VNI another network owns (code 7) and a node without an underlay address (code 11);
+   * answers the VTEP's MTU over the underlay when the network sets none.
+   */
+  private async clusterMtu(
+    network: string,
+    conf: VxlanConfig,
+    kernel: KernelPort,
+  ): Promise<Result<number | undefined>> {
+    const cluster = this.cluster;
+    if (!conf.cluster || !cluster) return ok(conf.mtu);
+    const taken = vniTaken(network, conf.vni, vxlanNetworks(cluster.networks()).owners.get(conf.vni));
+    if (taken) return err(taken);
+    const underlay = await findUnderlay(conf, kernel, { netns: this.node, directory: cluster.directory });
+    if (!underlay.ok) return underlay;
+    return ok(conf.mtu ?? underlay.value.vtepMtu);
   }
 
   private async create(conf: VxlanConfig, kernel: KernelPort, key: string): Promise<Result<Overlay>> {
@@ -152,16 +213,15 @@ class Overlays {
         ),
       );
     }
-    if (!vtep) {
-      // EEXIST without a link of that name: another VXLAN device already owns this VNI and port.
+    if (!vtep) return err(await vniInUse(conf, kernel, node));
+    if (vtep.vxlan && (vtep.vxlan.vni !== conf.vni || vtep.vxlan.port !== conf.port))
       return err(
         new CniError(
           CniCode.InvalidNetworkConfig,
-          `another VXLAN device on the host already uses VNI ${conf.vni} on port ${conf.port}`,
-          'choose another "vni" or "port"',
+          `${vtep.name} on the host is a VXLAN device of VNI ${vtep.vxlan.vni} on port ${vtep.vxlan.port}, not VNI ${conf.vni} on port ${conf.port}`,
+          'delete that device, or choose another "vni"',
         ),
       );
-    }
     if (vtep.kind !== 'vxlan') {
       return err(
         new CniError(
@@ -183,4 +243,17 @@ class Overlays {
     this.known.set(key, { bridge, vtep });
     return ok({ bridge, vtep, cached: false });
   }
+}
+
+/** EEXIST without a link of the VTEP's name: another VXLAN device already owns this VNI and port; named when found. */
+async function vniInUse(conf: VxlanConfig, kernel: KernelPort, node: string | undefined): Promise<CniError> {
+  const listed = await kernel.batch(node, [{ op: 'linkList' }]);
+  const owner = listed.ok
+    ? listed.value[0].find((l) => l.vxlan?.vni === conf.vni && l.vxlan.port === conf.port)?.name
+    : undefined;
+  return new CniError(
+    CniCode.InvalidNetworkConfig,
+    `${owner ?? 'another VXLAN device'} on the host already uses VNI ${conf.vni} on port ${conf.port}`,
+    'choose another "vni" or "port", or delete that device',
+  );
 }

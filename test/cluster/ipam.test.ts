@@ -1,23 +1,45 @@
 /**
- * Proof 2 of issue 37, its first half: cluster IPAM under real kubelets. A burst of pods on every node at once gets no
- * address twice (network-status and the pods' own namespaces agree), with the API writes per address it cost. The
- * second half (a node dying while it holds addresses, its blocks reused only after its Lease and the grace) is not
- * here yet.
+ * Proof 2 of issue 37: cluster IPAM under real kubelets. A burst of pods on every node at once gets no address twice
+ * (network-status and the pods' own namespaces agree). Then a node dies while its ReplicaSet pods hold addresses of a
+ * small pool whose every other address is in use: every process of it killed, as a machine dies, and its Node object
+ * deleted, as an autoscaler would. The ReplicaSet's replacements on the other nodes wait: none gets one of the dead
+ * node's addresses before its Lease has expired plus the grace; after that they do. The node then comes back under
+ * the same name, its disks kept, and recovers: its dead pods' leases go, and no address is held twice anywhere.
  */
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { clusterMissing, TestCluster } from '../support/cluster/cluster';
-import { addressesOn, createPod, ensureNamespace, NETWORKS, waitRunning } from '../support/cluster/pods';
+import type { ClusterNode } from '../support/cluster/node';
+import {
+  addressesOn,
+  type ApiPod,
+  createPod,
+  createReplicaSet,
+  ensureNamespace,
+  labelNode,
+  listPods,
+  NETWORKS,
+  waitRunning,
+} from '../support/cluster/pods';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { until } from '../support/until';
 
 const skip = expectedPrerequisites(clusterMissing());
 const NS = 'ipam';
 const LEASE_SECONDS = 4;
-const GRACE_SECONDS = 10;
+/** Longer than the kubelet's retry of a failed sandbox (10-15 s), so a reuse that ignores it shows. */
+const GRACE_SECONDS = 20;
 const PODS_PER_NODE = 8;
+const REPLICAS = 4;
+/** The label that lets the scarce ReplicaSet's pods onto a node. */
+const SCARCE_NODE = 'plexus.test/scarce';
 const o = 100 + Math.floor(Math.random() * 40);
 const t = Math.floor(Math.random() * 200);
 const WIDE = `10.${o}.${t}.0/24`;
+/** 13 usable addresses (.2 to .14) in four /30 blocks. */
+const SCARCE = `10.${o}.${t + 1}.0/28`;
 const nad = (name: string, subnet: string, block: number): string =>
   JSON.stringify({
     cniVersion: '1.0.0',
@@ -31,17 +53,54 @@ const nad = (name: string, subnet: string, block: number): string =>
 interface Block {
   spec: { pool: string; cidr: string; node: string };
 }
+const toInt = (a: string): number => a.split('.').reduce((n, x) => n * 256 + Number(x), 0);
+const span = (cidr: string): [number, number] => {
+  const [base, bits] = cidr.split('/');
+  const size = 2 ** (32 - Number(bits));
+  const first = Math.floor(toInt(base!) / size) * size;
+  return [first, first + size - 1];
+};
+const inCidr = (address: string, cidr: string): boolean => {
+  const [first, last] = span(cidr);
+  return toInt(address) >= first && toInt(address) <= last;
+};
+/** Addresses of a block the scarce pool gives: not its network address, gateway (.1) or broadcast. */
+const usableIn = (cidr: string): number => {
+  const [poolFirst, poolLast] = span(SCARCE);
+  const [first, last] = span(cidr);
+  return Math.min(last, poolLast - 1) - Math.max(first, poolFirst + 2) + 1;
+};
+const POOL_SIZE = usableIn(SCARCE);
 const duplicates = (all: readonly string[]): string[] => all.filter((a, i) => all.indexOf(a) !== i);
+/** The addresses a node's plexusd leases in a cluster pool (its state directory's files). */
+const leasesOn = (node: ClusterNode, pool: string): string[] => {
+  try {
+    return readdirSync(join(node.paths.plexusState, 'ipam-pools', pool)).filter((f) => /^\d+\.\d+\.\d+\.\d+$/.test(f));
+  } catch {
+    return [];
+  }
+};
 
 describe('cluster IPAM under real kubelets', { skip }, () => {
   let cluster: TestCluster | undefined;
+  /** The node the second test kills and the third brings back. */
+  let dead: ClusterNode | undefined;
 
   before(async () => {
     cluster = await TestCluster.start({
-      timing: { nodeLeaseSeconds: LEASE_SECONDS, ipamNodeGraceSeconds: GRACE_SECONDS, ipamReconcileSeconds: 1 },
+      timing: {
+        nodeLeaseSeconds: LEASE_SECONDS,
+        ipamNodeGraceSeconds: GRACE_SECONDS,
+        ipamReconcileSeconds: 1,
+        orphanSweepSeconds: 5,
+      },
     });
     await ensureNamespace(cluster.api, NS);
-    assert.equal((await cluster.api.createNad(NS, 'wide', nad('wide', WIDE, 28))).status, 201);
+    for (const [name, subnet, block] of [
+      ['wide', WIDE, 28],
+      ['scarce', SCARCE, 30],
+    ] as const)
+      assert.equal((await cluster.api.createNad(NS, name, nad(name, subnet, block))).status, 201);
   });
   after(async () => {
     assert.deepEqual((await cluster?.stop()) ?? [], []);
@@ -51,6 +110,11 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
     (
       (await cluster!.api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: Block[] }
     ).items.filter((b) => b.spec.pool === pool);
+  /** The scarce ReplicaSet's pods that have an address, each with it. */
+  const addressed = async (): Promise<{ pod: ApiPod; address: string }[]> =>
+    (await listPods(cluster!.api, NS, 'app=scarce')).flatMap((pod) =>
+      addressesOn(pod, `${NS}/scarce`).map((address) => ({ pod, address })),
+    );
 
   it(`a burst of ${PODS_PER_NODE} pods on each node at once: no address twice, in network-status or in the pods`, async () => {
     const c = cluster!;
@@ -83,5 +147,110 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
     );
     const r = await c.api.request('DELETE', `/api/v1/namespaces/${NS}/pods?labelSelector=`);
     assert.equal(r.status, 200);
+  });
+
+  it("a dead node's addresses go to the ReplicaSet's replacements only after its Lease expired plus the grace", async () => {
+    const c = cluster!;
+    const api = c.api;
+    // The victim's pods die with it, the holder's fill the rest of the pool, the heir gets the replacements.
+    const [victim, holder, heir] = c.nodes as [ClusterNode, ClusterNode, ClusterNode];
+    dead = victim;
+    // The ReplicaSet's pods all land on the victim: its blocks then hold only their addresses.
+    await labelNode(api, victim.name, SCARCE_NODE, 'yes');
+    const scarce = { [NETWORKS]: 'scarce' };
+    const selector = { [SCARCE_NODE]: 'yes' };
+    await createReplicaSet(api, NS, {
+      name: 'scarce',
+      replicas: REPLICAS,
+      app: 'scarce',
+      annotations: scarce,
+      nodeSelector: selector,
+    });
+    const first = await until(
+      'the ReplicaSet running with addresses',
+      async () => {
+        const a = await addressed();
+        return a.length === REPLICAS ? a : undefined;
+      },
+      120000,
+      500,
+    );
+    assert.ok(first.every(({ pod }) => pod.spec.nodeName === victim.name));
+    const deadBlocks = (await blocks('scarce')).filter((b) => b.spec.node === victim.name).map((b) => b.spec.cidr);
+    const spare = deadBlocks.reduce((n, b) => n + usableIn(b), 0) - REPLICAS;
+    // Every address outside the victim's blocks goes to pods of another node: the pool has nothing else to give.
+    const fillers = Array.from({ length: POOL_SIZE - REPLICAS - spare }, (_, i) => `fill-${i}`);
+    for (const name of fillers) await createPod(api, NS, name, { nodeName: holder.name, annotations: scarce });
+    await waitRunning(api, NS, fillers, 120000);
+    const held = await blocks('scarce');
+    assert.equal(held.length, 4, `every block of the pool is held: ${JSON.stringify(held.map((b) => b.spec))}`);
+
+    await labelNode(api, heir.name, SCARCE_NODE, 'yes');
+    const diedAt = Date.now(); // its plexusd renewed its Lease at most a third of the duration before this
+    await victim.crash();
+    assert.equal((await api.request('DELETE', `/api/v1/nodes/${victim.name}`)).status, 200);
+    // Its pods, as the pod GC would delete them after its quarantine, gone at once.
+    for (const { pod } of first)
+      await api.request('DELETE', `/api/v1/namespaces/${NS}/pods/${pod.metadata.name}`, { gracePeriodSeconds: 0 });
+
+    const earliest = diedAt + (GRACE_SECONDS + (LEASE_SECONDS * 2) / 3) * 1000;
+    const replaced = await until(
+      `${REPLICAS} replacements with addresses of the dead node's blocks ${deadBlocks.join(' ')}`,
+      async () => {
+        const a = (await addressed()).filter(({ pod }) => pod.spec.nodeName !== victim.name);
+        const reused = a.filter(({ address }) => deadBlocks.some((b) => inCidr(address, b)));
+        const [early] = Date.now() < earliest ? reused : [];
+        if (early)
+          assert.fail(
+            `${early.pod.metadata.name} on ${early.pod.spec.nodeName} got ${early.address} of the dead node ` +
+              `${(Date.now() - diedAt) / 1000} s after its death, before its Lease (${LEASE_SECONDS} s) and the ` +
+              `grace (${GRACE_SECONDS} s) had passed`,
+          );
+        assert.deepEqual(
+          a.filter((x) => !reused.includes(x)),
+          [],
+          'a replacement got an address outside the dead blocks',
+        );
+        return reused.length === REPLICAS ? { at: Date.now(), reused } : undefined;
+      },
+      150000,
+      500,
+    );
+    console.log(
+      `the dead node's addresses were reused ${((replaced.at - diedAt) / 1000).toFixed(1)} s after its death`,
+    );
+    const all = (await listPods(api, NS)).flatMap((p) => addressesOn(p, `${NS}/scarce`));
+    assert.equal(all.length, POOL_SIZE - spare);
+    assert.deepEqual(duplicates(all), []);
+  });
+
+  it("the dead node comes back under its name: its dead pods' leases go, and no address is held twice anywhere", async () => {
+    const c = cluster!;
+    assert.ok(dead, 'the previous test killed a node');
+    const back = dead;
+    await back.boot();
+    await c.waitNodeReady(back.name);
+    const stale = await until(
+      `${back.name}'s leases of the scarce pool released (its pods died with it)`,
+      () => (leasesOn(back, 'scarce').length === 0 ? [] : undefined),
+      120000,
+      1000,
+    ).catch((e: Error) => [`${e.message}: still ${leasesOn(back, 'scarce').join(' ')}`]);
+    assert.deepEqual(stale, []);
+    await createPod(c.api, NS, 'back', { nodeName: back.name, annotations: { [NETWORKS]: 'wide' } });
+    await waitRunning(c.api, NS, ['back']);
+    const pods = await listPods(c.api, NS);
+    for (const network of ['wide', 'scarce']) {
+      const all = pods.flatMap((p) => addressesOn(p, `${NS}/${network}`));
+      const leased = c.nodes.flatMap((n) => leasesOn(n, network));
+      assert.deepEqual(duplicates(all), [], `${network}: an address twice in network-status`);
+      assert.deepEqual(duplicates(leased), [], `${network}: an address leased on two nodes`);
+    }
+    const scarce = await blocks('scarce');
+    assert.deepEqual(duplicates(scarce.map((b) => b.spec.cidr)), []);
+    assert.ok(
+      scarce.every((b) => b.spec.node !== back.name),
+      `${back.name} holds none of the reused blocks`,
+    );
   });
 });

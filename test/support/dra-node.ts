@@ -52,8 +52,11 @@ interface ApiObject {
   metadata: { name: string; namespace?: string };
 }
 
+/** What creating objects needs: a node fixture's API calls, or the cluster's (test/support/cluster/). */
+export type ApiCaller = Pick<KubeNodeFixture, 'call'>;
+
 /** Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. */
-export async function create(node: KubeNodeFixture, object: unknown): Promise<void> {
+export async function create(node: ApiCaller, object: unknown): Promise<void> {
   const o = object as ApiObject;
   const path = PATHS[o.kind];
   if (!path) throw new Error(`no API path for kind ${o.kind}`);
@@ -63,7 +66,7 @@ export async function create(node: KubeNodeFixture, object: unknown): Promise<vo
 }
 
 /** deploy/'s DRA manifest as written, its role also bound to the test's plexusd user. */
-export async function installDra(node: KubeNodeFixture): Promise<void> {
+export async function installDra(node: ApiCaller): Promise<void> {
   for (const doc of parseAllDocuments(readFileSync(draManifest(), 'utf8'))) await create(node, doc.toJSON());
   await create(node, {
     apiVersion: 'rbac.authorization.k8s.io/v1',

@@ -7,7 +7,7 @@
  * half-way through start().
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildPauseImage, containerdBinDir } from '../containerd';
@@ -16,7 +16,7 @@ import { KubeApiFixture, k8sBinaryMissing } from '../k8s';
 import { KernelSettings, kubeNodeMissing } from '../kube-node';
 import { ip, ipTry, uniquePrefix } from '../netns';
 import { Relay } from '../relay';
-import type { IpamTiming } from './node-config';
+import type { IpamTiming, NodePaths } from './node-config';
 import { ClusterNode } from './node';
 import { makeMountPoints, removeMountPoints } from './node-namespaces';
 
@@ -27,6 +27,12 @@ export interface ClusterOptions {
   readonly prefix?: string;
   /** plexusd's cluster IPAM timing on every node. */
   readonly timing?: IpamTiming;
+  /** Start the nodes with their own CNI config only, Plexus installed later by the test (default true: at start). */
+  readonly plexusAtStart?: boolean;
+  /** More of plexusd's settings on each node (camelCase keys of docs/configuration.md), e.g. DRA's, from its paths. */
+  readonly settings?: (node: NodePaths) => Readonly<Record<string, unknown>>;
+  /** Runs once the API server is up, before any node starts: objects the nodes' daemons need at once (RBAC). */
+  readonly beforeNodes?: (api: KubeApiFixture) => Promise<void>;
 }
 
 /** Why the cluster cannot run here, or undefined when it can. */
@@ -88,7 +94,7 @@ export class TestCluster {
     const prefix = options.prefix ?? uniquePrefix('pxc');
     const cluster = new TestCluster(prefix, mkdtempSync(join(tmpdir(), `plexus-cluster-${prefix}-`)));
     try {
-      await cluster.startAll(options.nodes ?? 3, options.timing ?? {});
+      await cluster.startAll(options);
       return cluster;
     } catch (e) {
       const problems = await cluster.stop();
@@ -97,12 +103,14 @@ export class TestCluster {
     }
   }
 
-  private async startAll(count: number, timing: IpamTiming): Promise<void> {
+  private async startAll(options: ClusterOptions): Promise<void> {
+    const { nodes: count = 3, timing = {}, plexusAtStart: plexusAtBoot = true, settings } = options;
     ip('link', 'add', this.bridge, 'type', 'bridge');
     this.bridgeMade = true;
     ip('addr', 'add', `${this.lan}.1/24`, 'dev', this.bridge);
     ip('link', 'set', this.bridge, 'up');
     this.api_ = await KubeApiFixture.startForPlexus();
+    await options.beforeNodes?.(this.api_);
     mkdirSync(join(this.dir, 'control-plane'));
     this.controlPlane.start(this.api, join(this.dir, 'control-plane'));
     this.relay = await Relay.start({ host: `${this.lan}.1`, port: 0 }, { host: '127.0.0.1', port: this.api.apiPort });
@@ -121,7 +129,9 @@ export class TestCluster {
       };
       const root = join(this.dir, `n${i}`);
       const spec = { name, root, uplink, podSubnet: `10.244.${i}.0/24`, api: this.api, apiUrl };
-      this.nodes.push(new ClusterNode({ ...spec, plexusKubeconfig, pauseArchive, containerdDir, timing }));
+      this.nodes.push(
+        new ClusterNode({ ...spec, plexusKubeconfig, pauseArchive, containerdDir, timing, settings, plexusAtBoot }),
+      );
     }
     this.sysctls.record();
     this.mountPoints = makeMountPoints();
@@ -160,6 +170,22 @@ export class TestCluster {
     return this.stopped;
   }
 
+  /**
+   * With $PLEXUS_CLUSTER_LOGS set (a directory), the nodes' and the control plane's logs are copied under it, in
+   * `<prefix>/`, before the cluster's files go: what a failed run leaves to read.
+   */
+  private keepLogs(): void {
+    const to = process.env.PLEXUS_CLUSTER_LOGS?.trim();
+    if (!to) return;
+    const kept = join(to, this.prefix);
+    const copies: [string, string][] = [
+      ...this.nodes.map((n): [string, string] => [join(n.spec.root, 'log'), n.name]),
+      [join(this.dir, 'control-plane'), 'control-plane'],
+    ];
+    for (const [from, name] of copies) if (existsSync(from)) cpSync(from, join(kept, name), { recursive: true });
+    console.log(`the cluster's logs are kept in ${kept}`);
+  }
+
   private async teardown(): Promise<string[]> {
     const problems: string[] = [];
     const attempt = async (what: string, step: () => unknown): Promise<void> => {
@@ -183,6 +209,7 @@ export class TestCluster {
       const r = ipTry('link', 'del', this.bridge);
       if (r.status !== 0) problems.push(`bridge ${this.bridge}: ${r.out.trim()}`);
     }
+    await attempt('keep the logs', () => this.keepLogs());
     await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
     return problems;
   }

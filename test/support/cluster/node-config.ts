@@ -103,18 +103,24 @@ export function kubeletConfig(paths: NodePaths, node: KubeletIdentity): unknown 
   };
 }
 
-/** Cluster IPAM's timing, as plexusd's flags name it (docs/ipam.md). */
+/** Cluster IPAM's timing, as plexusd's flags name it (docs/ipam.md), and how soon gone pods' leases are swept. */
 export interface IpamTiming {
   readonly nodeLeaseSeconds?: number;
   readonly ipamNodeGraceSeconds?: number;
   readonly ipamReconcileSeconds?: number;
+  readonly orphanSweepSeconds?: number;
 }
 
 /**
  * plexusd's config file as the DaemonSet mounts it (deploy/30-configmap.yaml), every host path moved under the node's
- * root, with the API's kubeconfig (the DaemonSet's service account) and the cluster IPAM timing a test asks for.
+ * root, with the API's kubeconfig (the DaemonSet's service account) and the settings a test asks for (cluster IPAM
+ * timing, DRA).
  */
-export function plexusdConfig(paths: NodePaths, kubeconfig: string, timing: IpamTiming): Record<string, unknown> {
+export function plexusdConfig(
+  paths: NodePaths,
+  kubeconfig: string,
+  asked: Readonly<Record<string, unknown>>,
+): Record<string, unknown> {
   const manifest = parseYaml(readFileSync(join(ROOT, 'deploy', '30-configmap.yaml'), 'utf8')) as {
     data: { 'plexusd.yaml': string };
   };
@@ -123,7 +129,7 @@ export function plexusdConfig(paths: NodePaths, kubeconfig: string, timing: Ipam
     key,
     typeof value === 'string' && value.startsWith('/') ? join(paths.root, value) : value,
   ]);
-  return { ...Object.fromEntries(moved), kubeconfig, ...timing };
+  return { ...Object.fromEntries(moved), kubeconfig, ...asked };
 }
 
 /**

@@ -50,6 +50,10 @@ export interface NodeSpec {
   /** containerd 2's binaries. */
   readonly containerdDir: string;
   readonly timing: IpamTiming;
+  /** More of plexusd's settings (camelCase keys of docs/configuration.md), e.g. DRA's, with the node's paths. */
+  readonly settings?: (node: NodePaths) => Readonly<Record<string, unknown>>;
+  /** Whether boot() installs and starts Plexus (default true); else the node runs its own CNI config only. */
+  readonly plexusAtBoot?: boolean;
 }
 
 type NodeProcess = 'containerd' | 'kubelet' | 'plexusd';
@@ -61,9 +65,12 @@ export class ClusterNode {
   private holder: ChildProcess | undefined;
   private mountNs: string | undefined;
   private readonly procs = new Map<NodeProcess, ChildProcess>();
+  /** Whether boot() starts Plexus: from the spec, then as startPlexus and uninstallPlexus leave it. */
+  private plexusInstalled: boolean;
 
   constructor(readonly spec: NodeSpec) {
     this.paths = new NodePaths(spec.root);
+    this.plexusInstalled = spec.plexusAtBoot ?? true;
   }
 
   get name(): string {
@@ -101,9 +108,37 @@ export class ClusterNode {
       `--node-ip=${this.address}`,
       `--volume-plugin-dir=${join(this.spec.root, 'var', 'lib', 'kubelet-plugins')}`,
     ]);
+    if (this.plexusInstalled) await this.startPlexus();
+  }
+
+  /** What the DaemonSet's pod does on the node: plexus-install's install, then plexusd; resolves once it is ready. */
+  async startPlexus(): Promise<void> {
     this.installPlexus();
+    this.plexusInstalled = true;
     this.spawn('plexusd', PLEXUSD, ['--config', this.paths.etc('plexusd.json')], { NODE_NAME: this.name });
     await until(`plexusd ready on ${this.name}`, () => this.plexusReady(), 60000, 200);
+  }
+
+  /** plexusd stopped by its PID as the kubelet stops the DaemonSet's pod (SIGTERM); resolves once it has exited. */
+  async stopPlexus(): Promise<void> {
+    await stopProcess(this.procs.get('plexusd'), 'SIGTERM', 30000);
+    this.procs.delete('plexusd');
+  }
+
+  /** What deploy/uninstall/ does on the node, plexusd stopped: Plexus's conflist and shim go, the node's own config is back. */
+  async uninstallPlexus(): Promise<void> {
+    await this.stopPlexus();
+    const p = this.paths;
+    const r = this.run([
+      join(ROOT, 'bin', 'plexus-install'),
+      'uninstall',
+      '--cni-bin-dir',
+      p.cniBinDir,
+      '--cni-conf-dir',
+      p.cniConfDir,
+    ]);
+    if (r.status !== 0) throw new Error(`plexus-install uninstall on ${this.name}: ${r.out}`);
+    this.plexusInstalled = false;
   }
 
   private writeFiles(): void {
@@ -118,7 +153,8 @@ export class ClusterNode {
     writeFileSync(this.paths.etc('containerd.toml'), containerdConfig(this.paths));
     const plexusKubeconfig = this.paths.etc('plexus.kubeconfig');
     writeNodeKubeconfig(this.spec.plexusKubeconfig, plexusKubeconfig, this.spec.apiUrl);
-    const settings = plexusdConfig(this.paths, plexusKubeconfig, this.spec.timing);
+    const asked = { ...this.spec.timing, ...this.spec.settings?.(this.paths) };
+    const settings = plexusdConfig(this.paths, plexusKubeconfig, asked);
     writeFileSync(this.paths.etc('plexusd.json'), JSON.stringify(settings));
     // The node's own CNI config, as a node has before Plexus comes: plexus-install makes it every pod's eth0.
     const podnet = {

@@ -102,3 +102,60 @@ export async function waitRunning(
     await new Promise((r) => setTimeout(r, 250));
   }
 }
+
+/** Sets (or, with undefined, removes) a label of a Node object, as an operator would. */
+export async function labelNode(api: KubeApiFixture, node: string, key: string, value?: string): Promise<void> {
+  const patch = { metadata: { labels: { [key]: value ?? null } } };
+  const r = await api.request('PATCH', `/api/v1/nodes/${node}`, patch, 'application/merge-patch+json');
+  if (r.status !== 200) throw new Error(`labelling node ${node}: ${r.status} ${JSON.stringify(r.body)}`);
+}
+
+export interface ReplicaSetPlan {
+  readonly name: string;
+  readonly replicas: number;
+  /** The pods' `app` label, which the ReplicaSet selects. */
+  readonly app: string;
+  readonly annotations?: Readonly<Record<string, string>>;
+  readonly nodeSelector?: Readonly<Record<string, string>>;
+}
+
+/** A ReplicaSet of pause pods, placed by the scheduler. */
+export async function createReplicaSet(api: KubeApiFixture, namespace: string, plan: ReplicaSetPlan): Promise<void> {
+  const template = {
+    metadata: { labels: { app: plan.app }, annotations: plan.annotations ?? {} },
+    spec: { ...pauseSpec(), ...(plan.nodeSelector ? { nodeSelector: plan.nodeSelector } : {}) },
+  };
+  const rs = {
+    apiVersion: 'apps/v1',
+    kind: 'ReplicaSet',
+    metadata: { name: plan.name },
+    spec: { replicas: plan.replicas, selector: { matchLabels: { app: plan.app } }, template },
+  };
+  const r = await api.request('POST', `/apis/apps/v1/namespaces/${namespace}/replicasets`, rs);
+  if (r.status !== 201)
+    throw new Error(`creating replicaset ${namespace}/${plan.name}: ${r.status} ${JSON.stringify(r.body)}`);
+}
+
+/** Messages of the FailedCreatePodSandBox events in a namespace: each a sandbox the kubelet had to retry. */
+export async function sandboxFailures(api: KubeApiFixture, namespace: string): Promise<string[]> {
+  const query = `fieldSelector=${encodeURIComponent('reason=FailedCreatePodSandBox')}`;
+  const r = await api.request('GET', `/api/v1/namespaces/${namespace}/events?${query}`);
+  const items = (r.body as { items?: { involvedObject: { name: string }; message: string; count?: number }[] }).items;
+  return (items ?? []).flatMap((e) =>
+    Array.from({ length: e.count ?? 1 }, () => `${e.involvedObject.name}: ${e.message.slice(0, 300)}`),
+  );
+}
+
+/** Deletes every pod of a namespace and waits until the API has none left (their kubelets tore them down). */
+export async function deleteAllPods(api: KubeApiFixture, namespace: string, timeoutMs = 120000): Promise<void> {
+  const r = await api.request('DELETE', `/api/v1/namespaces/${namespace}/pods`);
+  if (r.status !== 200) throw new Error(`deleting the pods of ${namespace}: ${r.status}`);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const left = await listPods(api, namespace);
+    if (left.length === 0) return;
+    if (Date.now() > deadline)
+      throw new Error(`${left.length} pods of ${namespace} left after ${timeoutMs} ms: ${left[0]!.metadata.name}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}

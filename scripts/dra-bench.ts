@@ -7,9 +7,10 @@
  * by a claim whose CDI spec hands the container the same env and mount (containerd 2; containerd 1.6 has no CDI, and
  * its claimed pods run without them, which the table shows). The paths alternate which goes first from round to
  * round. Then plexusd's peak RSS (VmHWM). veth pairs the script creates stand in for NICs. The pair it ran on
- * (PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION, PLEXUS_CONTAINERD) is read from the binaries and printed with the table.
+ * ($PLEXUS_STACK: 1.36 + containerd 2 by default, 1.35 + containerd 1.6; PLEXUS_K8S_BIN / PLEXUS_CONTAINERD override a
+ * half) is read from the binaries and printed with the table, with the load average at the start and the end.
  *
- *   npm run bench:dra -- [--pods 30] [--rounds 1] [--json FILE]
+ *   [PLEXUS_STACK=1.35] npm run bench:dra -- [--pods 30] [--rounds 1] [--json FILE]
  *
  * Needs root and what test/k8s needs (../shared/k8s, etcd, containerd, runc, CNI plugins); run it under
  * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
@@ -42,6 +43,7 @@ import {
   memifTemplate,
   withMemif,
 } from './lib/bench/dra-memif';
+import { loadAverage } from './lib/host';
 import { type RunPair, describePair, pairTable, runPair } from './lib/pair';
 
 const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
@@ -180,7 +182,8 @@ async function main(): Promise<number> {
     return 2;
   }
   const pair = runPair();
-  console.log(describePair(pair));
+  const load = { start: loadAverage(), end: NaN };
+  console.log(`${describePair(pair)}; load average ${load.start}`);
   // containerd 1.6 ignores the CDI device IDs a claim's Prepare answers: its claimed memif pods run without them.
   const cdi = containerdMajor() >= 2;
   const prefix = uniquePrefix('drb');
@@ -276,11 +279,12 @@ async function main(): Promise<number> {
       return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')).length : 0;
     })();
     if (claimsLeft) problems.push(`${claimsLeft} prepared-claim records left`);
-    print(batches, pods, rss, pair);
+    load.end = loadAverage();
+    print(batches, { pods, rssMib: rss, pair, cdi, load });
     if (values.json)
       writeFileSync(
         values.json,
-        JSON.stringify({ pair, pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2),
+        JSON.stringify({ pair, load, pods, rounds, batches, plexusdPeakRssMib: rss, problems }, null, 2),
       );
   } catch (e) {
     problems.push((e as Error).message);
@@ -320,7 +324,17 @@ function cases(
   ];
 }
 
-function print(batches: readonly Batch[], pods: number, rssMib: number, pair: RunPair): void {
+interface RunFacts {
+  readonly pods: number;
+  readonly rssMib: number;
+  readonly pair: RunPair;
+  /** Whether the runtime hands a container the CDI devices of its claims (containerd 2). */
+  readonly cdi: boolean;
+  /** The 1-minute load average at the start and at the end of the run. */
+  readonly load: { readonly start: number; readonly end: number };
+}
+
+function print(batches: readonly Batch[], { pods, rssMib, pair, cdi, load }: RunFacts): void {
   const mean = (device: Device, path: Path, key: 'p50Ms' | 'p95Ms' | 'maxMs' | 'totalMs'): number => {
     const mine = batches.filter((b) => b.device === device && b.path === path);
     return mine.reduce((a, b) => a + b[key], 0) / mine.length;
@@ -343,7 +357,12 @@ function print(batches: readonly Batch[], pods: number, rssMib: number, pair: Ru
     const what = device === 'memif' ? 'MEMIF_SOCKET and the socket mount' : 'net1';
     console.log(`| ${device} | pods with ${what} | ${got(device, 'device-plugin')} | ${got(device, 'dra')} | |`);
   }
+  if (!cdi)
+    console.log(
+      `\nmemif through a claim: ${got('memif', 'dra')} pods with MEMIF_SOCKET, as expected here: containerd ${pair.containerd} has no CDI, so the CDI device IDs a claim's Prepare answers reach no container (containerd 2 has it)`,
+    );
   console.log(`\nplexusd peak RSS (VmHWM) with --dra on: ${rssMib} MiB`);
+  console.log(`load average (1 min): ${load.start} at the start, ${load.end} at the end`);
   for (const b of batches) for (const line of b.slow) console.log(`slow (${b.device}, ${b.path}): ${line}`);
 }
 

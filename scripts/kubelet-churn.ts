@@ -15,8 +15,9 @@
  *
  * For Plexus it also reads plexusd's histogram of its CNI DELs (as the runtime waited for them) from its /metrics.
  *
- * The pair it runs on is test/support's (PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION, PLEXUS_CONTAINERD), printed with the table
- * as the binaries report it, beside the reference plugins' version.
+ * The pair it runs on is test/support's ($PLEXUS_STACK: 1.36 + containerd 2 by default, 1.35 + containerd 1.6;
+ * PLEXUS_K8S_BIN / PLEXUS_CONTAINERD override a half), printed with the table as the binaries report it, beside the
+ * reference plugins' version and the load average at the start and the end.
  *
  * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
  * Exits 1 when a pod failed or something was left behind.
@@ -32,7 +33,7 @@ import { referencePlugins } from '../test/support/plugin-dir';
 import { listMultusCaches } from '../src/adopt/multus-cache';
 import { type Network, bridgeConfig, nodeConflist, startPlexusd, stopPlexusd } from './lib/bench/kubelet-burst';
 import { type CallDurations, callDurations, scrapeMetrics } from './lib/bench/cni-durations';
-import { freeTenNet, linksOfBridge, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
+import { freeTenNet, linksOfBridge, loadAverage, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
 import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';
 import { type Summary, fmt, round, summarize, table } from './lib/stats';
 import { Teardown } from './lib/teardown';
@@ -352,10 +353,14 @@ async function main(): Promise<number> {
   };
   const m = machine();
   const pair = runPair();
-  console.log(`kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}`);
+  const load = { start: loadAverage(), end: NaN };
+  console.log(
+    `kubelet churn: ${m.cpus} CPUs (${m.cpuModel}), kernel ${m.kernel}, node ${m.node}, load average ${load.start}`,
+  );
   console.log(pairTable(pair));
   const reports: ChurnReport[] = [];
   for (const mode of modes) reports.push(await runChurn(mode, options));
+  load.end = loadAverage();
   console.log(
     `\ntimes from each pod's DELETE (gone: the pod object; stopped: its sandbox NOTREADY, pause container stopped, CNI DEL next; removed: gone from CRI)\n`,
   );
@@ -374,9 +379,13 @@ async function main(): Promise<number> {
     if (d)
       console.log(`${r.mode}: ${d.calls} CNI DELs, p50 <= ${d.p50AtMost * 1000} ms, p90 <= ${d.p90AtMost * 1000} ms`);
   }
+  console.log(`load average (1 min): ${load.start} at the start, ${load.end} at the end`);
   for (const r of reports) for (const f of [...r.failures, ...r.leaks, ...r.problems]) console.log(`  ${r.mode}: ${f}`);
   if (values.json)
-    writeFileSync(values.json, `${JSON.stringify({ machine: m, pair, dwellSeconds: dwell, reports }, null, 2)}\n`);
+    writeFileSync(
+      values.json,
+      `${JSON.stringify({ machine: m, pair, load, dwellSeconds: dwell, reports }, null, 2)}\n`,
+    );
   return reports.every((r) => r.failures.length === 0 && r.leaks.length === 0 && r.problems.length === 0) ? 0 : 1;
 }
 

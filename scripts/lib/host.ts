@@ -5,7 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { availableParallelism, cpus, release } from 'node:os';
+import { availableParallelism, cpus, loadavg, release } from 'node:os';
 import type { Teardown } from './teardown';
 
 /** `pxb` + 4 hex: short enough that `<prefix>rb` is a valid interface name (15 bytes max). */
@@ -127,6 +127,9 @@ export const machine = (): Machine => ({
   kernel: release(),
   node: process.version,
 });
+
+/** The 1-minute load average, to one decimal: benchmarks on a shared machine print it at their start and end. */
+export const loadAverage = (): number => Math.round((loadavg()[0] ?? 0) * 10) / 10;
 
 /** Names of the links inside a network namespace other than `lo` (what a pod still has after its DEL). */
 export function podLinks(netnsName: string): string[] {

@@ -1,6 +1,6 @@
 /**
- * Which pair a benchmark ran on (Kubernetes and containerd, chosen by PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION and
- * PLEXUS_CONTAINERD, test/support) and which reference plugins it compared against, each read from the binaries
+ * Which pair a benchmark ran on (Kubernetes and containerd, chosen by $PLEXUS_STACK, test/support/stack.ts, one half
+ * overridden by PLEXUS_K8S_BIN / PLEXUS_K8S_VERSION or PLEXUS_CONTAINERD) and which reference plugins it compared against, each read from the binaries
  * themselves, so a table says what it measured and nobody has to remember which env vars were set.
  */
 import { execFileSync, spawnSync } from 'node:child_process';

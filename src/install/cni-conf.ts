@@ -29,8 +29,6 @@ import { definedFields } from '../common/defined-fields';
 /** Plexus's own conflist: "00-" so it sorts before every other file the runtime reads. */
 export const PLEXUS_CONFLIST = '00-plexus.conflist';
 export const SHIM_NAME = 'plexus-cni';
-/** A result containerd 1.6/1.7 and CRI-O < 1.31 can read (docs/configuration.md, "Which cniVersion"). */
-export const FALLBACK_CNI_VERSION = '1.0.0';
 
 /**
  * How long the installed shim waits for plexusd: long enough for a rolling upgrade (the old daemon drains, the new
@@ -205,25 +203,25 @@ export function linkFile(link: string, target: string): boolean {
 }
 
 /**
- * The conflist plexusd writes once it is ready (--install-cni-config): the cniVersion of the default network when it
- * is a CNI config file (the runtime that used that file accepts its version), else 1.0.0.
+ * The cniVersion of the default network when it is a CNI config file (`defaultNetwork` an absolute path): the runtime
+ * that used that file read it. Undefined for a NAD; a problem when the file cannot be read or used.
  */
-export function conflistForDaemon(
+export function defaultNetworkFileVersion(
   defaultNetwork: string | undefined,
-  socketPath: string,
-): Result<string, InstallProblem> {
-  let cniVersion = FALLBACK_CNI_VERSION;
-  if (defaultNetwork?.startsWith('/')) {
-    let text: string;
-    try {
-      text = readFileSync(defaultNetwork, 'utf8');
-    } catch (e) {
-      return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${errorMessage(e)}`);
-    }
-    const parsed = parseNetworkConfig(text, defaultNetwork, 'default', 'the file');
-    if (!parsed.ok)
-      return problem(`the default network's CNI config file ${defaultNetwork} is not usable: ${parsed.error.message}`);
-    cniVersion = parsed.value.cniVersion;
+): Result<string | undefined, InstallProblem> {
+  if (!defaultNetwork?.startsWith('/')) return ok(undefined);
+  let text: string;
+  try {
+    text = readFileSync(defaultNetwork, 'utf8');
+  } catch (e) {
+    return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${(e as Error).message}`);
   }
-  return ok(plexusConflist({ cniVersion, socketPath, daemonWaitSeconds: DAEMON_WAIT_SECONDS }));
+  const parsed = parseNetworkConfig(text, defaultNetwork, 'default', 'the file');
+  if (!parsed.ok)
+    return problem(`the default network's CNI config file ${defaultNetwork} is not usable: ${parsed.error.message}`);
+  return ok(parsed.value.cniVersion);
 }
+
+/** The conflist plexusd writes once it is ready (--install-cni-config), at the version runtime-cni-version.ts chose. */
+export const conflistForDaemon = (cniVersion: string, socketPath: string): string =>
+  plexusConflist({ cniVersion, socketPath, daemonWaitSeconds: DAEMON_WAIT_SECONDS });

@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { absolutePath } from '../common/absolute-path';
 import { errorMessage } from '../common/error-message';
+import { INSTALL_CNI_VERSIONS } from '../install/runtime-cni-version';
 
 const bool = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 // An empty string must not coerce to 0: "--max-queued=" is a mistake, not a request for zero.
@@ -72,6 +73,7 @@ export const DaemonConfigSchema = z
     drainSeconds: decimal(0, 3600).default(20),
     spoolScanSeconds: decimal(0.1, 3600).default(5),
     installCniConfig: absolutePath().optional(),
+    installCniVersion: z.enum(INSTALL_CNI_VERSIONS).default('auto'),
     memoryCeilingMib: int(32, 1_048_576).optional(),
     metricsAddress: z
       .string()
@@ -147,6 +149,7 @@ export const FLAGS: Record<string, keyof DaemonConfig> = {
   '--switch-resync-seconds': 'switchResyncSeconds',
   '--orphan-sweep-seconds': 'orphanSweepSeconds',
   '--install-cni-config': 'installCniConfig',
+  '--install-cni-version': 'installCniVersion',
   '--metrics-address': 'metricsAddress',
   '--memory-ceiling-mib': 'memoryCeilingMib',
 };
@@ -203,8 +206,10 @@ export const USAGE = `usage: plexusd [--config FILE] [flags]
   --max-node-attachments N  pod interfaces plexusd holds on this node at once (default 8192)
   --drain-seconds S         on SIGTERM, the budget of the whole stop: calls, teardowns, plugins (default 20)
   --spool-scan-seconds S    how often to replay DELs spooled by plexus-cni while the daemon was away (default 5)
-  --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename; the
-                            cniVersion of the --default-network file, else 1.0.0), e.g. /etc/cni/net.d/00-plexus.conflist
+  --install-cni-config PATH  once ready, write Plexus's conflist for the runtime here (write-then-rename), e.g.
+                            /etc/cni/net.d/00-plexus.conflist
+  --install-cni-version V   that conflist's cniVersion: auto (the highest the node's runtime reads, as its Node
+                            reports it; unknown: the --default-network file's, else 1.0.0) or 0.3.0-1.1.0 (default auto)
   --metrics-address HOST:PORT  also serve Prometheus /metrics (and /healthz, /readyz) over TCP here (default: off;
                             /metrics is always on the socket)
   --memory-ceiling-mib N    the TCP /healthz fails (a liveness probe restarts plexusd, draining) above this RSS

@@ -8,9 +8,9 @@ import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
-import { conflistForDaemon, replaceFile } from '../install/cni-conf';
-import { MultusTakeover, reportMultusServing } from '../install/multus-takeover';
+import { MultusTakeover } from '../install/multus-takeover';
 import { hostLocalStoreProblems } from '../ipam/host-local-audit';
+import { installConflist, planConflist } from './cni-config-install';
 import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import { devicesAndDrivers, kubeletPodResources } from './devices-and-drivers';
@@ -27,8 +27,8 @@ export interface Daemon {
 
 /** Starts plexusd; undefined (with the reason logged as fatal) when it cannot start. */
 export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Daemon | undefined> {
-  const conflist = conflistToInstall(config, log);
-  if (!conflist) return undefined;
+  const conflist = planConflist(config, log);
+  if (conflist === false) return undefined;
   const node = await openNodeState(config, log);
   const cluster = await connectCluster(config, log, node.hostLocal);
   const { api } = cluster;
@@ -61,8 +61,8 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
-  if (conflist.content !== undefined) installConflist(config, conflist.content, log);
-  const takingOver = conflist.content !== undefined ? takeOverWhenReady(takeover) : undefined;
+  if (conflist) await installConflist(config, conflist, cluster.api, log);
+  const takingOver = conflist ? takeOverWhenReady(takeover) : undefined;
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
   const running = { log, node, cluster, plumbing, engine, served, services, dra };
   return {
@@ -73,29 +73,6 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
       await stopDaemon(running, budget);
     },
   };
-}
-
-/**
- * Plexus's conflist for the runtime is made before anything starts (a default network file it cannot read stops
- * plexusd here) and written only once plexusd is ready, so the runtime never sends a pod to a daemon that cannot
- * answer. Undefined (logged as fatal) when it cannot be made.
- */
-function conflistToInstall(config: DaemonConfig, log: Logger): { content?: string } | undefined {
-  if (!config.installCniConfig) return {};
-  const conflist = conflistForDaemon(config.defaultNetwork, config.socket);
-  if (conflist.ok) return { content: conflist.value };
-  log.fatal({ installCniConfig: config.installCniConfig }, conflist.error.message);
-  return undefined;
-}
-
-function installConflist(config: DaemonConfig, content: string, log: Logger): void {
-  if (!config.installCniConfig) return;
-  const changed = replaceFile(config.installCniConfig, content, 0o644);
-  log.info(
-    { path: config.installCniConfig, changed },
-    'CNI config installed: the runtime sends new pods to plexus-cni',
-  );
-  if (!config.takeOverMultus) reportMultusServing(dirname(config.installCniConfig), log);
 }
 
 /**

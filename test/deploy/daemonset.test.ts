@@ -18,6 +18,7 @@ import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
 import { HOST_LOCAL_DATA_DIR, hostLocalDataEntries, KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { uniquePrefix } from '../support/netns';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
+import { containerdMajor } from '../support/containerd';
 import { ClusterControlPlane } from '../support/control-plane';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
@@ -331,7 +332,8 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       cniVersion: string;
       plugins: { type: string }[];
     };
-    assert.equal(conflist.cniVersion, '1.0.0', "the primary config's version");
+    const runtimeReads = containerdMajor() >= 2 ? '1.1.0' : '1.0.0';
+    assert.equal(conflist.cniVersion, runtimeReads, "the highest version the node's containerd reads");
     assert.equal(conflist.plugins[0]?.type, 'plexus-cni');
     assert.ok(existsSync(join(binDir, 'plexus-cni')));
     const metrics = await getHttp(PROBE_PORT, '/metrics');

@@ -336,6 +336,20 @@ describe('plexusd --install-cni-config', () => {
     assert.ok(first.ok && first.value?.path === primary, "the primary config is still found behind Plexus's");
   });
 
+  it("writes the cniVersion --install-cni-version sets over the default network file's", async () => {
+    const probe = new DaemonFixture();
+    daemons.push(probe);
+    const confDir = join(probe.dir, 'net.d');
+    mkdirSync(confDir);
+    const primary = join(confDir, '10-bridge.conflist');
+    writeFileSync(primary, bridgeConflist('podnet', '0.4.0'));
+    const out = join(confDir, PLEXUS_CONFLIST);
+    const daemon = new DaemonFixture(primary, { installCniConfig: out, installCniVersion: '1.1.0' });
+    daemons.push(daemon);
+    await daemon.start();
+    assert.equal((JSON.parse(readFileSync(out, 'utf8')) as { cniVersion: string }).cniVersion, '1.1.0');
+  });
+
   it('refuses to start, writing nothing, when the default network file cannot be read', async () => {
     const daemon = new DaemonFixture('/nonexistent/10-bridge.conflist', {
       installCniConfig: '/nonexistent/00-plexus.conflist',

@@ -32,6 +32,7 @@ const DEFAULTS: DaemonConfig = {
   globalNamespaces: [],
   systemNamespaces: [],
   takeOverMultus: false,
+  installCniVersion: 'auto',
   hostLocalDataDir: '/var/lib/cni/networks',
   maxInterfacesPerPod: 32,
   maxAnnotationBytes: 32768,

@@ -214,7 +214,7 @@ export function defaultNetworkFileVersion(
   try {
     text = readFileSync(defaultNetwork, 'utf8');
   } catch (e) {
-    return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${(e as Error).message}`);
+    return problem(`the default network's CNI config file ${defaultNetwork} cannot be read: ${errorMessage(e)}`);
   }
   const parsed = parseNetworkConfig(text, defaultNetwork, 'default', 'the file');
   if (!parsed.ok)

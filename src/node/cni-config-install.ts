@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { conflistForDaemon, defaultNetworkFileVersion, replaceFile } from '../install/cni-conf';
 import { reportMultusServing } from '../install/multus-takeover';
 import { conflistVersion, type RuntimeLookup, runtimeOfNode, runtimeUnknown } from '../install/runtime-cni-version';
-import { segment } from '../k8s/api-client';
+import { segment } from '../common/api-object';
 import type { ApiConnection } from '../k8s/connect';
 import type { DaemonConfig } from './config';
 

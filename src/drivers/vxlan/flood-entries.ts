@@ -12,6 +12,7 @@ import { clusterNetworks, type VxlanNetwork } from './cluster-networks';
 import { floodChanges, floodTargets } from './peers';
 import { underlayOf } from './underlay';
 import type { VxlanCluster } from './vtep-directory';
+import { errorMessage } from '../../common/error-message';
 
 export const ALL_ZERO_MAC = '00:00:00:00:00:00';
 
@@ -58,7 +59,7 @@ export class FloodEntries {
       return;
     }
     this.running = this.round()
-      .catch((e: unknown) => this.options.log.warn({ err: (e as Error).message }, 'keeping VXLAN flood entries failed'))
+      .catch((e: unknown) => this.options.log.warn({ err: errorMessage(e) }, 'keeping VXLAN flood entries failed'))
       .finally(() => {
         this.running = undefined;
         if (this.again) {
@@ -124,7 +125,7 @@ export class FloodEntries {
     if (this.publishing) return;
     this.publishing = this.options.cluster.directory
       .publish(vteps)
-      .catch((e: unknown) => this.options.log.warn({ err: (e as Error).message }, 'publishing the VTEPs failed'))
+      .catch((e: unknown) => this.options.log.warn({ err: errorMessage(e) }, 'publishing the VTEPs failed'))
       .finally(() => {
         this.publishing = undefined;
       });

@@ -23,3 +23,16 @@ export async function untilTrue(
 ): Promise<void> {
   await until(what, async () => ((await condition()) ? true : undefined), timeoutMs, everyMs);
 }
+
+/** Resolves once `check` stops throwing, retrying it; on timeout, the last error it threw (it says what was wrong). */
+export async function untilPasses<T>(check: () => Promise<T> | T, timeoutMs = 30000, everyMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (e) {
+      if (Date.now() > deadline) throw e;
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  }
+}

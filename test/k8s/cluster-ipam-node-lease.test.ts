@@ -9,9 +9,10 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
@@ -34,10 +35,7 @@ const TINY = JSON.stringify({
   ipam: { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/29` }]], blockSize: { v4: 30 } },
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 interface Block {
   readonly metadata: { name: string; uid: string };
   readonly spec: { pool: string; cidr: string; node: string };
@@ -67,7 +65,6 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
   const nodeB = `${prefix}-b`;
   let a: DaemonFixture;
   let b: DaemonFixture;
-  let podCount = 0;
   /** Pods with their addresses, as long as their sandboxes live. */
   const live = new Map<string, { node: string; pod: Pod; addresses: string[] }>();
 
@@ -106,10 +103,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const call = (d: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod): Promise<ShimOutput> =>
     d.cni({
       command,
@@ -186,7 +180,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
     await a.kill('SIGKILL'); // the node dies: nothing releases its lease, it expires
     const killed = Date.now();
     for (const [cid, p] of live) if (p.node === nodeA) live.delete(cid); // its sandboxes die with it
-    while ((await blocksOf(nodeA)).length > 0 && Date.now() - killed < 30000) await sleep(200);
+    await holdsWithin(async () => (await blocksOf(nodeA)).length === 0, 30000, 200);
     const took = Date.now() - killed;
     assert.deepEqual(await blocksOf(nodeA), []);
     assert.ok(

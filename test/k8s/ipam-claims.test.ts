@@ -15,6 +15,7 @@ import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
+import { untilTrue } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ic');
@@ -160,13 +161,6 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     }
   };
   const bare = (cidr: string): string => cidr.split('/')[0]!;
-  const until = async (what: string, check: () => Promise<boolean>, ms = 20000): Promise<void> => {
-    const deadline = Date.now() + ms;
-    while (!(await check())) {
-      if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
-      await sleep(200);
-    }
-  };
 
   let vm1: string[] = [];
   const vm1Pods: [number, Pod][] = [];
@@ -311,7 +305,12 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     );
     const [i, pod] = vm1Pods.pop()!;
     assert.equal((await call(i, 'DEL', pod)).code, 0);
-    await until('the entries of vm1 are gone', async () => (await entries()).every((e) => e.claim !== 'default/vm1'));
+    await untilTrue(
+      'the entries of vm1 are gone',
+      async () => (await entries()).every((e) => e.claim !== 'default/vm1'),
+      20000,
+      200,
+    );
     // Freed: node 0, which holds the block, hands the address out again.
     const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
     const out = await call(0, 'ADD', stat);
@@ -330,9 +329,11 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
       (await api.request('DELETE', '/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=0')).status,
       200,
     );
-    await until(
+    await untilTrue(
       'web-0 is gone',
       async () => (await api.request('GET', '/api/v1/namespaces/default/pods/web-0')).status === 404,
+      20000,
+      200,
     );
     const recreated = await newPod(0, 'sts', 'web-0');
     assert.notEqual(recreated.uid, old.uid);
@@ -367,6 +368,6 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal(del.code, 0, `the shim spools the DEL: ${del.stdout}`);
     assert.ok(leasesOn(2, 'sts').includes(held));
     await nodes[2]!.start(60000);
-    await until('the spooled DEL released the lease', async () => !leasesOn(2, 'sts').includes(held));
+    await untilTrue('the spooled DEL released the lease', async () => !leasesOn(2, 'sts').includes(held), 20000, 200);
   });
 });

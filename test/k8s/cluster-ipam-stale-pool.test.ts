@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -25,16 +25,12 @@ const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.
 const OLD = macvlan('old', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] });
 const NEW = macvlan('new', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/16` }]] });
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 
 describe('the IPPool of a deleted network stops blocking a new overlapping pool', { skip }, () => {
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   let node: DaemonFixture;
-  let podCount = 0;
   let holder: Pod;
 
   before(async () => {
@@ -62,10 +58,7 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const call = (command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
     node.cni({
       command,

@@ -9,10 +9,11 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
@@ -45,11 +46,7 @@ const NADS: Record<string, string> = {
   overlapping: macvlan('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
 };
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-  readonly nsName: string;
-}
+type Pod = TestPod;
 interface Added {
   readonly pod: Pod;
   readonly out: ShimOutput;
@@ -77,7 +74,6 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   const nodes: DaemonFixture[] = [];
-  let podCount = 0;
 
   before(async () => {
     fx.trackHostLink(master);
@@ -112,10 +108,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path, nsName: ns.name };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const cniArgs = (pod: Pod): string =>
     `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`;
   const call = (node: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks = 'cb'): Promise<ShimOutput> =>
@@ -191,9 +184,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
         .map((p) => p.metadata.name)
         .sort();
     // Prepared in the background once each node is ready: give them a moment.
-    const deadline = Date.now() + 10000;
-    while ((await names()).length < Object.keys(NADS).length && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 100));
+    await holdsWithin(async () => (await names()).length >= Object.keys(NADS).length, 10000, 100);
     assert.deepEqual(
       await names(),
       ['ca', `${prefix}-cb`, 'overlapping', 'small'].sort(),
@@ -327,7 +318,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       assert.equal(x.out.json?.code, 102, x.out.stdout);
       assert.match(String(x.out.json?.msg), /pool small \(network small\)/);
       // Nothing half-allocated: eth0 (network ca) was attached first and is undone with the failed net1.
-      assert.deepEqual(podLinks(x.pod.nsName), [], 'no interface is left in the pod');
+      assert.deepEqual(podLinks(x.pod.ns), [], 'no interface is left in the pod');
       assert.ok(!node.journalFiles().some((f) => f.startsWith(`${x.pod.cid}@`)), 'no record is left');
     }
     const smallLeases = [...leasesOnDisk().keys()].filter((k) => k.startsWith('small/'));
@@ -372,7 +363,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     assert.ok((await blocksOfNode(name)).length > 0);
     await gone.kill('SIGKILL'); // the node is gone, and its daemon with it
     assert.equal((await api.request('DELETE', `/api/v1/nodes/${name}`)).status, 200);
-    for (let i = 0; i < 100 && (await blocksOfNode(name)).length > 0; i++) await sleep(200);
+    await holdsWithin(async () => (await blocksOfNode(name)).length === 0, 20000, 200);
     assert.deepEqual(await blocksOfNode(name), []);
   });
 });

@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { DaemonFixture, httpGet, ROOT, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, httpGet, ROOT, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -49,10 +49,7 @@ const allocation = (pod: string): Record<string, string> => ({
   ifname: 'net1',
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 
 /** plexusd on its own node, with Multus's config in its conf dir and takeOverMultus set. */
 function nodeDaemon(api: KubeApiFixture, user: string, node: string, port: number): DaemonFixture {
@@ -126,7 +123,6 @@ describe('addresses Whereabouts holds', { skip }, () => {
   const port = portOf();
   let api: KubeApiFixture;
   let node: DaemonFixture;
-  let podCount = 0;
 
   before(async () => {
     fx.trackHostLink(master);
@@ -162,10 +158,7 @@ describe('addresses Whereabouts holds', { skip }, () => {
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
     daemon.cni({
       command,

@@ -162,15 +162,32 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
   };
   const bare = (cidr: string): string => cidr.split('/')[0]!;
 
-  let vm1: string[] = [];
-  const vm1Pods: [number, Pod][] = [];
-
-  it("a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod's ADD", async () => {
-    await createClaim('vm1');
-    const first = await newPod(0, claimOf('vm1'), 'virt-launcher-vm1-a');
-    const out = await call(0, 'ADD', first);
+  /** Deletes claim `name` if it is there, at the end of a test. */
+  const dropClaim = async (name: string): Promise<void> => {
+    await api.request('DELETE', `${CLAIMS}/${name}`);
+  };
+  /** Claim `name` made and used by a pod ADDed on node `i` (still attached): the claim's addresses and the pod. */
+  const claimInUse = async (name: string, i: number): Promise<{ addresses: string[]; pod: Pod }> => {
+    await createClaim(name);
+    const pod = await newPod(i, claimOf(name), `virt-launcher-${name}-a`);
+    const out = await call(i, 'ADD', pod);
     assert.equal(out.code, 0, out.stdout);
-    vm1 = addressesOf(out);
+    return { addresses: addressesOf(out), pod };
+  };
+  /** Claim `name` used on node 0, then by its pod's successor on node 1 (still attached there). */
+  const claimMoved = async (name: string): Promise<{ addresses: string[]; pod: Pod }> => {
+    const first = await claimInUse(name, 0);
+    assert.equal((await call(0, 'DEL', first.pod)).code, 0);
+    const moved = await newPod(1, claimOf(name), `virt-launcher-${name}-b`);
+    const out = await call(1, 'ADD', moved);
+    assert.equal(out.code, 0, out.stdout);
+    assert.deepEqual(addressesOf(out).sort(), [...first.addresses].sort(), 'the same addresses on node 1');
+    return { addresses: first.addresses, pod: moved };
+  };
+
+  it("a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod's ADD", async (t) => {
+    t.after(() => dropClaim('vm1'));
+    const { addresses: vm1, pod: first } = await claimInUse('vm1', 0);
     assert.equal(vm1.length, 2, 'dual stack: one address per family');
     const claim = await getClaim('vm1');
     assert.deepEqual([...(claim.status?.ips ?? [])].sort(), [...vm1].sort());
@@ -188,15 +205,20 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     const out2 = await call(0, 'ADD', again);
     assert.equal(out2.code, 0, out2.stdout);
     assert.deepEqual(addressesOf(out2).sort(), [...vm1].sort());
-    vm1Pods.push([0, again]);
+    assert.equal((await call(0, 'DEL', again)).code, 0);
   });
 
-  it("no other pod gets a claim's address: dynamic allocations skip it and a static request is refused (101)", async () => {
-    assert.equal((await call(0, 'DEL', vm1Pods.pop()![1])).code, 0);
-    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
+  it("no other pod gets a claim's address: dynamic allocations skip it and a static request is refused (101)", async (t) => {
+    t.after(() => dropClaim('vm6'));
+    const held = await claimInUse('vm6', 0);
+    assert.equal((await call(0, 'DEL', held.pod)).code, 0);
+    const stat = await newPod(
+      0,
+      JSON.stringify([{ name: 'vmnet', ips: [held.addresses.find((a) => !a.includes(':'))!] }]),
+    );
     const refused = await call(0, 'ADD', stat);
     assert.equal(refused.json?.code, 101, refused.stdout);
-    assert.match(refused.stdout, /owned by IPAMClaim default\/vm1/);
+    assert.match(refused.stdout, /owned by IPAMClaim default\/vm6/);
     assert.equal((await call(0, 'DEL', stat)).code, 0);
     // A pool of one block: the claim's address is never handed out, even when the block is full.
     await createClaim('vm5', 'tiny');
@@ -223,26 +245,26 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await api.request('DELETE', `${CLAIMS}/vm5`)).status, 200);
   });
 
-  it("a claim's addresses follow its pod to another node (the block stays node 0's; node 1 is recorded as a user)", async () => {
-    const moved = await newPod(1, claimOf('vm1'), 'virt-launcher-vm1-c');
-    const out = await call(1, 'ADD', moved);
-    assert.equal(out.code, 0, out.stdout);
-    assert.deepEqual(addressesOf(out).sort(), [...vm1].sort());
-    const recorded = (await entries()).filter((e) => e.claim === 'default/vm1');
+  it("a claim's addresses follow its pod to another node (the block stays node 0's; node 1 is recorded as a user)", async (t) => {
+    const { addresses: vm7, pod: moved } = await claimMoved('vm7');
+    t.after(async () => {
+      await call(1, 'DEL', moved);
+      await dropClaim('vm7');
+    });
+    const recorded = (await entries()).filter((e) => e.claim === 'default/vm7');
     assert.ok(
       recorded.every((e) => e.holder === nodeNames[0] && e.nodes.includes(nodeNames[1]!)),
       JSON.stringify(recorded),
     );
     assert.ok(
-      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      vm7.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
       'node 1 leases them for its pod',
     );
     await sleep(2500);
     assert.ok(
-      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      vm7.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
       "node 1's reconciler does not treat them as strays",
     );
-    vm1Pods.push([1, moved]);
   });
 
   it('two nodes using one new claim at once get the same addresses (the first status write wins), nothing else is kept', async () => {
@@ -294,25 +316,29 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await call(2, 'DEL', pod)).code, 0);
   });
 
-  it('deleting a claim frees its addresses once no pod uses them, not before', async () => {
-    assert.equal((await api.request('DELETE', `${CLAIMS}/vm1`)).status, 200);
+  it('deleting a claim frees its addresses once no pod uses them, not before', async (t) => {
+    const { addresses: vm8, pod } = await claimMoved('vm8');
+    t.after(async () => {
+      await call(1, 'DEL', pod);
+      await dropClaim('vm8');
+    });
+    assert.equal((await api.request('DELETE', `${CLAIMS}/vm8`)).status, 200);
     await sleep(3000); // reconciler passes on every node
-    const still = (await entries()).filter((e) => e.claim === 'default/vm1');
+    const still = (await entries()).filter((e) => e.claim === 'default/vm8');
     assert.equal(still.length, 2, "node 1's pod still uses them");
     assert.ok(
       still.every((e) => e.nodes.join() === nodeNames[1]),
       `node 0 let go, node 1 did not: ${JSON.stringify(still)}`,
     );
-    const [i, pod] = vm1Pods.pop()!;
-    assert.equal((await call(i, 'DEL', pod)).code, 0);
+    assert.equal((await call(1, 'DEL', pod)).code, 0);
     await untilTrue(
-      'the entries of vm1 are gone',
-      async () => (await entries()).every((e) => e.claim !== 'default/vm1'),
+      'the entries of vm8 are gone',
+      async () => (await entries()).every((e) => e.claim !== 'default/vm8'),
       20000,
       200,
     );
     // Freed: node 0, which holds the block, hands the address out again.
-    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
+    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm8.find((a) => !a.includes(':'))!] }]));
     const out = await call(0, 'ADD', stat);
     assert.equal(out.code, 0, out.stdout);
     assert.equal((await call(0, 'DEL', stat)).code, 0);

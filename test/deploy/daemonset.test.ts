@@ -12,6 +12,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
 import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
@@ -21,7 +22,6 @@ import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { ClusterControlPlane } from '../support/control-plane';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const prefix = uniquePrefix('pd');
 const PROBE_PORT = 9468;
 const missing = (): string | undefined => {

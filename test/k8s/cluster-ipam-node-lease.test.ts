@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
@@ -22,7 +23,6 @@ const o = 100 + Math.floor(Math.random() * 100);
 const master = `${prefix}m0`;
 const GRACE_S = 3;
 const LEASE_S = 2;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // A /29 in /30 blocks: 10.o.0.0/30 (.2 .3: .0 is the network, .1 the gateway) and 10.o.0.4/30 (.4 .5 .6: .7 is the
 // broadcast address). Five addresses in two blocks: one node holding both leaves none for another.

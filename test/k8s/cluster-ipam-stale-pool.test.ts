@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
@@ -17,7 +18,6 @@ const prefix = uniquePrefix('sp');
 const o = 100 + Math.floor(Math.random() * 100);
 const master = `${prefix}m0`;
 const GRACE_S = 2;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
   JSON.stringify({ cniVersion: '1.0.0', name, type: 'macvlan', master, mode: 'bridge', ipam });

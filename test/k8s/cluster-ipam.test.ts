@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
@@ -23,7 +24,6 @@ const o = 100 + Math.floor(Math.random() * 100);
 const NODES = 10;
 const PODS = 100;
 const master = `${prefix}m0`;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
   JSON.stringify({

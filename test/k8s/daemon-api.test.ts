@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { type ApiEvent, type ApiPod, ApiPods, pluginDirWithSlowBridge, type StatusEntry } from '../support/api-pods';
@@ -23,7 +24,6 @@ const nsA = `${prefix}-a`;
 const nsB = `${prefix}-b`;
 const nsG = `${prefix}-g`;
 const bridges = testBridges(prefix, 200);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('plexusd on the Kubernetes API', { skip }, () => {
   const fx = new NetnsFixture(prefix);

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type ApiPod, ApiPods, pluginDirWithSlowBridge } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
@@ -21,7 +22,6 @@ const prefix = uniquePrefix('hp');
 const NODE = `${prefix}-node`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 200);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe("hot-plug: changing a running pod's networks through its annotation", { skip }, () => {
   const fx = new NetnsFixture(prefix);

@@ -21,6 +21,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
@@ -37,7 +38,6 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const uplink = `${prefix}up`;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The ADDs plexusd answered, from its /metrics. */
 function addsServed(socketPath: string): Promise<number> {

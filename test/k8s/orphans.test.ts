@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
@@ -18,7 +19,6 @@ const prefix = uniquePrefix('po');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('attachments of pods gone without a DEL', { skip }, () => {
   const fx = new NetnsFixture(prefix);

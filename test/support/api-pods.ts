@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestPod } from './daemon';
 import type { KubeApiFixture } from './k8s';
 import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
@@ -35,8 +36,6 @@ export interface ApiEvent {
 interface Meta {
   metadata: { uid: string; annotations?: Record<string, string> };
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export class ApiPods {
   constructor(

@@ -12,7 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
@@ -20,7 +21,8 @@ import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('nl');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
+const master = segment.master;
 const GRACE_S = 3;
 const LEASE_S = 2;
 
@@ -83,10 +85,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
   };
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     assert.equal((await api.createNad('default', 'tiny', TINY)).status, 201);
     kubeconfig = api.userKubeconfig('plexus');

@@ -9,14 +9,16 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('sp');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
+const master = segment.master;
 const GRACE_S = 2;
 
 const macvlan = (name: string, ipam: Record<string, unknown>): string =>
@@ -34,10 +36,7 @@ describe('the IPPool of a deleted network stops blocking a new overlapping pool'
   let holder: Pod;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     for (const [name, config] of Object.entries({ base: BASE, old: OLD }))
       assert.equal((await api.createNad('default', name, config)).status, 201);

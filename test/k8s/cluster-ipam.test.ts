@@ -13,7 +13,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
@@ -23,27 +24,17 @@ const prefix = uniquePrefix('ci');
 const o = 100 + Math.floor(Math.random() * 100);
 const NODES = 10;
 const PODS = 100;
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
 const NADS: Record<string, string> = {
-  ca: macvlan('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
-  cb: macvlan('cb', {
+  ca: segment.nad('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
+  cb: segment.nad('cb', {
     type: 'whereabouts',
     network_name: `${prefix}-cb`,
     ipRanges: [{ range: `10.${o}.8.0/21` }, { range: `fd00:${o}::/116` }],
   }),
-  small: macvlan('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
-  overlapping: macvlan('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
+  small: segment.nad('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
+  overlapping: segment.nad('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
 };
 
 type Pod = TestPod;
@@ -76,12 +67,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
   const nodes: DaemonFixture[] = [];
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    // The peer up too, so the master has a carrier: without one a macvlan's IPv6 addresses never leave DAD's
-    // tentative state, and the ADD fails as the reference plugin's does (code 11, still tentative).
-    ip('link', 'set', `${prefix}m1`, 'up');
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus({ audit: true });
     for (const [name, config] of Object.entries(NADS))
       assert.equal((await api.createNad('default', name, config)).status, 201, name);

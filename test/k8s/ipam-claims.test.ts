@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { untilTrue } from '../support/until';
@@ -20,32 +21,22 @@ import { untilTrue } from '../support/until';
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ic');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const CLAIMS = '/apis/k8s.cni.cncf.io/v1alpha1/namespaces/default/ipamclaims';
 const BLOCKS = '/apis/ipam.plexus.io/v1alpha1/ipblocks';
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
 const NADS: Record<string, string> = {
-  base: macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.100.0/24` }]] }),
+  base: segment.nad('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.100.0/24` }]] }),
   // Dual stack: a claim holds one address per family.
-  vmnet: macvlan('vmnet', {
+  vmnet: segment.nad('vmnet', {
     type: 'plexus',
     ranges: [[{ subnet: `10.${o}.0.0/22` }], [{ subnet: `fd00:${o}::/116` }]],
   }),
-  sts: macvlan('sts', { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/24` }]] }),
+  sts: segment.nad('sts', { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/24` }]] }),
   // One block of 13 addresses: what a claim owns in it shows in who else gets what.
-  tiny: macvlan('tiny', { type: 'plexus', ranges: [[{ subnet: `10.${o}.9.0/28` }]], blockSize: { v4: 28 } }),
-  local: macvlan('local', { type: 'host-local', ranges: [[{ subnet: `10.${o}.101.0/24` }]] }),
+  tiny: segment.nad('tiny', { type: 'plexus', ranges: [[{ subnet: `10.${o}.9.0/28` }]], blockSize: { v4: 28 } }),
+  local: segment.nad('local', { type: 'host-local', ranges: [[{ subnet: `10.${o}.101.0/24` }]] }),
 };
 
 interface Pod {
@@ -81,10 +72,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
   let count = 0;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     for (const [name, config] of Object.entries(NADS))
       assert.equal((await api.createNad('default', name, config)).status, 201, name);

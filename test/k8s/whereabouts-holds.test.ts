@@ -13,7 +13,8 @@ import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DaemonFixture, httpGet, ROOT, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { until } from '../support/until';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
@@ -21,7 +22,7 @@ import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('wh');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
 const RANGE = `10.${o}.5.0/28`;
 const at = (n: number): string => `10.${o}.5.${n}`;
 const WB = '/apis/whereabouts.cni.cncf.io/v1alpha1/namespaces/kube-system';
@@ -29,18 +30,8 @@ const POOL_NAME = `10.${o}.5.0-28`;
 const NO_WB_USER = 'plexus-no-whereabouts';
 const portOf = (): number => 20000 + Math.floor(Math.random() * 20000);
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
-const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
-const WB_NAD = macvlan('wb', { type: 'whereabouts', range: RANGE });
+const BASE = segment.nad('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
+const WB_NAD = segment.nad('wb', { type: 'whereabouts', range: RANGE });
 
 /** What Whereabouts writes for a pod's address: offset from the range's first address -> {id, podref, ifname}. */
 const allocation = (pod: string): Record<string, string> => ({
@@ -125,10 +116,7 @@ describe('addresses Whereabouts holds', { skip }, () => {
   let node: DaemonFixture;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     await api.installCrds('test/fixtures/whereabouts/crds.yaml');
     await api.ensureNamespace('kube-system');

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ApiPods } from '../support/api-pods';
+import { apiPodCall, ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture, PLEXUS_USER, podnetBridge } from '../support/k8s';
@@ -48,14 +48,7 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
   const add = async (name: string) => {
     const p = await pods().create(name, {});
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: p.pod.cid,
-      netns: p.pod.netns,
-      ifname: 'eth0',
-      args: p.args,
-      config: daemon.runtimeConfig({}, '1.0.0'),
-    });
+    const out = await apiPodCall(daemon, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
     return p;
   };

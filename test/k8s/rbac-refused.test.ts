@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DaemonFixture, podMaker, ROOT } from '../support/daemon';
 import type { DaemonSettings } from '../support/daemon-flags';
-import { ApiPods } from '../support/api-pods';
+import { apiPodCall, ApiPods } from '../support/api-pods';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
@@ -208,14 +208,7 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
   const addAndDelete = async (d: RefusedDaemon, name: string): Promise<void> => {
     const p = await new ApiPods(api, d.node, newPod).create(name, {});
     const call = (command: 'ADD' | 'DEL'): Promise<{ code: number | null; stdout: string }> =>
-      d.daemon.cni({
-        command,
-        containerId: p.pod.cid,
-        netns: p.pod.netns,
-        ifname: 'eth0',
-        args: p.args,
-        config: d.daemon.runtimeConfig({}, '1.0.0'),
-      });
+      apiPodCall(d.daemon, command, p);
     const added = await call('ADD');
     assert.equal(added.code, 0, added.stdout);
     assert.equal((await call('DEL')).code, 0);

@@ -8,7 +8,7 @@ import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { TestPod } from './daemon';
+import { type DaemonFixture, podCall, type ShimOutput, type TestPod } from './daemon';
 import type { KubeApiFixture } from './k8s';
 import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
@@ -35,6 +35,16 @@ export interface ApiEvent {
 }
 interface Meta {
   metadata: { uid: string; annotations?: Record<string, string> };
+}
+
+/** ADD, DEL or CHECK of an API pod as containerd sends it: its own CNI_ARGS; the daemon's config at 1.0.0 by default. */
+export function apiPodCall(
+  daemon: DaemonFixture,
+  command: 'ADD' | 'DEL' | 'CHECK',
+  p: Pick<ApiPod, 'pod' | 'args'>,
+  config: Record<string, unknown> = daemon.runtimeConfig({}, '1.0.0'),
+): Promise<ShimOutput> {
+  return podCall(daemon, command, p.pod, config, { args: p.args });
 }
 
 export class ApiPods {

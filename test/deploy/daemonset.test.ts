@@ -12,6 +12,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
 import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
@@ -21,8 +22,8 @@ import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { containerdMajor } from '../support/containerd';
 import { ClusterControlPlane } from '../support/control-plane';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
+import { answerWithin } from '../support/until';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const prefix = uniquePrefix('pd');
 const PROBE_PORT = 9468;
 const missing = (): string | undefined => {
@@ -360,17 +361,10 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       annotations: { 'k8s.v1.cni.cncf.io/networks': 'sec' },
     });
     await node.waitAllRunning(names, 60000);
-    const deadline = Date.now() + 15000;
-    let status: { name: string; interface: string; ips: string[]; default?: boolean }[] = [];
-    while (Date.now() < deadline) {
-      const pod = await node.pod('default', names[0]!);
-      const text = pod.metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'];
-      if (text) {
-        status = JSON.parse(text) as typeof status;
-        break;
-      }
-      await sleep(200);
-    }
+    const statusOf = async (): Promise<string | undefined> =>
+      (await node.pod('default', names[0]!)).metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'];
+    const text = await answerWithin(statusOf, 15000, 200);
+    const status = JSON.parse(text ?? '[]') as { name: string; interface: string; ips: string[]; default?: boolean }[];
     assert.deepEqual(
       status.map((s) => [s.name, s.interface, !!s.default]),
       [

@@ -17,12 +17,12 @@ import type { MemifResource } from '../../src/deviceplugin/config';
 import { KUBELET_SOCKET, ResourcePlugin } from '../../src/deviceplugin/plugin-server';
 import { HostDevicePool } from '../../src/deviceplugin/host-device-pool';
 import { MemifDevices } from '../../src/deviceplugin/memif-devices';
+import { untilTrue } from '../support/until';
 
 const root = mkdtempSync(join(tmpdir(), 'plexus-dp-dra-'));
 after(() => rmSync(root, { recursive: true, force: true }));
 let n = 0;
 const freshDir = (): string => mkdtempSync(join(root, `d${n++}-`));
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** What DRA holds now: "<resource> <device>" entries the test adds and removes as Prepare and Unprepare would. */
 const heldSet = (): { held: Set<string>; heldByDra: (resource: string, id: string) => boolean } => {
@@ -47,10 +47,10 @@ describe('devices DRA holds are not offered by the device plugin', () => {
     try {
       assert.deepEqual(healthOf(pool.devices()), ['lo:Healthy']);
       held.add('plexus.io/nic lo');
-      for (let i = 0; i < 100 && pool.devices()[0]!.health !== 'Unhealthy'; i++) await sleep(10);
+      await untilTrue('lo to turn Unhealthy', () => pool.devices()[0]!.health === 'Unhealthy', 1000, 10);
       assert.deepEqual(healthOf(pool.devices()), ['lo:Unhealthy']);
       held.delete('plexus.io/nic lo');
-      for (let i = 0; i < 100 && pool.devices()[0]!.health !== 'Healthy'; i++) await sleep(10);
+      await untilTrue('lo to turn Healthy again', () => pool.devices()[0]!.health === 'Healthy', 1000, 10);
       assert.deepEqual(healthOf(pool.devices()), ['lo:Healthy']);
       assert.equal(changes, 2, 'held, then freed: each announced once');
     } finally {
@@ -92,7 +92,7 @@ describe('devices DRA holds are not offered by the device plugin', () => {
       held.add('plexus.io/memif memif1');
       assert.deepEqual(healthOf(memif.devices()), ['memif0:Healthy', 'memif1:Unhealthy']);
       assert.equal(memif.allocate(['memif1']).ok, false);
-      for (let i = 0; i < 100 && changes === 0; i++) await sleep(10);
+      await untilTrue('the hold to be announced', () => changes > 0, 1000, 10);
       assert.equal(changes, 1, 'the hold is announced');
     } finally {
       stop();
@@ -123,10 +123,8 @@ describe('devices DRA holds are not offered by the device plugin', () => {
       const watch = lister.ListAndWatch({});
       watch.on('data', (r: ListAndWatchResponse) => seen.push(healthOf(r.devices ?? [])));
       watch.on('error', () => undefined);
-      const waitFor = async (want: string): Promise<void> => {
-        for (let i = 0; i < 200 && seen.at(-1)?.[0] !== want; i++) await sleep(10);
-        assert.equal(seen.at(-1)?.[0], want, JSON.stringify(seen));
-      };
+      const waitFor = (want: string): Promise<void> =>
+        untilTrue(`ListAndWatch to send ${want}`, () => seen.at(-1)?.[0] === want, 2000, 10);
       await waitFor('lo:Healthy');
       held.add('plexus.io/nic lo');
       await waitFor('lo:Unhealthy');

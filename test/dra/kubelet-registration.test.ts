@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { after, describe, it } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import pino from 'pino';
@@ -112,7 +113,6 @@ async function startDriver(
 }
 const published = (api: FakeSliceApi) => () => (api.slices.size === 1 ? true : undefined);
 const withdrawn = (api: FakeSliceApi) => () => (api.slices.size === 0 ? true : undefined);
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("the node's plexus.io slices follow the kubelet's registration of the driver", () => {
   it('none is published before the kubelet registered the driver (one left from before is withdrawn); then it is', async () => {

@@ -34,6 +34,7 @@ import type { NetworkDefinition } from '../../src/networks/nad';
 import type { NetworkReader } from '../../src/networks/source';
 import { hostDeviceFacts } from '../../src/dra/sysfs';
 import { unary } from '../../src/kubelet/grpc';
+import { untilTrue } from '../support/until';
 
 const root = mkdtempSync(join(tmpdir(), 'plexus-dra-unit-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -803,7 +804,7 @@ describe('the kubelet plugin sockets', () => {
     });
     try {
       await server.start();
-      await until(() => dials.length > 0);
+      await untilTrue('a dial of the service socket', () => dials.length > 0, 5000, 5);
       assert.deepEqual(
         await Promise.all(dials),
         dials.map(() => true),
@@ -842,13 +843,13 @@ describe('the kubelet plugin sockets', () => {
     try {
       const ref = claims.add('c', 'uid-c', 'memif0', { network: 'fast' });
       const answer = unary<unknown, NodePrepareResourcesResponse>(dra, 'NodePrepareResources', { claims: [ref] }, 5000);
-      await until(() => asked);
+      await untilTrue('the Prepare to ask for its claim', () => asked, 5000, 5);
       const stopped = server.stop();
-      await until(() => gone.length > 0);
+      await untilTrue('the first socket to go', () => gone.length > 0, 5000, 5);
       release();
       assert.equal((await answer).claims['uid-c']?.error, '', 'the call under way is answered');
       await stopped;
-      await until(() => gone.length === 2);
+      await untilTrue('both sockets to go', () => gone.length === 2, 5000, 5);
       assert.deepEqual(gone, ['plexus.io-reg.sock', 'dra.sock']);
     } finally {
       release();
@@ -883,9 +884,3 @@ const accepts = (path: string): Promise<boolean> =>
     });
     socket.once('error', () => resolve(false));
   });
-
-/** Resolves once `cond` holds (polled every 5 ms, at most 5 s). */
-async function until(cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
-  assert.ok(cond(), 'condition not met within 5 s');
-}

@@ -13,6 +13,7 @@ import { CniCode } from '../../src/cni/errors';
 import { PluginPidFiles, PluginProcesses } from '../../src/drivers/delegate';
 import { processStart } from '../../src/drivers/delegate/plugin-pid-files';
 import { execPlugin, type PluginCall } from '../../src/drivers/delegate/exec';
+import { holdsWithin } from '../support/until';
 
 let dir: string;
 let plugin: string;
@@ -49,17 +50,13 @@ function running(pid: number): boolean {
 }
 
 async function childOf(pidFile: string): Promise<number> {
-  for (let i = 0; i < 500 && !existsSync(pidFile); i++) await new Promise((r) => setTimeout(r, 10));
+  await holdsWithin(() => existsSync(pidFile), 5000, 10);
   const pid = Number(readFileSync(pidFile, 'utf8'));
   started.push(pid);
   return pid;
 }
 
-async function gone(pid: number, ms = 2000): Promise<boolean> {
-  for (const deadline = Date.now() + ms; running(pid) && Date.now() < deadline;)
-    await new Promise((r) => setTimeout(r, 10));
-  return !running(pid);
-}
+const gone = (pid: number, ms = 2000): Promise<boolean> => holdsWithin(() => !running(pid), ms, 10);
 
 const call = (pidFile: string): PluginCall => ({
   command: 'ADD',

@@ -40,7 +40,7 @@ import { parseNetworkConfig, type NetworkDefinition } from '../../src/networks/n
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { ip, NetnsFixture, type TestNetns, uniquePrefix } from '../support/netns';
 import { attachParsed } from './support';
-import { referencePluginDir, referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
+import { DEBIAN_PLUGINS, referencePluginDir, referencePlugins, referencePluginsMissing } from '../support/plugin-dir';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const delegateDriver = createDelegateDriver();
@@ -606,7 +606,7 @@ describe('delegate driver: failures and DEL', { skip }, () => {
 
   it('rejects a plugin type that is a path with code 7', async () => {
     const pod = fx.create('path');
-    for (const type of ['../bin/bridge', '/usr/lib/cni/bridge', '..']) {
+    for (const type of ['../bin/bridge', join(DEBIAN_PLUGINS, 'bridge'), '..']) {
       const net = network({ cniVersion: '1.0.0', name: unique('net'), type });
       const rec = recording();
       const e = failure(await attachParsed(delegateDriver, request(net, pod), rec.env));

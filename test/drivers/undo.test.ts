@@ -1,9 +1,11 @@
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { describe, it, test } from 'node:test';
 import type { UndoStep } from '../../src/drivers/driver';
 import { genericUndo, undoRunner, undoStages } from '../../src/drivers/undo';
 import { DriverRegistry } from '../../src/drivers/registry';
 import { FakeKernel } from '../support/fake-kernel';
+import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { delegateDelStep } from '../../src/drivers/delegate';
 import { returnLinkStep } from '../../src/drivers/host-device';
 
@@ -41,7 +43,7 @@ describe('undo stages', () => {
 
   it('keeps every other step in reverse order, alone, and never merges links across one', () => {
     const delegated = delegateDelStep({
-      plugin: '/usr/lib/cni/ptp',
+      plugin: join(DEBIAN_PLUGINS, 'ptp'),
       config: '{}',
       env: { containerId: 'c1', netns: '', ifname: 'net1', args: '', path: '' },
     });

@@ -5,11 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { NodeLeases, leaseNameOf } from '../../src/k8s/node-lease';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const log = pino({ level: 'silent' });
 
 interface Stored {

@@ -9,19 +9,22 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
+import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('nl');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
+const master = segment.master;
 const GRACE_S = 3;
 const LEASE_S = 2;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // A /29 in /30 blocks: 10.o.0.0/30 (.2 .3: .0 is the network, .1 the gateway) and 10.o.0.4/30 (.4 .5 .6: .7 is the
 // broadcast address). Five addresses in two blocks: one node holding both leaves none for another.
@@ -34,10 +37,7 @@ const TINY = JSON.stringify({
   ipam: { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/29` }]], blockSize: { v4: 30 } },
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 interface Block {
   readonly metadata: { name: string; uid: string };
   readonly spec: { pool: string; cidr: string; node: string };
@@ -67,7 +67,6 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
   const nodeB = `${prefix}-b`;
   let a: DaemonFixture;
   let b: DaemonFixture;
-  let podCount = 0;
   /** Pods with their addresses, as long as their sandboxes live. */
   const live = new Map<string, { node: string; pod: Pod; addresses: string[] }>();
 
@@ -86,10 +85,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
   };
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     assert.equal((await api.createNad('default', 'tiny', TINY)).status, 201);
     kubeconfig = api.userKubeconfig('plexus');
@@ -106,10 +102,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const call = (d: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod): Promise<ShimOutput> =>
     d.cni({
       command,
@@ -186,7 +179,7 @@ describe("cluster IPAM takes a node's blocks back only when the node is proven d
     await a.kill('SIGKILL'); // the node dies: nothing releases its lease, it expires
     const killed = Date.now();
     for (const [cid, p] of live) if (p.node === nodeA) live.delete(cid); // its sandboxes die with it
-    while ((await blocksOf(nodeA)).length > 0 && Date.now() - killed < 30000) await sleep(200);
+    await holdsWithin(async () => (await blocksOf(nodeA)).length === 0, 30000, 200);
     const took = Date.now() - killed;
     assert.deepEqual(await blocksOf(nodeA), []);
     assert.ok(

@@ -12,6 +12,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type ApiPod, ApiPods } from '../support/api-pods';
 import { podMaker, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
@@ -23,7 +24,6 @@ import { expectedPrerequisites } from '../support/prerequisites';
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('px');
 const PODS_PER_NODE = 5;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // Every address lives inside the nodes' namespaces and the API server is this test's own, so the subnets (and the
 // master's name) are the documented ones, whatever else runs on the machine.

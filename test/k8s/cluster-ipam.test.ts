@@ -9,10 +9,13 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { DaemonFixture, type ShimOutput } from '../support/daemon';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { DaemonFixture, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { addsInFlight } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
+import { holdsWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
@@ -21,35 +24,20 @@ const prefix = uniquePrefix('ci');
 const o = 100 + Math.floor(Math.random() * 100);
 const NODES = 10;
 const PODS = 100;
-const master = `${prefix}m0`;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const segment = macvlanSegment(prefix);
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
 const NADS: Record<string, string> = {
-  ca: macvlan('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
-  cb: macvlan('cb', {
+  ca: segment.nad('ca', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/21` }]] }),
+  cb: segment.nad('cb', {
     type: 'whereabouts',
     network_name: `${prefix}-cb`,
     ipRanges: [{ range: `10.${o}.8.0/21` }, { range: `fd00:${o}::/116` }],
   }),
-  small: macvlan('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
-  overlapping: macvlan('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
+  small: segment.nad('small', { type: 'plexus', ranges: [[{ subnet: `10.${o}.16.0/28` }]], blockSize: { v4: 29 } }),
+  overlapping: segment.nad('overlapping', { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]] }),
 };
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-  readonly nsName: string;
-}
+type Pod = TestPod;
 interface Added {
   readonly pod: Pod;
   readonly out: ShimOutput;
@@ -77,15 +65,9 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
   const fx = new NetnsFixture(prefix);
   let api: KubeApiFixture;
   const nodes: DaemonFixture[] = [];
-  let podCount = 0;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    // The peer up too, so the master has a carrier: without one a macvlan's IPv6 addresses never leave DAD's
-    // tentative state, and the ADD fails as the reference plugin's does (code 11, still tentative).
-    ip('link', 'set', `${prefix}m1`, 'up');
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus({ audit: true });
     for (const [name, config] of Object.entries(NADS))
       assert.equal((await api.createNad('default', name, config)).status, 201, name);
@@ -114,10 +96,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path, nsName: ns.name };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const cniArgs = (pod: Pod): string =>
     `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_INFRA_CONTAINER_ID=${pod.cid}`;
   const call = (node: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks = 'cb'): Promise<ShimOutput> =>
@@ -193,9 +172,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
         .map((p) => p.metadata.name)
         .sort();
     // Prepared in the background once each node is ready: give them a moment.
-    const deadline = Date.now() + 10000;
-    while ((await names()).length < Object.keys(NADS).length && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 100));
+    await holdsWithin(async () => (await names()).length >= Object.keys(NADS).length, 10000, 100);
     assert.deepEqual(
       await names(),
       ['ca', `${prefix}-cb`, 'overlapping', 'small'].sort(),
@@ -329,7 +306,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
       assert.equal(x.out.json?.code, 102, x.out.stdout);
       assert.match(String(x.out.json?.msg), /pool small \(network small\)/);
       // Nothing half-allocated: eth0 (network ca) was attached first and is undone with the failed net1.
-      assert.deepEqual(podLinks(x.pod.nsName), [], 'no interface is left in the pod');
+      assert.deepEqual(podLinks(x.pod.ns), [], 'no interface is left in the pod');
       assert.ok(!node.journalFiles().some((f) => f.startsWith(`${x.pod.cid}@`)), 'no record is left');
     }
     const smallLeases = [...leasesOnDisk().keys()].filter((k) => k.startsWith('small/'));
@@ -374,7 +351,7 @@ describe('cluster IPAM across simulated nodes on one API server', { skip }, () =
     assert.ok((await blocksOfNode(name)).length > 0);
     await gone.kill('SIGKILL'); // the node is gone, and its daemon with it
     assert.equal((await api.request('DELETE', `/api/v1/nodes/${name}`)).status, 200);
-    for (let i = 0; i < 150 && (await blocksOfNode(name)).length > 0; i++) await sleep(200);
+    await holdsWithin(async () => (await blocksOfNode(name)).length === 0, 30000, 200);
     assert.deepEqual(await blocksOfNode(name), []);
   });
 });

@@ -8,9 +8,17 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DaemonFixture, getJson, type ShimOutput, type TestPod, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
-import { type ApiEvent, type ApiPod, ApiPods, pluginDirWithSlowBridge, type StatusEntry } from '../support/api-pods';
+import {
+  type ApiEvent,
+  type ApiPod,
+  apiPodCall,
+  ApiPods,
+  pluginDirWithSlowBridge,
+  type StatusEntry,
+} from '../support/api-pods';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -24,7 +32,6 @@ const nsA = `${prefix}-a`;
 const nsB = `${prefix}-b`;
 const nsG = `${prefix}-g`;
 const bridges = testBridges(prefix, 200);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('plexusd on the Kubernetes API', { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -75,17 +82,15 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     p: { pod: TestPod; args: string },
     runtimeAnnotations?: Record<string, string>,
   ): Promise<ShimOutput> =>
-    daemon.cni({
+    apiPodCall(
+      daemon,
       command,
-      containerId: p.pod.cid,
-      netns: p.pod.netns,
-      ifname: 'eth0',
-      args: p.args,
-      config: daemon.runtimeConfig(
+      p,
+      daemon.runtimeConfig(
         runtimeAnnotations ? { runtimeConfig: { 'io.kubernetes.cri.pod-annotations': runtimeAnnotations } } : {},
         '1.0.0',
       ),
-    });
+    );
   const annotationsOf = (ns: string, name: string): Promise<Record<string, string>> => pods().annotations(ns, name);
   const statusOf = (ns: string, name: string): Promise<StatusEntry[]> => pods().status(ns, name);
   const eventsOf = (ns: string, name: string, until: (events: ApiEvent[]) => boolean): Promise<ApiEvent[]> =>

@@ -13,6 +13,7 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { podResourcesPackage } from '../../src/deviceplugin/api';
 import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
@@ -35,7 +36,6 @@ const NICS = [`${prefix}n0`, `${prefix}n1`];
 const PEERS = [`${prefix}p0`, `${prefix}p1`];
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
 describe("plexusd as the kubelet's device plugin on a real node", { skip }, () => {

@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import { type ApiPod, ApiPods, pluginDirWithSlowBridge } from '../support/api-pods';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type ApiPod, apiPodCall, ApiPods, pluginDirWithSlowBridge } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { changeInFlight, recordKinds } from '../support/journal';
@@ -21,7 +22,6 @@ const prefix = uniquePrefix('hp');
 const NODE = `${prefix}-node`;
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 200);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe("hot-plug: changing a running pod's networks through its annotation", { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -59,15 +59,7 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
     if (binDir) rmSync(binDir, { recursive: true, force: true });
   });
 
-  const call = (command: 'ADD' | 'DEL', p: ApiPod) =>
-    daemon.cni({
-      command,
-      containerId: p.pod.cid,
-      netns: p.pod.netns,
-      ifname: 'eth0',
-      args: p.args,
-      config: daemon.runtimeConfig({}, '1.0.0'),
-    });
+  const call = (command: 'ADD' | 'DEL', p: ApiPod) => apiPodCall(daemon, command, p);
   async function running(name: string, networks: string): Promise<ApiPod> {
     const p = await pods.create(name, { [NETWORKS]: networks });
     const out = await call('ADD', p);

@@ -12,39 +12,31 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
+import { untilTrue } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('ic');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const CLAIMS = '/apis/k8s.cni.cncf.io/v1alpha1/namespaces/default/ipamclaims';
 const BLOCKS = '/apis/ipam.plexus.io/v1alpha1/ipblocks';
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
 const NADS: Record<string, string> = {
-  base: macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.100.0/24` }]] }),
+  base: segment.nad('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.100.0/24` }]] }),
   // Dual stack: a claim holds one address per family.
-  vmnet: macvlan('vmnet', {
+  vmnet: segment.nad('vmnet', {
     type: 'plexus',
     ranges: [[{ subnet: `10.${o}.0.0/22` }], [{ subnet: `fd00:${o}::/116` }]],
   }),
-  sts: macvlan('sts', { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/24` }]] }),
+  sts: segment.nad('sts', { type: 'plexus', ranges: [[{ subnet: `10.${o}.8.0/24` }]] }),
   // One block of 13 addresses: what a claim owns in it shows in who else gets what.
-  tiny: macvlan('tiny', { type: 'plexus', ranges: [[{ subnet: `10.${o}.9.0/28` }]], blockSize: { v4: 28 } }),
-  local: macvlan('local', { type: 'host-local', ranges: [[{ subnet: `10.${o}.101.0/24` }]] }),
+  tiny: segment.nad('tiny', { type: 'plexus', ranges: [[{ subnet: `10.${o}.9.0/28` }]], blockSize: { v4: 28 } }),
+  local: segment.nad('local', { type: 'host-local', ranges: [[{ subnet: `10.${o}.101.0/24` }]] }),
 };
 
 interface Pod {
@@ -80,10 +72,7 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
   let count = 0;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     for (const [name, config] of Object.entries(NADS))
       assert.equal((await api.createNad('default', name, config)).status, 201, name);
@@ -160,23 +149,33 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     }
   };
   const bare = (cidr: string): string => cidr.split('/')[0]!;
-  const until = async (what: string, check: () => Promise<boolean>, ms = 20000): Promise<void> => {
-    const deadline = Date.now() + ms;
-    while (!(await check())) {
-      if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
-      await sleep(200);
-    }
+
+  /** Deletes claim `name` if it is there, at the end of a test. */
+  const dropClaim = async (name: string): Promise<void> => {
+    await api.request('DELETE', `${CLAIMS}/${name}`);
+  };
+  /** Claim `name` made and used by a pod ADDed on node `i` (still attached): the claim's addresses and the pod. */
+  const claimInUse = async (name: string, i: number): Promise<{ addresses: string[]; pod: Pod }> => {
+    await createClaim(name);
+    const pod = await newPod(i, claimOf(name), `virt-launcher-${name}-a`);
+    const out = await call(i, 'ADD', pod);
+    assert.equal(out.code, 0, out.stdout);
+    return { addresses: addressesOf(out), pod };
+  };
+  /** Claim `name` used on node 0, then by its pod's successor on node 1 (still attached there). */
+  const claimMoved = async (name: string): Promise<{ addresses: string[]; pod: Pod }> => {
+    const first = await claimInUse(name, 0);
+    assert.equal((await call(0, 'DEL', first.pod)).code, 0);
+    const moved = await newPod(1, claimOf(name), `virt-launcher-${name}-b`);
+    const out = await call(1, 'ADD', moved);
+    assert.equal(out.code, 0, out.stdout);
+    assert.deepEqual(addressesOf(out).sort(), [...first.addresses].sort(), 'the same addresses on node 1');
+    return { addresses: first.addresses, pod: moved };
   };
 
-  let vm1: string[] = [];
-  const vm1Pods: [number, Pod][] = [];
-
-  it("a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod's ADD", async () => {
-    await createClaim('vm1');
-    const first = await newPod(0, claimOf('vm1'), 'virt-launcher-vm1-a');
-    const out = await call(0, 'ADD', first);
-    assert.equal(out.code, 0, out.stdout);
-    vm1 = addressesOf(out);
+  it("a claim gets its addresses recorded in status.ips and in its blocks, and keeps them across DEL and a new pod's ADD", async (t) => {
+    t.after(() => dropClaim('vm1'));
+    const { addresses: vm1, pod: first } = await claimInUse('vm1', 0);
     assert.equal(vm1.length, 2, 'dual stack: one address per family');
     const claim = await getClaim('vm1');
     assert.deepEqual([...(claim.status?.ips ?? [])].sort(), [...vm1].sort());
@@ -194,15 +193,20 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     const out2 = await call(0, 'ADD', again);
     assert.equal(out2.code, 0, out2.stdout);
     assert.deepEqual(addressesOf(out2).sort(), [...vm1].sort());
-    vm1Pods.push([0, again]);
+    assert.equal((await call(0, 'DEL', again)).code, 0);
   });
 
-  it("no other pod gets a claim's address: dynamic allocations skip it and a static request is refused (101)", async () => {
-    assert.equal((await call(0, 'DEL', vm1Pods.pop()![1])).code, 0);
-    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
+  it("no other pod gets a claim's address: dynamic allocations skip it and a static request is refused (101)", async (t) => {
+    t.after(() => dropClaim('vm6'));
+    const held = await claimInUse('vm6', 0);
+    assert.equal((await call(0, 'DEL', held.pod)).code, 0);
+    const stat = await newPod(
+      0,
+      JSON.stringify([{ name: 'vmnet', ips: [held.addresses.find((a) => !a.includes(':'))!] }]),
+    );
     const refused = await call(0, 'ADD', stat);
     assert.equal(refused.json?.code, 101, refused.stdout);
-    assert.match(refused.stdout, /owned by IPAMClaim default\/vm1/);
+    assert.match(refused.stdout, /owned by IPAMClaim default\/vm6/);
     assert.equal((await call(0, 'DEL', stat)).code, 0);
     // A pool of one block: the claim's address is never handed out, even when the block is full.
     await createClaim('vm5', 'tiny');
@@ -229,26 +233,26 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await api.request('DELETE', `${CLAIMS}/vm5`)).status, 200);
   });
 
-  it("a claim's addresses follow its pod to another node (the block stays node 0's; node 1 is recorded as a user)", async () => {
-    const moved = await newPod(1, claimOf('vm1'), 'virt-launcher-vm1-c');
-    const out = await call(1, 'ADD', moved);
-    assert.equal(out.code, 0, out.stdout);
-    assert.deepEqual(addressesOf(out).sort(), [...vm1].sort());
-    const recorded = (await entries()).filter((e) => e.claim === 'default/vm1');
+  it("a claim's addresses follow its pod to another node (the block stays node 0's; node 1 is recorded as a user)", async (t) => {
+    const { addresses: vm7, pod: moved } = await claimMoved('vm7');
+    t.after(async () => {
+      await call(1, 'DEL', moved);
+      await dropClaim('vm7');
+    });
+    const recorded = (await entries()).filter((e) => e.claim === 'default/vm7');
     assert.ok(
       recorded.every((e) => e.holder === nodeNames[0] && e.nodes.includes(nodeNames[1]!)),
       JSON.stringify(recorded),
     );
     assert.ok(
-      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      vm7.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
       'node 1 leases them for its pod',
     );
     await sleep(2500);
     assert.ok(
-      vm1.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
+      vm7.every((a) => leasesOn(1, 'vmnet').includes(bare(a))),
       "node 1's reconciler does not treat them as strays",
     );
-    vm1Pods.push([1, moved]);
   });
 
   it('two nodes using one new claim at once get the same addresses (the first status write wins), nothing else is kept', async () => {
@@ -300,20 +304,29 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal((await call(2, 'DEL', pod)).code, 0);
   });
 
-  it('deleting a claim frees its addresses once no pod uses them, not before', async () => {
-    assert.equal((await api.request('DELETE', `${CLAIMS}/vm1`)).status, 200);
+  it('deleting a claim frees its addresses once no pod uses them, not before', async (t) => {
+    const { addresses: vm8, pod } = await claimMoved('vm8');
+    t.after(async () => {
+      await call(1, 'DEL', pod);
+      await dropClaim('vm8');
+    });
+    assert.equal((await api.request('DELETE', `${CLAIMS}/vm8`)).status, 200);
     await sleep(3000); // reconciler passes on every node
-    const still = (await entries()).filter((e) => e.claim === 'default/vm1');
+    const still = (await entries()).filter((e) => e.claim === 'default/vm8');
     assert.equal(still.length, 2, "node 1's pod still uses them");
     assert.ok(
       still.every((e) => e.nodes.join() === nodeNames[1]),
       `node 0 let go, node 1 did not: ${JSON.stringify(still)}`,
     );
-    const [i, pod] = vm1Pods.pop()!;
-    assert.equal((await call(i, 'DEL', pod)).code, 0);
-    await until('the entries of vm1 are gone', async () => (await entries()).every((e) => e.claim !== 'default/vm1'));
+    assert.equal((await call(1, 'DEL', pod)).code, 0);
+    await untilTrue(
+      'the entries of vm8 are gone',
+      async () => (await entries()).every((e) => e.claim !== 'default/vm8'),
+      20000,
+      200,
+    );
     // Freed: node 0, which holds the block, hands the address out again.
-    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm1.find((a) => !a.includes(':'))!] }]));
+    const stat = await newPod(0, JSON.stringify([{ name: 'vmnet', ips: [vm8.find((a) => !a.includes(':'))!] }]));
     const out = await call(0, 'ADD', stat);
     assert.equal(out.code, 0, out.stdout);
     assert.equal((await call(0, 'DEL', stat)).code, 0);
@@ -330,9 +343,11 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
       (await api.request('DELETE', '/api/v1/namespaces/default/pods/web-0?gracePeriodSeconds=0')).status,
       200,
     );
-    await until(
+    await untilTrue(
       'web-0 is gone',
       async () => (await api.request('GET', '/api/v1/namespaces/default/pods/web-0')).status === 404,
+      20000,
+      200,
     );
     const recreated = await newPod(0, 'sts', 'web-0');
     assert.notEqual(recreated.uid, old.uid);
@@ -367,6 +382,6 @@ describe('IPAMClaims and recreated pods on one API server', { skip }, () => {
     assert.equal(del.code, 0, `the shim spools the DEL: ${del.stdout}`);
     assert.ok(leasesOn(2, 'sts').includes(held));
     await nodes[2]!.start(60000);
-    await until('the spooled DEL released the lease', async () => !leasesOn(2, 'sts').includes(held));
+    await untilTrue('the spooled DEL released the lease', async () => !leasesOn(2, 'sts').includes(held), 20000, 200);
   });
 });

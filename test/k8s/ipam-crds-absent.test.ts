@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ApiPods } from '../support/api-pods';
+import { apiPodCall, ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
@@ -61,15 +61,7 @@ describe('plexusd on an API without the IPAM CRDs', { skip: expectedPrerequisite
 
   it('attaches host-local networks, and refuses a cluster-IPAM one with 11 naming the missing CRDs', async () => {
     const plain = await pods.create('plain', {});
-    const call = (command: 'ADD' | 'DEL', p: typeof plain) =>
-      daemon.cni({
-        command,
-        containerId: p.pod.cid,
-        netns: p.pod.netns,
-        ifname: 'eth0',
-        args: p.args,
-        config: daemon.runtimeConfig({}, '1.0.0'),
-      });
+    const call = (command: 'ADD' | 'DEL', p: typeof plain) => apiPodCall(daemon, command, p);
     assert.equal((await call('ADD', plain)).code, 0);
     const wide = await pods.create('wide', { 'k8s.v1.cni.cncf.io/networks': 'wide' });
     const refused = await call('ADD', wide);

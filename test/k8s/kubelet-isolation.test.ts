@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { DaemonFixture } from '../support/daemon';
 import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { ipTry, uniquePrefix } from '../support/netns';
@@ -18,7 +19,6 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
 /** No bridge here is a gateway: these tests look at which networks a pod may have, not at its routes. */
 const NOT_GATEWAY = { isGateway: false };
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges (none when the bridge was never made). */
 const portsOn = (i: number): string[] => {
   const r = ipTry('-o', 'link', 'show', 'master', `${prefix}b${i}`);

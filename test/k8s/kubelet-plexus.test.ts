@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiPods } from '../support/api-pods';
 import type { DaemonFixture } from '../support/daemon';
 import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
@@ -21,7 +22,6 @@ const skip = expectedPrerequisites(kubeNodeMissing());
 const prefix = uniquePrefix('kp');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 100);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The pod's interfaces and IPv4 addresses, read in its netns. */
 const addressesIn = (netns: string): Map<string, string> =>

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiPods } from '../support/api-pods';
 import type { DaemonFixture } from '../support/daemon';
 import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
@@ -19,7 +20,6 @@ const prefix = uniquePrefix('kr');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
 const BAD_ROUTE = [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }];
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 /** Ports on one of the test's bridges: one per pod interface attached there. */
 const portsOn = (i: number): string[] =>
   ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);

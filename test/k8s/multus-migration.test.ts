@@ -21,12 +21,13 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
 import { multusBinary, multusMissing, multusPluginDir } from '../support/multus';
-import { until } from '../support/until';
+import { holdsWithin, until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { stopProcess } from '../support/processes';
@@ -37,7 +38,6 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 const uplink = `${prefix}up`;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The ADDs plexusd answered, from its /metrics. */
 function addsServed(socketPath: string): Promise<number> {
@@ -391,14 +391,13 @@ for (const mode of ['thin', 'thick'] as const)
       await node.deleteAllPods(180_000);
       // The runtime's retry of a teardown that failed took longer than 30 s on containerd 2 in a full run under load
       // (2 of the cluster network's leases still there at 30 s); the kubelet's sandbox GC runs once a minute.
-      const deadline = Date.now() + 120_000;
       // The cluster network is a .conflist file (clusterNetwork, as Multus's docs and its thick daemon set it), which
       // Multus v4.3.0 caches without its plugins' fields: each of these pods' DEL runs it with libcni's record of the
       // ADD, and succeeds the first time. The pods Multus itself deleted during the churn failed that network's DEL
       // there (Multus removes its cache after the first attempt); the runtime retries until Plexus serves the node.
       const podnetLeft = (): string[] => leases('podnet');
       const left = (): number => podnetLeft().length + leases('sec').length + leases('mv').length;
-      while ((left() || hostVeths().length) && Date.now() < deadline) await sleep(250);
+      await holdsWithin(() => left() === 0 && hostVeths().length === 0, 120_000, 250);
       assert.deepEqual(podnetLeft(), [], `of the cluster network's leases of the pods Multus made`);
       const removals = daemon.stderr
         .split('\n')

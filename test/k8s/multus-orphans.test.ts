@@ -8,6 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
@@ -23,7 +24,6 @@ const prefix = uniquePrefix('mo');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('sandboxes Multus made whose pods are gone without a DEL', { skip }, () => {
   const fx = new NetnsFixture(prefix);

@@ -8,6 +8,7 @@ import { ApiNetworkSource } from '../../src/k8s/nad-source';
 import type { KubeApiClient } from '../../src/k8s/api-client';
 import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { untilPasses } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
 const config = (name: string, bridge: string): string =>
@@ -18,19 +19,6 @@ const config = (name: string, bridge: string): string =>
     bridge,
     ipam: { type: 'host-local', subnet: '10.91.0.0/24' },
   });
-
-/** Polls until `check` passes (the informer hears of a change within a moment), or fails with its last error. */
-async function eventually(check: () => void, timeoutMs = 10000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return check();
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
 
 describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
   let api: KubeApiFixture;
@@ -88,7 +76,7 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
 
   it('sees a NAD created, then changed, then deleted, in other namespaces too', async () => {
     assert.equal((await api.createNad('team-a', 'blue', config('blue', 'blue0'))).status, 201);
-    await eventually(() => assert.ok(source.get('team-a', 'blue').ok));
+    await untilPasses(() => assert.ok(source.get('team-a', 'blue').ok), 10000);
     const path = '/apis/k8s.cni.cncf.io/v1/namespaces/team-a/network-attachment-definitions/blue';
     const changed = await api.request(
       'PATCH',
@@ -97,31 +85,31 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
       'application/merge-patch+json',
     );
     assert.equal(changed.status, 200, JSON.stringify(changed.body));
-    await eventually(() => {
+    await untilPasses(() => {
       const r = source.get('team-a', 'blue');
       assert.ok(
         r.ok && (r.value.plugins[0] as Record<string, unknown> | undefined)?.bridge === 'blue1',
         'the change is seen',
       );
-    });
+    }, 10000);
     assert.equal((await api.request('DELETE', path)).status, 200);
-    await eventually(() => {
+    await untilPasses(() => {
       const r = source.get('team-a', 'blue');
       assert.ok(
         !r.ok && r.error.code === 7 && /there is no such NetworkAttachmentDefinition in the API/.test(r.error.message),
       );
-    });
+    }, 10000);
   });
 
   it('answers a broken NAD with what is wrong with it, and lists it among the errors', async () => {
     assert.equal((await api.createNad('default', 'broken', '{"cniVersion": "1.0.0", "type": ')).status, 201);
-    await eventually(() => {
+    await untilPasses(() => {
       const r = source.get('default', 'broken');
       assert.ok(
         !r.ok && r.error.code === 7 && /NetworkAttachmentDefinition default\/broken in the API/.test(r.error.message),
         !r.ok ? r.error.message : 'parsed',
       );
-    });
+    }, 10000);
     const { networks, errors } = source.list();
     assert.ok(networks.some((n) => n.key === 'default/early'));
     assert.ok(errors.some((e) => /default\/broken/.test(e.message)));
@@ -133,6 +121,6 @@ describe('NetworkAttachmentDefinitions from the API', { skip }, () => {
     assert.ok(source.get('default', 'early').ok, 'answers from memory while the API is down');
     await api.startApiServer();
     assert.equal((await api.createNad('default', 'after-restart', config('after-restart', 'ar0'))).status, 201);
-    await eventually(() => assert.ok(source.get('default', 'after-restart').ok), 20000);
+    await untilPasses(() => assert.ok(source.get('default', 'after-restart').ok), 20000);
   });
 });

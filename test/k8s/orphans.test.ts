@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ApiPods } from '../support/api-pods';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { apiPodCall, ApiPods } from '../support/api-pods';
 import { DaemonFixture, podMaker } from '../support/daemon';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture, PLEXUS_USER, podnetBridge } from '../support/k8s';
@@ -18,7 +19,6 @@ const prefix = uniquePrefix('po');
 const NODE = `${prefix}-node`;
 const o = 200 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 250);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 describe('attachments of pods gone without a DEL', { skip }, () => {
   const fx = new NetnsFixture(prefix);
@@ -48,14 +48,7 @@ describe('attachments of pods gone without a DEL', { skip }, () => {
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
   const add = async (name: string) => {
     const p = await pods().create(name, {});
-    const out = await daemon.cni({
-      command: 'ADD',
-      containerId: p.pod.cid,
-      netns: p.pod.netns,
-      ifname: 'eth0',
-      args: p.args,
-      config: daemon.runtimeConfig({}, '1.0.0'),
-    });
+    const out = await apiPodCall(daemon, 'ADD', p);
     assert.equal(out.code, 0, out.stdout);
     return p;
   };

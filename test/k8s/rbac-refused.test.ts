@@ -12,16 +12,16 @@ import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DaemonFixture, podMaker, ROOT } from '../support/daemon';
 import type { DaemonSettings } from '../support/daemon-flags';
-import { ApiPods } from '../support/api-pods';
+import { apiPodCall, ApiPods } from '../support/api-pods';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { answerWithin } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('rb');
 const subnet = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}.0/24`;
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Rule {
   apiGroups: string[];
@@ -148,12 +148,8 @@ class RefusedDaemon {
 
   /** The error line naming `verb resource`, once it is logged (or undefined after `ms`). */
   async errorLine(verb: string, resource: string, ms = 5000): Promise<LogLine | undefined> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const line = logLines(this.daemon).find((l) => l.level === 50 && l.verb === verb && l.resource === resource);
-      if (line || Date.now() > deadline) return line;
-      await sleep(50);
-    }
+    const named = (l: LogLine): boolean => l.level === 50 && l.verb === verb && l.resource === resource;
+    return answerWithin(() => logLines(this.daemon).find(named), ms, 50);
   }
 
   async forbiddenCount(verb: string, resource: string): Promise<number> {
@@ -212,14 +208,7 @@ describe('plexusd when RBAC refuses it a permission', { skip }, () => {
   const addAndDelete = async (d: RefusedDaemon, name: string): Promise<void> => {
     const p = await new ApiPods(api, d.node, newPod).create(name, {});
     const call = (command: 'ADD' | 'DEL'): Promise<{ code: number | null; stdout: string }> =>
-      d.daemon.cni({
-        command,
-        containerId: p.pod.cid,
-        netns: p.pod.netns,
-        ifname: 'eth0',
-        args: p.args,
-        config: d.daemon.runtimeConfig({}, '1.0.0'),
-      });
+      apiPodCall(d.daemon, command, p);
     const added = await call('ADD');
     assert.equal(added.code, 0, added.stdout);
     assert.equal((await call('DEL')).code, 0);

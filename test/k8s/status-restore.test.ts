@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture, podMaker } from '../support/daemon';
-import { type ApiPod, ApiPods, type StatusEntry } from '../support/api-pods';
+import { type ApiPod, apiPodCall, ApiPods, type StatusEntry } from '../support/api-pods';
 import { restoreForwardingAfterwards } from '../support/forwarding';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
@@ -48,14 +48,7 @@ describe('network-status changed by another writer', { skip }, () => {
 
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);
   const call = (command: 'ADD' | 'DEL', p: ApiPod): Promise<{ code: number | null; stdout: string }> =>
-    daemon.cni({
-      command,
-      containerId: p.pod.cid,
-      netns: p.pod.netns,
-      ifname: 'eth0',
-      args: p.args,
-      config: daemon.runtimeConfig({}, '1.0.0'),
-    });
+    apiPodCall(daemon, command, p);
   /** The pod's attached status, once plexusd has written it. */
   const attached = async (name: string): Promise<{ p: ApiPod; written: StatusEntry[] }> => {
     const p = await pods().create(name, {});

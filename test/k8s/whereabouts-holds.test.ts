@@ -11,9 +11,10 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { DaemonFixture, httpGet, ROOT, type ShimOutput } from '../support/daemon';
+import { DaemonFixture, httpGet, ROOT, podMaker, type ShimOutput, type TestPod } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
-import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
+import { NetnsFixture, uniquePrefix } from '../support/netns';
+import { macvlanSegment } from '../support/macvlan-segment';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { until } from '../support/until';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
@@ -21,7 +22,7 @@ import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('wh');
 const o = 100 + Math.floor(Math.random() * 100);
-const master = `${prefix}m0`;
+const segment = macvlanSegment(prefix);
 const RANGE = `10.${o}.5.0/28`;
 const at = (n: number): string => `10.${o}.5.${n}`;
 const WB = '/apis/whereabouts.cni.cncf.io/v1alpha1/namespaces/kube-system';
@@ -29,18 +30,8 @@ const POOL_NAME = `10.${o}.5.0-28`;
 const NO_WB_USER = 'plexus-no-whereabouts';
 const portOf = (): number => 20000 + Math.floor(Math.random() * 20000);
 
-const macvlan = (name: string, ipam: Record<string, unknown>): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master,
-    mode: 'bridge',
-    capabilities: { ips: true },
-    ipam,
-  });
-const BASE = macvlan('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
-const WB_NAD = macvlan('wb', { type: 'whereabouts', range: RANGE });
+const BASE = segment.nad('base', { type: 'host-local', ranges: [[{ subnet: `10.${o}.200.0/24` }]] });
+const WB_NAD = segment.nad('wb', { type: 'whereabouts', range: RANGE });
 
 /** What Whereabouts writes for a pod's address: offset from the range's first address -> {id, podref, ifname}. */
 const allocation = (pod: string): Record<string, string> => ({
@@ -49,10 +40,7 @@ const allocation = (pod: string): Record<string, string> => ({
   ifname: 'net1',
 });
 
-interface Pod {
-  readonly cid: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 
 /** plexusd on its own node, with Multus's config in its conf dir and takeOverMultus set. */
 function nodeDaemon(api: KubeApiFixture, user: string, node: string, port: number): DaemonFixture {
@@ -126,13 +114,9 @@ describe('addresses Whereabouts holds', { skip }, () => {
   const port = portOf();
   let api: KubeApiFixture;
   let node: DaemonFixture;
-  let podCount = 0;
 
   before(async () => {
-    fx.trackHostLink(master);
-    ip('link', 'add', master, 'type', 'veth', 'peer', 'name', `${prefix}m1`);
-    ip('link', 'set', master, 'up');
-    ip('link', 'set', `${prefix}m1`, 'up'); // a carrier, so IPv6 addresses on the macvlans pass DAD
+    segment.create(fx);
     api = await KubeApiFixture.startForPlexus();
     await api.installCrds('test/fixtures/whereabouts/crds.yaml');
     await api.ensureNamespace('kube-system');
@@ -162,10 +146,7 @@ describe('addresses Whereabouts holds', { skip }, () => {
     fx.cleanup();
   });
 
-  const newPod = (): Pod => {
-    const ns = fx.create(`p${++podCount}`);
-    return { cid: `${prefix}c${podCount}`, netns: ns.path };
-  };
+  const newPod = podMaker(fx, prefix, []);
   const call = (daemon: DaemonFixture, command: 'ADD' | 'DEL', pod: Pod, networks: string): Promise<ShimOutput> =>
     daemon.cni({
       command,

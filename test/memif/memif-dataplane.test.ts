@@ -11,12 +11,12 @@ import { after, before, describe, it } from 'node:test';
 import { memifPortName } from '../../src/drivers/memif';
 import { OvsdbClient } from '../../src/ovs/ovsdb';
 import { SwitchPorts } from '../../src/ovs/ports';
-import { DaemonFixture, podArgs } from '../support/daemon';
+import { DaemonFixture, podArgs, podMaker, type TestPod } from '../support/daemon';
 import { NetnsFixture, uniquePrefix } from '../support/netns';
 import { OvsDpdkFixture, ovsDpdkMissing } from '../support/ovs-dpdk';
 import { Testpmd } from '../support/testpmd';
+import { untilPasses, untilTrue } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { hostVethName } from '../../src/drivers/bridge';
 
 const missing = ovsDpdkMissing();
 const prefix = uniquePrefix('pm');
@@ -24,11 +24,7 @@ const fx = new NetnsFixture(prefix);
 const bridge = `${prefix}ovs`;
 const fixtures: { daemon?: DaemonFixture; ovs?: OvsDpdkFixture } = {};
 
-interface Pod {
-  readonly cid: string;
-  readonly name: string;
-  readonly netns: string;
-}
+type Pod = TestPod;
 interface AddResult {
   interfaces: { name: string; sandbox?: string; socketPath?: string }[];
 }
@@ -39,14 +35,7 @@ describe(
   () => {
     let daemon: DaemonFixture;
     let ovs: OvsDpdkFixture;
-    let n = 0;
-    const newPod = (): Pod => {
-      const i = ++n;
-      const ns = fx.create(`p${i}`);
-      const cid = `${prefix}c${i}`;
-      fx.trackHostLink(hostVethName(cid, 'eth0', 'eth0'));
-      return { cid, name: `pod${i}`, netns: ns.path };
-    };
+    const newPod = podMaker(fx, prefix, ['eth0']);
     const withNetworks = (annotation: string): Record<string, unknown> =>
       daemon.runtimeConfig({
         runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { 'k8s.v1.cni.cncf.io/networks': annotation } },
@@ -84,25 +73,15 @@ describe(
       return s;
     };
     const secretOf = (socket: string): string => readFileSync(join(dirname(socket), 'secret'), 'utf8');
-    const waitFor = async (what: string, done: () => boolean | Promise<boolean>, timeoutMs = 20_000): Promise<void> => {
-      const deadline = Date.now() + timeoutMs;
-      while (!(await done())) {
-        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    };
-    const connectsWithin = async (socket: string, timeoutMs: number): Promise<void> => {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        try {
+    const connectsWithin = (socket: string, timeoutMs: number): Promise<void> =>
+      untilPasses(
+        async () => {
           const client = await Testpmd.start({ socket, secret: secretOf(socket), rxq: 2, txq: 2, linkTimeoutMs: 3000 });
           await client.stop();
-          return;
-        } catch (e) {
-          if (Date.now() > deadline) throw e;
-        }
-      }
-    };
+        },
+        timeoutMs,
+        0,
+      );
     const portHealthy = (port: string): boolean => {
       try {
         return (
@@ -196,7 +175,7 @@ describe(
         await receiver.command('start');
         // One burst of 32 per transmit queue, then nothing more (rxonly).
         await sender.command('start tx_first');
-        await waitFor('the receiver to count the burst', async () => (await receiver.stats()).rx >= 64, 15_000);
+        await untilTrue('the receiver to count the burst', async () => (await receiver.stats()).rx >= 64, 15_000, 100);
         await new Promise((r) => setTimeout(r, 500)); // anything extra would arrive now
         await sender.command('stop');
         await receiver.command('stop');
@@ -246,7 +225,7 @@ describe(
         daemon.addSettings({ switchResyncSeconds: 1 });
         await daemon.replace();
       }
-      await waitFor(`plexusd to make ${port} again`, () => portHealthy(port));
+      await untilTrue(`plexusd to make ${port} again`, () => portHealthy(port), 20_000, 100);
       const again = await check(a);
       assert.equal(again.code, 0, again.stdout);
     });
@@ -254,7 +233,12 @@ describe(
     it('a switch restarted with an empty database gets every pod port back, and a client connects again', async () => {
       await ovs.restartEmpty([bridge]);
       for (const pod of [a, b])
-        await waitFor(`port of ${pod.cid} to come back`, () => portHealthy(memifPortName(pod.cid, 'eth0', 'memif0')));
+        await untilTrue(
+          `port of ${pod.cid} to come back`,
+          () => portHealthy(memifPortName(pod.cid, 'eth0', 'memif0')),
+          20_000,
+          100,
+        );
       await connectsWithin(socketA, 30_000);
     });
 

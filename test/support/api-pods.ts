@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TestPod } from './daemon';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type DaemonFixture, podCall, type ShimOutput, type TestPod } from './daemon';
 import type { KubeApiFixture } from './k8s';
 import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
@@ -36,7 +37,15 @@ interface Meta {
   metadata: { uid: string; annotations?: Record<string, string> };
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+/** ADD, DEL or CHECK of an API pod as containerd sends it: its own CNI_ARGS; the daemon's config at 1.0.0 by default. */
+export function apiPodCall(
+  daemon: DaemonFixture,
+  command: 'ADD' | 'DEL' | 'CHECK',
+  p: Pick<ApiPod, 'pod' | 'args'>,
+  config: Record<string, unknown> = daemon.runtimeConfig({}, '1.0.0'),
+): Promise<ShimOutput> {
+  return podCall(daemon, command, p.pod, config, { args: p.args });
+}
 
 export class ApiPods {
   constructor(

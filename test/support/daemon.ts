@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { hostVethName } from '../../src/drivers/bridge';
 import { type DaemonSettings, daemonFlags } from './daemon-flags';
 import type { NetnsFixture } from './netns';
+import { holdsWithin } from './until';
 
 export const ROOT = resolve(__dirname, '../../..');
 export const SHIM = join(ROOT, 'bin/plexus-cni');
@@ -268,8 +269,7 @@ export class DaemonFixture {
         return false;
       }
     };
-    for (const deadline = Date.now() + ms; deleting() && Date.now() < deadline;)
-      await new Promise((r) => setTimeout(r, 5));
+    await holdsWithin(() => !deleting(), ms, 5);
   }
 
   private execShim(call: ShimCall): Promise<ShimOutput> {

@@ -11,6 +11,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments } from 'yaml';
 import { KubeApiClient } from '../../src/k8s/api-client';
 import { loadKubeConfig } from '../../src/k8s/kubeconfig';
@@ -47,8 +48,6 @@ const freePort = (): Promise<number> =>
       s.close(() => done(port));
     });
   });
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export interface ApiReply {
   readonly status: number;

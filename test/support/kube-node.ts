@@ -31,6 +31,7 @@ import { request as httpsRequest } from 'node:https';
 import { connect as netConnect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, delimiter, dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { issueCert, writeKubeconfig } from './certs';
 import { buildPauseImage, containerdBinary, containerdMajor, containerdMissing } from './containerd';
 import { acquireInstanceLock, type InstanceLock } from '../../src/node/instance-lock';
@@ -41,7 +42,6 @@ export const KUBELET_PORT = 10250;
 export const KUBELET_HEALTHZ_PORT = 10248;
 export const PAUSE_IMAGE = 'local.test/pause:1';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const which = (name: string): string | undefined =>
   [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin']
     .map((d) => join(d, name))

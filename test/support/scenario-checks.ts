@@ -10,9 +10,9 @@ import { dirname, join } from 'node:path';
 import { PAUSE_IMAGE } from './kube-node';
 import type { ScenarioAction, ScenarioCheck } from './multus-scenario-data';
 import type { ScenarioNode } from './scenario-node';
+import { holdsWithin } from './until';
 
 const NS = 'default';
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const READY_MS = 120_000;
 const DELETED_MS = 60_000;
 
@@ -116,14 +116,8 @@ async function inPod(sn: ScenarioNode, pod: string, command: readonly string[]):
 
 const outcome = (passed: boolean, found: string): CheckOutcome => ({ passed, found });
 
-async function waitFor(what: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await what()) return true;
-    if (Date.now() > deadline) return false;
-    await sleep(250);
-  }
-}
+const waitFor = (what: () => Promise<boolean>, timeoutMs: number): Promise<boolean> =>
+  holdsWithin(what, timeoutMs, 250);
 
 /** One check of a script, as it makes it. */
 export async function runCheck(sn: ScenarioNode, c: ScenarioCheck): Promise<CheckOutcome> {

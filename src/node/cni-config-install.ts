@@ -31,26 +31,31 @@ export function planConflist(config: DaemonConfig, log: Logger): ConflistPlan | 
   return false;
 }
 
-/** Writes the conflist (unchanged bytes are not rewritten), at the version the node's runtime reads. */
-export async function installConflist(
+/**
+ * The conflist's writer, at the version the node's runtime reads (asked of the API now): called the moment plexusd is
+ * ready, synchronously, so whoever sees plexusd ready also finds the conflist (unchanged bytes are not rewritten).
+ */
+export async function conflistWriter(
   config: DaemonConfig,
   plan: ConflistPlan,
   api: ApiConnection | undefined,
   log: Logger,
-): Promise<void> {
+): Promise<() => void> {
   const runtime = config.installCniVersion === 'auto' ? await nodeRuntime(api) : runtimeUnknown('not asked');
   const chosen = conflistVersion({
     setting: config.installCniVersion,
     runtime,
     defaultNetworkVersion: plan.defaultNetworkVersion,
   });
-  if (chosen.warning) log.warn({ path: plan.path, cniVersion: chosen.cniVersion }, chosen.warning);
-  const changed = replaceFile(plan.path, conflistForDaemon(chosen.cniVersion, config.socket), 0o644);
-  log.info(
-    { path: plan.path, changed, cniVersion: chosen.cniVersion, why: chosen.why },
-    'CNI config installed: the runtime sends new pods to plexus-cni',
-  );
-  if (!config.takeOverMultus) reportMultusServing(dirname(plan.path), log);
+  return () => {
+    if (chosen.warning) log.warn({ path: plan.path, cniVersion: chosen.cniVersion }, chosen.warning);
+    const changed = replaceFile(plan.path, conflistForDaemon(chosen.cniVersion, config.socket), 0o644);
+    log.info(
+      { path: plan.path, changed, cniVersion: chosen.cniVersion, why: chosen.why },
+      'CNI config installed: the runtime sends new pods to plexus-cni',
+    );
+    if (!config.takeOverMultus) reportMultusServing(dirname(plan.path), log);
+  };
 }
 
 /** The runtime the kubelet reports for this node; unknown without an API, or when the Node cannot be read. */

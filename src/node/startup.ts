@@ -10,7 +10,7 @@ import type { AttachmentEngine } from '../engine/engine';
 import { replaySpooledDels } from '../engine/recovery';
 import { MultusTakeover } from '../install/multus-takeover';
 import { hostLocalStoreProblems } from '../ipam/host-local-audit';
-import { installConflist, planConflist } from './cni-config-install';
+import { conflistWriter, planConflist } from './cni-config-install';
 import { clusterNetworksOf, connectCluster, type ClusterParts } from './cluster';
 import type { DaemonConfig } from './config';
 import { devicesAndDrivers, kubeletPodResources } from './devices-and-drivers';
@@ -58,10 +58,11 @@ export async function startDaemon(config: DaemonConfig, log: Logger): Promise<Da
   await shareHostLocalLeases(node, cluster, log);
   // The takeover's first attempt, at once, must find what Whereabouts holds read.
   if (takeover) await cluster.clusterIpam?.readWhereabouts(clusterNetworksOf(cluster.networks));
+  const writeConflist = conflist ? await conflistWriter(config, conflist, cluster.api, log) : undefined;
   served.state.ready = true;
   const where = { socket: config.socket, stateDir: config.stateDir, networksDir: config.networksDir };
   log.info({ ...where, ...services.recovery }, 'plexusd ready');
-  if (conflist) await installConflist(config, conflist, cluster.api, log);
+  writeConflist?.();
   const takingOver = conflist ? takeOverWhenReady(takeover) : undefined;
   const spool = replaySpoolEvery(config.spoolScanSeconds * 1000, served.spoolDir, engine, log);
   const running = { log, node, cluster, plumbing, engine, served, services, dra };

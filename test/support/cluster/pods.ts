@@ -44,6 +44,14 @@ export async function ensureNamespace(api: KubeApiFixture, namespace: string): P
     metadata: { name: namespace },
   });
   if (r.status !== 201 && r.status !== 409) throw new Error(`namespace ${namespace}: ${r.status}`);
+  // The controller-manager makes sa/default a moment after the namespace; a pod created before it is refused by the
+  // ServiceAccount admission ("serviceaccount default not found"), so it is made here (409 once the controller did).
+  const sa = await api.request('POST', `/api/v1/namespaces/${namespace}/serviceaccounts`, {
+    apiVersion: 'v1',
+    kind: 'ServiceAccount',
+    metadata: { name: 'default' },
+  });
+  if (sa.status !== 201 && sa.status !== 409) throw new Error(`sa/default in ${namespace}: ${sa.status}`);
 }
 
 export async function createPod(api: KubeApiFixture, namespace: string, name: string, p: PodPlacement): Promise<void> {

@@ -140,7 +140,11 @@ describe('Plexus installed, upgraded node by node under churn, and removed, acro
       churning = false;
       await churn;
     }
-    const left = (await listPods(c.api, NS)).map((p) => p.metadata.name).filter((n) => n.startsWith('churn-'));
+    // Pods whose DELETE the last waves sent are on their way out (deletionTimestamp set): not waited for.
+    const left = (await listPods(c.api, NS))
+      .filter((p) => p.metadata.deletionTimestamp === undefined)
+      .map((p) => p.metadata.name)
+      .filter((n) => n.startsWith('churn-'));
     await waitRunning(c.api, NS, left, 120000);
     console.log(
       `${made.length} pods created across the upgrade of ${c.nodes.length} nodes, ${left.length} still running`,

@@ -25,7 +25,13 @@ export const pauseSpec = (nodeName?: string): Record<string, unknown> => ({
 });
 
 export interface ApiPod {
-  metadata: { name: string; uid: string; annotations?: Record<string, string>; labels?: Record<string, string> };
+  metadata: {
+    name: string;
+    uid: string;
+    annotations?: Record<string, string>;
+    labels?: Record<string, string>;
+    deletionTimestamp?: string;
+  };
   spec: { nodeName?: string };
   status?: { phase?: string };
 }

@@ -42,6 +42,11 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2', 'blue0']);
   restoreForwardingAfterwards();
 
+  // The "slow" network is delegated to the reference bridge, whose host-local keeps its leases in host-local's default
+  // store: removed afterwards unless it was there before.
+  const slowStore = '/var/lib/cni/networks/slow';
+  const slowStoreWasThere = existsSync(slowStore);
+
   before(async () => {
     for (let i = 0; i < 8; i++) fx.trackHostLink(`${prefix}b${i}`);
     binDir = pluginDirWithSlowBridge();
@@ -70,6 +75,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     await api?.stop();
     fx.cleanup();
     if (binDir) rmSync(binDir, { recursive: true, force: true });
+    if (!slowStoreWasThere) rmSync(slowStore, { recursive: true, force: true });
   });
 
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);

@@ -8,19 +8,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { clusterMissing, TestCluster } from '../support/cluster/cluster';
-import type { ClusterNode } from '../support/cluster/node';
-import {
-  addressesOn,
-  type ApiPod,
-  createPod,
-  ensureNamespace,
-  listPods,
-  NETWORKS,
-  waitRunning,
-} from '../support/cluster/pods';
+import { addressesOn, createPod, ensureNamespace, listPods, NETWORKS, waitRunning } from '../support/cluster/pods';
 import { ip } from '../support/netns';
+import { addressOn, assertTcpExchange, placeOnEveryNode, type PlacedPod } from '../support/cluster/placed';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { stopProcess } from '../support/processes';
 import { until } from '../support/until';
 
 const skip = expectedPrerequisites(clusterMissing());
@@ -40,15 +31,9 @@ const NADS: Record<string, Record<string, unknown>> = {
   island: { type: 'macvlan', master: 'cni0', mode: 'bridge', ipam: plexusIpam(t + 2) },
 };
 
-interface Placed {
-  readonly node: ClusterNode;
-  readonly pod: ApiPod;
-  readonly netns: string;
-}
-
 describe('pods on different nodes reach each other over networks that span nodes', { skip }, () => {
   let cluster: TestCluster | undefined;
-  const placed: Placed[] = [];
+  let placed: PlacedPod[] = [];
 
   before(async () => {
     cluster = await TestCluster.start();
@@ -64,29 +49,15 @@ describe('pods on different nodes reach each other over networks that span nodes
       ip('-n', n.netns, 'link', 'set', 'uplink1', 'master', 'lanbr0');
       ip('-n', n.netns, 'link', 'set', 'lanbr0', 'up');
     }
-    for (const n of cluster.nodes)
-      await createPod(api, NS, `p-${n.name}`, { nodeName: n.name, annotations: { [NETWORKS]: 'lan,l2,island' } });
-    const pods = await waitRunning(
-      api,
-      NS,
-      cluster.nodes.map((n) => `p-${n.name}`),
-    );
-    for (const [i, pod] of pods.entries()) {
-      const node = cluster.nodes[i]!;
-      placed.push({ node, pod, netns: await node.podNetns(NS, pod.metadata.name) });
-    }
+    placed = await placeOnEveryNode(cluster, NS, 'p', 'lan,l2,island');
   });
   after(async () => {
     const problems = (await cluster?.stop()) ?? [];
     assert.deepEqual(problems, []);
   });
 
-  const address = (p: Placed, network: string): string => {
-    const [a] = addressesOn(p.pod, `${NS}/${network}`);
-    assert.ok(a, `${p.pod.metadata.name} has an address on ${network}`);
-    return a;
-  };
-  const ping = (from: Placed, to: string): { status: number | null; out: string } =>
+  const address = (p: PlacedPod, network: string): string => addressOn(p, `${NS}/${network}`);
+  const ping = (from: PlacedPod, to: string): { status: number | null; out: string } =>
     from.node.inPod(from.netns, ['ping', '-c', '2', '-W', '2', to]);
 
   it('each pod has one address per network, from the one cluster pool, distinct across the nodes, as its netns shows', () => {
@@ -115,29 +86,14 @@ describe('pods on different nodes reach each other over networks that span nodes
     });
 
     it(`a TCP exchange between pods of two nodes over ${network}`, async () => {
-      const [a, b] = placed as [Placed, Placed];
-      const server = b.node.spawnInPod(b.netns, ['busybox', 'nc', '-l', '-p', '7007']);
-      server.stdin?.write('pong\n'); // kept open: the server answers this once a client connects
-      let received = '';
-      server.stdout?.on('data', (d: Buffer) => (received += d.toString()));
-      try {
-        let reply = { status: null as number | null, out: '' };
-        for (let i = 0; i < 20 && !reply.out.includes('pong'); i++) {
-          await new Promise((r) => setTimeout(r, 250));
-          reply = a.node.inPod(a.netns, ['sh', '-c', `echo ping | busybox nc -w 3 ${address(b, network)} 7007`]);
-        }
-        assert.match(reply.out, /pong/, `the client on ${a.node.name} got the server's answer`);
-        for (let i = 0; i < 20 && !received.includes('ping'); i++) await new Promise((r) => setTimeout(r, 100));
-        assert.match(received, /ping/, `the server on ${b.node.name} got the client's line`);
-      } finally {
-        await stopProcess(server, 'SIGKILL');
-      }
+      const [a, b] = placed as [PlacedPod, PlacedPod];
+      await assertTcpExchange(a, b, address(b, network), 7007);
     });
   }
 
   it('hot-plug: a running pod on one node added to lan reaches the lan pods of the other nodes', async () => {
     const c = cluster!;
-    const [, b] = placed as [Placed, Placed];
+    const [, b] = placed as [PlacedPod, PlacedPod];
     const home = c.nodes.find((n) => n !== b.node)!;
     await createPod(c.api, NS, 'hotplug', { nodeName: home.name });
     await waitRunning(c.api, NS, ['hotplug']);
@@ -161,7 +117,7 @@ describe('pods on different nodes reach each other over networks that span nodes
   });
 
   it('the control: on a macvlan whose master stays inside its node, the same pods do not reach each other', () => {
-    const [a, b] = placed as [Placed, Placed];
+    const [a, b] = placed as [PlacedPod, PlacedPod];
     const r = ping(a, address(b, 'island'));
     assert.notEqual(r.status, 0, `a ping across nodes over the node-local master got through: ${r.out}`);
   });

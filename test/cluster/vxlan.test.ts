@@ -8,9 +8,9 @@ import { execFileSync } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { clusterMissing, TestCluster } from '../support/cluster/cluster';
 import type { ClusterNode } from '../support/cluster/node';
-import { addressesOn, type ApiPod, createPod, ensureNamespace, NETWORKS, waitRunning } from '../support/cluster/pods';
+import { ensureNamespace } from '../support/cluster/pods';
+import { addressOn, assertTcpExchange, placeOnEveryNode, type PlacedPod } from '../support/cluster/placed';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { stopProcess } from '../support/processes';
 import { untilTrue } from '../support/until';
 
 const skip = expectedPrerequisites(clusterMissing());
@@ -26,12 +26,6 @@ const OVERLAY = {
   ipam: { type: 'plexus', ranges: [[{ subnet: `10.${o}.0.0/24` }]], blockSize: { v4: 28 } },
 };
 
-interface Placed {
-  readonly node: ClusterNode;
-  readonly pod: ApiPod;
-  readonly netns: string;
-}
-
 /** The remotes of the node's all-zeros entries on the overlay's VTEP, sorted. */
 function floodEntries(node: ClusterNode): string[] {
   const out = execFileSync('bridge', ['-n', node.netns, 'fdb', 'show', 'dev', `vx${VNI}`], { encoding: 'utf8' });
@@ -40,7 +34,7 @@ function floodEntries(node: ClusterNode): string[] {
 
 describe('one cluster-mode vxlan network across the nodes of a real cluster', { skip }, () => {
   let cluster: TestCluster | undefined;
-  const placed: Placed[] = [];
+  let placed: PlacedPod[] = [];
 
   before(async () => {
     cluster = await TestCluster.start();
@@ -48,28 +42,14 @@ describe('one cluster-mode vxlan network across the nodes of a real cluster', { 
     await ensureNamespace(api, NS);
     const r = await api.createNad(NS, 'overlay', JSON.stringify(OVERLAY));
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    for (const n of cluster.nodes)
-      await createPod(api, NS, `v-${n.name}`, { nodeName: n.name, annotations: { [NETWORKS]: 'overlay' } });
-    const pods = await waitRunning(
-      api,
-      NS,
-      cluster.nodes.map((n) => `v-${n.name}`),
-    );
-    for (const [i, pod] of pods.entries()) {
-      const node = cluster.nodes[i]!;
-      placed.push({ node, pod, netns: await node.podNetns(NS, pod.metadata.name) });
-    }
+    placed = await placeOnEveryNode(cluster, NS, 'v', 'overlay');
   });
   after(async () => {
     const problems = (await cluster?.stop()) ?? [];
     assert.deepEqual(problems, []);
   });
 
-  const address = (p: Placed): string => {
-    const [a] = addressesOn(p.pod, `${NS}/overlay`);
-    assert.ok(a, `${p.pod.metadata.name} has an address on the overlay`);
-    return a;
-  };
+  const address = (p: PlacedPod): string => addressOn(p, `${NS}/overlay`);
 
   it('every node floods to the underlay addresses of the other nodes, and only to them', async () => {
     const nodes = cluster!.nodes;
@@ -104,22 +84,7 @@ describe('one cluster-mode vxlan network across the nodes of a real cluster', { 
   });
 
   it('a TCP exchange between pods of two nodes over the overlay', async () => {
-    const [a, b] = placed as [Placed, Placed];
-    const server = b.node.spawnInPod(b.netns, ['busybox', 'nc', '-l', '-p', '7008']);
-    server.stdin?.write('pong\n');
-    let received = '';
-    server.stdout?.on('data', (d: Buffer) => (received += d.toString()));
-    try {
-      let reply = { status: null as number | null, out: '' };
-      for (let i = 0; i < 20 && !reply.out.includes('pong'); i++) {
-        await new Promise((r) => setTimeout(r, 250));
-        reply = a.node.inPod(a.netns, ['sh', '-c', `echo ping | busybox nc -w 3 ${address(b)} 7008`]);
-      }
-      assert.match(reply.out, /pong/, `the client on ${a.node.name} got the server's answer`);
-      for (let i = 0; i < 20 && !received.includes('ping'); i++) await new Promise((r) => setTimeout(r, 100));
-      assert.match(received, /ping/, `the server on ${b.node.name} got the client's line`);
-    } finally {
-      await stopProcess(server, 'SIGKILL');
-    }
+    const [a, b] = placed as [PlacedPod, PlacedPod];
+    await assertTcpExchange(a, b, address(b), 7008);
   });
 });

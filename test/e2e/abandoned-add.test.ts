@@ -35,15 +35,7 @@ before(async () => {
   fx.trackHostLink(`${prefix}br0`);
   daemon.writeBridgeNetwork({ name: 'podnet', bridge: `${prefix}br0`, subnet: `10.${o}.${t}.0/24` });
   const slownet = { cniVersion: '1.0.0', name: 'slownet', type: 'fail-plugin', sleepMs: SLOW_MS, logFile: slowLog };
-  daemon.writeNad(
-    'slownet.json',
-    JSON.stringify({
-      apiVersion: 'k8s.cni.cncf.io/v1',
-      kind: 'NetworkAttachmentDefinition',
-      metadata: { name: 'slownet', namespace: 'default' },
-      spec: { config: JSON.stringify(slownet) },
-    }),
-  );
+  daemon.writeNadOf(slownet);
   await daemon.start();
 });
 after(async () => {

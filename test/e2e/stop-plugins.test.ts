@@ -49,15 +49,7 @@ before(async () => {
     bridge: `${prefix}br1`,
     ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t}.128/25` }]], dataDir: leaseDir },
   };
-  daemon.writeNad(
-    'slownet.json',
-    JSON.stringify({
-      apiVersion: 'k8s.cni.cncf.io/v1',
-      kind: 'NetworkAttachmentDefinition',
-      metadata: { name: 'slownet', namespace: 'default' },
-      spec: { config: JSON.stringify(slownet) },
-    }),
-  );
+  daemon.writeNadOf(slownet);
   await daemon.start();
 });
 after(async () => {

@@ -131,6 +131,17 @@ export class DaemonFixture {
     writeFileSync(join(this.networksDir, file), content);
   }
 
+  /** The CNI config `config` (its `name` the NAD's) as a NetworkAttachmentDefinition of namespace default. */
+  writeNadOf(config: { readonly name: string } & Record<string, unknown>): void {
+    const nad = {
+      apiVersion: 'k8s.cni.cncf.io/v1',
+      kind: 'NetworkAttachmentDefinition',
+      metadata: { name: config.name, namespace: 'default' },
+      spec: { config: JSON.stringify(config) },
+    };
+    this.writeNad(`${config.name}.json`, JSON.stringify(nad));
+  }
+
   writeBridgeNetwork(o: BridgeNetworkOptions): void {
     const config = {
       cniVersion: o.cniVersion ?? '1.1.0',

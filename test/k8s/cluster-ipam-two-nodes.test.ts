@@ -18,7 +18,7 @@ import { podMaker, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { Relay } from '../support/relay';
-import { SimulatedNode } from '../support/simulated-node';
+import { SimulatedNode, runEveryStep } from '../support/simulated-node';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const skip = expectedPrerequisites(k8sMissing());
@@ -133,12 +133,7 @@ describe('one cluster-IPAM macvlan network across two simulated nodes', { skip }
       () => fx.cleanup(),
       () => dir && rmSync(dir, { recursive: true, force: true }),
     ];
-    const failures: unknown[] = [];
-    for (const step of steps)
-      await Promise.resolve()
-        .then(step)
-        .catch((e: unknown) => failures.push(e));
-    if (failures.length) throw failures[0];
+    await runEveryStep(steps);
   });
 
   const call = (p: { node: SimulatedNode; pod: ApiPod }, command: 'ADD' | 'DEL'): Promise<ShimOutput> =>

@@ -16,7 +16,7 @@ import { podMaker, type ShimOutput } from '../support/daemon';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, uniquePrefix } from '../support/netns';
 import { Relay } from '../support/relay';
-import { SimulatedNode } from '../support/simulated-node';
+import { SimulatedNode, runEveryStep } from '../support/simulated-node';
 import { expectedPrerequisites } from '../support/prerequisites';
 
 const skip = expectedPrerequisites(k8sMissing());
@@ -120,12 +120,7 @@ describe('one cluster-mode vxlan network across three simulated nodes', { skip }
       () => fx.cleanup(),
       () => dir && rmSync(dir, { recursive: true, force: true }),
     ];
-    const failures: unknown[] = [];
-    for (const step of steps)
-      await Promise.resolve()
-        .then(step)
-        .catch((e: unknown) => failures.push(e));
-    if (failures.length) throw failures[0];
+    await runEveryStep(steps);
   });
 
   const add = async (node: SimulatedNode, name: string): Promise<ShimOutput> => {

@@ -61,3 +61,13 @@ export class SimulatedNode {
     await this.relay.stop();
   }
 }
+
+/** Runs every teardown step in order, whatever failed before it; then throws the first failure, if any. */
+export async function runEveryStep(steps: readonly (() => unknown)[]): Promise<void> {
+  const failures: unknown[] = [];
+  for (const step of steps)
+    await Promise.resolve()
+      .then(step)
+      .catch((e: unknown) => failures.push(e));
+  if (failures.length) throw failures[0];
+}

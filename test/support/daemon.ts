@@ -187,7 +187,9 @@ export class DaemonFixture {
     proc.stderr?.on('data', (c: Buffer) => (this.stderr += c.toString()));
     const deadline = Date.now() + readyTimeoutMs;
     for (;;) {
-      if (proc.exitCode !== null) throw new Error(`plexusd exited with ${proc.exitCode}: ${this.stderr}`);
+      // A signal's end (a test's kill, the OOM killer) leaves exitCode null: without signalCode it waits out the timeout.
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(`plexusd exited with ${proc.exitCode ?? proc.signalCode}: ${this.stderr}`);
       try {
         // Ready means this process answers: during a replacement the old daemon may still be listening.
         const ready = await getJson(this.socket, '/readyz');

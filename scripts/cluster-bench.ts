@@ -208,6 +208,8 @@ async function main(): Promise<number> {
     ...(reuse && reuse.tooEarly > 0 ? [`${reuse.tooEarly} addresses of the dead node reused too early`] : []),
     ...problems,
   ];
+  for (const b of bursts)
+    console.log(`API writes, ${b.mode} round ${b.round}: ${b.writes.map(([r, n]) => `${r} ${n}`).join(', ')}`);
   for (const f of failed) console.log(`  problem: ${f}`);
   if (values.json)
     writeFileSync(

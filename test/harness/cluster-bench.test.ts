@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { requestCounts, writesBetween } from '../../scripts/lib/bench/api-requests';
+import { requestCounts, writesBetween, writesByResource } from '../../scripts/lib/bench/api-requests';
 import { burstFigures, burstRatio } from '../../scripts/lib/bench/cluster-burst';
 
 const sample = (verb: string, group: string, resource: string, code: string, n: number, subresource = ''): string =>
@@ -44,6 +44,15 @@ describe("the cluster bench's count of the API server's requests", () => {
     assert.equal(writesBetween(before, after, { group: 'ipam.plexus.io' }), 7 + 5 + 1);
     assert.equal(writesBetween(before, after, { resource: 'pods', subresource: '' }), 6);
     assert.equal(writesBetween(before, after), 13 + 20 + 6);
+  });
+
+  it('lists the writes between two readings by resource, the busiest first', () => {
+    assert.deepEqual(writesByResource(before, after), [
+      ['core/pods/status', 20],
+      ['ipam.plexus.io/ipblocks', 12],
+      ['core/pods', 6],
+      ['ipam.plexus.io/ippools', 1],
+    ]);
   });
 });
 

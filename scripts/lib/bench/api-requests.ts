@@ -56,6 +56,20 @@ export function writesBetween(
   return sum(after) - sum(before);
 }
 
+/** Write requests between two readings by resource (`group/resource[/subresource]`), the busiest first. */
+export function writesByResource(before: readonly RequestCount[], after: readonly RequestCount[]): [string, number][] {
+  const by = new Map<string, number>();
+  const add = (counts: readonly RequestCount[], sign: number): void => {
+    for (const c of counts.filter((x) => WRITE_VERBS.includes(x.verb))) {
+      const name = [c.group || 'core', c.resource, ...(c.subresource ? [c.subresource] : [])].join('/');
+      by.set(name, (by.get(name) ?? 0) + sign * c.count);
+    }
+  };
+  add(after, 1);
+  add(before, -1);
+  return [...by].filter(([, n]) => n > 0).sort((x, y) => y[1] - x[1]);
+}
+
 /** The API server's counter now, read as the admin. */
 export async function apiRequestCounts(api: KubeApiFixture): Promise<RequestCount[]> {
   const r = await api.request('GET', '/metrics');

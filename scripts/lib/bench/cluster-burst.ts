@@ -15,7 +15,7 @@ import {
   networkStatus,
   sandboxFailures,
 } from '../../../test/support/cluster/pods';
-import { apiRequestCounts, writesBetween } from './api-requests';
+import { apiRequestCounts, writesBetween, writesByResource } from './api-requests';
 import { loadAverage } from '../host';
 import { percentile, round } from '../stats';
 
@@ -89,6 +89,8 @@ export interface BurstReport extends BurstFigures {
   readonly ipamWrites: number;
   readonly ipamWritesPerAddress: number;
   readonly allWritesPerPod: number;
+  /** Every API write during the burst by resource, by anyone (kubelets, controllers, plexusd). */
+  readonly writes: [string, number][];
   readonly load: { readonly start: number; readonly end: number };
 }
 
@@ -166,6 +168,7 @@ export async function runClusterBurst(c: TestCluster, plan: BurstPlan): Promise<
     ipamWrites,
     ipamWritesPerAddress: addresses.length ? round(ipamWrites / addresses.length, 3) : NaN,
     allWritesPerPod: round(writesBetween(before, after) / pods.length, 1),
+    writes: writesByResource(before, after),
     load,
   };
 }

@@ -210,6 +210,11 @@ async function main(): Promise<number> {
   ];
   for (const b of bursts)
     console.log(`API writes, ${b.mode} round ${b.round}: ${b.writes.map(([r, n]) => `${r} ${n}`).join(', ')}`);
+  for (const b of bursts)
+    for (const a of b.adds)
+      console.log(
+        `plexusd's ADDs on ${a.node} by round ${b.round}: ${a.calls}, p50 <= ${a.p50AtMost} s, p90 <= ${a.p90AtMost} s`,
+      );
   for (const f of failed) console.log(`  problem: ${f}`);
   if (values.json)
     writeFileSync(

@@ -4,7 +4,9 @@
  * reference bridge + host-local, Plexus uninstalled). Mode `plexus`: Plexus installed on every node, each pod with
  * its default network and the secondary networks asked. Then every pod is deleted until the API has none.
  */
+import { readFileSync } from 'node:fs';
 import type { TestCluster } from '../../../test/support/cluster/cluster';
+import type { ClusterNode } from '../../../test/support/cluster/node';
 import { duplicates } from '../../../test/support/cluster/node-death';
 import {
   addressesOn,
@@ -16,6 +18,7 @@ import {
   sandboxFailures,
 } from '../../../test/support/cluster/pods';
 import { apiRequestCounts, writesBetween, writesByResource } from './api-requests';
+import { type CallDurations, callDurations } from './cni-durations';
 import { loadAverage } from '../host';
 import { percentile, round } from '../stats';
 
@@ -91,11 +94,21 @@ export interface BurstReport extends BurstFigures {
   readonly allWritesPerPod: number;
   /** Every API write during the burst by resource, by anyone (kubelets, controllers, plexusd). */
   readonly writes: [string, number][];
+  /** Plexus: each node's ADDs as its plexusd timed them (its histogram, since it started), when /metrics answered. */
+  readonly adds: (CallDurations & { readonly node: string })[];
   readonly load: { readonly start: number; readonly end: number };
 }
 
 const POLL_MS = 200;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A node's plexusd's ADD durations, read from its /metrics on the node's loopback; undefined when unreadable. */
+function nodeAdds(n: ClusterNode): (CallDurations & { node: string }) | undefined {
+  const settings = JSON.parse(readFileSync(n.paths.etc('plexusd.json'), 'utf8')) as { metricsAddress?: string };
+  const r = n.run(['busybox', 'wget', '-qO-', `http://${settings.metricsAddress ?? '127.0.0.1:9468'}/metrics`]);
+  const adds = r.status === 0 ? callDurations(r.out, 'ADD') : undefined;
+  return adds ? { node: n.name, ...adds } : undefined;
+}
 
 /** Polls the API until every pod is Running (noting when each first was) or the time is up. */
 async function followRunning(c: TestCluster, namespace: string, clocks: Map<string, PodClock>, timeoutMs: number) {
@@ -147,6 +160,7 @@ export async function runClusterBurst(c: TestCluster, plan: BurstPlan): Promise<
   const names = new Set(clocks.keys());
   const statuses = mode === 'plexus' ? await statusesOf(c, plan, names) : [];
   const after = await apiRequestCounts(c.api);
+  const adds = mode === 'plexus' ? c.nodes.flatMap((n) => nodeAdds(n) ?? []) : [];
   const addresses = statuses.flatMap((p) => plan.clusterNetworks.flatMap((n) => addressesOn(p, `${namespace}/${n}`)));
   const retried = (await sandboxFailures(c.api, namespace)).filter((f) => names.has(f.split(':')[0]!));
   const ipamWrites = writesBetween(before, after, { group: 'ipam.plexus.io' });
@@ -169,6 +183,7 @@ export async function runClusterBurst(c: TestCluster, plan: BurstPlan): Promise<
     ipamWritesPerAddress: addresses.length ? round(ipamWrites / addresses.length, 3) : NaN,
     allWritesPerPod: round(writesBetween(before, after) / pods.length, 1),
     writes: writesByResource(before, after),
+    adds,
     load,
   };
 }

@@ -10,6 +10,7 @@ import type { ClusterNode } from '../../../test/support/cluster/node';
 import { duplicates } from '../../../test/support/cluster/node-death';
 import {
   addressesOn,
+  type ApiPod,
   createPod,
   deleteAllPods,
   listPods,
@@ -111,7 +112,12 @@ function nodeAdds(n: ClusterNode): (CallDurations & { node: string }) | undefine
 }
 
 /** Polls the API until every pod is Running (noting when each first was) or the time is up. */
-async function followRunning(c: TestCluster, namespace: string, clocks: Map<string, PodClock>, timeoutMs: number) {
+async function followRunning(
+  c: TestCluster,
+  namespace: string,
+  clocks: Map<string, PodClock>,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const pods = await listPods(c.api, namespace);
@@ -126,7 +132,7 @@ async function followRunning(c: TestCluster, namespace: string, clocks: Map<stri
 }
 
 /** The pods' network-status once each has an entry per network asked (plexusd writes it just after the ADD). */
-async function statusesOf(c: TestCluster, plan: BurstPlan, names: ReadonlySet<string>) {
+async function statusesOf(c: TestCluster, plan: BurstPlan, names: ReadonlySet<string>): Promise<ApiPod[]> {
   const deadline = Date.now() + 60000;
   for (;;) {
     const pods = (await listPods(c.api, plan.namespace)).filter((p) => names.has(p.metadata.name));

@@ -8,8 +8,8 @@ export interface Summary {
   readonly p90: number;
 }
 
-/** Nearest-rank percentile of sorted samples. */
-const percentile = (sorted: readonly number[], p: number): number =>
+/** Nearest-rank percentile (0-100) of samples sorted ascending. */
+export const percentile = (sorted: readonly number[], p: number): number =>
   sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
 
 export function summarize(samples: readonly number[]): Summary {

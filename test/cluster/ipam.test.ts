@@ -13,10 +13,18 @@ import { after, before, describe, it } from 'node:test';
 import { clusterMissing, TestCluster } from '../support/cluster/cluster';
 import type { ClusterNode } from '../support/cluster/node';
 import {
+  awaitReuse,
+  duplicates,
+  holdWholePool,
+  ipBlocks,
+  killNode,
+  macvlanPoolNad,
+  type ScarcePool,
+  usableIn,
+} from '../support/cluster/node-death';
+import {
   addressesOn,
-  type ApiPod,
   createPod,
-  createReplicaSet,
   ensureNamespace,
   labelNode,
   listPods,
@@ -40,38 +48,14 @@ const t = Math.floor(Math.random() * 200);
 const WIDE = `10.${o}.${t}.0/24`;
 /** 13 usable addresses (.2 to .14) in four /30 blocks. */
 const SCARCE = `10.${o}.${t + 1}.0/28`;
-const nad = (name: string, subnet: string, block: number): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'macvlan',
-    master: 'uplink0',
-    mode: 'bridge',
-    ipam: { type: 'plexus', ranges: [[{ subnet }]], blockSize: { v4: block } },
-  });
-
-interface Block {
-  spec: { pool: string; cidr: string; node: string };
-}
-const toInt = (a: string): number => a.split('.').reduce((n, x) => n * 256 + Number(x), 0);
-const span = (cidr: string): [number, number] => {
-  const [base, bits] = cidr.split('/');
-  const size = 2 ** (32 - Number(bits));
-  const first = Math.floor(toInt(base!) / size) * size;
-  return [first, first + size - 1];
+const POOL_SIZE = usableIn(SCARCE, SCARCE);
+const SCARCE_POOL: ScarcePool = {
+  namespace: NS,
+  network: 'scarce',
+  subnet: SCARCE,
+  replicas: REPLICAS,
+  nodeLabel: SCARCE_NODE,
 };
-const inCidr = (address: string, cidr: string): boolean => {
-  const [first, last] = span(cidr);
-  return toInt(address) >= first && toInt(address) <= last;
-};
-/** Addresses of a block the scarce pool gives: not its network address, gateway (.1) or broadcast. */
-const usableIn = (cidr: string): number => {
-  const [poolFirst, poolLast] = span(SCARCE);
-  const [first, last] = span(cidr);
-  return Math.min(last, poolLast - 1) - Math.max(first, poolFirst + 2) + 1;
-};
-const POOL_SIZE = usableIn(SCARCE);
-const duplicates = (all: readonly string[]): string[] => all.filter((a, i) => all.indexOf(a) !== i);
 /** The addresses a node's plexusd leases in a cluster pool (its state directory's files). */
 const leasesOn = (node: ClusterNode, pool: string): string[] => {
   try {
@@ -100,21 +84,11 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
       ['wide', WIDE, 28],
       ['scarce', SCARCE, 30],
     ] as const)
-      assert.equal((await cluster.api.createNad(NS, name, nad(name, subnet, block))).status, 201);
+      assert.equal((await cluster.api.createNad(NS, name, macvlanPoolNad(name, subnet, block))).status, 201);
   });
   after(async () => {
     assert.deepEqual((await cluster?.stop()) ?? [], []);
   });
-
-  const blocks = async (pool: string): Promise<Block[]> =>
-    (
-      (await cluster!.api.request('GET', '/apis/ipam.plexus.io/v1alpha1/ipblocks')).body as { items: Block[] }
-    ).items.filter((b) => b.spec.pool === pool);
-  /** The scarce ReplicaSet's pods that have an address, each with it. */
-  const addressed = async (): Promise<{ pod: ApiPod; address: string }[]> =>
-    (await listPods(cluster!.api, NS, 'app=scarce')).flatMap((pod) =>
-      addressesOn(pod, `${NS}/scarce`).map((address) => ({ pod, address })),
-    );
 
   it(`a burst of ${PODS_PER_NODE} pods on each node at once: no address twice, in network-status or in the pods`, async () => {
     const c = cluster!;
@@ -141,7 +115,7 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
     );
     assert.deepEqual(duplicates(inside), []);
     assert.deepEqual([...inside].sort(), [...fromStatus].sort());
-    const claimed = await blocks('wide');
+    const claimed = await ipBlocks(c.api, 'wide');
     console.log(
       `burst: ${fromStatus.length} addresses, ${claimed.length} blocks claimed (API writes per address ${(claimed.length / fromStatus.length).toFixed(3)})`,
     );
@@ -156,66 +130,26 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
     const [victim, holder, heir] = c.nodes as [ClusterNode, ClusterNode, ClusterNode];
     dead = victim;
     // The ReplicaSet's pods all land on the victim: its blocks then hold only their addresses.
-    await labelNode(api, victim.name, SCARCE_NODE, 'yes');
-    const scarce = { [NETWORKS]: 'scarce' };
-    const selector = { [SCARCE_NODE]: 'yes' };
-    await createReplicaSet(api, NS, {
-      name: 'scarce',
-      replicas: REPLICAS,
-      app: 'scarce',
-      annotations: scarce,
-      nodeSelector: selector,
-    });
-    const first = await until(
-      'the ReplicaSet running with addresses',
-      async () => {
-        const a = await addressed();
-        return a.length === REPLICAS ? a : undefined;
-      },
-      120000,
-      500,
-    );
-    assert.ok(first.every(({ pod }) => pod.spec.nodeName === victim.name));
-    const deadBlocks = (await blocks('scarce')).filter((b) => b.spec.node === victim.name).map((b) => b.spec.cidr);
-    const spare = deadBlocks.reduce((n, b) => n + usableIn(b), 0) - REPLICAS;
-    // Every address outside the victim's blocks goes to pods of another node: the pool has nothing else to give.
-    const fillers = Array.from({ length: POOL_SIZE - REPLICAS - spare }, (_, i) => `fill-${i}`);
-    for (const name of fillers) await createPod(api, NS, name, { nodeName: holder.name, annotations: scarce });
-    await waitRunning(api, NS, fillers, 120000);
-    const held = await blocks('scarce');
+    const { first, deadBlocks, spare, held } = await holdWholePool(api, SCARCE_POOL, { victim, holder });
     assert.equal(held.length, 4, `every block of the pool is held: ${JSON.stringify(held.map((b) => b.spec))}`);
 
     await labelNode(api, heir.name, SCARCE_NODE, 'yes');
-    const diedAt = Date.now(); // its plexusd renewed its Lease at most a third of the duration before this
-    await victim.crash();
-    assert.equal((await api.request('DELETE', `/api/v1/nodes/${victim.name}`)).status, 200);
-    // Its pods, as the pod GC would delete them after its quarantine, gone at once.
-    for (const { pod } of first)
-      await api.request('DELETE', `/api/v1/namespaces/${NS}/pods/${pod.metadata.name}`, { gracePeriodSeconds: 0 });
-
+    const diedAt = await killNode(api, { victim, namespace: NS, pods: first.map((a) => a.pod) });
     const earliest = diedAt + (GRACE_SECONDS + (LEASE_SECONDS * 2) / 3) * 1000;
-    const replaced = await until(
-      `${REPLICAS} replacements with addresses of the dead node's blocks ${deadBlocks.join(' ')}`,
-      async () => {
-        const a = (await addressed()).filter(({ pod }) => pod.spec.nodeName !== victim.name);
-        const reused = a.filter(({ address }) => deadBlocks.some((b) => inCidr(address, b)));
-        const [early] = Date.now() < earliest ? reused : [];
-        if (early)
-          assert.fail(
-            `${early.pod.metadata.name} on ${early.pod.spec.nodeName} got ${early.address} of the dead node ` +
-              `${(Date.now() - diedAt) / 1000} s after its death, before its Lease (${LEASE_SECONDS} s) and the ` +
-              `grace (${GRACE_SECONDS} s) had passed`,
-          );
-        assert.deepEqual(
-          a.filter((x) => !reused.includes(x)),
-          [],
-          'a replacement got an address outside the dead blocks',
+    const replaced = await awaitReuse(api, SCARCE_POOL, { victim, deadBlocks }, ({ replacements, reused }) => {
+      const [early] = Date.now() < earliest ? reused : [];
+      if (early)
+        assert.fail(
+          `${early.pod.metadata.name} on ${early.pod.spec.nodeName} got ${early.address} of the dead node ` +
+            `${(Date.now() - diedAt) / 1000} s after its death, before its Lease (${LEASE_SECONDS} s) and the ` +
+            `grace (${GRACE_SECONDS} s) had passed`,
         );
-        return reused.length === REPLICAS ? { at: Date.now(), reused } : undefined;
-      },
-      150000,
-      500,
-    );
+      assert.deepEqual(
+        replacements.filter((x) => !reused.includes(x)),
+        [],
+        'a replacement got an address outside the dead blocks',
+      );
+    });
     console.log(
       `the dead node's addresses were reused ${((replaced.at - diedAt) / 1000).toFixed(1)} s after its death`,
     );
@@ -246,7 +180,7 @@ describe('cluster IPAM under real kubelets', { skip }, () => {
       assert.deepEqual(duplicates(all), [], `${network}: an address twice in network-status`);
       assert.deepEqual(duplicates(leased), [], `${network}: an address leased on two nodes`);
     }
-    const scarce = await blocks('scarce');
+    const scarce = await ipBlocks(c.api, 'scarce');
     assert.deepEqual(duplicates(scarce.map((b) => b.spec.cidr)), []);
     assert.ok(
       scarce.every((b) => b.spec.node !== back.name),

@@ -54,6 +54,8 @@ export interface KubeApiOptions {
   readonly audit?: boolean;
   /** More names the serving certificate carries (`IP:10.1.2.1`): where else clients dial the server (a relay). */
   readonly extraSans?: readonly string[];
+  /** How the API server dials a kubelet (`--kubelet-preferred-address-types`); its default starts with Hostname. */
+  readonly kubeletAddressTypes?: readonly ('InternalIP' | 'Hostname' | 'ExternalIP')[];
 }
 
 export interface ApiReply {
@@ -132,6 +134,12 @@ export class KubeApiFixture {
         '--enable-admission-plugins=NodeRestriction',
         '--allow-privileged=true',
         '--profiling=false',
+        // `kubectl exec` and `logs` go from the API server to a kubelet, which lets in the admin (system:masters).
+        `--kubelet-client-certificate=${c('admin.crt')}`,
+        `--kubelet-client-key=${c('admin.key')}`,
+        ...(options.kubeletAddressTypes
+          ? [`--kubelet-preferred-address-types=${options.kubeletAddressTypes.join(',')}`]
+          : []),
         ...(options.audit
           ? [
               `--audit-policy-file=${fx.writeAuditPolicy()}`,

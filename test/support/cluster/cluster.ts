@@ -110,7 +110,11 @@ export class TestCluster {
     ip('addr', 'add', `${this.lan}.1/24`, 'dev', this.bridge);
     ip('link', 'set', this.bridge, 'up');
     // The relay's address in the serving certificate: a pod's in-cluster client (the DaemonSet's) dials it by IP.
-    this.api_ = await KubeApiFixture.startForPlexus({ extraSans: [`IP:${this.lan}.1`] });
+    // The nodes' names resolve nowhere: `kubectl exec` and `logs` reach a kubelet at its uplink address.
+    this.api_ = await KubeApiFixture.startForPlexus({
+      extraSans: [`IP:${this.lan}.1`],
+      kubeletAddressTypes: ['InternalIP'],
+    });
     await options.beforeNodes?.(this.api_);
     mkdirSync(join(this.dir, 'control-plane'));
     this.controlPlane.start(this.api, join(this.dir, 'control-plane'));

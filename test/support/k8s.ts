@@ -49,6 +49,15 @@ const freePort = (): Promise<number> =>
     });
   });
 
+export interface KubeApiOptions {
+  /** Log every request (metadata only) to auditLog, to count what a client sends. */
+  readonly audit?: boolean;
+  /** More names the serving certificate carries (`IP:10.1.2.1`): where else clients dial the server (a relay). */
+  readonly extraSans?: readonly string[];
+  /** How the API server dials a kubelet (`--kubelet-preferred-address-types`); its default starts with Hostname. */
+  readonly kubeletAddressTypes?: readonly ('InternalIP' | 'Hostname' | 'ExternalIP')[];
+}
+
 export interface ApiReply {
   readonly status: number;
   readonly body: unknown;
@@ -72,11 +81,10 @@ export class KubeApiFixture {
     return join(this.dir, 'admin.kubeconfig');
   }
 
-  /** `audit`: log every request (metadata only) to auditLog, to count what a client sends. */
-  static async start(options: { audit?: boolean } = {}): Promise<KubeApiFixture> {
+  static async start(options: KubeApiOptions = {}): Promise<KubeApiFixture> {
     const fx = new KubeApiFixture(mkdtempSync(join(tmpdir(), 'plexus-k8s-')));
     try {
-      fx.makeCerts();
+      fx.makeCerts(options.extraSans ?? []);
       const [etcdClient, etcdPeer, api] = [await freePort(), await freePort(), await freePort()];
       fx.apiPort = api;
       fx.spawn('etcd', onPath('etcd')!, [
@@ -126,6 +134,12 @@ export class KubeApiFixture {
         '--enable-admission-plugins=NodeRestriction',
         '--allow-privileged=true',
         '--profiling=false',
+        // `kubectl exec` and `logs` go from the API server to a kubelet, which lets in the admin (system:masters).
+        `--kubelet-client-certificate=${c('admin.crt')}`,
+        `--kubelet-client-key=${c('admin.key')}`,
+        ...(options.kubeletAddressTypes
+          ? [`--kubelet-preferred-address-types=${options.kubeletAddressTypes.join(',')}`]
+          : []),
         ...(options.audit
           ? [
               `--audit-policy-file=${fx.writeAuditPolicy()}`,
@@ -241,17 +255,19 @@ export class KubeApiFixture {
     return { cert: join(this.certs, 'ca.crt'), key: join(this.certs, 'ca.key') };
   }
 
-  private makeCerts(): void {
+  private makeCerts(extraSans: readonly string[]): void {
     mkdirSync(this.certs);
     makeCa(this.certs, 'plexus-test-ca');
-    issueCert(
-      this.certs,
-      this.ca,
-      'apiserver',
-      '/CN=kube-apiserver',
-      'serverAuth',
-      'IP:127.0.0.1,IP:10.244.240.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc',
-    );
+    const sans = [
+      'IP:127.0.0.1',
+      'IP:10.244.240.1',
+      'DNS:localhost',
+      'DNS:kubernetes',
+      'DNS:kubernetes.default',
+      'DNS:kubernetes.default.svc',
+      ...extraSans,
+    ];
+    issueCert(this.certs, this.ca, 'apiserver', '/CN=kube-apiserver', 'serverAuth', sans.join(','));
     issueCert(this.certs, this.ca, 'admin', '/O=system:masters/CN=admin', 'clientAuth');
     execFileSync('openssl', ['genrsa', '-out', 'sa.key', '2048'], { cwd: this.certs, stdio: 'ignore' });
     execFileSync('openssl', ['rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub'], {
@@ -350,7 +366,7 @@ export class KubeApiFixture {
    * IPAMClaims) served, and plexusd's RBAC (deploy/10-rbac.yaml) bound to the user `plexus`, whose kubeconfig is
    * userKubeconfig(PLEXUS_USER).
    */
-  static async startForPlexus(options: { audit?: boolean } = {}): Promise<KubeApiFixture> {
+  static async startForPlexus(options: KubeApiOptions = {}): Promise<KubeApiFixture> {
     const api = await KubeApiFixture.start(options);
     try {
       await api.installPlexus();

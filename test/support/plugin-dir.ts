@@ -14,6 +14,7 @@ import { execFileSync } from 'node:child_process';
 import {
   copyFileSync,
   existsSync,
+  linkSync,
   mkdirSync,
   readdirSync,
   readFileSync,
@@ -98,6 +99,23 @@ export const debianPluginsMissing = (): string | undefined =>
 export function referencePluginDir(binDir: string, plugins = DEBIAN_PLUGINS): string {
   mkdirSync(binDir, { recursive: true });
   for (const f of readdirSync(plugins)) symlinkSync(join(plugins, f), join(binDir, f));
+  return binDir;
+}
+
+/**
+ * Makes `binDir` (and its parents) with every plugin of `plugins` (Debian's by default) hard-linked in (copied across
+ * filesystems): files a container that mounts the directory can exec too, where a symlink would point outside it.
+ */
+export function containerPluginDir(binDir: string, plugins = DEBIAN_PLUGINS): string {
+  mkdirSync(binDir, { recursive: true });
+  for (const f of readdirSync(plugins)) {
+    try {
+      linkSync(join(plugins, f), join(binDir, f));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EXDEV') throw e;
+      copyFileSync(join(plugins, f), join(binDir, f));
+    }
+  }
   return binDir;
 }
 

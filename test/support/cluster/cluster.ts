@@ -109,7 +109,12 @@ export class TestCluster {
     this.bridgeMade = true;
     ip('addr', 'add', `${this.lan}.1/24`, 'dev', this.bridge);
     ip('link', 'set', this.bridge, 'up');
-    this.api_ = await KubeApiFixture.startForPlexus();
+    // The relay's address in the serving certificate: a pod's in-cluster client (the DaemonSet's) dials it by IP.
+    // The nodes' names resolve nowhere: `kubectl exec` and `logs` reach a kubelet at its uplink address.
+    this.api_ = await KubeApiFixture.startForPlexus({
+      extraSans: [`IP:${this.lan}.1`],
+      kubeletAddressTypes: ['InternalIP'],
+    });
     await options.beforeNodes?.(this.api_);
     mkdirSync(join(this.dir, 'control-plane'));
     this.controlPlane.start(this.api, join(this.dir, 'control-plane'));
@@ -155,6 +160,24 @@ export class TestCluster {
         throw new Error(`node ${name} not Ready after ${timeoutMs} ms:\n${n?.logTail('kubelet') ?? ''}`);
       }
       await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  /**
+   * Where the nodes reach the API server (the host relay on the bridge): a pod's KUBERNETES_SERVICE_HOST and
+   * KUBERNETES_SERVICE_PORT, the same on every node, since the cluster has no Service proxy.
+   */
+  get apiRelay(): { readonly host: string; readonly port: number } {
+    const listening = this.relay?.listening;
+    if (!listening || 'path' in listening) throw new Error('the cluster has no API relay (start() failed before it)');
+    return { host: `${this.lan}.1`, port: listening.port };
+  }
+
+  /** Imports an image archive (scripts/image.sh's) into every node's containerd, as `ctr images import` on each. */
+  importImage(archive: string): void {
+    for (const n of this.nodes) {
+      const r = n.ctr(['images', 'import', archive]);
+      if (r.status !== 0) throw new Error(`ctr images import ${archive} on ${n.name}: ${r.out}`);
     }
   }
 

@@ -19,12 +19,28 @@ export const NODE_BOUND_PATHS = [
 ];
 
 /**
- * Makes the NODE_BOUND_PATHS missing on the host (another test's kubelet may have taken one away), as empty mount
- * points; answers the directories made, for removeMountPoints.
+ * The host paths deploy/'s DaemonSet mounts (hostPath volumes), each bound over by the node's own directory under its
+ * root, the one NodePaths names: the DaemonSet's pod and a plexusd the test starts see the same files, and one set of
+ * host paths serves every node. /var/run/... is /run/... on these hosts; the rest of deploy/'s paths lie under
+ * /var/lib/kubelet and /var/lib/cni, bound above.
+ */
+export const NODE_OWN_PATHS: Readonly<Record<string, string>> = {
+  '/etc/cni/net.d': 'etc/cni/net.d',
+  '/opt/cni/bin': 'opt/cni/bin',
+  '/run/plexus': 'run/plexus',
+  '/var/lib/plexus': 'var/lib/plexus',
+  '/run/k8s.cni.cncf.io': 'run/k8s.cni.cncf.io',
+  '/run/cdi': 'run/cdi',
+  '/run/openvswitch': 'run/openvswitch',
+};
+
+/**
+ * Makes the NODE_BOUND_PATHS and NODE_OWN_PATHS missing on the host (another test's kubelet may have taken one away),
+ * as empty mount points; answers the directories made, for removeMountPoints.
  */
 export function makeMountPoints(): string[] {
   const made: string[] = [];
-  for (const path of NODE_BOUND_PATHS) {
+  for (const path of [...NODE_BOUND_PATHS, ...Object.keys(NODE_OWN_PATHS)]) {
     for (let d = path; d !== '/' && !existsSync(d); d = dirname(d)) made.push(d);
     mkdirSync(path, { recursive: true });
   }
@@ -83,7 +99,9 @@ export function removeNodeNetns(name: string, plan: UplinkPlan): string[] {
 /**
  * The script the holder runs inside a new mount namespace (propagation slave: the host's later mounts still show,
  * the node's never leak out): sysfs of the node's netns with the cgroup tree bound back over it, then the node's own
- * directories over NODE_BOUND_PATHS. It prints "ready" and sleeps until killed.
+ * directories over NODE_BOUND_PATHS and NODE_OWN_PATHS. /run/netns is made shared inside the node (it stays the host's
+ * slave): the sandboxes' namespaces containerd mounts there later reach a container that mounts it HostToContainer,
+ * as the DaemonSet's plexusd does. It prints "ready" and sleeps until killed.
  */
 function holderScript(root: string): string {
   const aside = join(root, 'cgroup-aside');
@@ -94,6 +112,11 @@ function holderScript(root: string): string {
     'mount -t sysfs sysfs /sys',
     `mount --rbind ${aside} /sys/fs/cgroup`,
     ...NODE_BOUND_PATHS.map((p) => `mount --bind ${boundSource(root, p)} ${p}`),
+    ...Object.entries(NODE_OWN_PATHS).flatMap(([p, own]) => [
+      `mkdir -p ${join(root, own)}`,
+      `mount --bind ${join(root, own)} ${p}`,
+    ]),
+    'mount --make-shared /run/netns',
     'echo ready',
     'exec sleep infinity',
   ];

@@ -12,7 +12,7 @@ import { issueCert } from '../certs';
 import { getJson, PLEXUSD, ROOT } from '../daemon';
 import { k8sBinary, type KubeApiFixture } from '../k8s';
 import { CriRuntime } from '../kube-node';
-import { referencePluginDir } from '../plugin-dir';
+import { containerPluginDir } from '../plugin-dir';
 import { stopProcess } from '../processes';
 import { until } from '../until';
 import {
@@ -90,7 +90,7 @@ export class ClusterNode {
     makeNodeNetns(this.netns, this.spec.uplink);
     for (const d of ['certs', 'etc/cni/net.d', 'log', 'run/containerd', 'run/plexus', 'var/lib/plexus', 'var/log/pods'])
       mkdirSync(join(this.spec.root, d), { recursive: true });
-    referencePluginDir(this.paths.cniBinDir);
+    containerPluginDir(this.paths.cniBinDir); // the DaemonSet's plexusd runs the node network's plugins from it
     this.writeFiles();
     await this.boot();
   }

@@ -73,8 +73,11 @@ function keepPinging(from: PlacedPod, to: string): () => Promise<{ sent: number;
   const ping = from.node.spawnInPod(from.netns, ['ping', '-i', '0.2', '-W', '1', to]);
   let out = '';
   ping.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  // Its summary may come after its exit: 'close' is once its output is read to the end.
+  const closed = new Promise<void>((r) => ping.once('close', () => r()));
   return async () => {
     await stopProcess(ping, 'SIGINT', 5000);
+    await closed;
     const m = /(\d+) packets transmitted, (\d+) received/.exec(out);
     return { sent: Number(m?.[1] ?? 0), received: Number(m?.[2] ?? 0), out: out.slice(-400) };
   };

@@ -34,7 +34,7 @@ import {
   recordedNetworksOf,
 } from './libcni-records';
 import { type CachedDelegate, readMultusCache } from './multus-cache';
-import { runtimeAttachedUnder } from './runtime-record';
+import { removeRuntimeRecordsOfMultus, runtimeAttachedUnder } from './runtime-record';
 import { errorMessage } from '../common/error-message';
 
 export interface MultusSandboxesOptions {
@@ -110,8 +110,7 @@ export class MultusSandboxes implements ForeignSandboxes {
       { pod, containerId: req.containerId, networks: cache.delegates.map((d) => d.name), failed: failures.length },
       'a sandbox Multus made is removed as Multus would have removed it',
     );
-    if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
-    return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
+    return this.outcome(req, pod, failures);
   }
 
   /**
@@ -138,8 +137,22 @@ export class MultusSandboxes implements ForeignSandboxes {
       { pod, containerId: req.containerId, networks: networks.map((r) => r.network), failed: failures.length },
       "a sandbox Multus made is removed from libcni's records of its networks (Multus's cache of it was gone)",
     );
-    if (failures.length === 0) return { kind: 'done', result: ok(undefined) };
-    return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
+    return this.outcome(req, pod, failures);
+  }
+
+  /**
+   * A DEL's outcome; once it succeeded, the runtime's records of its call to Multus go too, which its DEL through
+   * Plexus leaves (libcni removes the record named as the config it calls now, Plexus's).
+   */
+  private outcome(req: ForeignDel, pod: string, failures: readonly CniError[]): ForeignDelOutcome {
+    if (failures.length > 0) return { kind: 'done', result: err(multusDelFailed(req.containerId, failures)) };
+    const { kept } = removeRuntimeRecordsOfMultus(this.o.runtimeCacheDir, req.containerId, req.ifname);
+    for (const k of kept)
+      this.o.log.warn(
+        { pod, containerId: req.containerId, record: k.path, err: k.reason },
+        "the runtime's record of its call to Multus stays: plexusd cannot remove it (mount the runtime's CNI cache dir writable)",
+      );
+    return { kind: 'done', result: ok(undefined) };
   }
 
   /** Removes an unreadable cache once the engine's fallback DEL ran. */

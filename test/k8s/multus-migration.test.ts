@@ -26,7 +26,7 @@ import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
 import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
-import { multusBinary, multusMissing, multusPluginDir } from '../support/multus';
+import { grantMultus, multusBinary, multusMissing, multusPluginDir } from '../support/multus';
 import { holdsWithin, until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
@@ -71,27 +71,11 @@ class MultusDaemon {
 
   static async start(node: KubeNodeFixture, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
     const api = node.api;
-    await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts', {
-      apiVersion: 'v1',
-      kind: 'ServiceAccount',
-      metadata: { name: 'multus' },
-    });
-    await api.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'ClusterRoleBinding',
-      metadata: { name: 'multus-test' },
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' },
-      subjects: [{ kind: 'ServiceAccount', name: 'multus', namespace: 'kube-system' }],
-    });
-    const token = await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts/multus/token', {
-      apiVersion: 'authentication.k8s.io/v1',
-      kind: 'TokenRequest',
-      spec: { expirationSeconds: 3600 },
-    });
+    const access = await grantMultus(api);
     const secrets = join(dir, 'sa');
     mkdirSync(secrets, { recursive: true });
-    writeFileSync(join(secrets, 'token'), (token.body as { status: { token: string } }).status.token);
-    copyFileSync(join(api.dir, 'certs', 'ca.crt'), join(secrets, 'ca.crt'));
+    writeFileSync(join(secrets, 'token'), access.token);
+    copyFileSync(access.caFile, join(secrets, 'ca.crt'));
     const config = join(dir, 'daemon-config.json');
     writeFileSync(config, JSON.stringify(settings));
     const d = new MultusDaemon(dir, config);

@@ -7,6 +7,7 @@ import { copyFileSync, existsSync, mkdirSync, renameSync, statSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ROOT } from './daemon';
+import type { KubeApiFixture } from './k8s';
 import { DEBIAN_PLUGINS, referencePluginDir } from './plugin-dir';
 
 const multusDir = (): string => process.env.PLEXUS_MULTUS_BIN ?? resolve(ROOT, '../shared/multus');
@@ -76,4 +77,50 @@ export function writeRuntimeRecord(cacheDir: string, call: RuntimeCall): string 
   };
   writeFileSync(path, JSON.stringify(record));
   return path;
+}
+
+/** What multus-daemon needs from the API on every node: its service account's token and the API's CA. */
+export interface MultusAccess {
+  readonly token: string;
+  readonly caFile: string;
+}
+
+async function created(api: KubeApiFixture, path: string, body: Record<string, unknown>): Promise<void> {
+  const r = await api.request('POST', path, body);
+  if (r.status !== 201 && r.status !== 409) throw new Error(`POST ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+}
+
+/** Multus's service account in kube-system with the rules of its DaemonSet's ClusterRole; answers its token. */
+export async function grantMultus(api: KubeApiFixture): Promise<MultusAccess> {
+  const rbac = '/apis/rbac.authorization.k8s.io/v1';
+  await created(api, '/api/v1/namespaces/kube-system/serviceaccounts', {
+    apiVersion: 'v1',
+    kind: 'ServiceAccount',
+    metadata: { name: 'multus' },
+  });
+  await created(api, `${rbac}/clusterroles`, {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRole',
+    metadata: { name: 'multus' },
+    rules: [
+      { apiGroups: ['k8s.cni.cncf.io'], resources: ['*'], verbs: ['*'] },
+      { apiGroups: [''], resources: ['pods', 'pods/status'], verbs: ['get', 'list', 'update', 'watch'] },
+      { apiGroups: ['', 'events.k8s.io'], resources: ['events'], verbs: ['create', 'patch', 'update'] },
+    ],
+  });
+  await created(api, `${rbac}/clusterrolebindings`, {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: { name: 'multus' },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'multus' },
+    subjects: [{ kind: 'ServiceAccount', name: 'multus', namespace: 'kube-system' }],
+  });
+  const token = await api.request('POST', '/api/v1/namespaces/kube-system/serviceaccounts/multus/token', {
+    apiVersion: 'authentication.k8s.io/v1',
+    kind: 'TokenRequest',
+    spec: { expirationSeconds: 3600 },
+  });
+  if (token.status !== 201) throw new Error(`multus's token: ${token.status} ${JSON.stringify(token.body)}`);
+  const tokenText = (token.body as { status: { token: string } }).status.token;
+  return { token: tokenText, caFile: join(api.dir, 'certs', 'ca.crt') };
 }

@@ -65,6 +65,8 @@ export class ClusterNode {
   private holder: ChildProcess | undefined;
   private mountNs: string | undefined;
   private readonly procs = new Map<NodeProcess, ChildProcess>();
+  /** Daemons a test added to the node (spawnDaemon), by name. */
+  private readonly daemons = new Map<string, ChildProcess>();
   /** Whether boot() starts Plexus: from the spec, then as startPlexus and uninstallPlexus leave it. */
   private plexusInstalled: boolean;
 
@@ -111,9 +113,12 @@ export class ClusterNode {
     if (this.plexusInstalled) await this.startPlexus();
   }
 
-  /** What the DaemonSet's pod does on the node: plexus-install's install, then plexusd; resolves once it is ready. */
-  async startPlexus(): Promise<void> {
-    this.installPlexus();
+  /**
+   * What the DaemonSet's pod does on the node: plexus-install's install, then plexusd; resolves once it is ready.
+   * `multusDaemonConfig`: thick Multus's daemon config, which the installer lays over Multus's shim config.
+   */
+  async startPlexus(install: { readonly multusDaemonConfig?: string } = {}): Promise<void> {
+    this.installPlexus(install.multusDaemonConfig ?? join(this.paths.root, 'etc', 'no-multus.json'));
     this.plexusInstalled = true;
     this.spawn('plexusd', PLEXUSD, ['--config', this.paths.etc('plexusd.json')], { NODE_NAME: this.name });
     await until(`plexusd ready on ${this.name}`, () => this.plexusReady(), 60000, 200);
@@ -191,7 +196,7 @@ export class ClusterNode {
   }
 
   /** The DaemonSet's init container: the shim into the node's bin dir, the primary config found and linked. */
-  private installPlexus(): void {
+  private installPlexus(multusDaemonConfig: string): void {
     const p = this.paths;
     const r = inNode(this.holder!.pid!, [
       join(ROOT, 'bin', 'plexus-install'),
@@ -205,7 +210,7 @@ export class ClusterNode {
       '--imported-config',
       join(p.plexusState, 'imported-config.json'),
       '--multus-daemon-config',
-      join(p.root, 'etc', 'no-multus.json'),
+      multusDaemonConfig,
       '--wait-seconds',
       '30',
     ]);
@@ -219,12 +224,34 @@ export class ClusterNode {
   }
 
   private spawn(name: NodeProcess, bin: string, args: readonly string[], env: NodeJS.ProcessEnv = {}): void {
+    this.procs.set(name, this.launch(name, [bin, ...args], env));
+  }
+
+  /** Starts `command` in the node's namespaces (nsenter execs it: the PID is its own), its output in log/<name>.log. */
+  private launch(name: string, command: readonly string[], env: NodeJS.ProcessEnv): ChildProcess {
     const fd = openSync(this.paths.log(name), 'a');
-    const command = ['-t', String(this.holder!.pid), '-m', '-n', '--', bin, ...args];
-    const proc = spawn('nsenter', command, { stdio: ['ignore', fd, fd], env: { ...process.env, ...env } });
+    const args = ['-t', String(this.holder!.pid), '-m', '-n', '--', ...command];
+    const proc = spawn('nsenter', args, { stdio: ['ignore', fd, fd], env: { ...process.env, ...env } });
     closeSync(fd);
     proc.once('error', () => undefined); // an exec failure shows as an exit
-    this.procs.set(name, proc);
+    return proc;
+  }
+
+  /**
+   * Starts one more daemon on the node (another network add-on's, e.g. Multus's), its output in log/<name>.log.
+   * It is stopped by its PID, by stopDaemon or by stop(): one that makes a mount namespace of its own is not among
+   * the processes stop() finds in the node's.
+   */
+  spawnDaemon(name: string, command: readonly string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
+    const proc = this.launch(name, command, env);
+    this.daemons.set(name, proc);
+    return proc;
+  }
+
+  /** Stops a daemon spawnDaemon started (SIGTERM, SIGKILL after 10 s); resolves once it has exited. */
+  async stopDaemon(name: string): Promise<void> {
+    await stopProcess(this.daemons.get(name), 'SIGTERM');
+    this.daemons.delete(name);
   }
 
   running(name: NodeProcess): boolean {
@@ -246,7 +273,7 @@ export class ClusterNode {
     return Object.fromEntries(Object.entries(this.pids).map(([n, pid]) => [n, rss(pid)]));
   }
 
-  logTail(name: NodeProcess, lines = 30): string {
+  logTail(name: string, lines = 30): string {
     try {
       return readFileSync(this.paths.log(name), 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
     } catch {
@@ -322,6 +349,7 @@ export class ClusterNode {
         problems.push(`${this.name}: ${what}: ${message(e)}`);
       }
     };
+    for (const name of [...this.daemons.keys()]) await attempt(`stop ${name}`, () => this.stopDaemon(name));
     for (const name of ['kubelet', 'containerd', 'plexusd'] as const)
       await attempt(`stop ${name}`, () => stopProcess(this.procs.get(name), 'SIGTERM', 5000));
     await attempt('kill what is left', async () => {

@@ -9,6 +9,7 @@ import type { KernelPort } from '../../kernel/kernel';
 import type { BatchOp } from '../../kernel/types';
 import { kernelError } from '../common/kernel-error';
 import { clusterNetworks, type VxlanNetwork } from './cluster-networks';
+import { vtepName } from './config';
 import { floodChanges, floodTargets } from './peers';
 import { underlayOf } from './underlay';
 import type { VxlanCluster } from './vtep-directory';
@@ -28,6 +29,8 @@ export interface FloodEntriesOptions {
 export class FloodEntries {
   /** The VTEPs whose entries the last round kept: a network deleted since has its entries removed. */
   private kept = new Set<string>();
+  /** Whether the VTEPs a previous plexusd published are among `kept` (taken once the directory has read them). */
+  private inherited = false;
   /** Why a network could not be served, as last logged (logged again only when it changes). */
   private readonly problems = new Map<string, string>();
   private timer: NodeJS.Timeout | undefined;
@@ -73,6 +76,7 @@ export class FloodEntries {
   async round(): Promise<void> {
     const { kernel, netns, cluster } = this.options;
     const networks = clusterNetworks(cluster.networks());
+    this.inherit();
     // A node with no cluster-mode network reads nothing of its kernel (the loop runs on every node with an API).
     if (networks.length === 0 && this.kept.size === 0) return this.publish(new Map());
     const read = await kernel.batch(netns, [{ op: 'linkList' }, { op: 'addrList' }]);
@@ -101,6 +105,18 @@ export class FloodEntries {
     const now = new Set(vteps.map((v) => v.network.conf.device));
     for (const device of this.kept) if (!now.has(device) && devices.has(device)) await this.converge(device, []);
     this.kept = now;
+  }
+
+  /**
+   * A network deleted while no plexusd ran left its VTEP's entries behind: the VTEPs this node's record named at start
+   * are treated as kept by a last round, so the next round empties those whose network is gone.
+   */
+  private inherit(): void {
+    if (this.inherited) return;
+    const before = this.options.cluster.directory.publishedBefore();
+    if (!before) return;
+    this.inherited = true;
+    for (const vni of before.keys()) this.kept.add(vtepName(vni));
   }
 
   /** Makes the device's all-zeros entries `wanted`, appending and deleting only the difference. */

@@ -150,7 +150,9 @@ export class VtepLeases {
       );
   }
 
-  livePeers(): { node: string; vteps: Map<number, string> }[] {
+  /** Undefined until the watch has listed the leases once. */
+  livePeers(): { node: string; vteps: Map<number, string> }[] | undefined {
+    if (!this.informer.ready) return undefined;
     const own = leaseNameOf(this.options.node);
     const now = Date.now();
     const peers: { node: string; vteps: Map<number, string> }[] = [];

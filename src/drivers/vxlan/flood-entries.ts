@@ -99,8 +99,10 @@ export class FloodEntries {
     }
     this.publish(published);
     const peers = cluster.directory.livePeers();
-    for (const { network, self } of vteps)
-      await this.converge(network.conf.device, floodTargets({ vni: network.conf.vni, self }, peers));
+    // Until the peers are read (a restart), the entries stay as they are: emptying them would cut the floods.
+    if (peers)
+      for (const { network, self } of vteps)
+        await this.converge(network.conf.device, floodTargets({ vni: network.conf.vni, self }, peers));
     // A network deleted (or no longer cluster-mode) since the last round: its VTEP floods to no one any more.
     const now = new Set(vteps.map((v) => v.network.conf.device));
     for (const device of this.kept) if (!now.has(device) && devices.has(device)) await this.converge(device, []);

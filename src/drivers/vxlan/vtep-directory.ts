@@ -23,8 +23,11 @@ export interface VtepDirectory {
   publishedBefore(): ReadonlyMap<number, string> | undefined;
   /** Makes `vteps` what this node publishes (VNI → address); a write only when it changed. */
   publish(vteps: ReadonlyMap<number, string>): Promise<void>;
-  /** What the other nodes whose lease is live now (by this process's clock) publish. */
-  livePeers(): readonly PeerVteps[];
+  /**
+   * What the other nodes whose lease is live now (by this process's clock) publish; undefined until their records have
+   * been read (a plexusd just started knows no peer yet, which is not the same as having none).
+   */
+  livePeers(): readonly PeerVteps[] | undefined;
   /** `listener` runs whenever a peer's record changed (joined, moved, released); expiry is seen by polling livePeers. */
   onChange(listener: () => void): void;
   start(): Promise<void>;

@@ -134,6 +134,9 @@ export class VtepLeases {
     if (!own) return;
     const current = own.metadata?.annotations?.[VTEPS_ANNOTATION];
     if (current === text) return;
+    // An address of this node moved: connections opened from the old one are dead; the write and the watches (these
+    // leases', the NADs') must not wait on one.
+    if (moved(parseVteps(current), vteps)) this.client.reconnect();
     const r = await this.client.request(
       'PATCH',
       `${this.leasesPath}/${segment(leaseNameOf(this.options.node))}`,
@@ -212,6 +215,11 @@ export class VtepLeases {
       this.changed();
     }
   }
+}
+
+/** Whether a VNI published before is published now with another address. */
+function moved(before: ReadonlyMap<number, string>, now: ReadonlyMap<number, string>): boolean {
+  return [...now].some(([vni, address]) => before.has(vni) && before.get(vni) !== address);
 }
 
 /** A peer's annotation as VNI → address; empty when it is absent or not what this build writes. */

@@ -15,6 +15,8 @@ export interface PingTally {
   readonly answered: number;
   /** The longest run of consecutive echoes unanswered (the last echo, in flight when stopped, left out). */
   readonly longestGap: number;
+  /** The end of what ping printed, to tell why when it sent nothing. */
+  readonly said: string;
 }
 
 export class PingStream {
@@ -31,22 +33,24 @@ export class PingStream {
   /** Starts pinging `to` from the pod `from`; stop() ends it. */
   static start(from: PlacedPod, to: string): PingStream {
     const interval = String(PING_INTERVAL_MS / 1000);
-    const proc = from.node.spawnInPod(from.netns, ['ping', '-n', '-i', interval, to]);
+    // Line-buffered: what it printed survives a SIGKILL on a machine too loaded for it to exit on SIGINT in time.
+    const proc = from.node.spawnInPod(from.netns, ['stdbuf', '-oL', 'ping', '-n', '-i', interval, to]);
     return new PingStream(`${from.node.name} → ${to}`, proc);
   }
 
   /** Stops the ping (SIGINT, after which it prints its summary) and answers its tally. */
   async stop(): Promise<PingTally> {
-    await stopProcess(this.proc, 'SIGINT', 3000);
-    const sent = Number(/(\d+) packets transmitted/.exec(this.out)?.[1] ?? NaN);
+    await stopProcess(this.proc, 'SIGINT', 10000);
     const answered = new Set([...this.out.matchAll(/bytes from .* icmp_seq=(\d+)/g)].map((m) => Number(m[1])));
+    // Without its summary (killed), the last echo answered bounds what was sent.
+    const sent = Number(/(\d+) packets transmitted/.exec(this.out)?.[1] ?? Math.max(0, ...answered) + 1);
     let longestGap = 0;
     let gap = 0;
     for (let seq = 1; seq < sent; seq++) {
       gap = answered.has(seq) ? 0 : gap + 1;
       longestGap = Math.max(longestGap, gap);
     }
-    return { what: this.what, sent, answered: answered.size, longestGap };
+    return { what: this.what, sent, answered: answered.size, longestGap, said: this.out.slice(-300) };
   }
 }
 
@@ -54,6 +58,8 @@ export class PingStream {
 export async function stopAll(streams: readonly PingStream[]): Promise<PingTally[]> {
   const settled = await Promise.allSettled(streams.map((s) => s.stop()));
   return settled.map((r, i) =>
-    r.status === 'fulfilled' ? r.value : { what: streams[i]!.what, sent: NaN, answered: 0, longestGap: Infinity },
+    r.status === 'fulfilled'
+      ? r.value
+      : { what: streams[i]!.what, sent: NaN, answered: 0, longestGap: Infinity, said: String(r.reason) },
   );
 }

@@ -53,6 +53,8 @@ export class KubeApiClient {
   private readonly limiter: RateLimiter;
   private readonly base: URL;
   private readonly open = new Set<ClientRequest>();
+  /** The watches under way, each a long-lived answer. */
+  private readonly watches = new Set<IncomingMessage>();
   /** Requests sent, by "VERB resource" (for metrics and the API-cost benchmark). */
   readonly sent = new Map<string, number>();
 
@@ -136,6 +138,8 @@ export class KubeApiClient {
       return err({ status: res.statusCode ?? 0, message });
     }
     this.observe('GET', path, res.statusCode ?? 0, '', true);
+    this.watches.add(res);
+    res.on('close', () => this.watches.delete(res));
     return new Promise((done) => {
       let rest = '';
       res.setEncoding('utf8');
@@ -148,6 +152,16 @@ export class KubeApiClient {
       res.on('error', (e) => done(err({ status: 0, message: `watch ${path}: ${e.message}` })));
       res.on('close', () => done(err({ status: 0, message: `watch ${path}: closed` })));
     });
+  }
+
+  /**
+   * Ends the watches under way (their informers watch again at once) and closes the idle keep-alive connections, so
+   * that what follows goes on new connections: after the node's address changed, those opened from the address that
+   * went are dead, and a request sent on one waits out its timeout, a watch its silence limit (minutes).
+   */
+  reconnect(): void {
+    for (const watch of this.watches) watch.destroy(new Error("reconnecting: this node's address changed"));
+    for (const sockets of Object.values(this.agent.freeSockets)) for (const socket of sockets ?? []) socket.destroy();
   }
 
   /** Ends every request and watch under way, and closes idle connections (at shutdown). */

@@ -41,6 +41,10 @@ const NodeSchema = z.object({
   status: z.object({ addresses: z.array(z.object({ type: z.string(), address: z.string() })).optional() }).optional(),
 });
 
+const OwnLeaseSchema = z.object({
+  metadata: z.object({ annotations: z.record(z.string(), z.string()).optional() }).optional(),
+});
+
 export interface VtepLeasesOptions {
   readonly node: string;
   readonly namespace: string;
@@ -51,6 +55,8 @@ export class VtepLeases {
   private readonly seen = new Map<string, Seen>();
   private readonly listeners: (() => void)[] = [];
   private address: string | undefined;
+  /** This node's VTEPs as its record said at start (a previous plexusd's); undefined until read. */
+  private before: ReadonlyMap<number, string> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private watching = false;
 
@@ -84,11 +90,18 @@ export class VtepLeases {
     return `/apis/coordination.k8s.io/v1/namespaces/${segment(this.options.namespace)}/leases`;
   }
 
-  /** Reads the Node's address now and every minute; the leases are watched from the first VTEP published. */
+  /**
+   * Reads the Node's address now and every minute, and this node's own record once (again each minute until read); the
+   * leases are watched from the first VTEP published, or retracted.
+   */
   async start(): Promise<void> {
-    this.timer = setInterval(() => void this.readNodeAddress(), NODE_ADDRESS_REFRESH_MS);
+    const refresh = async (): Promise<void> => {
+      await this.readNodeAddress();
+      if (!this.before) await this.readOwnRecord();
+    };
+    this.timer = setInterval(() => void refresh(), NODE_ADDRESS_REFRESH_MS);
     this.timer.unref();
-    await this.readNodeAddress();
+    await refresh();
   }
 
   async stop(): Promise<void> {
@@ -100,12 +113,17 @@ export class VtepLeases {
     return this.address;
   }
 
+  publishedBefore(): ReadonlyMap<number, string> | undefined {
+    return this.before;
+  }
+
   onChange(listener: () => void): void {
     this.listeners.push(listener);
   }
 
   async publish(vteps: ReadonlyMap<number, string>): Promise<void> {
-    if (vteps.size === 0 && !this.watching) return;
+    // Nothing to publish and nothing a previous plexusd published to retract: no watch, no write.
+    if (vteps.size === 0 && !this.watching && !this.before?.size) return;
     if (!this.watching) {
       this.watching = true;
       await this.informer.start();
@@ -116,6 +134,9 @@ export class VtepLeases {
     if (!own) return;
     const current = own.metadata?.annotations?.[VTEPS_ANNOTATION];
     if (current === text) return;
+    // An address of this node moved: connections opened from the old one are dead; the write and the watches (these
+    // leases', the NADs') must not wait on one.
+    if (moved(parseVteps(current), vteps)) this.client.reconnect();
     const r = await this.client.request(
       'PATCH',
       `${this.leasesPath}/${segment(leaseNameOf(this.options.node))}`,
@@ -132,7 +153,9 @@ export class VtepLeases {
       );
   }
 
-  livePeers(): { node: string; vteps: Map<number, string> }[] {
+  /** Undefined until the watch has listed the leases once. */
+  livePeers(): { node: string; vteps: Map<number, string> }[] | undefined {
+    if (!this.informer.ready) return undefined;
     const own = leaseNameOf(this.options.node);
     const now = Date.now();
     const peers: { node: string; vteps: Map<number, string> }[] = [];
@@ -163,6 +186,19 @@ export class VtepLeases {
     for (const listener of this.listeners) listener();
   }
 
+  /** The VTEPs this node's lease names now; none when it does not exist yet. */
+  private async readOwnRecord(): Promise<void> {
+    const path = `${this.leasesPath}/${segment(leaseNameOf(this.options.node))}`;
+    const got = await this.client.request('GET', path, 'leases');
+    if (!got.ok) {
+      if (got.error.status === 404) this.before = new Map();
+      else this.log.warn({ status: got.error.status, err: got.error.message }, "could not read this node's lease");
+      return;
+    }
+    const lease = OwnLeaseSchema.safeParse(got.value);
+    this.before = parseVteps(lease.success ? lease.data.metadata?.annotations?.[VTEPS_ANNOTATION] : undefined);
+  }
+
   private async readNodeAddress(): Promise<void> {
     const got = await this.client.request('GET', `/api/v1/nodes/${segment(this.options.node)}`, 'nodes');
     if (!got.ok) {
@@ -179,6 +215,11 @@ export class VtepLeases {
       this.changed();
     }
   }
+}
+
+/** Whether a VNI published before is published now with another address. */
+function moved(before: ReadonlyMap<number, string>, now: ReadonlyMap<number, string>): boolean {
+  return [...now].some(([vni, address]) => before.has(vni) && before.get(vni) !== address);
 }
 
 /** A peer's annotation as VNI → address; empty when it is absent or not what this build writes. */

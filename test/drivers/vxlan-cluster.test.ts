@@ -23,6 +23,8 @@ const log = pino({ level: 'silent' });
 class FakeDirectory implements VtepDirectory {
   peers: PeerVteps[] = [];
   address: string | undefined;
+  /** What the node's record said when the daemon started (a previous plexusd's VTEPs). */
+  before: ReadonlyMap<number, string> | undefined = new Map();
   readonly published: Map<number, string>[] = [];
   private readonly listeners: (() => void)[] = [];
   constructor(
@@ -30,6 +32,7 @@ class FakeDirectory implements VtepDirectory {
     private readonly publishing: (vteps: ReadonlyMap<number, string>) => Promise<void> = () => Promise.resolve(),
   ) {}
   nodeAddress = (): string | undefined => this.address;
+  publishedBefore = (): ReadonlyMap<number, string> | undefined => this.before;
   publish(vteps: ReadonlyMap<number, string>): Promise<void> {
     this.published.push(new Map(vteps));
     return this.publishing(vteps);
@@ -136,6 +139,39 @@ describe('vxlan cluster mode', () => {
       await eventually('and the node publishes it no more', () => dir.published.at(-1)?.size === 0);
     } finally {
       await driver.stop?.();
+      await rec.undo();
+    }
+  });
+
+  it('a network deleted while plexusd was down: the next plexusd empties its VTEP and publishes it no more', async () => {
+    const vni = randomInt(1_000_000, 16_000_000);
+    const node = nodeWithUnderlay('down', '192.168.247.1');
+    const pod = fx.create('down-pod');
+    const req = clusterRequest(`${prefix}-down`, vni, pod);
+    const device = `vx${vni}`;
+    const dir = new FakeDirectory('a');
+    dir.address = '192.168.247.1';
+    dir.peers = [peer('b', vni, '192.168.247.2')];
+    const first = await startedDriver(node, dir, () => [req.network]);
+    const rec = new RecordingEnv(bed.kernel, bed.ipam);
+    let second: Driver<VxlanConfig> | undefined;
+    try {
+      must(await attachParsed(first, req, rec.env));
+      await eventually('the peer has its entry', () => same(floodEntries(node, device), ['192.168.247.2']));
+      await first.stop?.();
+      // The network is deleted while no plexusd runs; the next one finds the VNI on its record and the VTEP on the node.
+      const next = new FakeDirectory('a');
+      next.address = '192.168.247.1';
+      next.peers = dir.peers;
+      next.before = new Map([[vni, '192.168.247.1']]);
+      second = await startedDriver(node, next, () => []);
+      await eventually(`the deleted network's VTEP floods to no one (${floodEntries(node, device).join(' ')})`, () =>
+        same(floodEntries(node, device), []),
+      );
+      await eventually('and the node publishes it no more', () => next.published.at(-1)?.size === 0);
+    } finally {
+      await first.stop?.();
+      await second?.stop?.();
       await rec.undo();
     }
   });

@@ -196,5 +196,17 @@ describe('one cluster-mode vxlan network across three simulated nodes', { skip }
     assert.equal(r.status, 200);
     const live = nodes.slice(0, 2);
     await secondsUntil(entries, () => live.every((n) => floodEntries(n).length === 0));
+    const publishing = async (): Promise<string[]> => {
+      const r = await api!.request('GET', '/apis/coordination.k8s.io/v1/leases');
+      const items = (r.body as { items?: { metadata: { name: string; annotations?: Record<string, string> } }[] })
+        .items;
+      return (items ?? [])
+        .filter((l) => live.some((n) => l.metadata.name === `plexus-node-${n.nodeName}`))
+        .filter((l) => (l.metadata.annotations?.['plexus.io/vteps'] ?? '').includes(`"${VNI}"`))
+        .map((l) => `${l.metadata.name}: ${l.metadata.annotations?.['plexus.io/vteps']}`);
+    };
+    const deadline = Date.now() + 10000;
+    while ((await publishing()).length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    assert.deepEqual(await publishing(), [], 'the running nodes publish the deleted network no more');
   });
 });

@@ -16,10 +16,18 @@ export interface VtepDirectory {
   readonly node: string;
   /** The Node's InternalIP as last read (the underlay address when a network names no interface); undefined when unknown. */
   nodeAddress(): string | undefined;
+  /**
+   * What this node's record said when the directory started: the VTEPs a previous plexusd published, whose networks may
+   * have been deleted while none ran. Undefined until read.
+   */
+  publishedBefore(): ReadonlyMap<number, string> | undefined;
   /** Makes `vteps` what this node publishes (VNI → address); a write only when it changed. */
   publish(vteps: ReadonlyMap<number, string>): Promise<void>;
-  /** What the other nodes whose lease is live now (by this process's clock) publish. */
-  livePeers(): readonly PeerVteps[];
+  /**
+   * What the other nodes whose lease is live now (by this process's clock) publish; undefined until their records have
+   * been read (a plexusd just started knows no peer yet, which is not the same as having none).
+   */
+  livePeers(): readonly PeerVteps[] | undefined;
   /** `listener` runs whenever a peer's record changed (joined, moved, released); expiry is seen by polling livePeers. */
   onChange(listener: () => void): void;
   start(): Promise<void>;

@@ -17,7 +17,7 @@ import { KernelSettings, kubeNodeMissing } from '../kube-node';
 import { ip, ipTry, uniquePrefix } from '../netns';
 import { Relay } from '../relay';
 import type { IpamTiming, NodePaths } from './node-config';
-import { ClusterNode } from './node';
+import { ClusterNode, type NodeSpec } from './node';
 import { makeMountPoints, removeMountPoints } from './node-namespaces';
 
 export interface ClusterOptions {
@@ -34,6 +34,9 @@ export interface ClusterOptions {
   /** Runs once the API server is up, before any node starts: objects the nodes' daemons need at once (RBAC). */
   readonly beforeNodes?: (api: KubeApiFixture) => Promise<void>;
 }
+
+/** The part of a NodeSpec every node of one cluster shares. */
+type SharedNodeSpec = Omit<NodeSpec, 'name' | 'root' | 'uplink' | 'podSubnet' | 'api'>;
 
 /** Why the cluster cannot run here, or undefined when it can. */
 export function clusterMissing(): string | undefined {
@@ -72,6 +75,8 @@ export class TestCluster {
   /** Host directories made as the nodes' mount points. */
   private mountPoints: string[] = [];
   private stopped: Promise<string[]> | undefined;
+  /** What every node's spec shares beyond its number, set by start(): addNode() makes more nodes of it. */
+  private shared: SharedNodeSpec | undefined;
   /** The uplink subnet's first three octets: the bridge is .1, node i is .(10 + i). */
   private readonly lan = `10.${150 + random(40)}.${random(250)}`;
 
@@ -124,26 +129,41 @@ export class TestCluster {
     const pauseArchive = buildPauseImage(join(this.dir, 'image'));
     const plexusKubeconfig = this.api.userKubeconfig('plexus');
     const containerdDir = containerdBinDir(sharedContainerd()).dir!;
-    for (let i = 1; i <= count; i++) {
-      const name = `${this.prefix}-n${i}`;
-      const uplink = {
-        bridge: this.bridge,
-        hostEnds: [`${this.prefix}u${i}a`, `${this.prefix}u${i}b`] as const,
-        address: `${this.lan}.${10 + i}/24`,
-        gateway: `${this.lan}.1`,
-      };
-      const root = join(this.dir, `n${i}`);
-      const spec = { name, root, uplink, podSubnet: `10.244.${i}.0/24`, api: this.api, apiUrl };
-      this.nodes.push(
-        new ClusterNode({ ...spec, plexusKubeconfig, pauseArchive, containerdDir, timing, settings, plexusAtBoot }),
-      );
-    }
+    this.shared = { apiUrl, plexusKubeconfig, pauseArchive, containerdDir, timing, settings, plexusAtBoot };
+    for (let i = 1; i <= count; i++) this.nodes.push(this.nodeNumbered(i));
     this.sysctls.record();
     this.mountPoints = makeMountPoints();
     const started = performance.now();
     await Promise.all(this.nodes.map((n) => n.start()));
     await Promise.all(this.nodes.map((n) => this.waitNodeReady(n.name)));
     this.nodesStartMs = performance.now() - started;
+  }
+
+  /** Node `i` of the cluster, made by the rules every node follows (its name, uplink, address and pod subnet by `i`). */
+  private nodeNumbered(i: number): ClusterNode {
+    if (!this.shared) throw new Error('the cluster has no node settings (start() failed before them)');
+    const uplink = {
+      bridge: this.bridge,
+      hostEnds: [`${this.prefix}u${i}a`, `${this.prefix}u${i}b`] as const,
+      address: `${this.lan}.${10 + i}/24`,
+      gateway: `${this.lan}.1`,
+    };
+    const name = `${this.prefix}-n${i}`;
+    const spec = { name, root: join(this.dir, `n${i}`), uplink, podSubnet: `10.244.${i}.0/24`, api: this.api };
+    return new ClusterNode({ ...spec, ...this.shared });
+  }
+
+  /**
+   * One more worker node, numbered after the last and made as start() makes them, joining the running cluster;
+   * resolves once its Node is Ready (plexusd ready before, unless the cluster starts nodes without Plexus). stop()
+   * removes it with the others, even when its start fails half-way.
+   */
+  async addNode(): Promise<ClusterNode> {
+    const node = this.nodeNumbered(this.nodes.length + 1);
+    this.nodes.push(node);
+    await node.start();
+    await this.waitNodeReady(node.name);
+    return node;
   }
 
   /** Waits until the Node object says Ready (the kubelet runs and the runtime's network, Plexus's, is ready). */

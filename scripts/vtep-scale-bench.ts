@@ -21,7 +21,7 @@ import { KubeApiClient } from '../src/k8s/api-client';
 import { loadKubeConfig } from '../src/k8s/kubeconfig';
 import { leaseNameOf, NodeLeases } from '../src/k8s/node-lease';
 import { VTEPS_ANNOTATION } from '../src/k8s/vtep-leases';
-import { k8sMissing, KubeApiFixture } from '../test/support/k8s';
+import { k8sMissing, k8sVersion, KubeApiFixture } from '../test/support/k8s';
 import { BENCH_VNI, simulatedAddress, simulatedNode, type WatchersSample } from './vtep-scale-watchers';
 
 const NAMESPACE = 'plexus-bench';
@@ -209,7 +209,7 @@ const round = (x: number): number => Math.round(x * 100) / 100;
 
 function printTable(rows: readonly Row[], o: { windowS: number; watcherCount: number; leaseMs: number }): void {
   console.log(
-    `\nVTEPs on node Leases: lease ${o.leaseMs / 1000} s (renewed every ${round(o.leaseMs / 3000)} s), ${o.watcherCount} watchers, ${o.windowS} s windows`,
+    `\nVTEPs on node Leases, kube-apiserver ${k8sVersion()?.text ?? '?'}: lease ${o.leaseMs / 1000} s (renewed every ${round(o.leaseMs / 3000)} s), ${o.watcherCount} watchers, ${o.windowS} s windows`,
   );
   console.log(
     '| nodes | events/s per watcher | bytes/s per watcher | wakes/s per watcher | API writes/s | apiserver CPU % | apiserver RSS MiB | etcd CPU % | watcher CPU % | load1 |',

@@ -15,6 +15,7 @@ export interface ObjectMeta {
   readonly namespace?: string;
   readonly uid?: string;
   readonly resourceVersion?: string;
+  readonly creationTimestamp?: string;
   readonly annotations?: Record<string, string>;
 }
 

@@ -23,7 +23,8 @@ import { createMemifDriver, type MemifDriverOptions } from './memif';
 import { createPtpDriver } from './ptp';
 import { createTapDriver } from './tap';
 import { undoRunner } from './undo';
-import { createVxlanDriver, type VxlanCluster } from './vxlan';
+import { createVxlanDriver, vniClaims, type VxlanCluster } from './vxlan';
+import type { ClaimsOf } from '../networks/exclusive-claims';
 
 export type { LifecycleSettings };
 
@@ -49,6 +50,9 @@ export const builtInDrivers = (deps: DriverDeps = {}): readonly Driver[] => [
   createPtpDriver(),
   createMemifDriver(deps.memif),
 ];
+
+/** What a definition holds that no other network may: a vxlan network's VNI (the sources refuse a second claimant). */
+export const networkClaims: ClaimsOf = (definition) => vniClaims(definition);
 
 export class DriverRegistry {
   private readonly byType = new Map<string, Driver>();

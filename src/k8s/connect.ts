@@ -14,6 +14,8 @@ import { HotplugController } from './hotplug';
 import { clusterIpamApi } from './ipam-api';
 import { loadKubeConfig, nodeNameOf } from './kubeconfig';
 import { ApiNetworkSource } from './nad-source';
+import { NadRefusals } from './nad-refusals';
+import type { ClaimsOf } from '../networks/exclusive-claims';
 import { ApiPodSource } from './pod-source';
 import { ApiStatusWriter } from './status-writer';
 import { RbacRefusals } from './rbac-refusals';
@@ -57,7 +59,8 @@ export interface ApiConnection {
   stop(): Promise<void>;
 }
 
-export function connectToApi(settings: ApiSettings, log: Logger): ApiConnection | undefined {
+/** `claims`: what networks hold exclusively (the drivers say); a NAD claiming what an older one holds is refused. */
+export function connectToApi(settings: ApiSettings, log: Logger, claims?: ClaimsOf): ApiConnection | undefined {
   const endpoint = loadKubeConfig(settings.kubeconfig);
   if (!endpoint.ok) throw new Error(endpoint.error.message);
   if (!endpoint.value) return undefined;
@@ -71,7 +74,13 @@ export function connectToApi(settings: ApiSettings, log: Logger): ApiConnection 
   });
   const warn = (what: string) => (message: string) => log.warn({ err: message }, `${what} failed; retrying`);
   const conf = new CniConfDir(settings.cniConfDir);
-  const networks = new ApiNetworkSource(client, conf, warn('watching NetworkAttachmentDefinitions'));
+  const refused = new NadRefusals(client, nodeName, log.child({ component: 'networks' }));
+  const networks = new ApiNetworkSource(
+    client,
+    conf,
+    warn('watching NetworkAttachmentDefinitions'),
+    claims ? { of: claims, changed: refused.changed } : undefined,
+  );
   const pods = new ApiPodSource(client, nodeName, warn(`watching the pods of node ${nodeName}`));
   const apiUid = (namespace: string, name: string, uid: string): string => pods.apiUid(namespace, name, uid);
   const status = new ApiStatusWriter(client, log, { apiUid });
@@ -99,7 +108,7 @@ export function connectToApi(settings: ApiSettings, log: Logger): ApiConnection 
     },
     async stop() {
       await hotplug?.stop();
-      const settled = Promise.all([status.settled(), events.settled()]);
+      const settled = Promise.all([status.settled(), events.settled(), refused.settled()]);
       await Promise.race([settled, new Promise((r) => setTimeout(r, SETTLE_MS))]);
       await Promise.all([networks.stop(), pods.stop()]);
       client.close();

@@ -109,12 +109,9 @@ export class EventRecorder implements StatusSink {
       return;
     }
     const name = `${pod.name}.${randomBytes(8).toString('hex')}`;
-    const time = new Date(now).toISOString();
-    const body = {
-      apiVersion: 'v1',
-      kind: 'Event',
-      metadata: { name, namespace: pod.namespace },
-      involvedObject: {
+    const body = eventObject({
+      name,
+      involved: {
         apiVersion: 'v1',
         kind: 'Pod',
         namespace: pod.namespace,
@@ -124,13 +121,9 @@ export class EventRecorder implements StatusSink {
       type,
       reason,
       message,
-      count: 1,
-      firstTimestamp: time,
-      lastTimestamp: time,
-      source: { component: EVENT_COMPONENT, host: this.nodeName },
-      reportingComponent: EVENT_COMPONENT,
-      reportingInstance: this.nodeName,
-    };
+      at: now,
+      node: this.nodeName,
+    });
     let resolveCreated: (written: boolean) => void = () => undefined;
     const created = new Promise<boolean>((r) => (resolveCreated = r));
     this.counted.set(key, { name, count: 1, at: now, created });
@@ -166,3 +159,40 @@ export const addedInterfaceMessage = (added: AddedInterface): string =>
   `Add ${added.ifname} [${added.addresses.join(' ')}] from ${added.network}`;
 
 const isFull = (pod: PodIdentity): pod is FullPod => Boolean(pod.namespace && pod.name);
+
+/** The object an Event is about, as core/v1 names it. */
+export interface InvolvedObject {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid?: string;
+}
+
+/** A core/v1 Event's body, the first of its series, written by plexus on `node`. */
+export function eventObject(e: {
+  readonly name: string;
+  readonly involved: InvolvedObject;
+  readonly type: 'Normal' | 'Warning';
+  readonly reason: string;
+  readonly message: string;
+  readonly at: number;
+  readonly node: string;
+}): Record<string, unknown> {
+  const time = new Date(e.at).toISOString();
+  return {
+    apiVersion: 'v1',
+    kind: 'Event',
+    metadata: { name: e.name, namespace: e.involved.namespace },
+    involvedObject: e.involved,
+    type: e.type,
+    reason: e.reason,
+    message: e.message.length > MAX_MESSAGE ? `${e.message.slice(0, MAX_MESSAGE - 3)}...` : e.message,
+    count: 1,
+    firstTimestamp: time,
+    lastTimestamp: time,
+    source: { component: EVENT_COMPONENT, host: e.node },
+    reportingComponent: EVENT_COMPONENT,
+    reportingInstance: e.node,
+  };
+}

@@ -5,6 +5,8 @@
  */
 import { segment } from '../common/api-object';
 import { CniCode, CniError, err, type Result } from '../cni/errors';
+import { type ClaimChange, ClaimedNetworks, type DefinitionOrigin } from '../networks/claimed-networks';
+import { clashError, type ClaimsOf } from '../networks/exclusive-claims';
 import { type NadConfigSource, type NetworkDefinition, parseNad } from '../networks/nad';
 import type { NetworkReader, NetworkSource } from '../networks/source';
 import { type KubeApiClient } from './api-client';
@@ -12,18 +14,27 @@ import { type ApiObject, Informer } from './informer';
 
 const PATH = '/apis/k8s.cni.cncf.io/v1/network-attachment-definitions';
 
+/** What networks claim exclusively (the drivers say), and whom to tell when a refusal starts or ends (nad-refusals.ts). */
+export interface ClaimRules {
+  readonly of: ClaimsOf;
+  readonly changed: (change: ClaimChange) => void;
+}
+
 const keyOf = (obj: ApiObject): string => `${obj.metadata?.namespace ?? 'default'}/${obj.metadata?.name ?? ''}`;
 
 export class ApiNetworkSource implements NetworkSource, NetworkReader {
   private readonly byKey = new Map<string, Result<NetworkDefinition>>();
   private readonly informer: Informer<ApiObject>;
+  private readonly claimed: ClaimedNetworks | undefined;
 
   constructor(
     private readonly client: KubeApiClient,
     /** Where NADs with an empty spec.config find their CNI config on the node (--cni-conf-dir). */
     private readonly configs?: NadConfigSource,
     onError: (message: string) => void = () => undefined,
+    private readonly claims?: ClaimRules,
   ) {
+    this.claimed = claims ? new ClaimedNetworks(claims.of) : undefined;
     // Each NAD is kept parsed (byKey); the informer keeps only its metadata.
     this.informer = new Informer<ApiObject>(
       client,
@@ -33,7 +44,10 @@ export class ApiNetworkSource implements NetworkSource, NetworkReader {
       (obj) => ({ metadata: { ...obj.metadata } }),
       {
         upsert: (obj) => this.put(obj),
-        remove: (obj) => this.byKey.delete(keyOf(obj)),
+        remove: (obj) => {
+          this.byKey.delete(keyOf(obj));
+          this.noteClaims(keyOf(obj), undefined, obj);
+        },
         error: onError,
       },
     );
@@ -54,11 +68,23 @@ export class ApiNetworkSource implements NetworkSource, NetworkReader {
   }
 
   private put(obj: ApiObject): void {
-    this.byKey.set(keyOf(obj), parseNad(obj, `NetworkAttachmentDefinition ${keyOf(obj)} in the API`, this.configs));
+    const parsed = parseNad(obj, `NetworkAttachmentDefinition ${keyOf(obj)} in the API`, this.configs);
+    this.byKey.set(keyOf(obj), parsed);
+    this.noteClaims(keyOf(obj), parsed.ok ? parsed.value : undefined, obj);
+  }
+
+  /** A NAD that claims what an older one holds (a VXLAN VNI) is refused as it is read, and said so once. */
+  private noteClaims(key: string, definition: NetworkDefinition | undefined, obj: ApiObject): void {
+    if (!this.claimed || !this.claims) return;
+    const change = this.claimed.update(key, definition, originOf(obj));
+    if (change.refused.length || change.served.length) this.claims.changed(change);
   }
 
   get(namespace: string, name: string): Result<NetworkDefinition> {
-    return this.byKey.get(`${namespace}/${name}`) ?? err(notDefined(namespace, name, this.informer.ready));
+    const key = `${namespace}/${name}`;
+    const clash = this.claimed?.clashOf(key);
+    if (clash) return err(clashError(clash));
+    return this.byKey.get(key) ?? err(notDefined(namespace, name, this.informer.ready));
   }
 
   /**
@@ -71,20 +97,30 @@ export class ApiNetworkSource implements NetworkSource, NetworkReader {
     const path = `/apis/k8s.cni.cncf.io/v1/namespaces/${segment(namespace)}/network-attachment-definitions/${segment(name)}`;
     const got = await this.client.request('GET', path, 'network-attachment-definitions', { urgent: true });
     const where = `NetworkAttachmentDefinition ${namespace}/${name} in the API`;
-    if (got.ok) return parseNad(got.value, where, this.configs);
-    return got.error.status === 404 ? err(notDefined(namespace, name, true)) : cached;
+    if (!got.ok) return got.error.status === 404 ? err(notDefined(namespace, name, true)) : cached;
+    const parsed = parseNad(got.value, where, this.configs);
+    const clash = parsed.ok ? this.claimed?.clashIfAdded(parsed.value, originOf(got.value as ApiObject)) : undefined;
+    return clash ? err(clashError(clash)) : parsed;
   }
 
   list(): { networks: NetworkDefinition[]; errors: CniError[] } {
     const networks: NetworkDefinition[] = [];
     const errors: CniError[] = [];
     for (const r of this.byKey.values()) {
-      if (r.ok) networks.push(r.value);
+      const clash = r.ok ? this.claimed?.clashOf(r.value.key) : undefined;
+      if (clash) errors.push(clashError(clash));
+      else if (r.ok) networks.push(r.value);
       else errors.push(r.error);
     }
     return { networks, errors };
   }
 }
+
+/** The NAD's creation time and uid, when they are strings (the rest of it was validated by parseNad). */
+const originOf = (obj: ApiObject): DefinitionOrigin => {
+  const text = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+  return { createdAt: text(obj.metadata?.creationTimestamp), uid: text(obj.metadata?.uid) };
+};
 
 const notDefined = (namespace: string, name: string, loaded: boolean): CniError =>
   new CniError(

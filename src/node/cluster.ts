@@ -6,6 +6,7 @@
  * this node claims, reclaiming others' only when their Lease has expired; host-local stays local.
  */
 import type { Logger } from 'pino';
+import { networkClaims } from '../drivers/registry';
 import type { IpamBackend, Ipam, IpamConfig } from '../ipam';
 import { parseIpamConfig } from '../ipam';
 import type { ClusterIpam } from '../ipam/cluster/cluster-ipam';
@@ -28,7 +29,7 @@ export interface ClusterParts {
 
 export async function connectCluster(config: DaemonConfig, log: Logger, hostLocal: Ipam): Promise<ClusterParts> {
   const mayHaveApi = config.kubeconfig !== undefined || process.env.KUBERNETES_SERVICE_HOST;
-  const api = mayHaveApi ? (await import('../k8s/connect')).connectToApi(config, log) : undefined;
+  const api = mayHaveApi ? (await import('../k8s/connect')).connectToApi(config, log, networkClaims) : undefined;
   if (!api) {
     const networks = new NetworkDirectory(config.networksDir, { cniConfDir: config.cniConfDir });
     return { ipam: hostLocal, networks };

@@ -278,7 +278,7 @@ describe('vxlan cluster mode', () => {
     }
   });
 
-  it('refuses with code 7 a second network on a VNI another network owns', async () => {
+  it('refuses with code 7 a second network on a VNI another network holds', async () => {
     const node = nodeWithUnderlay('owner', '192.168.245.1');
     const vni = randomInt(1_000_000, 16_000_000);
     const pod = fx.create('owner-pod');
@@ -291,7 +291,7 @@ describe('vxlan cluster mode', () => {
     try {
       const e = failure(await attachParsed(driver, second, rec.env));
       assert.equal(e.code, 7);
-      assert.match(e.message, new RegExp(`uses VNI ${vni}, which network default/${prefix}-a-first already uses`));
+      assert.match(e.message, new RegExp(`uses VXLAN VNI ${vni}, which network default/${prefix}-a-first`));
     } finally {
       await driver.stop?.();
       await rec.undo();

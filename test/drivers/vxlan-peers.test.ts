@@ -1,7 +1,7 @@
-/** The pure rules of cluster-mode vxlan: whom a VTEP floods to, what changes, and which network owns a VNI. */
+/** The pure rules of cluster-mode vxlan: whom a VTEP floods to and what changes (which network holds a VNI: test/networks/exclusive-claims). */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { floodChanges, floodTargets, vniOwners } from '../../src/drivers/vxlan/peers';
+import { floodChanges, floodTargets } from '../../src/drivers/vxlan/peers';
 
 const peer = (node: string, vteps: Record<number, string>) => ({
   node,
@@ -29,15 +29,5 @@ describe('vxlan peer set', () => {
       remove: ['10.0.0.2'],
     });
     assert.deepEqual(floodChanges(['10.0.0.2'], ['10.0.0.2']), { add: [], remove: [] });
-  });
-
-  it('gives each VNI to the first network by namespace/name, whatever order the definitions come in', () => {
-    const owners = vniOwners([
-      { key: 'team-b/overlay', vni: 42 },
-      { key: 'team-a/overlay', vni: 42 },
-      { key: 'team-a/other', vni: 7 },
-    ]);
-    assert.equal(owners.get(42), 'team-a/overlay');
-    assert.equal(owners.get(7), 'team-a/other');
   });
 });

@@ -459,6 +459,11 @@ export class KubeApiFixture {
     });
   }
 
+  /** The PID of the running `etcd` or `kube-apiserver` (for benchmarks reading its CPU and memory in /proc). */
+  pidOf(name: 'etcd' | 'kube-apiserver'): number | undefined {
+    return [...this.procs].reverse().find((p) => p.name === name)?.proc.pid;
+  }
+
   /** Creates a namespace unless it exists. */
   async ensureNamespace(namespace: string): Promise<void> {
     if (namespace === 'default') return;

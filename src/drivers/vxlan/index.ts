@@ -1,2 +1,3 @@
 export { createVxlanDriver, type VxlanDriverOptions } from './vxlan-driver';
 export type { PeerVteps, VtepDirectory, VxlanCluster } from './vtep-directory';
+export { vniClaims } from './cluster-networks';

@@ -32,14 +32,3 @@ export function floodChanges(
   const want = new Set(wanted);
   return { add: wanted.filter((a) => !have.has(a)), remove: current.filter((a) => !want.has(a)) };
 }
-
-/**
- * The network each VNI belongs to, cluster-wide: the first, by namespace/name, of the vxlan networks that use it. Every
- * node computes the same owner from the same definitions, so a second network with a VNI is refused on every node.
- */
-export function vniOwners(networks: readonly { readonly key: string; readonly vni: number }[]): Map<number, string> {
-  const owners = new Map<number, string>();
-  for (const n of [...networks].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)))
-    if (!owners.has(n.vni)) owners.set(n.vni, n.key);
-  return owners;
-}

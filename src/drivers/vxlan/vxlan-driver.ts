@@ -13,7 +13,8 @@ import { onePlugin, type AttachRequest, type Driver, type DriverEnv } from '../d
 import { allocatePodIps } from '../common';
 import { attachBridgePort } from '../common/bridge-port';
 import { createNodeBridge, healBridgesAtStart, pinBridgeMac } from '../common/node-bridge';
-import { vxlanNetworks, vniTaken } from './cluster-networks';
+import { vxlanNetworks } from './cluster-networks';
+import { clashError } from '../../networks/exclusive-claims';
 import { type VxlanConfig, parseVxlanConfig } from './config';
 import { definedFields } from '../../common/defined-fields';
 import { ALL_ZERO_MAC, FloodEntries } from './flood-entries';
@@ -141,7 +142,7 @@ class Overlays {
   }
 
   /**
-   * In cluster mode: refuses a VNI another network owns (code 7) and a node without an underlay address (code 11);
+   * In cluster mode: refuses a VNI another network holds (code 7) and a node without an underlay address (code 11);
    * answers the VTEP's MTU over the underlay when the network sets none.
    */
   private async clusterMtu(
@@ -151,8 +152,8 @@ class Overlays {
   ): Promise<Result<number | undefined>> {
     const cluster = this.cluster;
     if (!conf.cluster || !cluster) return ok(conf.mtu);
-    const taken = vniTaken(network, conf.vni, vxlanNetworks(cluster.networks()).owners.get(conf.vni));
-    if (taken) return err(taken);
+    const clash = vxlanNetworks(cluster.networks()).clashes.get(network);
+    if (clash) return err(clashError(clash));
     const underlay = await findUnderlay(conf, kernel, { netns: this.node, directory: cluster.directory });
     if (!underlay.ok) return underlay;
     return ok(conf.mtu ?? underlay.value.vtepMtu);

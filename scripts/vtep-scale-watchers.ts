@@ -70,7 +70,7 @@ async function main(): Promise<void> {
     }
     const cpu = process.cpuUsage();
     const sample: WatchersSample = {
-      watchers: watchers.map((w) => ({ ...w.counts, livePeers: w.leases.livePeers().length })),
+      watchers: watchers.map((w) => ({ ...w.counts, livePeers: w.leases.livePeers()?.length ?? 0 })),
       cpuMicros: cpu.user + cpu.system,
       rssBytes: process.memoryUsage().rss,
     };

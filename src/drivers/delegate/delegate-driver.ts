@@ -125,7 +125,8 @@ async function attachChain(
         new CniError(
           CniCode.Internal,
           `${context}: plugin ${plugin.type} printed no JSON result`,
-          `${errorMessage(e)}; stdout: ${added.value.stdout.slice(0, 500)}`,
+          // stderr too: a plugin that exits 0 with nothing on stdout says why there, if anywhere.
+          `${errorMessage(e)}; stdout: ${added.value.stdout.slice(0, 500)}; stderr: ${added.value.stderr.slice(0, 500)}`,
         ),
       );
     }

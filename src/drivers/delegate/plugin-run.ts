@@ -145,7 +145,7 @@ class PluginRun {
   }
 
   private onDeadline(): void {
-    if (this.exit) return this.answer(); // exited in time; only its output is late
+    if (this.exit) return this.answerAfterPendingReads(); // exited in time; only its output is late
     this.timedOut = true;
     this.kill();
     // Answered once the child is reaped (so no zombie outlives the call), or after a grace period regardless.
@@ -164,7 +164,16 @@ class PluginRun {
     this.exit = exit;
     if (this.timedOut || this.abandoned) return this.answer();
     clearTimeout(this.grace);
-    this.grace = setTimeout(() => this.answer(), CLOSE_GRACE_MS);
+    this.grace = setTimeout(() => this.answerAfterPendingReads(), CLOSE_GRACE_MS);
+  }
+
+  /**
+   * Answers once the output already in the pipes is read. A timer that fired is no proof the grace went by with
+   * the pipes read: a daemon descheduled for longer than the grace (a loaded node) wakes to its timers before its
+   * I/O, so the answer waits one turn of the event loop, whose poll reads what arrived meanwhile.
+   */
+  private answerAfterPendingReads(): void {
+    setImmediate(() => this.answer());
   }
 
   private answer(): void {

@@ -22,7 +22,7 @@ import {
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { testBridges } from '../support/test-bridges';
+import { delegatedLeaseStore, testBridges } from '../support/test-bridges';
 import { until } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
@@ -42,10 +42,8 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
   const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2', 'blue0']);
   restoreForwardingAfterwards();
 
-  // The "slow" network is delegated to the reference bridge, whose host-local keeps its leases in host-local's default
-  // store: removed afterwards unless it was there before.
-  const slowStore = '/var/lib/cni/networks/slow';
-  const slowStoreWasThere = existsSync(slowStore);
+  // The "slow" network is delegated to the reference bridge: its host-local's default store goes afterwards.
+  const removeSlowStore = delegatedLeaseStore('slow');
 
   before(async () => {
     for (let i = 0; i < 8; i++) fx.trackHostLink(`${prefix}b${i}`);
@@ -75,7 +73,7 @@ describe('plexusd on the Kubernetes API', { skip }, () => {
     await api?.stop();
     fx.cleanup();
     if (binDir) rmSync(binDir, { recursive: true, force: true });
-    if (!slowStoreWasThere) rmSync(slowStore, { recursive: true, force: true });
+    removeSlowStore();
   });
 
   const pods = (): ApiPods => new ApiPods(api, NODE, newPod);

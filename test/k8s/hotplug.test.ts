@@ -15,7 +15,7 @@ import { changeInFlight, recordKinds } from '../support/journal';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { ip, NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { testBridges } from '../support/test-bridges';
+import { delegatedLeaseStore, testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('hp');
@@ -31,6 +31,9 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
   let pods: ApiPods;
   const newPod = podMaker(fx, prefix, ['eth0', 'net1', 'net2', 'net3']);
   restoreForwardingAfterwards();
+
+  // The "slow" network is delegated to the reference bridge: its host-local's default store goes afterwards.
+  const removeSlowStore = delegatedLeaseStore('slow');
 
   before(async () => {
     for (let i = 0; i < 4; i++) fx.trackHostLink(`${prefix}b${i}`);
@@ -57,6 +60,7 @@ describe("hot-plug: changing a running pod's networks through its annotation", {
     await api?.stop();
     fx.cleanup();
     if (binDir) rmSync(binDir, { recursive: true, force: true });
+    removeSlowStore();
   });
 
   const call = (command: 'ADD' | 'DEL', p: ApiPod) => apiPodCall(daemon, command, p);

@@ -11,20 +11,14 @@ import { apiPodCall, ApiPods } from '../support/api-pods';
 import { k8sMissing, KubeApiFixture } from '../support/k8s';
 import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { clusterVxlanConfig } from '../support/vxlan-nad';
 import { testBridges } from '../support/test-bridges';
 
 const skip = expectedPrerequisites(k8sMissing());
 const prefix = uniquePrefix('pv');
 const NODE = `${prefix}-node`;
 const bridges = testBridges(prefix, 150);
-const vxlan = (name: string, vni: number): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'vxlan',
-    vni,
-    ipam: { type: 'plexus', ranges: [[{ subnet: '10.93.0.0/24' }]] },
-  });
+const vxlan = (name: string, vni: number): string => clusterVxlanConfig(name, vni, '10.93.0.0/24');
 
 describe('plexusd and two vxlan NADs on one VNI', { skip }, () => {
   const fx = new NetnsFixture(prefix);

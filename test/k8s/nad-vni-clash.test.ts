@@ -12,17 +12,11 @@ import { NadRefusals } from '../../src/k8s/nad-refusals';
 import { ApiNetworkSource } from '../../src/k8s/nad-source';
 import { apiClientFor, k8sMissing, KubeApiFixture } from '../support/k8s';
 import { expectedPrerequisites } from '../support/prerequisites';
+import { clusterVxlanConfig } from '../support/vxlan-nad';
 import { untilPasses } from '../support/until';
 
 const skip = expectedPrerequisites(k8sMissing());
-const vxlan = (name: string, vni: number): string =>
-  JSON.stringify({
-    cniVersion: '1.0.0',
-    name,
-    type: 'vxlan',
-    vni,
-    ipam: { type: 'plexus', ranges: [[{ subnet: '10.92.0.0/24' }]] },
-  });
+const vxlan = (name: string, vni: number): string => clusterVxlanConfig(name, vni, '10.92.0.0/24');
 const NADS = '/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions';
 
 describe('a second vxlan NAD on a VNI another NAD uses', { skip }, () => {

@@ -31,7 +31,9 @@ import {
   hostDeviceTemplate,
   installDra,
 } from '../test/support/dra-node';
-import { KubeNodeFixture, percentile, plexusConflist } from '../test/support/kube-node';
+import { SingleNode } from '../test/support/cluster/single-node';
+import { percentile } from '../test/support/cluster/node-pods';
+import { plexusConflist } from '../test/support/kube-node';
 import { uniquePrefix } from '../test/support/netns';
 import { plexusPluginDir } from '../test/support/plugin-dir';
 import { containerdMajor } from '../test/support/containerd';
@@ -71,7 +73,7 @@ interface Batch {
 
 /** Creates the pods, 10 requests at a time, and times each from its POST to Running (the pod list polled every 50 ms). */
 async function runBatch(
-  node: KubeNodeFixture,
+  node: SingleNode,
   path: Path,
   objects: { name: string; body: unknown }[],
 ): Promise<Omit<Batch, 'device' | 'equipped'>> {
@@ -126,7 +128,7 @@ async function runBatch(
 }
 
 /** A pod's warning events (FailedPrepareDynamicResources, FailedScheduling, ...), oldest first, one line. */
-async function warnings(node: KubeNodeFixture, name: string): Promise<string> {
+async function warnings(node: SingleNode, name: string): Promise<string> {
   const selector = encodeURIComponent(`involvedObject.name=${name}`);
   const r = await node.call('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${selector}`);
   const items = (r.body as { items?: { type: string; reason: string; message: string; count?: number }[] }).items;
@@ -135,7 +137,7 @@ async function warnings(node: KubeNodeFixture, name: string): Promise<string> {
 }
 
 /** Every pod of the namespace deleted, and gone from the API. */
-async function deleteAll(node: KubeNodeFixture): Promise<void> {
+async function deleteAll(node: SingleNode): Promise<void> {
   await node.call('DELETE', `/api/v1/namespaces/${NS}/pods`);
   for (let i = 0; i < 1200; i++) {
     const left = ((await node.call('GET', `/api/v1/namespaces/${NS}/pods`)).body as { items?: unknown[] }).items ?? [];
@@ -146,7 +148,7 @@ async function deleteAll(node: KubeNodeFixture): Promise<void> {
 }
 
 /** The number of pods whose netns has net1 (the device): every pod must have got it. */
-async function withDevice(node: KubeNodeFixture, names: readonly string[]): Promise<number> {
+async function withDevice(node: SingleNode, names: readonly string[]): Promise<number> {
   let n = 0;
   for (const name of names) {
     const netns = await node.podNetns(NS, name);
@@ -193,7 +195,7 @@ async function main(): Promise<number> {
   const all = [...draNics, ...dpNics];
   const work = mkdtempSync(join(tmpdir(), 'plexus-drb-'));
   const daemon = new DaemonFixture('podnet');
-  let node: KubeNodeFixture | undefined;
+  let node: SingleNode | undefined;
   const problems: string[] = [];
   try {
     const binDir = join(work, 'bin');
@@ -213,7 +215,7 @@ async function main(): Promise<number> {
         ],
       }),
     );
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],

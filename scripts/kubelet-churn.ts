@@ -27,7 +27,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ChildProcess } from 'node:child_process';
-import { KubeNodeFixture, kubeNodeMissing } from '../test/support/kube-node';
+import { SingleNode, singleNodeMissing } from '../test/support/cluster/single-node';
 import { multusMissing, multusPluginDir } from '../test/support/multus';
 import { referencePlugins } from '../test/support/plugin-dir';
 import { listMultusCaches } from '../src/adopt/multus-cache';
@@ -98,7 +98,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 /** Polls the API and CRI until every pod of `clocks` is gone and its sandbox stopped (and, with `removed`, removed). */
 async function follow(
-  node: KubeNodeFixture,
+  node: SingleNode,
   clocks: Map<string, PodClock>,
   removed: boolean,
   timeoutMs: number,
@@ -147,7 +147,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     net: `10.${second}.${i}`,
   }));
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
-  const state: { node?: KubeNodeFixture; daemon?: ChildProcess; metrics?: string; problems: string[] } = {
+  const state: { node?: SingleNode; daemon?: ChildProcess; metrics?: string; problems: string[] } = {
     problems: [],
   };
   teardown.add('tear the node down', async () => {
@@ -165,7 +165,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     // Multus starts from the node's plain bridge network; its own config goes in front of it once the API is up.
     const conflist = nodeConflist(mode === 'multus' ? 'bridge' : mode, networks[0]!, socket, binDir);
     if (mode === 'multus') multusPluginDir(binDir, referencePlugins());
-    const node = (state.node = await KubeNodeFixture.start({
+    const node = (state.node = await SingleNode.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
       ownedLinks: networks.map((n) => n.bridge),
@@ -339,7 +339,7 @@ async function main(): Promise<number> {
   const dwell = Number(values.dwell ?? '0');
   if (!Number.isFinite(dwell) || dwell < 0 || dwell > 600)
     throw new Error(`--dwell needs seconds from 0 to 600, got ${values.dwell}`);
-  const missing = kubeNodeMissing() ?? (modes.includes('multus') ? multusMissing() : undefined);
+  const missing = singleNodeMissing() ?? (modes.includes('multus') ? multusMissing() : undefined);
   if (missing) {
     console.error(`kubelet churn: cannot run here: ${missing}`);
     return 2;

@@ -16,7 +16,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from '../support/daemon';
 import { k8sBinary, k8sBinaryMissing } from '../support/k8s';
-import { HOST_LOCAL_DATA_DIR, hostLocalDataEntries, KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { HOST_LOCAL_DATA_DIR, hostLocalDataEntries } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { containerdMajor } from '../support/containerd';
@@ -27,7 +28,7 @@ import { answerWithin } from '../support/until';
 const prefix = uniquePrefix('pd');
 const PROBE_PORT = 9468;
 const missing = (): string | undefined => {
-  const node = kubeNodeMissing();
+  const node = singleNodeMissing();
   if (node) return node;
   for (const b of ['kube-controller-manager', 'kube-scheduler']) if (!k8sBinary(b)) return k8sBinaryMissing(b);
   try {
@@ -77,7 +78,7 @@ function getHttp(port: number, path: string): Promise<{ status: number; body: st
 }
 
 describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   const controlPlane = new ClusterControlPlane();
   const work = mkdtempSync(join(tmpdir(), `plexus-ds-${prefix}-`));
   const binDir = join(work, 'cni-bin');
@@ -213,7 +214,7 @@ describe('deploy/ on a real node', { skip: expectedPrerequisites(missing()) }, (
       .split('\n')
       .at(-1)!;
     const third = Math.floor(Math.random() * 200);
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: binDir,
       ownedLinks: [`${prefix}s0`],
       // The node's own network, as a cluster's network plugin would have written it.

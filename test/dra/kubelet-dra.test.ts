@@ -1,5 +1,5 @@
 /**
- * plexusd as the DRA driver plexus.io on a real node (KubeNodeFixture with the scheduler and the
+ * plexusd as the DRA driver plexus.io on a real node (SingleNode with the scheduler and the
  * controller-manager): plexusd registers with the kubelet's plugin registry, publishes the node's ResourceSlice with
  * each device's attributes, the kubelet calls NodePrepareResources for a pod whose ResourceClaimTemplate asks for a
  * plexus.io device (the prepared claim is recorded under the state dir) and NodeUnprepareResources when the pod goes
@@ -14,7 +14,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture } from '../support/daemon';
 import { k8sBinary } from '../support/k8s';
-import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE } from '../support/kube-node';
+import { PAUSE_IMAGE } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { bridgeConfList, draSettings, draRegistrations, installDra, podEvents } from '../support/dra-node';
@@ -24,7 +25,7 @@ import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 /** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
 /** What this node needs that setup.sh and ../shared provide. */
 function draNodeMissing(): string | undefined {
-  const node = kubeNodeMissing();
+  const node = singleNodeMissing();
   if (node) return node;
   for (const b of ['kube-scheduler', 'kube-controller-manager'])
     if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
@@ -59,7 +60,7 @@ interface Slice {
 }
 
 describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let work: string;
 
@@ -147,7 +148,7 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: DEBIAN_PLUGINS,
       controlPlane: true,
       ownedLinks: [...NICS, ...PEERS],

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { kubeNodeMissing } from '../support/kube-node';
+import { singleNodeMissing } from '../support/cluster/single-node';
 import { multusMissing } from '../support/multus';
 import { describeCheck, isCheck, loadScenarios } from '../support/multus-scenario-data';
 import { uniquePrefix } from '../support/netns';
@@ -28,7 +28,7 @@ import { CLUSTER_GATEWAY, CLUSTER_NETWORK, ScenarioNode, scenarioCni } from '../
 
 const cni = scenarioCni();
 const skip = expectedPrerequisites(
-  kubeNodeMissing(),
+  singleNodeMissing(),
   referencePluginsMissing(),
   cni === 'multus' ? multusMissing() : undefined,
 );

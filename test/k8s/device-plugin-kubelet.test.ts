@@ -1,5 +1,5 @@
 /**
- * plexusd as the kubelet's device plugin on a real node (KubeNodeFixture: kube-apiserver, containerd, kubelet): the
+ * plexusd as the kubelet's device plugin on a real node (SingleNode: kube-apiserver, containerd, kubelet): the
  * kubelet registers plexus.io/memif and a host-device pool (node capacity shows them), a pod limited to one memif
  * gets MEMIF_SOCKET, MEMIF_SECRET and its socket directory mounted (read from containerd's container spec), a pod on
  * a network whose NAD names the pool's resource gets exactly the device the kubelet allocated it (pod-resources),
@@ -20,14 +20,15 @@ import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { readDeviceInfo } from '../../src/deviceplugin/device-info';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing, plexusConflist } from '../support/kube-node';
+import { plexusConflist } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
 import { plexusPluginDir } from '../support/plugin-dir';
 
-const skip = expectedPrerequisites(kubeNodeMissing());
+const skip = expectedPrerequisites(singleNodeMissing());
 const prefix = uniquePrefix('dp');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const MEMIF = 'plexus.io/memif';
@@ -39,7 +40,7 @@ const t = Math.floor(Math.random() * 200);
 const PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
 describe("plexusd as the kubelet's device plugin on a real node", { skip }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let work: string;
   let binDir: string;
@@ -101,7 +102,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
       }),
     );
     daemon = new DaemonFixture('podnet');
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: binDir,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
       cniConfList: plexusConflist(daemon.socket),

@@ -1,5 +1,5 @@
 /**
- * The Multus-style consumer on a real node (KubeNodeFixture with the scheduler and the controller-manager): a
+ * The Multus-style consumer on a real node (SingleNode with the scheduler and the controller-manager): a
  * second DRA driver (test/support/dra-test-driver.ts, not plexus.io) publishes a device whose slice attributes carry
  * k8s.cni.cncf.io/resourceName and k8s.cni.cncf.io/deviceID (a veth end the test made). A pod claims that device
  * through a ResourceClaimTemplate and asks for a host-device network whose NAD names the same resource: plexusd
@@ -17,14 +17,15 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture } from '../support/daemon';
 import { DraTestDriver } from '../support/dra-test-driver';
 import { k8sBinary, k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
-import { KubeNodeFixture, kubeNodeMissing, PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
+import { PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { plexusPluginDir } from '../support/plugin-dir';
 
 function nodeMissing(): string | undefined {
-  const node = kubeNodeMissing();
+  const node = singleNodeMissing();
   if (node) return node;
   for (const b of ['kube-scheduler', 'kube-controller-manager'])
     if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
@@ -46,7 +47,7 @@ const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
 
 describe('a device another DRA driver allocated, given to the network whose NAD names its resource', { skip }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let driver: DraTestDriver;
   let pods: ApiPods;
@@ -141,7 +142,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       macs.set(name, execFileSync('cat', [`/sys/class/net/${name}/address`], { encoding: 'utf8' }).trim());
     }
     daemon = new DaemonFixture('podnet');
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],

@@ -22,7 +22,7 @@ import {
   installDra,
   RESOURCE_API,
 } from '../support/dra-node';
-import type { KubeNodeFixture } from '../support/kube-node';
+import type { SingleNode } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { ovsDpdkMissing } from '../support/ovs-dpdk';
 import { MemifNodeFixture } from '../support/memif-node';
@@ -46,7 +46,7 @@ interface Record {
 
 describe('a memif network given by a claim on a real node', { skip, timeout: 600_000 }, () => {
   const memifNode = new MemifNodeFixture();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let work: string;
 

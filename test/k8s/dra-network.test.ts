@@ -30,7 +30,8 @@ import {
   installDra,
   RESOURCE_API,
 } from '../support/dra-node';
-import { KubeNodeFixture, plexusConflist } from '../support/kube-node';
+import { plexusConflist } from '../support/kube-node';
+import { SingleNode } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
@@ -66,7 +67,7 @@ interface Slice {
 }
 
 describe('a network device claimed through DRA on a real node', { skip }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let work: string;
   let binDir: string;
@@ -166,7 +167,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
     daemon = new DaemonFixture('podnet');
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: binDir,
       controlPlane: true,
       ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],

@@ -26,7 +26,7 @@ import {
   podEvents,
   RESOURCE_API,
 } from '../support/dra-node';
-import { KubeNodeFixture } from '../support/kube-node';
+import { SingleNode } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
@@ -45,7 +45,7 @@ const WITHIN_SECONDS_MS = 20000;
 const AFTER_KUBELET_RESYNC_MS = 130000;
 
 describe('plexus.io devices offered only while the kubelet knows the driver, on a real node', { skip }, () => {
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let work: string;
 
@@ -91,7 +91,7 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: [DEVICE], offer: ['dra'] }] }),
     );
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: DEBIAN_PLUGINS,
       controlPlane: true,
       ownedLinks: [`${prefix}br`, DEVICE, PEER],

@@ -7,13 +7,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { DaemonFixture } from '../support/daemon';
-import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { type SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { ipTry, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { testBridges } from '../support/test-bridges';
 
-const skip = expectedPrerequisites(kubeNodeMissing());
+const skip = expectedPrerequisites(singleNodeMissing());
 const prefix = uniquePrefix('ki');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
@@ -27,7 +27,7 @@ const portsOn = (i: number): string[] => {
 
 describe('namespace isolation under a real kubelet', { skip }, () => {
   const plexusNode = new PlexusNodeFixture();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
 
   before(async () => {

@@ -1,5 +1,5 @@
 /**
- * A real node: the kubelet and containerd (CRI on) of KubeNodeFixture, with the reference bridge + host-local as the
+ * A real node: the kubelet and containerd (CRI on) of SingleNode, with the reference bridge + host-local as the
  * node's only network. Pods bound to the node run, get an address of the network's subnet in their API status, and
  * stop() leaves nothing behind: no link, network namespace, process, mount or host path of the node's.
  */
@@ -7,12 +7,12 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { hostLinksWithPrefix, ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
-const skip = expectedPrerequisites(kubeNodeMissing());
+const skip = expectedPrerequisites(singleNodeMissing());
 const prefix = uniquePrefix('kn');
 const bridge = `${prefix}br`;
 
@@ -55,7 +55,7 @@ const netnsNow = (): string[] =>
 
 describe('a real node (kubelet + containerd) with the reference bridge network', { skip }, () => {
   const net = freeSubnet();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let hostBefore: Record<string, boolean>;
   let kernelBefore: string[];
   let netnsBefore: string[];
@@ -66,7 +66,7 @@ describe('a real node (kubelet + containerd) with the reference bridge network',
     hostBefore = hostPathsNow();
     kernelBefore = kernelNow();
     netnsBefore = netnsNow();
-    node = await KubeNodeFixture.start({
+    node = await SingleNode.start({
       cniBinDir: DEBIAN_PLUGINS,
       // containerd 1.6 refuses a 1.1.0 result: the reference plugins answer in the config's version.
       cniConfList: (dir) =>

@@ -1,5 +1,5 @@
 /**
- * Plexus on a real node: the kubelet and containerd of KubeNodeFixture run plexus-cni as the node's only CNI plugin, and
+ * Plexus on a real node: the kubelet and containerd of SingleNode run plexus-cni as the node's only CNI plugin, and
  * plexusd (as the documented RBAC allows) reads the pods and NADs from the API. Pods get their networks (short and JSON
  * annotations), network-status matches their netns, a pod waiting for a NAD runs once it exists, a running pod's
  * networks follow `kubectl annotate`, static pods run with their mirror pods' networks, and deleting the pods leaves no
@@ -11,14 +11,14 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiPods } from '../support/api-pods';
 import type { DaemonFixture } from '../support/daemon';
-import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { type SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { testBridges } from '../support/test-bridges';
 import { until } from '../support/until';
 
-const skip = expectedPrerequisites(kubeNodeMissing());
+const skip = expectedPrerequisites(singleNodeMissing());
 const prefix = uniquePrefix('kp');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 100);
@@ -36,12 +36,12 @@ const addressesIn = (netns: string): Map<string, string> =>
 
 describe('Plexus on a real kubelet + containerd node', { skip }, () => {
   const plexusNode = new PlexusNodeFixture();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let pods: ApiPods;
 
   before(async () => {
-    await plexusNode.start({ prefix: 'kp', ownedLinks: [0, 1, 2, 3].map((i) => `${prefix}b${i}`) });
+    await plexusNode.start({ prefix: 'kp' });
     ({ node, daemon } = plexusNode);
     const api = node.api;
     for (const [name, i] of [
@@ -197,7 +197,7 @@ describe('Plexus on a real kubelet + containerd node', { skip }, () => {
       [],
     );
     assert.ok(
-      ip('-o', 'link', 'show')
+      ip('-n', node.netns, '-o', 'link', 'show')
         .split('\n')
         .every((l) => !l.includes(`${prefix}b`) || !/veth/.test(l)),
     );

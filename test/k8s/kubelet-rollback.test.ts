@@ -9,13 +9,13 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiPods } from '../support/api-pods';
 import type { DaemonFixture } from '../support/daemon';
-import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { type SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { testBridges } from '../support/test-bridges';
 
-const skip = expectedPrerequisites(kubeNodeMissing());
+const skip = expectedPrerequisites(singleNodeMissing());
 const prefix = uniquePrefix('kr');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
@@ -26,7 +26,7 @@ const portsOn = (i: number): string[] =>
 
 describe('a rolled-back ADD under a real kubelet', { skip }, () => {
   const plexusNode = new PlexusNodeFixture();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let pods: ApiPods;
 

@@ -12,14 +12,14 @@ import { after, before, describe, it } from 'node:test';
 import { PLEXUS_CONFLIST } from '../../src/install/cni-conf';
 import { containerdMajor, containerdVersion } from '../support/containerd';
 import type { DaemonFixture } from '../support/daemon';
-import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { type SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { testBridges } from '../support/test-bridges';
 import { until } from '../support/until';
 
-const missing = kubeNodeMissing();
+const missing = singleNodeMissing();
 const noStatus = (): string | undefined =>
   containerdMajor() < 2
     ? `CNI STATUS needs containerd 2 (this run: ${containerdVersion()}; the default PLEXUS_STACK=1.36 runs containerd 2)`
@@ -36,7 +36,7 @@ interface Condition {
 
 describe("the conflist plexusd installs makes the node's readiness follow plexusd (containerd 2)", { skip }, () => {
   const plexusNode = new PlexusNodeFixture();
-  let node: KubeNodeFixture;
+  let node: SingleNode;
   let daemon: DaemonFixture;
   let installed = '';
 

@@ -1,5 +1,5 @@
 /**
- * A memif network on a real node (KubeNodeFixture: kube-apiserver, containerd, kubelet) and a private OVS-DPDK: a pod
+ * A memif network on a real node (SingleNode: kube-apiserver, containerd, kubelet) and a private OVS-DPDK: a pod
  * limited to one plexus.io/memif, on a network of type memif whose NAD names that resource, gets from the kubelet the
  * device plexusd's device plugin allocated (MEMIF_SOCKET, MEMIF_SECRET, the socket directory mounted), and the
  * switch gets one port serving exactly that device's host socket with exactly that secret: a memif client on the host
@@ -13,7 +13,7 @@ import { PodResourcesClient } from '../../src/deviceplugin/pod-resources';
 import { memifPortName } from '../../src/drivers/memif';
 import { ApiPods } from '../support/api-pods';
 import type { DaemonFixture } from '../support/daemon';
-import { type KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { type SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { uniquePrefix } from '../support/netns';
 import { devarg, type OvsDpdkFixture, ovsDpdkMissing, unquote } from '../support/ovs-dpdk';
 import { MemifNodeFixture } from '../support/memif-node';
@@ -21,7 +21,7 @@ import { Testpmd } from '../support/testpmd';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 
-const nodeMissing = kubeNodeMissing();
+const nodeMissing = singleNodeMissing();
 const ovsMissing = nodeMissing ? undefined : ovsDpdkMissing();
 const skip = expectedPrerequisites(
   nodeMissing && `no real kubelet node here: ${nodeMissing}`,
@@ -37,7 +37,7 @@ describe(
   () => {
     const memifNode = new MemifNodeFixture();
     let podResources: PodResourcesClient | undefined;
-    let node: KubeNodeFixture;
+    let node: SingleNode;
     let daemon: DaemonFixture;
     let ovs: OvsDpdkFixture;
     let pods: ApiPods;

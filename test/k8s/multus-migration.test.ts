@@ -25,14 +25,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
-import { KubeNodeFixture, kubeNodeMissing } from '../support/kube-node';
+import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
 import { grantMultus, multusBinary, multusMissing, multusPluginDir } from '../support/multus';
 import { holdsWithin, until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { stopProcess } from '../support/processes';
 
-const skip = expectedPrerequisites(kubeNodeMissing(), multusMissing());
+const skip = expectedPrerequisites(singleNodeMissing(), multusMissing());
 const prefix = uniquePrefix('mm');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const o = 100 + Math.floor(Math.random() * 50);
@@ -69,7 +69,7 @@ class MultusDaemon {
     readonly config: string,
   ) {}
 
-  static async start(node: KubeNodeFixture, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
+  static async start(node: SingleNode, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
     const api = node.api;
     const access = await grantMultus(api);
     const secrets = join(dir, 'sa');
@@ -115,7 +115,7 @@ class MultusDaemon {
 
 /** The addresses each pod has on the secondary networks (sec, mv), as its network-status says. */
 async function secondaryAddresses(
-  node: KubeNodeFixture,
+  node: SingleNode,
   pods: readonly string[],
 ): Promise<{ pod: string; address: string }[]> {
   const list = await node.call('GET', '/api/v1/namespaces/default/pods');
@@ -134,7 +134,7 @@ async function secondaryAddresses(
 
 for (const mode of ['thin', 'thick'] as const)
   describe(`a ${mode} Multus node taken over by Plexus while pods come and go`, { skip }, () => {
-    let node: KubeNodeFixture;
+    let node: SingleNode;
     let daemon: DaemonFixture;
     let dir: string;
     let binDir: string;
@@ -173,7 +173,7 @@ for (const mode of ['thin', 'thick'] as const)
           },
         ],
       };
-      node = await KubeNodeFixture.start({
+      node = await SingleNode.start({
         cniBinDir: binDir,
         cniConfList: JSON.stringify(podnet),
         ownedLinks: [`${prefix}b1`, uplink, `${prefix}upp`],

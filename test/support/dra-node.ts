@@ -9,14 +9,15 @@ import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { ROOT } from './daemon';
 import { k8sBinary, PLEXUS_USER } from './k8s';
-import { kubeNodeMissing, PAUSE_IMAGE, type KubeNodeFixture } from './kube-node';
+import { PAUSE_IMAGE } from './kube-node';
+import { singleNodeMissing, type SingleNode } from './cluster/single-node';
 import type { DaemonSettings } from './daemon-flags';
 
 export const RESOURCE_API = '/apis/resource.k8s.io/v1';
 
 /** What a DRA node needs beyond a kubelet node: the scheduler and the controller-manager. */
 export function draNodeMissing(): string | undefined {
-  const node = kubeNodeMissing();
+  const node = singleNodeMissing();
   if (node) return node;
   for (const b of ['kube-scheduler', 'kube-controller-manager'])
     if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
@@ -53,7 +54,7 @@ interface ApiObject {
 }
 
 /** What creating objects needs: a node fixture's API calls, or the cluster's (test/support/cluster/). */
-export type ApiCaller = Pick<KubeNodeFixture, 'call'>;
+export type ApiCaller = Pick<SingleNode, 'call'>;
 
 /** Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. */
 export async function create(node: ApiCaller, object: unknown): Promise<void> {
@@ -94,7 +95,7 @@ export const bridgeConfList =
   };
 
 /** A pod's events as `reason: message`. */
-export async function podEvents(node: KubeNodeFixture, namespace: string, name: string): Promise<string[]> {
+export async function podEvents(node: SingleNode, namespace: string, name: string): Promise<string[]> {
   const selector = encodeURIComponent(`involvedObject.name=${name}`);
   const r = await node.call('GET', `/api/v1/namespaces/${namespace}/events?fieldSelector=${selector}`);
   const items = (r.body as { items?: { reason: string; message: string }[] }).items ?? [];
@@ -110,7 +111,7 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
  * the node's CDI directory, and the delegated plugins' directory when given.
  */
-export const draSettings = (node: KubeNodeFixture, work: string, binDir?: string): DaemonSettings => ({
+export const draSettings = (node: SingleNode, work: string, binDir?: string): DaemonSettings => ({
   kubeconfig: node.api.userKubeconfig(PLEXUS_USER),
   nodeName: node.nodeName,
   cniBinDir: binDir,

@@ -10,7 +10,7 @@ import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonFixture } from './daemon';
 import { podnetBridge } from './k8s';
-import type { KubeNodeFixture } from './kube-node';
+import type { SingleNode } from './cluster/single-node';
 import { devarg, OvsDpdkFixture, unquote } from './ovs-dpdk';
 import { PlexusNodeFixture, started } from './plexus-node';
 import { Testpmd } from './testpmd';
@@ -46,7 +46,7 @@ export class MemifNodeFixture {
   get daemon(): DaemonFixture {
     return this.plexus.daemon;
   }
-  get node(): KubeNodeFixture {
+  get node(): SingleNode {
     return this.plexus.node;
   }
 

@@ -1,5 +1,5 @@
 /**
- * The node Multus's e2e scenarios run on: a KubeNodeFixture whose cluster network is kind's `kindnet` (ptp + host-local
+ * The node Multus's e2e scenarios run on: a SingleNode whose cluster network is kind's `kindnet` (ptp + host-local
  * on 10.244.1.0/24, default route via 10.244.1.1) given as the path of a `.conflist`, with the reference plugins 1.9.1,
  * and as its CNI either Plexus (plexusd reading the API, the conflist as its default network) or the real Multus v4.3.0
  * thin plugin (its `clusterNetwork` that path), as PLEXUS_SCENARIO_CNI says (`plexus`, the default, or `multus`).
@@ -9,7 +9,8 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DaemonFixture, SHIM } from './daemon';
-import { KubeNodeFixture, plexusConflist } from './kube-node';
+import { plexusConflist } from './kube-node';
+import { SingleNode } from './cluster/single-node';
 import { multusPluginDir } from './multus';
 import { ip } from './netns';
 import { referencePluginDir, referencePlugins } from './plugin-dir';
@@ -75,13 +76,13 @@ export class ScenarioNode {
   /** The macvlan scenarios' master (kind's eth1): a veth made on the host. */
   master = '';
   daemon: DaemonFixture | undefined;
-  private nodeFixture: KubeNodeFixture | undefined;
+  private nodeFixture: SingleNode | undefined;
   private multusConf: Record<string, unknown> | undefined;
   private madeHostLocalDirs: string[] = [];
 
   constructor(readonly options: ScenarioNodeOptions) {}
 
-  get node(): KubeNodeFixture {
+  get node(): SingleNode {
     if (!this.nodeFixture) throw new Error('the node is not started');
     return this.nodeFixture;
   }
@@ -102,7 +103,7 @@ export class ScenarioNode {
       referencePluginDir(this.binDir, referencePlugins());
       copyFileSync(SHIM, join(this.binDir, 'plexus-cni'));
       this.daemon = new DaemonFixture(this.clusterNetwork, { cniBinDir: this.binDir });
-      this.nodeFixture = await KubeNodeFixture.start({
+      this.nodeFixture = await SingleNode.start({
         cniBinDir: this.binDir,
         cniConfList: plexusConflist(this.daemon.socket),
         ownedLinks,
@@ -113,7 +114,7 @@ export class ScenarioNode {
     } else {
       multusPluginDir(this.binDir, referencePlugins());
       writeFileSync(join(this.binDir, 'passthru'), PASSTHRU, { mode: 0o755 });
-      this.nodeFixture = await KubeNodeFixture.start({
+      this.nodeFixture = await SingleNode.start({
         cniBinDir: this.binDir,
         cniConfList: kindnet(this.ipamDir),
         ownedLinks,

@@ -5,7 +5,8 @@
  * read back from containerd, so a pod counts only when it has MEMIF_SOCKET and the socket directory mounted.
  */
 import { join } from 'node:path';
-import { PAUSE_IMAGE, type KubeNodeFixture } from '../../../test/support/kube-node';
+import { PAUSE_IMAGE } from '../../../test/support/kube-node';
+import type { SingleNode } from '../../../test/support/cluster/single-node';
 
 export const DRA_MEMIF = 'plexus.io/dramemif';
 export const DP_MEMIF = 'plexus.io/dpmemif';
@@ -57,7 +58,7 @@ export const memifDevicePluginPod = (namespace: string, name: string): unknown =
 });
 
 /** How many of the pods' containers have MEMIF_SOCKET and a mount under /run/memif (what the device plugin gives). */
-export async function withMemif(node: KubeNodeFixture, namespace: string, names: readonly string[]): Promise<number> {
+export async function withMemif(node: SingleNode, namespace: string, names: readonly string[]): Promise<number> {
   let n = 0;
   for (const name of names) {
     const seen = await node.containerSpec(namespace, name);

@@ -1,5 +1,5 @@
 /**
- * A burst of pods through a real kubelet (KubeNodeFixture): every pod created at once, timed from the first create to
+ * A burst of pods through a real kubelet (SingleNode): every pod created at once, timed from the first create to
  * the last pod Running, then deleted until the node is clean. Mode `bridge`: the reference bridge + host-local as the
  * node's network, no Plexus. Mode `plexus`: plexus-cni as the node's only CNI plugin, plexusd reading its networks from
  * the API, each pod with the default network and two more (eth0, net1, net2).
@@ -8,7 +8,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubeNodeFixture } from '../../../test/support/kube-node';
+import { SingleNode } from '../../../test/support/cluster/single-node';
 import { referencePlugins } from '../../../test/support/plugin-dir';
 import { freeTenNet, linksOfBridge, restoreForwardingOnTeardown, uniquePrefix } from '../host';
 import { daemonEntry, hostLocalLeftovers, httpOverSocket, plexusLeftovers, shimBinary } from '../plexusd';
@@ -209,7 +209,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     net: `10.${second}.${i}`,
   }));
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
-  const state: { node?: KubeNodeFixture; daemon?: ChildProcess; problems: string[] } = { problems: [] };
+  const state: { node?: SingleNode; daemon?: ChildProcess; problems: string[] } = { problems: [] };
   // One step, in the order that works: the node's CRI tear-down needs plexusd alive for its CNI DELs, and plexusd's
   // watches must be gone before the API server stops. The node deletes the bridges (ownedLinks).
   teardown.add('tear the node down', async () => {
@@ -229,7 +229,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const binDir = join(root, 'bin');
     const conflist = nodeConflist(mode, networks[0]!, socket, binDir);
     const startedAt = performance.now();
-    const node = (state.node = await KubeNodeFixture.start({
+    const node = (state.node = await SingleNode.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
       ownedLinks: networks.map((n) => n.bridge),

@@ -7,7 +7,7 @@
  * half-way through start().
  */
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildPauseImage, containerdBinDir } from '../containerd';
@@ -16,7 +16,7 @@ import { KubeApiFixture, k8sBinaryMissing } from '../k8s';
 import { KernelSettings, kubeNodeMissing } from '../kube-node';
 import { ip, ipTry, uniquePrefix } from '../netns';
 import { Relay } from '../relay';
-import type { IpamTiming, NodePaths } from './node-config';
+import { type IpamTiming, NodePaths } from './node-config';
 import { ClusterNode, type NodeSpec } from './node';
 import { makeMountPoints, removeMountPoints } from './node-namespaces';
 
@@ -33,16 +33,30 @@ export interface ClusterOptions {
   readonly settings?: (node: NodePaths) => Readonly<Record<string, unknown>>;
   /** Runs once the API server is up, before any node starts: objects the nodes' daemons need at once (RBAC). */
   readonly beforeNodes?: (api: KubeApiFixture) => Promise<void>;
+  /**
+   * Which containerd the nodes run: containerd 2 (the default: what the DaemonSet's proofs need), or the run's pair's
+   * ($PLEXUS_STACK: containerd 1.6 on the oldest pair), as the single-node tests do.
+   */
+  readonly runtime?: 'containerd 2' | "the run's pair";
+  /**
+   * Runs for each node once its processes started, before the node is waited for Ready: what its readiness waits
+   * for (a test's own CNI daemon in the node).
+   */
+  readonly beforeReady?: (node: ClusterNode) => Promise<void>;
+  /** A test's own CNI set-up on every node instead of the node's bridge network (NodeSpec.cni). */
+  readonly cni?: (node: NodePaths) => { readonly confList: string; readonly binDir: string };
 }
 
 /** The part of a NodeSpec every node of one cluster shares. */
-type SharedNodeSpec = Omit<NodeSpec, 'name' | 'root' | 'uplink' | 'podSubnet' | 'api'>;
+type SharedNodeSpec = Omit<NodeSpec, 'name' | 'root' | 'uplink' | 'podSubnet' | 'api' | 'cni'> & {
+  readonly cniOf?: ClusterOptions['cni'];
+};
 
-/** Why the cluster cannot run here, or undefined when it can. */
-export function clusterMissing(): string | undefined {
+/** Why the cluster cannot run here, or undefined when it can (`runtime` as ClusterOptions.runtime). */
+export function clusterMissing(runtimeChoice: ClusterOptions['runtime'] = 'containerd 2'): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
-  const runtime = containerdBinDir(sharedContainerd());
+  const runtime = containerdBinDir(runtimeEnv(runtimeChoice));
   if (runtime.problem) return `containerd 2 (${runtime.problem})`;
   if (!runtime.dir)
     return "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's";
@@ -51,12 +65,22 @@ export function clusterMissing(): string | undefined {
   return k8sBinaryMissing('kube-controller-manager') ?? k8sBinaryMissing('kube-scheduler');
 }
 
-/** The containerd the cluster runs: $PLEXUS_CONTAINERD's, else containerd 2 of ../shared. */
-/** The cluster's nodes run containerd 2 whatever pair the run is on (their config is containerd 2's version 3). */
-const sharedContainerd = (): NodeJS.ProcessEnv => ({
-  ...process.env,
-  PLEXUS_CONTAINERD: process.env.PLEXUS_CONTAINERD?.trim() || '2',
-});
+/**
+ * The environment that picks the nodes' containerd: by default containerd 2 whatever pair the run is on
+ * ($PLEXUS_CONTAINERD's if set); "the run's pair" leaves the choice to $PLEXUS_STACK (containerd.ts).
+ */
+const runtimeEnv = (choice: ClusterOptions['runtime'] = 'containerd 2'): NodeJS.ProcessEnv =>
+  choice === "the run's pair"
+    ? process.env
+    : { ...process.env, PLEXUS_CONTAINERD: process.env.PLEXUS_CONTAINERD?.trim() || '2' };
+
+/** The major version of the containerd in `dir` (`containerd --version`). */
+function containerdMajorOf(dir: string): number {
+  const out = spawnSync(join(dir, 'containerd'), ['--version'], { encoding: 'utf8' }).stdout ?? '';
+  const m = / v?(\d+)\.\d+\.\d+/.exec(out);
+  if (!m) throw new Error(`${join(dir, 'containerd')} --version says no version: ${out}`);
+  return Number(m[1]);
+}
 
 const random = (n: number): number => Math.floor(Math.random() * n);
 
@@ -70,7 +94,11 @@ export class TestCluster {
   private api_: KubeApiFixture | undefined;
   private readonly controlPlane = new ClusterControlPlane();
   private relay: Relay | undefined;
-  private readonly sysctls = new KernelSettings([...KUBELET_SYSCTLS, 'kernel/keys/root_maxkeys']);
+  private readonly sysctls = new KernelSettings([
+    ...KUBELET_SYSCTLS,
+    'kernel/keys/root_maxkeys',
+    'kernel/keys/root_maxbytes',
+  ]);
   private bridgeMade = false;
   /** Host directories made as the nodes' mount points. */
   private mountPoints: string[] = [];
@@ -88,6 +116,22 @@ export class TestCluster {
   get api(): KubeApiFixture {
     if (!this.api_) throw new Error('the cluster has no API server (start() failed before it)');
     return this.api_;
+  }
+
+  /** The API server's URL as the nodes reach it (the relay on the bridge). */
+  get apiUrl(): string {
+    if (!this.shared) throw new Error('the cluster has no API relay (start() failed before it)');
+    return this.shared.apiUrl;
+  }
+
+  /** The last lines of the controller-manager's or the scheduler's log. */
+  controlPlaneLogTail(name: 'kube-controller-manager' | 'kube-scheduler', lines = 40): string {
+    try {
+      const text = readFileSync(join(this.dir, 'control-plane', `${name}.log`), 'utf8');
+      return text.trimEnd().split('\n').slice(-lines).join('\n');
+    } catch {
+      return '(no log)';
+    }
   }
 
   /** The host bridge all uplinks are ports of. */
@@ -128,13 +172,20 @@ export class TestCluster {
     const apiUrl = `https://${this.lan}.1:${this.relay.listening.port}`;
     const pauseArchive = buildPauseImage(join(this.dir, 'image'));
     const plexusKubeconfig = this.api.userKubeconfig('plexus');
-    const containerdDir = containerdBinDir(sharedContainerd()).dir!;
-    this.shared = { apiUrl, plexusKubeconfig, pauseArchive, containerdDir, timing, settings, plexusAtBoot };
+    const env = runtimeEnv(options.runtime);
+    const containerdDir = containerdBinDir(env).dir!;
+    const containerdMajor = containerdMajorOf(containerdDir);
+    const cniOf = options.cni;
+    this.shared = {
+      ...{ apiUrl, plexusKubeconfig, pauseArchive, containerdDir, containerdMajor },
+      ...{ timing, settings, plexusAtBoot, cniOf },
+    };
     for (let i = 1; i <= count; i++) this.nodes.push(this.nodeNumbered(i));
     this.sysctls.record();
     this.mountPoints = makeMountPoints();
     const started = performance.now();
     await Promise.all(this.nodes.map((n) => n.start()));
+    for (const n of this.nodes) await options.beforeReady?.(n);
     await Promise.all(this.nodes.map((n) => this.waitNodeReady(n.name)));
     this.nodesStartMs = performance.now() - started;
   }
@@ -149,8 +200,17 @@ export class TestCluster {
       gateway: `${this.lan}.1`,
     };
     const name = `${this.prefix}-n${i}`;
-    const spec = { name, root: join(this.dir, `n${i}`), uplink, podSubnet: `10.244.${i}.0/24`, api: this.api };
-    return new ClusterNode({ ...spec, ...this.shared });
+    const root = join(this.dir, `n${i}`);
+    const { cniOf, ...shared } = this.shared;
+    const spec = {
+      name,
+      root,
+      uplink,
+      podSubnet: `10.244.${i}.0/24`,
+      api: this.api,
+      cni: cniOf?.(new NodePaths(root)),
+    };
+    return new ClusterNode({ ...spec, ...shared });
   }
 
   /**

@@ -1,6 +1,6 @@
 /**
- * The configuration files of one node of the test cluster: containerd's (config version 3, ../shared/k8s/NOTES.md
- * sections 3, 11 and 12), the kubelet's and plexusd's. Every path a node owns is under its root directory; the few
+ * The configuration files of one node of the test cluster: containerd's (config version 3 for containerd 2,
+ * version 2 for 1.6; ../shared/k8s/NOTES.md sections 3, 11 and 12), the kubelet's and plexusd's. Every path a node owns is under its root directory; the few
  * paths a program hard-codes are bound over in the node's mount namespace (node-namespaces.ts).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -31,6 +31,14 @@ export class NodePaths {
   get certs(): string {
     return join(this.root, 'certs');
   }
+  /** The node's /run/cdi, where containerd 2 reads CDI specs and plexusd writes them. */
+  get cdiDir(): string {
+    return join(this.root, 'run', 'cdi');
+  }
+  /** The kubelet's staticPodPath. */
+  get staticPodDir(): string {
+    return join(this.root, 'etc', 'manifests');
+  }
   log(name: string): string {
     return join(this.root, 'log', `${name}.log`);
   }
@@ -39,18 +47,34 @@ export class NodePaths {
   }
 }
 
-/** containerd 2's config for a node: root, state, socket and runc's root its own; CNI from the node's dirs. */
-export function containerdConfig(paths: NodePaths): string {
+/** What containerd's config of one node says beyond its paths. */
+export interface RuntimeChoice {
+  /** containerd's major version: 2 reads config version 3, 1.6 version 2 (../shared/k8s/NOTES.md section 11). */
+  readonly major: number;
+  /** The runtime's CNI plugin directory (default: the node's /opt/cni/bin). */
+  readonly cniBinDir?: string;
+}
+
+/**
+ * containerd's config for a node: root, state, socket and runc's root its own; CNI from the node's dirs; CDI (on in
+ * containerd 2) read from the node's /run/cdi only. Config version 3 for containerd 2, version 2 for 1.6.
+ */
+export function containerdConfig(paths: NodePaths, runtime: RuntimeChoice = { major: 2 }): string {
   const d = (p: string): string => JSON.stringify(join(paths.root, p)); // TOML basic strings accept JSON's escapes
-  const runtime = "[plugins.'io.containerd.cri.v1.runtime'";
-  return [
-    'version = 3',
+  const binDir = JSON.stringify(runtime.cniBinDir ?? paths.cniBinDir);
+  const common = [
     `root = ${d('var/lib/containerd')}`,
     `state = ${d('run/containerd')}`,
     '[grpc]',
     `  address = ${JSON.stringify(paths.containerdSocket)}`,
     '[ttrpc]',
     `  address = ${JSON.stringify(`${paths.containerdSocket}.ttrpc`)}`,
+  ];
+  if (runtime.major < 2) return containerd16Config(paths, common, binDir);
+  const runtimeTable = "[plugins.'io.containerd.cri.v1.runtime'";
+  return [
+    'version = 3',
+    ...common,
     "[plugins.'io.containerd.internal.v1.opt']",
     `  path = ${d('opt/containerd')}`,
     "[plugins.'io.containerd.nri.v1.nri']",
@@ -59,23 +83,55 @@ export function containerdConfig(paths: NodePaths): string {
     '  snapshotter = "overlayfs"',
     "  [plugins.'io.containerd.cri.v1.images'.pinned_images]",
     `    sandbox = "${PAUSE_IMAGE}"`,
-    `${runtime}]`,
+    `${runtimeTable}]`,
     // Without CAP_SYS_RESOURCE a negative oom_score_adj is refused and every sandbox fails (NOTES.md section 3).
     '  restrict_oom_score_adj = true',
-    `  ${runtime}.containerd]`,
+    '  enable_cdi = true',
+    `  cdi_spec_dirs = [${JSON.stringify(paths.cdiDir)}]`,
+    `  ${runtimeTable}.containerd]`,
     '    default_runtime_name = "runc"',
-    `    ${runtime}.containerd.runtimes.runc]`,
+    `    ${runtimeTable}.containerd.runtimes.runc]`,
     '      runtime_type = "io.containerd.runc.v2"',
-    `      ${runtime}.containerd.runtimes.runc.options]`,
+    `      ${runtimeTable}.containerd.runtimes.runc.options]`,
     '        SystemdCgroup = false',
     `        Root = ${d('run/runc')}`,
-    `  ${runtime}.cni]`,
-    `    bin_dirs = [${JSON.stringify(paths.cniBinDir)}]`,
+    `  ${runtimeTable}.cni]`,
+    `    bin_dirs = [${binDir}]`,
     `    conf_dir = ${JSON.stringify(paths.cniConfDir)}`,
     '    max_conf_num = 1',
     "[plugins.'io.containerd.grpc.v1.cri']",
     '  stream_server_address = "127.0.0.1"',
     '  stream_server_port = "0"',
+    '',
+  ].join('\n');
+}
+
+/** containerd 1.6's form (config version 2: one CRI plugin; no CDI). */
+function containerd16Config(paths: NodePaths, common: readonly string[], binDir: string): string {
+  const d = (p: string): string => JSON.stringify(join(paths.root, p));
+  const cri = '[plugins."io.containerd.grpc.v1.cri"';
+  return [
+    'version = 2',
+    ...common,
+    '[plugins."io.containerd.internal.v1.opt"]',
+    `  path = ${d('opt/containerd')}`,
+    `${cri}]`,
+    `  sandbox_image = "${PAUSE_IMAGE}"`,
+    '  restrict_oom_score_adj = true',
+    '  stream_server_address = "127.0.0.1"',
+    '  stream_server_port = "0"',
+    `  ${cri}.containerd]`,
+    '    snapshotter = "overlayfs"',
+    '    default_runtime_name = "runc"',
+    `    ${cri}.containerd.runtimes.runc]`,
+    '      runtime_type = "io.containerd.runc.v2"',
+    `      ${cri}.containerd.runtimes.runc.options]`,
+    '        SystemdCgroup = false',
+    `        Root = ${d('run/runc')}`,
+    `  ${cri}.cni]`,
+    `    bin_dir = ${binDir}`,
+    `    conf_dir = ${JSON.stringify(paths.cniConfDir)}`,
+    '    max_conf_num = 1',
     '',
   ].join('\n');
 }
@@ -98,6 +154,7 @@ export function kubeletConfig(paths: NodePaths, node: KubeletIdentity): unknown 
       podLogsDir: join(paths.root, 'var', 'log', 'pods'),
     }),
     cgroupRoot: `/${node.nodeName}`,
+    staticPodPath: paths.staticPodDir,
     // A killed node's pods are seen gone sooner (the node controller's grace counts from the last update).
     nodeStatusUpdateFrequency: '4s',
   };

@@ -6,12 +6,12 @@
  * mount namespace or cgroups (shims, pods), removes the cgroups, the namespace and the uplinks.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { issueCert } from '../certs';
 import { getJson, PLEXUSD, ROOT } from '../daemon';
 import { k8sBinary, type KubeApiFixture } from '../k8s';
-import { CriRuntime } from '../kube-node';
+import { CriRuntime, kubeletVerbosity } from '../kube-node';
 import { containerPluginDir } from '../plugin-dir';
 import { stopProcess } from '../processes';
 import { until } from '../until';
@@ -24,6 +24,7 @@ import {
   writeNodeKubeconfig,
 } from './node-config';
 import {
+  boundSource,
   holderMountNs,
   inNode,
   killNodeProcesses,
@@ -54,6 +55,13 @@ export interface NodeSpec {
   readonly settings?: (node: NodePaths) => Readonly<Record<string, unknown>>;
   /** Whether boot() installs and starts Plexus (default true); else the node runs its own CNI config only. */
   readonly plexusAtBoot?: boolean;
+  /** containerd's major version (2 unless the run's pair is containerd 1.6's). */
+  readonly containerdMajor?: number;
+  /**
+   * The node's CNI set-up when a test brings its own (a single-node test's plexusd, started by the test): this
+   * conflist instead of the node's bridge network, and the runtime's plugins from `binDir`.
+   */
+  readonly cni?: { readonly confList: string; readonly binDir: string };
 }
 
 type NodeProcess = 'containerd' | 'kubelet' | 'plexusd';
@@ -103,14 +111,86 @@ export class ClusterNode {
     this.holder = await startHolder(this.netns, this.spec.root);
     this.mountNs = holderMountNs(this.holder);
     await this.startContainerd();
+    this.startKubelet();
+    if (this.plexusInstalled) await this.startPlexus();
+  }
+
+  /** Starts the kubelet (at boot, or again after stopKubelet); answers when it was spawned (Date.now()). */
+  startKubelet(): number {
+    const spawnedAt = Date.now();
     this.spawn('kubelet', k8sBinary('kubelet')!, [
       `--config=${this.paths.etc('kubelet-config.json')}`,
       `--kubeconfig=${this.paths.etc('kubelet.kubeconfig')}`,
       `--hostname-override=${this.name}`,
       `--node-ip=${this.address}`,
       `--volume-plugin-dir=${join(this.spec.root, 'var', 'lib', 'kubelet-plugins')}`,
+      ...kubeletVerbosity(),
     ]);
-    if (this.plexusInstalled) await this.startPlexus();
+    return spawnedAt;
+  }
+
+  /** Stops the kubelet (SIGTERM) and leaves it stopped, as a crash or an upgrade would; pods keep running. */
+  async stopKubelet(): Promise<void> {
+    await stopProcess(this.procs.get('kubelet'), 'SIGTERM', 10000);
+    this.procs.delete('kubelet');
+  }
+
+  /** Stops containerd (SIGTERM); the pods' shims and network namespaces live on. */
+  async stopContainerd(): Promise<void> {
+    await stopProcess(this.procs.get('containerd'), 'SIGTERM', 10000);
+    this.procs.delete('containerd');
+  }
+
+  /**
+   * Stops containerd and starts it again with the same config, as an upgrade or a crash of the runtime would;
+   * resolves once CRI serves again (containerd 1.6 answers ctr before its CRI plugin has loaded the sandboxes).
+   */
+  async restartContainerd(): Promise<void> {
+    await this.stopContainerd();
+    await this.startContainerd();
+    const cri = new CriRuntime(this.paths.containerdSocket);
+    await until(
+      `CRI serving on ${this.name} after the restart`,
+      () => cri.listSandboxes().then(() => true),
+      20000,
+      100,
+    );
+  }
+
+  /**
+   * A path inside the node's mount namespace as the host reaches it (through the holder's root): a pod's network
+   * namespace under the node's /run/netns, say.
+   */
+  hostPath(path: string): string {
+    if (!this.holder?.pid) throw new Error(`node ${this.name} is not running`);
+    // An absolute symlink met past /proc/<pid>/root resolves against the host's root: /var/run is such a link.
+    return `/proc/${this.holder.pid}/root${path.replace(/^\/var\/run\//, '/run/')}`;
+  }
+
+  /** The node's /var/lib/kubelet, as a host path (the directory bound over it). */
+  get kubeletRoot(): string {
+    return boundSource(this.spec.root, '/var/lib/kubelet');
+  }
+
+  /** The node's /var/lib/cni/networks (host-local's default data dir), as a host path. */
+  get hostLocalDataDir(): string {
+    return join(boundSource(this.spec.root, '/var/lib/cni'), 'networks');
+  }
+
+  /** The files under the node's /run/netns: each a pod network namespace not yet removed. */
+  netnsLeft(): string[] {
+    const dir = boundSource(this.spec.root, '/run/netns');
+    try {
+      return readdirSync(dir).map((f) => join('/run/netns', f));
+    } catch {
+      return [];
+    }
+  }
+
+  /** The command the node's processes run under: `nsenter` into its mount and network namespaces (it execs). */
+  get launcher(): readonly string[] {
+    if (!this.holder?.pid) throw new Error(`node ${this.name} is not running`);
+    return ['nsenter', '-t', String(this.holder.pid), '-m', '-n', '--'];
   }
 
   /**
@@ -155,12 +235,19 @@ export class ClusterNode {
     writeNodeKubeconfig(client, this.paths.etc('kubelet.kubeconfig'), this.spec.apiUrl);
     const identity = { nodeName: name, nodeIp: this.address, clientCa: ca.cert };
     writeFileSync(this.paths.etc('kubelet-config.json'), JSON.stringify(kubeletConfig(this.paths, identity)));
-    writeFileSync(this.paths.etc('containerd.toml'), containerdConfig(this.paths));
+    const runtime = { major: this.spec.containerdMajor ?? 2, cniBinDir: this.spec.cni?.binDir };
+    writeFileSync(this.paths.etc('containerd.toml'), containerdConfig(this.paths, runtime));
     const plexusKubeconfig = this.paths.etc('plexus.kubeconfig');
     writeNodeKubeconfig(this.spec.plexusKubeconfig, plexusKubeconfig, this.spec.apiUrl);
     const asked = { ...this.spec.timing, ...this.spec.settings?.(this.paths) };
     const settings = plexusdConfig(this.paths, plexusKubeconfig, asked);
     writeFileSync(this.paths.etc('plexusd.json'), JSON.stringify(settings));
+    mkdirSync(this.paths.staticPodDir, { recursive: true });
+    mkdirSync(this.paths.cdiDir, { recursive: true }); // there before containerd watches it
+    if (this.spec.cni) {
+      writeFileSync(join(this.paths.cniConfDir, '10-test.conflist'), this.spec.cni.confList);
+      return;
+    }
     // The node's own CNI config, as a node has before Plexus comes: plexus-install makes it every pod's eth0.
     const podnet = {
       cniVersion: '1.0.0',
@@ -178,6 +265,7 @@ export class ClusterNode {
   }
 
   private async startContainerd(): Promise<void> {
+    this.procs.delete('containerd');
     const bin = join(this.spec.containerdDir, 'containerd');
     // containerd finds its shim on the PATH.
     const PATH = `${this.spec.containerdDir}${delimiter}${process.env.PATH ?? ''}`;

@@ -9,8 +9,8 @@
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { buildPauseImage, containerdBinDir } from '../containerd';
+import { dirname, join } from 'node:path';
+import { buildPauseImage, containerdBinary, containerdBinDir, containerdMissing } from '../containerd';
 import { ClusterControlPlane } from '../control-plane';
 import { KubeApiFixture, k8sBinaryMissing } from '../k8s';
 import { KernelSettings, kubeNodeMissing } from '../kube-node';
@@ -56,10 +56,12 @@ type SharedNodeSpec = Omit<NodeSpec, 'name' | 'root' | 'uplink' | 'podSubnet' | 
 export function clusterMissing(runtimeChoice: ClusterOptions['runtime'] = 'containerd 2'): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
-  const runtime = containerdBinDir(runtimeEnv(runtimeChoice));
-  if (runtime.problem) return `containerd 2 (${runtime.problem})`;
-  if (!runtime.dir)
+  const env = runtimeEnv(runtimeChoice);
+  const runtime = containerdBinDir(env);
+  if (runtime.problem) return `containerd (${runtime.problem})`;
+  if (!runtime.dir && runtimeChoice === 'containerd 2')
     return "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's";
+  if (!runtime.dir && !containerdBinary('containerd')) return containerdMissing() ?? 'no containerd on the PATH';
   const tools = ['unshare', 'nsenter', 'busybox'].filter((t) => spawnSync('which', [t]).status !== 0);
   if (tools.length) return `not installed: ${tools.join(', ')}`;
   return k8sBinaryMissing('kube-controller-manager') ?? k8sBinaryMissing('kube-scheduler');
@@ -173,7 +175,8 @@ export class TestCluster {
     const pauseArchive = buildPauseImage(join(this.dir, 'image'));
     const plexusKubeconfig = this.api.userKubeconfig('plexus');
     const env = runtimeEnv(options.runtime);
-    const containerdDir = containerdBinDir(env).dir!;
+    // The system's containerd (the oldest pair's) has no directory of its own: the one its binary is in.
+    const containerdDir = containerdBinDir(env).dir ?? dirname(containerdBinary('containerd')!);
     const containerdMajor = containerdMajorOf(containerdDir);
     const cniOf = options.cni;
     this.shared = {

@@ -59,12 +59,29 @@ const positive = (flag: string, v: string | undefined, dflt: number): number => 
   return n;
 };
 
-/** Plexus on every node (as the DaemonSet would put it), or every node back on its own network only. */
-async function switchTo(c: TestCluster, mode: ClusterBurstMode, installed: boolean): Promise<boolean> {
+/**
+ * Plexus on every node (as the DaemonSet would put it), or every node back on its own network only; then waits
+ * until each node's runtime says its network is ready and its kubelet has reported Ready after that. Between
+ * plexusd's stop and the removal of its conflist, containerd 2's STATUS call to the 1.1.0 conflist fails and the
+ * node may turn NotReady; a burst started then waits out the kubelet's retries (one plain burst took 65 s so).
+ */
+async function switchTo(
+  c: TestCluster,
+  mode: ClusterBurstMode,
+  installed: boolean,
+  log: (line: string) => void,
+): Promise<boolean> {
   if ((mode === 'plexus') === installed) return installed;
   if (mode === 'plexus') await Promise.all(c.nodes.map((n) => n.startPlexus()));
   else for (const n of c.nodes) await n.uninstallPlexus();
-  await new Promise((r) => setTimeout(r, 3000)); // containerd reloads its CNI config on its own schedule
+  const waits = await Promise.all(
+    c.nodes.map(async (n) => {
+      const network = await n.waitNetworkReady();
+      const reported = await c.waitReadyReportedSince(n.name, new Date());
+      return `${n.name} network ${(network / 1000).toFixed(1)} s, Ready reported ${(reported / 1000).toFixed(1)} s`;
+    }),
+  );
+  log(`${mode}: ${waits.join('; ')}`);
   return mode === 'plexus';
 }
 
@@ -186,14 +203,14 @@ async function main(): Promise<number> {
     for (let round = 1; round <= rounds; round++) {
       const order: ClusterBurstMode[] = round % 2 === 1 ? ['plain', 'plexus'] : ['plexus', 'plain'];
       for (const mode of order) {
-        installed = await switchTo(cluster, mode, installed);
+        installed = await switchTo(cluster, mode, installed, log);
         const networks = Object.keys(nads);
         const plan = { mode, round, namespace: NS, podsPerNode, networks, clusterNetworks, timeoutMs: 600000, log };
         bursts.push(await runClusterBurst(cluster, plan));
       }
     }
     if (!values['no-reuse']) {
-      installed = await switchTo(cluster, 'plexus', installed);
+      installed = await switchTo(cluster, 'plexus', installed, log);
       reuse = await timeNodeDeathReuse(cluster, { ...timing, namespace: NS, log });
     }
   } finally {

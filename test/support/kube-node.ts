@@ -209,6 +209,21 @@ export class CriRuntime {
     await this.call('RemovePodSandbox', stringField(1, id));
   }
 
+  /**
+   * The runtime's conditions (CRI Status): RuntimeReady and NetworkReady, each with its reason and message (the CNI
+   * plugin's STATUS error, or "cni config uninitialized", while the network is not ready).
+   */
+  async conditions(): Promise<{ type: string; status: boolean; reason: string; message: string }[]> {
+    const reply = decode(await this.call('Status', Buffer.alloc(0)));
+    const runtimeStatus = decode((reply.get(1)?.[0] as Buffer | undefined) ?? Buffer.alloc(0));
+    return (runtimeStatus.get(1) ?? [])
+      .filter((b) => Buffer.isBuffer(b))
+      .map((item) => {
+        const c = decode(item);
+        return { type: str(c, 1), status: c.get(2)?.[0] === 1, reason: str(c, 3), message: str(c, 4) };
+      });
+  }
+
   async netnsPath(id: string): Promise<string> {
     const reply = decode(await this.call('PodSandboxStatus', Buffer.concat([stringField(1, id), varintField(2, 1)])));
     for (const entry of (reply.get(2) ?? []).filter((b) => Buffer.isBuffer(b))) {

@@ -247,6 +247,29 @@ export class TestCluster {
   }
 
   /**
+   * Waits until the kubelet of node `name` has reported Ready at or after `since` (its Ready condition's
+   * lastHeartbeatTime, whole seconds): a readiness the kubelet judged after a change the test made, not one left
+   * from before it. Answers the milliseconds waited.
+   */
+  async waitReadyReportedSince(name: string, since: Date, timeoutMs = 60000): Promise<number> {
+    const started = performance.now();
+    const after = Math.ceil(since.getTime() / 1000) * 1000;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const node = await this.api.request('GET', `/api/v1/nodes/${name}`).catch(() => undefined);
+      type Condition = { type: string; status: string; lastHeartbeatTime?: string; message?: string };
+      const ready = (node?.body as { status?: { conditions?: Condition[] } } | undefined)?.status?.conditions?.find(
+        (c) => c.type === 'Ready',
+      );
+      const heartbeat = ready?.lastHeartbeatTime ? Date.parse(ready.lastHeartbeatTime) : 0;
+      if (ready?.status === 'True' && heartbeat >= after) return performance.now() - started;
+      if (Date.now() > deadline)
+        throw new Error(`node ${name} reported no Ready since ${since.toISOString()}: ${JSON.stringify(ready)}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  /**
    * Where the nodes reach the API server (the host relay on the bridge): a pod's KUBERNETES_SERVICE_HOST and
    * KUBERNETES_SERVICE_PORT, the same on every node, since the cluster has no Service proxy.
    */

@@ -449,4 +449,22 @@ export class ClusterNode {
     await attempt('netns', () => problems.push(...removeNodeNetns(this.netns, this.spec.uplink)));
     return problems;
   }
+  /**
+   * Waits until the node's runtime says its network is ready (CRI Status, NetworkReady), as the kubelet asks it
+   * before it makes a pod's sandbox; answers the milliseconds waited.
+   */
+  async waitNetworkReady(timeoutMs = 60000): Promise<number> {
+    const started = performance.now();
+    const cri = new CriRuntime(this.paths.containerdSocket);
+    let last = '';
+    const ready = async (): Promise<true | undefined> => {
+      const network = (await cri.conditions()).find((c) => c.type === 'NetworkReady');
+      last = network ? `${network.reason}: ${network.message}` : 'no NetworkReady condition';
+      return network?.status || undefined;
+    };
+    await until(`${this.name}'s runtime network ready`, ready, timeoutMs, 200).catch((e: unknown) => {
+      throw new Error(`${message(e)} (last: ${last})`);
+    });
+    return performance.now() - started;
+  }
 }

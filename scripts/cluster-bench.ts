@@ -78,7 +78,8 @@ async function switchTo(
     c.nodes.map(async (n) => {
       const network = await n.waitNetworkReady();
       const reported = await c.waitReadyReportedSince(n.name, new Date());
-      return `${n.name} network ${(network / 1000).toFixed(1)} s, Ready reported ${(reported / 1000).toFixed(1)} s`;
+      const why = network.reasons.length ? ` (${network.reasons.join('; then ')})` : '';
+      return `${n.name} network ${(network.waitedMs / 1000).toFixed(1)} s${why}, Ready reported ${(reported / 1000).toFixed(1)} s`;
     }),
   );
   log(`${mode}: ${waits.join('; ')}`);

@@ -451,20 +451,21 @@ export class ClusterNode {
   }
   /**
    * Waits until the node's runtime says its network is ready (CRI Status, NetworkReady), as the kubelet asks it
-   * before it makes a pod's sandbox; answers the milliseconds waited.
+   * before it makes a pod's sandbox; answers the milliseconds waited and each distinct reason it gave meanwhile.
    */
-  async waitNetworkReady(timeoutMs = 60000): Promise<number> {
+  async waitNetworkReady(timeoutMs = 120000): Promise<{ waitedMs: number; reasons: string[] }> {
     const started = performance.now();
     const cri = new CriRuntime(this.paths.containerdSocket);
-    let last = '';
+    const reasons: string[] = [];
     const ready = async (): Promise<true | undefined> => {
       const network = (await cri.conditions()).find((c) => c.type === 'NetworkReady');
-      last = network ? `${network.reason}: ${network.message}` : 'no NetworkReady condition';
+      const why = network ? `${network.reason}: ${network.message}` : 'no NetworkReady condition';
+      if (!network?.status && reasons.at(-1) !== why) reasons.push(why);
       return network?.status || undefined;
     };
     await until(`${this.name}'s runtime network ready`, ready, timeoutMs, 200).catch((e: unknown) => {
-      throw new Error(`${message(e)} (last: ${last})`);
+      throw new Error(`${message(e)} (${reasons.join('; then ')})`);
     });
-    return performance.now() - started;
+    return { waitedMs: performance.now() - started, reasons };
   }
 }

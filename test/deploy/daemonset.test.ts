@@ -41,7 +41,7 @@ const METRICS_URL = 'http://127.0.0.1:9468/metrics';
 /** The image the DaemonSet is upgraded to under churn: the same build under another version and tag. */
 const NEXT_VERSION = '0.1.1-upgrade';
 const NEXT_IMAGE = `local.test/plexus:${NEXT_VERSION}`;
-/** The secondary network: a delegated bridge with host-local, which plexusd runs natively. */
+/** The secondary network: a bridge with host-local, both run by plexusd itself (its driver and its IPAM). */
 const SEC_BRIDGE = 'sec0';
 const SEC = JSON.stringify({
   cniVersion: '1.0.0',

@@ -3,7 +3,7 @@
  * cluster network (as a file and as a NAD), defaultNetworks, namespace isolation and the global namespaces.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
@@ -15,6 +15,9 @@ import { NetnsFixture, podLinks, uniquePrefix } from '../support/netns';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 
 restoreForwardingAfterwards();
+/** The reference host-local's default store of a network named podnet, on the host. */
+const HOST_PODNET_STORE = '/var/lib/cni/networks/podnet';
+const podnetStoreBefore = existsSync(HOST_PODNET_STORE);
 
 for (const clusterNetwork of ['file', 'nad'] as const) {
   describe(`a plexusd with the settings of a Multus whose cluster network is a ${clusterNetwork}`, () => {
@@ -30,12 +33,12 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
     const settings = join(base.dir, 'plexusd.yaml');
     // As the DaemonSet runs it: the ConfigMap's file names the link and the imported settings; no flag overrides them.
     const daemon = new DaemonFixture('', { config: settings, cniBinDir: DEBIAN_PLUGINS });
-    const bridge = (name: string, i: number): Record<string, unknown> => ({
+    const bridge = (name: string, i: number, dataDir?: string): Record<string, unknown> => ({
       cniVersion: '1.0.0',
       name,
       type: 'bridge',
       bridge: `${prefix}b${i}`,
-      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]] },
+      ipam: { type: 'host-local', ranges: [[{ subnet: `10.${o}.${t + i}.0/24` }]], ...(dataDir ? { dataDir } : {}) },
     });
     const nad = (namespace: string, name: string, i: number): void =>
       daemon.writeNad(
@@ -52,7 +55,9 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
       mkdirSync(confDir);
       writeFileSync(settings, `defaultNetwork: ${link}\nimportedConfig: ${imported}\n`);
       for (const i of [0, 1, 2, 3]) fx.trackHostLink(`${prefix}b${i}`);
-      writeFileSync(join(confDir, '10-podnet.conflist'), JSON.stringify(bridge('podnet', 0)));
+      // A file is run by the node's own plugins, never natively: its host-local store is named, or it would be the host's.
+      const clusterFile = bridge('podnet', 0, join(base.dir, 'cni-networks'));
+      writeFileSync(join(confDir, '10-podnet.conflist'), JSON.stringify(clusterFile));
       nad('default', 'sidecar', 1);
       nad('shared', 'green', 2);
       nad('team-b', 'blue', 3);
@@ -141,6 +146,10 @@ for (const clusterNetwork of ['file', 'nad'] as const) {
       assert.equal(pod.out.json?.code, 7, pod.out.stdout);
       assert.match(String(pod.out.json?.msg), /team-b/);
       assert.equal((await pod.del()).code, 0);
+    });
+
+    it("makes no host-local store of podnet on the host (the cluster network's file names its own dataDir)", () => {
+      assert.equal(existsSync(HOST_PODNET_STORE), podnetStoreBefore, `${HOST_PODNET_STORE} made by the test`);
     });
   });
 }

@@ -1,21 +1,24 @@
 /**
  * Pod-to-Running with one host device as a secondary network, through DRA (a ResourceClaimTemplate naming the NAD)
  * against the device-plugin path (resources.limits + the networks annotation + a NAD naming the resource), on one real
- * node (kube-apiserver, scheduler, controller-manager, kubelet, containerd; plexus-cni the node's CNI), side by side in
- * one run: both pools are offered by one plexusd with --dra on, and every pod of both batches goes through the
- * scheduler. Then the same for one memif device (socket directory and secret, no network): by the device plugin, or
- * by a claim whose CDI spec hands the container the same env and mount (containerd 2; containerd 1.6 has no CDI, and
- * its claimed pods run without them, which the table shows). The paths alternate which goes first from round to
- * round. Then plexusd's peak RSS (VmHWM). veth pairs the script creates stand in for NICs. The pair it ran on
+ * node (test/support/cluster/single-node.ts: a test cluster of one node, its kube-apiserver, scheduler and
+ * controller-manager on the host, its kubelet and containerd in the node's own network and mount namespaces,
+ * plexus-cni the node's CNI), side by side in one run: both pools are offered by one plexusd with --dra on, running
+ * inside the node, and every pod of both batches goes through the scheduler. Then the same for one memif device
+ * (socket directory and secret, no network): by the device plugin, or by a claim whose CDI spec hands the container
+ * the same env and mount (containerd 2; containerd 1.6 has no CDI, and its claimed pods run without them, which the
+ * table shows). The paths alternate which goes first from round to round. Then plexusd's peak RSS (VmHWM). veth pairs
+ * the script creates in the node's network namespace stand in for NICs (they go with it). The pair it ran on
  * ($PLEXUS_STACK: 1.36 + containerd 2 by default, 1.35 + containerd 1.6; PLEXUS_K8S_BIN / PLEXUS_CONTAINERD override a
  * half) is read from the binaries and printed with the table, with the load average at the start and the end.
  *
  *   [PLEXUS_STACK=1.35] npm run bench:dra -- [--pods 30] [--rounds 1] [--json FILE]
  *
- * Needs root and what test/k8s needs (../shared/k8s, etcd, containerd, runc, CNI plugins); run it under
- * `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left behind.
+ * Needs root and what test/k8s needs (../shared/k8s, etcd, containerd, runc, CNI plugins, nsenter, unshare, busybox);
+ * run it under `flock /tmp/plexus-heavy.lock`. Exits 1 when a pod did not run with its device or something was left
+ * behind.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,7 +48,7 @@ import {
   memifTemplate,
   withMemif,
 } from './lib/bench/dra-memif';
-import { loadAverage } from './lib/host';
+import { loadAverage, run } from './lib/host';
 import { type RunPair, describePair, pairTable, runPair } from './lib/pair';
 
 const USAGE = 'usage: node dist/scripts/dra-bench.js [--pods N (default 30)] [--rounds N (default 1)] [--json FILE]';
@@ -157,6 +160,17 @@ async function withDevice(node: SingleNode, names: readonly string[]): Promise<n
   return n;
 }
 
+/** veth pairs standing in for NICs, both ends up, in the node's network namespace (they go with it). */
+function makeNics(netns: string, names: readonly string[]): void {
+  const lines = names.flatMap((name) => [
+    `link add ${name} type veth peer name ${name}p`,
+    `link set dev ${name}p up`,
+    `link set dev ${name} up`,
+  ]);
+  const r = run('ip', ['-n', netns, '-batch', '-'], `${lines.join('\n')}\n`);
+  if (r.status !== 0) throw new Error(`making the NICs in ${netns}: ${r.stderr.trim()}`);
+}
+
 const peakRssMib = (pid: number): number => {
   const kb = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
   return Math.round(Number(kb) / 1024);
@@ -200,11 +214,6 @@ async function main(): Promise<number> {
   try {
     const binDir = join(work, 'bin');
     plexusPluginDir(binDir);
-    for (const name of all) {
-      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', `${name}p`]);
-      execFileSync('ip', ['link', 'set', 'dev', `${name}p`, 'up']);
-      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
-    }
     writeFileSync(
       join(work, 'resources.yaml'),
       JSON.stringify({
@@ -215,13 +224,10 @@ async function main(): Promise<number> {
         ],
       }),
     );
-    node = await SingleNode.start({
-      cniBinDir: binDir,
-      controlPlane: true,
-      ownedLinks: [`${prefix}b0`, ...all, ...all.map((n) => `${n}p`)],
-      cniConfList: plexusConflist(daemon.socket),
-    });
-    await node.api.installPlexus();
+    // The cluster has deploy/'s CRDs and plexusd's RBAC; plexusd runs in the node, as the DaemonSet's pod would.
+    node = await SingleNode.start({ cniBinDir: binDir, cniConfList: plexusConflist(daemon.socket), prefix });
+    daemon.launcher = node.launcher;
+    makeNics(node.netns, all);
     await installDra(node);
     const subnet = `10.${100 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 250)}`;
     const nad = (name: string, config: unknown, annotations: Record<string, string> = {}): Promise<unknown> =>
@@ -294,7 +300,6 @@ async function main(): Promise<number> {
     const left = node ? await node.stop({ runtimeStopped: () => daemon.stop() }) : [];
     problems.push(...left);
     await daemon.stop();
-    for (const name of all) if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
     rmSync(work, { recursive: true, force: true });
   }
   for (const p of problems) console.error(`problem: ${p}`);

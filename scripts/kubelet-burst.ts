@@ -4,14 +4,16 @@
  *   npm run build && node dist/scripts/kubelet-burst.js [--pods 110] [--mode bridge|plexus] [--compare] [--json FILE]
  *        [--create-concurrency N] [--timeout S] [--plexusd-args="--max-concurrent 64"]
  *
- * Needs root, the Kubernetes binaries of ../shared/k8s (v1.35 unless PLEXUS_K8S_VERSION or PLEXUS_K8S_BIN says
- * otherwise: test/support/k8s-binaries.ts), Debian's etcd, containerd, runc and
- * CNI plugins, and the kubelet's ports 10250 and 10248 free. Exits 1 when a pod failed or something was left behind.
+ * Each mode runs on a fresh node: a test cluster of one node (test/support/cluster/single-node.ts) in its own network
+ * and mount namespaces, plexusd inside it; the control plane runs on the host. The pair is test/support's
+ * ($PLEXUS_STACK: 1.36 + containerd 2 by default, 1.35 + containerd 1.6; PLEXUS_K8S_BIN / PLEXUS_CONTAINERD override
+ * a half). Needs root, the Kubernetes binaries of ../shared/k8s, Debian's etcd, runc and CNI plugins, nsenter, unshare
+ * and busybox. Exits 1 when a pod failed or something was left behind.
  */
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { k8sVersion } from '../test/support/k8s';
-import { kubeNodeMissing } from '../test/support/kube-node';
+import { singleNodeMissing } from '../test/support/cluster/single-node';
 import { type BurstMode, type KubeletBurstReport, runKubeletBurst, summaryLine } from './lib/bench/kubelet-burst';
 import { machine } from './lib/host';
 import { round } from './lib/stats';
@@ -50,7 +52,7 @@ async function main(): Promise<number> {
   };
   const mode = values.mode ?? 'plexus';
   if (mode !== 'bridge' && mode !== 'plexus') throw new Error(`--mode is bridge or plexus, not ${mode}\n${USAGE}`);
-  const missing = kubeNodeMissing();
+  const missing = singleNodeMissing();
   if (missing) {
     console.error(`kubelet burst: cannot run here: ${missing}`);
     return 2;

@@ -5,7 +5,9 @@
  * bridge + host-local), pods with no secondary network. Mode `plexus`: plexus-cni as the node's only plugin, the same
  * default network and two secondary ones per pod (three native bridges). Mode `multus`: the real Multus v4.3.0 thin
  * plugin (../shared/multus or $PLEXUS_MULTUS_BIN) with the same three networks, each the reference bridge plugin with
- * host-local, as NADs Multus reads from the API.
+ * host-local, as NADs Multus reads from the API. Each mode gets a fresh node: a test cluster of one node
+ * (test/support/cluster/single-node.ts) in its own network and mount namespaces, where the bridges, the pods' host
+ * ends, plexusd and Multus's delegates live; the control plane runs on the host.
  *
  *   npm run build && flock /tmp/plexus-heavy.lock node dist/scripts/kubelet-churn.js [--pods 100] [--wave 20]
  *        [--mode bridge,plexus (any of bridge, plexus, multus, in the order to run)] [--dwell S] [--json FILE]
@@ -19,7 +21,8 @@
  * PLEXUS_K8S_BIN / PLEXUS_CONTAINERD override a half), printed with the table as the binaries report it, beside the
  * reference plugins' version and the load average at the start and the end.
  *
- * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins).
+ * Needs what scripts/kubelet-burst.ts needs (root, ../shared/k8s, Debian's etcd, containerd, runc, CNI plugins,
+ * nsenter, unshare, busybox).
  * Exits 1 when a pod failed or something was left behind.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -33,7 +36,7 @@ import { referencePlugins } from '../test/support/plugin-dir';
 import { listMultusCaches } from '../src/adopt/multus-cache';
 import { type Network, bridgeConfig, nodeConflist, startPlexusd, stopPlexusd } from './lib/bench/kubelet-burst';
 import { type CallDurations, callDurations, scrapeMetrics } from './lib/bench/cni-durations';
-import { freeTenNet, linksOfBridge, loadAverage, machine, restoreForwardingOnTeardown, uniquePrefix } from './lib/host';
+import { freeTenNet, linksOfBridge, loadAverage, machine, uniquePrefix } from './lib/host';
 import { hostLocalLeftovers, plexusLeftovers } from './lib/plexusd';
 import { type Summary, fmt, round, summarize, table } from './lib/stats';
 import { Teardown } from './lib/teardown';
@@ -138,9 +141,8 @@ interface ChurnOptions {
 async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport> {
   const { log } = options;
   const teardown = new Teardown();
-  restoreForwardingOnTeardown(teardown);
   const prefix = uniquePrefix('kc');
-  const second = freeTenNet(100, 199);
+  const second = freeTenNet(100, 149); // the cluster's uplinks take 10.150-189
   const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({
     name,
     bridge: `${prefix}b${i}`,
@@ -168,29 +170,31 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     const node = (state.node = await SingleNode.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
-      ownedLinks: networks.map((n) => n.bridge),
+      prefix,
     }));
     const dataDir = join(node.dir, 'cni-data');
+    // The cluster has deploy/'s CRDs (the NAD's among them) and plexusd's RBAC already.
     if (mode === 'multus') {
-      await node.api.installNadCrd();
       for (const n of networks.slice(1)) {
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n, dataDir)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const conf = multusConf(root, binDir, dataDir, networks[0]!, node.api.kubeconfig);
+      // Multus runs in the node, where the API is the relay's address: the admin's identity, as before.
+      const kubeconfig = node.nodeKubeconfig('admin', ['system:masters']);
+      const conf = multusConf(root, binDir, dataDir, networks[0]!, kubeconfig);
       writeFileSync(join(node.cniConfDir, '00-multus.conf'), conf, { mode: 0o600 });
       await sleep(CONFIG_RELOAD_MS);
     }
     if (mode === 'plexus') {
-      await node.api.installNadCrd();
-      await node.api.installCrds('deploy/crds/20-crd-ipam.yaml');
       for (const n of networks) {
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const metrics = `127.0.0.1:${20000 + Math.floor(Math.random() * 20000)}`;
+      // plexusd's loopback is the node's: its metrics listen on the node's uplink address, which the host reaches.
+      const metrics = `${node.node.address}:${20000 + Math.floor(Math.random() * 20000)}`;
       state.metrics = metrics;
-      state.daemon = await startPlexusd(root, socket, binDir, node.api.kubeconfig, ['--metrics-address', metrics]);
+      const extra = ['--metrics-address', metrics];
+      state.daemon = await startPlexusd({ root, socket, binDir, node, extra });
     }
     log(`${mode}: node Ready; ${options.pods} pods in waves of ${options.wave}`);
     const running: number[] = [];
@@ -230,7 +234,7 @@ async function runChurn(mode: Mode, options: ChurnOptions): Promise<ChurnReport>
     const ms = (pick: (c: PodClock) => number | undefined): number[] =>
       [...clocks.values()].flatMap((c) => (pick(c) !== undefined ? [pick(c)! - c.deletedAt] : []));
     const leaks = [
-      ...networks.flatMap((n) => linksOfBridge(n.bridge).map((l) => `port ${n.bridge}:${l}`)),
+      ...networks.flatMap((n) => linksOfBridge(n.bridge, node.netns).map((l) => `port ${n.bridge}:${l}`)),
       ...(mode === 'plexus'
         ? await plexusLeftovers(join(root, 'state'))
         : (

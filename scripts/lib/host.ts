@@ -73,12 +73,16 @@ export function hostLinks(): Set<string> {
   );
 }
 
-export const linkExists = (name: string): boolean => run('ip', ['link', 'show', 'dev', name]).status === 0;
+/** `-n <netns>` for an `ip` command run in that network namespace; nothing for the host's. */
+const inNetns = (netns?: string): string[] => (netns !== undefined ? ['-n', netns] : []);
 
-/** Links enslaved to a bridge (empty when the bridge does not exist). */
-export function linksOfBridge(bridge: string): string[] {
-  if (!linkExists(bridge)) return [];
-  return ip('-o', 'link', 'show', 'master', bridge)
+export const linkExists = (name: string, netns?: string): boolean =>
+  run('ip', [...inNetns(netns), 'link', 'show', 'dev', name]).status === 0;
+
+/** Links enslaved to a bridge, on the host or in `netns` (a node's); empty when the bridge does not exist. */
+export function linksOfBridge(bridge: string, netns?: string): string[] {
+  if (!linkExists(bridge, netns)) return [];
+  return ip(...inNetns(netns), '-o', 'link', 'show', 'master', bridge)
     .split('\n')
     .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
     .filter((n) => n !== '');

@@ -15,14 +15,8 @@ import type { DaemonSettings } from './daemon-flags';
 
 export const RESOURCE_API = '/apis/resource.k8s.io/v1';
 
-/** What a DRA node needs beyond a kubelet node: the scheduler and the controller-manager. */
-export function draNodeMissing(): string | undefined {
-  const node = singleNodeMissing();
-  if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager'])
-    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
-  return undefined;
-}
+/** Why a DRA node cannot run here: a single-node cluster's needs (its scheduler and controller-manager among them). */
+export const draNodeMissing = (): string | undefined => singleNodeMissing();
 
 /** DRA on an older Kubernetes (before 1.34): the reason to skip. */
 export function draTooOld(): string | undefined {
@@ -46,6 +40,7 @@ const PATHS: Record<string, (ns: string) => string> = {
   ClusterRoleBinding: () => '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
   NetworkAttachmentDefinition: (ns) => `/apis/k8s.cni.cncf.io/v1/namespaces/${ns}/network-attachment-definitions`,
   Pod: (ns) => `/api/v1/namespaces/${ns}/pods`,
+  ServiceAccount: (ns) => `/api/v1/namespaces/${ns}/serviceaccounts`,
 };
 
 interface ApiObject {
@@ -56,9 +51,17 @@ interface ApiObject {
 /** What creating objects needs: a node fixture's API calls, or the cluster's (test/support/cluster/). */
 export type ApiCaller = Pick<SingleNode, 'call'>;
 
-/** Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. */
+/**
+ * Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. A pod's namespace gets its
+ * sa/default first: the controller-manager makes it a moment after the namespace, and the ServiceAccount admission
+ * refuses a pod created before ("serviceaccount default not found").
+ */
 export async function create(node: ApiCaller, object: unknown): Promise<void> {
   const o = object as ApiObject;
+  if (o.kind === 'Pod') {
+    const namespace = o.metadata.namespace ?? 'default';
+    await create(node, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default', namespace } });
+  }
   const path = PATHS[o.kind];
   if (!path) throw new Error(`no API path for kind ${o.kind}`);
   const r = await node.call('POST', path(o.metadata.namespace ?? 'default'), object);
@@ -107,12 +110,13 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
   daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
 
 /**
- * plexusd's settings on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
+ * plexusd's settings on a DRA node, for a plexusd inside the node (DaemonFixture.launcher = node.launcher): the API as
+ * the plexus user through the relay the node reaches, the resources file `<work>/resources.yaml` as device
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
  * the node's CDI directory, and the delegated plugins' directory when given.
  */
 export const draSettings = (node: SingleNode, work: string, binDir?: string): DaemonSettings => ({
-  kubeconfig: node.api.userKubeconfig(PLEXUS_USER),
+  kubeconfig: node.nodeKubeconfig(PLEXUS_USER),
   nodeName: node.nodeName,
   cniBinDir: binDir,
   devicePluginConfig: join(work, 'resources.yaml'),
@@ -120,7 +124,7 @@ export const draSettings = (node: SingleNode, work: string, binDir?: string): Da
   podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
   dra: true,
   kubeletRootDir: node.kubeletRoot,
-  // The node's own CDI directory (the one its containerd 2 reads): never the host's /var/run/cdi.
+  // The node's own CDI directory (its /run/cdi, the one its containerd reads), as the host reaches it.
   cdiDir: node.cdiDir,
 });
 

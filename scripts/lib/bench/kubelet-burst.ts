@@ -1,8 +1,9 @@
 /**
- * A burst of pods through a real kubelet (SingleNode): every pod created at once, timed from the first create to
- * the last pod Running, then deleted until the node is clean. Mode `bridge`: the reference bridge + host-local as the
- * node's network, no Plexus. Mode `plexus`: plexus-cni as the node's only CNI plugin, plexusd reading its networks from
- * the API, each pod with the default network and two more (eth0, net1, net2).
+ * A burst of pods through a real kubelet (SingleNode: a cluster of one node, in its own network and mount namespaces):
+ * every pod created at once, timed from the first create to the last pod Running, then deleted until the node is
+ * clean. Mode `bridge`: the reference bridge + host-local as the node's network, no Plexus. Mode `plexus`: plexus-cni
+ * as the node's only CNI plugin, plexusd inside the node reading its networks from the API, each pod with the default
+ * network and two more (eth0, net1, net2). The networks' bridges live in the node's network namespace and go with it.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -10,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SingleNode } from '../../../test/support/cluster/single-node';
 import { referencePlugins } from '../../../test/support/plugin-dir';
-import { freeTenNet, linksOfBridge, restoreForwardingOnTeardown, uniquePrefix } from '../host';
+import { freeTenNet, linksOfBridge, uniquePrefix } from '../host';
 import { daemonEntry, hostLocalLeftovers, httpOverSocket, plexusLeftovers, shimBinary } from '../plexusd';
 import { round } from '../stats';
 import { Teardown } from '../teardown';
@@ -125,21 +126,33 @@ export function nodeConflist(
     });
 }
 
-/** plexusd as the brief of this burst runs it: networks from the API, this node's name, the private plugin directory. */
-export async function startPlexusd(
-  root: string,
-  socket: string,
-  binDir: string,
-  kubeconfig: string,
-  extra: readonly string[],
-): Promise<ChildProcess> {
+export interface PlexusdRun {
+  /** The run's directory (on the host, which the node sees too): plexusd's state, networks directory and log. */
+  readonly root: string;
+  readonly socket: string;
+  /** The plugins plexusd delegates to. */
+  readonly binDir: string;
+  /** The node plexusd runs in (as the DaemonSet's pod would): its namespaces, its name, the API as it reaches it. */
+  readonly node: SingleNode;
+  /** More plexusd flags, after the run's own. */
+  readonly extra: readonly string[];
+}
+
+/**
+ * plexusd as the brief of this burst runs it, inside the node (nsenter execs it: the PID kept is plexusd's): networks
+ * from the API as the plexus user (the cluster's RBAC for it), the node's name, the private plugin directory.
+ */
+export async function startPlexusd(run: PlexusdRun): Promise<ChildProcess> {
+  const { root, socket, binDir, node } = run;
   const networksDir = join(root, 'networks'); // empty: every network comes from the API
   mkdirSync(networksDir);
   const log = join(root, 'plexusd.log');
   const fd = openSync(log, 'a');
+  const [command, ...before] = [...node.launcher, daemonEntry()];
   const child = spawn(
-    daemonEntry(),
+    command,
     [
+      ...before,
       '--socket',
       socket,
       '--state-dir',
@@ -149,14 +162,14 @@ export async function startPlexusd(
       '--cni-bin-dir',
       binDir,
       '--kubeconfig',
-      kubeconfig,
+      node.nodeKubeconfig('plexus'),
       '--node-name',
-      '127.0.0.1',
+      node.nodeName,
       '--default-network',
       'default/podnet',
       '--log-level',
       'warn',
-      ...extra,
+      ...run.extra,
     ],
     { stdio: ['ignore', fd, fd] },
   );
@@ -200,9 +213,9 @@ function netnsAddresses(netnsPath: string): Map<string, string> {
 export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): Promise<KubeletBurstReport> {
   const { log } = options;
   const teardown = new Teardown();
-  restoreForwardingOnTeardown(teardown);
   const prefix = uniquePrefix('kb');
-  const second = freeTenNet(100, 199);
+  const second = freeTenNet(100, 149); // the cluster's uplinks take 10.150-189
+
   const networks: Network[] = ['podnet', 'sec1', 'sec2'].map((name, i) => ({
     name,
     bridge: `${prefix}b${i}`,
@@ -211,7 +224,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
   const root = mkdtempSync(join(tmpdir(), `plexus-${prefix}-`));
   const state: { node?: SingleNode; daemon?: ChildProcess; problems: string[] } = { problems: [] };
   // One step, in the order that works: the node's CRI tear-down needs plexusd alive for its CNI DELs, and plexusd's
-  // watches must be gone before the API server stops. The node deletes the bridges (ownedLinks).
+  // watches must be gone before the API server stops. The bridges go with the node's network namespace.
   teardown.add('tear the node down', async () => {
     const t0 = performance.now();
     const daemon = state.daemon;
@@ -232,7 +245,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const node = (state.node = await SingleNode.start({
       cniConfList: conflist,
       cniBinDir: mode === 'bridge' ? referencePlugins() : binDir,
-      ownedLinks: networks.map((n) => n.bridge),
+      prefix,
     }));
     const nodeStartSeconds = (performance.now() - startedAt) / 1000;
     log(
@@ -243,20 +256,12 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const calls = { inFlight: 0, queued: 0 };
     let sampler: NodeJS.Timeout | undefined;
     if (mode === 'plexus') {
-      // As `kubectl apply -f deploy/` would: every CRD plexusd watches.
-      await node.api.installNadCrd();
-      await node.api.installCrds('deploy/crds/20-crd-ipam.yaml');
+      // The cluster has deploy/'s CRDs and plexusd's RBAC already, as after `kubectl apply -f deploy/`.
       for (const n of networks) {
         const made = await node.api.createNad('default', n.name, JSON.stringify(bridgeConfig(n)));
         if (made.status !== 201) throw new Error(`creating NAD ${n.name}: ${made.status} ${JSON.stringify(made.body)}`);
       }
-      const daemon = (state.daemon = await startPlexusd(
-        root,
-        socket,
-        binDir,
-        node.api.kubeconfig,
-        options.plexusdArgs,
-      ));
+      const daemon = (state.daemon = await startPlexusd({ root, socket, binDir, node, extra: options.plexusdArgs }));
       rssStart = kib(daemon.pid!, 'VmRSS');
       sampler = setInterval(() => {
         rssPeakSampled = Math.max(rssPeakSampled, kib(daemon.pid!, 'VmRSS') ?? 0);
@@ -341,7 +346,7 @@ export async function runKubeletBurst(mode: BurstMode, options: BurstOptions): P
     const deleteMs = await node.deleteAllPods(300000);
     log(`${mode}: pods deleted and their sandboxes stopped in ${(deleteMs / 1000).toFixed(1)} s`);
     const leaks = [
-      ...networks.flatMap((n) => linksOfBridge(n.bridge).map((l) => `port ${n.bridge}:${l}`)),
+      ...networks.flatMap((n) => linksOfBridge(n.bridge, node.netns).map((l) => `port ${n.bridge}:${l}`)),
       ...(mode === 'bridge'
         ? await hostLocalLeftovers(join(node.dir, 'cni-data'), 'podnet')
         : await plexusLeftovers(join(root, 'state'))),

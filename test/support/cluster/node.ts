@@ -449,4 +449,9 @@ export class ClusterNode {
     await attempt('netns', () => problems.push(...removeNodeNetns(this.netns, this.spec.uplink)));
     return problems;
   }
+
+  /** The runtime's CNI plugin directory: the test's own (NodeSpec.cni) or the node's /opt/cni/bin. */
+  get runtimeCniBinDir(): string {
+    return this.spec.cni?.binDir ?? this.paths.cniBinDir;
+  }
 }

@@ -8,7 +8,7 @@
  */
 import { serviceOf, unary, unixTarget } from '../../src/kubelet/grpc';
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +22,7 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture } from '../support/daemon';
 import { plexusConflist } from '../support/kube-node';
 import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { uniquePrefix } from '../support/netns';
+import { ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
@@ -37,7 +37,6 @@ const NICS = [`${prefix}n0`, `${prefix}n1`];
 const PEERS = [`${prefix}p0`, `${prefix}p1`];
 const o = 100 + Math.floor(Math.random() * 50);
 const t = Math.floor(Math.random() * 200);
-const PLUGIN_DIR = '/var/lib/kubelet/device-plugins';
 
 describe("plexusd as the kubelet's device plugin on a real node", { skip }, () => {
   let node: SingleNode;
@@ -48,6 +47,10 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
   // The kubelet serves pod-resources under its --root-dir (device-plugins is the one path it hard-codes).
   let podResources: PodResourcesClient;
   const macs = new Map<string, string>();
+  /** The kubelet's device-plugins directory (a path it hard-codes), as the host reaches the node's. */
+  const pluginDir = (): string => join(node.kubeletRoot, 'device-plugins');
+  /** Whether a link is in the node's network namespace (its "host"), not in a pod's. */
+  const onNode = (link: string): boolean => ipTry('-n', node.netns, 'link', 'show', 'dev', link).status === 0;
 
   const nodeResources = async (): Promise<{
     capacity: Record<string, string>;
@@ -84,14 +87,6 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     work = mkdtempSync(join(tmpdir(), 'plexus-dp-'));
     binDir = join(work, 'bin');
     plexusPluginDir(binDir);
-    // veth pairs stand in for NICs (no dummy module on the test kernels): the pool's end goes to the pod; its peer,
-    // kept up on the host, gives it carrier.
-    for (const [i, name] of NICS.entries()) {
-      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);
-      execFileSync('ip', ['link', 'set', 'dev', PEERS[i]!, 'up']);
-      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
-      macs.set(name, execFileSync('cat', [`/sys/class/net/${name}/address`], { encoding: 'utf8' }).trim());
-    }
     writeFileSync(
       join(work, 'devices.yaml'),
       JSON.stringify({
@@ -102,14 +97,21 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
       }),
     );
     daemon = new DaemonFixture('podnet');
-    node = await SingleNode.start({
-      cniBinDir: binDir,
-      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: plexusConflist(daemon.socket),
-    });
+    node = await SingleNode.start({ cniBinDir: binDir, cniConfList: plexusConflist(daemon.socket), prefix });
+    daemon.launcher = node.launcher; // plexusd runs on the node, where the kubelet and the pool's devices are
+    // veth pairs in the node's namespace stand in for its NICs (no dummy module on the test kernels): the pool's end
+    // goes to the pod; its peer, kept up on the node, gives it carrier. They go with the node's namespace.
+    for (const [i, name] of NICS.entries()) {
+      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
+      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
+      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      macs.set(
+        name,
+        (JSON.parse(ip('-n', node.netns, '-j', 'link', 'show', 'dev', name)) as { address: string }[])[0]!.address,
+      );
+    }
     podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
     const api = node.api;
-    await api.installPlexus();
     const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad('default', 'podnet', podnet)).status, 201);
     const fast = JSON.stringify({
@@ -130,7 +132,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     );
     assert.equal(made.status, 201, JSON.stringify(made.body));
     daemon.addSettings({
-      kubeconfig: api.userKubeconfig('plexus'),
+      kubeconfig: node.nodeKubeconfig('plexus'),
       nodeName: node.nodeName,
       cniBinDir: binDir,
       devicePluginConfig: join(work, 'devices.yaml'),
@@ -145,13 +147,19 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
 
   after(async () => {
     podResources?.close();
-    await node?.stop({ runtimeStopped: () => daemon.stop() });
+    /** plexusd's sockets left in the kubelet's directory once it stopped (read before the node's files go). */
+    let socketsLeft: string[] = [];
+    const problems = await node?.stop({
+      runtimeStopped: async () => {
+        await daemon.stop();
+        const dir = pluginDir();
+        socketsLeft = existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('plexus-')) : [];
+      },
+    });
     await daemon?.stop();
-    for (const name of [...NICS, ...PEERS])
-      if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
     if (work) rmSync(work, { recursive: true, force: true });
-    // plexusd removed its sockets when it stopped; the fixture put the kubelet's directory back.
-    assert.deepEqual(existsSync(PLUGIN_DIR) ? readdirSync(PLUGIN_DIR).filter((f) => f.startsWith('plexus-')) : [], []);
+    assert.deepEqual(problems ?? [], []);
+    assert.deepEqual(socketsLeft, [], 'plexusd removed its sockets when it stopped');
   });
 
   it("registers plexus.io/memif and the host-device pool: the node's capacity shows them", async () => {
@@ -163,7 +171,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     });
     assert.equal(capacity.capacity[MEMIF], '4');
     assert.equal(capacity.capacity[NIC], '2');
-    assert.ok(existsSync(join(PLUGIN_DIR, 'plexus-plexus.io-memif.sock')));
+    assert.ok(existsSync(join(pluginDir(), 'plexus-plexus.io-memif.sock')));
     console.log(`# plexusd start to both resources allocatable on the node: ${Date.now() - startedAt} ms`);
   });
 
@@ -206,7 +214,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
       execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }),
     )?.[1];
     assert.equal(inPod, macs.get(device!), 'net1 in the pod is the device the kubelet allocated');
-    assert.equal(existsSync(`/sys/class/net/${device}`), false, 'it left the host');
+    assert.equal(onNode(device!), false, "it left the node's namespace");
     const status = await pods.status('default', pod!, (s) => s.length === 2);
     assert.deepEqual(
       status.map((s) => `${s.name}@${s.interface}`),
@@ -231,7 +239,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     console.log(
       `# pod-resources List (deviceID lookup per ADD): median ${samples[10]!.toFixed(2)} ms, max ${samples[19]!.toFixed(2)} ms`,
     );
-    // In a pod, the device is not on the host, yet it stays healthy: both still allocatable-counted.
+    // In a pod, the device is not on the node, yet it stays healthy: both still allocatable-counted.
     await sleep(2500);
     assert.equal((await nodeResources()).allocatable[NIC], '2');
   });
@@ -247,12 +255,12 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
   });
 
   it('health follows the link: a pool device taken down is not allocatable until it is up again', async () => {
-    const free = NICS.find((n) => existsSync(`/sys/class/net/${n}`))!;
-    execFileSync('ip', ['link', 'set', 'dev', free, 'down']);
+    const free = NICS.find(onNode)!;
+    ip('-n', node.netns, 'link', 'set', 'dev', free, 'down');
     await until('allocatable to drop to 1', async () =>
       (await nodeResources()).allocatable[NIC] === '1' ? true : undefined,
     );
-    execFileSync('ip', ['link', 'set', 'dev', free, 'up']);
+    ip('-n', node.netns, 'link', 'set', 'dev', free, 'up');
     await until('allocatable back to 2', async () =>
       (await nodeResources()).allocatable[NIC] === '2' ? true : undefined,
     );
@@ -317,9 +325,9 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     assert.equal(inPod, macs.get(device!), 'net1 is the device the kubelet allocated the pod');
   });
 
-  it('deleting the pods returns the device to the host, up and allocatable again, and leaves no journal record', async () => {
+  it('deleting the pods returns the device to the node, up and allocatable again, and leaves no journal record', async () => {
     await node.deleteAllPods(120000);
-    for (const name of NICS) assert.ok(existsSync(`/sys/class/net/${name}`), `${name} is back on the host`);
+    for (const name of NICS) assert.ok(onNode(name), `${name} is back in the node's namespace`);
     assert.deepEqual(daemon.journalFiles(), []);
     // It was up when its pod took it: it is up again, so the pool has both devices for the next pods.
     await until('both pool devices allocatable again', async () =>

@@ -1,22 +1,14 @@
 /**
- * Moving a real node off Multus: a kubelet + containerd node whose runtime calls the real Multus v4.3.0 (thin, then
- * thick with its daemon) for 10 pods with two secondary networks (bridge and macvlan, host-local), then Plexus installed as
- * docs/migrate-from-multus.md says while pods are created and deleted: no sandbox fails, pods made after the takeover
- * get their networks from Plexus, deleting the pods Multus made leaves none of their leases or host links, and
- * uninstall gives Multus its config back byte for byte.
+ * Moving a real node off Multus: a kubelet + containerd node (SingleNode: a one-node test cluster, its own network and
+ * mount namespaces) whose runtime calls the real Multus v4.3.0 (thin, then thick with its daemon on the node, as
+ * support/cluster/multus.ts runs it) for 10 pods with two secondary networks (bridge and macvlan, host-local), then
+ * Plexus installed as docs/migrate-from-multus.md says while pods are created and deleted, plexusd on the node: no
+ * sandbox fails, pods made after the takeover get their networks from Plexus, deleting the pods Multus made leaves none
+ * of their leases or the node's links, and uninstall gives Multus its config back byte for byte.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,12 +17,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { runInstall } from '../../src/install/main';
 import { DaemonFixture, ROOT, SHIM } from '../support/daemon';
+import { ThickMultus } from '../support/cluster/multus';
+import { boundSource } from '../support/cluster/node-namespaces';
 import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { grantMultus, multusBinary, multusMissing, multusPluginDir } from '../support/multus';
+import { grantMultus, multusMissing, multusPluginDir } from '../support/multus';
 import { holdsWithin, until } from '../support/until';
 import { ip, uniquePrefix } from '../support/netns';
 import { expectedPrerequisites } from '../support/prerequisites';
-import { stopProcess } from '../support/processes';
 
 const skip = expectedPrerequisites(singleNodeMissing(), multusMissing());
 const prefix = uniquePrefix('mm');
@@ -54,63 +47,6 @@ function addsServed(socketPath: string): Promise<number> {
     req.on('error', reject);
     req.end();
   });
-}
-
-/**
- * Thick Multus's daemon, run on the host as its DaemonSet runs it in a pod: an in-cluster client (a service account
- * token at the fixed path, in a mount namespace of its own, a slave of the host's, so the host's /run is not touched), the node's CNI conf dir
- * to generate 00-multus.conf in, a socket dir the shim is told of.
- */
-class MultusDaemon {
-  private proc: ChildProcess | undefined;
-  log = '';
-  constructor(
-    readonly dir: string,
-    readonly config: string,
-  ) {}
-
-  static async start(node: SingleNode, dir: string, settings: Record<string, unknown>): Promise<MultusDaemon> {
-    const api = node.api;
-    const access = await grantMultus(api);
-    const secrets = join(dir, 'sa');
-    mkdirSync(secrets, { recursive: true });
-    writeFileSync(join(secrets, 'token'), access.token);
-    copyFileSync(access.caFile, join(secrets, 'ca.crt'));
-    const config = join(dir, 'daemon-config.json');
-    writeFileSync(config, JSON.stringify(settings));
-    const d = new MultusDaemon(dir, config);
-    // The sandboxes' network namespaces are bind mounts containerd makes later: the daemon's own mount namespace gets
-    // them only from a shared mount (/ is private here), so their directory is made one (the node's stop unmounts it).
-    const netnsDir = join(node.dir, 'run', 'containerd', 'io.containerd.grpc.v1.cri', 'netns');
-    mkdirSync(netnsDir, { recursive: true });
-    execFileSync('mount', ['--bind', netnsDir, netnsDir]);
-    execFileSync('mount', ['--make-shared', netnsDir]);
-    const sa = '/run/secrets/kubernetes.io/serviceaccount';
-    const script = `mount -t tmpfs tmpfs /run && mkdir -p ${sa} && cp ${secrets}/token ${secrets}/ca.crt ${sa}/ && exec ${multusBinary('multus-daemon')} -config ${config}`;
-    d.proc = spawn('unshare', ['--mount', '--propagation', 'slave', 'sh', '-c', script], {
-      env: {
-        PATH: process.env.PATH,
-        KUBERNETES_SERVICE_HOST: '127.0.0.1',
-        KUBERNETES_SERVICE_PORT: new URL(api.server).port,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    d.proc.stdout?.on('data', (c: Buffer) => (d.log = (d.log + c.toString()).slice(-20000)));
-    d.proc.stderr?.on('data', (c: Buffer) => (d.log = (d.log + c.toString()).slice(-20000)));
-    const generated = join(node.cniConfDir, '00-multus.conf');
-    const deadline = Date.now() + 30_000;
-    while (!existsSync(generated)) {
-      if (Date.now() > deadline || d.proc.exitCode !== null)
-        throw new Error(`multus-daemon wrote no 00-multus.conf: ${d.log}`);
-      await sleep(100);
-    }
-    return d;
-  }
-
-  /** Stops it by its PID (the DaemonSet deleted). */
-  stop(): Promise<void> {
-    return stopProcess(this.proc);
-  }
 }
 
 /** The addresses each pod has on the secondary networks (sec, mv), as its network-status says. */
@@ -144,7 +80,7 @@ for (const mode of ['thin', 'thick'] as const)
     let multusPods: string[] = [];
     /** The cluster network's leases of the pods Multus made, right after their ADDs (lease files are named by IP). */
     let multusPodnetLeases: string[] = [];
-    let multusDaemon: MultusDaemon | undefined;
+    let multusDaemon: ThickMultus | undefined;
     let daemonConfig = '';
     const leases = (network: string): string[] => {
       try {
@@ -153,13 +89,14 @@ for (const mode of ['thin', 'thick'] as const)
         return [];
       }
     };
-    const hostVeths = (): string[] => ip('-o', 'link', 'show', 'master', `${prefix}b1`).split('\n').filter(Boolean);
+    /** The veths on the secondary bridge, in the node's network namespace. */
+    const nodeVeths = (): string[] =>
+      ip('-n', node.netns, '-o', 'link', 'show', 'master', `${prefix}b1`).split('\n').filter(Boolean);
 
     before(async () => {
       dir = mkdtempSync(join(tmpdir(), 'plexus-mm-'));
       binDir = join(dir, 'bin');
       leaseDir = join(dir, 'leases');
-      multusCache = join(dir, 'multus-cache');
       multusPluginDir(binDir);
       copyFileSync(SHIM, join(binDir, 'plexus-cni'));
       const podnet = {
@@ -173,15 +110,11 @@ for (const mode of ['thin', 'thick'] as const)
           },
         ],
       };
-      node = await SingleNode.start({
-        cniBinDir: binDir,
-        cniConfList: JSON.stringify(podnet),
-        ownedLinks: [`${prefix}b1`, uplink, `${prefix}upp`],
-      });
-      ip('link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
-      ip('link', 'set', uplink, 'up');
+      node = await SingleNode.start({ cniBinDir: binDir, cniConfList: JSON.stringify(podnet), prefix });
+      // The macvlan network's master: a NIC of the node's (a veth in its namespace, which goes with it).
+      ip('-n', node.netns, 'link', 'add', uplink, 'type', 'veth', 'peer', 'name', `${prefix}upp`);
+      ip('-n', node.netns, 'link', 'set', uplink, 'up');
       const api = node.api;
-      await api.installPlexus();
       const nad = (name: string, config: Record<string, unknown>) =>
         api.createNad('default', name, JSON.stringify({ cniVersion: '1.0.0', name, ...config }));
       assert.equal(
@@ -206,13 +139,15 @@ for (const mode of ['thin', 'thick'] as const)
         201,
       );
       if (mode === 'thin') {
-        // Multus thin, as its docs write it: the node's own config is the cluster network.
+        // Multus thin, as its docs write it: the node's own config is the cluster network. It runs in the node and
+        // reaches the API through the node's relay, with what the admin's kubeconfig gave it on the host.
+        multusCache = join(dir, 'multus-cache');
         multusConf = `${JSON.stringify(
           {
             cniVersion: '1.0.0',
             name: 'multus-cni-network',
             type: 'multus',
-            kubeconfig: api.kubeconfig,
+            kubeconfig: node.nodeKubeconfig('multus', ['system:masters']),
             cniDir: multusCache,
             binDir,
             clusterNetwork: join(node.cniConfDir, '10-test.conflist'),
@@ -223,38 +158,29 @@ for (const mode of ['thin', 'thick'] as const)
         )}\n`;
         writeFileSync(join(node.cniConfDir, '00-multus.conf'), multusConf, { mode: 0o600 });
       } else {
-        // Multus thick, as its DaemonSet runs it: the daemon finds the node's config and generates 00-multus.conf.
-        copyFileSync(multusBinary('multus-shim')!, join(binDir, 'multus-shim'));
-        const socketDir = join(dir, 'multus-run');
-        multusDaemon = await MultusDaemon.start(node, join(dir, 'multus-daemon'), {
-          cniVersion: '1.0.0',
-          logLevel: 'verbose',
-          logToStderr: true,
-          cniConfigDir: node.cniConfDir,
-          multusAutoconfigDir: node.cniConfDir,
-          multusConfigFile: 'auto',
-          socketDir,
-          daemonSocketDir: socketDir,
-          cniDir: multusCache,
-          binDir,
-        });
+        // Multus thick, as its DaemonSet runs it on the node (the cluster's way, support/cluster/multus.ts): the
+        // daemon finds the node's config and generates 00-multus.conf; its cache is the node's /var/lib/cni/multus.
+        multusDaemon = await ThickMultus.start(node.node, await grantMultus(api));
+        multusCache = join(boundSource(node.dir, '/var/lib/cni'), 'multus');
         daemonConfig = multusDaemon.config;
         multusConf = readFileSync(join(node.cniConfDir, '00-multus.conf'), 'utf8');
       }
       daemon = new DaemonFixture(join(dir, 'state', 'default-network'), {
         importedConfig: join(dir, 'state', 'imported-config.json'),
-        kubeconfig: api.userKubeconfig('plexus'),
+        kubeconfig: node.nodeKubeconfig('plexus'),
         nodeName: node.nodeName,
         installCniConfig: join(node.cniConfDir, '00-plexus.conflist'),
         takeOverMultus: true,
         logLevel: 'info',
       });
+      daemon.launcher = node.launcher; // plexusd runs on the node it takes over
     });
     after(async () => {
-      await multusDaemon?.stop();
-      await node?.stop({ runtimeStopped: () => daemon?.stop() });
+      // Multus's daemon, one of the node's, stops with it (after the sandboxes' DELs, which may need it).
+      const problems = await node?.stop({ runtimeStopped: () => daemon?.stop() });
       await daemon?.stop();
       rmSync(dir, { recursive: true, force: true });
+      assert.deepEqual(problems ?? [], []);
     });
 
     it('runs 10 pods with two secondary networks under Multus', async () => {
@@ -269,7 +195,7 @@ for (const mode of ['thin', 'thick'] as const)
       assert.equal(
         readdirSync(multusCache).filter((f) => f !== 'results').length,
         10,
-        `Multus made them (its cache has each)${multusDaemon ? `: ${multusDaemon.log.slice(-2000)}` : ''}`,
+        `Multus made them (its cache has each)${multusDaemon ? `: ${node.node.logTail('multus-daemon', 40)}` : ''}`,
       );
     });
 
@@ -381,7 +307,7 @@ for (const mode of ['thin', 'thick'] as const)
       // there (Multus removes its cache after the first attempt); the runtime retries until Plexus serves the node.
       const podnetLeft = (): string[] => leases('podnet');
       const left = (): number => podnetLeft().length + leases('sec').length + leases('mv').length;
-      await holdsWithin(() => left() === 0 && hostVeths().length === 0, 120_000, 250);
+      await holdsWithin(() => left() === 0 && nodeVeths().length === 0, 120_000, 250);
       assert.deepEqual(podnetLeft(), [], `of the cluster network's leases of the pods Multus made`);
       const removals = daemon.stderr
         .split('\n')
@@ -395,7 +321,7 @@ for (const mode of ['thin', 'thick'] as const)
       );
       assert.deepEqual(leases('sec'), []);
       assert.deepEqual(leases('mv'), []);
-      assert.deepEqual(hostVeths(), [], 'no veth is left on the secondary bridge');
+      assert.deepEqual(nodeVeths(), [], "no veth is left on the node's secondary bridge");
       assert.deepEqual(
         readdirSync(multusCache).filter((f) => f !== 'results'),
         [],

@@ -3,9 +3,10 @@
  * on 10.244.1.0/24, default route via 10.244.1.1) given as the path of a `.conflist`, with the reference plugins 1.9.1,
  * and as its CNI either Plexus (plexusd reading the API, the conflist as its default network) or the real Multus v4.3.0
  * thin plugin (its `clusterNetwork` that path), as PLEXUS_SCENARIO_CNI says (`plexus`, the default, or `multus`).
- * `stop()` removes whatever `start()` got to, even after a failure half-way.
+ * Either runs inside the node (plexusd on its launcher, Multus exec'd by its containerd), reaching the API through
+ * the node's relay. `stop()` removes whatever `start()` got to, even after a failure half-way.
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { DaemonFixture, SHIM } from './daemon';
@@ -26,8 +27,6 @@ export function scenarioCni(env: NodeJS.ProcessEnv = process.env): ScenarioCni {
 
 export const CLUSTER_NETWORK = 'kindnet';
 export const CLUSTER_GATEWAY = '10.244.1.1';
-/** The static-pod scenario's NAD has no dataDir: the reference host-local keeps its leases here, by network name. */
-const HOST_LOCAL_DEFAULT = '/var/lib/cni/networks';
 
 /** kind's kindnet conflist (its portmap plugin left out: no scenario maps a port), leases under `ipamDir`. */
 const kindnet = (ipamDir: string): string =>
@@ -60,10 +59,8 @@ esac
 
 export interface ScenarioNodeOptions {
   readonly cni: ScenarioCni;
-  /** Names the work directory and host links. */
+  /** Names the work directory, the node (`<prefix>-n1`) and the links the scenarios' networks use. */
   readonly prefix: string;
-  /** Host links the scenarios' networks make (the static pod's bridge), removed with the node. */
-  readonly ownedLinks: readonly string[];
 }
 
 export class ScenarioNode {
@@ -73,12 +70,11 @@ export class ScenarioNode {
   clusterNetwork = '';
   /** The cluster network's host-local leases (`<ipamDir>/kindnet/<ip>`). */
   ipamDir = '';
-  /** The macvlan scenarios' master (kind's eth1): a veth made on the host. */
+  /** The macvlan scenarios' master (kind's eth1): a veth made in the node's network namespace. */
   master = '';
   daemon: DaemonFixture | undefined;
   private nodeFixture: SingleNode | undefined;
   private multusConf: Record<string, unknown> | undefined;
-  private madeHostLocalDirs: string[] = [];
 
   constructor(readonly options: ScenarioNodeOptions) {}
 
@@ -95,10 +91,7 @@ export class ScenarioNode {
     this.clusterNetwork = join(this.work, 'net.d', `10-${CLUSTER_NETWORK}.conflist`);
     mkdirSync(dirname(this.clusterNetwork), { recursive: true });
     writeFileSync(this.clusterNetwork, kindnet(this.ipamDir));
-    for (const d of [HOST_LOCAL_DEFAULT, join(HOST_LOCAL_DEFAULT, 'testnet')])
-      if (!existsSync(d)) this.madeHostLocalDirs.unshift(d);
     this.master = `${prefix}m`;
-    const ownedLinks = [...this.options.ownedLinks, this.master, `${prefix}mp`];
     if (cni === 'plexus') {
       referencePluginDir(this.binDir, referencePlugins());
       copyFileSync(SHIM, join(this.binDir, 'plexus-cni'));
@@ -106,25 +99,21 @@ export class ScenarioNode {
       this.nodeFixture = await SingleNode.start({
         cniBinDir: this.binDir,
         cniConfList: plexusConflist(this.daemon.socket),
-        ownedLinks,
+        prefix,
       });
-      await this.node.api.installPlexus();
-      this.daemon.addSettings({ kubeconfig: this.node.api.userKubeconfig('plexus'), nodeName: this.node.nodeName });
+      this.daemon.launcher = this.node.launcher;
+      this.daemon.addSettings({ kubeconfig: this.node.nodeKubeconfig('plexus'), nodeName: this.node.nodeName });
       await this.daemon.start(30000);
     } else {
       multusPluginDir(this.binDir, referencePlugins());
       writeFileSync(join(this.binDir, 'passthru'), PASSTHRU, { mode: 0o755 });
-      this.nodeFixture = await SingleNode.start({
-        cniBinDir: this.binDir,
-        cniConfList: kindnet(this.ipamDir),
-        ownedLinks,
-      });
-      await this.node.api.installNadCrd();
+      this.nodeFixture = await SingleNode.start({ cniBinDir: this.binDir, cniConfList: kindnet(this.ipamDir), prefix });
       this.multusConf = {
         cniVersion: '0.4.0',
         name: 'multus-cni-network',
         type: 'multus',
-        kubeconfig: this.node.api.kubeconfig,
+        // What the admin's kubeconfig gave it on the host, as a process in the node reaches the API.
+        kubeconfig: this.node.nodeKubeconfig('multus', ['system:masters']),
         cniDir: join(this.work, 'multus-cache'),
         binDir: this.binDir,
         clusterNetwork: this.clusterNetwork,
@@ -132,15 +121,15 @@ export class ScenarioNode {
       };
       await this.writeMultusConf();
     }
-    // No controller-manager runs: the ServiceAccount admission wants sa/default to exist.
+    // The ServiceAccount admission wants sa/default to exist: the controller-manager makes it, maybe not yet.
     const sa = await this.node.call('POST', '/api/v1/namespaces/default/serviceaccounts', {
       apiVersion: 'v1',
       kind: 'ServiceAccount',
       metadata: { name: 'default' },
     });
     if (sa.status !== 201 && sa.status !== 409) throw new Error(`creating sa/default: ${sa.status}`);
-    ip('link', 'add', this.master, 'type', 'veth', 'peer', 'name', `${prefix}mp`);
-    ip('link', 'set', this.master, 'up');
+    ip('-n', this.node.netns, 'link', 'add', this.master, 'type', 'veth', 'peer', 'name', `${prefix}mp`);
+    ip('-n', this.node.netns, 'link', 'set', this.master, 'up');
   }
 
   /**
@@ -171,7 +160,6 @@ export class ScenarioNode {
     // plexusd serves the runtime's DELs while the node stops the sandboxes; then it goes.
     await this.nodeFixture?.stop({ runtimeStopped: async () => this.daemon?.kill('SIGTERM') });
     await this.daemon?.stop();
-    for (const d of this.madeHostLocalDirs) rmSync(d, { recursive: true, force: true });
     if (this.work) rmSync(this.work, { recursive: true, force: true });
   }
 }

@@ -1,10 +1,10 @@
 /**
- * Multus v4.3.0 thick on the test cluster's nodes, as its DaemonSet runs it (../shared/multus; its service account
- * from grantMultus in ../multus.ts): multus-shim in each node's CNI bin dir, multus-daemon in the node's namespaces with an in-cluster
- * client, writing 00-multus.conf over the node's own config. An in-cluster client reads its token and CA at a fixed
- * path and dials $KUBERNETES_SERVICE_HOST, checking the API's certificate for that name: the daemon gets a mount
- * namespace of its own (a slave of the node's) with a tmpfs on /run holding them, and an /etc/hosts that names the API
- * relay `kubernetes`, a name the certificate carries.
+ * Multus v4.3.0 thick on the test cluster's nodes, as its DaemonSet runs it (../shared/multus; its service account from
+ * grantMultus in ../multus.ts): multus-shim in the plugin dir of each node's runtime, multus-daemon in the node's
+ * namespaces with an in-cluster client, writing 00-multus.conf over the node's own config. An in-cluster client reads
+ * its token and CA at a fixed path and dials $KUBERNETES_SERVICE_HOST, checking the API's certificate for that name:
+ * the daemon gets a mount namespace of its own (a slave of the node's) with a tmpfs on /run holding them, and an
+ * /etc/hosts that names the API relay `kubernetes`, a name the certificate carries.
  */
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,7 +46,7 @@ export class ThickMultus {
   static async start(node: ClusterNode, access: MultusAccess): Promise<ThickMultus> {
     const shim = multusBinary('multus-shim');
     if (!shim || !multusBinary(DAEMON)) throw new Error('multus-shim and multus-daemon are needed (../shared/multus)');
-    copyFileSync(shim, join(node.paths.cniBinDir, 'multus-shim'));
+    copyFileSync(shim, join(node.runtimeCniBinDir, 'multus-shim'));
     const dir = join(node.spec.root, 'multus');
     mkdirSync(join(dir, 'sa'), { recursive: true });
     writeFileSync(join(dir, 'sa', 'token'), access.token, { mode: 0o600 });
@@ -65,7 +65,7 @@ export class ThickMultus {
       socketDir,
       daemonSocketDir: socketDir,
       cniDir: '/var/lib/cni/multus',
-      binDir: node.paths.cniBinDir,
+      binDir: node.runtimeCniBinDir,
     };
     writeFileSync(config, JSON.stringify(settings));
     const shared = node.run(['mount', '--make-shared', '/run/netns']);

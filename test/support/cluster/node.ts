@@ -468,4 +468,9 @@ export class ClusterNode {
     });
     return { waitedMs: performance.now() - started, reasons };
   }
+
+  /** The runtime's CNI plugin directory: the test's own (NodeSpec.cni) or the node's /opt/cni/bin. */
+  get runtimeCniBinDir(): string {
+    return this.spec.cni?.binDir ?? this.paths.cniBinDir;
+  }
 }

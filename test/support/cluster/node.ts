@@ -30,6 +30,7 @@ import {
   killNodeProcesses,
   makeCgroupRoot,
   makeNodeNetns,
+  nodeProcesses,
   removeCgroupRoot,
   removeNodeNetns,
   startHolder,
@@ -448,5 +449,13 @@ export class ClusterNode {
     await attempt('cgroups', () => problems.push(...removeCgroupRoot(this.name)));
     await attempt('netns', () => problems.push(...removeNodeNetns(this.netns, this.spec.uplink)));
     return problems;
+  }
+
+  /**
+   * PIDs of every process of the node: in its mount namespace (its daemons, shims, the holder) or its cgroups (its
+   * pods). None once stop() is done.
+   */
+  processes(): number[] {
+    return nodeProcesses(this.mountNs, this.name);
   }
 }

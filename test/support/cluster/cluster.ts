@@ -9,8 +9,8 @@
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { buildPauseImage, containerdBinDir } from '../containerd';
+import { dirname, join } from 'node:path';
+import { buildPauseImage, containerdBinary, containerdBinDir } from '../containerd';
 import { ClusterControlPlane } from '../control-plane';
 import { KubeApiFixture, k8sBinaryMissing } from '../k8s';
 import { KernelSettings, kubeNodeMissing } from '../kube-node';
@@ -58,7 +58,7 @@ export function clusterMissing(runtimeChoice: ClusterOptions['runtime'] = 'conta
   if (node) return node;
   const runtime = containerdBinDir(runtimeEnv(runtimeChoice));
   if (runtime.problem) return `containerd 2 (${runtime.problem})`;
-  if (!runtime.dir)
+  if (!nodeContainerdDir(runtimeChoice))
     return "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's";
   const tools = ['unshare', 'nsenter', 'busybox'].filter((t) => spawnSync('which', [t]).status !== 0);
   if (tools.length) return `not installed: ${tools.join(', ')}`;
@@ -172,8 +172,7 @@ export class TestCluster {
     const apiUrl = `https://${this.lan}.1:${this.relay.listening.port}`;
     const pauseArchive = buildPauseImage(join(this.dir, 'image'));
     const plexusKubeconfig = this.api.userKubeconfig('plexus');
-    const env = runtimeEnv(options.runtime);
-    const containerdDir = containerdBinDir(env).dir!;
+    const containerdDir = nodeContainerdDir(options.runtime)!;
     const containerdMajor = containerdMajorOf(containerdDir);
     const cniOf = options.cni;
     this.shared = {
@@ -316,4 +315,15 @@ export class TestCluster {
     await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
     return problems;
   }
+}
+
+/**
+ * The directory of the nodes' containerd, ctr and shim: containerd 2's, or for "the run's pair" on the oldest pair the
+ * system's (containerd 1.6 on the PATH or in $PLEXUS_CONTAINERD_BIN, config version 2); undefined when there is none.
+ */
+function nodeContainerdDir(choice: ClusterOptions['runtime']): string | undefined {
+  const chosen = containerdBinDir(runtimeEnv(choice));
+  if (chosen.dir || chosen.problem || choice !== "the run's pair") return chosen.dir;
+  const system = containerdBinary('containerd');
+  return system ? dirname(system) : undefined;
 }

@@ -19,9 +19,9 @@ const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
 /** No bridge here is a gateway: these tests look at which networks a pod may have, not at its routes. */
 const NOT_GATEWAY = { isGateway: false };
-/** Ports on one of the test's bridges (none when the bridge was never made). */
-const portsOn = (i: number): string[] => {
-  const r = ipTry('-o', 'link', 'show', 'master', `${prefix}b${i}`);
+/** Ports on one of the test's bridges, in the node's network namespace (none when the bridge was never made). */
+const portsOn = (node: SingleNode, i: number): string[] => {
+  const r = ipTry('-n', node.netns, '-o', 'link', 'show', 'master', `${prefix}b${i}`);
   return r.status === 0 ? r.out.split('\n').filter(Boolean) : [];
 };
 
@@ -31,7 +31,7 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
   let daemon: DaemonFixture;
 
   before(async () => {
-    await plexusNode.start({ prefix: 'ki', ownedLinks: [0, 1, 2, 3, 4].map((i) => `${prefix}b${i}`) });
+    await plexusNode.start({ prefix: 'ki' });
     ({ node, daemon } = plexusNode);
     const api = node.api;
     for (const ns of ['team-a', 'team-b', 'shared']) await api.ensureNamespace(ns);
@@ -61,7 +61,7 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     assert.match(failures[0]!, /isolation|namespace/i);
     assert.notEqual((await node.pod('team-a', pod!)).status?.phase, 'Running');
     assert.deepEqual(daemon.leases('own'), [], 'refused at planning: nothing of the pod was made');
-    assert.deepEqual(portsOn(1), []);
+    assert.deepEqual(portsOn(node, 1), []);
     assert.deepEqual(daemon.journalFiles(), []);
     assert.equal((await node.call('DELETE', `/api/v1/namespaces/team-a/pods/${pod!}`)).status, 200);
   });
@@ -79,7 +79,9 @@ describe('namespace isolation under a real kubelet', { skip }, () => {
     assert.equal(daemon.leases('own').length, 1);
     assert.equal(daemon.leases('everyone').length, 1);
     assert.equal(daemon.leases('common').length, 1);
+    assert.equal(portsOn(node, 1).length, 1, "the pod's port on its own network's bridge");
     await node.deleteAllPods(120_000);
     assert.deepEqual([...daemon.leases('own'), ...daemon.leases('everyone'), ...daemon.leases('common')], []);
+    assert.deepEqual(portsOn(node, 1), []);
   });
 });

@@ -20,9 +20,9 @@ const prefix = uniquePrefix('kr');
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 const bridges = testBridges(prefix, 150);
 const BAD_ROUTE = [{ dst: '10.66.0.0/16', gw: '192.0.2.77' }];
-/** Ports on one of the test's bridges: one per pod interface attached there. */
-const portsOn = (i: number): string[] =>
-  ip('-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
+/** Ports on one of the test's bridges, in the node's network namespace: one per pod interface attached there. */
+const portsOn = (node: SingleNode, i: number): string[] =>
+  ip('-n', node.netns, '-o', 'link', 'show', 'master', `${prefix}b${i}`).split('\n').filter(Boolean);
 
 describe('a rolled-back ADD under a real kubelet', { skip }, () => {
   const plexusNode = new PlexusNodeFixture();
@@ -31,7 +31,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
   let pods: ApiPods;
 
   before(async () => {
-    await plexusNode.start({ prefix: 'kr', ownedLinks: [0, 1, 2].map((i) => `${prefix}b${i}`) });
+    await plexusNode.start({ prefix: 'kr' });
     ({ node, daemon } = plexusNode);
     const api = node.api;
     assert.equal((await api.createNad('default', 'podnet', bridges.config('podnet', 0))).status, 201);
@@ -65,7 +65,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
     assert.notEqual((await node.pod('default', pod)).status?.phase, 'Running');
     // An attempt may be under way now: at most its own interface and address, never one per failed attempt.
     assert.ok(daemon.leases('good').length <= 1, `leases of good: ${daemon.leases('good').join(' ')}`);
-    assert.ok(portsOn(1).length <= 1, `ports on good's bridge: ${portsOn(1).join('\n')}`);
+    assert.ok(portsOn(node, 1).length <= 1, `ports on good's bridge: ${portsOn(node, 1).join('\n')}`);
     assert.ok(daemon.journalFiles().length <= 1, `records: ${daemon.journalFiles().join(' ')}`);
   });
 
@@ -90,7 +90,7 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
       'one address per network: the failed attempts released theirs',
     );
     assert.deepEqual(
-      [0, 1, 2].map((i) => portsOn(i).length),
+      [0, 1, 2].map((i) => portsOn(node, i).length),
       [1, 1, 1],
       'one port per bridge',
     );
@@ -104,6 +104,9 @@ describe('a rolled-back ADD under a real kubelet', { skip }, () => {
       ['podnet', 'good', 'broken'].flatMap((n) => daemon.leases(n)),
       [],
     );
-    assert.deepEqual([0, 1, 2].flatMap(portsOn), []);
+    assert.deepEqual(
+      [0, 1, 2].flatMap((i) => portsOn(node, i)),
+      [],
+    );
   });
 });

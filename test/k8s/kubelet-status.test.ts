@@ -57,7 +57,7 @@ describe("the conflist plexusd installs makes the node's readiness follow plexus
   before(async () => {
     // The node starts on the test's own 1.0.0 conflist (no STATUS: Ready without plexusd); plexusd, on the API as the
     // documented RBAC allows, then installs 00-plexus.conflist, which sorts first: from then on the runtime reads it.
-    await plexusNode.start({ prefix: 'ks', ownedLinks: [`${prefix}b0`] });
+    await plexusNode.start({ prefix: 'ks' });
     ({ node, daemon } = plexusNode);
     assert.equal((await node.api.createNad('default', 'podnet', bridges.config('podnet', 0))).status, 201);
     installed = join(node.cniConfDir, PLEXUS_CONFLIST);

@@ -56,12 +56,12 @@ type SharedNodeSpec = Omit<NodeSpec, 'name' | 'root' | 'uplink' | 'podSubnet' | 
 export function clusterMissing(runtimeChoice: ClusterOptions['runtime'] = 'containerd 2'): string | undefined {
   const node = kubeNodeMissing();
   if (node) return node;
-  const env = runtimeEnv(runtimeChoice);
-  const runtime = containerdBinDir(env);
+  const runtime = containerdBinDir(runtimeEnv(runtimeChoice));
   if (runtime.problem) return `containerd (${runtime.problem})`;
-  if (!runtime.dir && runtimeChoice === 'containerd 2')
-    return "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's";
-  if (!runtime.dir && !containerdBinary('containerd')) return containerdMissing() ?? 'no containerd on the PATH';
+  if (!nodeContainerdDir(runtimeChoice))
+    return runtimeChoice === 'containerd 2'
+      ? "the cluster runs containerd 2 (a config of version 3); PLEXUS_CONTAINERD names the system's"
+      : (containerdMissing() ?? 'no containerd on the PATH');
   const tools = ['unshare', 'nsenter', 'busybox'].filter((t) => spawnSync('which', [t]).status !== 0);
   if (tools.length) return `not installed: ${tools.join(', ')}`;
   return k8sBinaryMissing('kube-controller-manager') ?? k8sBinaryMissing('kube-scheduler');
@@ -174,9 +174,7 @@ export class TestCluster {
     const apiUrl = `https://${this.lan}.1:${this.relay.listening.port}`;
     const pauseArchive = buildPauseImage(join(this.dir, 'image'));
     const plexusKubeconfig = this.api.userKubeconfig('plexus');
-    const env = runtimeEnv(options.runtime);
-    // The system's containerd (the oldest pair's) has no directory of its own: the one its binary is in.
-    const containerdDir = containerdBinDir(env).dir ?? dirname(containerdBinary('containerd')!);
+    const containerdDir = nodeContainerdDir(options.runtime)!;
     const containerdMajor = containerdMajorOf(containerdDir);
     const cniOf = options.cni;
     this.shared = {
@@ -342,4 +340,15 @@ export class TestCluster {
     await attempt(`remove ${this.dir}`, () => rmSync(this.dir, { recursive: true, force: true }));
     return problems;
   }
+}
+
+/**
+ * The directory of the nodes' containerd, ctr and shim: containerd 2's, or for "the run's pair" on the oldest pair the
+ * system's (containerd 1.6 on the PATH or in $PLEXUS_CONTAINERD_BIN, config version 2); undefined when there is none.
+ */
+function nodeContainerdDir(choice: ClusterOptions['runtime']): string | undefined {
+  const chosen = containerdBinDir(runtimeEnv(choice));
+  if (chosen.dir || chosen.problem || choice !== "the run's pair") return chosen.dir;
+  const system = containerdBinary('containerd');
+  return system ? dirname(system) : undefined;
 }

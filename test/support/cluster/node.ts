@@ -30,6 +30,7 @@ import {
   killNodeProcesses,
   makeCgroupRoot,
   makeNodeNetns,
+  nodeProcesses,
   removeCgroupRoot,
   removeNodeNetns,
   startHolder,
@@ -472,5 +473,13 @@ export class ClusterNode {
   /** The runtime's CNI plugin directory: the test's own (NodeSpec.cni) or the node's /opt/cni/bin. */
   get runtimeCniBinDir(): string {
     return this.spec.cni?.binDir ?? this.paths.cniBinDir;
+  }
+
+  /**
+   * PIDs of every process of the node: in its mount namespace (its daemons, shims, the holder) or its cgroups (its
+   * pods). None once stop() is done.
+   */
+  processes(): number[] {
+    return nodeProcesses(this.mountNs, this.name);
   }
 }

@@ -1,45 +1,34 @@
 /**
- * plexusd as the DRA driver plexus.io on a real node (SingleNode with the scheduler and the
- * controller-manager): plexusd registers with the kubelet's plugin registry, publishes the node's ResourceSlice with
- * each device's attributes, the kubelet calls NodePrepareResources for a pod whose ResourceClaimTemplate asks for a
- * plexus.io device (the prepared claim is recorded under the state dir) and NodeUnprepareResources when the pod goes
- * (the device goes to the next claim), and opaque config that does not parse keeps the pod from starting with an
- * error that names the field. plexusd runs as the `plexus` user with deploy/10-rbac.yaml and deploy/dra/50-dra.yaml.
+ * plexusd as the DRA driver plexus.io on a real node (SingleNode: a cluster of one node with its scheduler and
+ * controller-manager, plexusd inside the node, veths in the node for NICs): plexusd registers with the kubelet's plugin
+ * registry, publishes the node's ResourceSlice with each device's attributes, the kubelet calls NodePrepareResources
+ * for a pod whose ResourceClaimTemplate asks for a plexus.io device (the prepared claim is recorded under the state
+ * dir) and NodeUnprepareResources when the pod goes (the device goes to the next claim), and opaque config that does
+ * not parse keeps the pod from starting with an error that names the field. plexusd runs as the `plexus` user with
+ * deploy/10-rbac.yaml and deploy/dra/50-dra.yaml.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { DaemonFixture } from '../support/daemon';
-import { k8sBinary } from '../support/k8s';
 import { PAUSE_IMAGE } from '../support/kube-node';
-import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { uniquePrefix } from '../support/netns';
+import { ensureNamespace } from '../support/cluster/pods';
+import { SingleNode } from '../support/cluster/single-node';
+import { ip, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
-import { bridgeConfList, draSettings, draRegistrations, installDra, podEvents } from '../support/dra-node';
+import {
+  bridgeConfList,
+  draNodeMissing,
+  draRegistrations,
+  draSettings,
+  draTooOld,
+  installDra,
+  podEvents,
+} from '../support/dra-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
-
-/** DRA v1 is served from 1.34 on; the suite needs the scheduler and controller-manager binaries too. */
-/** What this node needs that setup.sh and ../shared provide. */
-function draNodeMissing(): string | undefined {
-  const node = singleNodeMissing();
-  if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager'])
-    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
-  return undefined;
-}
-
-/** DRA on an older Kubernetes (before 1.34): a skip with its reason, in CI too. */
-function draTooOld(): string | undefined {
-  const version = execFileSync(k8sBinary('kubelet')!, ['--version'], { encoding: 'utf8' });
-  const minor = Number(/v1\.(\d+)\./.exec(version)?.[1] ?? 0);
-  return minor < 34
-    ? `DRA (resource.k8s.io/v1) needs Kubernetes 1.34 or later; the kubelet is ${version.trim()}`
-    : undefined;
-}
 
 const missing = draNodeMissing();
 const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : draTooOld());
@@ -136,25 +125,22 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
     );
   };
 
+  /** NIC `i` (a veth end) and its peer, both up, in the node's network namespace. */
+  const addNic = (i: number): void => {
+    ip('-n', node.netns, 'link', 'add', NICS[i]!, 'type', 'veth', 'peer', 'name', PEERS[i]!);
+    ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
+    ip('-n', node.netns, 'link', 'set', 'dev', NICS[i]!, 'up');
+  };
+
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-dra-'));
-    // veth ends stand in for NICs; each peer, kept up on the host, gives its end carrier.
-    for (const [i, name] of NICS.entries()) {
-      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);
-      execFileSync('ip', ['link', 'set', 'dev', PEERS[i]!, 'up']);
-      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
-    }
     writeFileSync(
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
-    node = await SingleNode.start({
-      cniBinDir: DEBIAN_PLUGINS,
-      controlPlane: true,
-      ownedLinks: [...NICS, ...PEERS],
-      cniConfList: bridgeConfList(`${prefix}br`),
-    });
-    await node.api.installPlexus();
+    node = await SingleNode.start({ cniBinDir: DEBIAN_PLUGINS, cniConfList: bridgeConfList(`${prefix}br`) });
+    // veth ends in the node stand in for its NICs; each peer, kept up beside it, gives its end carrier.
+    for (const i of NICS.keys()) addNic(i);
     // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
     assert.equal(
       (await node.api.createNad(NS, 'fast', JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' })))
@@ -163,15 +149,17 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
     );
     // deploy/dra/50-dra.yaml as written (DeviceClasses, the plexus-dra role), its role also bound to the test's user.
     await installDra(node);
+    // The controller-manager makes sa/default some time after the API server starts; a pod posted before it is
+    // refused by the ServiceAccount admission (createPods makes it too, these pods are posted as written).
+    await ensureNamespace(node.api, NS);
     daemon = new DaemonFixture('podnet');
+    daemon.launcher = node.launcher; // the DaemonSet's plexusd runs in the node's namespaces (hostNetwork)
     daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {
     await node?.stop({ runtimeStopped: () => daemon?.stop() });
     await daemon?.stop();
-    for (const name of [...NICS, ...PEERS])
-      if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
@@ -312,10 +300,10 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
     );
   });
 
-  it("a device that leaves the host leaves the slice (the pool's generation goes up) and comes back with it", async () => {
+  it("a device that leaves the node leaves the slice (the pool's generation goes up) and comes back with it", async () => {
     const pool = async (): Promise<Slice | undefined> => (await slices()).find((s) => s.spec.driver === 'plexus.io');
     const before = (await pool())!;
-    execFileSync('ip', ['link', 'del', 'dev', NICS[1]!]); // its peer goes with it
+    ip('-n', node.netns, 'link', 'del', 'dev', NICS[1]!); // its peer goes with it
     const without = await until(
       'the slice without the device',
       async () => {
@@ -330,7 +318,7 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
       [NICS[0]],
     );
     assert.ok(without.spec.pool.generation > before.spec.pool.generation);
-    execFileSync('ip', ['link', 'add', NICS[1]!, 'type', 'veth', 'peer', 'name', PEERS[1]!]);
+    ip('-n', node.netns, 'link', 'add', NICS[1]!, 'type', 'veth', 'peer', 'name', PEERS[1]!);
     const back = await until(
       'the device published again',
       async () => {

@@ -14,6 +14,7 @@ import { claimingPod, create, draSettings, draNodeMissing, draRegistrations, dra
 import { installDra } from '../support/dra-node';
 import { podnetBridge } from '../support/k8s';
 import { PAUSE_IMAGE } from '../support/kube-node';
+import { ensureNamespace } from '../support/cluster/pods';
 import { uniquePrefix } from '../support/netns';
 import { PlexusNodeFixture } from '../support/plexus-node';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
@@ -54,7 +55,7 @@ describe('a memif device given by a claim reaches the container through CDI', { 
     existsSync(plexus.node.cdiDir) ? readdirSync(plexus.node.cdiDir).filter((f) => f.startsWith('plexus.io-')) : [];
 
   before(async () => {
-    await plexus.start({ prefix, ownedLinks: [`${prefix}b0`], controlPlane: true });
+    await plexus.start({ prefix });
     const { node, work, daemon } = plexus;
     socketDir = join(work, 'memif');
     writeFileSync(
@@ -69,6 +70,9 @@ describe('a memif device given by a claim reaches the container through CDI', { 
     );
     assert.equal((await node.api.createNad(NS, 'podnet', podnet)).status, 201);
     await installDra(node);
+    // The controller-manager makes sa/default some time after the API server starts; a pod posted before it is
+    // refused by the ServiceAccount admission (createPods makes it too, these pods are posted as written).
+    await ensureNamespace(node.api, NS);
     daemon.addSettings({ ...draSettings(node, work, plexus.binDir), logLevel: 'info' });
     await daemon.start(30000);
     await until('plexus.io registered', () => (draRegistrations(daemon) > 0 ? true : undefined), 30000, 100);

@@ -1,10 +1,10 @@
 /**
- * A memif network given by a claim, on a real node (kube-apiserver, scheduler, controller-manager, kubelet,
- * containerd) and a private OVS-DPDK: a pod whose ResourceClaimTemplate asks for a memif.plexus.io device and names a
+ * A memif network given by a claim, on a real node (SingleNode: a cluster of one node, plexusd inside it) and a
+ * private OVS-DPDK on the host: a pod whose ResourceClaimTemplate asks for a memif.plexus.io device and names a
  * memif NAD runs; plexusd made the device's socket and secret at Prepare, the switch serves exactly that socket with
  * exactly that secret (a memif client on the host gets the link up), network-status and the claim's status show the
- * interface, and the pod's deletion removes the port, the record and the socket's directory. Nothing mounts the socket
- * into the container: that needs CDI, which this node's containerd (1.6) has not (docs/dra.md).
+ * interface, and the pod's deletion removes the port, the record and the socket's directory. What reaches the
+ * container through CDI (containerd 2 only, docs/dra.md) is dra-cdi.test.ts's.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -23,6 +23,7 @@ import {
   RESOURCE_API,
 } from '../support/dra-node';
 import type { SingleNode } from '../support/cluster/single-node';
+import { ensureNamespace } from '../support/cluster/pods';
 import { uniquePrefix } from '../support/netns';
 import { ovsDpdkMissing } from '../support/ovs-dpdk';
 import { MemifNodeFixture } from '../support/memif-node';
@@ -65,11 +66,13 @@ describe('a memif network given by a claim on a real node', { skip, timeout: 600
   before(async () => {
     await memifNode.start({
       prefix,
-      controlPlane: true,
       resources: (dir) => [{ name: MEMIF, kind: 'memif', count: 2, socketDir: join(dir, 'memif'), offer: ['dra'] }],
     });
     ({ node, daemon, work } = memifNode);
     await installDra(node);
+    // The controller-manager makes sa/default some time after the API server starts; a pod posted before it is
+    // refused by the ServiceAccount admission (createPods makes it too, these pods are posted as written).
+    await ensureNamespace(node.api, NS);
     daemon.addSettings({ ...draSettings(node, work, memifNode.binDir), logLevel: 'info' });
     await daemon.start(30000);
     await until(

@@ -1,5 +1,5 @@
 /**
- * A memif network on a real node (SingleNode: kube-apiserver, containerd, kubelet) and a private OVS-DPDK: a pod
+ * A memif network on a real node (SingleNode: a cluster of one node, plexusd inside it) and a private OVS-DPDK: a pod
  * limited to one plexus.io/memif, on a network of type memif whose NAD names that resource, gets from the kubelet the
  * device plexusd's device plugin allocated (MEMIF_SOCKET, MEMIF_SECRET, the socket directory mounted), and the
  * switch gets one port serving exactly that device's host socket with exactly that secret: a memif client on the host
@@ -54,13 +54,10 @@ describe(
         memnetAnnotations: { 'k8s.v1.cni.cncf.io/resourceName': MEMIF },
       });
       ({ node, daemon, ovs, work, bridge } = memifNode);
-      const binDir = memifNode.binDir;
       const api = node.api;
       podResources = new PodResourcesClient(join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'));
       daemon.addSettings({
-        kubeconfig: api.userKubeconfig('plexus'),
-        nodeName: node.nodeName,
-        cniBinDir: binDir,
+        ...memifNode.apiSettings(),
         devicePluginConfig: memifNode.resourcesFile,
         deviceInfoDir: join(work, 'devinfo'),
         podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),

@@ -1,6 +1,6 @@
 /**
- * A real node for memif networks: a private OVS-DPDK with one userspace bridge, and a Plexus node (PlexusNodeFixture)
- * whose plexusd talks to the switch's OVSDB, with two NADs: `podnet` (the default network, a kernel bridge) and
+ * A real node for memif networks: a private OVS-DPDK with one userspace bridge on the host, and a Plexus node
+ * (PlexusNodeFixture) whose plexusd, inside the node, talks to the switch's OVSDB, with two NADs: `podnet` (the default network, a kernel bridge) and
  * `memnet` (type memif on the switch's bridge). The daemon is made, not started: each test adds the flags of its
  * device path (the device plugin or DRA) and starts it. `stop()` removes whatever `start()` got to, even after a
  * failure half-way.
@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonFixture } from './daemon';
+import type { DaemonSettings } from './daemon-flags';
 import { podnetBridge } from './k8s';
 import type { SingleNode } from './cluster/single-node';
 import { devarg, OvsDpdkFixture, unquote } from './ovs-dpdk';
@@ -23,8 +24,6 @@ export interface MemifNodeOptions {
   readonly resources: (work: string) => readonly Record<string, unknown>[];
   /** Annotations of the memnet NAD (a device-plugin resource name, say). */
   readonly memnetAnnotations?: Record<string, string>;
-  /** Runs a scheduler and a controller-manager too (DRA needs them). */
-  readonly controlPlane?: boolean;
 }
 
 export class MemifNodeFixture {
@@ -49,17 +48,18 @@ export class MemifNodeFixture {
   get node(): SingleNode {
     return this.plexus.node;
   }
+  /** plexusd's API settings for the node (PlexusNodeFixture.apiSettings: it runs inside the node). */
+  apiSettings(): DaemonSettings {
+    return this.plexus.apiSettings();
+  }
 
   async start(options: MemifNodeOptions): Promise<void> {
     this.bridge = `${options.prefix}ovs`;
     this.ovsFixture = await OvsDpdkFixture.start();
     this.ovs.addBridge(this.bridge);
-    await this.plexus.start({
-      prefix: options.prefix,
-      ownedLinks: [`${options.prefix}b0`],
-      daemonSettings: { ovsdbSocket: this.ovs.dbSocket },
-      controlPlane: options.controlPlane,
-    });
+    // The switch's database socket lies in the fixture's directory, outside the node's own /run/openvswitch: plexusd
+    // in the node reaches it by that host path, as the memif sockets the switch serves.
+    await this.plexus.start({ prefix: options.prefix, daemonSettings: { ovsdbSocket: this.ovs.dbSocket } });
     this.resourcesFile = join(this.work, 'resources.yaml');
     writeFileSync(this.resourcesFile, JSON.stringify({ resources: options.resources(this.work) }));
     const api = this.node.api;

@@ -14,6 +14,7 @@ import { CriRuntime, type Sandbox } from '../kube-node';
 import { TestCluster, clusterMissing } from './cluster';
 import type { ClusterNode } from './node';
 import { writeNodeKubeconfig } from './node-config';
+import { ensureNamespace } from './pods';
 import { type CreatePodsOptions, NodePods, podObject, type RunningTimings } from './node-pods';
 
 export interface SingleNodeOptions {
@@ -73,6 +74,13 @@ export class SingleNode {
         binDir: options.cniBinDir,
       }),
     });
+    try {
+      // The controller-manager makes sa/default a moment after start; a pod a test posts before it is refused.
+      await ensureNamespace(cluster.api, 'default');
+    } catch (e) {
+      await cluster.stop();
+      throw e;
+    }
     return new SingleNode(cluster, cluster.nodes[0]!);
   }
 

@@ -15,14 +15,8 @@ import type { DaemonSettings } from './daemon-flags';
 
 export const RESOURCE_API = '/apis/resource.k8s.io/v1';
 
-/** What a DRA node needs beyond a kubelet node: the scheduler and the controller-manager. */
-export function draNodeMissing(): string | undefined {
-  const node = singleNodeMissing();
-  if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager'])
-    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
-  return undefined;
-}
+/** Why a DRA node cannot run here: a single-node cluster's needs (its scheduler and controller-manager among them). */
+export const draNodeMissing = (): string | undefined => singleNodeMissing();
 
 /** DRA on an older Kubernetes (before 1.34): the reason to skip. */
 export function draTooOld(): string | undefined {
@@ -107,12 +101,13 @@ export const draRegistrations = (daemon: { readonly stderr: string }): number =>
   daemon.stderr.split('registered with the kubelet as a DRA driver').length - 1;
 
 /**
- * plexusd's settings on a DRA node: the API as the plexus user, the resources file `<work>/resources.yaml` as device
+ * plexusd's settings on a DRA node, for a plexusd inside the node (DaemonFixture.launcher = node.launcher): the API as
+ * the plexus user through the relay the node reaches, the resources file `<work>/resources.yaml` as device
  * plugins and DRA devices, device-info files in `<work>/devinfo`, the kubelet's pod-resources socket and root dir,
  * the node's CDI directory, and the delegated plugins' directory when given.
  */
 export const draSettings = (node: SingleNode, work: string, binDir?: string): DaemonSettings => ({
-  kubeconfig: node.api.userKubeconfig(PLEXUS_USER),
+  kubeconfig: node.nodeKubeconfig(PLEXUS_USER),
   nodeName: node.nodeName,
   cniBinDir: binDir,
   devicePluginConfig: join(work, 'resources.yaml'),
@@ -120,7 +115,7 @@ export const draSettings = (node: SingleNode, work: string, binDir?: string): Da
   podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
   dra: true,
   kubeletRootDir: node.kubeletRoot,
-  // The node's own CDI directory (the one its containerd 2 reads): never the host's /var/run/cdi.
+  // The node's own CDI directory (its /run/cdi, the one its containerd reads), as the host reaches it.
   cdiDir: node.cdiDir,
 });
 

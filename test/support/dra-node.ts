@@ -40,6 +40,7 @@ const PATHS: Record<string, (ns: string) => string> = {
   ClusterRoleBinding: () => '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings',
   NetworkAttachmentDefinition: (ns) => `/apis/k8s.cni.cncf.io/v1/namespaces/${ns}/network-attachment-definitions`,
   Pod: (ns) => `/api/v1/namespaces/${ns}/pods`,
+  ServiceAccount: (ns) => `/api/v1/namespaces/${ns}/serviceaccounts`,
 };
 
 interface ApiObject {
@@ -50,9 +51,17 @@ interface ApiObject {
 /** What creating objects needs: a node fixture's API calls, or the cluster's (test/support/cluster/). */
 export type ApiCaller = Pick<SingleNode, 'call'>;
 
-/** Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. */
+/**
+ * Creates an object (a 409 is fine: already there); throws with the API's answer otherwise. A pod's namespace gets its
+ * sa/default first: the controller-manager makes it a moment after the namespace, and the ServiceAccount admission
+ * refuses a pod created before ("serviceaccount default not found").
+ */
 export async function create(node: ApiCaller, object: unknown): Promise<void> {
   const o = object as ApiObject;
+  if (o.kind === 'Pod') {
+    const namespace = o.metadata.namespace ?? 'default';
+    await create(node, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default', namespace } });
+  }
   const path = PATHS[o.kind];
   if (!path) throw new Error(`no API path for kind ${o.kind}`);
   const r = await node.call('POST', path(o.metadata.namespace ?? 'default'), object);

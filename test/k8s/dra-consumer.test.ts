@@ -1,38 +1,32 @@
 /**
  * The Multus-style consumer on a real node (SingleNode with the scheduler and the controller-manager): a
  * second DRA driver (test/support/dra-test-driver.ts, not plexus.io) publishes a device whose slice attributes carry
- * k8s.cni.cncf.io/resourceName and k8s.cni.cncf.io/deviceID (a veth end the test made). A pod claims that device
- * through a ResourceClaimTemplate and asks for a host-device network whose NAD names the same resource: plexusd
- * reads the claim and the slice and moves that very device in as net1; it returns to the host after the pod goes.
+ * k8s.cni.cncf.io/resourceName and k8s.cni.cncf.io/deviceID (a veth end the test made in the node's network
+ * namespace). A pod claims that device through a ResourceClaimTemplate and asks for a host-device network whose NAD
+ * names the same resource: plexusd, inside the node, reads the claim and the slice and moves that very device in as
+ * net1; it returns to the node's namespace after the pod goes.
  * A claimed device of another resource does not serve the NAD: the attach fails naming the resource. plexusd runs
  * as the `plexus` user with deploy/10-rbac.yaml only (no --dra: consuming needs no plexus.io driver).
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ApiPods } from '../support/api-pods';
 import { DaemonFixture } from '../support/daemon';
+import { create, podEvents } from '../support/dra-node';
 import { DraTestDriver } from '../support/dra-test-driver';
-import { k8sBinary, k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
+import { k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
 import { PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
 import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { uniquePrefix } from '../support/netns';
+import { ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { plexusPluginDir } from '../support/plugin-dir';
 
-function nodeMissing(): string | undefined {
-  const node = singleNodeMissing();
-  if (node) return node;
-  for (const b of ['kube-scheduler', 'kube-controller-manager'])
-    if (!k8sBinary(b)) return `not available: ${b} (set PLEXUS_K8S_BIN)`;
-  return undefined;
-}
-
-const missing = nodeMissing();
+const missing = singleNodeMissing();
 /** DRA (resource.k8s.io/v1) is served from 1.34 on: a pass on an older Kubernetes skips with that reason. */
 const skip = expectedPrerequisites(missing) || optionalSkip(missing ? undefined : k8sOlderThan('1.34'));
 const prefix = uniquePrefix('drc');
@@ -54,22 +48,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   let work: string;
   const macs = new Map<string, string>();
 
-  const created = async (path: string, body: unknown): Promise<void> => {
-    const r = await node.call('POST', path, body);
-    assert.ok(
-      r.status === 201 || r.status === 409,
-      `POST ${path}: ${r.status} ${JSON.stringify(r.body).slice(0, 400)}`,
-    );
-  };
-  const podEvents = async (name: string): Promise<string[]> => {
-    const r = await node.call(
-      'GET',
-      `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`,
-    );
-    return ((r.body as { items?: { reason: string; message: string }[] }).items ?? []).map(
-      (e) => `${e.reason}: ${e.message}`,
-    );
-  };
+  const eventsOf = (name: string): Promise<string[]> => podEvents(node, NS, name);
   const phase = async (name: string): Promise<string | undefined> =>
     (await node.pod(NS, name).catch(() => undefined))?.status?.phase;
   /** A template for one device of the test driver, chosen by its deviceID attribute (CEL has no device name). */
@@ -128,28 +107,27 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       200,
     );
   };
-  const hostDevice = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
+  /** Whether a link is in the node's own network namespace (the "host" of its pods). */
+  const hostDevice = (name: string): boolean => ipTry('-n', node.netns, 'link', 'show', 'dev', name).status === 0;
+  const macOf = (name: string): string | undefined =>
+    /link\/ether (\S+)/.exec(ip('-n', node.netns, '-o', 'link', 'show', 'dev', name))?.[1];
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drc-'));
     const binDir = join(work, 'bin');
     plexusPluginDir(binDir);
-    // veth ends stand in for the driver's NICs; each peer, kept up on the host, gives its end carrier.
-    for (const [i, name] of NICS.entries()) {
-      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);
-      execFileSync('ip', ['link', 'set', 'dev', PEERS[i]!, 'up']);
-      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
-      macs.set(name, execFileSync('cat', [`/sys/class/net/${name}/address`], { encoding: 'utf8' }).trim());
-    }
     daemon = new DaemonFixture('podnet');
-    node = await SingleNode.start({
-      cniBinDir: binDir,
-      controlPlane: true,
-      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: plexusConflist(daemon.socket),
-    });
+    node = await SingleNode.start({ cniBinDir: binDir, cniConfList: plexusConflist(daemon.socket) });
+    daemon.launcher = node.launcher;
+    // veth ends in the node's namespace stand in for the driver's NICs; each peer, kept up there, gives its end
+    // carrier. They go with the node's namespace.
+    for (const [i, name] of NICS.entries()) {
+      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
+      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
+      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      macs.set(name, macOf(name)!);
+    }
     const api = node.api;
-    await api.installPlexus();
     const podnet = podnetBridge(`${prefix}b0`, `10.${o}.${t}.0/24`);
     assert.equal((await api.createNad(NS, 'podnet', podnet)).status, 201);
     const fast = JSON.stringify({
@@ -173,7 +151,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     ]);
     await driver.start();
     daemon.addSettings({
-      kubeconfig: api.userKubeconfig(PLEXUS_USER),
+      kubeconfig: node.nodeKubeconfig(PLEXUS_USER),
       nodeName: node.nodeName,
       cniBinDir: binDir,
       podResourcesSocket: join(node.kubeletRoot, 'pod-resources', 'kubelet.sock'),
@@ -186,14 +164,12 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   });
 
   after(async () => {
-    // The links and the work directory go even when stopping the node or a daemon fails.
+    // The work directory goes even when stopping the node or a daemon fails; the links go with the node.
     try {
       await node?.stop({ runtimeStopped: () => daemon?.stop() });
       await daemon?.stop();
       await driver?.stop();
     } finally {
-      for (const name of [...NICS, ...PEERS])
-        if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', 'dev', name]);
       if (work) rmSync(work, { recursive: true, force: true });
     }
   });
@@ -212,16 +188,16 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
   });
 
   it("a pod claiming the driver's device runs with that device as the NAD's interface, moved in by plexusd", async () => {
-    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('fast0', NICS[0]!));
+    await create(node, template('fast0', NICS[0]!));
     const startedAt = Date.now();
-    await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-a', 'fast0', 'fast'));
+    await create(node, claimingPod('drc-a', 'fast0', 'fast'));
     await until(
       'pod drc-a Running',
       async () => ((await phase('drc-a')) === 'Running' ? true : undefined),
       90000,
       200,
     ).catch(async (e: Error) =>
-      assert.fail(`${e.message}: ${(await podEvents('drc-a')).join(' | ')}\n${daemon.stderr.slice(-2000)}`),
+      assert.fail(`${e.message}: ${(await eventsOf('drc-a')).join(' | ')}\n${daemon.stderr.slice(-2000)}`),
     );
     console.log(`# pod claiming another driver's device: created to Running in ${Date.now() - startedAt} ms`);
     assert.ok(driver.prepared.includes(await claimUidOf('drc-a')), 'the kubelet had the test driver prepare the claim');
@@ -230,7 +206,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
       execFileSync('nsenter', [`--net=${netns}`, 'ip', '-o', 'link', 'show', 'dev', 'net1'], { encoding: 'utf8' }),
     )?.[1];
     assert.equal(inPod, macs.get(NICS[0]!), 'net1 in the pod is the claimed device');
-    assert.equal(hostDevice(NICS[0]!), false, 'it left the host');
+    assert.equal(hostDevice(NICS[0]!), false, "it left the node's namespace");
     assert.equal(hostDevice(NICS[1]!), true, 'the unclaimed device stays');
     const status = await pods.status(NS, 'drc-a', (s) => s.length === 2);
     assert.deepEqual(
@@ -240,24 +216,21 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     assert.deepEqual(status[1]!.ips, [`10.${o}.${t + 1}.5`]);
   });
 
-  it('after the pod goes the device is back on the host and the driver unprepared the claim', async () => {
+  it("after the pod goes the device is back in the node's namespace and the driver unprepared the claim", async () => {
     const claim = await claimUidOf('drc-a');
     await deletePod('drc-a');
-    await until('the device back on the host', () => (hostDevice(NICS[0]!) ? true : undefined), 60000, 200);
+    await until("the device back in the node's namespace", () => (hostDevice(NICS[0]!) ? true : undefined), 60000, 200);
     await until('the claim unprepared', () => (driver.unprepared.includes(claim) ? true : undefined), 60000, 200);
-    assert.equal(
-      execFileSync('cat', [`/sys/class/net/${NICS[0]}/address`], { encoding: 'utf8' }).trim(),
-      macs.get(NICS[0]!),
-    );
+    assert.equal(macOf(NICS[0]!), macs.get(NICS[0]!));
   });
 
   it('a claimed device of another resource does not serve the NAD: the attach fails naming the resource', async () => {
-    await created(`/apis/resource.k8s.io/v1/namespaces/${NS}/resourceclaimtemplates`, template('slow1', NICS[1]!));
-    await created(`/api/v1/namespaces/${NS}/pods`, claimingPod('drc-b', 'slow1', 'fast'));
+    await create(node, template('slow1', NICS[1]!));
+    await create(node, claimingPod('drc-b', 'slow1', 'fast'));
     const events = await until(
       'a FailedAttachNetwork event',
       async () => {
-        const all = await podEvents('drc-b');
+        const all = await eventsOf('drc-b');
         return all.some((e) => e.startsWith('FailedAttachNetwork')) ? all : undefined;
       },
       60000,

@@ -7,10 +7,12 @@
  * not exist, a NAD namespace isolation forbids, a device allocated twice, plexusd restarted between Prepare and ADD, a
  * claim deleted under a running pod, an attach that fails, a restarted kubelet, stale records, a claim two pods share;
  * nothing leaked.
- * veth ends the test creates stand in for NICs.
+ * The node is a single-node cluster's (its own network and mount namespaces, plexusd inside it); veth ends the test
+ * creates in the node's network namespace stand in for NICs, and the node's namespace is the "host" a device leaves
+ * for a pod and comes back to.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,7 +34,7 @@ import {
 } from '../support/dra-node';
 import { plexusConflist } from '../support/kube-node';
 import { SingleNode } from '../support/cluster/single-node';
-import { uniquePrefix } from '../support/netns';
+import { ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
@@ -140,7 +142,8 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     t.after(async () => {
       for (const name of names) await deletePod(name).catch(() => undefined);
     });
-  const onHost = (name: string): boolean => existsSync(`/sys/class/net/${name}`);
+  /** Whether a link is in the node's network namespace (where the devices live when no pod holds them). */
+  const onHost = (name: string): boolean => ipTry('-n', node.netns, 'link', 'show', 'dev', name).status === 0;
   const byName = (ifname: string): string => `device.attributes["plexus.io"].interfaceName == "${ifname}"`;
   const registrations = (): number => draRegistrations(daemon);
   /**
@@ -156,24 +159,20 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     work = mkdtempSync(join(tmpdir(), 'plexus-drn-'));
     binDir = join(work, 'bin');
     plexusPluginDir(binDir);
-    for (const [i, name] of NICS.entries()) {
-      execFileSync('ip', ['link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!]);
-      execFileSync('ip', ['link', 'set', 'dev', PEERS[i]!, 'up']);
-      execFileSync('ip', ['link', 'set', 'dev', name, 'up']);
-      macs.set(name, readFileSync(`/sys/class/net/${name}/address`, 'utf8').trim());
-    }
     writeFileSync(
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: NICS, offer: ['dra'] }] }),
     );
     daemon = new DaemonFixture('podnet');
-    node = await SingleNode.start({
-      cniBinDir: binDir,
-      controlPlane: true,
-      ownedLinks: [`${prefix}b0`, ...NICS, ...PEERS],
-      cniConfList: plexusConflist(daemon.socket),
-    });
-    await node.api.installPlexus();
+    node = await SingleNode.start({ cniBinDir: binDir, cniConfList: plexusConflist(daemon.socket) });
+    daemon.launcher = node.launcher;
+    // The NICs' stand-ins are the node's: they go with its network namespace.
+    for (const [i, name] of NICS.entries()) {
+      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
+      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
+      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      macs.set(name, /link\/ether (\S+)/.exec(ip('-n', node.netns, '-o', 'link', 'show', 'dev', name))![1]!);
+    }
     await installDra(node);
     await node.api.ensureNamespace(OTHER_NS);
     const podnet = podnetBridge(`${prefix}b0`, `10.${B}.${C}.0/24`);
@@ -203,7 +202,6 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
   after(async () => {
     await node?.stop({ runtimeStopped: () => daemon?.stop() });
     await daemon?.stop();
-    for (const name of [...NICS, ...PEERS]) if (onHost(name)) spawnSync('ip', ['link', 'del', 'dev', name]);
     if (work) rmSync(work, { recursive: true, force: true });
   });
 
@@ -220,7 +218,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     const link = await podLink('fast-pod', 'net1');
     assert.match(link, /inet 10\.1\.0\.5\/24/);
     assert.ok(link.includes(`link/ether ${macs.get(device)}`), `net1 is ${device}: ${link}`);
-    assert.equal(onHost(device), false, 'the device left the host');
+    assert.equal(onHost(device), false, "the device left the node's namespace");
     const status = await pods.status(NS, 'fast-pod', (s) => s.length === 2);
     assert.deepEqual(
       status.map((s) => `${s.name}@${s.interface}`),
@@ -285,7 +283,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
       30000,
       100,
     );
-    assert.ok(onHost(device), 'the device is back on the host');
+    assert.ok(onHost(device), "the device is back in the node's namespace");
     // Allocatable again: a pod that asks for exactly that device runs.
     await create(
       node,
@@ -491,7 +489,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     assert.equal(ready.reason, 'NetworkAttachFailed');
     assert.match(ready.message, /10\.\d+\.\d+\.5/);
     assert.equal(claim.status!.devices![0]!.networkData, undefined);
-    assert.ok(onHost(NICS[1]!), 'the failed ADD gave the device back to the host');
+    assert.ok(onHost(NICS[1]!), "the failed ADD gave the device back to the node's namespace");
     await deletePod('narrow');
     await until('the record removed', () => (claimFiles().length === 0 ? true : undefined), 30000, 100);
   });
@@ -611,12 +609,12 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     assert.ok(onHost(NICS[2]!));
   });
 
-  it('nothing leaked: no journal record, no prepared claim, no lease, every device back on the host', async () => {
+  it("nothing leaked: no journal record, no prepared claim, no lease, every device back in the node's namespace", async () => {
     await until('no journal record', () => (daemon.journalFiles().length === 0 ? true : undefined), 30000, 100);
     assert.deepEqual(claimFiles(), []);
     for (const network of ['podnet', 'fast', 'narrow', 'later'])
       assert.deepEqual(daemon.leases(`default/${network}`).concat(daemon.leases(network)), [], network);
-    for (const name of NICS) assert.ok(onHost(name), `${name} is on the host`);
+    for (const name of NICS) assert.ok(onHost(name), `${name} is in the node's namespace`);
     assert.deepEqual(node.netnsLeft(), []);
   });
 });

@@ -4,11 +4,10 @@
  * for a device before plexusd starts runs within seconds of the start (no Prepare refused with "not registered",
  * which the kubelet would retry only at its resync, 60-90 s later); the slices go when plexusd stops and while the
  * kubelet is away, and come back only once the kubelet has registered plexus.io again.
- * A veth end the test creates stands in for a NIC.
+ * A veth end the test creates in the node's network namespace (a single-node cluster's node) stands in for a NIC.
  */
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -27,7 +26,7 @@ import {
   RESOURCE_API,
 } from '../support/dra-node';
 import { SingleNode } from '../support/cluster/single-node';
-import { uniquePrefix } from '../support/netns';
+import { ip, uniquePrefix } from '../support/netns';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { until } from '../support/until';
@@ -84,20 +83,15 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-drs-'));
-    execFileSync('ip', ['link', 'add', DEVICE, 'type', 'veth', 'peer', 'name', PEER]);
-    execFileSync('ip', ['link', 'set', 'dev', PEER, 'up']);
-    execFileSync('ip', ['link', 'set', 'dev', DEVICE, 'up']);
     writeFileSync(
       join(work, 'resources.yaml'),
       JSON.stringify({ resources: [{ name: NIC, kind: 'host-device', devices: [DEVICE], offer: ['dra'] }] }),
     );
-    node = await SingleNode.start({
-      cniBinDir: DEBIAN_PLUGINS,
-      controlPlane: true,
-      ownedLinks: [`${prefix}br`, DEVICE, PEER],
-      cniConfList: bridgeConfList(`${prefix}br`),
-    });
-    await node.api.installPlexus();
+    node = await SingleNode.start({ cniBinDir: DEBIAN_PLUGINS, cniConfList: bridgeConfList(`${prefix}br`) });
+    // The NIC stand-in is the node's: it goes with the node's network namespace.
+    ip('-n', node.netns, 'link', 'add', DEVICE, 'type', 'veth', 'peer', 'name', PEER);
+    ip('-n', node.netns, 'link', 'set', 'dev', PEER, 'up');
+    ip('-n', node.netns, 'link', 'set', 'dev', DEVICE, 'up');
     await installDra(node);
     // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
     const fast = JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' });
@@ -109,13 +103,13 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
       }),
     );
     daemon = new DaemonFixture('podnet');
+    daemon.launcher = node.launcher;
     daemon.addSettings({ ...draSettings(node, work), logLevel: 'info' });
   });
 
   after(async () => {
     await node?.stop({ runtimeStopped: () => daemon?.stop() });
     await daemon?.stop();
-    for (const name of [DEVICE, PEER]) if (existsSync(`/sys/class/net/${name}`)) spawnSync('ip', ['link', 'del', name]);
     if (work) rmSync(work, { recursive: true, force: true });
   });
 

@@ -2,7 +2,7 @@
  * kube-controller-manager and kube-scheduler as a real cluster runs them (../shared/k8s/NOTES.md section 2): each as
  * its own user, with its secure port, service-account credentials per controller and a cluster signer. The deploy
  * tests need this: the DaemonSet controller makes plexusd's pods, the scheduler places them, and in-cluster
- * clients get service-account tokens. (KubeNodeFixture's `controlPlane` option runs a smaller one, as the admin.)
+ * clients get service-account tokens.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';

@@ -1,7 +1,8 @@
 /**
- * The KubeletConfiguration every test node runs with (the single node of kube-node.ts and each node of the
- * multi-node cluster): client certificates from the API's CA, cgroupfs without systemd, the host's iptables and the
- * local-only images left alone. Each fixture adds what is its own (ports, cgroup root, static pods).
+ * The KubeletConfiguration every test node runs with (each node of the test cluster, one node or
+ * many): client certificates from the API's CA, cgroupfs without systemd, the host's iptables and the
+ * local-only images left alone. cluster/node-config.ts adds what is each node's own (address, cgroup
+ * root, static pods).
  */
 import { join } from 'node:path';
 

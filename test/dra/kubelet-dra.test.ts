@@ -16,7 +16,7 @@ import { DaemonFixture } from '../support/daemon';
 import { PAUSE_IMAGE } from '../support/kube-node';
 import { ensureNamespace } from '../support/cluster/pods';
 import { SingleNode } from '../support/cluster/single-node';
-import { ip, uniquePrefix } from '../support/netns';
+import { addNicStandIn, ip, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import {
   bridgeConfList,
@@ -126,11 +126,7 @@ describe('plexusd as the DRA driver plexus.io on a real node', { skip }, () => {
   };
 
   /** NIC `i` (a veth end) and its peer, both up, in the node's network namespace. */
-  const addNic = (i: number): void => {
-    ip('-n', node.netns, 'link', 'add', NICS[i]!, 'type', 'veth', 'peer', 'name', PEERS[i]!);
-    ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
-    ip('-n', node.netns, 'link', 'set', 'dev', NICS[i]!, 'up');
-  };
+  const addNic = (i: number): void => addNicStandIn(node.netns, NICS[i]!, PEERS[i]!);
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'plexus-dra-'));

@@ -22,7 +22,7 @@ import { ApiPods } from '../support/api-pods';
 import { DaemonFixture } from '../support/daemon';
 import { plexusConflist } from '../support/kube-node';
 import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { ip, ipTry, uniquePrefix } from '../support/netns';
+import { addNicStandIn, ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
@@ -102,9 +102,7 @@ describe("plexusd as the kubelet's device plugin on a real node", { skip }, () =
     // veth pairs in the node's namespace stand in for its NICs (no dummy module on the test kernels): the pool's end
     // goes to the pod; its peer, kept up on the node, gives it carrier. They go with the node's namespace.
     for (const [i, name] of NICS.entries()) {
-      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
-      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
-      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      addNicStandIn(node.netns, name, PEERS[i]!);
       macs.set(
         name,
         (JSON.parse(ip('-n', node.netns, '-j', 'link', 'show', 'dev', name)) as { address: string }[])[0]!.address,

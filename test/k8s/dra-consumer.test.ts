@@ -21,7 +21,7 @@ import { DraTestDriver } from '../support/dra-test-driver';
 import { k8sOlderThan, PLEXUS_USER, podnetBridge } from '../support/k8s';
 import { PAUSE_IMAGE, plexusConflist } from '../support/kube-node';
 import { SingleNode, singleNodeMissing } from '../support/cluster/single-node';
-import { ip, ipTry, uniquePrefix } from '../support/netns';
+import { addNicStandIn, ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { plexusPluginDir } from '../support/plugin-dir';
@@ -122,9 +122,7 @@ describe('a device another DRA driver allocated, given to the network whose NAD 
     // veth ends in the node's namespace stand in for the driver's NICs; each peer, kept up there, gives its end
     // carrier. They go with the node's namespace.
     for (const [i, name] of NICS.entries()) {
-      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
-      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
-      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      addNicStandIn(node.netns, name, PEERS[i]!);
       macs.set(name, macOf(name)!);
     }
     const api = node.api;

@@ -34,7 +34,7 @@ import {
 } from '../support/dra-node';
 import { plexusConflist } from '../support/kube-node';
 import { SingleNode } from '../support/cluster/single-node';
-import { ip, ipTry, uniquePrefix } from '../support/netns';
+import { addNicStandIn, ip, ipTry, uniquePrefix } from '../support/netns';
 import { until } from '../support/until';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { podnetBridge } from '../support/k8s';
@@ -168,9 +168,7 @@ describe('a network device claimed through DRA on a real node', { skip }, () => 
     daemon.launcher = node.launcher;
     // The NICs' stand-ins are the node's: they go with its network namespace.
     for (const [i, name] of NICS.entries()) {
-      ip('-n', node.netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', PEERS[i]!);
-      ip('-n', node.netns, 'link', 'set', 'dev', PEERS[i]!, 'up');
-      ip('-n', node.netns, 'link', 'set', 'dev', name, 'up');
+      addNicStandIn(node.netns, name, PEERS[i]!);
       macs.set(name, /link\/ether (\S+)/.exec(ip('-n', node.netns, '-o', 'link', 'show', 'dev', name))![1]!);
     }
     await installDra(node);

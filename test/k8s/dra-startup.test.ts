@@ -26,7 +26,7 @@ import {
   RESOURCE_API,
 } from '../support/dra-node';
 import { SingleNode } from '../support/cluster/single-node';
-import { ip, uniquePrefix } from '../support/netns';
+import { addNicStandIn, uniquePrefix } from '../support/netns';
 import { DEBIAN_PLUGINS } from '../support/plugin-dir';
 import { expectedPrerequisites, optionalSkip } from '../support/prerequisites';
 import { until } from '../support/until';
@@ -89,9 +89,7 @@ describe('plexus.io devices offered only while the kubelet knows the driver, on 
     );
     node = await SingleNode.start({ cniBinDir: DEBIAN_PLUGINS, cniConfList: bridgeConfList(`${prefix}br`) });
     // The NIC stand-in is the node's: it goes with the node's network namespace.
-    ip('-n', node.netns, 'link', 'add', DEVICE, 'type', 'veth', 'peer', 'name', PEER);
-    ip('-n', node.netns, 'link', 'set', 'dev', PEER, 'up');
-    ip('-n', node.netns, 'link', 'set', 'dev', DEVICE, 'up');
+    addNicStandIn(node.netns, DEVICE, PEER);
     await installDra(node);
     // The NAD the claims' config names: Prepare refuses a claim naming one that does not exist.
     const fast = JSON.stringify({ cniVersion: '1.0.0', name: 'fast', type: 'host-device' });

@@ -9,6 +9,16 @@ import { randomBytes } from 'node:crypto';
 export const uniquePrefix = (tag: string): string => `${tag}${randomBytes(3).toString('hex')}`;
 
 export const ip = (...args: string[]): string => execFileSync('ip', args, { encoding: 'utf8' });
+/**
+ * A NIC's stand-in in network namespace `netns`: a veth `name` whose peer `peer`, kept up beside it, gives it carrier
+ * (the test kernels have no dummy module); both up. It goes with the namespace.
+ */
+export function addNicStandIn(netns: string, name: string, peer: string): void {
+  ip('-n', netns, 'link', 'add', name, 'type', 'veth', 'peer', 'name', peer);
+  ip('-n', netns, 'link', 'set', 'dev', peer, 'up');
+  ip('-n', netns, 'link', 'set', 'dev', name, 'up');
+}
+
 export const ipTry = (...args: string[]): { status: number | null; out: string } => {
   const r = spawnSync('ip', args, { encoding: 'utf8' });
   return { status: r.status, out: r.stdout + r.stderr };

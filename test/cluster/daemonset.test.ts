@@ -22,6 +22,8 @@ import {
   clusterManifests,
   daemonPods,
   DEPLOYED_IMAGE,
+  NEXT_IMAGE,
+  NEXT_VERSION,
   kubectl,
   rolloutPending,
 } from '../support/cluster/daemonset';
@@ -44,9 +46,6 @@ import { until } from '../support/until';
 
 const skip = expectedPrerequisites(clusterMissing());
 const NS = 'dsproof';
-/** The image the DaemonSet is upgraded to: the same build under another version and tag. */
-const NEXT_VERSION = '0.1.1-upgrade';
-const NEXT_IMAGE = `local.test/plexus:${NEXT_VERSION}`;
 const o = 100 + Math.floor(Math.random() * 40);
 const t = Math.floor(Math.random() * 200);
 const LAN = JSON.stringify({

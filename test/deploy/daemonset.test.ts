@@ -23,6 +23,8 @@ import {
   clusterManifests,
   daemonPods,
   DEPLOYED_IMAGE,
+  NEXT_IMAGE,
+  NEXT_VERSION,
   kubectl,
   rolloutPending,
 } from '../support/cluster/daemonset';
@@ -38,9 +40,6 @@ import { answerWithin, until } from '../support/until';
 const skip = expectedPrerequisites(singleNodeMissing());
 /** deploy/'s metricsAddress: plexusd's probes and /metrics, on the node's loopback. */
 const METRICS_URL = 'http://127.0.0.1:9468/metrics';
-/** The image the DaemonSet is upgraded to under churn: the same build under another version and tag. */
-const NEXT_VERSION = '0.1.1-upgrade';
-const NEXT_IMAGE = `local.test/plexus:${NEXT_VERSION}`;
 /** The secondary network: a bridge with host-local, both run by plexusd itself (its driver and its IPAM). */
 const SEC_BRIDGE = 'sec0';
 const SEC = JSON.stringify({

@@ -15,6 +15,9 @@ import { type KubeApiFixture, kubectlBinary } from '../k8s';
 
 /** The image deploy/ names (package.json's version). */
 export const DEPLOYED_IMAGE = 'local.test/plexus:0.1.0';
+/** The image the DaemonSet is upgraded to: the same build under another version and tag. */
+export const NEXT_VERSION = '0.1.1-upgrade';
+export const NEXT_IMAGE = `local.test/plexus:${NEXT_VERSION}`;
 
 /** Builds the image from this checkout's build (dist/, bin/) under `version`'s tag; resolves to the archive's path. */
 export async function buildImageArchive(outDir: string, version?: string): Promise<string> {
